@@ -1,0 +1,211 @@
+/* main.c: the dlserve command line: option parsing and dispatch to
+ * training, evaluation, prediction and benchmarking. */
+#define _POSIX_C_SOURCE 200809L
+#include "train/dl_train.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: dlserve [--config FILE]                     run the daemon\n"
+    "       dlserve --train MODEL_DIR [options]         train; write MODEL_DIR/<next version>/\n"
+    "       dlserve --eval MODEL_DIR [--version V] [--data DIR]\n"
+    "       dlserve --predict MODEL_DIR [--version V] [FILE|-]\n"
+    "       dlserve --bench MODEL_DIR [--threads N] [--batch-size B] [--steps S]\n"
+    "\n"
+    "options:\n"
+    "  --data DIR            data folder (IDX or CSV; default " DL_DEFAULT_DATA_DIR ")\n"
+    "  --epochs N            training epochs (default: model.json)\n"
+    "  --batch-size B        mini-batch size per trainer\n"
+    "  --lr X                base learning rate\n"
+    "  --optimizer NAME      sgd, momentum or adam\n"
+    "  --momentum X          momentum factor\n"
+    "  --nesterov            Nesterov momentum\n"
+    "  --weight-decay X      L2 weight decay\n"
+    "  --seed N              initialisation and shuffle seed\n"
+    "  --threads N           CPU threads for everything (default: all cores)\n"
+    "  --device D            cpu, cuda or cuda:N (default cpu)\n"
+    "  --limit N             use only the first N samples of each split\n"
+    "  --version V           model version for --eval / --predict (default newest)\n"
+    "  --progress | --no-progress   force the progress bar on or off\n"
+    "  --steps S             timed steps for --bench (default 50)\n"
+    "  -h, --help            this help\n"
+    "  -V, --version         print dlserve's version (when given no V)\n";
+
+enum mode { MODE_SERVE, MODE_TRAIN, MODE_EVAL, MODE_PREDICT, MODE_BENCH };
+
+enum {
+    OPT_TRAIN = 256, OPT_EVAL, OPT_PREDICT, OPT_BENCH, OPT_DATA, OPT_EPOCHS,
+    OPT_BATCH, OPT_LR, OPT_OPTIM, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_SEED,
+    OPT_THREADS, OPT_DEVICE, OPT_LIMIT, OPT_VERSION, OPT_PROGRESS, OPT_NOPROGRESS,
+    OPT_STEPS, OPT_CONFIG,
+};
+
+static const struct option longopts[] = {
+    {"train", required_argument, NULL, OPT_TRAIN},
+    {"eval", required_argument, NULL, OPT_EVAL},
+    {"predict", required_argument, NULL, OPT_PREDICT},
+    {"bench", required_argument, NULL, OPT_BENCH},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"epochs", required_argument, NULL, OPT_EPOCHS},
+    {"batch-size", required_argument, NULL, OPT_BATCH},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"optimizer", required_argument, NULL, OPT_OPTIM},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"nesterov", no_argument, NULL, OPT_NESTEROV},
+    {"weight-decay", required_argument, NULL, OPT_WD},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"limit", required_argument, NULL, OPT_LIMIT},
+    {"version", required_argument, NULL, OPT_VERSION},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"no-progress", no_argument, NULL, OPT_NOPROGRESS},
+    {"steps", required_argument, NULL, OPT_STEPS},
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static int fail(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "dlserve: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\n");
+    return 2;
+}
+
+/* Strict numbers: the whole argument, in range. */
+static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_f64(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        return false;
+    *out = v;
+    return true;
+}
+
+static int parse_option(int c, const char *arg, dl_run_opts *o)
+{
+    int64_t i;
+    double d;
+    switch (c) {
+    case OPT_DATA:   o->data_dir = arg; return 0;
+    case OPT_DEVICE: o->device = arg; return 0;
+    case OPT_NESTEROV: o->nesterov = 1; return 0;
+    case OPT_PROGRESS: o->progress = 1; return 0;
+    case OPT_NOPROGRESS: o->progress = 0; return 0;
+    case OPT_OPTIM:
+        if (!strcmp(arg, "sgd"))           o->optimizer = DL_OPTIM_SGD;
+        else if (!strcmp(arg, "momentum")) o->optimizer = DL_OPTIM_MOMENTUM;
+        else if (!strcmp(arg, "adam"))     o->optimizer = DL_OPTIM_ADAM;
+        else return fail("--optimizer: '%s' is not sgd, momentum or adam%s", arg, "");
+        return 0;
+    case OPT_EPOCHS: case OPT_BATCH: case OPT_SEED: case OPT_THREADS:
+    case OPT_LIMIT: case OPT_VERSION: case OPT_STEPS:
+        if (!parse_i64(arg, c == OPT_SEED ? 0 : 1, c == OPT_THREADS ? 1024 : INT64_MAX / 2, &i))
+            return fail("%s: '%s' is not a valid count", longopts[c - OPT_TRAIN].name, arg);
+        if (c == OPT_EPOCHS) o->epochs = i;
+        if (c == OPT_BATCH) o->batch_size = i;
+        if (c == OPT_SEED) o->seed = i;
+        if (c == OPT_THREADS) o->threads = (int)i;
+        if (c == OPT_LIMIT) o->limit = i;
+        if (c == OPT_VERSION) o->version = i;
+        if (c == OPT_STEPS) o->steps = i;
+        return 0;
+    case OPT_LR: case OPT_MOMENTUM: case OPT_WD:
+        if (!parse_f64(arg, 0.0, c == OPT_MOMENTUM ? 1.0 : 1e6, &d))
+            return fail("%s: '%s' is not a valid number", longopts[c - OPT_TRAIN].name, arg);
+        if (c == OPT_LR) o->lr = d;
+        if (c == OPT_MOMENTUM) o->momentum = d;
+        if (c == OPT_WD) o->weight_decay = d;
+        return 0;
+    }
+    return fail("unexpected option%s%s", "", "");
+}
+
+/* "--version" alone prints the program's version; "--version V" selects a
+ * model version for --eval and --predict. */
+static bool wants_program_version(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--version") == 0 &&
+            (i + 1 == argc || strncmp(argv[i + 1], "--", 2) == 0))
+            return true;
+    return false;
+}
+
+int main(int argc, char **argv)
+{
+    if (wants_program_version(argc, argv)) {
+        printf("dlserve %s\n", DL_VERSION_STRING);
+        return 0;
+    }
+    dl_run_opts o;
+    dl_run_opts_init(&o);
+    enum mode mode = MODE_SERVE;
+    int c, rc;
+    while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        case 'V':
+            printf("dlserve %s\n", DL_VERSION_STRING);
+            return 0;
+        case OPT_TRAIN: case OPT_EVAL: case OPT_PREDICT: case OPT_BENCH:
+            if (mode != MODE_SERVE)
+                return fail("only one of --train, --eval, --predict, --bench%s%s", "", "");
+            mode = c == OPT_TRAIN ? MODE_TRAIN : c == OPT_EVAL ? MODE_EVAL
+                 : c == OPT_PREDICT ? MODE_PREDICT : MODE_BENCH;
+            o.model_dir = optarg;
+            break;
+        case OPT_CONFIG:
+            return fail("--config %s: the daemon is not part of this build yet%s", optarg, "");
+        case '?':
+            fputs("try 'dlserve --help'\n", stderr);
+            return 2;
+        default:
+            if ((rc = parse_option(c, optarg, &o)) != 0)
+                return rc;
+        }
+    }
+    if (optind < argc && mode == MODE_PREDICT)
+        o.input = argv[optind++];
+    if (optind < argc)
+        return fail("unexpected argument '%s'%s", argv[optind], "");
+    if (mode == MODE_SERVE)
+        return fail("the daemon is not part of this build yet; see --help for "
+                    "--train, --eval, --predict%s%s", "", "");
+
+    dl_err err = {0};
+    dl_status st = DL_OK;
+    switch (mode) {
+    case MODE_TRAIN:   st = dl_train_run(&o, &err); break;
+    case MODE_EVAL:    st = dl_eval_run(&o, &err); break;
+    case MODE_PREDICT: st = dl_predict_run(&o, &err); break;
+    case MODE_BENCH:   st = dl_bench_run(&o, &err); break;
+    case MODE_SERVE:   break;
+    }
+    if (st != DL_OK) {
+        fprintf(stderr, "dlserve: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,88 @@
+/* dl_data.h: datasets (IDX, gzip'd or not, and CSV), input scaling, the
+ * per-epoch deterministic shuffle and the rank sharding of global batches.
+ * Depends on util only; everything here is host memory. */
+#ifndef DL_DATA_H
+#define DL_DATA_H
+
+#include "util/dl_util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DL_DATA_MAX_DIMS 4
+
+/* How raw values become inputs: x = (raw * scale - mean) / std. */
+typedef struct dl_scaling {
+    float scale;
+    float mean;
+    float std;
+} dl_scaling;
+
+/* A dataset in memory. Plain struct: fields are read directly. */
+typedef struct dl_dataset {
+    int64_t  n;                          /* samples */
+    int      ndim;                       /* per-sample dims, e.g. 3 */
+    int64_t  shape[DL_DATA_MAX_DIMS];    /* per-sample shape, e.g. {1,28,28} */
+    int64_t  dim;                        /* product of shape */
+    float   *x;                          /* n * dim scaled inputs (owned) */
+    int32_t *y;                          /* n labels (owned), NULL if none */
+} dl_dataset;
+
+/* Loads an IDX image file (magic 0x00000803, u8, 1-3 dims after the count;
+ * gzip'd or plain: detected from the content) and, if labels_path is not
+ * NULL, its IDX label file (0x00000801). Images of HxW load with shape
+ * {1, H, W}. Checks magic, dimensions, sizes against the file length and
+ * that both files have the same count. *out is new. Errors name the file. */
+dl_status dl_dataset_load_idx(const char *images_path, const char *labels_path,
+                              const dl_scaling *sc, dl_dataset **out,
+                              dl_err *err);
+
+/* Loads a CSV file: one sample per line, the label first when has_label,
+ * then exactly `dim` numeric features; an optional header line whose first
+ * field is not a number is skipped. Samples get shape {dim}. Errors name
+ * the file and line. *out is new. */
+dl_status dl_dataset_load_csv(const char *path, int64_t dim, bool has_label,
+                              const dl_scaling *sc, dl_dataset **out,
+                              dl_err *err);
+
+/* Loads a split ("train" or "test") from a data folder: the IDX pair
+ * (train-images-idx3-ubyte[.gz] + train-labels-idx1-ubyte[.gz], or
+ * t10k-... for "test") if present, else <split>.csv with labels, where
+ * dim is the features per sample. *out is new. */
+dl_status dl_dataset_load_dir(const char *dir, const char *split, int64_t dim,
+                              const dl_scaling *sc, dl_dataset **out,
+                              dl_err *err);
+
+/* Keeps only the first n samples (no-op if n <= 0 or n >= ds->n). */
+void dl_dataset_truncate(dl_dataset *ds, int64_t n);
+
+void dl_dataset_free(dl_dataset *ds);
+
+/* Fills perm[0..n) with epoch `epoch`'s global permutation for `seed`:
+ * a Fisher-Yates shuffle driven by dl_rng seeded from (seed, epoch). The
+ * same (seed, epoch, n) gives the same permutation on every rank. */
+void dl_data_permutation(uint64_t seed, int64_t epoch, int64_t n,
+                         int64_t *perm);
+
+/* Steps per epoch for n samples and a global batch of `global_batch`
+ * (the last, partial batch counts). */
+int64_t dl_data_steps(int64_t n, int64_t global_batch);
+
+/* Which positions of the epoch's permutation rank `rank` of `nranks`
+ * takes at step `step`, with `batch` samples per rank: the global batch
+ * covers positions [step*G, min(n, (step+1)*G)) with G = nranks*batch;
+ * rank r takes the r-th of nranks contiguous, near-equal parts of it
+ * (exactly `batch` each when the global batch is full). *count may be 0. */
+void dl_data_shard(int64_t n, int64_t batch, int rank, int nranks,
+                   int64_t step, int64_t *begin, int64_t *count);
+
+/* Copies samples idx[0..count) into x (count * ds->dim floats) and, when
+ * y is not NULL, their labels into y. */
+void dl_data_gather(const dl_dataset *ds, const int64_t *idx, int64_t count,
+                    float *x, int32_t *y);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DL_DATA_H */

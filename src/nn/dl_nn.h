@@ -1,0 +1,180 @@
+/* dl_nn.h: models (model.json), layers with forward and backward passes,
+ * losses, optimizers, learning-rate schedules and weights in safetensors.
+ * Depends on tensor and util. Parameters, gradients and non-trained state
+ * (batchnorm running statistics) each live in one contiguous buffer. */
+#ifndef DL_NN_H
+#define DL_NN_H
+
+#include "tensor/dl_tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DL_NAME_MAX 64
+
+typedef enum dl_layer_type {
+    DL_LAYER_DENSE, DL_LAYER_CONV2D, DL_LAYER_MAXPOOL2D, DL_LAYER_AVGPOOL2D,
+    DL_LAYER_BATCHNORM, DL_LAYER_DROPOUT, DL_LAYER_FLATTEN, DL_LAYER_EMBEDDING,
+    DL_LAYER_RELU, DL_LAYER_TANH, DL_LAYER_SIGMOID, DL_LAYER_SOFTMAX,
+} dl_layer_type;
+
+typedef enum dl_loss { DL_LOSS_XENT, DL_LOSS_MSE } dl_loss;
+typedef enum dl_optim_kind { DL_OPTIM_SGD, DL_OPTIM_MOMENTUM, DL_OPTIM_ADAM } dl_optim_kind;
+typedef enum dl_sched_kind { DL_SCHED_NONE, DL_SCHED_STEP, DL_SCHED_COSINE } dl_sched_kind;
+
+/* One layer of model.json. Unused fields are zero. */
+typedef struct dl_layer_conf {
+    char          name[DL_NAME_MAX];
+    dl_layer_type type;
+    int64_t       units;                 /* dense */
+    int64_t       filters;               /* conv2d */
+    int64_t       kh, kw, sh, sw, ph, pw;/* conv2d, pooling */
+    int64_t       num_embeddings, dim;   /* embedding */
+    bool          bias;                  /* dense, conv2d */
+    float         rate;                  /* dropout */
+    float         eps, momentum;         /* batchnorm */
+} dl_layer_conf;
+
+/* Training defaults from model.json; command-line flags override them. */
+typedef struct dl_hparams {
+    int64_t       epochs, batch_size;
+    dl_optim_kind optimizer;
+    double        lr, momentum, weight_decay;
+    bool          nesterov;
+    double        beta1, beta2, adam_eps;
+    dl_sched_kind schedule;
+    double        warmup_epochs;         /* linear warm-up from lr/100 */
+    int64_t       step_epochs;           /* step schedule: every N epochs */
+    double        gamma;                 /* step schedule: factor */
+    uint64_t      seed;
+} dl_hparams;
+
+/* A parsed, validated model.json. Plain struct, read-only after parsing. */
+typedef struct dl_model_conf {
+    char           name[DL_NAME_MAX];
+    char          *json;                 /* the file's text (owned) */
+    char           input_name[DL_NAME_MAX];
+    int            in_ndim;
+    int64_t        in_shape[DL_MAX_DIMS];/* per sample, e.g. {1, 28, 28} */
+    float          scale, mean, std;     /* input = (raw * scale - mean) / std */
+    int            nlayers;
+    dl_layer_conf *layers;               /* owned */
+    dl_loss        loss;
+    char           output_name[DL_NAME_MAX];
+    int            nlabels;
+    char         **labels;               /* owned; may be 0 labels */
+    dl_hparams     train;
+} dl_model_conf;
+
+/* Parses and validates model.json text. `what` names the source in errors,
+ * which read "what: layers[2] (fc1): 'units' must be a positive integer".
+ * Also checks that the layers chain (shapes fit) and that the output size
+ * matches the labels. *out is new (dl_model_conf_free). */
+dl_status dl_model_conf_parse(const char *text, size_t len, const char *what,
+                              dl_model_conf **out, dl_err *err);
+/* Reads and parses a model.json file (or MODEL_DIR/model.json if path is a
+ * folder). */
+dl_status dl_model_conf_load(const char *path, dl_model_conf **out, dl_err *err);
+void dl_model_conf_free(dl_model_conf *conf);
+
+const char *dl_layer_type_name(dl_layer_type t);
+
+/* ---- models ------------------------------------------------------------ */
+
+typedef struct dl_model dl_model;
+
+/* Builds a model on backend be from conf (borrowed: it must outlive the
+ * model) and allocates its parameter, gradient and state buffers.
+ * Parameters are initialised as PyTorch does, from `seed`. *out is new. */
+dl_status dl_model_new(dl_backend *be, const dl_model_conf *conf, uint64_t seed,
+                       dl_model **out, dl_err *err);
+void dl_model_free(dl_model *m);
+
+const dl_model_conf *dl_model_conf_of(const dl_model *m);
+dl_backend *dl_model_backend(const dl_model *m);
+/* Features per input sample and outputs per sample. */
+int64_t dl_model_in_dim(const dl_model *m);
+int64_t dl_model_out_dim(const dl_model *m);
+
+/* The contiguous buffers (borrowed, backend memory). Gradients have the
+ * parameters' layout; state holds running statistics. */
+float *dl_model_params(dl_model *m, int64_t *n);
+float *dl_model_grads(dl_model *m, int64_t *n);
+float *dl_model_state(dl_model *m, int64_t *n);
+
+/* Zeroes the gradient buffer. */
+void dl_model_zero_grad(dl_model *m);
+
+/* Runs the layers on x (backend memory, batch * in_dim floats). train
+ * selects batch statistics and dropout. *out (borrowed until the next
+ * call) receives batch * out_dim floats: the last layer's output (logits
+ * for softmax cross-entropy). */
+dl_status dl_model_forward(dl_model *m, const float *x, int64_t batch,
+                           bool train, const float **out, dl_err *err);
+
+/* Loss of the last forward pass. labels (host, batch ints) for
+ * cross-entropy; for MSE, targets are one-hot labels unless `targets`
+ * (host, batch * out_dim) is given. Returns the mean loss over the batch,
+ * the number of correct argmax predictions, and when want_grad is set
+ * stores d(loss * grad_scale)/d(out) for dl_model_backward. grad_scale is
+ * usually 1 / batch (mean loss). */
+dl_status dl_model_loss(dl_model *m, const int32_t *labels, const float *targets,
+                        float grad_scale, bool want_grad, double *loss_sum,
+                        int64_t *correct, dl_err *err);
+
+/* Backpropagates the stored loss gradient through the last forward pass;
+ * accumulates into the gradient buffer. */
+dl_status dl_model_backward(dl_model *m, dl_err *err);
+
+/* Inference on host data: x (n * in_dim) to out (n * out_dim), in chunks
+ * of at most `batch`. For softmax cross-entropy models the outputs are
+ * class probabilities (softmax of the logits). */
+dl_status dl_model_predict(dl_model *m, const float *x, int64_t n, int64_t batch,
+                           float *out, dl_err *err);
+
+/* Writes the weights as safetensors with PyTorch names and layouts, and
+ * metadata "format" = "pt", "dlserve.model" = the model.json text and
+ * "dlserve.training" = training_json (may be NULL). Atomic. */
+dl_status dl_model_save(dl_model *m, const char *path, const char *training_json,
+                        dl_err *err);
+
+/* Loads weights from safetensors, checking every tensor's name, dtype and
+ * shape against the model; extra tensors are refused except PyTorch's
+ * "<bn>.num_batches_tracked". On error the model's weights are unchanged. */
+dl_status dl_model_load(dl_model *m, const char *path, dl_err *err);
+
+/* Number of named tensors and, for i in [0, n), the name, shape and data
+ * (borrowed) of tensor i, in file order. */
+int dl_model_tensor_count(const dl_model *m);
+void dl_model_tensor_at(const dl_model *m, int i, const char **name, int *ndim,
+                        const int64_t **shape, float **data);
+
+/* ---- optimizers and schedules -------------------------------------- */
+
+typedef struct dl_optim dl_optim;
+
+/* An optimizer over a parameter buffer of n floats, with hyperparameters
+ * from hp. *out is new. */
+dl_status dl_optim_new(dl_backend *be, const dl_hparams *hp, int64_t n,
+                       dl_optim **out, dl_err *err);
+void dl_optim_free(dl_optim *o);
+
+/* One update p -= f(g) with learning rate lr. */
+void dl_optim_step(dl_optim *o, float *params, const float *grads, double lr);
+
+/* Optimizer state (momentum / Adam moments), borrowed; *n may be 0. */
+float *dl_optim_state(dl_optim *o, int64_t *n);
+int64_t dl_optim_steps(const dl_optim *o);
+
+/* Learning rate at global step `step` (0-based) of a run with
+ * steps_per_epoch steps an epoch and `total` steps in all. */
+double dl_lr_at(const dl_hparams *hp, int64_t step, int64_t steps_per_epoch,
+                int64_t total);
+
+const char *dl_optim_name(dl_optim_kind k);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DL_NN_H */

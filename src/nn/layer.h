@@ -1,0 +1,72 @@
+/* layer.h (private to nn/): the layer interface. Each layer type is a
+ * const ops table; a model is an array of layers run in order. */
+#ifndef DL_NN_LAYER_H
+#define DL_NN_LAYER_H
+
+#include "nn/dl_nn.h"
+
+#define LAYER_MAX_PARAMS 4
+
+/* A named tensor of a layer: trainable ones live in the model's parameter
+ * buffer (with a gradient), the others in its state buffer. */
+typedef struct param_slot {
+    const char *suffix;          /* "weight", "bias", "running_mean", ... */
+    int         ndim;
+    int64_t     shape[DL_MAX_DIMS];
+    bool        trainable;
+    float      *data;            /* view into the model's buffer */
+    float      *grad;            /* NULL for state */
+} param_slot;
+
+typedef struct layer layer;
+
+typedef struct layer_ops {
+    /* Declares the parameters (shapes from in_shape / out_shape). */
+    void (*declare)(layer *l);
+    /* Initialises parameters and state as PyTorch does. */
+    void (*init)(layer *l, dl_rng *rng);
+    /* Bytes kept from forward to backward for a batch of n, and scratch
+     * floats needed only during one call. Either may be NULL (none). */
+    size_t  (*aux_bytes)(const layer *l, int64_t n);
+    int64_t (*work_floats)(const layer *l, int64_t n);
+    dl_status (*forward)(layer *l, const float *x, float *y, int64_t n,
+                         bool train, dl_err *err);
+    /* dx may be NULL (first layer): then only parameter gradients. */
+    dl_status (*backward)(layer *l, const float *x, const float *y,
+                          const float *dy, float *dx, int64_t n, dl_err *err);
+} layer_ops;
+
+struct layer {
+    const layer_ops     *ops;
+    const dl_layer_conf *conf;
+    dl_backend          *be;
+    int                  in_ndim, out_ndim;      /* per sample */
+    int64_t              in_shape[DL_MAX_DIMS], out_shape[DL_MAX_DIMS];
+    int64_t              in_dim, out_dim;
+    int                  nparams;
+    param_slot           p[LAYER_MAX_PARAMS];
+    void                *aux;                    /* backend memory */
+    float               *work;                   /* shared scratch */
+    uint64_t             seed, calls;            /* dropout streams */
+};
+
+/* Output shape of a layer for a per-sample input shape; errors say what
+ * does not fit ("expects 3-D input [C, H, W], got [784]"). */
+dl_status layer_shape(const dl_layer_conf *c, int in_ndim, const int64_t *in,
+                      int *out_ndim, int64_t *out, dl_err *err);
+
+const layer_ops *layer_ops_for(dl_layer_type t);
+
+/* Adds a parameter slot to l. */
+void layer_declare(layer *l, const char *suffix, bool trainable, int ndim,
+                   int64_t d0, int64_t d1, int64_t d2, int64_t d3);
+
+/* Uniform(-bound, bound) fill of a host/CPU-visible buffer. */
+void layer_fill_uniform(layer *l, float *dst, int64_t n, float bound, dl_rng *rng);
+
+/* The ops tables, one file each. */
+extern const layer_ops layer_dense_ops, layer_conv2d_ops, layer_maxpool_ops,
+    layer_avgpool_ops, layer_batchnorm_ops, layer_dropout_ops,
+    layer_flatten_ops, layer_embedding_ops, layer_act_ops, layer_softmax_ops;
+
+#endif /* DL_NN_LAYER_H */

@@ -1,0 +1,111 @@
+/* optim.c: SGD, momentum (optionally Nesterov) and Adam over the whole
+ * contiguous parameter buffer in one kernel call, and the learning-rate
+ * schedules (step, cosine) with linear warm-up. */
+#include "nn/dl_nn.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+struct dl_optim {
+    dl_backend *be;
+    dl_hparams  hp;
+    int64_t     n, t;
+    float      *state;       /* momentum: v; Adam: m then v */
+    int64_t     nstate;
+};
+
+dl_status dl_optim_new(dl_backend *be, const dl_hparams *hp, int64_t n,
+                       dl_optim **out, dl_err *err)
+{
+    *out = NULL;
+    dl_optim *o = calloc(1, sizeof(*o));
+    if (!o)
+        return dl_err_set(err, DL_ERR_NOMEM, "optimizer");
+    o->be = be;
+    o->hp = *hp;
+    o->n = n;
+    o->nstate = hp->optimizer == DL_OPTIM_ADAM ? 2 * n
+              : hp->optimizer == DL_OPTIM_MOMENTUM ? n : 0;
+    if (o->nstate) {
+        dl_status st = be->ops->alloc(be, (size_t)o->nstate * sizeof(float),
+                                      (void **)&o->state, err);
+        if (st != DL_OK) {
+            free(o);
+            return st;
+        }
+        be->ops->fill(be, o->state, o->nstate, 0.0f);
+    }
+    *out = o;
+    return DL_OK;
+}
+
+void dl_optim_free(dl_optim *o)
+{
+    if (!o)
+        return;
+    if (o->state)
+        o->be->ops->release(o->be, o->state);
+    free(o);
+}
+
+void dl_optim_step(dl_optim *o, float *params, const float *grads, double lr)
+{
+    const dl_hparams *h = &o->hp;
+    o->t++;
+    switch (h->optimizer) {
+    case DL_OPTIM_SGD:
+        o->be->ops->sgd_step(o->be, params, grads, NULL, o->n, (float)lr, 0.0f,
+                             false, (float)h->weight_decay);
+        break;
+    case DL_OPTIM_MOMENTUM:
+        o->be->ops->sgd_step(o->be, params, grads, o->state, o->n, (float)lr,
+                             (float)h->momentum, h->nesterov, (float)h->weight_decay);
+        break;
+    case DL_OPTIM_ADAM:
+        o->be->ops->adam_step(o->be, params, grads, o->state, o->state + o->n, o->n,
+                              (float)lr, (float)h->beta1, (float)h->beta2,
+                              (float)h->adam_eps, (float)h->weight_decay, o->t);
+        break;
+    }
+}
+
+float *dl_optim_state(dl_optim *o, int64_t *n)
+{
+    *n = o->nstate;
+    return o->state;
+}
+
+int64_t dl_optim_steps(const dl_optim *o) { return o->t; }
+
+double dl_lr_at(const dl_hparams *hp, int64_t step, int64_t steps_per_epoch,
+                int64_t total)
+{
+    double base = hp->lr;
+    int64_t warm = (int64_t)(hp->warmup_epochs * (double)steps_per_epoch);
+    if (hp->schedule != DL_SCHED_NONE && step < warm)
+        return base * (double)(step + 1) / (double)warm;   /* linear warm-up */
+    switch (hp->schedule) {
+    case DL_SCHED_STEP: {
+        int64_t epoch = steps_per_epoch > 0 ? step / steps_per_epoch : 0;
+        return base * pow(hp->gamma, (double)(epoch / hp->step_epochs));
+    }
+    case DL_SCHED_COSINE: {
+        double span = (double)(total - warm);
+        double frac = span > 0 ? (double)(step - warm) / span : 1.0;
+        return 0.5 * base * (1.0 + cos(3.14159265358979323846 * (frac < 1.0 ? frac : 1.0)));
+    }
+    case DL_SCHED_NONE:
+        break;
+    }
+    return base;
+}
+
+const char *dl_optim_name(dl_optim_kind k)
+{
+    switch (k) {
+    case DL_OPTIM_SGD:      return "sgd";
+    case DL_OPTIM_MOMENTUM: return "momentum";
+    case DL_OPTIM_ADAM:     return "adam";
+    }
+    return "?";
+}

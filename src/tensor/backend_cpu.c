@@ -1,0 +1,724 @@
+/* backend_cpu.c: the reference backend. GEMM through OpenBLAS
+ * (cblas_sgemm), convolution as im2col + GEMM, the rest as plain loops
+ * spread over dl_parallel_for where the work is large enough. */
+#define _POSIX_C_SOURCE 200809L
+#include "tensor/dl_tensor.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ALIGN 64
+#define GRAIN 16384   /* elements below which a loop stays on one thread */
+
+static dl_status cpu_alloc(dl_backend *be, size_t nbytes, void **out, dl_err *err)
+{
+    (void)be;
+    size_t rounded = (nbytes + ALIGN - 1) / ALIGN * ALIGN;
+    *out = aligned_alloc(ALIGN, rounded ? rounded : ALIGN);
+    if (!*out)
+        return dl_err_set(err, DL_ERR_NOMEM, "cpu: cannot allocate %zu bytes", nbytes);
+    return DL_OK;
+}
+
+static void cpu_release(dl_backend *be, void *ptr)
+{
+    (void)be;
+    free(ptr);
+}
+
+static void cpu_copy(dl_backend *be, void *dst, const void *src, size_t nbytes)
+{
+    (void)be;
+    if (nbytes)
+        memmove(dst, src, nbytes);
+}
+
+static void cpu_copy_f32(dl_backend *be, float *dst, const float *src, int64_t n)
+{
+    cpu_copy(be, dst, src, (size_t)n * sizeof(float));
+}
+
+static void cpu_fill(dl_backend *be, float *x, int64_t n, float value)
+{
+    (void)be;
+    if (value == 0.0f) {
+        memset(x, 0, (size_t)n * sizeof(float));
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        x[i] = value;
+}
+
+static dl_status cpu_gemm(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n,
+                          int64_t k, float alpha, const float *a, const float *b,
+                          float beta, float *c, dl_err *err)
+{
+    (void)be;
+    (void)err;
+    if (m == 0 || n == 0)
+        return DL_OK;
+    if (k == 0) {
+        for (int64_t i = 0; i < m * n; i++)
+            c[i] = beta == 0.0f ? 0.0f : beta * c[i];
+        return DL_OK;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                tb ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n,
+                (blasint)k, alpha, a, ta ? (blasint)m : (blasint)k, b,
+                tb ? (blasint)k : (blasint)n, beta, c, (blasint)n);
+    return DL_OK;
+}
+
+static void cpu_bias_add(dl_backend *be, float *y, const float *b, int64_t rows,
+                         int64_t cols)
+{
+    (void)be;
+    for (int64_t r = 0; r < rows; r++) {
+        float *yr = y + r * cols;
+        for (int64_t j = 0; j < cols; j++)
+            yr[j] += b[j];
+    }
+}
+
+static void cpu_bias_grad(dl_backend *be, float *db, const float *dy,
+                          int64_t rows, int64_t cols)
+{
+    (void)be;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *d = dy + r * cols;
+        for (int64_t j = 0; j < cols; j++)
+            db[j] += d[j];
+    }
+}
+
+static void cpu_bias_add_nchw(dl_backend *be, float *y, const float *b,
+                              int64_t n, int64_t c, int64_t hw)
+{
+    (void)be;
+    for (int64_t i = 0; i < n * c; i++) {
+        float v = b[i % c], *p = y + i * hw;
+        for (int64_t j = 0; j < hw; j++)
+            p[j] += v;
+    }
+}
+
+static void cpu_bias_grad_nchw(dl_backend *be, float *db, const float *dy,
+                               int64_t n, int64_t c, int64_t hw)
+{
+    (void)be;
+    for (int64_t i = 0; i < n * c; i++) {
+        const float *p = dy + i * hw;
+        float s = 0.0f;
+        for (int64_t j = 0; j < hw; j++)
+            s += p[j];
+        db[i % c] += s;
+    }
+}
+
+/* ---- activations ----------------------------------------------------- */
+
+typedef struct act_job {
+    dl_act act;
+    const float *x, *y, *dy;
+    float *out;
+} act_job;
+
+static void act_fwd_task(void *ctx, int64_t b, int64_t e)
+{
+    const act_job *j = ctx;
+    switch (j->act) {
+    case DL_ACT_RELU:
+        for (int64_t i = b; i < e; i++)
+            j->out[i] = j->x[i] > 0.0f ? j->x[i] : 0.0f;
+        break;
+    case DL_ACT_TANH:
+        for (int64_t i = b; i < e; i++)
+            j->out[i] = tanhf(j->x[i]);
+        break;
+    case DL_ACT_SIGMOID:
+        for (int64_t i = b; i < e; i++)
+            j->out[i] = 1.0f / (1.0f + expf(-j->x[i]));
+        break;
+    }
+}
+
+static void act_bwd_task(void *ctx, int64_t b, int64_t e)
+{
+    const act_job *j = ctx;
+    switch (j->act) {
+    case DL_ACT_RELU:
+        for (int64_t i = b; i < e; i++)
+            j->out[i] = j->y[i] > 0.0f ? j->dy[i] : 0.0f;
+        break;
+    case DL_ACT_TANH:
+        for (int64_t i = b; i < e; i++)
+            j->out[i] = j->dy[i] * (1.0f - j->y[i] * j->y[i]);
+        break;
+    case DL_ACT_SIGMOID:
+        for (int64_t i = b; i < e; i++)
+            j->out[i] = j->dy[i] * j->y[i] * (1.0f - j->y[i]);
+        break;
+    }
+}
+
+static void cpu_act_fwd(dl_backend *be, dl_act act, const float *x, float *y,
+                        int64_t n)
+{
+    (void)be;
+    act_job j = { act, x, NULL, NULL, y };
+    dl_parallel_for(n, GRAIN, act_fwd_task, &j);
+}
+
+static void cpu_act_bwd(dl_backend *be, dl_act act, const float *y,
+                        const float *dy, float *dx, int64_t n)
+{
+    (void)be;
+    act_job j = { act, NULL, y, dy, dx };
+    dl_parallel_for(n, GRAIN, act_bwd_task, &j);
+}
+
+static void cpu_softmax_fwd(dl_backend *be, const float *x, float *y,
+                            int64_t rows, int64_t cols)
+{
+    (void)be;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        float *yr = y + r * cols;
+        float mx = xr[0];
+        for (int64_t j = 1; j < cols; j++)
+            mx = xr[j] > mx ? xr[j] : mx;
+        double s = 0.0;
+        for (int64_t j = 0; j < cols; j++) {
+            yr[j] = expf(xr[j] - mx);
+            s += yr[j];
+        }
+        float inv = (float)(1.0 / s);
+        for (int64_t j = 0; j < cols; j++)
+            yr[j] *= inv;
+    }
+}
+
+static void cpu_softmax_bwd(dl_backend *be, const float *y, const float *dy,
+                            float *dx, int64_t rows, int64_t cols)
+{
+    (void)be;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *yr = y + r * cols, *dr = dy + r * cols;
+        double dot = 0.0;
+        for (int64_t j = 0; j < cols; j++)
+            dot += (double)yr[j] * dr[j];
+        for (int64_t j = 0; j < cols; j++)
+            dx[r * cols + j] = yr[j] * (dr[j] - (float)dot);
+    }
+}
+
+/* ---- convolution helpers --------------------------------------------- */
+
+typedef struct conv_job {
+    const dl_conv_geom *g;
+    const float *src;
+    float *dst;
+    int64_t a, b, hw;
+} conv_job;
+
+/* One row r of cols = (channel c, kernel offset ki, kj) over all outputs. */
+static void im2col_task(void *ctx, int64_t r0, int64_t r1)
+{
+    const conv_job *j = ctx;
+    const dl_conv_geom *g = j->g;
+    int64_t ncols = g->n * g->oh * g->ow;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t c = r / (g->kh * g->kw), ki = (r / g->kw) % g->kh, kj = r % g->kw;
+        float *dst = j->dst + r * ncols;
+        for (int64_t n = 0; n < g->n; n++) {
+            const float *plane = j->src + (n * g->c + c) * g->h * g->w;
+            for (int64_t oy = 0; oy < g->oh; oy++, dst += g->ow) {
+                int64_t iy = oy * g->sh - g->ph + ki;
+                if (iy < 0 || iy >= g->h) {
+                    memset(dst, 0, (size_t)g->ow * sizeof(float));
+                    continue;
+                }
+                const float *row = plane + iy * g->w;
+                for (int64_t ox = 0; ox < g->ow; ox++) {
+                    int64_t ix = ox * g->sw - g->pw + kj;
+                    dst[ox] = (ix >= 0 && ix < g->w) ? row[ix] : 0.0f;
+                }
+            }
+        }
+    }
+}
+
+/* Channels [c0, c1): each channel's part of dx is written by one task. */
+static void col2im_task(void *ctx, int64_t c0, int64_t c1)
+{
+    const conv_job *j = ctx;
+    const dl_conv_geom *g = j->g;
+    int64_t ncols = g->n * g->oh * g->ow;
+    for (int64_t c = c0; c < c1; c++)
+        for (int64_t ki = 0; ki < g->kh; ki++)
+            for (int64_t kj = 0; kj < g->kw; kj++) {
+                const float *src = j->src + ((c * g->kh + ki) * g->kw + kj) * ncols;
+                for (int64_t n = 0; n < g->n; n++) {
+                    float *plane = j->dst + (n * g->c + c) * g->h * g->w;
+                    for (int64_t oy = 0; oy < g->oh; oy++, src += g->ow) {
+                        int64_t iy = oy * g->sh - g->ph + ki;
+                        if (iy < 0 || iy >= g->h)
+                            continue;
+                        float *row = plane + iy * g->w;
+                        for (int64_t ox = 0; ox < g->ow; ox++) {
+                            int64_t ix = ox * g->sw - g->pw + kj;
+                            if (ix >= 0 && ix < g->w)
+                                row[ix] += src[ox];
+                        }
+                    }
+                }
+            }
+}
+
+static void cpu_im2col(dl_backend *be, const dl_conv_geom *g, const float *x,
+                       float *cols)
+{
+    (void)be;
+    conv_job j = { .g = g, .src = x, .dst = cols };
+    dl_parallel_for(g->c * g->kh * g->kw, 1, im2col_task, &j);
+}
+
+static void cpu_col2im(dl_backend *be, const dl_conv_geom *g, const float *cols,
+                       float *dx)
+{
+    (void)be;
+    conv_job j = { .g = g, .src = cols, .dst = dx };
+    dl_parallel_for(g->c, 1, col2im_task, &j);
+}
+
+static void swap_task(void *ctx, int64_t i0, int64_t i1)
+{
+    const conv_job *j = ctx;
+    size_t bytes = (size_t)j->hw * sizeof(float);
+    for (int64_t i = i0; i < i1; i++)            /* i indexes the output's outer axis (b) */
+        for (int64_t k = 0; k < j->a; k++)
+            memcpy(j->dst + (i * j->a + k) * j->hw,
+                   j->src + (k * j->b + i) * j->hw, bytes);
+}
+
+static void cpu_swap_outer(dl_backend *be, const float *x, float *y, int64_t a,
+                           int64_t b, int64_t hw)
+{
+    (void)be;
+    conv_job j = { .src = x, .dst = y, .a = a, .b = b, .hw = hw };
+    dl_parallel_for(b, 1, swap_task, &j);
+}
+
+/* ---- pooling ---------------------------------------------------------- */
+
+typedef struct pool_job {
+    dl_pool_kind kind;
+    const dl_conv_geom *g;
+    const float *src;
+    float *dst;
+    int32_t *argmax;
+    const int32_t *argmax_in;
+} pool_job;
+
+static void pool_fwd_task(void *ctx, int64_t p0, int64_t p1)
+{
+    const pool_job *j = ctx;
+    const dl_conv_geom *g = j->g;
+    float inv = 1.0f / (float)(g->kh * g->kw);   /* PyTorch: padding counts */
+    for (int64_t p = p0; p < p1; p++) {
+        const float *x = j->src + p * g->h * g->w;
+        float *y = j->dst + p * g->oh * g->ow;
+        int32_t *am = j->argmax ? j->argmax + p * g->oh * g->ow : NULL;
+        for (int64_t oy = 0; oy < g->oh; oy++)
+            for (int64_t ox = 0; ox < g->ow; ox++) {
+                float best = -INFINITY, sum = 0.0f;
+                int32_t arg = -1;
+                for (int64_t ki = 0; ki < g->kh; ki++) {
+                    int64_t iy = oy * g->sh - g->ph + ki;
+                    if (iy < 0 || iy >= g->h)
+                        continue;
+                    for (int64_t kj = 0; kj < g->kw; kj++) {
+                        int64_t ix = ox * g->sw - g->pw + kj;
+                        if (ix < 0 || ix >= g->w)
+                            continue;
+                        float v = x[iy * g->w + ix];
+                        sum += v;
+                        if (v > best || arg < 0) {
+                            best = v;
+                            arg = (int32_t)(iy * g->w + ix);
+                        }
+                    }
+                }
+                int64_t o = oy * g->ow + ox;
+                if (j->kind == DL_POOL_MAX) {
+                    y[o] = best;
+                    if (am)
+                        am[o] = arg;
+                } else {
+                    y[o] = sum * inv;
+                }
+            }
+    }
+}
+
+static void pool_bwd_task(void *ctx, int64_t p0, int64_t p1)
+{
+    const pool_job *j = ctx;
+    const dl_conv_geom *g = j->g;
+    float inv = 1.0f / (float)(g->kh * g->kw);
+    for (int64_t p = p0; p < p1; p++) {
+        const float *dy = j->src + p * g->oh * g->ow;
+        float *dx = j->dst + p * g->h * g->w;
+        if (j->kind == DL_POOL_MAX) {
+            const int32_t *am = j->argmax_in + p * g->oh * g->ow;
+            for (int64_t o = 0; o < g->oh * g->ow; o++)
+                dx[am[o]] += dy[o];
+            continue;
+        }
+        for (int64_t oy = 0; oy < g->oh; oy++)
+            for (int64_t ox = 0; ox < g->ow; ox++) {
+                float d = dy[oy * g->ow + ox] * inv;
+                for (int64_t ki = 0; ki < g->kh; ki++) {
+                    int64_t iy = oy * g->sh - g->ph + ki;
+                    if (iy < 0 || iy >= g->h)
+                        continue;
+                    for (int64_t kj = 0; kj < g->kw; kj++) {
+                        int64_t ix = ox * g->sw - g->pw + kj;
+                        if (ix >= 0 && ix < g->w)
+                            dx[iy * g->w + ix] += d;
+                    }
+                }
+            }
+    }
+}
+
+static void cpu_pool_fwd(dl_backend *be, dl_pool_kind kind, const dl_conv_geom *g,
+                         const float *x, float *y, int32_t *argmax)
+{
+    (void)be;
+    pool_job j = { kind, g, x, y, argmax, NULL };
+    dl_parallel_for(g->n * g->c, 8, pool_fwd_task, &j);
+}
+
+static void cpu_pool_bwd(dl_backend *be, dl_pool_kind kind, const dl_conv_geom *g,
+                         const float *dy, const int32_t *argmax, float *dx)
+{
+    (void)be;
+    pool_job j = { kind, g, dy, dx, NULL, argmax };
+    dl_parallel_for(g->n * g->c, 8, pool_bwd_task, &j);
+}
+
+/* ---- batch normalisation ------------------------------------------------ */
+
+static void cpu_bn_fwd_train(dl_backend *be, const float *x, float *y,
+                             const float *gamma, const float *beta,
+                             float *save_mean, float *save_invstd,
+                             float *run_mean, float *run_var, float momentum,
+                             float eps, int64_t n, int64_t c, int64_t hw)
+{
+    (void)be;
+    int64_t m = n * hw;
+    for (int64_t ch = 0; ch < c; ch++) {
+        double s = 0.0, s2 = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            const float *p = x + (i * c + ch) * hw;
+            for (int64_t k = 0; k < hw; k++)
+                s += p[k];
+        }
+        double mean = s / (double)m;
+        for (int64_t i = 0; i < n; i++) {
+            const float *p = x + (i * c + ch) * hw;
+            for (int64_t k = 0; k < hw; k++) {
+                double d = p[k] - mean;
+                s2 += d * d;
+            }
+        }
+        double var = s2 / (double)m;
+        float invstd = (float)(1.0 / sqrt(var + eps));
+        float a = gamma[ch] * invstd, b = beta[ch] - (float)mean * a;
+        for (int64_t i = 0; i < n; i++) {
+            const float *p = x + (i * c + ch) * hw;
+            float *q = y + (i * c + ch) * hw;
+            for (int64_t k = 0; k < hw; k++)
+                q[k] = p[k] * a + b;
+        }
+        save_mean[ch] = (float)mean;
+        save_invstd[ch] = invstd;
+        double unbiased = m > 1 ? s2 / (double)(m - 1) : var;
+        run_mean[ch] = (1.0f - momentum) * run_mean[ch] + momentum * (float)mean;
+        run_var[ch] = (1.0f - momentum) * run_var[ch] + momentum * (float)unbiased;
+    }
+}
+
+static void cpu_bn_fwd_infer(dl_backend *be, const float *x, float *y,
+                             const float *gamma, const float *beta,
+                             const float *run_mean, const float *run_var,
+                             float eps, int64_t n, int64_t c, int64_t hw)
+{
+    (void)be;
+    for (int64_t ch = 0; ch < c; ch++) {
+        float a = gamma[ch] / sqrtf(run_var[ch] + eps);
+        float b = beta[ch] - run_mean[ch] * a;
+        for (int64_t i = 0; i < n; i++) {
+            const float *p = x + (i * c + ch) * hw;
+            float *q = y + (i * c + ch) * hw;
+            for (int64_t k = 0; k < hw; k++)
+                q[k] = p[k] * a + b;
+        }
+    }
+}
+
+static void cpu_bn_bwd(dl_backend *be, const float *x, const float *dy,
+                       const float *gamma, const float *save_mean,
+                       const float *save_invstd, float *dx, float *dgamma,
+                       float *dbeta, int64_t n, int64_t c, int64_t hw)
+{
+    (void)be;
+    double m = (double)(n * hw);
+    for (int64_t ch = 0; ch < c; ch++) {
+        float mean = save_mean[ch], is = save_invstd[ch];
+        double sdy = 0.0, sdyx = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            const float *p = x + (i * c + ch) * hw, *d = dy + (i * c + ch) * hw;
+            for (int64_t k = 0; k < hw; k++) {
+                sdy += d[k];
+                sdyx += (double)d[k] * (p[k] - mean) * is;
+            }
+        }
+        dgamma[ch] += (float)sdyx;
+        dbeta[ch] += (float)sdy;
+        /* dx = gamma * is / m * (m dy - sum dy - xhat * sum(dy xhat)) */
+        float k1 = gamma[ch] * is, mdy = (float)(sdy / m), mdyx = (float)(sdyx / m);
+        for (int64_t i = 0; i < n; i++) {
+            const float *p = x + (i * c + ch) * hw, *d = dy + (i * c + ch) * hw;
+            float *q = dx + (i * c + ch) * hw;
+            for (int64_t k = 0; k < hw; k++) {
+                float xhat = (p[k] - mean) * is;
+                q[k] = k1 * (d[k] - mdy - xhat * mdyx);
+            }
+        }
+    }
+}
+
+/* ---- dropout, embedding, elementwise ---------------------------------- */
+
+static void cpu_dropout_fwd(dl_backend *be, const float *x, float *y, float *mask,
+                            int64_t n, float p, uint64_t seed)
+{
+    (void)be;
+    dl_rng rng;
+    dl_rng_seed(&rng, seed);
+    float keep = 1.0f / (1.0f - p);
+    for (int64_t i = 0; i < n; i++) {
+        mask[i] = dl_rng_uniform(&rng) < p ? 0.0f : keep;
+        y[i] = x[i] * mask[i];
+    }
+}
+
+static void cpu_mul(dl_backend *be, const float *a, const float *b, float *y,
+                    int64_t n)
+{
+    (void)be;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = a[i] * b[i];
+}
+
+static dl_status cpu_embed_fwd(dl_backend *be, const float *ids, const float *table,
+                               float *y, int64_t nids, int64_t dim, int64_t vocab,
+                               dl_err *err)
+{
+    (void)be;
+    for (int64_t i = 0; i < nids; i++) {
+        float f = ids[i];
+        if (!(f >= 0.0f && f < (float)vocab) || f != floorf(f))
+            return dl_err_set(err, DL_ERR_INVALID,
+                              "embedding id %g at position %lld is not an integer in [0, %lld)",
+                              (double)f, (long long)i, (long long)vocab);
+        memcpy(y + i * dim, table + (int64_t)f * dim, (size_t)dim * sizeof(float));
+    }
+    return DL_OK;
+}
+
+static void cpu_embed_bwd(dl_backend *be, const float *ids, const float *dy,
+                          float *dtable, int64_t nids, int64_t dim)
+{
+    (void)be;
+    for (int64_t i = 0; i < nids; i++) {
+        float *row = dtable + (int64_t)ids[i] * dim;
+        for (int64_t k = 0; k < dim; k++)
+            row[k] += dy[i * dim + k];
+    }
+}
+
+/* ---- losses ------------------------------------------------------------ */
+
+static void cpu_xent(dl_backend *be, const float *logits, const int32_t *labels,
+                     int64_t rows, int64_t cols, float *dlogits, float scale,
+                     double *loss_sum, int64_t *correct)
+{
+    (void)be;
+    double loss = 0.0;
+    int64_t ok = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = logits + r * cols;
+        int64_t arg = 0;
+        for (int64_t j = 1; j < cols; j++)
+            if (x[j] > x[arg])
+                arg = j;
+        float mx = x[arg];
+        double s = 0.0;
+        for (int64_t j = 0; j < cols; j++)
+            s += exp((double)(x[j] - mx));
+        int32_t lab = labels[r];
+        loss += log(s) - (double)(x[lab] - mx);
+        ok += arg == lab;
+        if (dlogits) {
+            float inv = (float)(1.0 / s);
+            float *d = dlogits + r * cols;
+            for (int64_t j = 0; j < cols; j++)
+                d[j] = (expf(x[j] - mx) * inv - (j == lab ? 1.0f : 0.0f)) * scale;
+        }
+    }
+    *loss_sum = loss;
+    *correct = ok;
+}
+
+static void cpu_mse(dl_backend *be, const float *pred, const float *target,
+                    int64_t n, float *dpred, float scale, double *loss_sum)
+{
+    (void)be;
+    double loss = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float d = pred[i] - target[i];
+        loss += (double)d * d;
+        if (dpred)
+            dpred[i] = 2.0f * d * scale;
+    }
+    *loss_sum = loss;
+}
+
+/* ---- optimizers ---------------------------------------------------------- */
+
+typedef struct opt_job {
+    float *p, *v, *m;
+    const float *g;
+    float lr, mu, wd, b1, b2, eps, c1, c2;
+    bool nesterov;
+} opt_job;
+
+static void sgd_task(void *ctx, int64_t b, int64_t e)
+{
+    const opt_job *j = ctx;
+    for (int64_t i = b; i < e; i++) {
+        float g = j->g[i] + j->wd * j->p[i];
+        if (j->mu != 0.0f) {
+            j->v[i] = j->mu * j->v[i] + g;
+            g = j->nesterov ? g + j->mu * j->v[i] : j->v[i];
+        }
+        j->p[i] -= j->lr * g;
+    }
+}
+
+static void adam_task(void *ctx, int64_t b, int64_t e)
+{
+    const opt_job *j = ctx;
+    for (int64_t i = b; i < e; i++) {
+        float g = j->g[i] + j->wd * j->p[i];
+        j->m[i] = j->b1 * j->m[i] + (1.0f - j->b1) * g;
+        j->v[i] = j->b2 * j->v[i] + (1.0f - j->b2) * g * g;
+        j->p[i] -= j->c1 * j->m[i] / (sqrtf(j->v[i]) * j->c2 + j->eps);
+    }
+}
+
+static void cpu_sgd_step(dl_backend *be, float *p, const float *g, float *v,
+                         int64_t n, float lr, float mu, bool nesterov, float wd)
+{
+    (void)be;
+    opt_job j = { .p = p, .g = g, .v = v, .lr = lr, .mu = mu, .wd = wd,
+                  .nesterov = nesterov };
+    dl_parallel_for(n, GRAIN * 4, sgd_task, &j);
+}
+
+static void cpu_adam_step(dl_backend *be, float *p, const float *g, float *m,
+                          float *v, int64_t n, float lr, float b1, float b2,
+                          float eps, float wd, int64_t t)
+{
+    (void)be;
+    /* PyTorch: p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
+    double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
+    opt_job j = { .p = p, .g = g, .m = m, .v = v, .b1 = b1, .b2 = b2,
+                  .eps = eps, .wd = wd, .c1 = (float)(lr / bc1),
+                  .c2 = (float)(1.0 / sqrt(bc2)) };
+    dl_parallel_for(n, GRAIN * 4, adam_task, &j);
+}
+
+static void cpu_axpy(dl_backend *be, float alpha, const float *x, float *y,
+                     int64_t n)
+{
+    (void)be;
+    cblas_saxpy((blasint)n, alpha, x, 1, y, 1);
+}
+
+static const dl_backend_ops cpu_ops = {
+    .name           = "cpu",
+    .alloc          = cpu_alloc,
+    .release        = cpu_release,
+    .upload         = cpu_copy,
+    .download       = cpu_copy,
+    .fill           = cpu_fill,
+    .copy           = cpu_copy_f32,
+    .gemm           = cpu_gemm,
+    .bias_add       = cpu_bias_add,
+    .bias_grad      = cpu_bias_grad,
+    .bias_add_nchw  = cpu_bias_add_nchw,
+    .bias_grad_nchw = cpu_bias_grad_nchw,
+    .act_fwd        = cpu_act_fwd,
+    .act_bwd        = cpu_act_bwd,
+    .softmax_fwd    = cpu_softmax_fwd,
+    .softmax_bwd    = cpu_softmax_bwd,
+    .im2col         = cpu_im2col,
+    .col2im         = cpu_col2im,
+    .swap_outer     = cpu_swap_outer,
+    .pool_fwd       = cpu_pool_fwd,
+    .pool_bwd       = cpu_pool_bwd,
+    .bn_fwd_train   = cpu_bn_fwd_train,
+    .bn_fwd_infer   = cpu_bn_fwd_infer,
+    .bn_bwd         = cpu_bn_bwd,
+    .dropout_fwd    = cpu_dropout_fwd,
+    .mul            = cpu_mul,
+    .embed_fwd      = cpu_embed_fwd,
+    .embed_bwd      = cpu_embed_bwd,
+    .xent           = cpu_xent,
+    .mse            = cpu_mse,
+    .sgd_step       = cpu_sgd_step,
+    .adam_step      = cpu_adam_step,
+    .axpy           = cpu_axpy,
+};
+
+dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err)
+{
+    *out = NULL;
+    if (threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    dl_backend *be = calloc(1, sizeof(*be));
+    if (!be)
+        return dl_err_set(err, DL_ERR_NOMEM, "cpu backend");
+    be->ops = &cpu_ops;
+    be->threads = threads;
+    /* OpenBLAS and our pool never run at the same time, and our pool's
+     * threads sleep when idle: `threads` cores in all. */
+    openblas_set_num_threads(threads);
+    dl_pool_set_threads(threads);
+    *out = be;
+    return DL_OK;
+}
+
+void dl_backend_free(dl_backend *be)
+{
+    free(be);
+}

@@ -1,0 +1,188 @@
+/* dl_tensor.h: tensors and the backend ops table. A backend (CPU through
+ * OpenBLAS now, CUDA later) is a const table of kernels plus a context;
+ * layers call be->ops->... and never know which backend runs them. */
+#ifndef DL_TENSOR_H
+#define DL_TENSOR_H
+
+#include "util/dl_util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DL_MAX_DIMS 4
+
+typedef struct dl_backend dl_backend;
+
+/* Activations with an elementwise derivative expressed through the output. */
+typedef enum dl_act { DL_ACT_RELU, DL_ACT_TANH, DL_ACT_SIGMOID } dl_act;
+
+typedef enum dl_pool_kind { DL_POOL_MAX, DL_POOL_AVG } dl_pool_kind;
+
+/* Geometry of a 2-D convolution or pooling over an NCHW batch. For pooling
+ * oc == c and kh, kw are the window. */
+typedef struct dl_conv_geom {
+    int64_t n, c, h, w;        /* input */
+    int64_t oc, oh, ow;        /* output channels and size */
+    int64_t kh, kw, sh, sw, ph, pw;
+} dl_conv_geom;
+
+/* Fills the output size of g from the input, window, stride and padding;
+ * DL_ERR_INVALID if the window does not fit. */
+dl_status dl_conv_geom_finish(dl_conv_geom *g, dl_err *err);
+
+/* The kernels a backend provides. All pointers are backend memory except
+ * where named host. Counts are elements. Unless stated, outputs are
+ * overwritten; "accumulates" means += into the output. Kernels run on the
+ * calling thread's behalf and return when done. */
+typedef struct dl_backend_ops {
+    const char *name;
+    dl_status (*alloc)(dl_backend *be, size_t nbytes, void **out, dl_err *err);
+    void      (*release)(dl_backend *be, void *ptr);
+    void      (*upload)(dl_backend *be, void *dst, const void *host, size_t nbytes);
+    void      (*download)(dl_backend *be, void *host, const void *src, size_t nbytes);
+    void      (*fill)(dl_backend *be, float *x, int64_t n, float value);
+    /* dst = src, n floats, both backend memory. */
+    void      (*copy)(dl_backend *be, float *dst, const float *src, int64_t n);
+
+    /* C (m x n) = alpha * op(A) * op(B) + beta * C, row-major, contiguous. */
+    dl_status (*gemm)(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n,
+                      int64_t k, float alpha, const float *a, const float *b,
+                      float beta, float *c, dl_err *err);
+    /* y[r, j] += b[j]: rows x cols. */
+    void (*bias_add)(dl_backend *be, float *y, const float *b, int64_t rows, int64_t cols);
+    /* db[j] += sum_r dy[r, j]. */
+    void (*bias_grad)(dl_backend *be, float *db, const float *dy, int64_t rows, int64_t cols);
+    /* NCHW versions: channel c of each sample gets b[c]; hw = H*W. */
+    void (*bias_add_nchw)(dl_backend *be, float *y, const float *b, int64_t n, int64_t c, int64_t hw);
+    void (*bias_grad_nchw)(dl_backend *be, float *db, const float *dy, int64_t n, int64_t c, int64_t hw);
+
+    void (*act_fwd)(dl_backend *be, dl_act act, const float *x, float *y, int64_t n);
+    /* dx = dy * act'(x), written through the forward output y. */
+    void (*act_bwd)(dl_backend *be, dl_act act, const float *y, const float *dy, float *dx, int64_t n);
+    void (*softmax_fwd)(dl_backend *be, const float *x, float *y, int64_t rows, int64_t cols);
+    void (*softmax_bwd)(dl_backend *be, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols);
+
+    /* x (N,C,H,W) -> cols (C*kh*kw, N*oh*ow); col2im accumulates into dx. */
+    void (*im2col)(dl_backend *be, const dl_conv_geom *g, const float *x, float *cols);
+    void (*col2im)(dl_backend *be, const dl_conv_geom *g, const float *cols, float *dx);
+    /* (A, B, HW) <-> (B, A, HW): swaps the two outer axes. */
+    void (*swap_outer)(dl_backend *be, const float *x, float *y, int64_t a, int64_t b, int64_t hw);
+
+    /* Pooling; max pooling records the winning input index in argmax. */
+    void (*pool_fwd)(dl_backend *be, dl_pool_kind kind, const dl_conv_geom *g,
+                     const float *x, float *y, int32_t *argmax);
+    /* Accumulates into dx. */
+    void (*pool_bwd)(dl_backend *be, dl_pool_kind kind, const dl_conv_geom *g,
+                     const float *dy, const int32_t *argmax, float *dx);
+
+    /* Batch normalisation over (N, C, HW) per channel. Training mode uses
+     * the batch statistics, saves mean and inverse std, and updates the
+     * running statistics (unbiased variance) with `momentum`. */
+    void (*bn_fwd_train)(dl_backend *be, const float *x, float *y,
+                         const float *gamma, const float *beta,
+                         float *save_mean, float *save_invstd,
+                         float *run_mean, float *run_var, float momentum,
+                         float eps, int64_t n, int64_t c, int64_t hw);
+    void (*bn_fwd_infer)(dl_backend *be, const float *x, float *y,
+                         const float *gamma, const float *beta,
+                         const float *run_mean, const float *run_var,
+                         float eps, int64_t n, int64_t c, int64_t hw);
+    /* dx is overwritten; dgamma and dbeta accumulate. */
+    void (*bn_bwd)(dl_backend *be, const float *x, const float *dy,
+                   const float *gamma, const float *save_mean,
+                   const float *save_invstd, float *dx, float *dgamma,
+                   float *dbeta, int64_t n, int64_t c, int64_t hw);
+
+    /* Inverted dropout: mask = 0 or 1/(1-p), y = x * mask. */
+    void (*dropout_fwd)(dl_backend *be, const float *x, float *y, float *mask,
+                        int64_t n, float p, uint64_t seed);
+    /* y = a * b elementwise. */
+    void (*mul)(dl_backend *be, const float *a, const float *b, float *y, int64_t n);
+
+    /* y (nids, dim) = table[ids]; ids are float values of integer ids.
+     * DL_ERR_INVALID if an id is outside [0, vocab). */
+    dl_status (*embed_fwd)(dl_backend *be, const float *ids, const float *table,
+                           float *y, int64_t nids, int64_t dim, int64_t vocab,
+                           dl_err *err);
+    /* Accumulates dy rows into dtable[ids]. */
+    void (*embed_bwd)(dl_backend *be, const float *ids, const float *dy,
+                      float *dtable, int64_t nids, int64_t dim);
+
+    /* Fused, stable softmax cross-entropy over rows x cols logits with
+     * labels in [0, cols) (host array). Writes dlogits = (softmax - onehot)
+     * * scale when dlogits is not NULL; returns the summed loss and the
+     * number of rows whose argmax equals the label (host). */
+    void (*xent)(dl_backend *be, const float *logits, const int32_t *labels,
+                 int64_t rows, int64_t cols, float *dlogits, float scale,
+                 double *loss_sum, int64_t *correct);
+    /* Squared error summed over n values: sum (pred - target)^2; dpred =
+     * 2 (pred - target) * scale when not NULL. target is host memory. */
+    void (*mse)(dl_backend *be, const float *pred, const float *target,
+                int64_t n, float *dpred, float scale, double *loss_sum);
+
+    /* Optimizer updates over a whole contiguous parameter buffer.
+     * SGD with momentum as PyTorch: g += wd p; v = mu v + g;
+     * g = nesterov ? g + mu v : v; p -= lr g (v unused when mu == 0). */
+    void (*sgd_step)(dl_backend *be, float *p, const float *g, float *v,
+                     int64_t n, float lr, float mu, bool nesterov, float wd);
+    /* Adam as PyTorch (L2 weight decay added to the gradient); t >= 1. */
+    void (*adam_step)(dl_backend *be, float *p, const float *g, float *m,
+                      float *v, int64_t n, float lr, float b1, float b2,
+                      float eps, float wd, int64_t t);
+    /* y += alpha * x. */
+    void (*axpy)(dl_backend *be, float alpha, const float *x, float *y, int64_t n);
+} dl_backend_ops;
+
+struct dl_backend {
+    const dl_backend_ops *ops;
+    void *ctx;                 /* cuBLAS/cuDNN handles for CUDA; NULL for CPU */
+    int threads;
+};
+
+/* CPU backend with `threads` threads for OpenBLAS and for our own loops
+ * (both run one at a time, so the process never uses more than `threads`
+ * cores). threads <= 0 means the number of online CPUs. New. */
+dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err);
+
+/* Creates the backend named by a --device string ("cpu", "cuda", "cuda:N").
+ * DL_ERR_UNAVAILABLE when the device is not built in or not present. */
+dl_status dl_backend_new(const char *device, int threads, dl_backend **out,
+                         dl_err *err);
+
+void dl_backend_free(dl_backend *be);
+
+/* ---- tensors --------------------------------------------------------- */
+
+/* An F32 tensor: shape plus backend data. A view borrows its data from a
+ * larger buffer (one parameter buffer holds every weight). */
+typedef struct dl_tensor {
+    dl_backend *be;
+    int         ndim;
+    int64_t     shape[DL_MAX_DIMS];
+    float      *data;
+    bool        owns;
+} dl_tensor;
+
+/* Number of elements. */
+int64_t dl_tensor_numel(const dl_tensor *t);
+int64_t dl_shape_numel(int ndim, const int64_t *shape);
+
+/* New tensor with uninitialised data. */
+dl_status dl_tensor_new(dl_backend *be, int ndim, const int64_t *shape,
+                        dl_tensor **out, dl_err *err);
+
+/* Fills *t as a view on data (borrowed). */
+void dl_tensor_view(dl_tensor *t, dl_backend *be, int ndim,
+                    const int64_t *shape, float *data);
+
+/* Frees a tensor from dl_tensor_new (and its data if it owns it). */
+void dl_tensor_free(dl_tensor *t);
+
+/* Formats a shape as "[a, b, c]" into buf. Returns buf. */
+const char *dl_shape_str(int ndim, const int64_t *shape, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DL_TENSOR_H */

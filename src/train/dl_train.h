@@ -1,0 +1,62 @@
+/* dl_train.h: training, evaluation, prediction and benchmarking of a
+ * model from the model repository, as run by `dlserve --train`, `--eval`,
+ * `--predict` and `--bench`. Depends on nn, data, tensor and util. */
+#ifndef DL_TRAIN_H
+#define DL_TRAIN_H
+
+#include "nn/dl_nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DL_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+
+/* Options common to every mode, then training overrides. Negative
+ * numbers (and NULL strings) mean "use model.json's value". */
+typedef struct dl_run_opts {
+    const char *model_dir;
+    const char *data_dir;       /* NULL: DL_DEFAULT_DATA_DIR */
+    const char *device;         /* NULL: "cpu" */
+    int         threads;        /* <= 0: all online CPUs */
+    int64_t     limit;          /* > 0: use only the first N samples of each split */
+    int64_t     version;        /* eval / predict: <= 0 means the newest */
+    const char *input;          /* predict: file or "-" */
+    /* training overrides */
+    int64_t     epochs, batch_size, seed;
+    double      lr, momentum, weight_decay;
+    int         optimizer;      /* dl_optim_kind, or -1 */
+    int         nesterov;       /* 0 / 1, or -1 */
+    int         progress;       /* 1 bar, 0 plain lines, -1 bar on a terminal */
+    /* benchmark */
+    int64_t     steps;
+} dl_run_opts;
+
+/* Fills o with the "use the model's defaults" values. */
+void dl_run_opts_init(dl_run_opts *o);
+
+/* Trains and writes MODEL_DIR/<next version>/{model.safetensors,
+ * metrics.csv, curves.svg}; prints progress on stderr and one JSON
+ * summary line on stdout. */
+dl_status dl_train_run(const dl_run_opts *o, dl_err *err);
+
+/* Evaluates a version on the test split; prints one JSON line. */
+dl_status dl_eval_run(const dl_run_opts *o, dl_err *err);
+
+/* Predicts the samples of o->input (IDX images, gzip'd or not, or CSV of
+ * features, one sample a line); prints one JSON line per sample. */
+dl_status dl_predict_run(const dl_run_opts *o, dl_err *err);
+
+/* Measures training samples/s (o->steps steps of o->batch_size after a
+ * warm-up) and inference samples/s at batch 256; prints one JSON line. */
+dl_status dl_bench_run(const dl_run_opts *o, dl_err *err);
+
+/* Newest version folder of a model holding a model.safetensors (0 if
+ * none), and the next free version number. */
+int64_t dl_repo_latest(const char *model_dir);
+int64_t dl_repo_next(const char *model_dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DL_TRAIN_H */

@@ -1,0 +1,493 @@
+/* report.c: metrics.csv and curves.svg for a trained model version, built
+ * in a growable string buffer and written atomically. */
+#include "train/report.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- growable string buffer ---------------------------------------- */
+
+typedef struct sbuf {
+    char  *p;
+    size_t len, cap;
+    bool   oom;   /* sticky: once set, appends do nothing */
+} sbuf;
+
+static void sb_reserve(sbuf *b, size_t extra)
+{
+    if (b->oom || b->len + extra + 1 <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    char *np = realloc(b->p, cap);
+    if (!np) {
+        b->oom = true;
+        return;
+    }
+    b->p = np;
+    b->cap = cap;
+}
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int need = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (need < 0) {
+        b->oom = true;
+        return;
+    }
+    sb_reserve(b, (size_t)need);
+    if (b->oom)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)need;
+}
+
+static void sb_putc(sbuf *b, char c)
+{
+    sb_reserve(b, 1);
+    if (b->oom)
+        return;
+    b->p[b->len++] = c;
+    b->p[b->len] = '\0';
+}
+
+/* Length of the well-formed UTF-8 sequence at s (1..4), or 0 if none. */
+static int utf8_len(const unsigned char *s)
+{
+    int n;
+    if (s[0] < 0x80)
+        return 1;
+    else if (s[0] >= 0xc2 && s[0] <= 0xdf)
+        n = 2;
+    else if (s[0] >= 0xe0 && s[0] <= 0xef)
+        n = 3;
+    else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+        n = 4;
+    else
+        return 0;
+    for (int i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    /* Overlong forms, UTF-16 surrogates and code points past U+10FFFF. */
+    if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0) ||
+        (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))
+        return 0;
+    return n;
+}
+
+/* Appends s as XML character data: markup characters escaped, characters
+ * XML 1.0 forbids (C0 controls, broken UTF-8) replaced by '?'. */
+static void sb_put_xml(sbuf *b, const char *s)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    while (*u) {
+        switch (*u) {
+        case '&':  sb_printf(b, "&amp;");  u++; continue;
+        case '<':  sb_printf(b, "&lt;");   u++; continue;
+        case '>':  sb_printf(b, "&gt;");   u++; continue;
+        case '"':  sb_printf(b, "&quot;"); u++; continue;
+        case '\'': sb_printf(b, "&apos;"); u++; continue;
+        default:   break;
+        }
+        if (*u < 0x20) {
+            sb_putc(b, *u == '\t' ? ' ' : '?');
+            u++;
+            continue;
+        }
+        int n = utf8_len(u);
+        if (n == 0) {
+            sb_putc(b, '?');
+            u++;
+            continue;
+        }
+        for (int i = 0; i < n; i++)
+            sb_putc(b, (char)u[i]);
+        u += n;
+    }
+}
+
+static dl_status sb_write(sbuf *b, const char *path, dl_err *err)
+{
+    if (b->oom)
+        return dl_err_set(err, DL_ERR_NOMEM, "%s: out of memory", path);
+    const void *parts[1] = {b->p};
+    size_t lens[1] = {b->len};
+    return dl_file_write_atomic(path, parts, lens, 1, err);
+}
+
+/* ---- metrics.csv ---------------------------------------------------- */
+
+/* A value or, for a missing test value (< 0), an empty field. */
+static void csv_field(sbuf *b, double v, bool optional)
+{
+    if (optional && v < 0)
+        sb_printf(b, ",");
+    else
+        sb_printf(b, ",%.9g", v);
+}
+
+dl_status dl_report_write_csv(const char *path, const dl_epoch_stats *e, int n,
+                              dl_err *err)
+{
+    if (!path || n < 0 || (n > 0 && !e))
+        return dl_err_set(err, DL_ERR_INVALID, "metrics.csv: bad arguments");
+    sbuf b = {0};
+    sb_printf(&b, "epoch,lr,train_loss,train_accuracy,test_loss,"
+                  "test_accuracy,samples_per_sec,seconds\n");
+    for (int i = 0; i < n; i++) {
+        sb_printf(&b, "%d", e[i].epoch);
+        csv_field(&b, e[i].lr, false);
+        csv_field(&b, e[i].train_loss, false);
+        csv_field(&b, e[i].train_accuracy, false);
+        csv_field(&b, e[i].test_loss, true);
+        csv_field(&b, e[i].test_accuracy, true);
+        csv_field(&b, e[i].samples_per_sec, false);
+        csv_field(&b, e[i].seconds, false);
+        sb_printf(&b, "\n");
+    }
+    dl_status st = sb_write(&b, path, err);
+    free(b.p);
+    return st;
+}
+
+/* ---- curves.svg ----------------------------------------------------- */
+
+/* Page geometry in SVG user units (= CSS pixels). */
+enum {
+    SVG_W = 960, SVG_H = 420, PANEL_W = SVG_W / 2,
+    PLOT_L = 68, PLOT_R = 24,        /* plot area insets within a panel */
+    PLOT_T = 92, PLOT_B = 56,
+    INSET_X = 12, INSET_Y = 8,       /* data kept off the axis lines */
+    MAX_TICKS = 64,
+    MAX_MARKED = 40,                 /* draw point markers up to this many epochs */
+};
+
+static const char *const COLOR_TRAIN = "#1f77b4";
+static const char *const COLOR_TEST = "#d62728";
+
+typedef struct axis {
+    double lo, hi;      /* the mapped range */
+    double step;        /* tick spacing: 1, 2 or 5 x 10^k */
+    int    decimals;    /* digits after the point in tick labels */
+} axis;
+
+/* A "nice" step near span / target: 1, 2 or 5 times a power of ten. */
+static double nice_step(double span, int target)
+{
+    double raw = span / target;
+    double mag = pow(10.0, floor(log10(raw)));
+    double f = raw / mag;
+    double m = f < 1.5 ? 1.0 : f < 3.5 ? 2.0 : f < 7.5 ? 5.0 : 10.0;
+    return m * mag;
+}
+
+static int step_decimals(double step)
+{
+    int d = (int)-floor(log10(step) + 1e-9);
+    return d < 0 ? 0 : d > 12 ? 12 : d;
+}
+
+/* Value axis over [lo, hi] (the finite data range; lo > hi when there is
+ * no data), widened to whole steps; a constant series gets a band around
+ * its value, so the range is never empty. */
+static void axis_fit_values(axis *a, double lo, double hi)
+{
+    if (!(lo <= hi)) {
+        lo = 0.0;
+        hi = 1.0;
+    }
+    double mid = 0.5 * (lo + hi), mag = fmax(fabs(lo), fabs(hi));
+    if (hi - lo <= 1e-9 * mag || hi - lo < 1e-300) {
+        double d = mag > 0 ? 0.05 * mag : 0.5;
+        lo = mid - d;
+        hi = mid + d;
+    }
+    double step = nice_step(hi - lo, 5);
+    a->lo = floor(lo / step + 1e-9) * step;
+    a->hi = ceil(hi / step - 1e-9) * step;
+    a->step = step;
+    a->decimals = step_decimals(step);
+    if (!isfinite(a->lo) || !isfinite(a->hi) || !isfinite(step) ||
+        !(a->hi > a->lo) || step <= 0) {
+        a->lo = 0.0;
+        a->hi = 1.0;
+        a->step = 0.2;
+        a->decimals = 1;
+    }
+}
+
+/* Epoch axis: [first, last] epoch with integer ticks; one epoch gets a
+ * unit-wide range centred on it. */
+static void axis_fit_epochs(axis *a, int first, int last)
+{
+    if (last <= first) {
+        a->lo = first - 0.5;
+        a->hi = first + 0.5;
+        a->step = 1.0;
+    } else {
+        a->lo = first;
+        a->hi = last;
+        a->step = fmax(1.0, nice_step((double)(last - first), 8));
+    }
+    a->decimals = 0;
+}
+
+/* Visits the tick values of a: multiples of step within [lo, hi]. */
+static int axis_ticks(const axis *a, double *out)
+{
+    int n = 0;
+    double k0 = ceil(a->lo / a->step - 1e-9);
+    for (double k = k0; n < MAX_TICKS; k += 1.0) {
+        double v = k * a->step;
+        if (v > a->hi + 1e-9 * a->step)
+            break;
+        if (fabs(v) < 1e-9 * a->step)
+            v = 0.0;   /* no "-0" labels */
+        out[n++] = v;
+    }
+    return n;
+}
+
+static double map(const axis *a, double v, double p0, double p1)
+{
+    return p0 + (v - a->lo) / (a->hi - a->lo) * (p1 - p0);
+}
+
+/* Plot area of a panel: the frame, and the inset box data is mapped into. */
+typedef struct plot {
+    double l, r, t, b;           /* frame */
+    const axis *xa, *ya;
+} plot;
+
+static double px(const plot *p, double x)
+{
+    return map(p->xa, x, p->l + INSET_X, p->r - INSET_X);
+}
+
+static double py(const plot *p, double y)
+{
+    return map(p->ya, y, p->b - INSET_Y, p->t + INSET_Y);
+}
+
+/* A field of dl_epoch_stats read through its offset; missing when not
+ * finite, or negative for an optional (test) field. */
+typedef struct series {
+    size_t      off;
+    bool        optional;
+    const char *label;
+    const char *color;
+    const char *dash;    /* stroke-dasharray, or NULL for solid */
+} series;
+
+static bool series_value(const dl_epoch_stats *e, const series *s, double *v)
+{
+    *v = *(const double *)((const char *)e + s->off);
+    return isfinite(*v) && !(s->optional && *v < 0);
+}
+
+static bool series_present(const dl_epoch_stats *e, int n, const series *s)
+{
+    double v;
+    for (int i = 0; i < n; i++)
+        if (series_value(&e[i], s, &v))
+            return true;
+    return false;
+}
+
+static void svg_text(sbuf *b, double x, double y, const char *anchor,
+                     const char *extra, const char *s)
+{
+    sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\"%s%s>", x, y,
+              anchor, extra ? " " : "", extra ? extra : "");
+    sb_put_xml(b, s);
+    sb_printf(b, "</text>\n");
+}
+
+static void svg_line(sbuf *b, double x0, double y0, double x1, double y1,
+                     const char *stroke, double width, const char *dash)
+{
+    sb_printf(b, "<polyline points=\"%.1f,%.1f %.1f,%.1f\" fill=\"none\" "
+                 "stroke=\"%s\" stroke-width=\"%.1f\"", x0, y0, x1, y1,
+              stroke, width);
+    if (dash)
+        sb_printf(b, " stroke-dasharray=\"%s\"", dash);
+    sb_printf(b, "/>\n");
+}
+
+/* Draws one series: polylines over runs of present points, and markers. */
+static void svg_series(sbuf *b, const dl_epoch_stats *e, int n,
+                       const series *s, const plot *p)
+{
+    int i = 0;
+    while (i < n) {
+        double v;
+        while (i < n && !series_value(&e[i], s, &v))
+            i++;
+        int j = i;
+        while (j < n && series_value(&e[j], s, &v))
+            j++;
+        if (j - i >= 2) {
+            sb_printf(b, "<polyline fill=\"none\" stroke=\"%s\" "
+                         "stroke-width=\"2\" stroke-linejoin=\"round\"%s%s%s "
+                         "points=\"", s->color,
+                      s->dash ? " stroke-dasharray=\"" : "",
+                      s->dash ? s->dash : "", s->dash ? "\"" : "");
+            for (int k = i; k < j; k++) {
+                series_value(&e[k], s, &v);
+                sb_printf(b, "%s%.2f,%.2f", k > i ? " " : "",
+                          px(p, e[k].epoch), py(p, v));
+            }
+            sb_printf(b, "\"/>\n");
+        }
+        i = j;
+    }
+    if (n > MAX_MARKED)
+        return;
+    for (int k = 0; k < n; k++) {
+        double v;
+        if (!series_value(&e[k], s, &v))
+            continue;
+        sb_printf(b, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"%.1f\" fill=\"%s\"/>\n",
+                  px(p, e[k].epoch), py(p, v), n == 1 ? 4.0 : 3.0, s->color);
+    }
+}
+
+/* One panel: heading, grid, axes with tick labels, legend, series. */
+static void svg_panel(sbuf *b, int x0, const char *heading,
+                      const dl_epoch_stats *e, int n, const series *ser,
+                      int nser, const axis *xa)
+{
+    double lo = INFINITY, hi = -INFINITY, v;
+    for (int s = 0; s < nser; s++)
+        for (int i = 0; i < n; i++)
+            if (series_value(&e[i], &ser[s], &v)) {
+                lo = fmin(lo, v);
+                hi = fmax(hi, v);
+            }
+    axis ya;
+    axis_fit_values(&ya, lo, hi);
+    const plot p = {x0 + PLOT_L, x0 + PANEL_W - PLOT_R, PLOT_T, SVG_H - PLOT_B,
+                    xa, &ya};
+
+    svg_text(b, p.l, p.t - 18, "start",
+             "font-size=\"14\" font-weight=\"bold\"", heading);
+
+    double ticks[MAX_TICKS];
+    char label[64];
+    int nt = axis_ticks(&ya, ticks);
+    for (int i = 0; i < nt; i++) {
+        double y = py(&p, ticks[i]);
+        svg_line(b, p.l, y, p.r, y, "#e4e4e4", 1.0, NULL);
+        svg_line(b, p.l - 5, y, p.l, y, "#333333", 1.0, NULL);
+        snprintf(label, sizeof(label), "%.*f", ya.decimals, ticks[i]);
+        svg_text(b, p.l - 8, y + 4, "end", NULL, label);
+    }
+    nt = axis_ticks(xa, ticks);
+    for (int i = 0; i < nt; i++) {
+        double x = px(&p, ticks[i]);
+        svg_line(b, x, p.b, x, p.b + 5, "#333333", 1.0, NULL);
+        snprintf(label, sizeof(label), "%.0f", ticks[i]);
+        svg_text(b, x, p.b + 19, "middle", NULL, label);
+    }
+    sb_printf(b, "<polyline points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" "
+                 "fill=\"none\" stroke=\"#333333\" stroke-width=\"1\"/>\n",
+              p.l, p.t, p.l, p.b, p.r, p.b);
+    svg_text(b, 0.5 * (p.l + p.r), p.b + 40, "middle", NULL, "epoch");
+
+    /* Legend, right-aligned above the plot, for the series drawn: a
+     * stroke sample, then the label (about 7 units a character). */
+    double lx = p.r;
+    for (int s = nser - 1; s >= 0; s--) {
+        if (!series_present(e, n, &ser[s]))
+            continue;
+        svg_text(b, lx, p.t - 18, "end", NULL, ser[s].label);
+        lx -= 7.0 * (double)strlen(ser[s].label) + 6;
+        svg_line(b, lx - 22, p.t - 22, lx, p.t - 22, ser[s].color, 2.0,
+                 ser[s].dash);
+        lx -= 22 + 16;
+    }
+
+    for (int s = 0; s < nser; s++)
+        svg_series(b, e, n, &ser[s], &p);
+}
+
+/* The caption under the title: how many epochs and the final values. */
+static void svg_caption(sbuf *b, const dl_epoch_stats *e, int n)
+{
+    const dl_epoch_stats *z = &e[n - 1];
+    char cap[256];
+    int len = snprintf(cap, sizeof(cap), "%d epoch%s", n, n == 1 ? "" : "s");
+    struct { const char *name; double v; bool optional; } f[] = {
+        {"train loss", z->train_loss, false},
+        {"train accuracy", z->train_accuracy, false},
+        {"test loss", z->test_loss, true},
+        {"test accuracy", z->test_accuracy, true},
+    };
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+        if (!isfinite(f[i].v) || (f[i].optional && f[i].v < 0))
+            continue;
+        len += snprintf(cap + len, sizeof(cap) - (size_t)len, ", %s %.4f",
+                        f[i].name, f[i].v);
+    }
+    if (isfinite(z->samples_per_sec) && z->samples_per_sec > 0)
+        snprintf(cap + len, sizeof(cap) - (size_t)len, ", %.0f samples/s",
+                 z->samples_per_sec);
+    svg_text(b, SVG_W / 2.0, 50, "middle", "font-size=\"12\" fill=\"#555555\"",
+             cap);
+}
+
+dl_status dl_report_write_svg(const char *path, const char *title,
+                              const dl_epoch_stats *e, int n, dl_err *err)
+{
+    if (!path || !e || n < 1)
+        return dl_err_set(err, DL_ERR_INVALID, "curves.svg: bad arguments "
+                          "(%d epochs)", n);
+
+    int first = e[0].epoch, last = e[0].epoch;
+    for (int i = 1; i < n; i++) {
+        first = e[i].epoch < first ? e[i].epoch : first;
+        last = e[i].epoch > last ? e[i].epoch : last;
+    }
+    axis xa;
+    axis_fit_epochs(&xa, first, last);
+
+    const series loss[] = {
+        {offsetof(dl_epoch_stats, train_loss), false, "train", COLOR_TRAIN, NULL},
+        {offsetof(dl_epoch_stats, test_loss), true, "test", COLOR_TEST, "6,3"},
+    };
+    const series acc[] = {
+        {offsetof(dl_epoch_stats, train_accuracy), false, "train", COLOR_TRAIN, NULL},
+        {offsetof(dl_epoch_stats, test_accuracy), true, "test", COLOR_TEST, "6,3"},
+    };
+
+    sbuf b = {0};
+    sb_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
+                  "height=\"%d\" viewBox=\"0 0 %d %d\" "
+                  "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" "
+                  "font-size=\"12\" fill=\"#222222\" "
+                  "style=\"background-color:#ffffff\">\n",
+              SVG_W, SVG_H, SVG_W, SVG_H);
+    svg_text(&b, SVG_W / 2.0, 28, "middle",
+             "font-size=\"17\" font-weight=\"bold\"",
+             title && *title ? title : "training");
+    svg_caption(&b, e, n);
+    svg_panel(&b, 0, "loss", e, n, loss, 2, &xa);
+    svg_panel(&b, PANEL_W, "accuracy", e, n, acc, 2, &xa);
+    sb_printf(&b, "</svg>\n");
+
+    dl_status st = sb_write(&b, path, err);
+    free(b.p);
+    return st;
+}

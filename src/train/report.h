@@ -1,0 +1,30 @@
+/* report.h: per-epoch training statistics written next to a trained model
+ * as metrics.csv and curves.svg. Private to train/. */
+#ifndef DL_TRAIN_REPORT_H
+#define DL_TRAIN_REPORT_H
+
+#include "util/dl_util.h"
+
+typedef struct dl_epoch_stats {
+    int    epoch;            /* 1-based */
+    double lr;               /* learning rate at the epoch's end */
+    double train_loss, train_accuracy;
+    double test_loss, test_accuracy;   /* < 0 when no test set */
+    double samples_per_sec;  /* training throughput of the epoch */
+    double seconds;          /* wall time of the epoch */
+} dl_epoch_stats;
+
+/* Writes metrics.csv: header "epoch,lr,train_loss,train_accuracy,test_loss,test_accuracy,samples_per_sec,seconds" and one row per epoch, atomically. */
+/* e[0..n) is borrowed; n >= 0 (n = 0 writes the header alone). A test value
+ * < 0 is written as an empty field. Errors: DL_ERR_INVALID (NULL path, n < 0,
+ * e NULL with n > 0), DL_ERR_NOMEM, DL_ERR_IO. Thread-safe (no shared state). */
+dl_status dl_report_write_csv(const char *path, const dl_epoch_stats *e, int n, dl_err *err);
+
+/* Writes curves.svg: a standalone SVG (viewBox, width/height), two panels side by side: loss per epoch (train and test lines) and accuracy per epoch (train and test), axes with tick labels, title (model name + version given in `title`, XML-escaped), legend; drawn with <polyline>/<circle>/<text> only, readable in any browser. Works for n = 1 (a single point) and when test values are < 0 (omit those series). Atomic write. */
+/* title (may be NULL) and e[0..n) are borrowed; n >= 1. Non-finite values
+ * are left out of the plot, so the file never holds NaN or inf. Errors:
+ * DL_ERR_INVALID (NULL path or e, n < 1), DL_ERR_NOMEM, DL_ERR_IO.
+ * Thread-safe (no shared state). */
+dl_status dl_report_write_svg(const char *path, const char *title, const dl_epoch_stats *e, int n, dl_err *err);
+
+#endif /* DL_TRAIN_REPORT_H */

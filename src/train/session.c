@@ -1,0 +1,132 @@
+/* session.c: opening a model from the repository (model.json, backend,
+ * weights), loading data for it, evaluation, and version numbering. */
+#define _POSIX_C_SOURCE 200809L
+#include "train/session.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+void dl_run_opts_init(dl_run_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->epochs = o->batch_size = o->seed = -1;
+    o->lr = o->momentum = o->weight_decay = -1.0;
+    o->optimizer = o->nesterov = o->progress = -1;
+    o->steps = 50;
+}
+
+/* Parses a version folder name: digits only, > 0. */
+static int64_t version_of(const char *name)
+{
+    if (!*name || strlen(name) > 12)
+        return 0;
+    for (const char *p = name; *p; p++)
+        if (*p < '0' || *p > '9')
+            return 0;
+    return strtoll(name, NULL, 10);
+}
+
+static int64_t scan_versions(const char *model_dir, bool need_weights)
+{
+    DIR *d = opendir(model_dir);
+    if (!d)
+        return 0;
+    int64_t best = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t v = version_of(e->d_name);
+        if (v <= best)
+            continue;
+        char path[4096];
+        struct stat sb;
+        snprintf(path, sizeof(path), "%s/%s%s", model_dir, e->d_name,
+                 need_weights ? "/model.safetensors" : "");
+        if (stat(path, &sb) == 0)
+            best = v;
+    }
+    closedir(d);
+    return best;
+}
+
+int64_t dl_repo_latest(const char *model_dir) { return scan_versions(model_dir, true); }
+int64_t dl_repo_next(const char *model_dir) { return scan_versions(model_dir, false) + 1; }
+
+dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, dl_err *err)
+{
+    memset(s, 0, sizeof(*s));
+    dl_status st = dl_model_conf_load(o->model_dir, &s->conf, err);
+    if (st == DL_OK)
+        st = dl_backend_new(o->device ? o->device : "cpu", o->threads, &s->be, err);
+    if (st == DL_OK)
+        st = dl_model_new(s->be, s->conf, seed, &s->m, err);
+    if (st != DL_OK) {
+        session_close(s);
+        return st;
+    }
+    s->sc = (dl_scaling){ s->conf->scale, s->conf->mean, s->conf->std };
+    return DL_OK;
+}
+
+dl_status session_load_weights(session *s, const dl_run_opts *o, dl_err *err)
+{
+    int64_t v = o->version > 0 ? o->version : dl_repo_latest(o->model_dir);
+    if (v <= 0)
+        return dl_err_set(err, DL_ERR_INVALID,
+                          "%s: no trained version (train it first with --train)",
+                          o->model_dir);
+    snprintf(s->weights, sizeof(s->weights), "%s/%lld/model.safetensors",
+             o->model_dir, (long long)v);
+    s->version = v;
+    return dl_model_load(s->m, s->weights, err);
+}
+
+dl_status session_data(session *s, const dl_run_opts *o, const char *split,
+                       dl_dataset **out, dl_err *err)
+{
+    const char *dir = o->data_dir ? o->data_dir : DL_DEFAULT_DATA_DIR;
+    dl_status st = dl_dataset_load_dir(dir, split, dl_model_in_dim(s->m), &s->sc,
+                                       out, err);
+    if (st == DL_OK)
+        dl_dataset_truncate(*out, o->limit);
+    return st;
+}
+
+dl_status session_evaluate(session *s, const dl_dataset *ds, int64_t batch,
+                           double *loss, double *accuracy, dl_err *err)
+{
+    dl_backend *be = s->be;
+    float *x;
+    dl_status st = be->ops->alloc(be, (size_t)(batch * ds->dim) * sizeof(float),
+                                  (void **)&x, err);
+    if (st != DL_OK)
+        return st;
+    double sum = 0.0;
+    int64_t ok = 0;
+    for (int64_t i = 0; i < ds->n && st == DL_OK; i += batch) {
+        int64_t b = ds->n - i < batch ? ds->n - i : batch;
+        be->ops->upload(be, x, ds->x + i * ds->dim, (size_t)(b * ds->dim) * sizeof(float));
+        const float *y;
+        double l = 0.0;
+        int64_t c = 0;
+        st = dl_model_forward(s->m, x, b, false, &y, err);
+        if (st == DL_OK)
+            st = dl_model_loss(s->m, ds->y + i, NULL, 1.0f, false, &l, &c, err);
+        sum += l;
+        ok += c;
+    }
+    be->ops->release(be, x);
+    *loss = ds->n ? sum / (double)ds->n : 0.0;
+    *accuracy = ds->n ? (double)ok / (double)ds->n : 0.0;
+    return st;
+}
+
+void session_close(session *s)
+{
+    dl_model_free(s->m);
+    dl_backend_free(s->be);
+    dl_model_conf_free(s->conf);
+    memset(s, 0, sizeof(*s));
+}

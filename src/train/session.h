@@ -1,0 +1,34 @@
+/* session.h (private to train/): what every mode opens first: the model's
+ * configuration, a backend, the model itself and, on demand, data. */
+#ifndef DL_TRAIN_SESSION_H
+#define DL_TRAIN_SESSION_H
+
+#include "data/dl_data.h"
+#include "train/dl_train.h"
+
+typedef struct session {
+    dl_model_conf *conf;
+    dl_backend    *be;
+    dl_model      *m;
+    dl_scaling     sc;
+    int64_t        version;      /* loaded version, 0 for fresh weights */
+    char           weights[4096];
+} session;
+
+/* Opens model.json, the backend and a model with fresh weights (seed). */
+dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, dl_err *err);
+
+/* Loads o->version (or the newest) into the model. */
+dl_status session_load_weights(session *s, const dl_run_opts *o, dl_err *err);
+
+/* Loads one split of the data folder, truncated to o->limit. */
+dl_status session_data(session *s, const dl_run_opts *o, const char *split,
+                       dl_dataset **out, dl_err *err);
+
+/* Mean loss and accuracy of the model (inference mode) over a dataset. */
+dl_status session_evaluate(session *s, const dl_dataset *ds, int64_t batch,
+                           double *loss, double *accuracy, dl_err *err);
+
+void session_close(session *s);
+
+#endif /* DL_TRAIN_SESSION_H */

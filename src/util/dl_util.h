@@ -1,0 +1,131 @@
+/* dl_util.h: errors, logging, time, random numbers, files and the CPU
+ * thread pool shared by every dlserve module. Depends on nothing else. */
+#ifndef DL_UTIL_H
+#define DL_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DL_VERSION_STRING "0.1.0"
+
+/* ---- errors ---------------------------------------------------------- */
+
+typedef enum dl_status {
+    DL_OK = 0,
+    DL_ERR_NOMEM,
+    DL_ERR_INVALID,     /* bad argument or malformed input: do not retry */
+    DL_ERR_IO,
+    DL_ERR_BACKEND,     /* OpenBLAS, cuBLAS or cuDNN reported a failure */
+    DL_ERR_UNAVAILABLE, /* peer, broker or device unreachable: retry later */
+} dl_status;
+
+typedef struct dl_err {
+    dl_status code;
+    char msg[256];
+} dl_err;
+
+/* Fills *err (which may be NULL) with code and the formatted message and
+ * returns code. */
+dl_status dl_err_set(dl_err *err, dl_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Prepends "prefix: " to err->msg (e.g. a file name); returns err->code. */
+dl_status dl_err_prefix(dl_err *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Static name of a status ("invalid input", ...). */
+const char *dl_status_str(dl_status st);
+
+/* Aborts with file:line. For bugs only, never for bad input. */
+#define DL_ASSERT(cond)                                                     \
+    do {                                                                    \
+        if (!(cond))                                                        \
+            dl_assert_fail(#cond, __FILE__, __LINE__);                      \
+    } while (0)
+_Noreturn void dl_assert_fail(const char *what, const char *file, int line);
+
+/* ---- logging --------------------------------------------------------- */
+
+/* Levels are syslog priorities. */
+enum { DL_LOG_ERR = 3, DL_LOG_WARNING = 4, DL_LOG_NOTICE = 5,
+       DL_LOG_INFO = 6, DL_LOG_DEBUG = 7 };
+
+extern int dl_log_level;   /* messages above this level are not formatted */
+extern int dl_log_rank;    /* MPI rank, or 0; ranks > 0 prefix "[rN]" */
+
+/* Writes "<level>subsys: message\n" to stderr (journald keeps the level). */
+void dl_log_write(int level, const char *subsys, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define DL_LOG(level, subsys, ...)                                          \
+    do {                                                                    \
+        if ((level) <= dl_log_level)                                        \
+            dl_log_write((level), (subsys), __VA_ARGS__);                   \
+    } while (0)
+
+/* Logs on rank 0 only. */
+#define DL_LOG0(level, subsys, ...)                                         \
+    do {                                                                    \
+        if (dl_log_rank == 0)                                               \
+            DL_LOG(level, subsys, __VA_ARGS__);                             \
+    } while (0)
+
+/* ---- time ------------------------------------------------------------ */
+
+/* Monotonic seconds. */
+double dl_time_now(void);
+
+/* ---- random numbers (xoshiro128+-style, deterministic for a seed) ---- */
+
+typedef struct dl_rng {
+    uint64_t s[2];
+} dl_rng;
+
+void     dl_rng_seed(dl_rng *rng, uint64_t seed);
+uint64_t dl_rng_next(dl_rng *rng);
+/* Uniform in [0, 1). */
+float    dl_rng_uniform(dl_rng *rng);
+/* Standard normal (Box-Muller). */
+float    dl_rng_normal(dl_rng *rng);
+/* Uniform integer in [0, n), n > 0, without modulo bias. */
+uint64_t dl_rng_below(dl_rng *rng, uint64_t n);
+
+/* ---- files ----------------------------------------------------------- */
+
+/* Reads a whole file. *out is new (NUL-terminated, caller frees). */
+dl_status dl_file_read(const char *path, char **out, size_t *len, dl_err *err);
+
+/* Writes the concatenation of parts[0..nparts) to path atomically: a
+ * temporary file in the same folder, fsync, rename, fsync of the folder. */
+dl_status dl_file_write_atomic(const char *path, const void *const *parts,
+                               const size_t *lens, int nparts, dl_err *err);
+
+/* mkdir -p for one level; succeeds if the folder exists. */
+dl_status dl_mkdir(const char *path, dl_err *err);
+
+/* ---- CPU parallelism ------------------------------------------------- */
+
+/* A task body: processes items [begin, end) of a parallel loop. */
+typedef void (*dl_task_fn)(void *ctx, int64_t begin, int64_t end);
+
+/* Sets the number of threads the pool uses (>= 1). Not thread-safe: call
+ * at start-up. Threads block on a condition variable when idle, so they
+ * never spin against OpenBLAS's threads. */
+void dl_pool_set_threads(int n);
+int  dl_pool_threads(void);
+
+/* Runs fn over [0, n) split in contiguous chunks, one per thread, and
+ * returns when all are done. Runs inline when n < grain * 2 or with one
+ * thread. Calls from inside a task run inline. */
+void dl_parallel_for(int64_t n, int64_t grain, dl_task_fn fn, void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DL_UTIL_H */

@@ -1,0 +1,232 @@
+/* test_report.c: metrics.csv and curves.svg written for 1 and 5 epochs,
+ * with and without a test set; the SVG is checked to be well-formed XML. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <criterion/criterion.h>
+
+#include "train/report.h"
+
+static char dir[64];
+
+static void setup(void)
+{
+    strcpy(dir, "/tmp/dl_test_report.XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+TestSuite(report, .init = setup, .fini = teardown, .timeout = 30);
+
+static void fill(dl_epoch_stats *e, int n, bool with_test)
+{
+    for (int i = 0; i < n; i++) {
+        e[i].epoch = i + 1;
+        e[i].lr = 0.001 * cos(0.3 * i);
+        e[i].train_loss = 0.9 / (i + 1) + 0.125;
+        e[i].train_accuracy = 0.70 + 0.04 * i;
+        e[i].test_loss = with_test ? 0.8 / (i + 1) + 0.25 : -1.0;
+        e[i].test_accuracy = with_test ? 0.68 + 0.035 * i : -1.0;
+        e[i].samples_per_sec = 81234.5 + 100 * i;
+        e[i].seconds = 7.25 + i;
+    }
+}
+
+static char *slurp(const char *path)
+{
+    char *s = NULL;
+    size_t len = 0;
+    dl_err err = {0};
+    cr_assert_eq(dl_file_read(path, &s, &len, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(strlen(s), len, "%s holds a NUL byte", path);
+    return s;
+}
+
+static bool close_to(double a, double b)
+{
+    return fabs(a - b) <= 1e-7 * fmax(1.0, fabs(b));
+}
+
+/* Parses one field; an empty field reads as -1 (no test set). */
+static double field(char **p)
+{
+    if (**p == ',' || **p == '\n' || **p == '\0')
+        return -1.0;
+    char *end;
+    double v = strtod(*p, &end);
+    cr_assert_neq(end, *p, "not a number at \"%.20s\"", *p);
+    *p = end;
+    return v;
+}
+
+static void check_csv(int n, bool with_test)
+{
+    dl_epoch_stats e[8];
+    fill(e, n, with_test);
+    char path[128];
+    snprintf(path, sizeof(path), "%s/metrics.csv", dir);
+    dl_err err = {0};
+    cr_assert_eq(dl_report_write_csv(path, e, n, &err), DL_OK, "%s", err.msg);
+
+    char *s = slurp(path);
+    int lines = 0;
+    for (char *c = s; *c; c++)
+        lines += *c == '\n';
+    cr_expect_eq(lines, n + 1);
+    cr_assert_eq(s[strlen(s) - 1], '\n');
+
+    const char *hdr = "epoch,lr,train_loss,train_accuracy,test_loss,"
+                      "test_accuracy,samples_per_sec,seconds\n";
+    cr_assert_eq(strncmp(s, hdr, strlen(hdr)), 0, "header: %.80s", s);
+    char *p = s + strlen(hdr);
+    for (int i = 0; i < n; i++) {
+        double want[8] = {e[i].epoch, e[i].lr, e[i].train_loss,
+                          e[i].train_accuracy, e[i].test_loss,
+                          e[i].test_accuracy, e[i].samples_per_sec,
+                          e[i].seconds};
+        for (int k = 0; k < 8; k++) {
+            double got = field(&p);
+            cr_expect(close_to(got, want[k]), "row %d col %d: %g != %g", i, k,
+                      got, want[k]);
+            cr_assert_eq(*p, k < 7 ? ',' : '\n', "row %d col %d ends in %c",
+                         i, k, *p);
+            p++;
+        }
+    }
+    cr_expect_eq(*p, '\0');
+    free(s);
+}
+
+static bool have_python(void)
+{
+    return access("/usr/bin/python3", X_OK) == 0;
+}
+
+static void check_svg(int n, bool with_test)
+{
+    dl_epoch_stats e[8];
+    fill(e, n, with_test);
+    char path[128];
+    snprintf(path, sizeof(path), "%s/curves.svg", dir);
+    dl_err err = {0};
+    cr_assert_eq(dl_report_write_svg(path, "fashion-mlp a<b & \"c\" v3", e, n,
+                                     &err), DL_OK, "%s", err.msg);
+
+    char *s = slurp(path);
+    size_t len = strlen(s);
+    cr_expect_eq(strncmp(s, "<svg", 4), 0);
+    cr_assert_geq(len, 7);
+    cr_expect_str_eq(s + len - 7, "</svg>\n");
+    cr_expect_not_null(strstr(s, "viewBox=\""));
+    cr_expect_not_null(strstr(s, "width=\""));
+    cr_expect_not_null(strstr(s, "<polyline"));
+    cr_expect_not_null(strstr(s, "<circle"));
+    cr_expect_not_null(strstr(s, "a&lt;b &amp; &quot;c&quot; v3"));
+    cr_expect_null(strstr(s, "a<b"));
+    cr_expect_null(strstr(s, "nan"));
+    cr_expect_null(strstr(s, "NaN"));
+    cr_expect_null(strstr(s, "inf"));
+    /* Only the test series use the dashed stroke. */
+    if (with_test)
+        cr_expect_not_null(strstr(s, "stroke-dasharray"));
+    else
+        cr_expect_null(strstr(s, "stroke-dasharray"));
+    cr_expect_not_null(strstr(s, ">loss</text>"));
+    cr_expect_not_null(strstr(s, ">accuracy</text>"));
+    free(s);
+
+    if (have_python()) {
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd), "/usr/bin/python3 -c 'import sys,"
+                 "xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])' '%s'",
+                 path);
+        cr_expect_eq(system(cmd), 0, "not well-formed XML: %s", path);
+    }
+}
+
+Test(report, csv_one_epoch)        { check_csv(1, true); }
+Test(report, csv_five_epochs)      { check_csv(5, true); }
+Test(report, csv_no_test_set)      { check_csv(5, false); }
+Test(report, svg_one_epoch)        { check_svg(1, true); }
+Test(report, svg_five_epochs)      { check_svg(5, true); }
+Test(report, svg_no_test_set)      { check_svg(5, false); }
+Test(report, svg_one_epoch_no_test) { check_svg(1, false); }
+
+Test(report, svg_constant_and_nonfinite_values)
+{
+    dl_epoch_stats e[4];
+    fill(e, 4, true);
+    for (int i = 0; i < 4; i++) {
+        e[i].train_loss = 0.0;          /* constant, zero */
+        e[i].train_accuracy = 1.0;      /* constant */
+        e[i].test_accuracy = 1.0;
+    }
+    e[2].test_loss = NAN;
+    e[3].test_loss = INFINITY;
+    char path[128];
+    snprintf(path, sizeof(path), "%s/curves.svg", dir);
+    dl_err err = {0};
+    cr_assert_eq(dl_report_write_svg(path, NULL, e, 4, &err), DL_OK, "%s",
+                 err.msg);
+    char *s = slurp(path);
+    cr_expect_null(strstr(s, "nan"));
+    cr_expect_null(strstr(s, "inf"));
+    cr_expect_not_null(strstr(s, "<polyline"));
+    free(s);
+}
+
+Test(report, svg_escapes_bad_bytes)
+{
+    dl_epoch_stats e[2];
+    fill(e, 2, true);
+    char path[128];
+    snprintf(path, sizeof(path), "%s/curves.svg", dir);
+    dl_err err = {0};
+    /* A control character, a broken UTF-8 byte and a valid "é". */
+    cr_assert_eq(dl_report_write_svg(path, "m\x01x\xff" "caf\xc3\xa9", e, 2,
+                                     &err), DL_OK, "%s", err.msg);
+    char *s = slurp(path);
+    cr_expect_not_null(strstr(s, "m?x?caf\xc3\xa9"));
+    free(s);
+    if (have_python()) {
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd), "/usr/bin/python3 -c 'import sys,"
+                 "xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])' '%s'",
+                 path);
+        cr_expect_eq(system(cmd), 0, "not well-formed XML");
+    }
+}
+
+Test(report, rejects_bad_arguments)
+{
+    dl_epoch_stats e[1];
+    fill(e, 1, true);
+    char path[128];
+    snprintf(path, sizeof(path), "%s/x", dir);
+    dl_err err = {0};
+    cr_expect_eq(dl_report_write_svg(path, "t", e, 0, &err), DL_ERR_INVALID);
+    cr_expect_eq(dl_report_write_svg(NULL, "t", e, 1, &err), DL_ERR_INVALID);
+    cr_expect_eq(dl_report_write_csv(path, NULL, 1, &err), DL_ERR_INVALID);
+    cr_expect_eq(dl_report_write_csv(path, e, -1, &err), DL_ERR_INVALID);
+    cr_expect_eq(access(path, F_OK), -1, "nothing is written");
+}
+
+Test(report, io_error_names_the_file)
+{
+    dl_epoch_stats e[1];
+    fill(e, 1, true);
+    dl_err err = {0};
+    cr_expect_eq(dl_report_write_csv("/nonexistent-dir/metrics.csv", e, 1, &err),
+                 DL_ERR_IO);
+    cr_expect_not_null(strstr(err.msg, "metrics.csv"), "message: %s", err.msg);
+}
