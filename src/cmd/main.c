@@ -120,7 +120,7 @@ static int parse_option(int c, const char *arg, dl_run_opts *o)
     case OPT_EPOCHS: case OPT_BATCH: case OPT_SEED: case OPT_THREADS:
     case OPT_LIMIT: case OPT_VERSION: case OPT_STEPS:
         if (!parse_i64(arg, c == OPT_SEED ? 0 : 1, c == OPT_THREADS ? 1024 : INT64_MAX / 2, &i))
-            return fail("%s: '%s' is not a valid count", longopts[c - OPT_TRAIN].name, arg);
+            return fail("--%s: '%s' is not a valid count", longopts[c - OPT_TRAIN].name, arg);
         if (c == OPT_EPOCHS) o->epochs = i;
         if (c == OPT_BATCH) o->batch_size = i;
         if (c == OPT_SEED) o->seed = i;
@@ -131,7 +131,7 @@ static int parse_option(int c, const char *arg, dl_run_opts *o)
         return 0;
     case OPT_LR: case OPT_MOMENTUM: case OPT_WD:
         if (!parse_f64(arg, 0.0, c == OPT_MOMENTUM ? 1.0 : 1e6, &d))
-            return fail("%s: '%s' is not a valid number", longopts[c - OPT_TRAIN].name, arg);
+            return fail("--%s: '%s' is not a valid number", longopts[c - OPT_TRAIN].name, arg);
         if (c == OPT_LR) o->lr = d;
         if (c == OPT_MOMENTUM) o->momentum = d;
         if (c == OPT_WD) o->weight_decay = d;

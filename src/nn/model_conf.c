@@ -460,7 +460,9 @@ dl_status dl_model_conf_load(const char *path, dl_model_conf **out, dl_err *err)
     *out = NULL;
     char file[4096];
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+    size_t n = strlen(path);
+    bool is_json = n >= 5 && strcmp(path + n - 5, ".json") == 0;
+    if ((stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) || !is_json)
         snprintf(file, sizeof(file), "%s/model.json", path);
     else
         snprintf(file, sizeof(file), "%s", path);

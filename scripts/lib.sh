@@ -1,0 +1,21 @@
+# scripts/lib.sh: helpers shared by scripts/test and scripts/demo.
+
+# Installs the Debian packages that are missing; silent when none is.
+need_packages() {
+    local missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+            missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "installing: ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+        "${missing[@]}" >/dev/null
+}
+
+# The packages the core build and its tests need.
+CORE_PACKAGES=(gcc meson ninja-build pkg-config libopenblas-dev libjansson-dev
+               zlib1g-dev libcriterion-dev dataset-fashion-mnist)

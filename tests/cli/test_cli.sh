@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The command line end to end on a data subset: --help, --version, --train
+# (version folders and their files), --eval, --predict, and clear one-line
+# errors for malformed model, weights, data and options.
+. "$(dirname "$0")/lib.sh"
+
+M=$(model_copy fashion-mlp)
+
+"$DLSERVE" --help > "$WORK/help" ; rc=$?
+check "--help exits 0 and lists --train" test $rc -eq 0 -a -n "$(grep -- --train "$WORK/help")"
+check "--version prints the version" test "$("$DLSERVE" --version)" = "dlserve 0.1.0"
+
+# ---- training writes version 1, then version 2 ----
+"$DLSERVE" --train "$M" --epochs 2 --limit 3000 --threads 2 --no-progress \
+    > "$WORK/train1.json" 2> "$WORK/train1.log"; rc=$?
+check "--train exits 0" test $rc -eq 0
+check "--train prints one JSON line" test "$(wc -l < "$WORK/train1.json")" -eq 1
+check "summary names version 1" test "$(json_get "$WORK/train1.json" version)" = 1
+for k in model path epochs train_loss test_accuracy samples_per_sec seconds; do
+    check "summary has $k" json_has "$WORK/train1.json" $k
+done
+check "plain progress: one line per epoch" test "$(grep -c 'epoch [0-9]/2' "$WORK/train1.log")" -eq 2
+for f in model.safetensors metrics.csv curves.svg; do
+    check "version 1 has $f" test -s "$M/1/$f"
+done
+check "metrics.csv has a header and 2 rows" test "$(wc -l < "$M/1/metrics.csv")" -eq 3
+check "curves.svg is an SVG" grep -q "<svg" "$M/1/curves.svg"
+check "weights carry model.json in metadata" grep -q "dlserve.model" "$M/1/model.safetensors"
+acc=$(json_get "$WORK/train1.json" test_accuracy)
+check "2 epochs on 3000 samples learn something (acc $acc > 0.6)" \
+    /usr/bin/python3 -c "import sys; sys.exit(not $acc > 0.6)"
+
+"$DLSERVE" --train "$M" --epochs 1 --limit 1000 --no-progress > "$WORK/train2.json" 2>/dev/null
+check "second run writes version 2" test "$(json_get "$WORK/train2.json" version)" = 2 -a -s "$M/2/model.safetensors"
+
+# ---- the progress bar on a terminal ----
+if command -v script >/dev/null; then
+    script -qec "$DLSERVE --train $M --epochs 1 --limit 500 --batch-size 50" /dev/null > "$WORK/tty.out" 2>&1
+    check "a terminal gets a progress bar with ETA" grep -q "ETA" "$WORK/tty.out"
+    rm -rf "$M/3"
+fi
+
+# ---- evaluation ----
+"$DLSERVE" --eval "$M" --version 1 --limit 2000 > "$WORK/eval.json"; rc=$?
+check "--eval exits 0" test $rc -eq 0
+check "--eval reports 2000 samples" test "$(json_get "$WORK/eval.json" samples)" = 2000
+for k in model version accuracy loss samples_per_sec; do
+    check "eval summary has $k" json_has "$WORK/eval.json" $k
+done
+"$DLSERVE" --eval "$M" > "$WORK/eval-latest.json"
+check "--eval defaults to the newest version" test "$(json_get "$WORK/eval-latest.json" version)" = 2
+
+# ---- prediction: IDX file, CSV on stdin ----
+"$DLSERVE" --predict "$M" --version 1 "$DATA/t10k-images-idx3-ubyte.gz" --limit 5 > "$WORK/pred"
+check "--predict prints one line per image" test "$(wc -l < "$WORK/pred")" -eq 5
+check "predictions carry labels" grep -q '"label":"' "$WORK/pred"
+/usr/bin/python3 - "$DATA" > "$WORK/five.csv" <<'PY'
+import gzip, sys
+raw = gzip.open(sys.argv[1] + "/t10k-images-idx3-ubyte.gz").read()[16:16 + 5 * 784]
+for i in range(5):
+    print(",".join(str(b) for b in raw[i * 784:(i + 1) * 784]))
+PY
+"$DLSERVE" --predict "$M" --version 1 - < "$WORK/five.csv" > "$WORK/pred-csv"
+check "CSV on stdin predicts the same classes as the IDX file" \
+    diff <(grep -o '"class":[0-9]*' "$WORK/pred") <(grep -o '"class":[0-9]*' "$WORK/pred-csv")
+
+# ---- malformed inputs: non-zero exit, one line naming the file ----
+mkdir -p "$WORK/bad"
+printf '{"name": "x", "input": {"shape": [4]}, "layers": [{"name": "d", "type": "dense", "unit": 3}]}' \
+    > "$WORK/bad/model.json"
+"$DLSERVE" --train "$WORK/bad" --limit 10 2> "$WORK/err" >/dev/null; rc=$?
+check "model.json typo: refused naming file and key" fails_with "$WORK/err" $rc "bad/model.json.*'unit'"
+
+cp -r "$M" "$WORK/corrupt"
+head -c 1000 "$M/1/model.safetensors" > "$WORK/corrupt/1/model.safetensors"
+"$DLSERVE" --eval "$WORK/corrupt" --version 1 --limit 10 2> "$WORK/err" >/dev/null; rc=$?
+check "truncated weights: refused naming the file" fails_with "$WORK/err" $rc "corrupt/1/model.safetensors"
+
+mkdir -p "$WORK/otherdata"
+printf '1,2,3\n' > "$WORK/otherdata/test.csv"
+"$DLSERVE" --eval "$M" --data "$WORK/otherdata" 2> "$WORK/err" >/dev/null; rc=$?
+check "CSV with the wrong width: refused with file:line" fails_with "$WORK/err" $rc "test.csv:1"
+
+printf 'garbage' > "$WORK/otherdata/t10k-images-idx3-ubyte"
+printf 'garbage' > "$WORK/otherdata/t10k-labels-idx1-ubyte"
+"$DLSERVE" --eval "$M" --data "$WORK/otherdata" 2> "$WORK/err" >/dev/null; rc=$?
+check "garbage IDX: refused naming the file" fails_with "$WORK/err" $rc "t10k-images-idx3-ubyte"
+
+"$DLSERVE" --eval "$WORK/nowhere" 2> "$WORK/err" >/dev/null; rc=$?
+check "missing model folder: refused" fails_with "$WORK/err" $rc "nowhere/model.json"
+
+"$DLSERVE" --train "$M" --epochs -3 2> "$WORK/err" >/dev/null; rc=$?
+check "bad option value: exit 2 with the option named" fails_with "$WORK/err" $rc "\-\-epochs"
+check "bad option value: exit code 2" test $rc -eq 2
+
+"$DLSERVE" --train "$M" --device cuda:0 --limit 10 2> "$WORK/err" >/dev/null; rc=$?
+check "--device cuda without CUDA: clear refusal" fails_with "$WORK/err" $rc "cuda"
+
+finish
