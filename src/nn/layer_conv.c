@@ -33,29 +33,44 @@ static void conv_init(layer *l, dl_rng *rng)
         layer_fill_uniform(l, l->p[1].data, l->conf->filters, bound, rng);
 }
 
-/* cols (K, N*OHW) then the (OC, N*OHW) product. */
+/* The batch is processed in chunks whose im2col matrix stays around 2 MB,
+ * so that it is still in cache when the GEMM reads it. */
+#define CHUNK_FLOATS (512 * 1024)
+
+static int64_t chunk_of(const layer *l, int64_t n)
+{
+    int64_t per = fan_in(l) * l->out_shape[1] * l->out_shape[2];
+    int64_t c = CHUNK_FLOATS / (per > 0 ? per : 1);
+    return c < 1 ? 1 : c > n ? n : c;
+}
+
+/* cols (K, B*OHW) then the (OC, B*OHW) product, for a chunk of B. */
 static int64_t conv_work(const layer *l, int64_t n)
 {
     int64_t ohw = l->out_shape[1] * l->out_shape[2];
-    return (fan_in(l) + l->out_shape[0]) * n * ohw;
+    return (fan_in(l) + l->out_shape[0]) * chunk_of(l, n) * ohw;
 }
 
 static dl_status conv_forward(layer *l, const float *x, float *y, int64_t n,
                               bool train, dl_err *err)
 {
     (void)train;
-    dl_conv_geom g = geom(l, n);
-    int64_t k = fan_in(l), cols_n = n * g.oh * g.ow;
-    float *cols = l->work, *tmp = l->work + k * cols_n;
-    l->be->ops->im2col(l->be, &g, x, cols);
-    /* tmp (OC, N*OHW) = W (OC, K) x cols (K, N*OHW) */
-    dl_status st = l->be->ops->gemm(l->be, false, false, g.oc, cols_n, k, 1.0f,
-                                    l->p[0].data, cols, 0.0f, tmp, err);
-    if (st != DL_OK)
-        return st;
-    l->be->ops->swap_outer(l->be, tmp, y, g.oc, n, g.oh * g.ow);
-    if (l->conf->bias)
-        l->be->ops->bias_add_nchw(l->be, y, l->p[1].data, n, g.oc, g.oh * g.ow);
+    int64_t chunk = chunk_of(l, n), k = fan_in(l);
+    for (int64_t i = 0; i < n; i += chunk) {
+        int64_t b = n - i < chunk ? n - i : chunk;
+        dl_conv_geom g = geom(l, b);
+        int64_t cols_n = b * g.oh * g.ow;
+        float *cols = l->work, *tmp = l->work + k * cols_n, *yb = y + i * l->out_dim;
+        l->be->ops->im2col(l->be, &g, x + i * l->in_dim, cols);
+        /* tmp (OC, B*OHW) = W (OC, K) x cols (K, B*OHW) */
+        dl_status st = l->be->ops->gemm(l->be, false, false, g.oc, cols_n, k, 1.0f,
+                                        l->p[0].data, cols, 0.0f, tmp, err);
+        if (st != DL_OK)
+            return st;
+        l->be->ops->swap_outer(l->be, tmp, yb, g.oc, b, g.oh * g.ow);
+        if (l->conf->bias)
+            l->be->ops->bias_add_nchw(l->be, yb, l->p[1].data, b, g.oc, g.oh * g.ow);
+    }
     return DL_OK;
 }
 
@@ -63,25 +78,34 @@ static dl_status conv_backward(layer *l, const float *x, const float *y,
                                const float *dy, float *dx, int64_t n, dl_err *err)
 {
     (void)y;
-    dl_conv_geom g = geom(l, n);
-    int64_t k = fan_in(l), cols_n = n * g.oh * g.ow;
-    float *cols = l->work, *dyt = l->work + k * cols_n;
+    int64_t chunk = chunk_of(l, n), k = fan_in(l);
     if (l->conf->bias)
-        l->be->ops->bias_grad_nchw(l->be, l->p[1].grad, dy, n, g.oc, g.oh * g.ow);
-    l->be->ops->swap_outer(l->be, dy, dyt, n, g.oc, g.oh * g.ow);  /* (OC, N, OHW) */
-    l->be->ops->im2col(l->be, &g, x, cols);
-    /* dW (OC, K) += dyt (OC, N*OHW) x cols^T */
-    dl_status st = l->be->ops->gemm(l->be, false, true, g.oc, k, cols_n, 1.0f,
-                                    dyt, cols, 1.0f, l->p[0].grad, err);
-    if (st != DL_OK || !dx)
-        return st;
-    /* dcols (K, N*OHW) = W^T (K, OC) x dyt (OC, N*OHW), reusing cols */
-    st = l->be->ops->gemm(l->be, true, false, k, cols_n, g.oc, 1.0f,
-                          l->p[0].data, dyt, 0.0f, cols, err);
-    if (st != DL_OK)
-        return st;
-    l->be->ops->fill(l->be, dx, n * l->in_dim, 0.0f);
-    l->be->ops->col2im(l->be, &g, cols, dx);
+        l->be->ops->bias_grad_nchw(l->be, l->p[1].grad, dy, n, l->out_shape[0],
+                                   l->out_dim / l->out_shape[0]);
+    for (int64_t i = 0; i < n; i += chunk) {
+        int64_t b = n - i < chunk ? n - i : chunk;
+        dl_conv_geom g = geom(l, b);
+        int64_t cols_n = b * g.oh * g.ow;
+        float *cols = l->work, *dyt = l->work + k * cols_n;
+        const float *xb = x + i * l->in_dim;
+        l->be->ops->swap_outer(l->be, dy + i * l->out_dim, dyt, b, g.oc, g.oh * g.ow);
+        l->be->ops->im2col(l->be, &g, xb, cols);
+        /* dW (OC, K) += dyt (OC, B*OHW) x cols^T */
+        dl_status st = l->be->ops->gemm(l->be, false, true, g.oc, k, cols_n, 1.0f,
+                                        dyt, cols, 1.0f, l->p[0].grad, err);
+        if (st != DL_OK)
+            return st;
+        if (!dx)
+            continue;
+        /* dcols (K, B*OHW) = W^T (K, OC) x dyt (OC, B*OHW), reusing cols */
+        st = l->be->ops->gemm(l->be, true, false, k, cols_n, g.oc, 1.0f,
+                              l->p[0].data, dyt, 0.0f, cols, err);
+        if (st != DL_OK)
+            return st;
+        float *dxb = dx + i * l->in_dim;
+        l->be->ops->fill(l->be, dxb, b * l->in_dim, 0.0f);
+        l->be->ops->col2im(l->be, &g, cols, dxb);
+    }
     return DL_OK;
 }
 
