@@ -44,7 +44,7 @@ typedef struct dl_hparams {
     bool          nesterov;
     double        beta1, beta2, adam_eps;
     dl_sched_kind schedule;
-    double        warmup_epochs;         /* linear warm-up from lr/100 */
+    double        warmup_epochs;         /* linear warm-up: lr * (step+1) / warm-up steps */
     int64_t       step_epochs;           /* step schedule: every N epochs */
     double        gamma;                 /* step schedule: factor */
     uint64_t      seed;
@@ -115,16 +115,18 @@ dl_status dl_model_forward(dl_model *m, const float *x, int64_t batch,
 
 /* Loss of the last forward pass. labels (host, batch ints) for
  * cross-entropy; for MSE, targets are one-hot labels unless `targets`
- * (host, batch * out_dim) is given. Returns the mean loss over the batch,
- * the number of correct argmax predictions, and when want_grad is set
+ * (host, batch * out_dim) is given. Returns in *loss_sum the loss summed
+ * over the batch's samples (for MSE a sample's loss is the mean over its
+ * outputs), in *correct the number of correct argmax predictions, and when want_grad is set
  * stores d(loss * grad_scale)/d(out) for dl_model_backward. grad_scale is
  * usually 1 / batch (mean loss). */
 dl_status dl_model_loss(dl_model *m, const int32_t *labels, const float *targets,
                         float grad_scale, bool want_grad, double *loss_sum,
                         int64_t *correct, dl_err *err);
 
-/* Backpropagates the stored loss gradient through the last forward pass;
- * accumulates into the gradient buffer. */
+/* Backpropagates the stored loss gradient through the last forward pass,
+ * which must have been a training pass; accumulates into the gradient
+ * buffer. */
 dl_status dl_model_backward(dl_model *m, dl_err *err);
 
 /* Inference on host data: x (n * in_dim) to out (n * out_dim), in chunks

@@ -30,6 +30,7 @@ struct dl_model {
     const float         *input;                     /* of the last forward */
     int64_t              batch;
     bool                 have_dout;
+    bool                 trained;                   /* last forward was training */
     float               *host_targets;              /* one-hot MSE targets */
 };
 
@@ -260,6 +261,7 @@ dl_status dl_model_forward(dl_model *m, const float *x, int64_t batch,
 {
     *out = NULL;
     m->have_dout = false;
+    m->input = NULL;          /* no loss on a failed pass: set again on success */
     if (batch < 1)
         return dl_err_set(err, DL_ERR_INVALID, "batch of %lld samples", (long long)batch);
     dl_status st = ensure_capacity(m, batch, err);
@@ -275,6 +277,7 @@ dl_status dl_model_forward(dl_model *m, const float *x, int64_t batch,
     }
     m->input = x;
     m->batch = batch;
+    m->trained = train;
     *out = in;
     return DL_OK;
 }
@@ -283,12 +286,12 @@ dl_status dl_model_loss(dl_model *m, const int32_t *labels, const float *targets
                         float grad_scale, bool want_grad, double *loss_sum,
                         int64_t *correct, dl_err *err)
 {
-    const float *y = m->act[m->nlayers - 1];
     int64_t n = m->batch, k = dl_model_out_dim(m);
     float *dout = want_grad ? m->dbuf[0] : NULL;
     *correct = 0;
     if (!m->input)
         return dl_err_set(err, DL_ERR_INVALID, "loss before any forward pass");
+    const float *y = m->act[m->nlayers - 1];   /* act is NULL before the first forward */
     for (int64_t i = 0; labels && i < n; i++)
         if (labels[i] < 0 || labels[i] >= k)
             return dl_err_set(err, DL_ERR_INVALID, "label %d of sample %lld not in [0, %lld)",
@@ -326,7 +329,9 @@ dl_status dl_model_loss(dl_model *m, const int32_t *labels, const float *targets
                 free(probe);
         }
     }
-    m->have_dout = want_grad;
+    m->have_dout = want_grad && m->trained;
+    if (want_grad && !m->trained)
+        return dl_err_set(err, DL_ERR_INVALID, "loss gradient needs a training forward pass");
     return DL_OK;
 }
 

@@ -3,6 +3,7 @@
 #include "train/report.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,7 +245,8 @@ static void axis_fit_epochs(axis *a, int first, int last)
     a->decimals = 0;
 }
 
-/* Visits the tick values of a: multiples of step within [lo, hi]. */
+/* Fills out with the tick values of a (multiples of step within [lo, hi],
+ * at most MAX_TICKS) and returns how many. */
 static int axis_ticks(const axis *a, double *out)
 {
     int n = 0;

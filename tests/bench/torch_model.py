@@ -99,7 +99,6 @@ def build_model(spec):
     """Returns an nn.Sequential whose module names are the layer names.
     Shapes are tracked (without the batch dimension) to infer in_features
     and channel counts."""
-    import torch
     from torch import nn
 
     class Embedding(nn.Embedding):

@@ -1,0 +1,376 @@
+/* test_model_conf.c: model.json validation: the shipped models parse and
+ * build, defaults are filled in, and malformed files are refused with
+ * DL_ERR_INVALID and a message naming the key or layer and the problem. */
+#define _POSIX_C_SOURCE 200809L
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <criterion/criterion.h>
+
+#include "nn/dl_nn.h"
+
+static dl_model_conf *conf;
+
+static void teardown(void)
+{
+    dl_model_conf_free(conf);
+    conf = NULL;
+}
+
+TestSuite(model_conf, .fini = teardown, .timeout = 10);
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* text with ' turned into ", so the cases read like the JSON they are. */
+static const char *dq(const char *text)
+{
+    static char buf[4096];
+    cr_assert(strlen(text) < sizeof(buf));
+    strcpy(buf, text);
+    for (char *p = buf; *p; p++)
+        if (*p == '\'')
+            *p = '"';
+    return buf;
+}
+
+static dl_status parse(const char *text, dl_err *err)
+{
+    const char *t = dq(text);
+    dl_model_conf_free(conf);
+    conf = NULL;
+    return dl_model_conf_parse(t, strlen(t), "test.json", &conf, err);
+}
+
+static void parses(const char *text)
+{
+    dl_err err = {0};
+    cr_assert_eq(parse(text, &err), DL_OK, "%s", err.msg);
+    cr_assert_not_null(conf);
+}
+
+/* Expects a refusal whose message names the file and holds each of the
+ * given substrings (NULL-terminated list). */
+#define REFUSED(text, ...) refused(text, (const char *[]){ __VA_ARGS__, NULL })
+static void refused(const char *text, const char *const *subs)
+{
+    dl_err err = {0};
+    cr_expect_eq(parse(text, &err), DL_ERR_INVALID, "accepted: %s", dq(text));
+    cr_expect_null(conf);
+    cr_expect_not_null(strstr(err.msg, "test.json"), "message lacks the file: %s", err.msg);
+    for (; *subs; subs++)
+        cr_expect_not_null(strstr(err.msg, *subs), "message lacks \"%s\": %s", *subs, err.msg);
+}
+
+/* A valid model around `layers`, with input shape and loss. */
+static const char *model(const char *shape, const char *layers, const char *extra)
+{
+    static char buf[2048];
+    snprintf(buf, sizeof(buf), "{'name': 'm', 'input': {'shape': %s}, 'layers': [%s]%s}",
+             shape, layers, extra);
+    return buf;
+}
+
+#define FC(name, units) "{'name': '" name "', 'type': 'dense', 'units': " #units "}"
+
+static void load_shipped(const char *dir)
+{
+    const char *root = getenv("DLSERVE_SOURCE_ROOT");
+    cr_assert_not_null(root, "DLSERVE_SOURCE_ROOT is not set (meson sets it)");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/models/%s/model.json", root, dir);
+    dl_err err = {0};
+    cr_assert_eq(dl_model_conf_load(path, &conf, &err), DL_OK, "%s", err.msg);
+}
+
+/* Builds a CPU model from conf and returns its parameter count. */
+static int64_t param_count(void)
+{
+    dl_backend *be = NULL;
+    dl_model *m = NULL;
+    dl_err err = {0};
+    cr_assert_eq(dl_backend_cpu_new(1, &be, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_model_new(be, conf, 1, &m, &err), DL_OK, "%s", err.msg);
+    int64_t n;
+    dl_model_params(m, &n);
+    cr_expect_eq(dl_model_out_dim(m), 10);
+    dl_model_free(m);
+    dl_backend_free(be);
+    return n;
+}
+
+/* ---- valid files -------------------------------------------------------- */
+
+Test(model_conf, shipped_mlp)
+{
+    load_shipped("fashion-mlp");
+    cr_expect_str_eq(conf->name, "fashion-mlp");
+    cr_expect_eq(conf->in_ndim, 3);
+    cr_expect(conf->in_shape[0] == 1 && conf->in_shape[1] == 28 && conf->in_shape[2] == 28);
+    cr_expect_eq(conf->nlayers, 6);
+    cr_expect_eq(conf->layers[1].type, DL_LAYER_DENSE);
+    cr_expect_eq(conf->layers[1].units, 256);
+    cr_expect_eq(conf->loss, DL_LOSS_XENT);
+    cr_assert_eq(conf->nlabels, 10);
+    cr_expect_str_eq(conf->labels[0], "T-shirt/top");
+    cr_expect_str_eq(conf->labels[9], "Ankle boot");
+    cr_expect_str_eq(conf->output_name, "probabilities");
+    cr_expect_eq(conf->train.optimizer, DL_OPTIM_ADAM);
+    cr_expect_eq(conf->train.epochs, 15);
+    cr_expect_eq(conf->train.schedule, DL_SCHED_COSINE);
+    cr_expect_eq(conf->train.warmup_epochs, 1.0);
+    cr_expect_eq(conf->train.seed, 42u);
+    cr_expect(conf->train.lr > 0.00099 && conf->train.lr < 0.00101);
+    cr_expect(conf->scale > 0.0039f && conf->scale < 0.00393f);
+    cr_expect_not_null(strstr(conf->json, "fashion-mlp"), "conf->json keeps the text");
+    /* 784*256+256 + 256*128+128 + 128*10+10 */
+    cr_expect_eq(param_count(), 235146);
+}
+
+Test(model_conf, shipped_cnn)
+{
+    load_shipped("fashion-cnn");
+    cr_expect_str_eq(conf->name, "fashion-cnn");
+    cr_expect_eq(conf->nlayers, 11);
+    cr_expect_eq(conf->layers[0].type, DL_LAYER_CONV2D);
+    cr_expect(conf->layers[0].kh == 5 && conf->layers[0].kw == 5 && conf->layers[0].filters == 32);
+    cr_expect_eq(conf->layers[2].type, DL_LAYER_MAXPOOL2D);
+    cr_expect(conf->layers[2].sh == 2 && conf->layers[2].sw == 2);
+    cr_expect_eq(conf->layers[9].type, DL_LAYER_DROPOUT);
+    cr_expect(conf->layers[9].rate > 0.2499f && conf->layers[9].rate < 0.2501f);
+    cr_expect_eq(conf->nlabels, 10);
+    /* conv 32*25+32, conv 64*32*25+64, dense 1024*256+256, dense 256*10+10 */
+    cr_expect_eq(param_count(), 317066);
+}
+
+Test(model_conf, load_accepts_a_folder_and_reports_missing_files)
+{
+    const char *root = getenv("DLSERVE_SOURCE_ROOT");
+    cr_assert_not_null(root);
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/models/fashion-cnn", root);
+    dl_err err = {0};
+    cr_assert_eq(dl_model_conf_load(path, &conf, &err), DL_OK, "%s", err.msg);
+    cr_expect_str_eq(conf->name, "fashion-cnn");
+    dl_model_conf_free(conf);
+    conf = NULL;
+    cr_expect_neq(dl_model_conf_load("/nonexistent/model.json", &conf, &err), DL_OK);
+    cr_expect_null(conf);
+    cr_expect_not_null(strstr(err.msg, "/nonexistent/model.json"), "message was: %s", err.msg);
+}
+
+Test(model_conf, defaults_and_pairs)
+{
+    parses(model("[2, 8, 8]",
+                 "{'name': 'c', 'type': 'conv2d', 'filters': 4, 'kernel_size': [3, 2]},"
+                 "{'name': 'p', 'type': 'maxpool2d', 'kernel_size': 2},"
+                 "{'name': 'bn', 'type': 'batchnorm'},"
+                 "{'name': 'd', 'type': 'dropout'},"
+                 "{'name': 'f', 'type': 'flatten'},"
+                 FC("fc", 3), ""));
+    const dl_layer_conf *l = conf->layers;
+    cr_expect(l[0].kh == 3 && l[0].kw == 2 && l[0].sh == 1 && l[0].sw == 1 &&
+              l[0].ph == 0 && l[0].pw == 0 && l[0].bias);
+    cr_expect(l[1].sh == 2 && l[1].sw == 2, "pool stride defaults to the window");
+    cr_expect(l[2].eps > 0.99e-5f && l[2].eps < 1.01e-5f && l[2].momentum > 0.0999f &&
+              l[2].momentum < 0.1001f);
+    cr_expect(l[3].rate > 0.4999f && l[3].rate < 0.5001f);
+    cr_expect(l[5].bias);
+    cr_expect_eq(conf->loss, DL_LOSS_XENT, "the default loss");
+    cr_expect_eq(conf->nlabels, 0);
+    cr_expect_str_eq(conf->input_name, "input");
+    cr_expect(conf->scale == 1.0f && conf->mean == 0.0f && conf->std == 1.0f);
+    cr_expect_eq(conf->train.optimizer, DL_OPTIM_SGD);
+    cr_expect_eq(conf->train.schedule, DL_SCHED_NONE);
+    cr_expect_eq(conf->train.batch_size, 64);
+}
+
+Test(model_conf, training_section)
+{
+    parses(model("[4]", FC("fc", 2),
+                 ", 'loss': 'mse', 'training': {'optimizer': 'momentum', 'lr': 0.5,"
+                 " 'momentum': 0.8, 'nesterov': true, 'weight_decay': 0.01,"
+                 " 'schedule': {'type': 'step', 'step_epochs': 3, 'gamma': 0.2}}"));
+    cr_expect_eq(conf->loss, DL_LOSS_MSE);
+    cr_expect_eq(conf->train.optimizer, DL_OPTIM_MOMENTUM);
+    cr_expect_eq(conf->train.lr, 0.5);
+    cr_expect_eq(conf->train.momentum, 0.8);
+    cr_expect(conf->train.nesterov);
+    cr_expect_eq(conf->train.weight_decay, 0.01);
+    cr_expect_eq(conf->train.schedule, DL_SCHED_STEP);
+    cr_expect_eq(conf->train.step_epochs, 3);
+    cr_expect_eq(conf->train.gamma, 0.2);
+}
+
+/* ---- malformed files ------------------------------------------------------- */
+
+Test(model_conf, invalid_json_has_line_and_column)
+{
+    dl_err err = {0};
+    cr_expect_eq(parse("{'name': 'm',\n 'input': }", &err), DL_ERR_INVALID);
+    cr_expect_null(conf);
+    const char *at = strstr(err.msg, "test.json:2:");
+    cr_assert_not_null(at, "message lacks file:line: %s", err.msg);
+    cr_expect(isdigit((unsigned char)at[strlen("test.json:2:")]), "no column: %s", err.msg);
+    cr_expect_not_null(strstr(err.msg, "invalid JSON"), "message was: %s", err.msg);
+}
+
+Test(model_conf, duplicate_json_keys)
+{
+    REFUSED("{'name': 'a', 'name': 'b', 'input': {'shape': [2]},"
+            " 'layers': [" FC("fc", 2) "]}", "invalid JSON", "duplicate");
+}
+
+Test(model_conf, not_an_object)
+{
+    REFUSED("[1, 2, 3]", "must be a JSON object");
+}
+
+Test(model_conf, missing_name)
+{
+    REFUSED("{'input': {'shape': [2]}, 'layers': [" FC("fc", 2) "]}", "'name'", "is missing");
+}
+
+Test(model_conf, missing_input)
+{
+    REFUSED("{'name': 'm', 'layers': [" FC("fc", 2) "]}", "'input'", "is missing");
+}
+
+Test(model_conf, bad_input_shape)
+{
+    REFUSED(model("[0, 3]", FC("fc", 2), ""), "input", "'shape'", "positive integers");
+    REFUSED(model("[1, 2, 3, 4, 5]", FC("fc", 2), ""), "input", "'shape'");
+    REFUSED(model("'28x28'", FC("fc", 2), ""), "input", "'shape'");
+    REFUSED(model("[]", FC("fc", 2), ""), "input", "'shape'");
+}
+
+Test(model_conf, unknown_top_level_key)
+{
+    REFUSED(model("[4]", FC("fc", 2), ", 'optimiser': 'adam'"), "'optimiser'",
+            "not a known key");
+}
+
+Test(model_conf, unknown_layer_type)
+{
+    REFUSED(model("[4]", "{'name': 'fc', 'type': 'dens', 'units': 2}", ""),
+            "layer 'fc'", "'type'", "must be one of");
+}
+
+Test(model_conf, unknown_key_in_a_layer)
+{
+    REFUSED(model("[4]", "{'name': 'fc', 'type': 'dense', 'unit': 2}", ""),
+            "layer 'fc'", "'unit'", "not a known key");
+}
+
+Test(model_conf, dense_units_zero)
+{
+    REFUSED(model("[4]", FC("fc", 0), ""), "layer 'fc'", "'units'", "must be an integer in [1,");
+}
+
+Test(model_conf, layer_without_name)
+{
+    REFUSED(model("[4]", FC("fc1", 3) ", {'type': 'dense', 'units': 2}", ""),
+            "layers[1]", "'name'", "is missing");
+}
+
+Test(model_conf, bad_layer_name)
+{
+    REFUSED(model("[4]", FC("fc 1", 3), ""), "'name'", "may hold only");
+}
+
+Test(model_conf, conv_kernel_larger_than_input)
+{
+    REFUSED(model("[1, 4, 4]",
+                  "{'name': 'c', 'type': 'conv2d', 'filters': 2, 'kernel_size': 5},"
+                  "{'name': 'f', 'type': 'flatten'}," FC("fc", 2), ""),
+            "layer 'c'", "window 5x5 does not fit input 4x4");
+}
+
+Test(model_conf, conv_padding_not_smaller_than_kernel)
+{
+    REFUSED(model("[1, 4, 4]",
+                  "{'name': 'c', 'type': 'conv2d', 'filters': 2, 'kernel_size': 2, 'padding': 2},"
+                  "{'name': 'f', 'type': 'flatten'}," FC("fc", 2), ""),
+            "layer 'c'", "padding must be smaller");
+}
+
+Test(model_conf, conv_on_1d_input)
+{
+    REFUSED(model("[16]", "{'name': 'c', 'type': 'conv2d', 'filters': 2, 'kernel_size': 3},"
+                          FC("fc", 2), ""),
+            "layer 'c'", "expects 3-D input", "[16]");
+}
+
+Test(model_conf, duplicate_layer_names)
+{
+    REFUSED(model("[4]", FC("a", 3) ", {'name': 'a', 'type': 'relu'}," FC("out", 2), ""),
+            "'a'", "used twice");
+}
+
+Test(model_conf, labels_count_must_match_outputs)
+{
+    REFUSED(model("[4]", FC("fc", 4), ", 'output': {'labels': ['x', 'y', 'z']}"),
+            "'labels' has 3 entries", "4 outputs");
+}
+
+Test(model_conf, final_softmax_with_cross_entropy)
+{
+    REFUSED(model("[4]", FC("fc", 3) ", {'name': 'sm', 'type': 'softmax'}",
+                  ", 'loss': 'softmax_cross_entropy'"),
+            "softmax_cross_entropy", "last layer");
+    /* the same layers are fine with MSE */
+    parses(model("[4]", FC("fc", 3) ", {'name': 'sm', 'type': 'softmax'}", ", 'loss': 'mse'"));
+}
+
+Test(model_conf, cross_entropy_needs_1d_output)
+{
+    REFUSED(model("[1, 4, 4]", "{'name': 'c', 'type': 'conv2d', 'filters': 2, 'kernel_size': 3}", ""),
+            "1-D output", "[2, 2, 2]");
+}
+
+Test(model_conf, bad_loss)
+{
+    REFUSED(model("[4]", FC("fc", 2), ", 'loss': 'cross_entropy'"), "'loss'", "must be");
+}
+
+Test(model_conf, bad_optimizer)
+{
+    REFUSED(model("[4]", FC("fc", 2), ", 'training': {'optimizer': 'adamw'}"),
+            "training", "'optimizer'", "must be");
+}
+
+Test(model_conf, negative_lr)
+{
+    REFUSED(model("[4]", FC("fc", 2), ", 'training': {'lr': -0.1}"),
+            "training", "'lr'", "must be a number");
+}
+
+Test(model_conf, bad_schedule_type)
+{
+    REFUSED(model("[4]", FC("fc", 2), ", 'training': {'schedule': {'type': 'linear'}}"),
+            "training.schedule", "'type'");
+}
+
+Test(model_conf, dropout_rate_one)
+{
+    REFUSED(model("[4]", "{'name': 'd', 'type': 'dropout', 'rate': 1.0}," FC("fc", 2), ""),
+            "layer 'd'", "'rate'", "must be a number");
+}
+
+Test(model_conf, batchnorm_momentum_out_of_range)
+{
+    REFUSED(model("[4]", "{'name': 'bn', 'type': 'batchnorm', 'momentum': 1.5}," FC("fc", 2), ""),
+            "layer 'bn'", "'momentum'");
+}
+
+Test(model_conf, embedding_not_first)
+{
+    REFUSED(model("[4]", FC("fc", 4) ", {'name': 'emb', 'type': 'embedding',"
+                  " 'num_embeddings': 10, 'dim': 3}, {'name': 'f', 'type': 'flatten'}", ""),
+            "layer 'emb'", "must be the first layer");
+}
+
+Test(model_conf, empty_layers)
+{
+    REFUSED(model("[4]", "", ""), "'layers'", "non-empty");
+}
