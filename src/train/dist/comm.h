@@ -1,0 +1,51 @@
+/* comm.h (private to train/dist/): the MPI state shared by the collective
+ * and parameter-server files, and the stall-aware wait. */
+#ifndef DL_DIST_COMM_H
+#define DL_DIST_COMM_H
+
+#include "train/dist/dl_dist.h"
+
+#include <mpi.h>
+
+/* Tags on the control communicator. */
+enum { TAG_QUERY = 7001, TAG_REPLY = 7002 };
+
+struct dl_dist {
+    dl_dist_conf conf;
+    int          rank, size, local_rank;
+    bool         is_server, own_mpi;
+    int          trainer, ntrainers;
+    MPI_Comm     trainers;   /* trainers only (MPI_COMM_NULL on servers) */
+    MPI_Comm     ctl;        /* stall queries */
+    MPI_Comm     ps;         /* parameter-server traffic */
+    uint64_t     bytes;
+    double       comm_seconds;
+    int64_t      seq;        /* operations waited on so far */
+    const char  *what;       /* the operation being waited on */
+    float       *scratch;    /* deterministic sums */
+    int64_t      scratch_n;
+    struct ps_client *client;/* trainer side of the parameter servers */
+};
+
+/* Frees the trainer-side parameter-server buffers (param_server.c). */
+void ps_client_free(struct ps_client *c);
+
+/* Waits for req, answering other ranks' stall queries meanwhile. After
+ * conf.stall_timeout seconds it asks every rank what it is doing, logs
+ * which ranks are missing and aborts the job. */
+dl_status comm_wait(dl_dist *d, MPI_Request *req, const char *what, dl_err *err);
+
+/* Same for several requests. */
+dl_status comm_wait_all(dl_dist *d, int n, MPI_Request *reqs, const char *what,
+                        dl_err *err);
+
+/* Answers pending stall queries (called from every wait loop). */
+void comm_serve_queries(dl_dist *d);
+
+/* Gives up the core briefly while polling (ranks may outnumber cores). */
+void comm_pause(int spins);
+
+/* Reports a stall and aborts the job. */
+_Noreturn void comm_stalled(dl_dist *d, const char *what, double waited);
+
+#endif /* DL_DIST_COMM_H */

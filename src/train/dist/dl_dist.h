@@ -1,0 +1,119 @@
+/* dl_dist.h: distributed training under MPI: job layout (ranks, trainers,
+ * parameter servers), collectives over the trainers that give up after a
+ * stall timeout and name the missing ranks, parameter averaging and the
+ * sharded parameter server. The only module that sees MPI; without MPI
+ * every job is a job of one. */
+#ifndef DL_DIST_H
+#define DL_DIST_H
+
+#include "nn/dl_nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dl_dist_mode {
+    DL_DIST_ALLREDUCE,   /* synchronous gradient averaging (the default) */
+    DL_DIST_AVG,         /* parameter averaging every K local steps */
+    DL_DIST_PS_SYNC,     /* parameter servers, barrier per step */
+    DL_DIST_PS_ASYNC,    /* parameter servers, bounded staleness */
+} dl_dist_mode;
+
+typedef struct dl_dist_conf {
+    dl_dist_mode mode;
+    int          avg_k;           /* DL_DIST_AVG: local steps between averages */
+    int          servers;         /* parameter servers (PS modes) */
+    int          max_staleness;   /* PS async: steps a trainer may run ahead */
+    double       stall_timeout;   /* seconds before a wait gives up */
+    bool         deterministic;   /* reductions in a fixed order */
+} dl_dist_conf;
+
+/* Parses "--dist" values: allreduce, avg, avg:K, ps-sync, ps-async. */
+dl_status dl_dist_parse_mode(const char *s, dl_dist_conf *conf, dl_err *err);
+const char *dl_dist_mode_name(dl_dist_mode mode);
+
+typedef struct dl_dist dl_dist;
+
+/* Joins the job: initialises MPI when the build has it (a process started
+ * without a launcher is a job of one), splits servers (the last
+ * conf->servers ranks in PS modes) from trainers. *out is new. */
+dl_status dl_dist_new(const dl_dist_conf *conf, int *argc, char ***argv,
+                      dl_dist **out, dl_err *err);
+/* Leaves the job (MPI_Finalize). */
+void dl_dist_free(dl_dist *d);
+
+/* Aborts the whole job with `code` (MPI_Abort): for a rank that cannot go
+ * on while others wait for it. Returns only without MPI. */
+void dl_dist_abort(dl_dist *d, int code);
+
+/* True when built with MPI. */
+bool dl_dist_available(void);
+
+const dl_dist_conf *dl_dist_conf_of(const dl_dist *d);
+int  dl_dist_rank(const dl_dist *d);
+int  dl_dist_size(const dl_dist *d);
+/* Rank on this node, from the launcher's environment (0 if unknown). */
+int  dl_dist_local_rank(const dl_dist *d);
+bool dl_dist_is_server(const dl_dist *d);
+/* Index among the trainers and their number. */
+int  dl_dist_trainer(const dl_dist *d);
+int  dl_dist_trainers(const dl_dist *d);
+/* Bytes this rank sent and received so far (payload, not headers). */
+uint64_t dl_dist_bytes(const dl_dist *d);
+/* Seconds this rank spent waiting in communication. */
+double dl_dist_comm_seconds(const dl_dist *d);
+
+/* Sum over the trainers, in place; in deterministic mode summed in rank
+ * order so that the result does not depend on timing. `what` names the
+ * operation in stall messages. */
+dl_status dl_dist_sum(dl_dist *d, float *buf, int64_t n, const char *what,
+                      dl_err *err);
+dl_status dl_dist_sum_f64(dl_dist *d, double *buf, int n, const char *what,
+                          dl_err *err);
+/* Trainer 0's buffer to every trainer. */
+dl_status dl_dist_bcast(dl_dist *d, float *buf, int64_t n, const char *what,
+                        dl_err *err);
+/* Minimum and maximum over the trainers of one value. */
+dl_status dl_dist_minmax(dl_dist *d, double v, double *min, double *max,
+                         dl_err *err);
+
+/* ---- parameter server ------------------------------------------------- */
+
+/* Counters of a server, for the progress line. */
+typedef struct dl_ps_stats {
+    int64_t updates;        /* gradients applied */
+    int64_t discarded;      /* async: gradients older than the bound */
+    int64_t max_staleness;  /* largest staleness applied */
+    double  staleness_sum;  /* for the mean */
+} dl_ps_stats;
+
+/* Runs a server until every trainer has finished: owns shard
+ * [begin, end) of the flattened parameters (initial values from params,
+ * host memory, the whole buffer) and the optimizer state for it. lr_at
+ * gives the learning rate for an update number. */
+typedef double (*dl_lr_fn)(void *ctx, int64_t update);
+dl_status dl_ps_serve(dl_dist *d, dl_backend *be, const dl_hparams *hp,
+                      const float *params, int64_t nparams, dl_lr_fn lr_at,
+                      void *lr_ctx, dl_ps_stats *stats, dl_err *err);
+
+/* Trainer side. pull: the latest parameters from every server into
+ * params (host, whole buffer); returns the version they carry. push: the
+ * gradient shards (host, whole buffer) computed on `version`. done: tells
+ * the servers this trainer is finished. */
+dl_status dl_ps_pull(dl_dist *d, float *params, int64_t nparams,
+                     int64_t *version, dl_err *err);
+dl_status dl_ps_push(dl_dist *d, const float *grads, int64_t nparams,
+                     int64_t version, dl_err *err);
+dl_status dl_ps_done(dl_dist *d, dl_err *err);
+/* Trainer 0 only, after dl_ps_done: the final parameters, once every
+ * trainer is done, and the servers' statistics summed. */
+dl_status dl_ps_finish(dl_dist *d, float *params, int64_t nparams,
+                       dl_ps_stats *total, dl_err *err);
+
+/* The shard of server s (0-based among servers) of n parameters. */
+void dl_ps_shard(int64_t n, int servers, int s, int64_t *begin, int64_t *end);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DL_DIST_H */
