@@ -52,12 +52,51 @@ static void cpu_fill(dl_backend *be, float *x, int64_t n, float value)
         x[i] = value;
 }
 
+/* A GEMM split over the pool: each task computes a block of C's rows (or
+ * columns when C has few rows) with a single-threaded cblas_sgemm, so the
+ * process never runs more threads than --threads and OpenBLAS never
+ * spins next to our own workers. */
+typedef struct gemm_job {
+    bool ta, tb, by_rows;
+    int64_t m, n, k;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+} gemm_job;
+
+#define GEMM_BLOCK 16   /* rows or columns per unit of work */
+
+static void gemm_block(const gemm_job *j, int64_t r0, int64_t r1, int64_t c0, int64_t c1)
+{
+    /* Row-major leading dimensions of the full operands. */
+    blasint lda = j->ta ? (blasint)j->m : (blasint)j->k;
+    blasint ldb = j->tb ? (blasint)j->k : (blasint)j->n;
+    const float *a = j->ta ? j->a + r0 : j->a + r0 * j->k;
+    const float *b = j->tb ? j->b + c0 * j->k : j->b + c0;
+    cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans,
+                j->tb ? CblasTrans : CblasNoTrans, (blasint)(r1 - r0),
+                (blasint)(c1 - c0), (blasint)j->k, j->alpha, a, lda, b, ldb,
+                j->beta, j->c + r0 * j->n + c0, (blasint)j->n);
+}
+
+static void gemm_task(void *ctx, int64_t u0, int64_t u1)
+{
+    const gemm_job *j = ctx;
+    int64_t lo = u0 * GEMM_BLOCK, hi = u1 * GEMM_BLOCK;
+    if (j->by_rows)
+        gemm_block(j, lo, hi < j->m ? hi : j->m, 0, j->n);
+    else
+        gemm_block(j, 0, j->m, lo, hi < j->n ? hi : j->n);
+}
+
 static dl_status cpu_gemm(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n,
                           int64_t k, float alpha, const float *a, const float *b,
                           float beta, float *c, dl_err *err)
 {
     (void)be;
-    (void)err;
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+        return dl_err_set(err, DL_ERR_INVALID, "gemm of %lldx%lldx%lld is too large",
+                          (long long)m, (long long)n, (long long)k);
     if (m == 0 || n == 0)
         return DL_OK;
     if (k == 0) {
@@ -65,10 +104,13 @@ static dl_status cpu_gemm(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n
             c[i] = beta == 0.0f ? 0.0f : beta * c[i];
         return DL_OK;
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-                tb ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n,
-                (blasint)k, alpha, a, ta ? (blasint)m : (blasint)k, b,
-                tb ? (blasint)k : (blasint)n, beta, c, (blasint)n);
+    gemm_job j = { .ta = ta, .tb = tb, .by_rows = m >= n, .m = m, .n = n, .k = k,
+                   .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c };
+    int64_t units = ((j.by_rows ? m : n) + GEMM_BLOCK - 1) / GEMM_BLOCK;
+    /* About 2 MFLOP per task at least: smaller GEMMs stay on one thread. */
+    int64_t per_unit = 2 * GEMM_BLOCK * (j.by_rows ? n : m) * k;
+    int64_t grain = (2 << 20) / (per_unit > 0 ? per_unit : 1) + 1;
+    dl_parallel_for(units, grain, gemm_task, &j);
     return DL_OK;
 }
 
@@ -224,6 +266,20 @@ typedef struct conv_job {
     int64_t a, b, hw;
 } conv_job;
 
+/* Output columns [*lo, *hi) whose input column ox * sw - pw + kj lies
+ * inside the row; the others read padding. */
+static void valid_cols(const dl_conv_geom *g, int64_t kj, int64_t *lo, int64_t *hi)
+{
+    int64_t off = kj - g->pw;          /* ix = ox * sw + off */
+    *lo = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw;
+    int64_t last = g->w - 1 - off;     /* largest ox * sw allowed */
+    *hi = last < 0 ? 0 : last / g->sw + 1;
+    if (*hi > g->ow)
+        *hi = g->ow;
+    if (*lo > *hi)
+        *lo = *hi;
+}
+
 /* One row r of cols = (channel c, kernel offset ki, kj) over all outputs. */
 static void im2col_task(void *ctx, int64_t r0, int64_t r1)
 {
@@ -232,6 +288,8 @@ static void im2col_task(void *ctx, int64_t r0, int64_t r1)
     int64_t ncols = g->n * g->oh * g->ow;
     for (int64_t r = r0; r < r1; r++) {
         int64_t c = r / (g->kh * g->kw), ki = (r / g->kw) % g->kh, kj = r % g->kw;
+        int64_t lo, hi, off = kj - g->pw;
+        valid_cols(g, kj, &lo, &hi);
         float *dst = j->dst + r * ncols;
         for (int64_t n = 0; n < g->n; n++) {
             const float *plane = j->src + (n * g->c + c) * g->h * g->w;
@@ -241,11 +299,16 @@ static void im2col_task(void *ctx, int64_t r0, int64_t r1)
                     memset(dst, 0, (size_t)g->ow * sizeof(float));
                     continue;
                 }
-                const float *row = plane + iy * g->w;
-                for (int64_t ox = 0; ox < g->ow; ox++) {
-                    int64_t ix = ox * g->sw - g->pw + kj;
-                    dst[ox] = (ix >= 0 && ix < g->w) ? row[ix] : 0.0f;
-                }
+                const float *row = plane + iy * g->w + off;
+                for (int64_t ox = 0; ox < lo; ox++)
+                    dst[ox] = 0.0f;
+                if (g->sw == 1)
+                    memcpy(dst + lo, row + lo, (size_t)(hi - lo) * sizeof(float));
+                else
+                    for (int64_t ox = lo; ox < hi; ox++)
+                        dst[ox] = row[ox * g->sw];
+                for (int64_t ox = hi; ox < g->ow; ox++)
+                    dst[ox] = 0.0f;
             }
         }
     }
@@ -260,6 +323,8 @@ static void col2im_task(void *ctx, int64_t c0, int64_t c1)
     for (int64_t c = c0; c < c1; c++)
         for (int64_t ki = 0; ki < g->kh; ki++)
             for (int64_t kj = 0; kj < g->kw; kj++) {
+                int64_t lo, hi, off = kj - g->pw;
+                valid_cols(g, kj, &lo, &hi);
                 const float *src = j->src + ((c * g->kh + ki) * g->kw + kj) * ncols;
                 for (int64_t n = 0; n < g->n; n++) {
                     float *plane = j->dst + (n * g->c + c) * g->h * g->w;
@@ -267,12 +332,9 @@ static void col2im_task(void *ctx, int64_t c0, int64_t c1)
                         int64_t iy = oy * g->sh - g->ph + ki;
                         if (iy < 0 || iy >= g->h)
                             continue;
-                        float *row = plane + iy * g->w;
-                        for (int64_t ox = 0; ox < g->ow; ox++) {
-                            int64_t ix = ox * g->sw - g->pw + kj;
-                            if (ix >= 0 && ix < g->w)
-                                row[ix] += src[ox];
-                        }
+                        float *row = plane + iy * g->w + off;
+                        for (int64_t ox = lo; ox < hi; ox++)
+                            row[ox * g->sw] += src[ox];
                     }
                 }
             }
@@ -323,6 +385,27 @@ typedef struct pool_job {
     const int32_t *argmax_in;
 } pool_job;
 
+/* Max pooling whose windows all lie inside the input (no padding). */
+static void maxpool_inside(const dl_conv_geom *g, const float *x, float *y, int32_t *am)
+{
+    for (int64_t oy = 0; oy < g->oh; oy++)
+        for (int64_t ox = 0; ox < g->ow; ox++) {
+            int64_t base = oy * g->sh * g->w + ox * g->sw, arg = base;
+            float best = x[base];
+            for (int64_t ki = 0; ki < g->kh; ki++)
+                for (int64_t kj = 0; kj < g->kw; kj++) {
+                    int64_t at = base + ki * g->w + kj;
+                    if (x[at] > best) {
+                        best = x[at];
+                        arg = at;
+                    }
+                }
+            y[oy * g->ow + ox] = best;
+            if (am)
+                am[oy * g->ow + ox] = (int32_t)arg;
+        }
+}
+
 static void pool_fwd_task(void *ctx, int64_t p0, int64_t p1)
 {
     const pool_job *j = ctx;
@@ -332,6 +415,10 @@ static void pool_fwd_task(void *ctx, int64_t p0, int64_t p1)
         const float *x = j->src + p * g->h * g->w;
         float *y = j->dst + p * g->oh * g->ow;
         int32_t *am = j->argmax ? j->argmax + p * g->oh * g->ow : NULL;
+        if (j->kind == DL_POOL_MAX && g->ph == 0 && g->pw == 0) {
+            maxpool_inside(g, x, y, am);
+            continue;
+        }
         for (int64_t oy = 0; oy < g->oh; oy++)
             for (int64_t ox = 0; ox < g->ow; ox++) {
                 float best = -INFINITY, sum = 0.0f;
@@ -609,27 +696,36 @@ typedef struct opt_job {
     bool nesterov;
 } opt_job;
 
+/* Local restrict copies let the compiler vectorize these loops. */
 static void sgd_task(void *ctx, int64_t b, int64_t e)
 {
     const opt_job *j = ctx;
+    float *restrict p = j->p, *restrict v = j->v;
+    const float *restrict g = j->g;
+    const float lr = j->lr, mu = j->mu, wd = j->wd;
+    if (mu == 0.0f) {
+        for (int64_t i = b; i < e; i++)
+            p[i] -= lr * (g[i] + wd * p[i]);
+        return;
+    }
     for (int64_t i = b; i < e; i++) {
-        float g = j->g[i] + j->wd * j->p[i];
-        if (j->mu != 0.0f) {
-            j->v[i] = j->mu * j->v[i] + g;
-            g = j->nesterov ? g + j->mu * j->v[i] : j->v[i];
-        }
-        j->p[i] -= j->lr * g;
+        float gi = g[i] + wd * p[i];
+        v[i] = mu * v[i] + gi;
+        p[i] -= lr * (j->nesterov ? gi + mu * v[i] : v[i]);
     }
 }
 
 static void adam_task(void *ctx, int64_t b, int64_t e)
 {
     const opt_job *j = ctx;
+    float *restrict p = j->p, *restrict m = j->m, *restrict v = j->v;
+    const float *restrict g = j->g;
+    const float b1 = j->b1, b2 = j->b2, c1 = j->c1, c2 = j->c2, eps = j->eps, wd = j->wd;
     for (int64_t i = b; i < e; i++) {
-        float g = j->g[i] + j->wd * j->p[i];
-        j->m[i] = j->b1 * j->m[i] + (1.0f - j->b1) * g;
-        j->v[i] = j->b2 * j->v[i] + (1.0f - j->b2) * g * g;
-        j->p[i] -= j->c1 * j->m[i] / (sqrtf(j->v[i]) * j->c2 + j->eps);
+        float gi = g[i] + wd * p[i];
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        p[i] -= c1 * m[i] / (sqrtf(v[i]) * c2 + eps);
     }
 }
 
@@ -710,9 +806,9 @@ dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err)
         return dl_err_set(err, DL_ERR_NOMEM, "cpu backend");
     be->ops = &cpu_ops;
     be->threads = threads;
-    /* OpenBLAS and our pool never run at the same time, and our pool's
-     * threads sleep when idle: `threads` cores in all. */
-    openblas_set_num_threads(threads);
+    /* All parallelism is the pool's: OpenBLAS runs single-threaded inside
+     * its tasks, and the pool's threads sleep when idle. */
+    openblas_set_num_threads(1);
     dl_pool_set_threads(threads);
     *out = be;
     return DL_OK;

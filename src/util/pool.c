@@ -1,29 +1,42 @@
-/* pool.c: a fixed pool of worker threads for data-parallel loops.
- * Idle workers sleep on a condition variable (never spin), so they leave
- * the cores to OpenBLAS between our loops: no oversubscription. */
+/* pool.c: a fixed pool of worker threads for data-parallel loops. Idle
+ * workers spin for a few microseconds (a training step runs many short
+ * loops back to back), then sleep on a condition variable, so the pool
+ * never holds cores between jobs. OpenBLAS runs single-threaded inside
+ * our tasks, so the process uses at most the pool's threads. */
+#define _POSIX_C_SOURCE 200809L
 #include "util/dl_util.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #define POOL_MAX 256
+#define SPINS 20000     /* polls before a worker or the caller sleeps */
 
 static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t  work, done;
-    pthread_t       tid[POOL_MAX];
-    int             nthreads;     /* including the caller */
-    int             started;      /* worker threads running */
-    uint64_t        generation;   /* bumped for each job */
-    int             pending;      /* workers still busy with the job */
-    dl_task_fn      fn;
-    void           *ctx;
-    int64_t         n;
-    int             nchunks;
+    pthread_mutex_t  mu;
+    pthread_cond_t   work, done;
+    int              nthreads;    /* including the caller */
+    int              started;     /* worker threads running */
+    atomic_uint_fast64_t generation;  /* bumped for each job */
+    atomic_int       pending;     /* workers still busy with the job */
+    atomic_int       sleepers;    /* workers blocked on `work` */
+    dl_task_fn       fn;
+    void            *ctx;
+    int64_t          n;
+    int              nchunks;
 } pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-           PTHREAD_COND_INITIALIZER, {0}, 1, 0, 0, 0, NULL, NULL, 0, 0 };
+           PTHREAD_COND_INITIALIZER, 1, 0, 0, 0, 0, NULL, NULL, 0, 0 };
 
 static _Thread_local int in_task;
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static void run_chunk(int i)
 {
@@ -33,23 +46,38 @@ static void run_chunk(int i)
         pool.fn(pool.ctx, begin, end);
 }
 
+/* Waits until the generation differs from seen; returns the new one. */
+static uint64_t wait_job(uint64_t seen)
+{
+    for (int i = 0; i < SPINS; i++) {
+        uint64_t g = atomic_load(&pool.generation);
+        if (g != seen)
+            return g;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&pool.mu);
+    atomic_fetch_add(&pool.sleepers, 1);
+    while (atomic_load(&pool.generation) == seen)
+        pthread_cond_wait(&pool.work, &pool.mu);
+    atomic_fetch_sub(&pool.sleepers, 1);
+    pthread_mutex_unlock(&pool.mu);
+    return atomic_load(&pool.generation);
+}
+
 static void *worker(void *arg)
 {
     int id = (int)(intptr_t)arg;   /* 1..started */
     uint64_t seen = 0;
     in_task = 1;
-    pthread_mutex_lock(&pool.mu);
     for (;;) {
-        while (pool.generation == seen)
-            pthread_cond_wait(&pool.work, &pool.mu);
-        seen = pool.generation;
-        int mine = id < pool.nchunks;
-        pthread_mutex_unlock(&pool.mu);
-        if (mine)
+        seen = wait_job(seen);
+        if (id < pool.nchunks)
             run_chunk(id);
-        pthread_mutex_lock(&pool.mu);
-        if (--pool.pending == 0)
+        if (atomic_fetch_sub(&pool.pending, 1) == 1) {
+            pthread_mutex_lock(&pool.mu);
             pthread_cond_signal(&pool.done);
+            pthread_mutex_unlock(&pool.mu);
+        }
     }
     return NULL;
 }
@@ -62,11 +90,10 @@ void dl_pool_set_threads(int n)
         n = POOL_MAX;
     pthread_mutex_lock(&pool.mu);
     while (pool.started < n - 1) {
-        int id = pool.started + 1;
-        if (pthread_create(&pool.tid[pool.started], NULL, worker,
-                           (void *)(intptr_t)id) != 0)
+        pthread_t tid;
+        if (pthread_create(&tid, NULL, worker, (void *)(intptr_t)(pool.started + 1)) != 0)
             break;
-        pthread_detach(pool.tid[pool.started]);
+        pthread_detach(tid);
         pool.started++;
     }
     pool.nthreads = pool.started + 1 < n ? pool.started + 1 : n;
@@ -91,22 +118,28 @@ void dl_parallel_for(int64_t n, int64_t grain, dl_task_fn fn, void *ctx)
         fn(ctx, 0, n);
         return;
     }
-    pthread_mutex_lock(&pool.mu);
     pool.fn = fn;
     pool.ctx = ctx;
     pool.n = n;
     pool.nchunks = (int)chunks;
-    pool.pending = pool.started;
-    pool.generation++;
-    pthread_cond_broadcast(&pool.work);
-    pthread_mutex_unlock(&pool.mu);
+    atomic_store(&pool.pending, pool.started);
+    atomic_fetch_add(&pool.generation, 1);
+    if (atomic_load(&pool.sleepers) > 0) {
+        pthread_mutex_lock(&pool.mu);
+        pthread_cond_broadcast(&pool.work);
+        pthread_mutex_unlock(&pool.mu);
+    }
 
     in_task = 1;
     run_chunk(0);
     in_task = 0;
 
-    pthread_mutex_lock(&pool.mu);
-    while (pool.pending > 0)
-        pthread_cond_wait(&pool.done, &pool.mu);
-    pthread_mutex_unlock(&pool.mu);
+    for (int i = 0; i < SPINS && atomic_load(&pool.pending) > 0; i++)
+        cpu_relax();
+    if (atomic_load(&pool.pending) > 0) {
+        pthread_mutex_lock(&pool.mu);
+        while (atomic_load(&pool.pending) > 0)
+            pthread_cond_wait(&pool.done, &pool.mu);
+        pthread_mutex_unlock(&pool.mu);
+    }
 }
