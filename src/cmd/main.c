@@ -31,7 +31,18 @@ static const char usage[] =
     "  --limit N             use only the first N samples of each split\n"
     "  --version V           model version for --eval / --predict (default newest)\n"
     "  --progress | --no-progress   force the progress bar on or off\n"
-    "  --steps S             timed steps for --bench (default 50)\n"
+    "  --steps S             --bench: timed steps (default 50); --train: stop after S\n"
+    "                        steps with a checkpoint, to continue with --resume\n"
+    "\n"
+    "distributed training (under mpirun, srun or an MPIJob; see README):\n"
+    "  --dist MODE           allreduce (default), avg[:K], ps-sync or ps-async\n"
+    "  --ps-servers S        parameter-server ranks (the last S ranks; default 1)\n"
+    "  --max-staleness N     ps-async: steps a trainer may run ahead (default 4)\n"
+    "  --stall-timeout SEC   give up a wait after SEC seconds, naming the missing\n"
+    "                        ranks (default 300)\n"
+    "  --deterministic       reduce in a fixed order (reproducible to the bit)\n"
+    "  --checkpoint-every N  write a checkpoint every N steps (MODEL_DIR/checkpoints)\n"
+    "  --resume              continue from the newest checkpoint\n"
     "  -h, --help            this help\n"
     "  -V, --version         print dlserve's version (when given no V)\n";
 
@@ -41,7 +52,8 @@ enum {
     OPT_TRAIN = 256, OPT_EVAL, OPT_PREDICT, OPT_BENCH, OPT_DATA, OPT_EPOCHS,
     OPT_BATCH, OPT_LR, OPT_OPTIM, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_SEED,
     OPT_THREADS, OPT_DEVICE, OPT_LIMIT, OPT_VERSION, OPT_PROGRESS, OPT_NOPROGRESS,
-    OPT_STEPS, OPT_CONFIG,
+    OPT_STEPS, OPT_CONFIG, OPT_DIST, OPT_PS_SERVERS, OPT_STALENESS, OPT_STALL,
+    OPT_DETERMINISTIC, OPT_CHECKPOINT, OPT_RESUME,
 };
 
 static const struct option longopts[] = {
@@ -66,6 +78,13 @@ static const struct option longopts[] = {
     {"no-progress", no_argument, NULL, OPT_NOPROGRESS},
     {"steps", required_argument, NULL, OPT_STEPS},
     {"config", required_argument, NULL, OPT_CONFIG},
+    {"dist", required_argument, NULL, OPT_DIST},
+    {"ps-servers", required_argument, NULL, OPT_PS_SERVERS},
+    {"max-staleness", required_argument, NULL, OPT_STALENESS},
+    {"stall-timeout", required_argument, NULL, OPT_STALL},
+    {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
+    {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT},
+    {"resume", no_argument, NULL, OPT_RESUME},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -111,6 +130,27 @@ static int parse_option(int c, const char *arg, dl_run_opts *o)
     case OPT_NESTEROV: o->nesterov = 1; return 0;
     case OPT_PROGRESS: o->progress = 1; return 0;
     case OPT_NOPROGRESS: o->progress = 0; return 0;
+    case OPT_DETERMINISTIC: o->dist.deterministic = true; return 0;
+    case OPT_RESUME: o->resume = true; return 0;
+    case OPT_DIST: {
+        dl_err err = {0};
+        if (dl_dist_parse_mode(arg, &o->dist, &err) != DL_OK)
+            return fail("%s%s", err.msg, "");
+        o->dist_given = true;
+        return 0;
+    }
+    case OPT_PS_SERVERS: case OPT_STALENESS: case OPT_CHECKPOINT:
+        if (!parse_i64(arg, c == OPT_STALENESS ? 0 : 1, 1 << 20, &i))
+            return fail("--%s: '%s' is not a valid count", longopts[c - OPT_TRAIN].name, arg);
+        if (c == OPT_PS_SERVERS) o->dist.servers = (int)i;
+        if (c == OPT_STALENESS) o->dist.max_staleness = (int)i;
+        if (c == OPT_CHECKPOINT) o->checkpoint_every = i;
+        return 0;
+    case OPT_STALL:
+        if (!parse_f64(arg, 0.1, 1e7, &d))
+            return fail("--stall-timeout: '%s' is not a number of seconds >= 0.1%s", arg, "");
+        o->dist.stall_timeout = d;
+        return 0;
     case OPT_OPTIM:
         if (!strcmp(arg, "sgd"))           o->optimizer = DL_OPTIM_SGD;
         else if (!strcmp(arg, "momentum")) o->optimizer = DL_OPTIM_MOMENTUM;

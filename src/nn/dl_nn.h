@@ -103,6 +103,12 @@ float *dl_model_params(dl_model *m, int64_t *n);
 float *dl_model_grads(dl_model *m, int64_t *n);
 float *dl_model_state(dl_model *m, int64_t *n);
 
+/* Dropout masks derive from the model seed, a stream (distributed
+ * trainers use their rank) and a counter that every training forward pass
+ * advances; checkpoints save the counter to resume the same masks. */
+void dl_model_set_rng(dl_model *m, uint64_t stream, uint64_t counter);
+uint64_t dl_model_rng_counter(const dl_model *m);
+
 /* Zeroes the gradient buffer. */
 void dl_model_zero_grad(dl_model *m);
 
@@ -168,6 +174,8 @@ void dl_optim_step(dl_optim *o, float *params, const float *grads, double lr);
 /* Optimizer state (momentum / Adam moments), borrowed; *n may be 0. */
 float *dl_optim_state(dl_optim *o, int64_t *n);
 int64_t dl_optim_steps(const dl_optim *o);
+/* Sets the step counter (resuming from a checkpoint). */
+void dl_optim_set_steps(dl_optim *o, int64_t t);
 
 /* Learning rate at global step `step` (0-based) of a run with
  * steps_per_epoch steps an epoch and `total` steps in all. */

@@ -47,7 +47,7 @@ struct layer {
     param_slot           p[LAYER_MAX_PARAMS];
     void                *aux;                    /* backend memory */
     float               *work;                   /* shared scratch */
-    uint64_t             seed, calls;            /* dropout streams */
+    uint64_t             seed, calls;            /* dropout: mask stream and pass */
 };
 
 /* Output shape of a layer for a per-sample input shape; errors say what

@@ -91,8 +91,8 @@ static dl_status drop_forward(layer *l, const float *x, float *y, int64_t n,
         l->be->ops->copy(l->be, y, x, count);
         return DL_OK;
     }
-    /* A fresh, reproducible mask stream per call. */
-    uint64_t seed = l->seed * 0x9E3779B97F4A7C15ull + ++l->calls;
+    /* A fresh, reproducible mask per training pass (the model sets calls). */
+    uint64_t seed = l->seed * 0x9E3779B97F4A7C15ull + l->calls;
     l->be->ops->dropout_fwd(l->be, x, y, l->aux, count, l->conf->rate, seed);
     return DL_OK;
 }

@@ -31,6 +31,7 @@ struct dl_model {
     int64_t              batch;
     bool                 have_dout;
     bool                 trained;                   /* last forward was training */
+    uint64_t             seed, stream, counter;     /* dropout masks */
     float               *host_targets;              /* one-hot MSE targets */
 };
 
@@ -178,8 +179,9 @@ static dl_status init_params(dl_model *m, uint64_t seed, dl_err *err)
     point_slots(m, hp, NULL, hs);
     dl_rng rng;
     dl_rng_seed(&rng, seed);
+    m->seed = seed;
+    dl_model_set_rng(m, 0, 0);
     for (int i = 0; i < m->nlayers; i++) {
-        m->layers[i].seed = seed + (uint64_t)i * 7919u;
         if (m->layers[i].ops->init)
             m->layers[i].ops->init(&m->layers[i], &rng);
     }
@@ -251,6 +253,16 @@ float *dl_model_params(dl_model *m, int64_t *n) { *n = m->nparams; return m->par
 float *dl_model_grads(dl_model *m, int64_t *n) { *n = m->nparams; return m->grads; }
 float *dl_model_state(dl_model *m, int64_t *n) { *n = m->nstate; return m->state; }
 
+void dl_model_set_rng(dl_model *m, uint64_t stream, uint64_t counter)
+{
+    m->stream = stream;
+    m->counter = counter;
+    for (int i = 0; i < m->nlayers; i++)
+        m->layers[i].seed = m->seed + (uint64_t)i * 7919u + stream * 0xD1B54A32D192ED03ull;
+}
+
+uint64_t dl_model_rng_counter(const dl_model *m) { return m->counter; }
+
 void dl_model_zero_grad(dl_model *m)
 {
     m->be->ops->fill(m->be, m->grads, m->nparams, 0.0f);
@@ -268,8 +280,11 @@ dl_status dl_model_forward(dl_model *m, const float *x, int64_t batch,
     if (st != DL_OK)
         return st;
     const float *in = x;
+    if (train)
+        m->counter++;
     for (int i = 0; i < m->nlayers; i++) {
         layer *l = &m->layers[i];
+        l->calls = m->counter;
         st = l->ops->forward(l, in, m->act[i], batch, train, err);
         if (st != DL_OK)
             return dl_err_prefix(err, "layer '%s'", l->conf->name);

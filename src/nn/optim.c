@@ -76,6 +76,7 @@ float *dl_optim_state(dl_optim *o, int64_t *n)
 }
 
 int64_t dl_optim_steps(const dl_optim *o) { return o->t; }
+void dl_optim_set_steps(dl_optim *o, int64_t t) { o->t = t; }
 
 double dl_lr_at(const dl_hparams *hp, int64_t step, int64_t steps_per_epoch,
                 int64_t total)

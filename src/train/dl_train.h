@@ -5,6 +5,7 @@
 #define DL_TRAIN_H
 
 #include "nn/dl_nn.h"
+#include "train/dist/dl_dist.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,7 +29,13 @@ typedef struct dl_run_opts {
     int         optimizer;      /* dl_optim_kind, or -1 */
     int         nesterov;       /* 0 / 1, or -1 */
     int         progress;       /* 1 bar, 0 plain lines, -1 bar on a terminal */
-    /* benchmark */
+    /* distributed training and checkpoints */
+    dl_dist_conf dist;
+    bool        dist_given;     /* --dist was on the command line */
+    int64_t     checkpoint_every;  /* steps; 0: none */
+    bool        resume;
+    /* --train: stop after this many steps with a checkpoint (0: run to
+     * the end); --bench: timed steps (0: 50) */
     int64_t     steps;
 } dl_run_opts;
 
@@ -37,7 +44,8 @@ void dl_run_opts_init(dl_run_opts *o);
 
 /* Trains and writes MODEL_DIR/<next version>/{model.safetensors,
  * metrics.csv, curves.svg}; prints progress on stderr and one JSON
- * summary line on stdout. */
+ * summary line on stdout. Under an MPI launcher every rank runs this: the
+ * job trains as o->dist says and rank 0 prints and writes. */
 dl_status dl_train_run(const dl_run_opts *o, dl_err *err);
 
 /* Evaluates a version on the test split; prints one JSON line. */

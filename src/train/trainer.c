@@ -1,7 +1,10 @@
-/* trainer.c: the training loop of `dlserve --train`: shuffled, sharded
- * mini-batches, forward, loss, backward, optimizer step, per-epoch
- * evaluation, progress display, and the new version folder. */
+/* trainer.c: the training loop of `dlserve --train`, alone or as one rank
+ * of an MPI job: sharded mini-batches, forward, loss, backward, then the
+ * distributed mode's exchange (gradient allreduce, parameter averaging
+ * every K steps, or push/pull with parameter servers), per-epoch
+ * evaluation, checkpoints, progress, and the new version folder. */
 #define _POSIX_C_SOURCE 200809L
+#include "train/checkpoint.h"
 #include "train/report.h"
 #include "train/session.h"
 
@@ -11,15 +14,23 @@
 #include <unistd.h>
 
 typedef struct trainer {
+    const dl_run_opts *o;
     session     s;
     dl_hparams  hp;
+    dl_dist    *d;
+    dl_dist_mode mode;
+    int         T, me;           /* trainers and this trainer's index */
     dl_optim   *opt;
     dl_dataset *train, *test;
     int64_t    *perm, *idx;
     float      *hx, *x;          /* host batch and backend batch */
     int32_t    *hy;
+    float      *host;            /* host staging for exchanges */
+    int64_t     np, ns, no;      /* parameters, state, optimizer state */
     int64_t     steps_per_epoch, total_steps, step;
+    int64_t     ps_version;
     bool        bar;
+    dl_ps_stats ps;
 } trainer;
 
 static void apply_overrides(dl_hparams *hp, const dl_run_opts *o)
@@ -42,6 +53,11 @@ static void apply_overrides(dl_hparams *hp, const dl_run_opts *o)
         hp->nesterov = o->nesterov;
 }
 
+static bool is_ps(const trainer *t)
+{
+    return t->mode == DL_DIST_PS_SYNC || t->mode == DL_DIST_PS_ASYNC;
+}
+
 static void trainer_close(trainer *t)
 {
     dl_optim_free(t->opt);
@@ -51,15 +67,21 @@ static void trainer_close(trainer *t)
     free(t->idx);
     free(t->hx);
     free(t->hy);
+    free(t->host);
     if (t->x)
         t->s.be->ops->release(t->s.be, t->x);
     session_close(&t->s);
 }
 
-static dl_status trainer_open(trainer *t, const dl_run_opts *o, bool need_test,
-                              dl_err *err)
+static dl_status trainer_open(trainer *t, const dl_run_opts *o, dl_dist *d,
+                              bool need_test, dl_err *err)
 {
     memset(t, 0, sizeof(*t));
+    t->o = o;
+    t->d = d;
+    t->mode = dl_dist_conf_of(d)->mode;
+    t->T = dl_dist_trainers(d);
+    t->me = dl_dist_trainer(d);
     dl_model_conf *probe;
     dl_status st = dl_model_conf_load(o->model_dir, &probe, err);
     if (st != DL_OK)
@@ -72,58 +94,201 @@ static dl_status trainer_open(trainer *t, const dl_run_opts *o, bool need_test,
     st = session_data(&t->s, o, "train", &t->train, err);
     if (st == DL_OK && need_test)
         st = session_data(&t->s, o, "test", &t->test, err);
-    int64_t nparams, b = t->hp.batch_size, dim = dl_model_in_dim(t->s.m);
-    dl_model_params(t->s.m, &nparams);
+    int64_t b = t->hp.batch_size, dim = dl_model_in_dim(t->s.m);
+    dl_model_params(t->s.m, &t->np);
+    dl_model_state(t->s.m, &t->ns);
     if (st == DL_OK)
-        st = dl_optim_new(t->s.be, &t->hp, nparams, &t->opt, err);
+        st = dl_optim_new(t->s.be, &t->hp, t->np, &t->opt, err);
+    if (st == DL_OK)
+        dl_optim_state(t->opt, &t->no);
     if (st == DL_OK)
         st = t->s.be->ops->alloc(t->s.be, (size_t)(b * dim) * sizeof(float),
                                  (void **)&t->x, err);
     if (st == DL_OK) {
+        int64_t most = t->np > t->ns ? t->np : t->ns;
+        most = most > t->no ? most : t->no;
         t->perm = malloc((size_t)t->train->n * sizeof(*t->perm));
         t->idx = malloc((size_t)b * sizeof(*t->idx));
         t->hx = malloc((size_t)(b * dim) * sizeof(float));
         t->hy = malloc((size_t)b * sizeof(int32_t));
-        if (!t->perm || !t->idx || !t->hx || !t->hy)
+        t->host = malloc((size_t)(most + 1) * sizeof(float));
+        if (!t->perm || !t->idx || !t->hx || !t->hy || !t->host)
             st = dl_err_set(err, DL_ERR_NOMEM, "batch buffers");
     }
     if (st != DL_OK) {
         trainer_close(t);
         return st;
     }
-    t->steps_per_epoch = dl_data_steps(t->train->n, b);
+    /* Every rank derives the same step count from the same data size. */
+    t->steps_per_epoch = dl_data_steps(t->train->n, b * t->T);
     t->total_steps = t->steps_per_epoch * t->hp.epochs;
+    dl_model_set_rng(t->s.m, (uint64_t)(t->me > 0 ? t->me : 0), 0);
     return DL_OK;
 }
 
-/* One optimizer step on positions [begin, begin + count) of the epoch's
- * permutation. Adds the batch's summed loss and correct count. */
-static dl_status train_step(trainer *t, int64_t begin, int64_t count,
-                            double *loss, int64_t *correct, dl_err *err)
+/* Sums a backend buffer over the trainers through the host staging
+ * buffer, then scales it. */
+static dl_status reduce(trainer *t, float *buf, int64_t n, float scale,
+                        const char *what, dl_err *err)
 {
+    if (t->T <= 1 || n == 0)
+        return DL_OK;
+    dl_backend *be = t->s.be;
+    be->ops->download(be, t->host, buf, (size_t)n * sizeof(float));
+    dl_status st = dl_dist_sum(t->d, t->host, n, what, err);
+    if (st != DL_OK)
+        return st;
+    if (scale != 1.0f)
+        for (int64_t i = 0; i < n; i++)
+            t->host[i] *= scale;
+    be->ops->upload(be, buf, t->host, (size_t)n * sizeof(float));
+    return DL_OK;
+}
+
+/* Parameter averaging: parameters, state and optimizer state. */
+static dl_status average(trainer *t, dl_err *err)
+{
+    int64_t n;
+    float inv = 1.0f / (float)t->T;
+    dl_status st = reduce(t, dl_model_params(t->s.m, &n), t->np, inv, "parameter averaging", err);
+    if (st == DL_OK)
+        st = reduce(t, dl_model_state(t->s.m, &n), t->ns, inv, "state averaging", err);
+    if (st == DL_OK)
+        st = reduce(t, dl_optim_state(t->opt, &n), t->no, inv, "optimizer averaging", err);
+    return st;
+}
+
+static dl_status ps_pull(trainer *t, dl_err *err)
+{
+    int64_t n;
+    float *p = dl_model_params(t->s.m, &n);
+    dl_status st = dl_ps_pull(t->d, t->host, n, &t->ps_version, err);
+    if (st == DL_OK)
+        t->s.be->ops->upload(t->s.be, p, t->host, (size_t)n * sizeof(float));
+    return st;
+}
+
+/* Forward, loss and backward on this trainer's share of global step s of
+ * the epoch. Adds the share's summed loss, correct count and size. */
+static dl_status compute(trainer *t, int64_t s, double *loss, int64_t *correct,
+                         int64_t *seen, dl_err *err)
+{
+    int64_t begin, count, b = t->hp.batch_size, G = b * t->T;
+    dl_data_shard(t->train->n, b, t->me, t->T, s, &begin, &count);
+    int64_t global = t->train->n - s * G < G ? t->train->n - s * G : G;
+    dl_model_zero_grad(t->s.m);
+    if (count == 0)   /* a short last batch can leave a rank nothing */
+        return DL_OK;
+    /* Synchronous modes scale by the global batch, so that the sum over
+     * trainers is the gradient of one process with batch N*b. */
+    bool sync = t->mode == DL_DIST_ALLREDUCE || t->mode == DL_DIST_PS_SYNC;
+    float scale = 1.0f / (float)(sync ? global : count);
     dl_backend *be = t->s.be;
     for (int64_t i = 0; i < count; i++)
         t->idx[i] = t->perm[begin + i];
     dl_data_gather(t->train, t->idx, count, t->hx, t->hy);
     be->ops->upload(be, t->x, t->hx, (size_t)(count * t->train->dim) * sizeof(float));
-    dl_model_zero_grad(t->s.m);
     const float *y;
-    double l;
-    int64_t c;
+    double l = 0.0;
+    int64_t c = 0;
     dl_status st = dl_model_forward(t->s.m, t->x, count, true, &y, err);
     if (st == DL_OK)
-        st = dl_model_loss(t->s.m, t->hy, NULL, 1.0f / (float)count, true, &l, &c, err);
+        st = dl_model_loss(t->s.m, t->hy, NULL, scale, true, &l, &c, err);
     if (st == DL_OK)
         st = dl_model_backward(t->s.m, err);
-    if (st != DL_OK)
-        return st;
-    int64_t np;
-    float *p = dl_model_params(t->s.m, &np), *g = dl_model_grads(t->s.m, &np);
-    dl_optim_step(t->opt, p, g, dl_lr_at(&t->hp, t->step, t->steps_per_epoch, t->total_steps));
-    t->step++;
     *loss += l;
     *correct += c;
+    *seen += count;
+    return st;
+}
+
+/* One global step: compute, then the mode's exchange and update. */
+static dl_status train_step(trainer *t, int64_t s, double *loss, int64_t *correct,
+                            int64_t *seen, dl_err *err)
+{
+    dl_status st = is_ps(t) ? ps_pull(t, err) : DL_OK;
+    if (st == DL_OK)
+        st = compute(t, s, loss, correct, seen, err);
+    if (st != DL_OK)
+        return st;
+    int64_t n;
+    float *p = dl_model_params(t->s.m, &n), *g = dl_model_grads(t->s.m, &n);
+    double lr = dl_lr_at(&t->hp, t->step, t->steps_per_epoch, t->total_steps);
+    t->step++;
+    switch (t->mode) {
+    case DL_DIST_ALLREDUCE:
+        if ((st = reduce(t, g, n, 1.0f, "gradient allreduce", err)) == DL_OK)
+            dl_optim_step(t->opt, p, g, lr);
+        return st;
+    case DL_DIST_AVG:
+        dl_optim_step(t->opt, p, g, lr);
+        return t->step % dl_dist_conf_of(t->d)->avg_k == 0 ? average(t, err) : DL_OK;
+    case DL_DIST_PS_SYNC:
+    case DL_DIST_PS_ASYNC:
+        t->s.be->ops->download(t->s.be, t->host, g, (size_t)n * sizeof(float));
+        return dl_ps_push(t->d, t->host, n, t->ps_version, err);
+    }
     return DL_OK;
+}
+
+static dl_status checkpoint(trainer *t, dl_err *err)
+{
+    if (dl_dist_rank(t->d) != 0)
+        return DL_OK;
+    dl_backend *be = t->s.be;
+    int64_t np, ns, no;
+    float *p = dl_model_params(t->s.m, &np), *s = dl_model_state(t->s.m, &ns);
+    float *o = dl_optim_state(t->opt, &no);
+    float *hp = malloc((size_t)(np + ns + no + 1) * sizeof(float));
+    if (!hp)
+        return dl_err_set(err, DL_ERR_NOMEM, "checkpoint buffer");
+    be->ops->download(be, hp, p, (size_t)np * sizeof(float));
+    be->ops->download(be, hp + np, s, (size_t)ns * sizeof(float));
+    if (no)
+        be->ops->download(be, hp + np + ns, o, (size_t)no * sizeof(float));
+    ckpt_pos pos = { .step = t->step, .optim_steps = dl_optim_steps(t->opt),
+                     .rng_counter = dl_model_rng_counter(t->s.m), .seed = t->hp.seed,
+                     .batch_size = t->hp.batch_size, .ranks = t->T };
+    dl_status st = ckpt_write(t->o->model_dir, &pos, hp, np, hp + np, ns, hp + np + ns,
+                              no, 3, err);
+    free(hp);
+    return st;
+}
+
+static dl_status resume(trainer *t, dl_err *err)
+{
+    dl_backend *be = t->s.be;
+    float *hp = malloc((size_t)(t->np + t->ns + t->no + 1) * sizeof(float));
+    if (!hp)
+        return dl_err_set(err, DL_ERR_NOMEM, "checkpoint buffer");
+    ckpt_pos pos;
+    char path[4200];
+    dl_status st = ckpt_read_latest(t->o->model_dir, &pos, hp, t->np, hp + t->np, t->ns,
+                                    hp + t->np + t->ns, t->no, path, sizeof(path), err);
+    if (st == DL_OK && (pos.batch_size != t->hp.batch_size || pos.ranks != t->T ||
+                        pos.seed != t->hp.seed || pos.step > t->total_steps))
+        st = dl_err_set(err, DL_ERR_INVALID,
+                        "%s: written at step %lld by %lld trainers of batch %lld with seed "
+                        "%llu; this run has %d trainers of batch %lld, seed %llu, %lld steps",
+                        path, (long long)pos.step, (long long)pos.ranks,
+                        (long long)pos.batch_size, (unsigned long long)pos.seed, t->T,
+                        (long long)t->hp.batch_size, (unsigned long long)t->hp.seed,
+                        (long long)t->total_steps);
+    if (st == DL_OK) {
+        int64_t n;
+        be->ops->upload(be, dl_model_params(t->s.m, &n), hp, (size_t)t->np * sizeof(float));
+        be->ops->upload(be, dl_model_state(t->s.m, &n), hp + t->np, (size_t)t->ns * sizeof(float));
+        if (t->no)
+            be->ops->upload(be, dl_optim_state(t->opt, &n), hp + t->np + t->ns,
+                            (size_t)t->no * sizeof(float));
+        dl_optim_set_steps(t->opt, pos.optim_steps);
+        dl_model_set_rng(t->s.m, (uint64_t)t->me, pos.rng_counter);
+        t->step = pos.step;
+        DL_LOG0(DL_LOG_INFO, "train", "resuming from %s at step %lld", path,
+                (long long)pos.step);
+    }
+    free(hp);
+    return st;
 }
 
 static void show_bar(const trainer *t, int64_t epoch, int64_t step, double loss,
@@ -140,58 +305,110 @@ static void show_bar(const trainer *t, int64_t epoch, int64_t step, double loss,
             (int)eta / 60, (int)eta % 60);
 }
 
-static dl_status run_epoch(trainer *t, int64_t epoch, dl_epoch_stats *es,
-                           double *train_seconds, dl_err *err)
+/* Loss and accuracy sums over this trainer's part of the test set. */
+static dl_status evaluate(trainer *t, double sums[3], dl_err *err)
 {
-    dl_data_permutation(t->hp.seed, epoch, t->train->n, t->perm);
+    int64_t n = t->test->n, b = n * t->me / t->T, e = n * (t->me + 1) / t->T;
+    dl_dataset part = *t->test;
+    part.n = e - b;
+    part.x = t->test->x + b * t->test->dim;
+    part.y = t->test->y + b;
+    double loss = 0.0, acc = 0.0;
+    dl_status st = part.n > 0 ? session_evaluate(&t->s, &part, 1024, &loss, &acc, err)
+                              : DL_OK;
+    sums[0] = loss * (double)part.n;
+    sums[1] = acc * (double)part.n;
+    sums[2] = (double)part.n;
+    return st;
+}
+
+typedef struct epoch_ctx {
+    int64_t epoch;
+    int64_t first;           /* first step of the epoch to run (resume) */
+    double  train_seconds;   /* accumulated over the run */
+    double  bytes_start;
+} epoch_ctx;
+
+static dl_status run_epoch(trainer *t, epoch_ctx *ec, dl_epoch_stats *es, bool *stop,
+                           dl_err *err)
+{
+    const dl_run_opts *o = t->o;
+    dl_data_permutation(t->hp.seed, ec->epoch, t->train->n, t->perm);
     double loss = 0.0, t0 = dl_time_now(), last_draw = 0.0;
-    int64_t correct = 0, seen = 0;
-    for (int64_t s = 0; s < t->steps_per_epoch; s++) {
-        int64_t begin, count;
-        dl_data_shard(t->train->n, t->hp.batch_size, 0, 1, s, &begin, &count);
-        dl_status st = train_step(t, begin, count, &loss, &correct, err);
-        if (st != DL_OK)
-            return st;
-        seen += count;
+    int64_t correct = 0, seen = 0, G = t->hp.batch_size * t->T;
+    dl_status st = DL_OK;
+    int64_t s;
+    for (s = ec->first; s < t->steps_per_epoch && st == DL_OK; s++) {
+        st = train_step(t, s, &loss, &correct, &seen, err);
+        if (st == DL_OK && o->checkpoint_every > 0 && t->step % o->checkpoint_every == 0)
+            st = checkpoint(t, err);
+        if (st == DL_OK && o->steps > 0 && t->step >= o->steps) {
+            *stop = true;
+            s++;
+            break;
+        }
         double now = dl_time_now();
         if (t->bar && (now - last_draw > 0.1 || s + 1 == t->steps_per_epoch)) {
-            double rate = (double)seen / (now - t0);
-            double left = (double)(t->total_steps - t->step) * t->hp.batch_size / rate;
-            show_bar(t, epoch + 1, s, loss / (double)seen, (double)correct / (double)seen,
-                     rate, left);
+            double rate = (double)((s + 1 - ec->first) * G) / (now - t0);
+            double left = (double)((t->total_steps - t->step) * G) / rate;
+            show_bar(t, ec->epoch + 1, s, loss / (double)(seen ? seen : 1),
+                     (double)correct / (double)(seen ? seen : 1), rate, left);
             last_draw = now;
         }
     }
+    if (st != DL_OK)
+        return st;
     double secs = dl_time_now() - t0;
-    *train_seconds += secs;
-    *es = (dl_epoch_stats){ .epoch = (int)epoch + 1,
+    ec->train_seconds += secs;
+    /* Epoch ends are averaging points too, so that every trainer
+     * evaluates the same parameters. */
+    if (t->mode == DL_DIST_AVG && t->step % dl_dist_conf_of(t->d)->avg_k != 0)
+        st = average(t, err);
+    if (st == DL_OK && is_ps(t))
+        st = ps_pull(t, err);
+    double sums[6] = { loss, (double)correct, (double)seen, 0, 0, 0 };
+    if (st == DL_OK && t->test && t->test->n > 0)
+        st = evaluate(t, sums + 3, err);
+    if (st == DL_OK)
+        st = dl_dist_sum_f64(t->d, sums, 6, "epoch statistics", err);
+    int64_t steps = s - ec->first;
+    double tmin, tmax;
+    if (st == DL_OK)
+        st = dl_dist_minmax(t->d, secs / (double)(steps ? steps : 1), &tmin, &tmax, err);
+    if (st != DL_OK)
+        return st;
+    double bytes = (double)dl_dist_bytes(t->d) - ec->bytes_start;
+    *es = (dl_epoch_stats){ .epoch = (int)ec->epoch + 1,
         .lr = dl_lr_at(&t->hp, t->step - 1, t->steps_per_epoch, t->total_steps),
-        .train_loss = loss / (double)seen, .train_accuracy = (double)correct / (double)seen,
-        .test_loss = -1.0, .test_accuracy = -1.0,
-        .samples_per_sec = (double)seen / secs, .seconds = secs };
-    if (t->test && t->test->n > 0) {
-        dl_status st = session_evaluate(&t->s, t->test, 1024, &es->test_loss,
-                                        &es->test_accuracy, err);
-        if (st != DL_OK)
-            return st;
-    }
-    es->seconds = dl_time_now() - t0;
+        .train_loss = sums[0] / (sums[2] ? sums[2] : 1),
+        .train_accuracy = sums[1] / (sums[2] ? sums[2] : 1),
+        .test_loss = sums[5] > 0 ? sums[3] / sums[5] : -1.0,
+        .test_accuracy = sums[5] > 0 ? sums[4] / sums[5] : -1.0,
+        .samples_per_sec = sums[2] / secs, .seconds = dl_time_now() - t0 };
     if (t->bar)
         fprintf(stderr, "\n");
-    DL_LOG(DL_LOG_INFO, "train",
-           "epoch %d/%lld loss %.4f acc %.4f test_loss %.4f test_acc %.4f lr %.3g %.0f samples/s %.1fs",
-           es->epoch, (long long)t->hp.epochs, es->train_loss, es->train_accuracy,
-           es->test_loss, es->test_accuracy, es->lr, es->samples_per_sec, es->seconds);
+    DL_LOG0(DL_LOG_INFO, "train",
+            "epoch %d/%lld loss %.4f acc %.4f test_loss %.4f test_acc %.4f lr %.3g "
+            "%.0f samples/s %.1fs%s", es->epoch, (long long)t->hp.epochs, es->train_loss,
+            es->train_accuracy, es->test_loss, es->test_accuracy, es->lr,
+            es->samples_per_sec, es->seconds, t->T > 1 ? "" : "");
+    if (t->T > 1 || is_ps(t))
+        DL_LOG0(DL_LOG_INFO, "dist",
+                "epoch %d: step time %.2f-%.2f ms across trainers, %.0f bytes/step, "
+                "comm %.0f%% of rank 0's time", es->epoch, tmin * 1e3, tmax * 1e3,
+                steps ? bytes / (double)(s - ec->first) : 0.0,
+                100.0 * dl_dist_comm_seconds(t->d) / (ec->train_seconds > 0 ? ec->train_seconds : 1));
+    ec->first = 0;
     return DL_OK;
 }
 
 /* Writes the version folder: weights, metrics.csv, curves.svg. */
-static dl_status write_version(trainer *t, const dl_run_opts *o, int64_t version,
-                               const dl_epoch_stats *es, int n, const char *summary,
-                               char *weights, size_t wlen, dl_err *err)
+static dl_status write_version(trainer *t, int64_t version, const dl_epoch_stats *es,
+                               int n, const char *summary, char *weights, size_t wlen,
+                               dl_err *err)
 {
     char dir[4096], path[4200], title[256];
-    snprintf(dir, sizeof(dir), "%s/%lld", o->model_dir, (long long)version);
+    snprintf(dir, sizeof(dir), "%s/%lld", t->o->model_dir, (long long)version);
     dl_status st = dl_mkdir(dir, err);
     if (st != DL_OK)
         return st;
@@ -206,72 +423,203 @@ static dl_status write_version(trainer *t, const dl_run_opts *o, int64_t version
     return dl_report_write_svg(path, title, es, n, err);
 }
 
-dl_status dl_train_run(const dl_run_opts *o, dl_err *err)
+/* After the last step: one set of parameters on trainer 0. */
+static dl_status gather_final(trainer *t, dl_err *err)
 {
-    trainer t;
-    dl_status st = trainer_open(&t, o, true, err);
+    int64_t n;
+    float inv = 1.0f / (float)t->T;
+    /* Running statistics are per trainer in every mode: average them. */
+    dl_status st = reduce(t, dl_model_state(t->s.m, &n), t->ns, inv, "state averaging", err);
+    if (st != DL_OK || !is_ps(t))
+        return st;
+    if ((st = dl_ps_done(t->d, err)) != DL_OK || t->me != 0)
+        return st;
+    float *p = dl_model_params(t->s.m, &n);
+    st = dl_ps_finish(t->d, t->host, n, &t->ps, err);
+    if (st == DL_OK)
+        t->s.be->ops->upload(t->s.be, p, t->host, (size_t)n * sizeof(float));
+    return st;
+}
+
+static void summary_json(trainer *t, const dl_epoch_stats *last, int64_t version,
+                         double rate, double seconds, const char *path, bool full,
+                         char *out, size_t len)
+{
+    const dl_dist_conf *dc = dl_dist_conf_of(t->d);
+    int ranks = dl_dist_size(t->d);
+    double steps = t->step > 0 ? (double)t->step : 1.0;
+    int n = snprintf(out, len,
+                     "{\"model\":\"%s\",\"version\":%lld,\"path\":\"%s\",\"epochs\":%lld,"
+                     "\"train_loss\":%.4f,\"test_accuracy\":%.4f,\"samples_per_sec\":%.0f,"
+                     "\"seconds\":%.1f,\"dist\":\"%s\",\"ranks\":%d,\"servers\":%d,"
+                     "\"bytes_per_step\":%.0f,\"comm_fraction\":%.3f",
+                     t->s.conf->name, (long long)version, path, (long long)t->hp.epochs,
+                     last->train_loss, last->test_accuracy, rate, seconds,
+                     ranks > 1 ? dl_dist_mode_name(dc->mode) : "none", ranks,
+                     is_ps(t) ? dc->servers : 0, (double)dl_dist_bytes(t->d) / steps,
+                     seconds > 0 ? dl_dist_comm_seconds(t->d) / seconds : 0.0);
+    if (full && (size_t)n < len)
+        n += snprintf(out + n, len - (size_t)n,
+                      ",\"batch_size\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"seed\":%llu",
+                      (long long)t->hp.batch_size, dl_optim_name(t->hp.optimizer), t->hp.lr,
+                      (unsigned long long)t->hp.seed);
+    if (t->mode == DL_DIST_PS_ASYNC && (size_t)n < len)
+        n += snprintf(out + n, len - (size_t)n,
+                      ",\"updates\":%lld,\"discarded\":%lld,\"staleness_mean\":%.2f,"
+                      "\"staleness_max\":%lld", (long long)t->ps.updates,
+                      (long long)t->ps.discarded,
+                      t->ps.updates ? t->ps.staleness_sum / (double)t->ps.updates : 0.0,
+                      (long long)t->ps.max_staleness);
+    if ((size_t)n < len)
+        snprintf(out + n, len - (size_t)n, "}");
+}
+
+static dl_status finish(trainer *t, const dl_epoch_stats *es, int nepochs, double t0,
+                        double train_seconds, dl_err *err)
+{
+    dl_status st = gather_final(t, err);
+    if (st != DL_OK || dl_dist_rank(t->d) != 0)
+        return st;
+    const dl_epoch_stats *last = &es[nepochs - 1];
+    int64_t version = dl_repo_next(t->o->model_dir);
+    double rate = (double)(t->step * t->hp.batch_size * t->T) / train_seconds;
+    char meta[2048], line[2048], weights[4200];
+    snprintf(weights, sizeof(weights), "%s/%lld/model.safetensors", t->o->model_dir,
+             (long long)version);
+    summary_json(t, last, version, rate, dl_time_now() - t0, weights, true, meta, sizeof(meta));
+    st = write_version(t, version, es, nepochs, meta, weights, sizeof(weights), err);
+    summary_json(t, last, version, rate, dl_time_now() - t0, weights, false, line, sizeof(line));
+    if (st == DL_OK)
+        printf("%s\n", line);
+    return st;
+}
+
+static double server_lr(void *ctx, int64_t update)
+{
+    const trainer *t = ctx;
+    /* Asynchronous servers see T updates per global step. */
+    int64_t step = t->mode == DL_DIST_PS_ASYNC ? update / t->T : update;
+    return dl_lr_at(&t->hp, step, t->steps_per_epoch, t->total_steps);
+}
+
+/* A parameter-server rank: the model only provides the initial values. */
+static dl_status serve_shard(trainer *t, dl_err *err)
+{
+    int64_t n;
+    float *p = dl_model_params(t->s.m, &n);
+    t->s.be->ops->download(t->s.be, t->host, p, (size_t)n * sizeof(float));
+    dl_ps_stats stats;
+    return dl_ps_serve(t->d, t->s.be, &t->hp, t->host, n, server_lr, t, &stats, err);
+}
+
+static dl_status check_options(const trainer *t, dl_err *err)
+{
+    const dl_run_opts *o = t->o;
+    const dl_dist_conf *dc = dl_dist_conf_of(t->d);
+    if (o->checkpoint_every > 0 && is_ps(t))
+        return dl_err_set(err, DL_ERR_INVALID,
+                          "--checkpoint-every: checkpoints cover allreduce and avg; "
+                          "parameter servers keep their optimizer state to themselves");
+    if (o->checkpoint_every > 0 && t->mode == DL_DIST_AVG && o->checkpoint_every % dc->avg_k)
+        return dl_err_set(err, DL_ERR_INVALID,
+                          "--checkpoint-every %lld must be a multiple of K = %d (avg:K)",
+                          (long long)o->checkpoint_every, dc->avg_k);
+    if (o->resume && is_ps(t))
+        return dl_err_set(err, DL_ERR_INVALID, "--resume: not available with parameter servers");
+    return DL_OK;
+}
+
+static dl_status train_job(trainer *t, dl_err *err)
+{
+    const dl_run_opts *o = t->o;
+    dl_status st = check_options(t, err);
+    if (st == DL_OK && dl_dist_is_server(t->d))
+        return serve_shard(t, err);
+    if (st == DL_OK && o->resume)
+        st = resume(t, err);
     if (st != DL_OK)
         return st;
-    t.bar = o->progress == 1 || (o->progress < 0 && isatty(STDERR_FILENO));
-    DL_LOG(DL_LOG_INFO, "train", "%s: %lld train / %lld test samples, %lld epochs of %lld steps, "
-           "batch %lld, %s lr %g, %d threads", t.s.conf->name, (long long)t.train->n,
-           (long long)t.test->n, (long long)t.hp.epochs, (long long)t.steps_per_epoch,
-           (long long)t.hp.batch_size, dl_optim_name(t.hp.optimizer), t.hp.lr, t.s.be->threads);
-    dl_epoch_stats *es = calloc((size_t)t.hp.epochs, sizeof(*es));
-    if (!es) {
-        trainer_close(&t);
+    t->bar = dl_dist_rank(t->d) == 0 &&
+             (o->progress == 1 || (o->progress < 0 && isatty(STDERR_FILENO)));
+    DL_LOG0(DL_LOG_INFO, "train",
+            "%s: %lld train / %lld test samples, %lld epochs of %lld steps, batch %lld x %d "
+            "trainer%s, %s lr %g, %d thread%s per rank", t->s.conf->name,
+            (long long)t->train->n, (long long)t->test->n, (long long)t->hp.epochs,
+            (long long)t->steps_per_epoch, (long long)t->hp.batch_size, t->T,
+            t->T > 1 ? "s" : "", dl_optim_name(t->hp.optimizer), t->hp.lr,
+            t->s.be->threads, t->s.be->threads > 1 ? "s" : "");
+    dl_epoch_stats *es = calloc((size_t)t->hp.epochs, sizeof(*es));
+    if (!es)
         return dl_err_set(err, DL_ERR_NOMEM, "epoch table");
-    }
-    double train_seconds = 0.0, t0 = dl_time_now();
-    for (int64_t e = 0; e < t.hp.epochs && st == DL_OK; e++)
-        st = run_epoch(&t, e, &es[e], &train_seconds, err);
-    if (st == DL_OK) {
-        const dl_epoch_stats *last = &es[t.hp.epochs - 1];
-        int64_t version = dl_repo_next(o->model_dir);
-        double rate = (double)(t.train->n * t.hp.epochs) / train_seconds;
-        char summary[1024], weights[4200];
-        snprintf(summary, sizeof(summary),
-                 "{\"model\":\"%s\",\"version\":%lld,\"epochs\":%lld,\"batch_size\":%lld,"
-                 "\"optimizer\":\"%s\",\"lr\":%g,\"seed\":%llu,\"train_loss\":%.6f,"
-                 "\"train_accuracy\":%.6f,\"test_accuracy\":%.6f,\"samples_per_sec\":%.1f,"
-                 "\"seconds\":%.2f}",
-                 t.s.conf->name, (long long)version, (long long)t.hp.epochs,
-                 (long long)t.hp.batch_size, dl_optim_name(t.hp.optimizer), t.hp.lr,
-                 (unsigned long long)t.hp.seed, last->train_loss, last->train_accuracy,
-                 last->test_accuracy, rate, dl_time_now() - t0);
-        st = write_version(&t, o, version, es, (int)t.hp.epochs, summary, weights,
-                           sizeof(weights), err);
-        if (st == DL_OK)
-            printf("{\"model\":\"%s\",\"version\":%lld,\"path\":\"%s\",\"epochs\":%lld,"
-                   "\"train_loss\":%.4f,\"test_accuracy\":%.4f,\"samples_per_sec\":%.0f,"
-                   "\"seconds\":%.1f}\n",
-                   t.s.conf->name, (long long)version, weights, (long long)t.hp.epochs,
-                   last->train_loss, last->test_accuracy, rate, dl_time_now() - t0);
+    double t0 = dl_time_now();
+    epoch_ctx ec = { .epoch = t->step / t->steps_per_epoch,
+                     .first = t->step % t->steps_per_epoch };
+    int nepochs = 0;
+    bool stop = false;
+    for (; ec.epoch < t->hp.epochs && st == DL_OK && !stop; ec.epoch++)
+        if ((st = run_epoch(t, &ec, &es[nepochs], &stop, err)) == DL_OK)
+            nepochs++;
+    if (st == DL_OK && stop) {
+        st = checkpoint(t, err);
+        if (is_ps(t) && st == DL_OK)
+            st = gather_final(t, err);
+        if (st == DL_OK && dl_dist_rank(t->d) == 0)
+            printf("{\"model\":\"%s\",\"stopped_at_step\":%lld,\"total_steps\":%lld}\n",
+                   t->s.conf->name, (long long)t->step, (long long)t->total_steps);
+    } else if (st == DL_OK) {
+        st = finish(t, es, nepochs, t0, ec.train_seconds, err);
     }
     free(es);
-    trainer_close(&t);
+    return st;
+}
+
+dl_status dl_train_run(const dl_run_opts *o, dl_err *err)
+{
+    dl_dist *d;
+    dl_status st = dl_dist_new(&o->dist, NULL, NULL, &d, err);
+    if (st != DL_OK)
+        return st;
+    trainer t;
+    st = trainer_open(&t, o, d, true, err);
+    if (st == DL_OK) {
+        st = train_job(&t, err);
+        trainer_close(&t);
+    }
+    if (st != DL_OK && dl_dist_size(d) > 1) {
+        /* The other ranks would wait for this one: end the job. */
+        DL_LOG(DL_LOG_ERR, "train", "%s", err ? err->msg : "failed");
+        fflush(stderr);
+        dl_dist_abort(d, 1);
+    }
+    dl_dist_free(d);
     return st;
 }
 
 dl_status dl_bench_run(const dl_run_opts *o, dl_err *err)
 {
-    trainer t;
-    dl_status st = trainer_open(&t, o, true, err);
+    dl_dist *d;
+    dl_dist_conf one = { .mode = DL_DIST_ALLREDUCE, .avg_k = 1, .stall_timeout = 300 };
+    dl_status st = dl_dist_new(&one, NULL, NULL, &d, err);
     if (st != DL_OK)
         return st;
+    trainer t;
+    st = trainer_open(&t, o, d, true, err);
+    if (st != DL_OK) {
+        dl_dist_free(d);
+        return st;
+    }
     dl_data_permutation(t.hp.seed, 0, t.train->n, t.perm);
     double loss = 0.0, t0 = 0.0;
-    int64_t correct = 0, warm = 5, seen = 0;
-    for (int64_t s = 0; s < warm + o->steps && st == DL_OK; s++) {
-        if (s == warm)
+    int64_t correct = 0, warm = 5, seen = 0, timed = 0;
+    int64_t steps = o->steps > 0 ? o->steps : 50;
+    for (int64_t s = 0; s < warm + steps && st == DL_OK; s++) {
+        if (s == warm) {
             t0 = dl_time_now();
-        int64_t begin, count;
-        dl_data_shard(t.train->n, t.hp.batch_size, 0, 1, s % t.steps_per_epoch, &begin, &count);
-        st = train_step(&t, begin, count, &loss, &correct, err);
-        if (s >= warm)
-            seen += count;
+            timed = seen;
+        }
+        st = train_step(&t, s % t.steps_per_epoch, &loss, &correct, &seen, err);
     }
-    double train_rate = (double)seen / (dl_time_now() - t0);
+    double train_rate = (double)(seen - timed) / (dl_time_now() - t0);
     int64_t n = t.test->n, out = dl_model_out_dim(t.s.m);
     float *probs = malloc((size_t)(n * out) * sizeof(float));
     if (st == DL_OK && !probs)
@@ -287,8 +635,9 @@ dl_status dl_bench_run(const dl_run_opts *o, dl_err *err)
                "\"train_samples_per_sec\":%.1f,\"infer_batch_size\":256,"
                "\"infer_samples_per_sec\":%.1f}\n",
                t.s.conf->name, t.s.be->threads, (long long)t.hp.batch_size,
-               (long long)o->steps, train_rate, infer_rate);
+               (long long)steps, train_rate, infer_rate);
     free(probs);
     trainer_close(&t);
+    dl_dist_free(d);
     return st;
 }

@@ -1,0 +1,138 @@
+/* checkpoint.c: training checkpoints as safetensors files holding the
+ * flat "params", "state" and "optimizer" buffers, with the run position
+ * as JSON in the metadata. */
+#define _POSIX_C_SOURCE 200809L
+#include "train/checkpoint.h"
+#include "nn/safetensors.h"
+
+#include <dirent.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Step numbers of the checkpoints present, newest first; returns count. */
+static int list_steps(const char *model_dir, int64_t *steps, int max)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/checkpoints", model_dir);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        long long s;
+        char tail[32];
+        if (sscanf(e->d_name, "step-%lld.safetensor%31s", &s, tail) == 2 &&
+            strcmp(tail, "s") == 0)
+            steps[n++] = s;
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++)        /* newest first */
+        for (int k = i; k > 0 && steps[k] > steps[k - 1]; k--) {
+            int64_t t = steps[k];
+            steps[k] = steps[k - 1];
+            steps[k - 1] = t;
+        }
+    return n;
+}
+
+static void path_of(const char *model_dir, int64_t step, char *out, size_t len)
+{
+    snprintf(out, len, "%s/checkpoints/step-%09lld.safetensors", model_dir,
+             (long long)step);
+}
+
+dl_status ckpt_write(const char *model_dir, const ckpt_pos *pos,
+                     const float *params, int64_t np, const float *state,
+                     int64_t ns, const float *optim, int64_t no, int keep,
+                     dl_err *err)
+{
+    char dir[4096], path[4200], meta[512];
+    snprintf(dir, sizeof(dir), "%s/checkpoints", model_dir);
+    dl_status st = dl_mkdir(dir, err);
+    if (st != DL_OK)
+        return st;
+    dl_st_tensor t[3] = {
+        { .name = "params", .dtype = DL_ST_F32, .ndim = 1, .shape = {np},
+          .data = params, .nbytes = (size_t)np * sizeof(float) },
+        { .name = "state", .dtype = DL_ST_F32, .ndim = 1, .shape = {ns},
+          .data = state, .nbytes = (size_t)ns * sizeof(float) },
+        { .name = "optimizer", .dtype = DL_ST_F32, .ndim = 1, .shape = {no},
+          .data = optim, .nbytes = (size_t)no * sizeof(float) },
+    };
+    snprintf(meta, sizeof(meta),
+             "{\"step\":%lld,\"optim_steps\":%lld,\"rng_counter\":%llu,\"seed\":%llu,"
+             "\"batch_size\":%lld,\"ranks\":%lld}",
+             (long long)pos->step, (long long)pos->optim_steps,
+             (unsigned long long)pos->rng_counter, (unsigned long long)pos->seed,
+             (long long)pos->batch_size, (long long)pos->ranks);
+    const char *kv[2] = { "dlserve.checkpoint", meta };
+    path_of(model_dir, pos->step, path, sizeof(path));
+    if ((st = dl_st_write(path, t, 3, kv, 1, err)) != DL_OK)
+        return st;
+    int64_t steps[256];
+    int n = list_steps(model_dir, steps, 256);
+    for (int i = keep; i < n; i++) {
+        path_of(model_dir, steps[i], path, sizeof(path));
+        unlink(path);
+    }
+    return DL_OK;
+}
+
+static dl_status copy_tensor(const dl_st_file *f, const char *name, float *dst,
+                             int64_t n, const char *path, dl_err *err)
+{
+    const dl_st_tensor *t = dl_st_find(f, name);
+    if (!t || t->dtype != DL_ST_F32 || t->ndim != 1 || t->shape[0] != n)
+        return dl_err_set(err, DL_ERR_INVALID,
+                          "%s: tensor '%s' missing or not F32 [%lld] (a different model "
+                          "or optimizer?)", path, name, (long long)n);
+    memcpy(dst, t->data, (size_t)n * sizeof(float));
+    return DL_OK;
+}
+
+static dl_status read_pos(const dl_st_file *f, const char *path, ckpt_pos *pos,
+                          dl_err *err)
+{
+    const char *meta = dl_st_meta(f, "dlserve.checkpoint");
+    json_t *j = meta ? json_loads(meta, 0, NULL) : NULL;
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return dl_err_set(err, DL_ERR_INVALID, "%s: no dlserve.checkpoint metadata", path);
+    }
+    pos->step = json_integer_value(json_object_get(j, "step"));
+    pos->optim_steps = json_integer_value(json_object_get(j, "optim_steps"));
+    pos->rng_counter = (uint64_t)json_integer_value(json_object_get(j, "rng_counter"));
+    pos->seed = (uint64_t)json_integer_value(json_object_get(j, "seed"));
+    pos->batch_size = json_integer_value(json_object_get(j, "batch_size"));
+    pos->ranks = json_integer_value(json_object_get(j, "ranks"));
+    json_decref(j);
+    return DL_OK;
+}
+
+dl_status ckpt_read_latest(const char *model_dir, ckpt_pos *pos, float *params,
+                           int64_t np, float *state, int64_t ns, float *optim,
+                           int64_t no, char *path, size_t path_len, dl_err *err)
+{
+    int64_t steps[1];
+    if (list_steps(model_dir, steps, 1) == 0)
+        return dl_err_set(err, DL_ERR_IO, "%s/checkpoints: no checkpoint to resume from",
+                          model_dir);
+    path_of(model_dir, steps[0], path, path_len);
+    dl_st_file *f;
+    dl_status st = dl_st_load(path, &f, err);
+    if (st != DL_OK)
+        return st;
+    st = read_pos(f, path, pos, err);
+    if (st == DL_OK)
+        st = copy_tensor(f, "params", params, np, path, err);
+    if (st == DL_OK)
+        st = copy_tensor(f, "state", state, ns, path, err);
+    if (st == DL_OK)
+        st = copy_tensor(f, "optimizer", optim, no, path, err);
+    dl_st_free(f);
+    return st;
+}
