@@ -334,6 +334,7 @@ static dl_status run_epoch(trainer *t, epoch_ctx *ec, dl_epoch_stats *es, bool *
 {
     const dl_run_opts *o = t->o;
     dl_data_permutation(t->hp.seed, ec->epoch, t->train->n, t->perm);
+    ec->bytes_start = (double)dl_dist_bytes(t->d);
     double loss = 0.0, t0 = dl_time_now(), last_draw = 0.0;
     int64_t correct = 0, seen = 0, G = t->hp.batch_size * t->T;
     dl_status st = DL_OK;

@@ -5,7 +5,7 @@ DLSERVE=${DLSERVE:?set DLSERVE to the dlserve binary}
 SRC=${DLSERVE_SOURCE_ROOT:?set DLSERVE_SOURCE_ROOT}
 DATA=/usr/share/datasets/fashion-mnist
 WORK=$(mktemp -d /tmp/dlserve-test.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+trap '[ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 passed=0 failed=0
 
 ok()   { passed=$((passed + 1)); echo "ok - $*"; }

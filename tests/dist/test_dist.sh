@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Distributed training with real mpirun on loopback (oversubscribed):
+# equivalence of the synchronous modes with one process of batch N*b,
+# parameter servers with S = 1, 2, 3, unequal shards, checkpoint/resume
+# equality, and stalls: a stopped rank and a killed rank end the job with
+# the missing rank named.
+. "$(dirname "$0")/../cli/lib.sh"
+
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp
+        --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+CMP="$SRC/tests/dist/compare_weights.py"
+COMMON=(--epochs 1 --limit 4096 --optimizer momentum --lr 0.05 --threads 1 --seed 3
+        --no-progress --deterministic)
+
+fresh() { rm -rf "$WORK/$1"; mkdir -p "$WORK/$1"; cp "$SRC/models/fashion-mlp/model.json" "$WORK/$1/"; echo "$WORK/$1"; }
+
+# Reference: one process, batch 64.
+ref=$(fresh ref)
+"$DLSERVE" --train "$ref" "${COMMON[@]}" --batch-size 64 > "$WORK/ref.json" 2>/dev/null
+check "reference run" test -s "$ref/1/model.safetensors"
+
+equivalent() {  # name reference ranks args...
+    local name=$1 reference=$2 np=$3; shift 3
+    local dir; dir=$(fresh "$name")
+    timeout 120 "${MPIRUN[@]}" -np "$np" "$DLSERVE" --train "$dir" "${COMMON[@]}" "$@" \
+        > "$WORK/$name.json" 2> "$WORK/$name.log"
+    check "$name: job exits 0" test $? -eq 0
+    check "$name: equals one process with batch 64 (rel err <= 1e-5)" \
+        /usr/bin/python3 "$CMP" "$dir/1/model.safetensors" "$reference/1/model.safetensors" 1e-5
+}
+equivalent allreduce-2 "$ref" 2 --dist allreduce --batch-size 32
+equivalent allreduce-4 "$ref" 4 --dist allreduce --batch-size 16
+equivalent ps-sync-s1 "$ref" 3 --dist ps-sync --ps-servers 1 --batch-size 32
+equivalent ps-sync-s2 "$ref" 4 --dist ps-sync --ps-servers 2 --batch-size 32
+equivalent ps-sync-s3 "$ref" 5 --dist ps-sync --ps-servers 3 --batch-size 32
+# avg:1 with plain SGD is synchronous SGD: its own SGD reference.
+sgd=$(fresh sgdref)
+"$DLSERVE" --train "$sgd" "${COMMON[@]}" --optimizer sgd --batch-size 64 >/dev/null 2>&1
+equivalent avg1-2 "$sgd" 2 --dist avg:1 --optimizer sgd --batch-size 32
+
+check "summary line has the dist fields" /usr/bin/python3 - "$WORK/ps-sync-s2.json" <<'PY'
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+ok = d["dist"] == "ps-sync" and d["ranks"] == 4 and d["servers"] == 2
+# Cost model: 2 x |params| x 4 bytes per trainer per step.
+# (plus one pull per epoch for evaluation and the final one).
+ok = ok and abs(d["bytes_per_step"] / (2 * 235146 * 4) - 1) < 0.05 and 0 <= d["comm_fraction"] <= 1
+sys.exit(not ok)
+PY
+check "allreduce moves 2(N-1)/N |params| per rank and step" /usr/bin/python3 - "$WORK/allreduce-4.json" <<'PY'
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+# deterministic mode gathers and broadcasts: 2 |params| per rank
+sys.exit(not (d["dist"] == "allreduce" and d["ranks"] == 4 and d["bytes_per_step"] > 0))
+PY
+
+# Shards of unequal length: 1000 samples, 3 ranks of 64: the last step has
+# 232 samples for 3 ranks, and every rank still agrees on the step count.
+odd=$(fresh odd)
+timeout 60 "${MPIRUN[@]}" -np 3 "$DLSERVE" --train "$odd" --epochs 2 --limit 1000 --threads 1 \
+    --batch-size 64 --no-progress > "$WORK/odd.json" 2>&1
+check "unequal shards: the job finishes" test $? -eq 0 -a -s "$odd/1/model.safetensors"
+
+# Checkpoint and resume: stopped at step 90, resumed, equals the
+# uninterrupted run bit for bit (dropout masks included).
+for d in whole parts; do
+    fresh $d > /dev/null
+    /usr/bin/python3 - "$WORK/$d/model.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["layers"].insert(3, {"name": "drop1", "type": "dropout", "rate": 0.2})
+json.dump(m, open(sys.argv[1], "w"))
+PY
+done
+R=(--dist allreduce --deterministic --epochs 2 --limit 2048 --batch-size 16 --threads 1 --no-progress)
+"${MPIRUN[@]}" -np 2 "$DLSERVE" --train "$WORK/whole" "${R[@]}" > /dev/null 2>&1
+"${MPIRUN[@]}" -np 2 "$DLSERVE" --train "$WORK/parts" "${R[@]}" --checkpoint-every 20 --steps 90 \
+    > "$WORK/stop.json" 2>/dev/null
+check "--steps 90 stops with a checkpoint" test -s "$WORK/parts/checkpoints/step-000000090.safetensors"
+check "a stopped run publishes no version" test ! -e "$WORK/parts/1"
+"${MPIRUN[@]}" -np 2 "$DLSERVE" --train "$WORK/parts" "${R[@]}" --resume > /dev/null 2> "$WORK/resume.log"
+check "--resume starts from step 90" grep -q "at step 90" "$WORK/resume.log"
+check "resumed run equals the uninterrupted one exactly" \
+    /usr/bin/python3 "$CMP" "$WORK/parts/1/model.safetensors" "$WORK/whole/1/model.safetensors" 0
+"${MPIRUN[@]}" -np 3 "$DLSERVE" --train "$WORK/parts" "${R[@]}" --resume > /dev/null 2> "$WORK/resume3.log"
+check "--resume with another rank count is refused" grep -q "2 trainers of batch 16" "$WORK/resume3.log"
+
+# Stalls. rank_pid R: the pid of rank R of the running job.
+rank_pid() {
+    for p in $(pgrep -f "dlserve --train $WORK/stall"); do
+        if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+            echo "$p"; return
+        fi
+    done
+}
+start_stall_job() {  # name: logs go to $WORK/name.err
+    log=$WORK/$1.err
+    fresh stall > /dev/null
+    "${MPIRUN[@]}" -np 3 "$DLSERVE" --train "$WORK/stall" --epochs 50 --limit 4096 --threads 1 \
+        --no-progress --stall-timeout 3 > "$WORK/stall.out" 2> "$log" &
+    job=$!
+    for _ in $(seq 100); do
+        victim=$(rank_pid 2)
+        [ -n "$victim" ] && grep -q "epoch 1/50" "$log" && break
+        sleep 0.2
+    done
+}
+finish_stall_job() {  # returns the job's exit code; kills it after 30 s
+    local t0=$SECONDS
+    while kill -0 $job 2>/dev/null && [ $((SECONDS - t0)) -lt 30 ]; do sleep 0.2; done
+    kill -9 $job 2>/dev/null
+    wait $job
+}
+
+start_stall_job stopped
+t0=$SECONDS
+kill -STOP "$victim"
+finish_stall_job; rc=$?
+kill -CONT "$victim" 2>/dev/null
+check "stopped rank: job exits non-zero ($rc)" test $rc -ne 0
+check "stopped rank: ended within the timeout plus grace ($((SECONDS - t0)) s)" test $((SECONDS - t0)) -le 15
+check "stopped rank: the log names missing rank 2" grep -q "missing rank: 2" "$log"
+
+start_stall_job killed
+t0=$SECONDS
+kill -KILL "$victim"
+finish_stall_job; rc=$?
+check "killed rank: job exits non-zero ($rc)" test $rc -ne 0
+check "killed rank: ended within the timeout ($((SECONDS - t0)) s)" test $((SECONDS - t0)) -le 15
+check "killed rank: the message names rank 2" grep -Eq "rank 2 |missing rank: 2" "$log"
+
+finish
