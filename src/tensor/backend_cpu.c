@@ -280,7 +280,16 @@ static void valid_cols(const dl_conv_geom *g, int64_t kj, int64_t *lo, int64_t *
         *lo = *hi;
 }
 
+/* Rows of im2col are short (the output width): a call to memcpy per row
+ * costs more than the copy, so GCC must not turn these loops into calls. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define NO_MEMCPY_CALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define NO_MEMCPY_CALLS
+#endif
+
 /* One row r of cols = (channel c, kernel offset ki, kj) over all outputs. */
+NO_MEMCPY_CALLS
 static void im2col_task(void *ctx, int64_t r0, int64_t r1)
 {
     const conv_job *j = ctx;
@@ -303,7 +312,8 @@ static void im2col_task(void *ctx, int64_t r0, int64_t r1)
                 for (int64_t ox = 0; ox < lo; ox++)
                     dst[ox] = 0.0f;
                 if (g->sw == 1)
-                    memcpy(dst + lo, row + lo, (size_t)(hi - lo) * sizeof(float));
+                    for (int64_t ox = lo; ox < hi; ox++)
+                        dst[ox] = row[ox];
                 else
                     for (int64_t ox = lo; ox < hi; ox++)
                         dst[ox] = row[ox * g->sw];
@@ -315,6 +325,7 @@ static void im2col_task(void *ctx, int64_t r0, int64_t r1)
 }
 
 /* Channels [c0, c1): each channel's part of dx is written by one task. */
+NO_MEMCPY_CALLS
 static void col2im_task(void *ctx, int64_t c0, int64_t c1)
 {
     const conv_job *j = ctx;
@@ -385,9 +396,31 @@ typedef struct pool_job {
     const int32_t *argmax_in;
 } pool_job;
 
+/* The common 2x2, stride 2 case, first maximum wins as in the general loop. */
+static void maxpool_2x2(const dl_conv_geom *g, const float *x, float *y, int32_t *am)
+{
+    for (int64_t oy = 0; oy < g->oh; oy++) {
+        const float *r0 = x + 2 * oy * g->w, *r1 = r0 + g->w;
+        for (int64_t ox = 0; ox < g->ow; ox++) {
+            int64_t c = 2 * ox, arg = c;
+            float best = r0[c];
+            if (r0[c + 1] > best) { best = r0[c + 1]; arg = c + 1; }
+            if (r1[c] > best)     { best = r1[c];     arg = g->w + c; }
+            if (r1[c + 1] > best) { best = r1[c + 1]; arg = g->w + c + 1; }
+            y[oy * g->ow + ox] = best;
+            if (am)
+                am[oy * g->ow + ox] = (int32_t)(2 * oy * g->w + arg);
+        }
+    }
+}
+
 /* Max pooling whose windows all lie inside the input (no padding). */
 static void maxpool_inside(const dl_conv_geom *g, const float *x, float *y, int32_t *am)
 {
+    if (g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2) {
+        maxpool_2x2(g, x, y, am);
+        return;
+    }
     for (int64_t oy = 0; oy < g->oh; oy++)
         for (int64_t ox = 0; ox < g->ow; ox++) {
             int64_t base = oy * g->sh * g->w + ox * g->sw, arg = base;

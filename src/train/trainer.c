@@ -29,6 +29,9 @@ typedef struct trainer {
     int64_t     np, ns, no;      /* parameters, state, optimizer state */
     int64_t     steps_per_epoch, total_steps, step;
     int64_t     ps_version;
+    dl_ps_layout lay;            /* how the servers split the parameters */
+    int64_t    *ids;             /* table rows of this step's batch */
+    int64_t     nids;
     bool        bar;
     dl_ps_stats ps;
 } trainer;
@@ -68,6 +71,7 @@ static void trainer_close(trainer *t)
     free(t->hx);
     free(t->hy);
     free(t->host);
+    free(t->ids);
     if (t->x)
         t->s.be->ops->release(t->s.be, t->x);
     session_close(&t->s);
@@ -119,6 +123,17 @@ static dl_status trainer_open(trainer *t, const dl_run_opts *o, dl_dist *d,
         trainer_close(t);
         return st;
     }
+    /* An embedding table first in the model travels by rows (sparse). */
+    t->lay = (dl_ps_layout){ .nparams = t->np };
+    const dl_layer_conf *first = &t->s.conf->layers[0];
+    if (first->type == DL_LAYER_EMBEDDING) {
+        t->lay.rows = first->num_embeddings;
+        t->lay.dim = first->dim;
+        if (!(t->ids = malloc((size_t)(b * dim) * sizeof(*t->ids)))) {
+            trainer_close(t);
+            return dl_err_set(err, DL_ERR_NOMEM, "row list");
+        }
+    }
     /* Every rank derives the same step count from the same data size. */
     t->steps_per_epoch = dl_data_steps(t->train->n, b * t->T);
     t->total_steps = t->steps_per_epoch * t->hp.epochs;
@@ -158,24 +173,57 @@ static dl_status average(trainer *t, dl_err *err)
     return st;
 }
 
-static dl_status ps_pull(trainer *t, dl_err *err)
+/* Pulls the dense parameters and the table rows of this step's batch
+ * (all rows when all_rows). */
+static dl_status ps_pull(trainer *t, bool all_rows, dl_err *err)
 {
     int64_t n;
     float *p = dl_model_params(t->s.m, &n);
-    dl_status st = dl_ps_pull(t->d, t->host, n, &t->ps_version, err);
+    bool every = all_rows || !t->ids;
+    dl_status st = dl_ps_pull(t->d, t->host, &t->lay, every ? NULL : t->ids,
+                              every ? 0 : t->nids, &t->ps_version, err);
     if (st == DL_OK)
         t->s.be->ops->upload(t->s.be, p, t->host, (size_t)n * sizeof(float));
     return st;
 }
 
-/* Forward, loss and backward on this trainer's share of global step s of
- * the epoch. Adds the share's summed loss, correct count and size. */
-static dl_status compute(trainer *t, int64_t s, double *loss, int64_t *correct,
-                         int64_t *seen, dl_err *err)
+static int cmp_i64(const void *a, const void *b)
 {
-    int64_t begin, count, b = t->hp.batch_size, G = b * t->T;
-    dl_data_shard(t->train->n, b, t->me, t->T, s, &begin, &count);
-    int64_t global = t->train->n - s * G < G ? t->train->n - s * G : G;
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* This trainer's share of global step s: gathers it into hx / hy and, for
+ * a model with an embedding table, lists the rows it touches. Returns
+ * the share's size and the global batch's. */
+static void gather(trainer *t, int64_t s, int64_t *count, int64_t *global)
+{
+    int64_t begin, b = t->hp.batch_size, G = b * t->T, dim = t->train->dim;
+    dl_data_shard(t->train->n, b, t->me, t->T, s, &begin, count);
+    *global = t->train->n - s * G < G ? t->train->n - s * G : G;
+    for (int64_t i = 0; i < *count; i++)
+        t->idx[i] = t->perm[begin + i];
+    dl_data_gather(t->train, t->idx, *count, t->hx, t->hy);
+    if (!t->ids)
+        return;
+    int64_t n = 0;
+    for (int64_t i = 0; i < *count * dim; i++) {
+        float f = t->hx[i];   /* bad ids are refused by the embedding layer */
+        if (f >= 0.0f && f < (float)t->lay.rows)
+            t->ids[n++] = (int64_t)f;
+    }
+    qsort(t->ids, (size_t)n, sizeof(*t->ids), cmp_i64);
+    t->nids = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (i == 0 || t->ids[i] != t->ids[i - 1])
+            t->ids[t->nids++] = t->ids[i];
+}
+
+/* Forward, loss and backward on the gathered share. Adds the share's
+ * summed loss, correct count and size. */
+static dl_status compute(trainer *t, int64_t count, int64_t global, double *loss,
+                         int64_t *correct, int64_t *seen, dl_err *err)
+{
     dl_model_zero_grad(t->s.m);
     if (count == 0)   /* a short last batch can leave a rank nothing */
         return DL_OK;
@@ -184,9 +232,6 @@ static dl_status compute(trainer *t, int64_t s, double *loss, int64_t *correct,
     bool sync = t->mode == DL_DIST_ALLREDUCE || t->mode == DL_DIST_PS_SYNC;
     float scale = 1.0f / (float)(sync ? global : count);
     dl_backend *be = t->s.be;
-    for (int64_t i = 0; i < count; i++)
-        t->idx[i] = t->perm[begin + i];
-    dl_data_gather(t->train, t->idx, count, t->hx, t->hy);
     be->ops->upload(be, t->x, t->hx, (size_t)(count * t->train->dim) * sizeof(float));
     const float *y;
     double l = 0.0;
@@ -206,9 +251,11 @@ static dl_status compute(trainer *t, int64_t s, double *loss, int64_t *correct,
 static dl_status train_step(trainer *t, int64_t s, double *loss, int64_t *correct,
                             int64_t *seen, dl_err *err)
 {
-    dl_status st = is_ps(t) ? ps_pull(t, err) : DL_OK;
+    int64_t count, global;
+    gather(t, s, &count, &global);
+    dl_status st = is_ps(t) ? ps_pull(t, false, err) : DL_OK;
     if (st == DL_OK)
-        st = compute(t, s, loss, correct, seen, err);
+        st = compute(t, count, global, loss, correct, seen, err);
     if (st != DL_OK)
         return st;
     int64_t n;
@@ -226,7 +273,8 @@ static dl_status train_step(trainer *t, int64_t s, double *loss, int64_t *correc
     case DL_DIST_PS_SYNC:
     case DL_DIST_PS_ASYNC:
         t->s.be->ops->download(t->s.be, t->host, g, (size_t)n * sizeof(float));
-        return dl_ps_push(t->d, t->host, n, t->ps_version, err);
+        return dl_ps_push(t->d, t->host, &t->lay, t->ids, t->ids ? t->nids : 0,
+                          t->ps_version, err);
     }
     return DL_OK;
 }
@@ -366,7 +414,7 @@ static dl_status run_epoch(trainer *t, epoch_ctx *ec, dl_epoch_stats *es, bool *
     if (t->mode == DL_DIST_AVG && t->step % dl_dist_conf_of(t->d)->avg_k != 0)
         st = average(t, err);
     if (st == DL_OK && is_ps(t))
-        st = ps_pull(t, err);
+        st = ps_pull(t, true, err);
     double sums[6] = { loss, (double)correct, (double)seen, 0, 0, 0 };
     if (st == DL_OK && t->test && t->test->n > 0)
         st = evaluate(t, sums + 3, err);
@@ -436,7 +484,7 @@ static dl_status gather_final(trainer *t, dl_err *err)
     if ((st = dl_ps_done(t->d, err)) != DL_OK || t->me != 0)
         return st;
     float *p = dl_model_params(t->s.m, &n);
-    st = dl_ps_finish(t->d, t->host, n, &t->ps, err);
+    st = dl_ps_finish(t->d, t->host, &t->lay, &t->ps, err);
     if (st == DL_OK)
         t->s.be->ops->upload(t->s.be, p, t->host, (size_t)n * sizeof(float));
     return st;
@@ -510,7 +558,7 @@ static dl_status serve_shard(trainer *t, dl_err *err)
     float *p = dl_model_params(t->s.m, &n);
     t->s.be->ops->download(t->s.be, t->host, p, (size_t)n * sizeof(float));
     dl_ps_stats stats;
-    return dl_ps_serve(t->d, t->s.be, &t->hp, t->host, n, server_lr, t, &stats, err);
+    return dl_ps_serve(t->d, t->s.be, &t->hp, t->host, &t->lay, server_lr, t, &stats, err);
 }
 
 static dl_status check_options(const trainer *t, dl_err *err)

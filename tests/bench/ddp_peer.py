@@ -22,9 +22,10 @@ the end of the permutation.
 
 Timing: --warmup untimed steps, a barrier, --steps timed steps, a
 barrier; job samples/s = ranks * batch * steps / rank 0's elapsed time.
-Also reports per rank the time spent in the backward pass (where DDP's
-gloo allreduce runs, overlapped with the gradient computation) for
-context. Prints one JSON line on stdout (from the launcher); workers'
+Also reports rank 0's time in the backward pass (where DDP's gloo
+allreduce runs, overlapped with the gradient computation) and, after the
+timed steps, the time of as many steps under ddp.no_sync() (no allreduce:
+the compute part of a step; the ranks still share the cores). Prints one JSON line on stdout (from the launcher); workers'
 stderr passes through.
 """
 
@@ -104,8 +105,20 @@ def worker(args):
     if world > 1:
         dist.barrier()
     elapsed = time.perf_counter() - t0
-    out = {"rank": rank, "elapsed": elapsed, "backward_seconds": bwd[0],
-           "loss": float(loss), "samples": n}
+    backward = bwd[0]
+    # The same number of steps without DDP's allreduce (no_sync: gradients
+    # stay local), for the compute part of a step.
+    nosync = elapsed
+    if world > 1:
+        t0 = time.perf_counter()
+        with ddp.no_sync():
+            for i in range(args.steps):
+                loss = step(i)
+        float(loss)
+        nosync = time.perf_counter() - t0
+        dist.barrier()
+    out = {"rank": rank, "elapsed": elapsed, "backward_seconds": backward,
+           "nosync_seconds": nosync, "loss": float(loss), "samples": n}
     print("DDP-RESULT " + json.dumps(out), flush=True)
     if world > 1:
         dist.destroy_process_group()
@@ -154,6 +167,7 @@ def launch(args):
         "seconds": round(r0["elapsed"], 3),
         "step_ms": round(1e3 * r0["elapsed"] / args.steps, 3),
         "backward_ms_rank0": round(1e3 * r0["backward_seconds"] / args.steps, 3),
+        "nosync_step_ms": round(1e3 * r0["nosync_seconds"] / args.steps, 3),
         "loss": round(r0["loss"], 4)}), flush=True)
     return 0
 

@@ -70,25 +70,25 @@ static dl_status no_ps(dl_err *err)
 }
 
 dl_status dl_ps_serve(dl_dist *d, dl_backend *be, const dl_hparams *hp,
-                      const float *params, int64_t nparams, dl_lr_fn lr_at,
+                      const float *params, const dl_ps_layout *lay, dl_lr_fn lr_at,
                       void *lr_ctx, dl_ps_stats *stats, dl_err *err)
 {
-    (void)d; (void)be; (void)hp; (void)params; (void)nparams; (void)lr_at;
+    (void)d; (void)be; (void)hp; (void)params; (void)lay; (void)lr_at;
     (void)lr_ctx; (void)stats;
     return no_ps(err);
 }
 
-dl_status dl_ps_pull(dl_dist *d, float *params, int64_t nparams, int64_t *version,
-                     dl_err *err)
+dl_status dl_ps_pull(dl_dist *d, float *params, const dl_ps_layout *lay,
+                     const int64_t *ids, int64_t nids, int64_t *version, dl_err *err)
 {
-    (void)d; (void)params; (void)nparams; (void)version;
+    (void)d; (void)params; (void)lay; (void)ids; (void)nids; (void)version;
     return no_ps(err);
 }
 
-dl_status dl_ps_push(dl_dist *d, const float *grads, int64_t nparams, int64_t version,
-                     dl_err *err)
+dl_status dl_ps_push(dl_dist *d, const float *grads, const dl_ps_layout *lay,
+                     const int64_t *ids, int64_t nids, int64_t version, dl_err *err)
 {
-    (void)d; (void)grads; (void)nparams; (void)version;
+    (void)d; (void)grads; (void)lay; (void)ids; (void)nids; (void)version;
     return no_ps(err);
 }
 
@@ -98,9 +98,9 @@ dl_status dl_ps_done(dl_dist *d, dl_err *err)
     return no_ps(err);
 }
 
-dl_status dl_ps_finish(dl_dist *d, float *params, int64_t nparams, dl_ps_stats *total,
-                       dl_err *err)
+dl_status dl_ps_finish(dl_dist *d, float *params, const dl_ps_layout *lay,
+                       dl_ps_stats *total, dl_err *err)
 {
-    (void)d; (void)params; (void)nparams; (void)total;
+    (void)d; (void)params; (void)lay; (void)total;
     return no_ps(err);
 }

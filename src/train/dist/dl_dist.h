@@ -87,27 +87,39 @@ typedef struct dl_ps_stats {
     double  staleness_sum;  /* for the mean */
 } dl_ps_stats;
 
-/* Runs a server until every trainer has finished: owns shard
- * [begin, end) of the flattened parameters (initial values from params,
- * host memory, the whole buffer) and the optimizer state for it. lr_at
- * gives the learning rate for an update number. */
+/* How the servers split the flattened parameters: an optional embedding
+ * table first, [0, rows * dim), whose row r lives on server r % S and
+ * travels only when a batch touches it; then the dense values, in S
+ * contiguous shards. rows = 0: everything is dense. */
+typedef struct dl_ps_layout {
+    int64_t nparams;
+    int64_t rows, dim;
+} dl_ps_layout;
+
+/* Runs a server until every trainer has finished: owns its rows and dense
+ * shard (initial values from params, host memory, the whole buffer) and
+ * the optimizer state for them, and updates them densely (a row no batch
+ * touched gets a zero gradient, exactly as in one process). lr_at gives
+ * the learning rate for an update number. */
 typedef double (*dl_lr_fn)(void *ctx, int64_t update);
 dl_status dl_ps_serve(dl_dist *d, dl_backend *be, const dl_hparams *hp,
-                      const float *params, int64_t nparams, dl_lr_fn lr_at,
+                      const float *params, const dl_ps_layout *lay, dl_lr_fn lr_at,
                       void *lr_ctx, dl_ps_stats *stats, dl_err *err);
 
-/* Trainer side. pull: the latest parameters from every server into
- * params (host, whole buffer); returns the version they carry. push: the
- * gradient shards (host, whole buffer) computed on `version`. done: tells
- * the servers this trainer is finished. */
-dl_status dl_ps_pull(dl_dist *d, float *params, int64_t nparams,
-                     int64_t *version, dl_err *err);
-dl_status dl_ps_push(dl_dist *d, const float *grads, int64_t nparams,
-                     int64_t version, dl_err *err);
+/* Trainer side. ids: the table rows this step touches, sorted and unique
+ * (nids of them); ids = NULL means every row. pull: the latest dense
+ * values and those rows into params (host, whole buffer); returns the
+ * version they carry. push: the dense gradient and those rows' gradients
+ * (grads: host, whole buffer) computed on `version`. done: tells the
+ * servers this trainer is finished. */
+dl_status dl_ps_pull(dl_dist *d, float *params, const dl_ps_layout *lay,
+                     const int64_t *ids, int64_t nids, int64_t *version, dl_err *err);
+dl_status dl_ps_push(dl_dist *d, const float *grads, const dl_ps_layout *lay,
+                     const int64_t *ids, int64_t nids, int64_t version, dl_err *err);
 dl_status dl_ps_done(dl_dist *d, dl_err *err);
-/* Trainer 0 only, after dl_ps_done: the final parameters, once every
- * trainer is done, and the servers' statistics summed. */
-dl_status dl_ps_finish(dl_dist *d, float *params, int64_t nparams,
+/* Trainer 0 only, after dl_ps_done: every parameter, once every trainer
+ * is done, and the servers' statistics summed. */
+dl_status dl_ps_finish(dl_dist *d, float *params, const dl_ps_layout *lay,
                        dl_ps_stats *total, dl_err *err);
 
 /* The shard of server s (0-based among servers) of n parameters. */
