@@ -18,4 +18,6 @@ need_packages() {
 
 # The packages the core build and its tests need.
 CORE_PACKAGES=(gcc meson ninja-build pkg-config libopenblas-dev libjansson-dev
-               zlib1g-dev libcriterion-dev dataset-fashion-mnist)
+               zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin)
+# What the test suites need besides: Criterion, the PyTorch peer.
+TEST_PACKAGES=(libcriterion-dev python3-torch)
