@@ -2,6 +2,9 @@
  * training, evaluation, prediction and benchmarking. */
 #define _POSIX_C_SOURCE 200809L
 #include "train/dl_train.h"
+#ifdef DL_HAVE_SERVE
+#include "serve/dl_serve.h"
+#endif
 
 #include <errno.h>
 #include <getopt.h>
@@ -10,7 +13,8 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: dlserve [--config FILE]                     run the daemon\n"
+    "usage: dlserve [--config FILE] [--set S.K=V]...    run the daemon\n"
+    "       dlserve --check-config FILE                 validate, print the effective config\n"
     "       dlserve --train MODEL_DIR [options]         train; write MODEL_DIR/<next version>/\n"
     "       dlserve --eval MODEL_DIR [--version V] [--data DIR]\n"
     "       dlserve --predict MODEL_DIR [--version V] [FILE|-]\n"
@@ -43,6 +47,14 @@ static const char usage[] =
     "  --deterministic       reduce in a fixed order (reproducible to the bit)\n"
     "  --checkpoint-every N  write a checkpoint every N steps (MODEL_DIR/checkpoints)\n"
     "  --resume              continue from the newest checkpoint\n"
+    "\n"
+    "daemon:\n"
+    "  --config FILE         configuration file (INI; see conf/dlserve.conf)\n"
+    "  --set SECTION.KEY=V   override one option (after the file and DLSERVE_* variables)\n"
+    "  --port N              same as --set http.port=N\n"
+    "  --models DIR          same as --set models.dir=DIR\n"
+    "  --check-config FILE   print the effective configuration and exit\n"
+    "\n"
     "  -h, --help            this help\n"
     "  -V, --version         print dlserve's version (when given no V)\n";
 
@@ -53,7 +65,8 @@ enum {
     OPT_BATCH, OPT_LR, OPT_OPTIM, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_SEED,
     OPT_THREADS, OPT_DEVICE, OPT_LIMIT, OPT_VERSION, OPT_PROGRESS, OPT_NOPROGRESS,
     OPT_STEPS, OPT_CONFIG, OPT_DIST, OPT_PS_SERVERS, OPT_STALENESS, OPT_STALL,
-    OPT_DETERMINISTIC, OPT_CHECKPOINT, OPT_RESUME,
+    OPT_DETERMINISTIC, OPT_CHECKPOINT, OPT_RESUME, OPT_SET, OPT_PORT, OPT_MODELS,
+    OPT_CHECK_CONFIG,
 };
 
 static const struct option longopts[] = {
@@ -85,6 +98,10 @@ static const struct option longopts[] = {
     {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
     {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT},
     {"resume", no_argument, NULL, OPT_RESUME},
+    {"set", required_argument, NULL, OPT_SET},
+    {"port", required_argument, NULL, OPT_PORT},
+    {"models", required_argument, NULL, OPT_MODELS},
+    {"check-config", required_argument, NULL, OPT_CHECK_CONFIG},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -180,6 +197,31 @@ static int parse_option(int c, const char *arg, dl_run_opts *o)
     return fail("unexpected option%s%s", "", "");
 }
 
+#define MAX_OVERRIDES 64
+
+/* The daemon, or --check-config. */
+static int serve(const char *config, bool check, const char *const *ov, int nov)
+{
+#ifdef DL_HAVE_SERVE
+    if (!check)
+        return dl_serve_main(config, ov, nov);
+    dl_serve_conf conf;
+    dl_err err = {0};
+    if (dl_serve_conf_load(&conf, config, &err) != DL_OK) {
+        fprintf(stderr, "dlserve: %s\n", err.msg);
+        return 2;
+    }
+    dl_conf_print(dl_serve_opts, &conf, stdout);
+    return 0;
+#else
+    (void)config;
+    (void)check;
+    (void)ov;
+    (void)nov;
+    return fail("this build has no daemon (it needs libmicrohttpd and inih)%s%s", "", "");
+#endif
+}
+
 /* "--version" alone prints the program's version; "--version V" selects a
  * model version for --eval and --predict. */
 static bool wants_program_version(int argc, char **argv)
@@ -201,6 +243,10 @@ int main(int argc, char **argv)
     dl_run_opts_init(&o);
     enum mode mode = MODE_SERVE;
     int c, rc;
+    const char *config = NULL, *overrides[MAX_OVERRIDES];
+    static char owned[MAX_OVERRIDES][1100];
+    int noverrides = 0;
+    bool check_config = false;
     while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
         switch (c) {
         case 'h':
@@ -217,7 +263,24 @@ int main(int argc, char **argv)
             o.model_dir = optarg;
             break;
         case OPT_CONFIG:
-            return fail("--config %s: the daemon is not part of this build yet%s", optarg, "");
+            config = optarg;
+            break;
+        case OPT_CHECK_CONFIG:
+            config = optarg;
+            check_config = true;
+            break;
+        case OPT_SET: case OPT_PORT: case OPT_MODELS:
+            if (noverrides == MAX_OVERRIDES)
+                return fail("too many --set options%s%s", "", "");
+            if (c == OPT_SET) {
+                overrides[noverrides++] = optarg;
+            } else {
+                snprintf(owned[noverrides], sizeof(owned[0]), "%s=%s",
+                         c == OPT_PORT ? "http.port" : "models.dir", optarg);
+                overrides[noverrides] = owned[noverrides];
+                noverrides++;
+            }
+            break;
         case '?':
             fputs("try 'dlserve --help'\n", stderr);
             return 2;
@@ -231,8 +294,7 @@ int main(int argc, char **argv)
     if (optind < argc)
         return fail("unexpected argument '%s'%s", argv[optind], "");
     if (mode == MODE_SERVE)
-        return fail("the daemon is not part of this build yet; see --help for "
-                    "--train, --eval, --predict%s%s", "", "");
+        return serve(config, check_config, overrides, noverrides);
 
     dl_err err = {0};
     dl_status st = DL_OK;

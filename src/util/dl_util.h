@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -122,8 +123,65 @@ int  dl_pool_threads(void);
 
 /* Runs fn over [0, n) split in contiguous chunks, one per thread, and
  * returns when all are done. Runs inline when n < grain * 2 or with one
- * thread. Calls from inside a task run inline. */
+ * thread. Calls from inside a task, or while another thread's loop holds
+ * the workers, run inline. */
 void dl_parallel_for(int64_t n, int64_t grain, dl_task_fn fn, void *ctx);
+
+/* ---- configuration tables ----------------------------------------------
+ * Each component describes its options in one table; the table drives
+ * defaults, parsing of INI files (inih), DLSERVE_<SECTION>_<KEY>
+ * environment overrides, command-line overrides, bounds checks, the
+ * effective-config printout and the README's reference. */
+
+typedef enum dl_opt_type {
+    DL_OPT_INT,      /* int64_t, bounds min..max */
+    DL_OPT_DOUBLE,   /* double, bounds min..max */
+    DL_OPT_BOOL,     /* bool: true/false/yes/no/on/off/1/0 */
+    DL_OPT_STRING,   /* char[size] */
+} dl_opt_type;
+
+typedef struct dl_opt {
+    const char *section;   /* "http" */
+    const char *key;       /* "port" */
+    dl_opt_type type;
+    size_t      offset;    /* offsetof(config struct, field) */
+    size_t      size;      /* DL_OPT_STRING: buffer size */
+    const char *def;       /* default, as text */
+    double      min, max;  /* DL_OPT_INT, DL_OPT_DOUBLE */
+    const char *doc;       /* one line */
+} dl_opt;
+
+/* A table ends with an entry whose key is NULL. */
+
+/* Sets every option to its default. */
+dl_status dl_conf_defaults(const dl_opt *opts, void *conf, dl_err *err);
+
+/* Sets one option from text; `origin` names where the value came from in
+ * errors ("dlserve.conf:12", "DLSERVE_HTTP_PORT", "--http-port"). */
+dl_status dl_conf_set(const dl_opt *opts, void *conf, const char *section,
+                      const char *key, const char *value, const char *origin,
+                      dl_err *err);
+
+/* Reads an INI file over conf. Unknown sections or keys and bad values
+ * fail with "path:line: ...". Sections listed in `passthrough` (NULL-
+ * terminated, may be NULL) accept any key: each is handed to `raw`
+ * (which may be NULL) with its origin. */
+typedef dl_status (*dl_conf_raw_fn)(void *ctx, const char *section, const char *key,
+                                    const char *value, const char *origin, dl_err *err);
+dl_status dl_conf_load_file(const dl_opt *opts, void *conf, const char *path,
+                            const char *const *passthrough, dl_conf_raw_fn raw,
+                            void *raw_ctx, dl_err *err);
+
+/* Applies DLSERVE_<SECTION>_<KEY> variables (upper case, '.' -> '_'). */
+dl_status dl_conf_apply_env(const dl_opt *opts, void *conf, dl_err *err);
+
+/* Writes the effective configuration as an INI file, with each option's
+ * doc as a comment. */
+void dl_conf_print(const dl_opt *opts, const void *conf, FILE *f);
+
+/* Writes the reference as a Markdown table (section, key, default,
+ * range, meaning). */
+void dl_conf_print_markdown(const dl_opt *opts, FILE *f);
 
 #ifdef __cplusplus
 }

@@ -31,6 +31,10 @@ static struct {
 
 static _Thread_local int in_task;
 
+/* One caller at a time uses the workers; a concurrent caller (another
+ * thread's loop) runs its loop inline. */
+static pthread_mutex_t caller = PTHREAD_MUTEX_INITIALIZER;
+
 static void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -114,7 +118,7 @@ void dl_parallel_for(int64_t n, int64_t grain, dl_task_fn fn, void *ctx)
     int64_t chunks = n / grain;
     if (chunks > pool.nthreads)
         chunks = pool.nthreads;
-    if (chunks < 2 || in_task) {
+    if (chunks < 2 || in_task || pthread_mutex_trylock(&caller) != 0) {
         fn(ctx, 0, n);
         return;
     }
@@ -142,4 +146,5 @@ void dl_parallel_for(int64_t n, int64_t grain, dl_task_fn fn, void *ctx)
             pthread_cond_wait(&pool.done, &pool.mu);
         pthread_mutex_unlock(&pool.mu);
     }
+    pthread_mutex_unlock(&caller);
 }

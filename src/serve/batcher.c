@@ -1,0 +1,326 @@
+/* batcher.c: dynamic batching with Triton's semantics. Requests queue per
+ * served version; one worker thread (one per device) takes the queue
+ * whose oldest request is oldest, and runs it as one batch once it holds
+ * max_batch_size samples or its oldest request has waited
+ * max_queue_delay_us. Beyond max_queue_size queued samples per model,
+ * submissions are refused (503). */
+#define _POSIX_C_SOURCE 200809L
+#include "serve/serve.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct queue {
+    served    *sv;              /* the version these requests run on */
+    infer_req *head, *tail;
+    int64_t    samples;
+} queue;
+
+struct batcher {
+    dl_batching_conf conf;
+    registry        *reg;
+    stats           *st;
+    pthread_mutex_t  mu;
+    pthread_cond_t   cv;
+    queue           *q;
+    int              nq, capq;
+    bool             stopping;
+    pthread_t        worker;
+    bool             running;
+    float           *bx, *by;   /* batch staging */
+    int64_t          bcap_in, bcap_out;
+};
+
+void infer_req_init(infer_req *q)
+{
+    memset(q, 0, sizeof(*q));
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
+}
+
+void infer_req_fini(infer_req *q)
+{
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->cv);
+}
+
+void infer_wait(infer_req *q)
+{
+    pthread_mutex_lock(&q->mu);
+    while (!q->done)
+        pthread_cond_wait(&q->cv, &q->mu);
+    pthread_mutex_unlock(&q->mu);
+}
+
+static void complete(infer_req *q)
+{
+    pthread_mutex_lock(&q->mu);
+    q->done = true;
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+/* Samples queued for a model, over all its versions. */
+static int64_t model_samples(const batcher *b, const char *name)
+{
+    int64_t n = 0;
+    for (int i = 0; i < b->nq; i++)
+        if (strcmp(b->q[i].sv->name, name) == 0)
+            n += b->q[i].samples;
+    return n;
+}
+
+static queue *queue_for(batcher *b, served *sv)
+{
+    for (int i = 0; i < b->nq; i++)
+        if (b->q[i].sv == sv)
+            return &b->q[i];
+    if (b->nq == b->capq) {
+        int cap = b->capq ? b->capq * 2 : 8;
+        queue *nq = realloc(b->q, (size_t)cap * sizeof(*nq));
+        if (!nq)
+            return NULL;
+        b->q = nq;
+        b->capq = cap;
+    }
+    queue *q = &b->q[b->nq++];
+    memset(q, 0, sizeof(*q));
+    q->sv = sv;
+    return q;
+}
+
+dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
+{
+    bool pinned = q->sv != NULL;
+    if (!pinned && !(q->sv = registry_acquire(b->reg, q->model, q->version)))
+        return q->version > 0
+                   ? dl_err_set(err, DL_ERR_INVALID, "unknown version %lld of model '%s'",
+                                (long long)q->version, q->model)
+                   : dl_err_set(err, DL_ERR_INVALID, "unknown model '%s'", q->model);
+    dl_status st = DL_OK;
+    if (q->n < 1)
+        st = dl_err_set(err, DL_ERR_INVALID, "empty batch");
+    else if (q->n > b->conf.max_queue_size)
+        st = dl_err_set(err, DL_ERR_INVALID, "batch of %lld exceeds max_queue_size %lld",
+                        (long long)q->n, (long long)b->conf.max_queue_size);
+    q->out = st == DL_OK ? malloc((size_t)(q->n * q->sv->out_dim) * sizeof(float)) : NULL;
+    if (st == DL_OK && !q->out)
+        st = dl_err_set(err, DL_ERR_NOMEM, "outputs");
+    q->t_arrival = dl_time_now();
+    q->done = false;
+    q->next = NULL;
+    pthread_mutex_lock(&b->mu);
+    queue *qu = st == DL_OK ? queue_for(b, q->sv) : NULL;
+    if (st == DL_OK && b->stopping)
+        st = dl_err_set(err, DL_ERR_UNAVAILABLE, "the server is stopping");
+    else if (st == DL_OK && model_samples(b, q->sv->name) + q->n > b->conf.max_queue_size)
+        st = dl_err_set(err, DL_ERR_UNAVAILABLE, "queue of model '%s' is full (%lld samples)",
+                        q->sv->name, (long long)b->conf.max_queue_size);
+    else if (st == DL_OK && !qu)
+        st = dl_err_set(err, DL_ERR_NOMEM, "queue");
+    if (st == DL_OK) {
+        if (qu->tail)
+            qu->tail->next = q;
+        else
+            qu->head = q;
+        qu->tail = q;
+        qu->samples += q->n;
+        pthread_cond_signal(&b->cv);
+    }
+    pthread_mutex_unlock(&b->mu);
+    if (st != DL_OK) {
+        free(q->out);
+        q->out = NULL;
+        if (!pinned) {
+            served_release(q->sv);
+            q->sv = NULL;
+        }
+    }
+    return st;
+}
+
+/* The non-empty queue whose head arrived first, or NULL. */
+static queue *oldest(batcher *b)
+{
+    queue *best = NULL;
+    for (int i = 0; i < b->nq; i++)
+        if (b->q[i].head && (!best || b->q[i].head->t_arrival < best->head->t_arrival))
+            best = &b->q[i];
+    return best;
+}
+
+static void deadline(double t, struct timespec *ts)
+{
+    /* pthread_cond_timedwait takes CLOCK_REALTIME: convert the monotonic gap. */
+    double gap = t - dl_time_now();
+    clock_gettime(CLOCK_REALTIME, ts);
+    if (gap < 0)
+        gap = 0;
+    long long ns = ts->tv_nsec + (long long)(gap * 1e9);
+    ts->tv_sec += (time_t)(ns / 1000000000LL);
+    ts->tv_nsec = (long)(ns % 1000000000LL);
+}
+
+/* Takes up to max_batch_size samples of whole requests from qu (at least
+ * one request). Called with the lock held. */
+static infer_req *take(batcher *b, queue *qu, int64_t *samples)
+{
+    infer_req *first = qu->head, *last = NULL;
+    *samples = 0;
+    for (infer_req *r = qu->head; r; r = r->next) {
+        if (last && *samples + r->n > b->conf.max_batch_size)
+            break;
+        *samples += r->n;
+        last = r;
+    }
+    qu->head = last->next;
+    last->next = NULL;
+    qu->samples -= *samples;
+    if (!qu->head)   /* drop the empty queue: its version may retire */
+        *qu = b->q[--b->nq];
+    return first;
+}
+
+static bool grow(float **p, int64_t *cap, int64_t n)
+{
+    if (n <= *cap)
+        return true;
+    float *np = realloc(*p, (size_t)n * sizeof(float));
+    if (!np)
+        return false;
+    *p = np;
+    *cap = n;
+    return true;
+}
+
+/* Runs one batch of requests (a list) on their served version. */
+static void run(batcher *b, infer_req *list, int64_t samples)
+{
+    served *sv = list->sv;
+    double t0 = dl_time_now();
+    dl_err err = {0};
+    dl_status st = DL_OK;
+    if (!grow(&b->bx, &b->bcap_in, samples * sv->in_dim) ||
+        !grow(&b->by, &b->bcap_out, samples * sv->out_dim))
+        st = dl_err_set(&err, DL_ERR_NOMEM, "batch buffers");
+    int64_t off = 0;
+    for (infer_req *r = list; st == DL_OK && r; r = r->next) {
+        memcpy(b->bx + off * sv->in_dim, r->x, (size_t)(r->n * sv->in_dim) * sizeof(float));
+        off += r->n;
+    }
+    if (st == DL_OK)
+        st = dl_model_predict(sv->m, b->bx, samples, samples, b->by, &err);
+    double t1 = dl_time_now();
+    if (st == DL_OK)
+        stats_batch(b->st, sv->name, sv->version, samples);
+    off = 0;
+    for (infer_req *r = list, *next; r; r = next) {
+        next = r->next;
+        r->status = st;
+        snprintf(r->error, sizeof(r->error), "%s", st == DL_OK ? "" : err.msg);
+        if (st == DL_OK)
+            memcpy(r->out, b->by + off * sv->out_dim, (size_t)(r->n * sv->out_dim) * sizeof(float));
+        off += r->n;
+        r->t_start = t0;
+        r->t_end = t1;
+        r->next = NULL;
+        complete(r);
+    }
+}
+
+static void *worker(void *arg)
+{
+    batcher *b = arg;
+    pthread_mutex_lock(&b->mu);
+    for (;;) {
+        queue *qu = oldest(b);
+        if (!qu) {
+            if (b->stopping)
+                break;
+            pthread_cond_wait(&b->cv, &b->mu);
+            continue;
+        }
+        double due = qu->head->t_arrival + (double)b->conf.max_queue_delay_us * 1e-6;
+        if (qu->samples < b->conf.max_batch_size && !b->stopping && dl_time_now() < due) {
+            struct timespec ts;
+            deadline(due, &ts);
+            int rc = pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+            if (rc != ETIMEDOUT)
+                continue;   /* something arrived: look again */
+        }
+        int64_t samples;
+        infer_req *list = take(b, qu, &samples);
+        pthread_mutex_unlock(&b->mu);
+        run(b, list, samples);
+        pthread_mutex_lock(&b->mu);
+    }
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
+dl_status batcher_new(const dl_batching_conf *conf, registry *reg, stats *st,
+                      batcher **out, dl_err *err)
+{
+    *out = NULL;
+    batcher *b = calloc(1, sizeof(*b));
+    if (!b)
+        return dl_err_set(err, DL_ERR_NOMEM, "batcher");
+    b->conf = *conf;
+    b->reg = reg;
+    b->st = st;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    if (pthread_create(&b->worker, NULL, worker, b) != 0) {
+        free(b);
+        return dl_err_set(err, DL_ERR_NOMEM, "cannot start the inference worker");
+    }
+    b->running = true;
+    *out = b;
+    return DL_OK;
+}
+
+void batcher_drain(batcher *b)
+{
+    if (!b || !b->running)
+        return;
+    pthread_mutex_lock(&b->mu);
+    b->stopping = true;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    pthread_join(b->worker, NULL);
+    b->running = false;
+}
+
+void batcher_free(batcher *b)
+{
+    if (!b)
+        return;
+    batcher_drain(b);
+    free(b->q);
+    free(b->bx);
+    free(b->by);
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+    free(b);
+}
+
+json_t *batcher_status(batcher *b)
+{
+    json_t *o = json_object();
+    pthread_mutex_lock(&b->mu);
+    for (int i = 0; i < b->nq; i++) {
+        const char *name = b->q[i].sv->name;
+        json_t *cur = json_object_get(o, name);
+        json_int_t n = (cur ? json_integer_value(cur) : 0) + b->q[i].samples;
+        json_object_set_new(o, name, json_integer(n));
+    }
+    json_t *res = json_pack("{s:o, s:I, s:I, s:I, s:b}", "queued_samples", o,
+                            "max_batch_size", (json_int_t)b->conf.max_batch_size,
+                            "max_queue_delay_us", (json_int_t)b->conf.max_queue_delay_us,
+                            "max_queue_size", (json_int_t)b->conf.max_queue_size,
+                            "stopping", b->stopping);
+    pthread_mutex_unlock(&b->mu);
+    return res;
+}

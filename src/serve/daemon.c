@@ -1,0 +1,279 @@
+/* daemon.c: the serving daemon's life: configuration, models, batcher and
+ * HTTP started in order; READY=1 once models are loaded and warmed up; a
+ * main loop that watches the model folder (inotify), reloads on SIGHUP,
+ * pets the systemd watchdog, and on SIGTERM stops intake, answers every
+ * queued request and exits 0. Signal handlers only set flags. */
+#define _GNU_SOURCE
+#include "serve/serve.h"
+
+#include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#ifdef DL_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#define DEBOUNCE_S 0.3   /* quiet time after a folder change before a rescan */
+
+static volatile sig_atomic_t stop_flag, reload_flag;
+
+static void on_stop(int sig) { (void)sig; stop_flag = 1; }
+static void on_reload(int sig) { (void)sig; reload_flag = 1; }
+
+/* sd_notify, or nothing without systemd. */
+static void notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void notify(const char *fmt, ...)
+{
+#ifdef DL_HAVE_SYSTEMD
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    sd_notify(0, buf);
+#else
+    (void)fmt;
+#endif
+}
+
+static double watchdog_seconds(void)
+{
+#ifdef DL_HAVE_SYSTEMD
+    uint64_t usec = 0;
+    if (sd_watchdog_enabled(0, &usec) > 0)
+        return (double)usec * 1e-6;
+#endif
+    return 0.0;
+}
+
+static int log_level_of(const char *s)
+{
+    static const char *const names[] = {"err", "warning", "notice", "info", "debug"};
+    for (int i = 0; i < 5; i++)
+        if (strcmp(s, names[i]) == 0)
+            return DL_LOG_ERR + i;
+    return DL_LOG_INFO;
+}
+
+/* Watches the repository, its model folders and their version folders:
+ * a new version appears as a folder, then its weights renamed in. Adding
+ * a watch twice is harmless, so this runs before every rescan. */
+static void watch_tree(int fd, const char *dir, int depth)
+{
+    inotify_add_watch(fd, dir, IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE |
+                                   IN_CLOSE_WRITE | IN_ONLYDIR);
+    if (depth == 0)
+        return;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.' || de->d_type != DT_DIR)
+            continue;
+        char sub[2 * DL_PATH_MAX];
+        snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name);
+        watch_tree(fd, sub, depth - 1);
+    }
+    closedir(d);
+}
+
+/* Applies "section.key=value" overrides from the command line. */
+static dl_status apply_overrides(dl_serve_conf *conf, const char *const *ov, int n,
+                                 dl_err *err)
+{
+    for (int i = 0; i < n; i++) {
+        char section[64], key[64];
+        const char *dot = strchr(ov[i], '.'), *eq = strchr(ov[i], '=');
+        if (!dot || !eq || dot > eq || (size_t)(dot - ov[i]) >= sizeof(section) ||
+            (size_t)(eq - dot - 1) >= sizeof(key))
+            return dl_err_set(err, DL_ERR_INVALID, "--set '%s': expected section.key=value", ov[i]);
+        snprintf(section, sizeof(section), "%.*s", (int)(dot - ov[i]), ov[i]);
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - dot - 1), dot + 1);
+        dl_status st = dl_conf_set(dl_serve_opts, conf, section, key, eq + 1, "--set", err);
+        if (st != DL_OK)
+            return st;
+    }
+    return DL_OK;
+}
+
+typedef struct daemon_ctx {
+    dl_serve_conf conf;
+    const char   *config_path;
+    dl_backend   *be;
+    registry     *reg;
+    stats        *st;
+    batcher      *bat;
+    http_server  *http;
+    int           port;
+    double        start;
+    int64_t       reloads;
+} daemon_ctx;
+
+static bool is_ready(void *ctx)
+{
+    daemon_ctx *d = ctx;
+    return !stop_flag && registry_ready(d->reg);
+}
+
+static json_t *status_extra(void *ctx)
+{
+    daemon_ctx *d = ctx;
+    return json_pack("{s:I, s:s, s:i}", "reloads", (json_int_t)d->reloads,
+                     "models_dir", d->conf.models.dir, "port", d->port);
+}
+
+static void status_line(daemon_ctx *d)
+{
+    json_t *models = registry_status(d->reg);
+    size_t i, ready = 0;
+    json_t *m;
+    json_array_foreach(models, i, m)
+        ready += strcmp(json_string_value(json_object_get(m, "state")), "READY") == 0;
+    notify("STATUS=%zu/%zu models ready, http port %d", ready, json_array_size(models), d->port);
+    json_decref(models);
+}
+
+/* SIGHUP: the configuration file again (only what can change live) and
+ * the models. A bad file keeps the running configuration. */
+static void reload(daemon_ctx *d)
+{
+    notify("RELOADING=1");
+    d->reloads++;
+    if (d->config_path) {
+        dl_serve_conf fresh;
+        dl_err err = {0};
+        if (dl_serve_conf_load(&fresh, d->config_path, &err) != DL_OK) {
+            DL_LOG(DL_LOG_ERR, "conf", "reload refused, keeping the running configuration: %s",
+                   err.msg);
+        } else {
+            dl_log_level = log_level_of(fresh.log.level);
+            d->conf.log = fresh.log;
+            if (memcmp(&fresh.http, &d->conf.http, sizeof(fresh.http)) ||
+                memcmp(&fresh.batching, &d->conf.batching, sizeof(fresh.batching)))
+                DL_LOG(DL_LOG_WARNING, "conf", "[http] and [batching] changes apply at restart");
+        }
+    }
+    registry_rescan(d->reg);
+    notify("READY=1");
+    status_line(d);
+    DL_LOG(DL_LOG_NOTICE, "daemon", "reloaded");
+}
+
+static void main_loop(daemon_ctx *d)
+{
+    int fd = d->conf.models.watch ? inotify_init1(IN_NONBLOCK | IN_CLOEXEC) : -1;
+    if (fd >= 0)
+        watch_tree(fd, d->conf.models.dir, 2);
+    double wd = watchdog_seconds(), last_pet = 0.0, changed = 0.0;
+    bool dirty = false;
+    while (!stop_flag) {
+        int timeout = dirty ? 50 : wd > 0 ? (int)(wd * 250) : 1000;
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        if (poll(&p, fd >= 0 ? 1 : 0, timeout > 0 ? timeout : 1) > 0) {
+            char buf[16384];
+            while (read(fd, buf, sizeof(buf)) > 0)
+                ;
+            dirty = true;
+            changed = dl_time_now();
+        }
+        if (reload_flag) {
+            reload_flag = 0;
+            reload(d);
+        }
+        if (dirty && dl_time_now() - changed > DEBOUNCE_S) {
+            dirty = false;
+            watch_tree(fd, d->conf.models.dir, 2);
+            if (registry_rescan(d->reg) > 0)
+                status_line(d);
+        }
+        if (wd > 0 && dl_time_now() - last_pet > wd / 4) {
+            notify("WATCHDOG=1");
+            last_pet = dl_time_now();
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = on_stop;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = on_reload;
+    sigaction(SIGHUP, &sa, NULL);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+}
+
+static dl_status start(daemon_ctx *d, dl_err *err)
+{
+    dl_status st = dl_backend_new(d->conf.models.device, (int)d->conf.models.threads, &d->be, err);
+    if (st == DL_OK)
+        st = registry_new(&d->conf.models, d->be, &d->reg, err);
+    if (st == DL_OK)
+        st = stats_new(&d->st, err);
+    if (st == DL_OK)
+        st = batcher_new(&d->conf.batching, d->reg, d->st, &d->bat, err);
+    if (st != DL_OK)
+        return st;
+    static http_deps deps;
+    deps = (http_deps){ .conf = &d->conf.http, .reg = d->reg, .bat = d->bat, .st = d->st,
+                        .start_time = d->start, .server_version = DL_VERSION_STRING,
+                        .ready = is_ready, .ctx = d, .status_extra = status_extra };
+    return http_start(&deps, &d->http, &d->port, err);
+}
+
+static void stop(daemon_ctx *d)
+{
+    batcher_drain(d->bat);   /* intake stops; every queued request is answered */
+    http_stop(d->http);      /* then the connections finish and close */
+    batcher_free(d->bat);
+    registry_free(d->reg);
+    stats_free(d->st);
+    dl_backend_free(d->be);
+}
+
+int dl_serve_main(const char *config_path, const char *const *overrides, int noverrides)
+{
+    static daemon_ctx d;
+    memset(&d, 0, sizeof(d));
+    d.config_path = config_path;
+    d.start = dl_time_now();
+    dl_err err = {0};
+    dl_status st = dl_serve_conf_load(&d.conf, config_path, &err);
+    if (st == DL_OK)
+        st = apply_overrides(&d.conf, overrides, noverrides, &err);
+    if (st == DL_OK)
+        st = dl_serve_conf_validate(&d.conf, &err);
+    if (st != DL_OK) {
+        fprintf(stderr, "dlserve: %s\n", err.msg);
+        return 2;
+    }
+    dl_log_level = log_level_of(d.conf.log.level);
+    install_signals();
+    if ((st = start(&d, &err)) != DL_OK) {
+        DL_LOG(DL_LOG_ERR, "daemon", "%s", err.msg);
+        stop(&d);
+        return 1;
+    }
+    notify("READY=1");
+    status_line(&d);
+    main_loop(&d);
+    notify("STOPPING=1");
+    DL_LOG(DL_LOG_NOTICE, "daemon", "stopping: answering queued requests");
+    stop(&d);
+    DL_LOG(DL_LOG_NOTICE, "daemon", "stopped");
+    return 0;
+}

@@ -1,0 +1,685 @@
+/* http_api.c: the HTTP/JSON endpoints (Open Inference Protocol v2, /metrics,
+ * /status) on libmicrohttpd, with bearer tokens, TLS and body limits.
+ *
+ * Threads: one per connection (MHD_USE_THREAD_PER_CONNECTION), always,
+ * because an infer request blocks its thread in infer_wait until the
+ * batcher answers: in a pool that would stall every other connection of
+ * the blocked thread. http.threads is therefore not used (a notice says
+ * so); MHD's connection limit is no substitute, as it resets connections
+ * beyond it rather than queueing them. */
+#define _DEFAULT_SOURCE   /* strncasecmp; the socket types microhttpd.h uses */
+#include "serve/serve.h"
+#include "serve/oip.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+/* Idle keep-alive connections hold a thread each: close them after this. */
+#define HTTP_IDLE_TIMEOUT_S 60
+/* http_stop waits at most this long for requests in flight. */
+#define HTTP_DRAIN_S 30
+
+#define CT_JSON "application/json"
+#define CT_METRICS "text/plain; version=0.0.4"
+
+struct http_server {
+    const http_deps   *deps;
+    struct MHD_Daemon *d;
+    char              *tls_cert, *tls_key;   /* PEM text, kept while MHD runs */
+    atomic_bool        stopping;
+    pthread_mutex_t    mu;
+    pthread_cond_t     cv;
+    int64_t            inflight;             /* requests begun, not completed */
+};
+
+/* One request, from its first access-handler call to its completion. */
+typedef struct request {
+    double    arrival;          /* dl_time_now() */
+    oip_route route;
+    char     *body;
+    size_t    len, cap;
+    size_t    dropped;          /* body bytes discarded past the limit */
+    bool      too_big, nomem;
+} request;
+
+/* An answer ready to queue. */
+typedef struct answer {
+    int         code;
+    char       *body;           /* new, NUL-terminated; NULL: out of memory (500) */
+    const char *ctype;
+    const char *hname, *hvalue; /* one extra header, or NULL */
+} answer;
+
+/* ---- answers ------------------------------------------------------------ */
+
+/* Takes j (NULL: out of memory). */
+static answer json_answer(int code, json_t *j)
+{
+    answer a = {.code = code, .ctype = CT_JSON};
+    a.body = j ? oip_dump(j) : NULL;
+    json_decref(j);
+    if (!a.body)
+        a.code = 500;
+    return a;
+}
+
+static answer error_answer(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static answer error_answer(int code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return json_answer(code, oip_error("%s", msg));
+}
+
+static void log_answer(const request *rq, const char *method, const char *url, const answer *a)
+{
+    double ms = (dl_time_now() - rq->arrival) * 1e3;
+    if (a->code < 400)
+        DL_LOG(DL_LOG_DEBUG, "http", "%s %.200s: %d (%.1f ms)", method, url, a->code, ms);
+    else
+        DL_LOG(a->code >= 500 && a->code != 503 ? DL_LOG_WARNING : DL_LOG_INFO, "http",
+               "%s %.200s: %d %.300s", method, url, a->code,
+               a->body ? a->body : "out of memory");
+}
+
+/* Queues a (taking its body), counts and logs it. */
+static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const request *rq,
+                               const char *method, const char *url, answer a)
+{
+    static const char oom[] = "{\"error\":\"out of memory\"}";
+    struct MHD_Response *resp =
+        a.body ? MHD_create_response_from_buffer(strlen(a.body), a.body, MHD_RESPMEM_MUST_FREE)
+               : MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom,
+                                                 MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        free(a.body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, a.ctype ? a.ctype : CT_JSON);
+    if (a.hname)
+        MHD_add_response_header(resp, a.hname, a.hvalue);
+    /* While stopping, keep-alive connections end with this answer. */
+    if (atomic_load(&h->stopping))
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result r = MHD_queue_response(c, (unsigned)a.code, resp);
+    MHD_destroy_response(resp);
+    stats_http(h->deps->st, a.code);
+    log_answer(rq, method, url, &a);
+    return r;
+}
+
+/* ---- models ------------------------------------------------------------- */
+
+/* A reference to the route's model and version, or NULL with *code 404
+ * (no such model or version) or 503 (the model has nothing served). */
+static served *acquire(http_server *h, const oip_route *r, int *code, char *msg, size_t cap)
+{
+    served *sv = registry_acquire(h->deps->reg, r->model, r->version);
+    if (sv)
+        return sv;
+    json_t *status = registry_status(h->deps->reg);
+    json_t *versions = oip_versions_of(status, r->model);
+    /* Unloaded through the API: not served, as if unknown. */
+    bool unloaded = false;
+    size_t i;
+    json_t *m;
+    json_array_foreach(status, i, m)
+        if (strcmp(json_string_value(json_object_get(m, "name")), r->model) == 0)
+            unloaded = strcmp(json_string_value(json_object_get(m, "state")), "UNLOADED") == 0;
+    *code = versions && r->version == 0 && !unloaded ? 503 : 404;
+    if (unloaded)
+        snprintf(msg, cap, "model '%s' is unloaded", r->model);
+    else if (!versions)
+        snprintf(msg, cap, "unknown model '%s'", r->model);
+    else if (r->version > 0)
+        snprintf(msg, cap, "version %lld of model '%s' is not served", (long long)r->version,
+                 r->model);
+    else
+        snprintf(msg, cap, "model '%s' has no version ready", r->model);
+    json_decref(versions);
+    json_decref(status);
+    return NULL;
+}
+
+static answer model_metadata(http_server *h, const oip_route *r)
+{
+    int code;
+    char msg[256];
+    served *sv = acquire(h, r, &code, msg, sizeof(msg));
+    if (!sv)
+        return error_answer(code, "%s", msg);
+    json_t *status = registry_status(h->deps->reg);
+    json_t *versions = oip_versions_of(status, r->model);
+    if (!versions)   /* unloaded since acquire: still answer for sv */
+        versions = json_array();
+    json_t *meta = versions ? oip_model_metadata(sv->conf, sv->out_dim, versions) : NULL;
+    json_decref(versions);
+    json_decref(status);
+    served_release(sv);
+    return json_answer(200, meta);
+}
+
+static answer model_ready(http_server *h, const oip_route *r)
+{
+    int code;
+    char msg[256];
+    served *sv = acquire(h, r, &code, msg, sizeof(msg));
+    if (!sv)
+        return json_answer(code, json_pack("{s:s, s:b, s:s}", "name", r->model, "ready", 0,
+                                           "error", msg));
+    served_release(sv);
+    return json_answer(200, json_pack("{s:s, s:b}", "name", r->model, "ready", 1));
+}
+
+/* ---- infer -------------------------------------------------------------- */
+
+/* The HTTP code for a refused batcher_submit. */
+static int submit_code(const dl_err *err)
+{
+    switch (err->code) {
+    case DL_ERR_UNAVAILABLE:
+        return 503;
+    case DL_ERR_INVALID:
+        /* The batcher says "unknown model/version" when the version went
+         * away between acquire and submit; other refusals are sizes. */
+        return strstr(err->msg, "unknown") ? 404 : 400;
+    default:
+        return 500;
+    }
+}
+
+/* Runs a parsed request on sv (a reference, kept) and formats the answer. */
+static answer run_infer(http_server *h, request *rq, served *sv, oip_request *in)
+{
+    oip_scale(sv->conf, in->x, in->batch * sv->in_dim);
+    infer_req q;
+    infer_req_init(&q);
+    snprintf(q.model, sizeof(q.model), "%s", sv->name);
+    q.version = sv->version;
+    q.n = in->batch;
+    q.x = in->x;
+    q.sv = sv;   /* pinned: the version whose input size we checked */
+    dl_err err = {0};
+    answer a;
+    if (batcher_submit(h->deps->bat, &q, &err) != DL_OK) {
+        a = error_answer(submit_code(&err), "%s", err.msg);
+    } else {
+        infer_wait(&q);
+        if (q.status != DL_OK) {
+            a = error_answer(q.status == DL_ERR_UNAVAILABLE ? 503 : 500, "inference failed: %s",
+                             q.error);
+        } else {
+            oip_result res = {.model = sv->name, .version = sv->version, .id = in->id,
+                              .conf = sv->conf, .batch = in->batch, .out_dim = sv->out_dim,
+                              .y = q.out, .outputs = in->outputs};
+            a = json_answer(200, oip_infer_response(&res));
+        }
+    }
+    bool ok = a.code == 200;
+    double now = dl_time_now();
+    stats_request(h->deps->st, sv->name, sv->version, ok, in->batch,
+                  ok ? (q.t_start - q.t_arrival) * 1e6 : 0, ok ? (q.t_end - q.t_start) * 1e6 : 0,
+                  (now - rq->arrival) * 1e6);
+    free(q.out);
+    infer_req_fini(&q);
+    return a;
+}
+
+static answer infer(http_server *h, request *rq)
+{
+    int code;
+    char msg[256];
+    served *sv = acquire(h, &rq->route, &code, msg, sizeof(msg));
+    if (!sv)
+        return error_answer(code, "%s", msg);
+    oip_request in;
+    dl_err err = {0};
+    answer a;
+    if (oip_parse_infer(rq->body, rq->len, sv->conf, sv->in_dim, &in, &err) != DL_OK) {
+        a = error_answer(err.code == DL_ERR_NOMEM ? 500 : 400, "%s", err.msg);
+        stats_request(h->deps->st, sv->name, sv->version, false, 0, 0, 0,
+                      (dl_time_now() - rq->arrival) * 1e6);
+    } else {
+        a = run_infer(h, rq, sv, &in);
+    }
+    oip_request_fini(&in);
+    served_release(sv);
+    return a;
+}
+
+/* ---- repository, server, status ----------------------------------------- */
+
+/* load / unload take an empty body or a JSON object (parameters ignored). */
+static answer repo_change(http_server *h, request *rq, bool load)
+{
+    if (rq->len > 0) {
+        json_error_t je;
+        json_t *j = json_loadb(rq->body, rq->len, 0, &je);
+        bool object = json_is_object(j);
+        json_decref(j);
+        if (!object)
+            return error_answer(400, "the body must be empty or a JSON object");
+    }
+    dl_err err = {0};
+    dl_status st = load ? registry_load(h->deps->reg, rq->route.model, &err)
+                        : registry_unload(h->deps->reg, rq->route.model, &err);
+    if (st == DL_OK) {
+        DL_LOG(DL_LOG_NOTICE, "http", "model '%s' %s", rq->route.model,
+               load ? "loaded" : "unloaded");
+        return json_answer(200, json_object());
+    }
+    int code = st != DL_ERR_INVALID ? 500 : strstr(err.msg, "unknown") ? 404 : 400;
+    return error_answer(code, "%s", err.msg);
+}
+
+static answer repo_index(http_server *h)
+{
+    json_t *status = registry_status(h->deps->reg);
+    json_t *index = status ? oip_repository_index(status) : NULL;
+    json_decref(status);
+    return json_answer(200, index);
+}
+
+static answer server_metadata(http_server *h)
+{
+    return json_answer(200, json_pack("{s:s, s:s, s:[s, s, s]}", "name", "dlserve", "version",
+                                      h->deps->server_version ? h->deps->server_version
+                                                              : DL_VERSION_STRING,
+                                      "extensions", "model_repository", "metrics", "status"));
+}
+
+static bool server_ready(http_server *h)
+{
+    const http_deps *d = h->deps;
+    return d->ready ? d->ready(d->ctx) : registry_ready(d->reg);
+}
+
+static answer status(http_server *h)
+{
+    const http_deps *d = h->deps;
+    pthread_mutex_lock(&h->mu);
+    int64_t inflight = h->inflight;
+    pthread_mutex_unlock(&h->mu);
+    json_t *o = json_pack("{s:s, s:f, s:b, s:o, s:o, s:o, s:{s:I, s:b, s:b}}", "version",
+                          d->server_version ? d->server_version : DL_VERSION_STRING,
+                          "uptime_seconds", dl_time_now() - d->start_time, "ready",
+                          server_ready(h), "models", registry_status(d->reg), "batcher",
+                          batcher_status(d->bat), "counters", stats_json(d->st), "http",
+                          "requests_in_flight", (json_int_t)inflight, "tls",
+                          d->conf->tls_cert[0] != '\0', "auth", d->conf->token[0] != '\0');
+    json_t *extra = d->status_extra ? d->status_extra(d->ctx) : NULL;
+    if (o && json_is_object(extra))
+        json_object_update_missing(o, extra);   /* extras never hide the core keys */
+    json_decref(extra);
+    return json_answer(200, o);
+}
+
+static answer metrics(http_server *h)
+{
+    answer a = {.code = 200, .ctype = CT_METRICS};
+    a.body = stats_prometheus(h->deps->st, NULL);
+    if (!a.body)
+        return error_answer(500, "out of memory");
+    return a;
+}
+
+/* The answer to a request whose body is complete. */
+static answer dispatch(http_server *h, request *rq)
+{
+    if (rq->too_big)
+        return error_answer(413, "the body is over http.max_body_bytes (%lld)",
+                            (long long)h->deps->conf->max_body_bytes);
+    if (rq->nomem)
+        return error_answer(500, "out of memory for the request body");
+    switch (rq->route.kind) {
+    case OIP_ROUTE_LIVE:        return json_answer(200, json_pack("{s:b}", "live", 1));
+    case OIP_ROUTE_READY: {
+        bool ready = server_ready(h);
+        return json_answer(ready ? 200 : 503, json_pack("{s:b}", "ready", ready));
+    }
+    case OIP_ROUTE_SERVER:      return server_metadata(h);
+    case OIP_ROUTE_MODEL:       return model_metadata(h, &rq->route);
+    case OIP_ROUTE_MODEL_READY: return model_ready(h, &rq->route);
+    case OIP_ROUTE_INFER:       return infer(h, rq);
+    case OIP_ROUTE_REPO_INDEX:  return repo_index(h);
+    case OIP_ROUTE_REPO_LOAD:   return repo_change(h, rq, true);
+    case OIP_ROUTE_REPO_UNLOAD: return repo_change(h, rq, false);
+    case OIP_ROUTE_METRICS:     return metrics(h);
+    case OIP_ROUTE_STATUS:      return status(h);
+    case OIP_ROUTE_NONE:        break;
+    }
+    return error_answer(404, "not found");
+}
+
+/* ---- the request cycle --------------------------------------------------- */
+
+/* Compares in time that depends only on the token's length. */
+static bool token_equal(const char *given, const char *want)
+{
+    size_t n = strlen(want), m = strlen(given);
+    volatile unsigned char diff = (unsigned char)(n != m);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(want[i] ^ (i < m ? given[i] : 0));
+    return diff == 0;
+}
+
+static bool authorized(const http_server *h, struct MHD_Connection *c)
+{
+    const char *token = h->deps->conf->token;
+    if (!token[0])
+        return true;
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!v || strncasecmp(v, "Bearer ", 7) != 0)
+        return false;
+    for (v += 7; *v == ' '; v++)
+        ;
+    return token_equal(v, token);
+}
+
+/* An answer due before the body is read (stopping, unknown path, wrong
+ * method, no token, declared body too large); false when there is none. */
+static bool early_answer(http_server *h, struct MHD_Connection *c, const char *url,
+                         const char *method, request *rq, answer *a)
+{
+    oip_route_kind kind = oip_route_parse(url, &rq->route);
+    if (atomic_load(&h->stopping)) {
+        *a = error_answer(503, "the server is stopping");
+        return true;
+    }
+    bool open = kind == OIP_ROUTE_LIVE || kind == OIP_ROUTE_READY;
+    if (!open && !authorized(h, c)) {
+        *a = error_answer(401, "a valid bearer token is required");
+        a->hname = MHD_HTTP_HEADER_WWW_AUTHENTICATE;
+        a->hvalue = "Bearer realm=\"dlserve\"";
+        return true;
+    }
+    if (kind == OIP_ROUTE_NONE) {
+        *a = error_answer(404, "no such path: %.200s", url);
+        return true;
+    }
+    if (!oip_route_method_ok(kind, method)) {
+        *a = error_answer(405, "%.200s answers %s only", url, oip_route_allow(kind));
+        a->hname = MHD_HTTP_HEADER_ALLOW;
+        a->hvalue = oip_route_allow(kind);
+        return true;
+    }
+    const char *cl =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > (unsigned long long)h->deps->conf->max_body_bytes) {
+        *a = error_answer(413, "the body (%.20s bytes) is over http.max_body_bytes (%lld)", cl,
+                          (long long)h->deps->conf->max_body_bytes);
+        return true;
+    }
+    return false;
+}
+
+/* Appends upload data to the request body. Past the limit the rest is
+ * read and dropped (a chunked body has no Content-Length to refuse up
+ * front), up to the limit again; false then: close the connection. */
+static bool take_body(http_server *h, request *rq, const char *data, size_t n)
+{
+    size_t max = (size_t)h->deps->conf->max_body_bytes;
+    if (!rq->too_big && !rq->nomem && n > max - rq->len) {
+        rq->too_big = true;
+        free(rq->body);
+        rq->body = NULL;
+        rq->len = rq->cap = 0;
+    }
+    if (rq->too_big || rq->nomem) {
+        rq->dropped += n;
+        return rq->dropped <= max;
+    }
+    if (rq->len + n > rq->cap) {
+        size_t cap = rq->cap ? rq->cap : 4096;
+        while (cap < rq->len + n)
+            cap *= 2;
+        char *p = realloc(rq->body, cap);
+        if (!p) {
+            rq->nomem = true;
+            rq->dropped += n;
+            return true;
+        }
+        rq->body = p;
+        rq->cap = cap;
+    }
+    memcpy(rq->body + rq->len, data, n);
+    rq->len += n;
+    return true;
+}
+
+static request *begin(http_server *h)
+{
+    request *rq = calloc(1, sizeof(*rq));
+    if (!rq)
+        return NULL;
+    rq->arrival = dl_time_now();
+    pthread_mutex_lock(&h->mu);
+    h->inflight++;
+    pthread_mutex_unlock(&h->mu);
+    return rq;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    http_server *h = cls;
+    request *rq = *con_cls;
+    if (!rq) {
+        /* First call: headers only. Refusals go out before any body. */
+        if (!(rq = *con_cls = begin(h)))
+            return MHD_NO;
+        answer a;
+        return early_answer(h, c, url, method, rq, &a) ? respond(h, c, rq, method, url, a)
+                                                       : MHD_YES;
+    }
+    if (*upload_size > 0) {
+        bool keep = take_body(h, rq, upload, *upload_size);
+        *upload_size = 0;
+        return keep ? MHD_YES : MHD_NO;
+    }
+    return respond(h, c, rq, method, url, dispatch(h, rq));
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)c;
+    (void)toe;
+    http_server *h = cls;
+    request *rq = *con_cls;
+    if (!rq)
+        return;
+    *con_cls = NULL;
+    free(rq->body);
+    free(rq);
+    pthread_mutex_lock(&h->mu);
+    h->inflight--;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    size_t n = strlen(msg);
+    while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    DL_LOG(DL_LOG_WARNING, "http", "microhttpd: %s", msg);
+}
+
+/* ---- start and stop ------------------------------------------------------ */
+
+/* conf->address:conf->port as a socket address (IPv4 or IPv6). */
+static dl_status bind_address(const dl_http_conf *conf, struct sockaddr_storage *ss,
+                              unsigned *flags, dl_err *err)
+{
+    memset(ss, 0, sizeof(*ss));
+    if (conf->port < 0 || conf->port > 65535)
+        return dl_err_set(err, DL_ERR_INVALID, "http.port %lld is not in 0..65535",
+                          (long long)conf->port);
+    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, conf->address, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)conf->port);
+        return DL_OK;
+    }
+    if (inet_pton(AF_INET6, conf->address, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)conf->port);
+        *flags |= MHD_USE_IPv6;
+        return DL_OK;
+    }
+    return dl_err_set(err, DL_ERR_INVALID, "http.address '%s' is not an IPv4 or IPv6 address",
+                      conf->address);
+}
+
+/* Reads the certificate and key named in conf, if any. */
+static dl_status load_tls(http_server *h, const dl_http_conf *conf, unsigned *flags, dl_err *err)
+{
+    bool cert = conf->tls_cert[0] != '\0', key = conf->tls_key[0] != '\0';
+    if (!cert && !key)
+        return DL_OK;
+    if (!cert || !key)
+        return dl_err_set(err, DL_ERR_INVALID, "TLS needs both http.tls_cert and http.tls_key");
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+        return dl_err_set(err, DL_ERR_INVALID, "this libmicrohttpd was built without TLS");
+    size_t len;
+    dl_status st = dl_file_read(conf->tls_cert, &h->tls_cert, &len, err);
+    if (st != DL_OK)
+        return dl_err_prefix(err, "http.tls_cert");
+    st = dl_file_read(conf->tls_key, &h->tls_key, &len, err);
+    if (st != DL_OK)
+        return dl_err_prefix(err, "http.tls_key");
+    *flags |= MHD_USE_TLS;
+    return DL_OK;
+}
+
+static void server_free(http_server *h)
+{
+    if (!h)
+        return;
+    free(h->tls_cert);
+    if (h->tls_key) {
+        /* The private key does not outlive its use. */
+        memset(h->tls_key, 0, strlen(h->tls_key));
+        free(h->tls_key);
+    }
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    free(h);
+}
+
+static struct MHD_Daemon *start_daemon(http_server *h, unsigned flags, struct sockaddr_storage *ss)
+{
+    /* The port argument is ignored with MHD_OPTION_SOCK_ADDR, but MHD's
+     * messages name it. */
+    uint16_t port = (uint16_t)h->deps->conf->port;
+    struct MHD_OptionItem opt[3];
+    int n = 0;
+    if (flags & MHD_USE_TLS) {
+        opt[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert};
+        opt[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key};
+    }
+    opt[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    /* The logger first, so that MHD's own messages about later options
+     * reach it. */
+    return MHD_start_daemon(flags, port, NULL, NULL, on_request, h,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
+                            MHD_OPTION_ARRAY, opt, MHD_OPTION_END);
+}
+
+dl_status http_start(const http_deps *deps, http_server **out, int *port, dl_err *err)
+{
+    *out = NULL;
+    const dl_http_conf *conf = deps->conf;
+    if (conf->max_body_bytes < 1)
+        return dl_err_set(err, DL_ERR_INVALID, "http.max_body_bytes must be positive");
+    http_server *h = calloc(1, sizeof(*h));
+    if (!h)
+        return dl_err_set(err, DL_ERR_NOMEM, "http server");
+    h->deps = deps;
+    atomic_init(&h->stopping, false);
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    /* ITC: needed by MHD_quiesce_daemon in http_stop. */
+    unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    struct sockaddr_storage ss;
+    dl_status st = bind_address(conf, &ss, &flags, err);
+    if (st == DL_OK)
+        st = load_tls(h, conf, &flags, err);
+    if (st == DL_OK) {
+        errno = 0;
+        h->d = start_daemon(h, flags, &ss);
+        if (!h->d)
+            st = dl_err_set(err, DL_ERR_IO, "cannot listen on %s port %lld%s%s", conf->address,
+                            (long long)conf->port, errno ? ": " : "",
+                            errno ? strerror(errno) : " (see the log)");
+    }
+    if (st != DL_OK) {
+        server_free(h);
+        return st;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    int bound = info ? (int)info->port : (int)conf->port;
+    if (port)
+        *port = bound;
+    DL_LOG(DL_LOG_NOTICE, "http", "listening on %s://%s%s%s:%d, one thread per connection%s",
+           flags & MHD_USE_TLS ? "https" : "http", flags & MHD_USE_IPv6 ? "[" : "", conf->address,
+           flags & MHD_USE_IPv6 ? "]" : "", bound, conf->token[0] ? ", bearer token required" : "");
+    if (conf->threads > 0)
+        DL_LOG(DL_LOG_NOTICE, "http", "http.threads = %lld is not used: infer requests block "
+               "their connection's thread, so each connection has its own",
+               (long long)conf->threads);
+    *out = h;
+    return DL_OK;
+}
+
+void http_stop(http_server *h)
+{
+    if (!h)
+        return;
+    atomic_store(&h->stopping, true);
+    MHD_socket listen_fd = MHD_quiesce_daemon(h->d);
+    /* Requests already begun are answered (with Connection: close); new
+     * ones on open connections get 503. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += HTTP_DRAIN_S;
+    pthread_mutex_lock(&h->mu);
+    int rc = 0;
+    while (h->inflight > 0 && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&h->cv, &h->mu, &until);
+    int64_t left = h->inflight;
+    pthread_mutex_unlock(&h->mu);
+    if (left > 0)
+        DL_LOG(DL_LOG_WARNING, "http", "stopping with %lld requests unanswered after %d s",
+               (long long)left, HTTP_DRAIN_S);
+    MHD_stop_daemon(h->d);
+    if (listen_fd != MHD_INVALID_SOCKET)
+        close(listen_fd);
+    server_free(h);
+}

@@ -1,0 +1,446 @@
+/* registry.c: the model repository as the daemon serves it. Each model
+ * folder holds model.json and version folders; the version policy picks
+ * which versions to serve. New versions are loaded, validated and warmed
+ * up off to the side, then swapped in under the lock; replaced versions
+ * are freed when their last request releases them. */
+#define _POSIX_C_SOURCE 200809L
+#include "serve/serve.h"
+
+#include <dirent.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAX_VERSIONS 64
+
+typedef struct served_impl {
+    served     pub;            /* first: served * and served_impl * convert */
+    atomic_int refs;
+} served_impl;
+
+typedef struct entry {
+    char         name[DL_NAME_MAX];
+    served_impl *v[MAX_VERSIONS];   /* served versions, newest first */
+    int          nv;
+    bool         unloaded;          /* by POST .../unload */
+    bool         present;           /* folder seen in the last scan */
+    int          on_disk;           /* versions with weights in the folder */
+    char         reason[256];       /* why the last load failed, or "" */
+} entry;
+
+struct registry {
+    pthread_mutex_t mu;             /* the entries */
+    pthread_mutex_t load_mu;        /* one loader at a time */
+    dl_models_conf  conf;
+    dl_backend     *be;
+    entry          *e;
+    int             n, cap;
+};
+
+/* ---- versions ------------------------------------------------------------ */
+
+static void served_free(served_impl *s)
+{
+    dl_model_free(s->pub.m);
+    dl_model_conf_free(s->pub.conf);
+    free(s);
+}
+
+void served_release(served *sv)
+{
+    served_impl *s = (served_impl *)sv;
+    if (s && atomic_fetch_sub(&s->refs, 1) == 1)
+        served_free(s);
+}
+
+/* Loads, validates and warms up one version. */
+static dl_status load_version(registry *r, const char *name, int64_t version,
+                              served_impl **out, dl_err *err)
+{
+    *out = NULL;
+    char path[DL_PATH_MAX + 128];
+    snprintf(path, sizeof(path), "%s/%s/model.json", r->conf.dir, name);
+    served_impl *s = calloc(1, sizeof(*s));
+    if (!s)
+        return dl_err_set(err, DL_ERR_NOMEM, "model");
+    dl_status st = dl_model_conf_load(path, &s->pub.conf, err);
+    if (st == DL_OK && strcmp(s->pub.conf->name, name) != 0)
+        st = dl_err_set(err, DL_ERR_INVALID, "%s: name '%s' differs from the folder '%s'",
+                        path, s->pub.conf->name, name);
+    if (st == DL_OK)
+        st = dl_model_new(r->be, s->pub.conf, 1, &s->pub.m, err);
+    snprintf(path, sizeof(path), "%s/%s/%lld/model.safetensors", r->conf.dir, name,
+             (long long)version);
+    if (st == DL_OK)
+        st = dl_model_load(s->pub.m, path, err);
+    if (st == DL_OK) {
+        s->pub.in_dim = dl_model_in_dim(s->pub.m);
+        s->pub.out_dim = dl_model_out_dim(s->pub.m);
+        /* Warm-up: one pass sizes the buffers before the first request. */
+        float *x = calloc((size_t)s->pub.in_dim, sizeof(float));
+        float *y = malloc((size_t)s->pub.out_dim * sizeof(float));
+        st = x && y ? dl_model_predict(s->pub.m, x, 1, 1, y, err)
+                    : dl_err_set(err, DL_ERR_NOMEM, "warm-up");
+        free(x);
+        free(y);
+    }
+    if (st != DL_OK) {
+        dl_model_free(s->pub.m);
+        dl_model_conf_free(s->pub.conf);
+        free(s);
+        return st;
+    }
+    snprintf(s->pub.name, sizeof(s->pub.name), "%s", name);
+    s->pub.version = version;
+    atomic_init(&s->refs, 1);   /* the registry's own reference */
+    *out = s;
+    return DL_OK;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* Version folders holding weights, newest first; returns the count. */
+static int list_versions(const registry *r, const char *name, int64_t *out, int max)
+{
+    char dir[DL_PATH_MAX + 80];
+    snprintf(dir, sizeof(dir), "%s/%s", r->conf.dir, name);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < max) {
+        char *end;
+        long long v = strtoll(de->d_name, &end, 10);
+        if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end || v <= 0)
+            continue;
+        char path[2 * DL_PATH_MAX];
+        struct stat sb;
+        snprintf(path, sizeof(path), "%s/%s/model.safetensors", dir, de->d_name);
+        if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+            out[n++] = v;
+    }
+    closedir(d);
+    qsort(out, (size_t)n, sizeof(*out), cmp_desc);
+    return n;
+}
+
+/* The versions the policy selects among those present (newest first). */
+static int wanted_versions(const registry *r, const int64_t *have, int nhave,
+                           int64_t *out)
+{
+    const char *p = r->conf.policy;
+    int n = 0;
+    if (strncmp(p, "versions:", 9) == 0) {
+        for (int i = 0; i < nhave; i++) {
+            char buf[sizeof(r->conf.policy)];
+            snprintf(buf, sizeof(buf), "%s", p + 9);
+            for (char *save, *tok = strtok_r(buf, ",", &save); tok;
+                 tok = strtok_r(NULL, ",", &save))
+                if (strtoll(tok, NULL, 10) == have[i]) {
+                    out[n++] = have[i];
+                    break;
+                }
+        }
+        return n;
+    }
+    long keep = strncmp(p, "latest:", 7) == 0 ? strtol(p + 7, NULL, 10) : 1;
+    for (int i = 0; i < nhave && i < keep; i++)
+        out[n++] = have[i];
+    return n;
+}
+
+/* ---- entries -------------------------------------------------------------- */
+
+static entry *find(registry *r, const char *name)
+{
+    for (int i = 0; i < r->n; i++)
+        if (strcmp(r->e[i].name, name) == 0)
+            return &r->e[i];
+    return NULL;
+}
+
+static entry *find_or_add(registry *r, const char *name)
+{
+    entry *e = find(r, name);
+    if (e)
+        return e;
+    if (r->n == r->cap) {
+        int cap = r->cap ? r->cap * 2 : 8;
+        entry *ne = realloc(r->e, (size_t)cap * sizeof(*ne));
+        if (!ne)
+            return NULL;
+        r->e = ne;
+        r->cap = cap;
+    }
+    e = &r->e[r->n++];
+    memset(e, 0, sizeof(*e));
+    snprintf(e->name, sizeof(e->name), "%s", name);
+    return e;
+}
+
+/* Publishes `next` (newest first) as the entry's versions; the replaced
+ * ones lose the registry's reference. Called with the lock held. */
+static void publish(entry *e, served_impl **next, int n)
+{
+    served_impl *old[MAX_VERSIONS];
+    int nold = e->nv;
+    memcpy(old, e->v, sizeof(old));
+    if (n > 0)
+        memcpy(e->v, next, (size_t)n * sizeof(*next));
+    e->nv = n;
+    for (int i = 0; i < nold; i++) {
+        bool kept = false;
+        for (int k = 0; k < n; k++)
+            kept = kept || next[k] == old[i];
+        if (!kept)
+            served_release(&old[i]->pub);
+    }
+}
+
+/* Brings one model to what the policy wants; returns the changes made. */
+static int sync_model_locked(registry *r, const char *name);
+
+static int sync_model(registry *r, const char *name)
+{
+    pthread_mutex_lock(&r->load_mu);
+    int changes = sync_model_locked(r, name);
+    pthread_mutex_unlock(&r->load_mu);
+    return changes;
+}
+
+static int sync_model_locked(registry *r, const char *name)
+{
+    int64_t have[MAX_VERSIONS], want[MAX_VERSIONS];
+    int nhave = list_versions(r, name, have, MAX_VERSIONS);
+    int nwant = wanted_versions(r, have, nhave, want);
+    pthread_mutex_lock(&r->mu);
+    entry *e = find_or_add(r, name);
+    if (!e || e->unloaded) {
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
+    e->present = true;
+    served_impl *current[MAX_VERSIONS];
+    int ncur = e->nv;
+    memcpy(current, e->v, sizeof(current));
+    pthread_mutex_unlock(&r->mu);
+
+    /* Load outside the lock: requests keep flowing to the old versions. */
+    served_impl *next[MAX_VERSIONS];
+    int n = 0, changes = 0;
+    char reason[256] = "";
+    for (int i = 0; i < nwant; i++) {
+        served_impl *s = NULL;
+        for (int k = 0; k < ncur && !s; k++)
+            if (current[k]->pub.version == want[i])
+                s = current[k];
+        if (!s) {
+            dl_err err = {0};
+            if (load_version(r, name, want[i], &s, &err) != DL_OK) {
+                DL_LOG(DL_LOG_ERR, "models", "%s version %lld refused: %s", name,
+                       (long long)want[i], err.msg);
+                snprintf(reason, sizeof(reason), "version %lld refused: %.200s",
+                         (long long)want[i], err.msg);
+                continue;
+            }
+            DL_LOG(DL_LOG_NOTICE, "models", "%s version %lld loaded", name, (long long)want[i]);
+            changes++;
+        }
+        next[n++] = s;
+    }
+    /* A refused newest version leaves the versions that were serving. */
+    for (int k = 0; k < ncur && n == 0; k++)
+        next[n++] = current[k];
+    for (int k = 0; k < ncur; k++) {
+        bool kept = false;
+        for (int i = 0; i < n; i++)
+            kept = kept || next[i] == current[k];
+        if (!kept) {
+            DL_LOG(DL_LOG_NOTICE, "models", "%s version %lld retired", name,
+                   (long long)current[k]->pub.version);
+            changes++;
+        }
+    }
+    if (nhave == 0)
+        snprintf(reason, sizeof(reason), "no version with model.safetensors");
+    pthread_mutex_lock(&r->mu);
+    e = find(r, name);
+    publish(e, next, n);
+    e->on_disk = nhave;
+    snprintf(e->reason, sizeof(e->reason), "%s", reason);
+    pthread_mutex_unlock(&r->mu);
+    return changes;
+}
+
+static bool is_model_dir(const registry *r, const char *name)
+{
+    if (name[0] == '.' || strlen(name) >= DL_NAME_MAX)
+        return false;
+    char path[DL_PATH_MAX + 80];
+    struct stat sb;
+    snprintf(path, sizeof(path), "%s/%s/model.json", r->conf.dir, name);
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+int registry_rescan(registry *r)
+{
+    DIR *d = opendir(r->conf.dir);
+    if (!d) {
+        DL_LOG(DL_LOG_ERR, "models", "%s: cannot open the model repository", r->conf.dir);
+        return 0;
+    }
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++)
+        r->e[i].present = false;
+    pthread_mutex_unlock(&r->mu);
+    int changes = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (is_model_dir(r, de->d_name))
+            changes += sync_model(r, de->d_name);
+    closedir(d);
+    /* Folders that disappeared stop serving. */
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++)
+        if (!r->e[i].present && r->e[i].nv > 0) {
+            DL_LOG(DL_LOG_NOTICE, "models", "%s: folder gone, unloading", r->e[i].name);
+            publish(&r->e[i], NULL, 0);
+            changes++;
+        }
+    pthread_mutex_unlock(&r->mu);
+    return changes;
+}
+
+dl_status registry_new(const dl_models_conf *conf, dl_backend *be, registry **out,
+                       dl_err *err)
+{
+    *out = NULL;
+    registry *r = calloc(1, sizeof(*r));
+    if (!r)
+        return dl_err_set(err, DL_ERR_NOMEM, "registry");
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->load_mu, NULL);
+    r->conf = *conf;
+    r->be = be;
+    struct stat sb;
+    if (stat(conf->dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        pthread_mutex_destroy(&r->mu);
+        pthread_mutex_destroy(&r->load_mu);
+        free(r);
+        return dl_err_set(err, DL_ERR_IO, "%s: the model repository is not a folder", conf->dir);
+    }
+    registry_rescan(r);
+    *out = r;
+    return DL_OK;
+}
+
+void registry_free(registry *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < r->n; i++)
+        publish(&r->e[i], NULL, 0);
+    free(r->e);
+    pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->load_mu);
+    free(r);
+}
+
+dl_status registry_load(registry *r, const char *name, dl_err *err)
+{
+    if (!is_model_dir(r, name))
+        return dl_err_set(err, DL_ERR_INVALID, "unknown model '%s': no %s/%s/model.json",
+                          name, r->conf.dir, name);
+    pthread_mutex_lock(&r->mu);
+    entry *e = find_or_add(r, name);
+    if (e)
+        e->unloaded = false;
+    pthread_mutex_unlock(&r->mu);
+    sync_model(r, name);
+    pthread_mutex_lock(&r->mu);
+    e = find(r, name);
+    dl_status st = DL_OK;
+    if (!e || e->nv == 0)
+        st = dl_err_set(err, DL_ERR_INVALID, "model '%s' cannot be loaded: %s", name,
+                        e && e->reason[0] ? e->reason : "no version");
+    else if (e->reason[0])
+        st = dl_err_set(err, DL_ERR_INVALID, "model '%s': %s (version %lld keeps serving)",
+                        name, e->reason, (long long)e->v[0]->pub.version);
+    pthread_mutex_unlock(&r->mu);
+    return st;
+}
+
+dl_status registry_unload(registry *r, const char *name, dl_err *err)
+{
+    pthread_mutex_lock(&r->mu);
+    entry *e = find(r, name);
+    if (!e) {
+        pthread_mutex_unlock(&r->mu);
+        return dl_err_set(err, DL_ERR_INVALID, "unknown model '%s'", name);
+    }
+    e->unloaded = true;
+    publish(e, NULL, 0);
+    pthread_mutex_unlock(&r->mu);
+    DL_LOG(DL_LOG_NOTICE, "models", "%s unloaded", name);
+    return DL_OK;
+}
+
+served *registry_acquire(registry *r, const char *name, int64_t version)
+{
+    served_impl *s = NULL;
+    pthread_mutex_lock(&r->mu);
+    entry *e = find(r, name);
+    for (int i = 0; e && i < e->nv && !s; i++)
+        if (version <= 0 || e->v[i]->pub.version == version)
+            s = e->v[i];
+    if (s)
+        atomic_fetch_add(&s->refs, 1);
+    pthread_mutex_unlock(&r->mu);
+    return s ? &s->pub : NULL;
+}
+
+bool registry_ready(registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    bool ready = true;
+    for (int i = 0; i < r->n; i++)
+        if (!r->e[i].unloaded && r->e[i].present && r->e[i].on_disk > 0 && r->e[i].nv == 0)
+            ready = false;   /* a model with weights that none could load */
+    pthread_mutex_unlock(&r->mu);
+    return ready;
+}
+
+json_t *registry_status(registry *r)
+{
+    json_t *arr = json_array();
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        entry *e = &r->e[i];
+        json_t *versions = json_array();
+        for (int k = 0; k < e->nv; k++)
+            json_array_append_new(versions, json_integer(e->v[k]->pub.version));
+        const char *state = e->unloaded ? "UNLOADED" : e->nv ? "READY" : "UNAVAILABLE";
+        json_array_append_new(arr, json_pack("{s:s, s:o, s:s, s:s}", "name", e->name,
+                                             "versions", versions, "state", state,
+                                             "reason", e->reason));
+    }
+    pthread_mutex_unlock(&r->mu);
+    return arr;
+}
+
+char **registry_names(registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    char **names = calloc((size_t)r->n + 1, sizeof(char *));
+    for (int i = 0; names && i < r->n; i++)
+        names[i] = strdup(r->e[i].name);
+    pthread_mutex_unlock(&r->mu);
+    return names;
+}

@@ -1,0 +1,178 @@
+/* serve.h (private to serve/): the daemon's parts and how they meet.
+ *
+ *   HTTP (http_api.c) --infer_req--> batcher (batcher.c) --> worker thread
+ *        |                              |  takes a reference on the
+ *        |                              v  served version (registry.c)
+ *        +--> stats (stats.c): counters and histograms for /metrics, /status
+ *
+ * Thread-safety: every function here may be called from any thread unless
+ * its comment says otherwise. */
+#ifndef DL_SERVE_SERVE_H
+#define DL_SERVE_SERVE_H
+
+#include "serve/dl_serve.h"
+
+#include <jansson.h>
+#include <pthread.h>
+
+/* ---- registry: the model repository and version lifecycle ------------- */
+
+typedef struct registry registry;
+
+/* One loaded version of one model. Read-only once published; lives while
+ * references are held (registry_acquire / served_release). */
+typedef struct served {
+    char                 name[DL_NAME_MAX];
+    int64_t              version;
+    dl_model_conf       *conf;        /* owned */
+    dl_model            *m;           /* owned; used by the worker only */
+    int64_t              in_dim, out_dim;
+} served;
+
+/* Scans conf->dir and loads what the version policy selects. *out is new.
+ * A model that fails to load is logged and recorded (see
+ * registry_status), not fatal. */
+dl_status registry_new(const dl_models_conf *conf, dl_backend *be, registry **out,
+                       dl_err *err);
+void registry_free(registry *r);
+
+/* Rescans the folder: loads, validates and warms up new versions, swaps
+ * them in atomically, and drops versions the policy no longer selects (they
+ * are freed when their last reference goes). A bad version is refused and
+ * the old keeps serving; the reason goes to the log and registry_status.
+ * Returns the number of changes. */
+int registry_rescan(registry *r);
+
+/* Loads (or reloads) / unloads one model by name, for
+ * POST /v2/repository/models/{m}/load|unload. DL_ERR_INVALID when there
+ * is no such model folder or its newest version is refused (err says why). */
+dl_status registry_load(registry *r, const char *name, dl_err *err);
+dl_status registry_unload(registry *r, const char *name, dl_err *err);
+
+/* A reference to version `version` of `name` (0: the newest served), or
+ * NULL. Release with served_release. */
+served *registry_acquire(registry *r, const char *name, int64_t version);
+/* Drops a reference; NULL does nothing. */
+void served_release(served *s);
+
+/* True when every model that has versions on disk serves one of them (a
+ * model folder without trained weights does not hold readiness back). */
+bool registry_ready(registry *r);
+
+/* JSON (new reference): [{"name", "versions": [..], "state":
+ * "READY"|"UNAVAILABLE"|"UNLOADED", "reason"}], for /status and
+ * /v2/repository/index. */
+json_t *registry_status(registry *r);
+
+/* Names of the models (new array of new strings, NULL-terminated). */
+char **registry_names(registry *r);
+
+/* ---- stats: counters and histograms ----------------------------------- */
+
+typedef struct stats stats;
+
+dl_status stats_new(stats **out, dl_err *err);
+void stats_free(stats *st);
+
+/* One request's outcome, per model and version. Durations in
+ * microseconds: queue = waited in the batcher, compute = its batch's
+ * inference, total = from arrival to answer. */
+void stats_request(stats *st, const char *model, int64_t version, bool ok,
+                   int64_t samples, double queue_us, double compute_us,
+                   double total_us);
+/* One executed batch of `samples` samples. */
+void stats_batch(stats *st, const char *model, int64_t version, int64_t samples);
+/* An HTTP answer with this status code. */
+void stats_http(stats *st, int code);
+
+/* Prometheus text exposition (new string, caller frees): Triton's names
+ * (nv_inference_request_success, nv_inference_request_failure,
+ * nv_inference_count, nv_inference_exec_count,
+ * nv_inference_request_duration_us, nv_inference_queue_duration_us,
+ * nv_inference_compute_infer_duration_us) with model and version labels,
+ * histograms dlserve_request_duration_seconds and dlserve_batch_size,
+ * dlserve_http_responses_total{code}, and process metrics
+ * (process_resident_memory_bytes, process_cpu_seconds_total,
+ * process_start_time_seconds, process_open_fds). `extra` (may be NULL) is
+ * appended as is. */
+char *stats_prometheus(stats *st, const char *extra);
+
+/* Counters as JSON (new reference) for /status. */
+json_t *stats_json(stats *st);
+
+/* ---- batcher: dynamic batching and the inference worker --------------- */
+
+typedef struct batcher batcher;
+
+/* One inference request: n samples of the model's input, answered with n
+ * rows of outputs (class probabilities for classifiers). */
+typedef struct infer_req {
+    char         model[DL_NAME_MAX];
+    int64_t      version;        /* 0: newest */
+    int64_t      n;
+    float       *x;              /* n * in_dim, owned by the submitter */
+    float       *out;            /* n * out_dim, allocated by the batcher, owned by the submitter after completion */
+    /* The version that answers, as a reference the submitter releases
+     * after completion: set it before submitting to pin a version (the
+     * caller's own reference), or leave it NULL and the batcher acquires
+     * model/version. */
+    served      *sv;
+    /* filled on completion */
+    dl_status    status;
+    char         error[256];
+    double       t_arrival, t_start, t_end;   /* dl_time_now() seconds */
+    /* completion */
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    bool         done;
+    struct infer_req *next;      /* batcher's queue link */
+} infer_req;
+
+/* Initialises / finalises the synchronisation fields of a request. */
+void infer_req_init(infer_req *q);
+void infer_req_fini(infer_req *q);
+
+/* Starts the worker (one per device). */
+dl_status batcher_new(const dl_batching_conf *conf, registry *reg, stats *st,
+                      batcher **out, dl_err *err);
+
+/* Queues a request. DL_ERR_UNAVAILABLE when the model's queue is full or
+ * intake has stopped (answer 503); DL_ERR_INVALID for an unknown model or
+ * version (404) or a bad size (400). On DL_OK the request will complete:
+ * wait with infer_wait. */
+dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err);
+void infer_wait(infer_req *q);
+
+/* Stops intake (submit answers 503), finishes every queued request,
+ * then stops the worker. */
+void batcher_drain(batcher *b);
+void batcher_free(batcher *b);
+
+/* Queued samples per model as JSON (new reference), for /status. */
+json_t *batcher_status(batcher *b);
+
+/* ---- http ---------------------------------------------------------------- */
+
+typedef struct http_server http_server;
+
+typedef struct http_deps {
+    const dl_http_conf *conf;
+    registry           *reg;
+    batcher            *bat;
+    stats              *st;
+    double              start_time;     /* dl_time_now() at start */
+    const char         *server_version; /* DL_VERSION_STRING */
+    /* true once models are loaded and warmed (for /v2/health/ready) */
+    bool              (*ready)(void *ctx);
+    void               *ctx;
+    /* extra JSON for /status (new reference), may be NULL */
+    json_t           *(*status_extra)(void *ctx);
+} http_deps;
+
+/* Starts listening (deps must outlive the server). The bound port is in
+ * *port (useful with port 0). */
+dl_status http_start(const http_deps *deps, http_server **out, int *port, dl_err *err);
+/* Stops accepting connections; requests in flight are answered first. */
+void http_stop(http_server *h);
+
+#endif /* DL_SERVE_SERVE_H */

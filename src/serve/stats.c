@@ -1,0 +1,811 @@
+/* stats.c: the daemon's counters and histograms (per model and version),
+ * rendered as Prometheus text for /metrics and as JSON for /status.
+ *
+ * Metric families and what feeds them:
+ *
+ *   nv_inference_request_success / _failure   counter  stats_request (ok / !ok)
+ *   nv_inference_count                        counter  stats_request: samples of ok requests
+ *   nv_inference_exec_count                   counter  stats_batch: one per executed batch
+ *   nv_inference_request_duration_us          counter  stats_request: total_us of ok requests
+ *   nv_inference_queue_duration_us            counter  stats_request: queue_us of ok requests
+ *   nv_inference_compute_infer_duration_us    counter  stats_request: compute_us of ok requests
+ *       labels {model, version}; names, types and semantics as Triton's
+ *       (cumulative microseconds of successful requests, so that
+ *       rate(x_duration_us) / rate(nv_inference_request_success) is the
+ *       mean in microseconds).
+ *   dlserve_request_duration_seconds          histogram {model}: total of ok requests
+ *   dlserve_batch_size                        histogram {model}: samples per batch
+ *   dlserve_http_responses_total              counter  {code}
+ *   process_*                                 read from /proc/self at each scrape
+ *
+ * promtool (Debian 12: prometheus 2.42) and the Triton names.
+ * `promtool check metrics` exits 0 when the text is clean, 1 when it does
+ * not parse and 3 when it parses but its linter (client_golang's promlint)
+ * reports a problem; 2.42 has no flag to turn the linter off (--lint came
+ * in later releases). The Triton families trip three lint rules:
+ *   - "counter metrics should have "_total" suffix" (all seven),
+ *   - "metric names should not contain abbreviated units" (the three
+ *     *_duration_us), and
+ *   - "non-histogram and non-summary metrics should not have "_count"
+ *     suffix" (nv_inference_count, nv_inference_exec_count).
+ * Typing them `gauge` or `untyped` silences the first rule only (the other
+ * two look at the name whatever the type) and would mislabel monotonic
+ * counters, so they stay `counter`, as Triton exposes them. The
+ * Triton names are part of the contract (DESIGN.md, HTTP API): the lint
+ * findings on them are expected, and the unit test asserts that promtool
+ * parses the whole text (exit 0 or 3), that those are the only findings,
+ * and that everything else (dlserve_*, process_*) passes with exit 0.
+ *
+ * Cardinality: series are created by the names callers pass. After
+ * STATS_MAX_SERIES (model, version) pairs or STATS_MAX_MODELS models,
+ * further new ones are counted under model="_other", version="0", so that
+ * a flood of bad names cannot grow memory or the scrape without bound. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "serve/serve.h"
+
+#include <dirent.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/times.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STATS_MAX_SERIES 4096
+#define STATS_MAX_MODELS 1024
+#define STATS_OTHER      "_other"
+
+/* Upper bounds (le) of dlserve_request_duration_seconds, in seconds. */
+static const double req_bounds[] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+    0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+};
+#define N_REQ_BOUNDS (sizeof(req_bounds) / sizeof(req_bounds[0]))
+
+/* Upper bounds of dlserve_batch_size, in samples. */
+static const double batch_bounds[] = {
+    1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024,
+};
+#define N_BATCH_BOUNDS (sizeof(batch_bounds) / sizeof(batch_bounds[0]))
+
+#define HTTP_CODE_MIN 100
+#define HTTP_CODE_MAX 599
+
+/* One (model, version): Triton's counters. Durations are summed in
+ * microseconds. */
+typedef struct series {
+    char    *model;           /* owned */
+    int64_t  version;
+    uint64_t success, failure;
+    uint64_t inferences;      /* samples of successful requests */
+    uint64_t executions;      /* batches */
+    double   request_us, queue_us, compute_us;
+} series;
+
+/* One model: its histograms, with per-bucket (not cumulative) counts; the
+ * last bucket is +Inf. */
+typedef struct model_stats {
+    char    *name;            /* owned */
+    uint64_t req_buckets[N_REQ_BOUNDS + 1];
+    uint64_t req_count;
+    double   req_sum;         /* seconds */
+    uint64_t batch_buckets[N_BATCH_BOUNDS + 1];
+    uint64_t batch_count;
+    double   batch_sum;       /* samples */
+} model_stats;
+
+struct stats {
+    pthread_mutex_t mu;
+    series        **series;    /* sorted by (model, version) */
+    size_t          nseries, capseries;
+    model_stats   **models;    /* sorted by name */
+    size_t          nmodels, capmodels;
+    uint64_t        http[HTTP_CODE_MAX - HTTP_CODE_MIN + 1];
+    double          start_time; /* Unix seconds */
+};
+
+/* ---- process start time ------------------------------------------------ */
+
+/* Unix time at which this process started: /proc/self/stat field 22
+ * (starttime, clock ticks after boot) plus btime from /proc/stat, as the
+ * Prometheus client libraries compute it. Falls back to "now". */
+static double process_start_time(void)
+{
+    double now = (double)time(NULL);
+    long tck = sysconf(_SC_CLK_TCK);
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (!f || tck <= 0) {
+        if (f)
+            fclose(f);
+        return now;
+    }
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* comm (field 2) may hold spaces and parentheses: fields resume after
+     * the last ')'; the next token is field 3 (state). */
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return now;
+    p++;
+    unsigned long long starttime = 0;
+    int field = 2;
+    char *save = NULL;
+    for (char *tok = strtok_r(p, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        if (++field == 22) {
+            starttime = strtoull(tok, NULL, 10);
+            break;
+        }
+    }
+    if (field != 22)
+        return now;
+
+    f = fopen("/proc/stat", "r");
+    if (!f)
+        return now;
+    unsigned long long btime = 0;
+    char line[256];
+    bool found = false;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "btime %llu", &btime) == 1) {
+            found = true;
+            break;
+        }
+    }
+    fclose(f);
+    if (!found)
+        return now;
+    return (double)btime + (double)starttime / (double)tck;
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+dl_status stats_new(stats **out, dl_err *err)
+{
+    *out = NULL;
+    stats *st = calloc(1, sizeof(*st));
+    if (!st)
+        return dl_err_set(err, DL_ERR_NOMEM, "stats");
+    if (pthread_mutex_init(&st->mu, NULL) != 0) {
+        free(st);
+        return dl_err_set(err, DL_ERR_NOMEM, "stats: mutex");
+    }
+    st->start_time = process_start_time();
+    *out = st;
+    return DL_OK;
+}
+
+void stats_free(stats *st)
+{
+    if (!st)
+        return;
+    for (size_t i = 0; i < st->nseries; i++) {
+        free(st->series[i]->model);
+        free(st->series[i]);
+    }
+    free(st->series);
+    for (size_t i = 0; i < st->nmodels; i++) {
+        free(st->models[i]->name);
+        free(st->models[i]);
+    }
+    free(st->models);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+/* ---- lookup (caller holds st->mu) ---------------------------------------- */
+
+static int series_cmp(const char *model, int64_t version, const series *s)
+{
+    int c = strcmp(model, s->model);
+    if (c != 0)
+        return c;
+    return (version > s->version) - (version < s->version);
+}
+
+/* Room for one more element in arr (n used of *cap): arr itself, or a
+ * larger copy; NULL when out of memory (arr is then untouched). */
+static void *grow(void *arr, size_t n, size_t *cap, size_t elem)
+{
+    if (n < *cap)
+        return arr;
+    size_t ncap = *cap ? *cap * 2 : 16;
+    void *p = realloc(arr, ncap * elem);
+    if (p)
+        *cap = ncap;
+    return p;
+}
+
+/* Binary search: index of the match, or where it would go (*found false). */
+static size_t series_find(const stats *st, const char *model, int64_t version, bool *found)
+{
+    size_t lo = 0, hi = st->nseries;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = series_cmp(model, version, st->series[mid]);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    *found = false;
+    return lo;
+}
+
+/* The series of (model, version), created if new; NULL only when out of
+ * memory. Past the cardinality cap, new pairs map to the overflow series. */
+static series *series_get(stats *st, const char *model, int64_t version)
+{
+    bool found;
+    size_t i = series_find(st, model, version, &found);
+    if (found)
+        return st->series[i];
+    if (st->nseries >= STATS_MAX_SERIES && strcmp(model, STATS_OTHER) != 0)
+        return series_get(st, STATS_OTHER, 0);
+
+    series *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    series **arr = grow(st->series, st->nseries, &st->capseries, sizeof(*arr));
+    if (arr)
+        st->series = arr;   /* realloc may have moved it */
+    s->model = strdup(model);
+    if (!s->model || !arr) {
+        free(s->model);
+        free(s);
+        return NULL;
+    }
+    s->version = version;
+    memmove(&st->series[i + 1], &st->series[i], (st->nseries - i) * sizeof(*st->series));
+    st->series[i] = s;
+    st->nseries++;
+    return s;
+}
+
+static model_stats *model_get(stats *st, const char *name)
+{
+    size_t lo = 0, hi = st->nmodels;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(name, st->models[mid]->name);
+        if (c == 0)
+            return st->models[mid];
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    if (st->nmodels >= STATS_MAX_MODELS && strcmp(name, STATS_OTHER) != 0)
+        return model_get(st, STATS_OTHER);
+
+    model_stats *ms = calloc(1, sizeof(*ms));
+    if (!ms)
+        return NULL;
+    model_stats **arr = grow(st->models, st->nmodels, &st->capmodels, sizeof(*arr));
+    if (arr)
+        st->models = arr;
+    ms->name = strdup(name);
+    if (!ms->name || !arr) {
+        free(ms->name);
+        free(ms);
+        return NULL;
+    }
+    memmove(&st->models[lo + 1], &st->models[lo], (st->nmodels - lo) * sizeof(*st->models));
+    st->models[lo] = ms;
+    st->nmodels++;
+    return ms;
+}
+
+/* Index of the first bucket whose bound is >= v (le is inclusive); nb for
+ * +Inf. */
+static size_t bucket_of(const double *bounds, size_t nb, double v)
+{
+    size_t i = 0;
+    while (i < nb && v > bounds[i])
+        i++;
+    return i;
+}
+
+/* Durations from callers are clamped to [0, inf): a NaN or a negative
+ * (clock step) must not poison a cumulative counter. */
+static double nonneg(double v)
+{
+    return (v > 0 && isfinite(v)) ? v : 0.0;
+}
+
+/* ---- recording --------------------------------------------------------- */
+
+void stats_request(stats *st, const char *model, int64_t version, bool ok,
+                   int64_t samples, double queue_us, double compute_us,
+                   double total_us)
+{
+    if (!model)
+        model = "";
+    queue_us = nonneg(queue_us);
+    compute_us = nonneg(compute_us);
+    total_us = nonneg(total_us);
+
+    pthread_mutex_lock(&st->mu);
+    series *s = series_get(st, model, version);
+    if (s) {
+        if (ok) {
+            s->success++;
+            s->inferences += samples > 0 ? (uint64_t)samples : 0;
+            s->request_us += total_us;
+            s->queue_us += queue_us;
+            s->compute_us += compute_us;
+        } else {
+            s->failure++;
+        }
+    }
+    if (ok) {
+        model_stats *ms = model_get(st, model);
+        if (ms) {
+            /* "/ 1e6", not "* 1e-6": 40 us is then 4e-05, not 3.9999999999999996e-05 */
+            double sec = total_us / 1e6;
+            ms->req_buckets[bucket_of(req_bounds, N_REQ_BOUNDS, sec)]++;
+            ms->req_count++;
+            ms->req_sum += sec;
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+void stats_batch(stats *st, const char *model, int64_t version, int64_t samples)
+{
+    if (!model)
+        model = "";
+    if (samples < 0)
+        samples = 0;
+
+    pthread_mutex_lock(&st->mu);
+    series *s = series_get(st, model, version);
+    if (s)
+        s->executions++;
+    model_stats *ms = model_get(st, model);
+    if (ms) {
+        ms->batch_buckets[bucket_of(batch_bounds, N_BATCH_BOUNDS, (double)samples)]++;
+        ms->batch_count++;
+        ms->batch_sum += (double)samples;
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+void stats_http(stats *st, int code)
+{
+    /* Codes outside 100..599 are not HTTP status codes: not counted. */
+    if (code < HTTP_CODE_MIN || code > HTTP_CODE_MAX)
+        return;
+    pthread_mutex_lock(&st->mu);
+    st->http[code - HTTP_CODE_MIN]++;
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* ---- text buffer ------------------------------------------------------- */
+
+typedef struct sbuf {
+    char  *s;
+    size_t len, cap;
+    bool   oom;
+} sbuf;
+
+static void sb_reserve(sbuf *b, size_t more)
+{
+    if (b->oom || b->len + more + 1 <= b->cap)
+        return;
+    size_t ncap = b->cap ? b->cap : 4096;
+    while (ncap < b->len + more + 1)
+        ncap *= 2;
+    char *p = realloc(b->s, ncap);
+    if (!p) {
+        b->oom = true;
+        return;
+    }
+    b->s = p;
+    b->cap = ncap;
+}
+
+static void sb_add(sbuf *b, const char *s, size_t n)
+{
+    sb_reserve(b, n);
+    if (b->oom)
+        return;
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    char tmp[512];
+    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->oom = true;
+        return;
+    }
+    if ((size_t)n < sizeof(tmp)) {
+        sb_add(b, tmp, (size_t)n);
+        return;
+    }
+    sb_reserve(b, (size_t)n);
+    if (b->oom)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 when the bytes
+ * there are not one (overlong, surrogate, past U+10FFFF, truncated). */
+static size_t utf8_len(const unsigned char *p)
+{
+    if (p[0] < 0x80)
+        return 1;
+    size_t n;
+    uint32_t cp;
+    if ((p[0] & 0xE0) == 0xC0) { n = 2; cp = p[0] & 0x1F; }
+    else if ((p[0] & 0xF0) == 0xE0) { n = 3; cp = p[0] & 0x0F; }
+    else if ((p[0] & 0xF8) == 0xF0) { n = 4; cp = p[0] & 0x07; }
+    else return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xC0) != 0x80)   /* also stops at the terminating NUL */
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return n;
+}
+
+/* A label value, escaped as the exposition format requires: backslash,
+ * double quote and newline. The format is UTF-8 and Prometheus rejects
+ * the whole scrape over one bad byte, so invalid bytes become U+FFFD. */
+static void sb_label(sbuf *b, const char *v)
+{
+    const unsigned char *p = (const unsigned char *)v;
+    while (*p) {
+        size_t n = utf8_len(p);
+        if (n == 0) {
+            sb_add(b, "\xEF\xBF\xBD", 3);
+            p++;
+            continue;
+        }
+        switch (*p) {
+        case '\\': sb_add(b, "\\\\", 2); break;
+        case '"':  sb_add(b, "\\\"", 2); break;
+        case '\n': sb_add(b, "\\n", 2); break;
+        default:   sb_add(b, (const char *)p, n); break;
+        }
+        p += n;
+    }
+}
+
+/* A sample value: the shortest of %.15g/%.16g/%.17g that reads back
+ * exactly (4e-05, not 3.9999999999999996e-05); infinities and NaN are
+ * spelled as the format wants. */
+static void sb_value(sbuf *b, double v)
+{
+    if (isnan(v)) {
+        sb_add(b, "NaN", 3);
+        return;
+    }
+    if (isinf(v)) {
+        sb_printf(b, "%s", v > 0 ? "+Inf" : "-Inf");
+        return;
+    }
+    char tmp[32];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(tmp, sizeof(tmp), "%.*g", prec, v);
+        if (prec == 17 || strtod(tmp, NULL) == v)
+            break;
+    }
+    sb_add(b, tmp, strlen(tmp));
+}
+
+static void sb_family(sbuf *b, const char *name, const char *type, const char *help)
+{
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* name{model="..",version=".."} value */
+static void sb_series_u64(sbuf *b, const char *name, const series *s, uint64_t v)
+{
+    sb_printf(b, "%s{model=\"", name);
+    sb_label(b, s->model);
+    sb_printf(b, "\",version=\"%" PRId64 "\"} %" PRIu64 "\n", s->version, v);
+}
+
+static void sb_series_f64(sbuf *b, const char *name, const series *s, double v)
+{
+    sb_printf(b, "%s{model=\"", name);
+    sb_label(b, s->model);
+    sb_printf(b, "\",version=\"%" PRId64 "\"} ", s->version);
+    sb_value(b, v);
+    sb_add(b, "\n", 1);
+}
+
+/* The _bucket/_sum/_count lines of one model's histogram; buckets are
+ * made cumulative here. */
+static void sb_histo(sbuf *b, const char *name, const char *model, const double *bounds,
+                     size_t nb, const uint64_t *buckets, uint64_t count, double sum)
+{
+    uint64_t cum = 0;
+    for (size_t i = 0; i <= nb; i++) {
+        cum += buckets[i];
+        sb_printf(b, "%s_bucket{model=\"", name);
+        sb_label(b, model);
+        if (i < nb)
+            sb_printf(b, "\",le=\"%g\"} %" PRIu64 "\n", bounds[i], cum);
+        else
+            sb_printf(b, "\",le=\"+Inf\"} %" PRIu64 "\n", cum);
+    }
+    sb_printf(b, "%s_sum{model=\"", name);
+    sb_label(b, model);
+    sb_add(b, "\"} ", 3);
+    sb_value(b, sum);
+    sb_printf(b, "\n%s_count{model=\"", name);
+    sb_label(b, model);
+    sb_printf(b, "\"} %" PRIu64 "\n", count);
+}
+
+/* ---- process metrics --------------------------------------------------- */
+
+/* Open descriptors: the entries of /proc/self/fd, less the one that
+ * reading the folder itself holds. -1 when /proc is not there. */
+static long open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    long n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n > 0 ? n - 1 : 0;
+}
+
+static void sb_process(sbuf *b, double start_time)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    unsigned long long vsz = 0, rss = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    bool have_statm = false;
+    if (f) {
+        have_statm = fscanf(f, "%llu %llu", &vsz, &rss) == 2 && page > 0;
+        fclose(f);
+    }
+
+    /* times() counts every thread of the process, user and system. */
+    struct tms t;
+    long tck = sysconf(_SC_CLK_TCK);
+    bool have_cpu = times(&t) != (clock_t)-1 && tck > 0;
+
+    long fds = open_fds();
+    struct rlimit rl;
+    bool have_max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
+
+    if (have_cpu) {
+        sb_family(b, "process_cpu_seconds_total", "counter",
+                  "Total user and system CPU time spent in seconds.");
+        sb_add(b, "process_cpu_seconds_total ", 26);
+        sb_value(b, (double)(t.tms_utime + t.tms_stime) / (double)tck);
+        sb_add(b, "\n", 1);
+    }
+    if (fds >= 0) {
+        sb_family(b, "process_open_fds", "gauge", "Number of open file descriptors.");
+        sb_printf(b, "process_open_fds %ld\n", fds);
+    }
+    if (have_max) {
+        sb_family(b, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
+        sb_printf(b, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+    }
+    if (have_statm) {
+        sb_family(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+        sb_printf(b, "process_resident_memory_bytes %llu\n", rss * (unsigned long long)page);
+        sb_family(b, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+        sb_printf(b, "process_virtual_memory_bytes %llu\n", vsz * (unsigned long long)page);
+    }
+    sb_family(b, "process_start_time_seconds", "gauge",
+              "Start time of the process since unix epoch in seconds.");
+    sb_add(b, "process_start_time_seconds ", 27);
+    sb_value(b, start_time);
+    sb_add(b, "\n", 1);
+}
+
+/* ---- exposition -------------------------------------------------------- */
+
+enum { F_SUCCESS, F_FAILURE, F_COUNT, F_EXEC };
+
+char *stats_prometheus(stats *st, const char *extra)
+{
+    sbuf b = {0};
+    static const struct {
+        const char *name, *help;
+    } counters[] = {
+        [F_SUCCESS] = {"nv_inference_request_success",
+                       "Number of successful inference requests, all batch sizes"},
+        [F_FAILURE] = {"nv_inference_request_failure",
+                       "Number of failed inference requests, all batch sizes"},
+        [F_COUNT]   = {"nv_inference_count",
+                       "Number of inferences performed (samples of successful requests)"},
+        [F_EXEC]    = {"nv_inference_exec_count",
+                       "Number of model executions performed (batches)"},
+    };
+    static const struct {
+        const char *name, *help;
+    } durations[] = {
+        {"nv_inference_request_duration_us",
+         "Cumulative inference request duration in microseconds (successful requests)"},
+        {"nv_inference_queue_duration_us",
+         "Cumulative inference queuing duration in microseconds (successful requests)"},
+        {"nv_inference_compute_infer_duration_us",
+         "Cumulative compute inference duration in microseconds (successful requests)"},
+    };
+
+    pthread_mutex_lock(&st->mu);
+    for (size_t f = 0; f < sizeof(counters) / sizeof(counters[0]); f++) {
+        sb_family(&b, counters[f].name, "counter", counters[f].help);
+        for (size_t i = 0; i < st->nseries; i++) {
+            const series *s = st->series[i];
+            uint64_t v = f == F_SUCCESS ? s->success
+                       : f == F_FAILURE ? s->failure
+                       : f == F_COUNT   ? s->inferences
+                                        : s->executions;
+            sb_series_u64(&b, counters[f].name, s, v);
+        }
+    }
+    for (size_t f = 0; f < sizeof(durations) / sizeof(durations[0]); f++) {
+        sb_family(&b, durations[f].name, "counter", durations[f].help);
+        for (size_t i = 0; i < st->nseries; i++) {
+            const series *s = st->series[i];
+            double v = f == 0 ? s->request_us : f == 1 ? s->queue_us : s->compute_us;
+            sb_series_f64(&b, durations[f].name, s, v);
+        }
+    }
+
+    sb_family(&b, "dlserve_request_duration_seconds", "histogram",
+              "Time from arrival to answer of successful inference requests in seconds.");
+    for (size_t i = 0; i < st->nmodels; i++) {
+        const model_stats *ms = st->models[i];
+        if (ms->req_count)
+            sb_histo(&b, "dlserve_request_duration_seconds", ms->name, req_bounds,
+                     N_REQ_BOUNDS, ms->req_buckets, ms->req_count, ms->req_sum);
+    }
+    sb_family(&b, "dlserve_batch_size", "histogram", "Samples per executed batch.");
+    for (size_t i = 0; i < st->nmodels; i++) {
+        const model_stats *ms = st->models[i];
+        if (ms->batch_count)
+            sb_histo(&b, "dlserve_batch_size", ms->name, batch_bounds, N_BATCH_BOUNDS,
+                     ms->batch_buckets, ms->batch_count, ms->batch_sum);
+    }
+
+    sb_family(&b, "dlserve_http_responses_total", "counter",
+              "HTTP responses sent, by status code.");
+    for (int c = HTTP_CODE_MIN; c <= HTTP_CODE_MAX; c++) {
+        uint64_t n = st->http[c - HTTP_CODE_MIN];
+        if (n)
+            sb_printf(&b, "dlserve_http_responses_total{code=\"%d\"} %" PRIu64 "\n", c, n);
+    }
+    double start_time = st->start_time;
+    pthread_mutex_unlock(&st->mu);
+
+    /* /proc is read outside the lock: requests need not wait for it. */
+    sb_process(&b, start_time);
+    if (extra)
+        sb_add(&b, extra, strlen(extra));
+
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}
+
+/* ---- JSON -------------------------------------------------------------- */
+
+/* json_int_t is long long: counters past 2^63 would need 292 years at a
+ * billion a second, so the cast is safe. */
+static json_t *jint(uint64_t v)
+{
+    return json_integer((json_int_t)v);
+}
+
+/* Adds one series under models[name][version]. jansson refuses keys that
+ * are not UTF-8, so invalid bytes become U+FFFD as in the text format. */
+static bool json_add_series(json_t *models, const series *s)
+{
+    sbuf key = {0};
+    const unsigned char *p = (const unsigned char *)s->model;
+    sb_add(&key, "", 0);
+    while (*p) {
+        size_t n = utf8_len(p);
+        sb_add(&key, n ? (const char *)p : "\xEF\xBF\xBD", n ? n : 3);
+        p += n ? n : 1;
+    }
+    if (key.oom) {
+        free(key.s);
+        return false;
+    }
+    json_t *mv = json_object_get(models, key.s);
+    if (!mv) {
+        mv = json_object();
+        if (json_object_set_new(models, key.s, mv) != 0) {
+            free(key.s);
+            return false;
+        }
+    }
+    free(key.s);
+
+    char vkey[24];
+    snprintf(vkey, sizeof(vkey), "%" PRId64, s->version);
+    json_t *v = json_pack("{s:o, s:o, s:o, s:o, s:f, s:f, s:f}",
+                          "success", jint(s->success),
+                          "failure", jint(s->failure),
+                          "inferences", jint(s->inferences),
+                          "executions", jint(s->executions),
+                          "request_duration_us", s->request_us,
+                          "queue_duration_us", s->queue_us,
+                          "compute_infer_duration_us", s->compute_us);
+    return v && json_object_set_new(mv, vkey, v) == 0;
+}
+
+json_t *stats_json(stats *st)
+{
+    json_t *http = json_object();
+    json_t *models = json_object();
+    uint64_t succ = 0, fail = 0, inf = 0, exec = 0;
+    bool ok = http && models;
+
+    pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; ok && i < st->nseries; i++) {
+        const series *s = st->series[i];
+        succ += s->success;
+        fail += s->failure;
+        inf += s->inferences;
+        exec += s->executions;
+        ok = json_add_series(models, s);
+    }
+    for (int c = HTTP_CODE_MIN; ok && c <= HTTP_CODE_MAX; c++) {
+        uint64_t n = st->http[c - HTTP_CODE_MIN];
+        if (!n)
+            continue;
+        char key[16];
+        snprintf(key, sizeof(key), "%d", c);
+        ok = json_object_set_new(http, key, jint(n)) == 0;
+    }
+    pthread_mutex_unlock(&st->mu);
+
+    if (!ok) {
+        json_decref(http);
+        json_decref(models);
+        return NULL;
+    }
+    /* "o" steals http and models, also when packing fails. */
+    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}",
+                     "requests_success", jint(succ),
+                     "requests_failure", jint(fail),
+                     "inferences", jint(inf),
+                     "executions", jint(exec),
+                     "http", http,
+                     "models", models);
+}

@@ -1,0 +1,471 @@
+/* conf.c: option tables: defaults, INI files (inih), DLSERVE_* environment
+ * overrides, bounds checks, the INI printout and the Markdown reference.
+ *
+ * Values: integers are whole decimal strings with an optional binary
+ * suffix k/K (x1024), m/M (x1024^2) or g/G (x1024^3); doubles are strict
+ * strtod; bools are true/false/yes/no/on/off/1/0 (any case); strings must
+ * fit their buffer with the NUL. An INT or DOUBLE option whose min and max
+ * are both 0 is unbounded.
+ *
+ * File syntax is inih's, with three changes made by our line reader:
+ * leading blanks are dropped (so there are no continuation lines), lines
+ * longer than inih's 200-byte buffer are an error instead of being split,
+ * and a header naming an unknown section is an error on its own line.
+ * Comments start a line with ';' or '#', or follow a value as " ;", so a
+ * value in a file cannot contain " ;" nor start or end with blanks.
+ *
+ * Loading a file or the environment fills a copy of the table's part of
+ * the struct and commits it only on success, so a failed SIGHUP reload
+ * changes nothing; `raw` calls already made cannot be undone, so a raw
+ * callback should collect into something the caller drops on failure. */
+#define _POSIX_C_SOURCE 200809L
+#include "util/dl_util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <ini.h>
+
+/* "path:line" or a variable name; paths are at most a few hundred bytes. */
+#define ORIGIN_MAX 1280
+
+/* ---- values -------------------------------------------------------------- */
+
+static size_t opt_size(const dl_opt *o)
+{
+    switch (o->type) {
+    case DL_OPT_INT:    return sizeof(int64_t);
+    case DL_OPT_DOUBLE: return sizeof(double);
+    case DL_OPT_BOOL:   return sizeof(bool);
+    case DL_OPT_STRING: return o->size;
+    }
+    return 0;
+}
+
+/* Bytes of the config struct that the table covers: what a copy must hold. */
+static size_t conf_extent(const dl_opt *opts)
+{
+    size_t n = 0;
+    for (const dl_opt *o = opts; o->key; o++)
+        if (o->offset + opt_size(o) > n)
+            n = o->offset + opt_size(o);
+    return n;
+}
+
+static bool bounded(const dl_opt *o) { return o->min != 0 || o->max != 0; }
+
+static bool parse_int(const char *s, int64_t *out)
+{
+    if (!*s || isspace((unsigned char)*s))
+        return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || errno == ERANGE)
+        return false;
+    int64_t mult = 1;
+    switch (*end) {
+    case 'k': case 'K': mult = INT64_C(1) << 10; end++; break;
+    case 'm': case 'M': mult = INT64_C(1) << 20; end++; break;
+    case 'g': case 'G': mult = INT64_C(1) << 30; end++; break;
+    default: break;
+    }
+    if (*end || v > INT64_MAX / mult || v < INT64_MIN / mult)
+        return false;
+    *out = (int64_t)v * mult;
+    return true;
+}
+
+static bool parse_double(const char *s, double *out)
+{
+    if (!*s || isspace((unsigned char)*s))
+        return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno == ERANGE || !isfinite(v))
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_bool(const char *s, bool *out)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"};
+    static const char *const no[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; i < sizeof(yes) / sizeof(*yes); i++) {
+        if (!strcasecmp(s, yes[i]) || !strcasecmp(s, no[i])) {
+            *out = !strcasecmp(s, yes[i]);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Stores text into o's field; errors read "origin: [section] key: ...". */
+static dl_status set_value(const dl_opt *o, void *conf, const char *value,
+                           const char *origin, dl_err *err)
+{
+    char *field = (char *)conf + o->offset;
+#define FAIL(...)                                                             \
+    do {                                                                      \
+        char why_[160];                                                       \
+        snprintf(why_, sizeof(why_), __VA_ARGS__);                            \
+        return dl_err_set(err, DL_ERR_INVALID, "%s: [%s] %s: %s", origin,     \
+                          o->section, o->key, why_);                          \
+    } while (0)
+
+    switch (o->type) {
+    case DL_OPT_INT: {
+        int64_t v;
+        if (!parse_int(value, &v))
+            FAIL("'%.40s' is not an integer", value);
+        if (bounded(o) && ((double)v < o->min || (double)v > o->max))
+            FAIL("%.40s is out of range [%.0f, %.0f]", value, o->min, o->max);
+        memcpy(field, &v, sizeof(v));
+        break;
+    }
+    case DL_OPT_DOUBLE: {
+        double v;
+        if (!parse_double(value, &v))
+            FAIL("'%.40s' is not a number", value);
+        if (bounded(o) && (v < o->min || v > o->max))
+            FAIL("%.40s is out of range [%g, %g]", value, o->min, o->max);
+        memcpy(field, &v, sizeof(v));
+        break;
+    }
+    case DL_OPT_BOOL: {
+        bool v;
+        if (!parse_bool(value, &v))
+            FAIL("'%.40s' is not a boolean (true/false, yes/no, on/off, 1/0)", value);
+        memcpy(field, &v, sizeof(v));
+        break;
+    }
+    case DL_OPT_STRING: {
+        size_t len = strlen(value);
+        if (len >= o->size)
+            FAIL("value is too long (%zu characters, at most %zu)", len, o->size - 1);
+        /* Zero the tail too, so equal configs compare equal byte for byte. */
+        memset(field, 0, o->size);
+        memcpy(field, value, len);
+        break;
+    }
+    }
+#undef FAIL
+    return DL_OK;
+}
+
+static bool section_known(const dl_opt *opts, const char *section)
+{
+    for (const dl_opt *o = opts; o->key; o++)
+        if (!strcmp(o->section, section))
+            return true;
+    return false;
+}
+
+dl_status dl_conf_set(const dl_opt *opts, void *conf, const char *section,
+                      const char *key, const char *value, const char *origin,
+                      dl_err *err)
+{
+    for (const dl_opt *o = opts; o->key; o++)
+        if (!strcmp(o->section, section) && !strcmp(o->key, key))
+            return set_value(o, conf, value, origin, err);
+    if (!*section)
+        return dl_err_set(err, DL_ERR_INVALID, "%s: key '%.60s' is outside any section",
+                          origin, key);
+    if (!section_known(opts, section))
+        return dl_err_set(err, DL_ERR_INVALID, "%s: unknown section [%.60s]", origin,
+                          section);
+    return dl_err_set(err, DL_ERR_INVALID, "%s: [%s] unknown key '%.60s'", origin,
+                      section, key);
+}
+
+dl_status dl_conf_defaults(const dl_opt *opts, void *conf, dl_err *err)
+{
+    for (const dl_opt *o = opts; o->key; o++) {
+        dl_status st = set_value(o, conf, o->def, "default", err);
+        if (st != DL_OK)
+            return st;
+    }
+    return DL_OK;
+}
+
+/* A copy of the table's part of conf, so that a failed load changes nothing. */
+static dl_status conf_copy(const dl_opt *opts, const void *conf, void **out, dl_err *err)
+{
+    size_t n = conf_extent(opts);
+    *out = malloc(n ? n : 1);
+    if (!*out)
+        return dl_err_set(err, DL_ERR_NOMEM, "configuration copy");
+    memcpy(*out, conf, n);
+    return DL_OK;
+}
+
+/* ---- INI files ------------------------------------------------------------ */
+
+typedef struct parse_ctx {
+    const dl_opt       *opts;
+    void               *conf;        /* the copy being filled */
+    const char         *path;
+    const char *const  *passthrough;
+    dl_conf_raw_fn      raw;
+    void               *raw_ctx;
+    dl_err             *err;
+    FILE               *f;
+    int                 lineno;      /* line last handed to inih */
+    int                 fail_line;   /* 0: no error of ours yet */
+    dl_status           st;
+} parse_ctx;
+
+static bool is_passthrough(const parse_ctx *pc, const char *section)
+{
+    for (const char *const *p = pc->passthrough; p && *p; p++)
+        if (!strcmp(*p, section))
+            return true;
+    return false;
+}
+
+static void fail(parse_ctx *pc, dl_status st)
+{
+    pc->st = st;
+    pc->fail_line = pc->lineno;
+}
+
+/* inih's line reader: counts lines, refuses over-long lines and unknown
+ * section headers, and stops the parse (returns NULL) after our first error. */
+static char *read_line(char *buf, int size, void *stream)
+{
+    parse_ctx *pc = stream;
+    if (pc->fail_line || !fgets(buf, size, pc->f))
+        return NULL;
+    pc->lineno++;
+    size_t len = strlen(buf);
+    if (len == (size_t)size - 1 && buf[len - 1] != '\n') {
+        int c = getc(pc->f);
+        if (c != EOF) {
+            fail(pc, dl_err_set(pc->err, DL_ERR_INVALID,
+                                "%s:%d: line is too long (at most %d characters)",
+                                pc->path, pc->lineno, size - 2));
+            return NULL;
+        }
+    }
+    size_t skip = 0;
+    if (pc->lineno == 1 && !strncmp(buf, "\xEF\xBB\xBF", 3))
+        skip = 3;
+    while (buf[skip] && isspace((unsigned char)buf[skip]) && buf[skip] != '\n')
+        skip++;
+    memmove(buf, buf + skip, strlen(buf + skip) + 1);
+
+    char *end = buf[0] == '[' ? strchr(buf, ']') : NULL;
+    if (end) {
+        *end = '\0';
+        bool ok = section_known(pc->opts, buf + 1) || is_passthrough(pc, buf + 1);
+        if (!ok)
+            fail(pc, dl_err_set(pc->err, DL_ERR_INVALID, "%s:%d: unknown section [%.60s]",
+                                pc->path, pc->lineno, buf + 1));
+        *end = ']';
+        if (!ok)
+            return NULL;
+    }
+    return buf;
+}
+
+static int on_value(void *user, const char *section, const char *key, const char *value)
+{
+    parse_ctx *pc = user;
+    char origin[ORIGIN_MAX];
+    snprintf(origin, sizeof(origin), "%s:%d", pc->path, pc->lineno);
+    dl_status st = DL_OK;
+    if (is_passthrough(pc, section)) {
+        if (pc->raw)
+            st = pc->raw(pc->raw_ctx, section, key, value, origin, pc->err);
+        if (st != DL_OK)
+            dl_err_prefix(pc->err, "%s: [%s] %s", origin, section, key);
+    } else {
+        st = dl_conf_set(pc->opts, pc->conf, section, key, value, origin, pc->err);
+    }
+    if (st != DL_OK) {
+        fail(pc, st);
+        return 0;
+    }
+    return 1;
+}
+
+dl_status dl_conf_load_file(const dl_opt *opts, void *conf, const char *path,
+                            const char *const *passthrough, dl_conf_raw_fn raw,
+                            void *raw_ctx, dl_err *err)
+{
+    parse_ctx pc = {.opts = opts, .path = path, .passthrough = passthrough,
+                    .raw = raw, .raw_ctx = raw_ctx, .err = err};
+    pc.f = fopen(path, "r");
+    if (!pc.f)
+        return dl_err_set(err, DL_ERR_IO, "%s: %s", path, strerror(errno));
+    dl_status st = conf_copy(opts, conf, &pc.conf, err);
+    if (st != DL_OK) {
+        fclose(pc.f);
+        return st;
+    }
+
+    int ret = ini_parse_stream(read_line, &pc, on_value, &pc);
+    if (ret == -2)
+        st = dl_err_set(err, DL_ERR_NOMEM, "%s: out of memory", path);
+    else if (ret > 0 && (!pc.fail_line || ret < pc.fail_line))
+        st = dl_err_set(err, DL_ERR_INVALID,
+                        "%s:%d: syntax error (expected [section] or key = value)", path, ret);
+    else if (pc.fail_line)
+        st = pc.st;
+    else if (ferror(pc.f))
+        st = dl_err_set(err, DL_ERR_IO, "%s: read error", path);
+
+    if (st == DL_OK)
+        memcpy(conf, pc.conf, conf_extent(opts));
+    free(pc.conf);
+    fclose(pc.f);
+    return st;
+}
+
+/* ---- environment ---------------------------------------------------------- */
+
+/* DLSERVE_<SECTION>_<KEY>, upper case, '.' and '-' -> '_'. */
+static void env_name(const dl_opt *o, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "DLSERVE_%s_%s", o->section, o->key);
+    DL_ASSERT(n > 0 && (size_t)n < size);
+    for (char *p = buf; *p; p++)
+        *p = (*p == '.' || *p == '-') ? '_' : (char)toupper((unsigned char)*p);
+}
+
+dl_status dl_conf_apply_env(const dl_opt *opts, void *conf, dl_err *err)
+{
+    void *tmp;
+    dl_status st = conf_copy(opts, conf, &tmp, err);
+    for (const dl_opt *o = opts; st == DL_OK && o->key; o++) {
+        char name[ORIGIN_MAX];
+        env_name(o, name, sizeof(name));
+        const char *value = getenv(name);
+        if (value)
+            st = set_value(o, tmp, value, name, err);
+    }
+    if (st == DL_OK)
+        memcpy(conf, tmp, conf_extent(opts));
+    free(tmp);
+    return st;
+}
+
+/* ---- printing ------------------------------------------------------------- */
+
+static void format_value(const dl_opt *o, const void *conf, char *buf, size_t size)
+{
+    const char *field = (const char *)conf + o->offset;
+    switch (o->type) {
+    case DL_OPT_INT: {
+        int64_t v;
+        memcpy(&v, field, sizeof(v));
+        snprintf(buf, size, "%" PRId64, v);
+        break;
+    }
+    case DL_OPT_DOUBLE: {
+        double v;
+        memcpy(&v, field, sizeof(v));
+        /* The shortest of %.15g / %.17g that reads back exactly. */
+        snprintf(buf, size, "%.15g", v);
+        if (strtod(buf, NULL) != v)
+            snprintf(buf, size, "%.17g", v);
+        break;
+    }
+    case DL_OPT_BOOL: {
+        bool v;
+        memcpy(&v, field, sizeof(v));
+        snprintf(buf, size, "%s", v ? "true" : "false");
+        break;
+    }
+    case DL_OPT_STRING:
+        snprintf(buf, size, "%.*s", (int)o->size, field);
+        break;
+    }
+}
+
+/* True if o is the first option of its section in the table. */
+static bool first_of_section(const dl_opt *opts, const dl_opt *o)
+{
+    for (const dl_opt *p = opts; p != o; p++)
+        if (!strcmp(p->section, o->section))
+            return false;
+    return true;
+}
+
+void dl_conf_print(const dl_opt *opts, const void *conf, FILE *f)
+{
+    bool first = true;
+    for (const dl_opt *s = opts; s->key; s++) {
+        if (!first_of_section(opts, s))
+            continue;
+        fprintf(f, "%s[%s]\n", first ? "" : "\n", s->section);
+        first = false;
+        for (const dl_opt *o = s; o->key; o++) {
+            if (strcmp(o->section, s->section))
+                continue;
+            /* Large enough for any string field: they are paths at most. */
+            char value[4096];
+            format_value(o, conf, value, sizeof(value));
+            fprintf(f, "# %s\n%s =%s%s\n", o->doc, o->key, *value ? " " : "", value);
+        }
+    }
+}
+
+/* A table cell: '|' would end the cell, so it is escaped. */
+static void md_cell(FILE *f, const char *text)
+{
+    fputs(" ", f);
+    for (const char *p = text; *p; p++) {
+        if (*p == '|')
+            fputc('\\', f);
+        fputc(*p, f);
+    }
+    fputs(" |", f);
+}
+
+void dl_conf_print_markdown(const dl_opt *opts, FILE *f)
+{
+    fputs("| section | key | default | range | meaning |\n"
+          "|---|---|---|---|---|\n", f);
+    for (const dl_opt *o = opts; o->key; o++) {
+        char def[160], range[64];
+        if (*o->def)
+            snprintf(def, sizeof(def), "`%s`", o->def);
+        else
+            snprintf(def, sizeof(def), "(empty)");
+        switch (o->type) {
+        case DL_OPT_INT:
+            if (bounded(o))
+                snprintf(range, sizeof(range), "%.0f..%.0f", o->min, o->max);
+            else
+                snprintf(range, sizeof(range), "integer");
+            break;
+        case DL_OPT_DOUBLE:
+            if (bounded(o))
+                snprintf(range, sizeof(range), "%g..%g", o->min, o->max);
+            else
+                snprintf(range, sizeof(range), "number");
+            break;
+        case DL_OPT_BOOL:
+            snprintf(range, sizeof(range), "true/false");
+            break;
+        case DL_OPT_STRING:
+            snprintf(range, sizeof(range), "up to %zu characters", o->size - 1);
+            break;
+        }
+        fputs("|", f);
+        md_cell(f, o->section);
+        md_cell(f, o->key);
+        md_cell(f, def);
+        md_cell(f, range);
+        md_cell(f, o->doc);
+        fputc('\n', f);
+    }
+}

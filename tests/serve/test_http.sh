@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# The daemon over real HTTP on 127.0.0.1 with curl: every endpoint and
+# error code, predictions equal to `dlserve --predict`, dynamic batching,
+# metrics (promtool), bearer token, bad config, SIGTERM.
+. "$(dirname "$0")/../cli/lib.sh"
+. "$(dirname "$0")/lib_serve.sh"
+REQ=$SRC/tests/serve/make_request.py
+REPO=$WORK/models
+make_repo "$REPO"
+check "a trained version to serve" test -s "$REPO/fashion-mlp/1/model.safetensors"
+
+start_daemon main --models "$REPO" --set batching.max_queue_delay_us=2000
+check "daemon starts and logs its port" test -n "$PORT"
+
+# ---- health and metadata ----
+check "GET /v2/health/live is 200" test "$(code GET /v2/health/live)" = 200
+check "live says true" test "$(jq_get 'd["live"]')" = True
+check "GET /v2/health/ready is 200" test "$(code GET /v2/health/ready)" = 200
+check "GET /v2 names the server" test "$(code GET /v2)" = 200 -a "$(jq_get 'd["name"]')" = dlserve
+check "GET /v2/models/fashion-mlp is 200" test "$(code GET /v2/models/fashion-mlp)" = 200
+check "model metadata lists version 1" test "$(jq_get 'd["versions"]')" = "['1']"
+check "model metadata input shape" test "$(jq_get 'd["inputs"][0]["shape"]')" = "[-1, 1, 28, 28]"
+check "model metadata output shape" test "$(jq_get 'd["outputs"][0]["shape"]')" = "[-1, 10]"
+check "GET /v2/models/fashion-mlp/versions/1 is 200" test "$(code GET /v2/models/fashion-mlp/versions/1)" = 200
+check "GET .../ready is 200" test "$(code GET /v2/models/fashion-mlp/ready)" = 200
+check "GET .../versions/1/ready is 200" test "$(code GET /v2/models/fashion-mlp/versions/1/ready)" = 200
+check "POST /v2/repository/index lists the model" \
+    test "$(code POST /v2/repository/index)" = 200 -a "$(jq_get 'd[0]["name"]')" = fashion-mlp
+check "GET /status is 200 with models" test "$(code GET /status)" = 200 -a "$(jq_get 'len(d["models"])')" = 1
+
+# ---- inference: the same answers as dlserve --predict ----
+"$DLSERVE" --predict "$REPO/fashion-mlp" --version 1 "$DATA/t10k-images-idx3-ubyte.gz" --limit 8 \
+    > "$WORK/predict.jsonl"
+/usr/bin/python3 "$REQ" 0 8 --id req-42 > "$WORK/req8.json"
+check "POST infer (FP32, flat, batch 8) is 200" \
+    test "$(code POST /v2/models/fashion-mlp/infer -H 'Content-Type: application/json' --data-binary @"$WORK/req8.json")" = 200
+cp "$WORK/body" "$WORK/resp8.json"
+check "the request id is echoed" test "$(jq_get 'd["id"]')" = req-42
+check "the answer names model and version" test "$(jq_get 'd["model_name"] + "/" + d["model_version"]')" = fashion-mlp/1
+check "HTTP predictions equal dlserve --predict" /usr/bin/python3 - "$WORK/resp8.json" "$WORK/predict.jsonl" <<'PY'
+import json, sys
+resp = json.load(open(sys.argv[1]))
+pred = [json.loads(l) for l in open(sys.argv[2])]
+outs = {o["name"]: o for o in resp["outputs"]}
+probs = outs["probabilities"]["data"]
+assert outs["probabilities"]["shape"] == [8, 10], outs["probabilities"]["shape"]
+for i, p in enumerate(pred):
+    row = probs[i * 10:(i + 1) * 10]
+    best = max(range(10), key=lambda k: row[k])
+    assert best == p["class"], (i, best, p)
+    assert abs(row[best] - p["score"]) < 1e-4, (i, row[best], p)
+    assert outs["class"]["data"][i] == p["class"] and outs["label"]["data"][i] == p["label"]
+PY
+for form in "--nested" "--datatype UINT8" "--nested --datatype UINT8"; do
+    /usr/bin/python3 "$REQ" 0 8 $form > "$WORK/req-form.json"
+    code POST /v2/models/fashion-mlp/versions/1/infer --data-binary @"$WORK/req-form.json" > /dev/null
+    check "infer with $form gives the same probabilities" /usr/bin/python3 - "$WORK/body" "$WORK/resp8.json" <<'PY'
+import json, sys
+a, b = (json.load(open(f))["outputs"][0]["data"] for f in sys.argv[1:3])
+sys.exit(not (len(a) == len(b) == 80 and max(abs(x - y) for x, y in zip(a, b)) < 1e-6))
+PY
+done
+/usr/bin/python3 "$REQ" 3 1 > "$WORK/req1.json"
+check "a single image (batch 1) is 200" test "$(code POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req1.json")" = 200
+check "batch 1 answers class of image 3" test "$(jq_get 'd["outputs"][2]["data"][0]')" = "$(sed -n 4p "$WORK/predict.jsonl" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["class"])')"
+
+# ---- errors ----
+errcase() {  # description expected-code method path [curl args]
+    local desc=$1 want=$2; shift 2
+    local got; got=$(code "$@")
+    check "$desc: $want (got $got)" test "$got" = "$want"
+    check "$desc: body is {\"error\": ...}" /usr/bin/python3 -c 'import json,sys; sys.exit(not json.load(open(sys.argv[1]))["error"])' "$WORK/body"
+}
+errcase "bad JSON" 400 POST /v2/models/fashion-mlp/infer --data-binary '{"inputs": ['
+errcase "wrong shape" 400 POST /v2/models/fashion-mlp/infer \
+    --data-binary '{"inputs":[{"name":"input","shape":[1,3],"datatype":"FP32","data":[1,2,3]}]}'
+errcase "data length does not match the shape" 400 POST /v2/models/fashion-mlp/infer \
+    --data-binary '{"inputs":[{"name":"input","shape":[1,784],"datatype":"FP32","data":[1,2,3]}]}'
+errcase "wrong datatype" 400 POST /v2/models/fashion-mlp/infer \
+    --data-binary '{"inputs":[{"name":"input","shape":[1,784],"datatype":"BYTES","data":["x"]}]}'
+errcase "missing inputs" 400 POST /v2/models/fashion-mlp/infer --data-binary '{"id":"x"}'
+errcase "unknown model" 404 POST /v2/models/nope/infer --data-binary @"$WORK/req1.json"
+errcase "unknown version" 404 POST /v2/models/fashion-mlp/versions/9/infer --data-binary @"$WORK/req1.json"
+errcase "unknown model metadata" 404 GET /v2/models/nope
+errcase "unknown path" 404 GET /v3/nothing
+errcase "wrong method on infer" 405 GET /v2/models/fashion-mlp/infer
+errcase "wrong method on health" 405 POST /v2/health/live
+head -c 9000000 /dev/zero | tr '\0' '1' > "$WORK/big.json"
+errcase "body over the limit" 413 POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/big.json"
+
+# ---- metrics ----
+check "GET /metrics is 200" test "$(code GET /metrics)" = 200
+cp "$WORK/body" "$WORK/metrics.txt"
+check "promtool check metrics passes" "$SRC/tests/serve/promtool_check.sh" "$WORK/metrics.txt"
+for name in nv_inference_request_success nv_inference_request_failure nv_inference_count \
+    nv_inference_exec_count nv_inference_request_duration_us nv_inference_queue_duration_us \
+    nv_inference_compute_infer_duration_us dlserve_batch_size_bucket process_resident_memory_bytes; do
+    check "metrics has $name" grep -q "^$name" "$WORK/metrics.txt"
+done
+
+# ---- dynamic batching: 32 concurrent clients, each gets its own answer ----
+for i in $(seq 0 31); do
+    /usr/bin/python3 "$REQ" "$i" 1 --id "c$i" > "$WORK/c$i.json"
+    [ "$i" -gt 0 ] && echo "next" >> "$WORK/parallel.cfg"
+    echo "url = \"$URL/v2/models/fashion-mlp/infer\"" >> "$WORK/parallel.cfg"
+    echo "data-binary = \"@$WORK/c$i.json\"" >> "$WORK/parallel.cfg"
+    echo "output = \"$WORK/r$i.json\"" >> "$WORK/parallel.cfg"
+done
+curl -s -S --no-progress-meter --parallel --parallel-immediate --parallel-max 32 -K "$WORK/parallel.cfg"
+"$DLSERVE" --predict "$REPO/fashion-mlp" --version 1 "$DATA/t10k-images-idx3-ubyte.gz" --limit 32 \
+    > "$WORK/predict32.jsonl"
+check "32 concurrent clients each get their own answer" /usr/bin/python3 - "$WORK" <<'PY'
+import json, sys
+w = sys.argv[1]
+pred = [json.loads(l) for l in open(w + "/predict32.jsonl")]
+for i in range(32):
+    r = json.load(open("%s/r%d.json" % (w, i)))
+    assert r["id"] == "c%d" % i, r.get("id")
+    assert r["outputs"][2]["data"] == [pred[i]["class"]], (i, r["outputs"][2]["data"], pred[i])
+PY
+code GET /metrics > /dev/null
+check "achieved batch size exceeds 1" /usr/bin/python3 - "$WORK/body" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+count = sum(float(v) for v in re.findall(r'^nv_inference_count\{[^}]*\} (\S+)', t, re.M))
+execs = sum(float(v) for v in re.findall(r'^nv_inference_exec_count\{[^}]*\} (\S+)', t, re.M))
+print("inferences %d in %d batches: mean batch %.2f" % (count, execs, count / execs))
+sys.exit(not count / execs > 1.0)
+PY
+
+check "SIGTERM: exit 0 within 10 s" stop_daemon
+
+# ---- bearer token ----
+start_daemon token --models "$REPO" --set http.token=s3cret
+errcase "missing token" 401 POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req1.json"
+errcase "wrong token" 401 GET /v2/models/fashion-mlp -H "Authorization: Bearer nope"
+check "right token is 200" test "$(code POST /v2/models/fashion-mlp/infer -H 'Authorization: Bearer s3cret' --data-binary @"$WORK/req1.json")" = 200
+check "health needs no token" test "$(code GET /v2/health/live)" = 200
+stop_daemon
+
+# ---- 503: a full queue ----
+start_daemon full --models "$REPO" --set batching.max_queue_size=4 \
+    --set batching.max_queue_delay_us=3000000 --set batching.max_batch_size=64
+/usr/bin/python3 "$REQ" 0 4 > "$WORK/req4.json"
+curl -s -o /dev/null "$URL/v2/models/fashion-mlp/infer" --data-binary @"$WORK/req4.json" &
+filler=$!
+sleep 0.5
+errcase "queue full" 503 POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req1.json"
+wait $filler
+stop_daemon
+
+# ---- bad configuration: file and line ----
+printf '[http]\nport = 8080\n[batching]\nmax_batch_size = zero\n' > "$WORK/bad.conf"
+"$DLSERVE" --config "$WORK/bad.conf" > /dev/null 2> "$WORK/badconf.err"; rc=$?
+check "bad config: exit non-zero" test $rc -ne 0
+check "bad config: names file and line" grep -q "bad.conf:4" "$WORK/badconf.err"
+"$DLSERVE" --check-config "$SRC/conf/dlserve.conf" > "$WORK/effective.conf"
+check "--check-config prints the effective config" grep -q "max_batch_size" "$WORK/effective.conf"
+
+finish
