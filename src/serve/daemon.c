@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef DL_HAVE_SYSTEMD
@@ -235,9 +236,18 @@ static dl_status start(daemon_ctx *d, dl_err *err)
     return http_start(&deps, &d->http, &d->port, err);
 }
 
+/* After intake stops, the listener stays open this long answering 503,
+ * so that connections already queued in the kernel are answered rather
+ * than reset when it closes (clients and load balancers see 503 and go). */
+#define LAME_DUCK_NS 250000000L
+
 static void stop(daemon_ctx *d)
 {
     batcher_drain(d->bat);   /* intake stops; every queued request is answered */
+    if (d->http) {
+        struct timespec ts = { 0, LAME_DUCK_NS };
+        nanosleep(&ts, NULL);
+    }
     http_stop(d->http);      /* then the connections finish and close */
     batcher_free(d->bat);
     registry_free(d->reg);

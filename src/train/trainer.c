@@ -491,8 +491,8 @@ static dl_status gather_final(trainer *t, dl_err *err)
 }
 
 static void summary_json(trainer *t, const dl_epoch_stats *last, int64_t version,
-                         double rate, double seconds, const char *path, bool full,
-                         char *out, size_t len)
+                         double rate, double seconds, double train_seconds,
+                         const char *path, bool full, char *out, size_t len)
 {
     const dl_dist_conf *dc = dl_dist_conf_of(t->d);
     int ranks = dl_dist_size(t->d);
@@ -506,7 +506,7 @@ static void summary_json(trainer *t, const dl_epoch_stats *last, int64_t version
                      last->train_loss, last->test_accuracy, rate, seconds,
                      ranks > 1 ? dl_dist_mode_name(dc->mode) : "none", ranks,
                      is_ps(t) ? dc->servers : 0, (double)dl_dist_bytes(t->d) / steps,
-                     seconds > 0 ? dl_dist_comm_seconds(t->d) / seconds : 0.0);
+                     train_seconds > 0 ? dl_dist_comm_seconds(t->d) / train_seconds : 0.0);
     if (full && (size_t)n < len)
         n += snprintf(out + n, len - (size_t)n,
                       ",\"batch_size\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"seed\":%llu",
@@ -535,9 +535,11 @@ static dl_status finish(trainer *t, const dl_epoch_stats *es, int nepochs, doubl
     char meta[2048], line[2048], weights[4200];
     snprintf(weights, sizeof(weights), "%s/%lld/model.safetensors", t->o->model_dir,
              (long long)version);
-    summary_json(t, last, version, rate, dl_time_now() - t0, weights, true, meta, sizeof(meta));
+    summary_json(t, last, version, rate, dl_time_now() - t0, train_seconds, weights, true,
+                 meta, sizeof(meta));
     st = write_version(t, version, es, nepochs, meta, weights, sizeof(weights), err);
-    summary_json(t, last, version, rate, dl_time_now() - t0, weights, false, line, sizeof(line));
+    summary_json(t, last, version, rate, dl_time_now() - t0, train_seconds, weights, false,
+                 line, sizeof(line));
     if (st == DL_OK)
         printf("%s\n", line);
     return st;
