@@ -19,5 +19,8 @@ need_packages() {
 # The packages the core build and its tests need.
 CORE_PACKAGES=(gcc meson ninja-build pkg-config libopenblas-dev libjansson-dev
                zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin)
-# What the test suites need besides: Criterion, the PyTorch peer.
-TEST_PACKAGES=(libcriterion-dev python3-torch)
+# The daemon: HTTP, configuration files, systemd, curl for the demo.
+SERVE_PACKAGES=(libmicrohttpd-dev libinih-dev libsystemd-dev curl)
+# What the test suites need besides: Criterion, the PyTorch peer, promtool,
+# systemd-analyze.
+TEST_PACKAGES=(libcriterion-dev python3-torch prometheus systemd)

@@ -149,6 +149,34 @@ errcase "queue full" 503 POST /v2/models/fashion-mlp/infer --data-binary @"$WORK
 wait $filler
 stop_daemon
 
+# ---- version policy: latest:N and specific versions ----
+mkdir -p "$REPO/fashion-mlp/2"
+cp "$REPO/fashion-mlp/1/model.safetensors" "$REPO/fashion-mlp/2/"
+start_daemon latest2 --models "$REPO" --set models.policy=latest:2
+code GET /v2/models/fashion-mlp > /dev/null
+check "policy latest:2 serves versions 1 and 2" test "$(jq_get 'd["versions"]')" = "['1', '2']"
+check "version 1 still answers under latest:2" \
+    test "$(code POST /v2/models/fashion-mlp/versions/1/infer --data-binary @"$WORK/req1.json")" = 200
+check "the newest answers without a version" test "$(code POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req1.json")" = 200 -a "$(jq_get 'd["model_version"]')" = 2
+stop_daemon
+start_daemon pinned --models "$REPO" --set models.policy=versions:1
+code GET /v2/models/fashion-mlp > /dev/null
+check "policy versions:1 serves only version 1" test "$(jq_get 'd["versions"]')" = "['1']"
+stop_daemon
+rm -rf "$REPO/fashion-mlp/2"
+
+# ---- TLS ----
+if command -v openssl > /dev/null; then
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$WORK/key.pem" -out "$WORK/cert.pem" \
+        -days 1 -subj /CN=localhost > /dev/null 2>&1
+    start_daemon tls --models "$REPO" --set http.tls_cert="$WORK/cert.pem" --set http.tls_key="$WORK/key.pem"
+    check "TLS: the log says https" grep -q "listening on https://" "$LOG"
+    check "TLS: infer over https is 200" test "$(curl -s -o "$WORK/body" -w '%{http_code}' --cacert "$WORK/cert.pem" \
+        "https://localhost:$PORT/v2/models/fashion-mlp/infer" --data-binary @"$WORK/req1.json")" = 200
+    check "TLS: plain http is not answered" sh -c "! curl -sf http://127.0.0.1:$PORT/v2/health/live"
+    stop_daemon
+fi
+
 # ---- bad configuration: file and line ----
 printf '[http]\nport = 8080\n[batching]\nmax_batch_size = zero\n' > "$WORK/bad.conf"
 "$DLSERVE" --config "$WORK/bad.conf" > /dev/null 2> "$WORK/badconf.err"; rc=$?
