@@ -54,6 +54,7 @@ static const char usage[] =
     "  --port N              same as --set http.port=N\n"
     "  --models DIR          same as --set models.dir=DIR\n"
     "  --check-config FILE   print the effective configuration and exit\n"
+    "  --config-reference    print the configuration reference (Markdown) and exit\n"
     "\n"
     "  -h, --help            this help\n"
     "  -V, --version         print dlserve's version (when given no V)\n";
@@ -66,7 +67,7 @@ enum {
     OPT_THREADS, OPT_DEVICE, OPT_LIMIT, OPT_VERSION, OPT_PROGRESS, OPT_NOPROGRESS,
     OPT_STEPS, OPT_CONFIG, OPT_DIST, OPT_PS_SERVERS, OPT_STALENESS, OPT_STALL,
     OPT_DETERMINISTIC, OPT_CHECKPOINT, OPT_RESUME, OPT_SET, OPT_PORT, OPT_MODELS,
-    OPT_CHECK_CONFIG,
+    OPT_CHECK_CONFIG, OPT_CONFIG_REFERENCE,
 };
 
 static const struct option longopts[] = {
@@ -102,6 +103,7 @@ static const struct option longopts[] = {
     {"port", required_argument, NULL, OPT_PORT},
     {"models", required_argument, NULL, OPT_MODELS},
     {"check-config", required_argument, NULL, OPT_CHECK_CONFIG},
+    {"config-reference", no_argument, NULL, OPT_CONFIG_REFERENCE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -269,6 +271,13 @@ int main(int argc, char **argv)
             config = optarg;
             check_config = true;
             break;
+        case OPT_CONFIG_REFERENCE:
+#ifdef DL_HAVE_SERVE
+            dl_conf_print_markdown(dl_serve_opts, stdout);
+            return 0;
+#else
+            return fail("this build has no daemon%s%s", "", "");
+#endif
         case OPT_SET: case OPT_PORT: case OPT_MODELS:
             if (noverrides == MAX_OVERRIDES)
                 return fail("too many --set options%s%s", "", "");

@@ -22,7 +22,6 @@ const dl_opt dl_serve_opts[] = {
     STR(http, address, "127.0.0.1", "address to bind; 0.0.0.0 exposes the server to the network"),
     INT(http, port, "8000", 0, 65535, "TCP port; 0 picks any free port (logged)"),
     INT(http, max_body_bytes, "8388608", 1024, 1 << 30, "larger request bodies get 413"),
-    INT(http, threads, "0", 0, 1024, "connection threads; 0 = a thread per connection"),
     STR(http, token, "", "bearer token required on requests; empty = no authentication"),
     STR(http, tls_cert, "", "PEM certificate file for HTTPS; set with tls_key or not at all"),
     STR(http, tls_key, "", "PEM private key file for HTTPS; set with tls_cert or not at all"),

@@ -16,7 +16,6 @@ typedef struct dl_http_conf {
     char    address[64];         /* bind address; 127.0.0.1 by default */
     int64_t port;                /* 0: any free port (logged) */
     int64_t max_body_bytes;      /* larger bodies get 413 */
-    int64_t threads;             /* connection threads (0: one per connection) */
     char    token[256];          /* bearer token; empty: no authentication */
     char    tls_cert[DL_PATH_MAX];
     char    tls_key[DL_PATH_MAX];

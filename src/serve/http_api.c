@@ -4,9 +4,8 @@
  * Threads: one per connection (MHD_USE_THREAD_PER_CONNECTION), always,
  * because an infer request blocks its thread in infer_wait until the
  * batcher answers: in a pool that would stall every other connection of
- * the blocked thread. http.threads is therefore not used (a notice says
- * so); MHD's connection limit is no substitute, as it resets connections
- * beyond it rather than queueing them. */
+ * the blocked thread. (MHD's connection limit is no substitute for a pool:
+ * it resets connections beyond it rather than queueing them.) */
 #define _DEFAULT_SOURCE   /* strncasecmp; the socket types microhttpd.h uses */
 #include "serve/serve.h"
 #include "serve/oip.h"
@@ -650,10 +649,6 @@ dl_status http_start(const http_deps *deps, http_server **out, int *port, dl_err
     DL_LOG(DL_LOG_NOTICE, "http", "listening on %s://%s%s%s:%d, one thread per connection%s",
            flags & MHD_USE_TLS ? "https" : "http", flags & MHD_USE_IPv6 ? "[" : "", conf->address,
            flags & MHD_USE_IPv6 ? "]" : "", bound, conf->token[0] ? ", bearer token required" : "");
-    if (conf->threads > 0)
-        DL_LOG(DL_LOG_NOTICE, "http", "http.threads = %lld is not used: infer requests block "
-               "their connection's thread, so each connection has its own",
-               (long long)conf->threads);
     *out = h;
     return DL_OK;
 }

@@ -96,4 +96,10 @@ check "bad option value: exit code 2" test $rc -eq 2
 "$DLSERVE" --train "$M" --device cuda:0 --limit 10 2> "$WORK/err" >/dev/null; rc=$?
 check "--device cuda without CUDA: clear refusal" fails_with "$WORK/err" $rc "cuda"
 
+# The README's configuration reference is the option table's.
+if "$DLSERVE" --config-reference > "$WORK/ref.md" 2>/dev/null; then
+    check "README's config reference matches the option table" \
+        sh -c "grep -vxF -f '$SRC/README.md' '$WORK/ref.md' | { ! grep -q .; }"
+fi
+
 finish

@@ -85,7 +85,6 @@ static void expect_defaults(const dl_serve_conf *c)
     cr_expect_str_eq(c->http.address, "127.0.0.1");
     cr_expect_eq(c->http.port, 8000);
     cr_expect_eq(c->http.max_body_bytes, 8388608);
-    cr_expect_eq(c->http.threads, 0);
     cr_expect_str_eq(c->http.token, "");
     cr_expect_str_eq(c->http.tls_cert, "");
     cr_expect_str_eq(c->http.tls_key, "");
