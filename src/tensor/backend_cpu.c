@@ -168,21 +168,24 @@ typedef struct act_job {
     float *out;
 } act_job;
 
+/* Local restrict copies let the compiler vectorize these loops. */
 static void act_fwd_task(void *ctx, int64_t b, int64_t e)
 {
     const act_job *j = ctx;
+    const float *restrict x = j->x;
+    float *restrict y = j->out;
     switch (j->act) {
     case DL_ACT_RELU:
         for (int64_t i = b; i < e; i++)
-            j->out[i] = j->x[i] > 0.0f ? j->x[i] : 0.0f;
+            y[i] = x[i] > 0.0f ? x[i] : 0.0f;
         break;
     case DL_ACT_TANH:
         for (int64_t i = b; i < e; i++)
-            j->out[i] = tanhf(j->x[i]);
+            y[i] = tanhf(x[i]);
         break;
     case DL_ACT_SIGMOID:
         for (int64_t i = b; i < e; i++)
-            j->out[i] = 1.0f / (1.0f + expf(-j->x[i]));
+            y[i] = 1.0f / (1.0f + expf(-x[i]));
         break;
     }
 }
@@ -190,18 +193,20 @@ static void act_fwd_task(void *ctx, int64_t b, int64_t e)
 static void act_bwd_task(void *ctx, int64_t b, int64_t e)
 {
     const act_job *j = ctx;
+    const float *restrict y = j->y, *restrict dy = j->dy;
+    float *restrict dx = j->out;
     switch (j->act) {
     case DL_ACT_RELU:
         for (int64_t i = b; i < e; i++)
-            j->out[i] = j->y[i] > 0.0f ? j->dy[i] : 0.0f;
+            dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
         break;
     case DL_ACT_TANH:
         for (int64_t i = b; i < e; i++)
-            j->out[i] = j->dy[i] * (1.0f - j->y[i] * j->y[i]);
+            dx[i] = dy[i] * (1.0f - y[i] * y[i]);
         break;
     case DL_ACT_SIGMOID:
         for (int64_t i = b; i < e; i++)
-            j->out[i] = j->dy[i] * j->y[i] * (1.0f - j->y[i]);
+            dx[i] = dy[i] * y[i] * (1.0f - y[i]);
         break;
     }
 }
