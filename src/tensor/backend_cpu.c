@@ -41,15 +41,27 @@ static void cpu_copy_f32(dl_backend *be, float *dst, const float *src, int64_t n
     cpu_copy(be, dst, src, (size_t)n * sizeof(float));
 }
 
+typedef struct fill_job {
+    float *x;
+    float value;
+} fill_job;
+
+static void fill_task(void *ctx, int64_t b, int64_t e)
+{
+    const fill_job *j = ctx;
+    if (j->value == 0.0f) {
+        memset(j->x + b, 0, (size_t)(e - b) * sizeof(float));
+        return;
+    }
+    for (int64_t i = b; i < e; i++)
+        j->x[i] = j->value;
+}
+
 static void cpu_fill(dl_backend *be, float *x, int64_t n, float value)
 {
     (void)be;
-    if (value == 0.0f) {
-        memset(x, 0, (size_t)n * sizeof(float));
-        return;
-    }
-    for (int64_t i = 0; i < n; i++)
-        x[i] = value;
+    fill_job j = { x, value };
+    dl_parallel_for(n, GRAIN * 16, fill_task, &j);
 }
 
 /* A GEMM split over the pool: each task computes a block of C's rows (or
@@ -136,14 +148,57 @@ static void cpu_bias_grad(dl_backend *be, float *db, const float *dy,
     }
 }
 
+typedef struct nchw_job {
+    float *y;
+    const float *b, *dy;
+    float *db;
+    int64_t n, c, hw;
+} nchw_job;
+
+/* Planes [p0, p1) of the (N*C) planes get their channel's bias. */
+static void bias_add_nchw_task(void *ctx, int64_t p0, int64_t p1)
+{
+    const nchw_job *j = ctx;
+    for (int64_t i = p0; i < p1; i++) {
+        float v = j->b[i % j->c], *restrict p = j->y + i * j->hw;
+        for (int64_t k = 0; k < j->hw; k++)
+            p[k] += v;
+    }
+}
+
 static void cpu_bias_add_nchw(dl_backend *be, float *y, const float *b,
                               int64_t n, int64_t c, int64_t hw)
 {
     (void)be;
-    for (int64_t i = 0; i < n * c; i++) {
-        float v = b[i % c], *p = y + i * hw;
-        for (int64_t j = 0; j < hw; j++)
-            p[j] += v;
+    nchw_job j = { .y = y, .b = b, .n = n, .c = c, .hw = hw };
+    dl_parallel_for(n * c, GRAIN / (hw > 0 ? hw : 1) + 1, bias_add_nchw_task, &j);
+}
+
+/* A sum in 16 lanes (vectorizable, and the same order every time). */
+static float sum_floats(const float *p, int64_t n)
+{
+    float acc[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++)
+            acc[k] += p[i + k];
+    float s = 0.0f;
+    for (int k = 0; k < 16; k++)
+        s += acc[k];
+    for (; i < n; i++)
+        s += p[i];
+    return s;
+}
+
+/* Channels [c0, c1): each task owns its channels' sums. */
+static void bias_grad_nchw_task(void *ctx, int64_t c0, int64_t c1)
+{
+    const nchw_job *j = ctx;
+    for (int64_t ch = c0; ch < c1; ch++) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < j->n; i++)
+            s += sum_floats(j->dy + (i * j->c + ch) * j->hw, j->hw);
+        j->db[ch] += s;
     }
 }
 
@@ -151,13 +206,8 @@ static void cpu_bias_grad_nchw(dl_backend *be, float *db, const float *dy,
                                int64_t n, int64_t c, int64_t hw)
 {
     (void)be;
-    for (int64_t i = 0; i < n * c; i++) {
-        const float *p = dy + i * hw;
-        float s = 0.0f;
-        for (int64_t j = 0; j < hw; j++)
-            s += p[j];
-        db[i % c] += s;
-    }
+    nchw_job j = { .dy = dy, .db = db, .n = n, .c = c, .hw = hw };
+    dl_parallel_for(c, (GRAIN / (n * hw > 0 ? n * hw : 1)) + 1, bias_grad_nchw_task, &j);
 }
 
 /* ---- activations ----------------------------------------------------- */
