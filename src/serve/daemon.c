@@ -220,6 +220,8 @@ static void install_signals(void)
 
 static dl_status start(daemon_ctx *d, dl_err *err)
 {
+    /* The connection threads share the cores: idle workers must sleep. */
+    dl_pool_set_spin(0);
     dl_status st = dl_backend_new(d->conf.models.device, (int)d->conf.models.threads, &d->be, err);
     if (st == DL_OK)
         st = registry_new(&d->conf.models, d->be, &d->reg, err);

@@ -388,9 +388,23 @@ static dl_status put_flat(filler *f, json_t *a)
     return DL_OK;
 }
 
-static dl_status parse_data(json_t *in, bool u8, size_t body_len, oip_request *req, dl_err *err)
+/* Values of a flat data array read straight from the body (see fast_scan),
+ * or NULL. */
+typedef struct fast_data {
+    float  *x;
+    int64_t n;
+    bool    integers;   /* every value an integer in 0..255 */
+} fast_data;
+
+static dl_status parse_data(json_t *in, bool u8, size_t body_len, const fast_data *fast,
+                            oip_request *req, dl_err *err)
 {
     json_t *data = json_object_get(in, "data");
+    if (fast && json_is_array(data) && json_array_size(data) == 0 &&
+        fast->n == product(req->shape, req->ndim) && (!u8 || fast->integers)) {
+        req->x = fast->x;   /* takes the values */
+        return DL_OK;
+    }
     if (!json_is_array(data))
         return data ? bad(err, "inputs[0].data must be an array, not %s", type_name(data))
                     : bad(err, "inputs[0].data is missing");
@@ -414,7 +428,8 @@ static dl_status parse_data(json_t *in, bool u8, size_t body_len, oip_request *r
 }
 
 static dl_status parse_input(json_t *in, const dl_model_conf *conf, int64_t in_dim,
-                             size_t body_len, oip_request *req, dl_err *err)
+                             size_t body_len, const fast_data *fast, oip_request *req,
+                             dl_err *err)
 {
     if (!json_is_object(in))
         return bad(err, "inputs[0] must be an object, not %s", type_name(in));
@@ -434,12 +449,13 @@ static dl_status parse_input(json_t *in, const dl_model_conf *conf, int64_t in_d
     if (st == DL_OK)
         st = fit_shape(req, conf, in_dim, err);
     if (st == DL_OK)
-        st = parse_data(in, u8, body_len, req, err);
+        st = parse_data(in, u8, body_len, fast, req, err);
     return st;
 }
 
 static dl_status parse_root(json_t *root, const dl_model_conf *conf, int64_t in_dim,
-                            size_t body_len, oip_request *req, dl_err *err)
+                            size_t body_len, const fast_data *fast, oip_request *req,
+                            dl_err *err)
 {
     if (!json_is_object(root))
         return bad(err, "the request must be a JSON object, not %s", type_name(root));
@@ -457,20 +473,174 @@ static dl_status parse_root(json_t *root, const dl_model_conf *conf, int64_t in_
     if (st == DL_OK)
         st = parse_outputs(json_object_get(root, "outputs"), conf, &req->outputs, err);
     if (st == DL_OK)
-        st = parse_input(json_array_get(inputs, 0), conf, in_dim, body_len, req, err);
+        st = parse_input(json_array_get(inputs, 0), conf, in_dim, body_len, fast, req, err);
     return st;
 }
 
-dl_status oip_parse_infer(const char *body, size_t len, const dl_model_conf *conf,
-                          int64_t in_dim, oip_request *req, dl_err *err)
+/* ---- the fast path for flat numeric data ---------------------------------
+ * Decoding hundreds of numbers into a jansson tree (a node and a strtod
+ * each) costs most of a request. So the body's first "data": [numbers]
+ * array is read straight into floats, and jansson parses the rest with
+ * that array replaced by []. Only a clean, flat array of plain numbers
+ * takes this path; anything else (nesting, strings, a "data" elsewhere,
+ * values UINT8 cannot hold) goes through jansson whole, which also words
+ * every error. */
+
+/* The end of the string starting at p (on its opening quote), or NULL. */
+static const char *skip_string(const char *p, const char *end)
+{
+    for (p++; p < end; p++) {
+        if (*p == '\\')
+            p++;
+        else if (*p == '"')
+            return p + 1;
+    }
+    return NULL;
+}
+
+/* One JSON number at *p into *v (strtod's value), noting whether it is an
+ * integer; false if none is there. Short decimals are converted exactly
+ * without strtod: digits / 10^k is correctly rounded, as strtod is. */
+static bool read_number(const char **pp, const char *end, double *v, bool *integer)
+{
+    static const double pow10[] = { 1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
+                                    1e10, 1e11, 1e12, 1e13, 1e14, 1e15 };
+    const char *p = *pp;
+    bool neg = p < end && *p == '-';
+    p += neg;
+    uint64_t m = 0;
+    int digits = 0, frac = 0;
+    if (p >= end || *p < '0' || *p > '9' || (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9'))
+        return false;
+    for (; p < end && *p >= '0' && *p <= '9'; p++, digits++)
+        m = m * 10 + (uint64_t)(*p - '0');
+    if (p < end && *p == '.') {
+        const char *f = ++p;
+        for (; p < end && *p >= '0' && *p <= '9'; p++, digits++, frac++)
+            m = m * 10 + (uint64_t)(*p - '0');
+        if (p == f)
+            return false;
+    }
+    bool expo = p < end && (*p == 'e' || *p == 'E');
+    *integer = frac == 0 && !expo;
+    if (digits <= 15 && !expo) {
+        *v = (double)m / pow10[frac];
+        *v = neg ? -*v : *v;
+        *pp = p;
+        return true;
+    }
+    char buf[64];
+    size_t n = (size_t)(end - *pp) < sizeof(buf) - 1 ? (size_t)(end - *pp) : sizeof(buf) - 1;
+    memcpy(buf, *pp, n);
+    buf[n] = '\0';
+    char *stop;
+    *v = strtod(buf, &stop);
+    if (stop == buf)
+        return false;
+    *pp += stop - buf;
+    return true;
+}
+
+/* Reads the flat array of numbers at p (on '['); returns its end or NULL. */
+static const char *read_flat(const char *p, const char *end, fast_data *fd)
+{
+    size_t cap = (size_t)(end - p) / 2 + 1;     /* at most one value per 2 bytes */
+    fd->x = malloc(cap * sizeof(float));
+    fd->n = 0;
+    fd->integers = true;
+    if (!fd->x)
+        return NULL;
+    for (p++;;) {
+        while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+            p++;
+        if (p < end && *p == ']' && fd->n == 0)
+            return p + 1;
+        double v;
+        bool integer;
+        if (!read_number(&p, end, &v, &integer) || !isfinite((float)v))
+            return NULL;
+        fd->integers = fd->integers && integer && v >= 0 && v <= 255;
+        fd->x[fd->n++] = (float)v;
+        while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+            p++;
+        if (p < end && *p == ']')
+            return p + 1;
+        if (p >= end || *p != ',')
+            return NULL;
+        p++;
+    }
+}
+
+/* Finds the first key "data" whose value is a flat array of numbers; on
+ * success *copy is the body with that array replaced by [] (new). */
+static bool fast_scan(const char *body, size_t len, fast_data *fd, char **copy, size_t *clen)
+{
+    const char *end = body + len, *p = body;
+    memset(fd, 0, sizeof(*fd));
+    while (p < end) {
+        if (*p != '"') {
+            p++;
+            continue;
+        }
+        const char *s = p;
+        if (!(p = skip_string(p, end)))
+            return false;
+        if (p - s != 6 || memcmp(s, "\"data\"", 6) != 0)
+            continue;
+        while (p < end && (*p == ' ' || *p == ':' || *p == '\n' || *p == '\t' || *p == '\r'))
+            p++;
+        if (p >= end || *p != '[')
+            return false;
+        const char *a = p, *z = read_flat(p, end, fd);
+        if (!z) {
+            free(fd->x);
+            fd->x = NULL;
+            return false;
+        }
+        size_t head = (size_t)(a - body), tail = (size_t)(end - z);
+        if (!(*copy = malloc(head + tail + 3))) {
+            free(fd->x);
+            fd->x = NULL;
+            return false;
+        }
+        memcpy(*copy, body, head);
+        memcpy(*copy + head, "[]", 2);
+        memcpy(*copy + head + 2, z, tail);
+        *clen = head + 2 + tail;
+        return true;
+    }
+    return false;
+}
+
+static dl_status parse_json(const char *body, size_t len, const dl_model_conf *conf,
+                            int64_t in_dim, size_t body_len, const fast_data *fast,
+                            oip_request *req, dl_err *err)
 {
     memset(req, 0, sizeof(*req));
     json_error_t je;
     json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return bad(err, "bad JSON at line %d, column %d: %s", je.line, je.column, je.text);
-    dl_status st = parse_root(root, conf, in_dim, len, req, err);
+    dl_status st = parse_root(root, conf, in_dim, body_len, fast, req, err);
     json_decref(root);
+    return st;
+}
+
+dl_status oip_parse_infer(const char *body, size_t len, const dl_model_conf *conf,
+                          int64_t in_dim, oip_request *req, dl_err *err)
+{
+    fast_data fd;
+    char *rest = NULL;
+    size_t rest_len = 0;
+    if (body && fast_scan(body, len, &fd, &rest, &rest_len)) {
+        dl_status st = parse_json(rest, rest_len, conf, in_dim, len, &fd, req, err);
+        free(rest);
+        if (st == DL_OK && req->x == fd.x)
+            return DL_OK;            /* the fast values were used */
+        free(fd.x);
+        oip_request_fini(req);      /* otherwise jansson reads it all */
+    }
+    dl_status st = parse_json(body, len, conf, in_dim, len, NULL, req, err);
     if (st != DL_OK)
         oip_request_fini(req);
     return st;

@@ -121,6 +121,12 @@ typedef void (*dl_task_fn)(void *ctx, int64_t begin, int64_t end);
 void dl_pool_set_threads(int n);
 int  dl_pool_threads(void);
 
+/* How long idle threads poll for the next loop before they sleep (in
+ * polls, a few nanoseconds each). Training runs loops back to back and
+ * gains from polling; a server whose cores also run connection threads
+ * sets 0. */
+void dl_pool_set_spin(int polls);
+
 /* Runs fn over [0, n) split in contiguous chunks, one per thread, and
  * returns when all are done. Runs inline when n < grain * 2 or with one
  * thread. Calls from inside a task, or while another thread's loop holds

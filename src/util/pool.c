@@ -12,7 +12,9 @@
 #include <stdlib.h>
 
 #define POOL_MAX 256
-#define SPINS 20000     /* polls before a worker or the caller sleeps */
+#define SPINS_DEFAULT 20000   /* polls before a worker or the caller sleeps */
+
+static atomic_int spins = SPINS_DEFAULT;
 
 static struct {
     pthread_mutex_t  mu;
@@ -53,7 +55,7 @@ static void run_chunk(int i)
 /* Waits until the generation differs from seen; returns the new one. */
 static uint64_t wait_job(uint64_t seen)
 {
-    for (int i = 0; i < SPINS; i++) {
+    for (int i = 0, n = atomic_load(&spins); i < n; i++) {
         uint64_t g = atomic_load(&pool.generation);
         if (g != seen)
             return g;
@@ -104,6 +106,11 @@ void dl_pool_set_threads(int n)
     pthread_mutex_unlock(&pool.mu);
 }
 
+void dl_pool_set_spin(int polls)
+{
+    atomic_store(&spins, polls < 0 ? 0 : polls);
+}
+
 int dl_pool_threads(void)
 {
     return pool.nthreads;
@@ -138,7 +145,7 @@ void dl_parallel_for(int64_t n, int64_t grain, dl_task_fn fn, void *ctx)
     run_chunk(0);
     in_task = 0;
 
-    for (int i = 0; i < SPINS && atomic_load(&pool.pending) > 0; i++)
+    for (int i = 0, n = atomic_load(&spins); i < n && atomic_load(&pool.pending) > 0; i++)
         cpu_relax();
     if (atomic_load(&pool.pending) > 0) {
         pthread_mutex_lock(&pool.mu);
