@@ -393,64 +393,6 @@ void stats_http(stats *st, int code)
 
 /* ---- text buffer ------------------------------------------------------- */
 
-typedef struct sbuf {
-    char  *s;
-    size_t len, cap;
-    bool   oom;
-} sbuf;
-
-static void sb_reserve(sbuf *b, size_t more)
-{
-    if (b->oom || b->len + more + 1 <= b->cap)
-        return;
-    size_t ncap = b->cap ? b->cap : 4096;
-    while (ncap < b->len + more + 1)
-        ncap *= 2;
-    char *p = realloc(b->s, ncap);
-    if (!p) {
-        b->oom = true;
-        return;
-    }
-    b->s = p;
-    b->cap = ncap;
-}
-
-static void sb_add(sbuf *b, const char *s, size_t n)
-{
-    sb_reserve(b, n);
-    if (b->oom)
-        return;
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
-}
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...)
-{
-    if (b->oom)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    char tmp[512];
-    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        b->oom = true;
-        return;
-    }
-    if ((size_t)n < sizeof(tmp)) {
-        sb_add(b, tmp, (size_t)n);
-        return;
-    }
-    sb_reserve(b, (size_t)n);
-    if (b->oom)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
 
 /* Length of the valid UTF-8 sequence at p (1..4), or 0 when the bytes
  * there are not one (overlong, surrogate, past U+10FFFF, truncated). */
@@ -478,21 +420,21 @@ static size_t utf8_len(const unsigned char *p)
 /* A label value, escaped as the exposition format requires: backslash,
  * double quote and newline. The format is UTF-8 and Prometheus rejects
  * the whole scrape over one bad byte, so invalid bytes become U+FFFD. */
-static void sb_label(sbuf *b, const char *v)
+static void sb_label(dl_sbuf *b, const char *v)
 {
     const unsigned char *p = (const unsigned char *)v;
     while (*p) {
         size_t n = utf8_len(p);
         if (n == 0) {
-            sb_add(b, "\xEF\xBF\xBD", 3);
+            dl_sbuf_add(b, "\xEF\xBF\xBD", 3);
             p++;
             continue;
         }
         switch (*p) {
-        case '\\': sb_add(b, "\\\\", 2); break;
-        case '"':  sb_add(b, "\\\"", 2); break;
-        case '\n': sb_add(b, "\\n", 2); break;
-        default:   sb_add(b, (const char *)p, n); break;
+        case '\\': dl_sbuf_add(b, "\\\\", 2); break;
+        case '"':  dl_sbuf_add(b, "\\\"", 2); break;
+        case '\n': dl_sbuf_add(b, "\\n", 2); break;
+        default:   dl_sbuf_add(b, (const char *)p, n); break;
         }
         p += n;
     }
@@ -501,14 +443,14 @@ static void sb_label(sbuf *b, const char *v)
 /* A sample value: the shortest of %.15g/%.16g/%.17g that reads back
  * exactly (4e-05, not 3.9999999999999996e-05); infinities and NaN are
  * spelled as the format wants. */
-static void sb_value(sbuf *b, double v)
+static void sb_value(dl_sbuf *b, double v)
 {
     if (isnan(v)) {
-        sb_add(b, "NaN", 3);
+        dl_sbuf_add(b, "NaN", 3);
         return;
     }
     if (isinf(v)) {
-        sb_printf(b, "%s", v > 0 ? "+Inf" : "-Inf");
+        dl_sbuf_printf(b, "%s", v > 0 ? "+Inf" : "-Inf");
         return;
     }
     char tmp[32];
@@ -517,53 +459,53 @@ static void sb_value(sbuf *b, double v)
         if (prec == 17 || strtod(tmp, NULL) == v)
             break;
     }
-    sb_add(b, tmp, strlen(tmp));
+    dl_sbuf_add(b, tmp, strlen(tmp));
 }
 
-static void sb_family(sbuf *b, const char *name, const char *type, const char *help)
+static void sb_family(dl_sbuf *b, const char *name, const char *type, const char *help)
 {
-    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    dl_sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* name{model="..",version=".."} value */
-static void sb_series_u64(sbuf *b, const char *name, const series *s, uint64_t v)
+static void sb_series_u64(dl_sbuf *b, const char *name, const series *s, uint64_t v)
 {
-    sb_printf(b, "%s{model=\"", name);
+    dl_sbuf_printf(b, "%s{model=\"", name);
     sb_label(b, s->model);
-    sb_printf(b, "\",version=\"%" PRId64 "\"} %" PRIu64 "\n", s->version, v);
+    dl_sbuf_printf(b, "\",version=\"%" PRId64 "\"} %" PRIu64 "\n", s->version, v);
 }
 
-static void sb_series_f64(sbuf *b, const char *name, const series *s, double v)
+static void sb_series_f64(dl_sbuf *b, const char *name, const series *s, double v)
 {
-    sb_printf(b, "%s{model=\"", name);
+    dl_sbuf_printf(b, "%s{model=\"", name);
     sb_label(b, s->model);
-    sb_printf(b, "\",version=\"%" PRId64 "\"} ", s->version);
+    dl_sbuf_printf(b, "\",version=\"%" PRId64 "\"} ", s->version);
     sb_value(b, v);
-    sb_add(b, "\n", 1);
+    dl_sbuf_add(b, "\n", 1);
 }
 
 /* The _bucket/_sum/_count lines of one model's histogram; buckets are
  * made cumulative here. */
-static void sb_histo(sbuf *b, const char *name, const char *model, const double *bounds,
+static void sb_histo(dl_sbuf *b, const char *name, const char *model, const double *bounds,
                      size_t nb, const uint64_t *buckets, uint64_t count, double sum)
 {
     uint64_t cum = 0;
     for (size_t i = 0; i <= nb; i++) {
         cum += buckets[i];
-        sb_printf(b, "%s_bucket{model=\"", name);
+        dl_sbuf_printf(b, "%s_bucket{model=\"", name);
         sb_label(b, model);
         if (i < nb)
-            sb_printf(b, "\",le=\"%g\"} %" PRIu64 "\n", bounds[i], cum);
+            dl_sbuf_printf(b, "\",le=\"%g\"} %" PRIu64 "\n", bounds[i], cum);
         else
-            sb_printf(b, "\",le=\"+Inf\"} %" PRIu64 "\n", cum);
+            dl_sbuf_printf(b, "\",le=\"+Inf\"} %" PRIu64 "\n", cum);
     }
-    sb_printf(b, "%s_sum{model=\"", name);
+    dl_sbuf_printf(b, "%s_sum{model=\"", name);
     sb_label(b, model);
-    sb_add(b, "\"} ", 3);
+    dl_sbuf_add(b, "\"} ", 3);
     sb_value(b, sum);
-    sb_printf(b, "\n%s_count{model=\"", name);
+    dl_sbuf_printf(b, "\n%s_count{model=\"", name);
     sb_label(b, model);
-    sb_printf(b, "\"} %" PRIu64 "\n", count);
+    dl_sbuf_printf(b, "\"} %" PRIu64 "\n", count);
 }
 
 /* ---- process metrics --------------------------------------------------- */
@@ -584,7 +526,7 @@ static long open_fds(void)
     return n > 0 ? n - 1 : 0;
 }
 
-static void sb_process(sbuf *b, double start_time)
+static void sb_process(dl_sbuf *b, double start_time)
 {
     long page = sysconf(_SC_PAGESIZE);
     unsigned long long vsz = 0, rss = 0;
@@ -607,29 +549,29 @@ static void sb_process(sbuf *b, double start_time)
     if (have_cpu) {
         sb_family(b, "process_cpu_seconds_total", "counter",
                   "Total user and system CPU time spent in seconds.");
-        sb_add(b, "process_cpu_seconds_total ", 26);
+        dl_sbuf_add(b, "process_cpu_seconds_total ", 26);
         sb_value(b, (double)(t.tms_utime + t.tms_stime) / (double)tck);
-        sb_add(b, "\n", 1);
+        dl_sbuf_add(b, "\n", 1);
     }
     if (fds >= 0) {
         sb_family(b, "process_open_fds", "gauge", "Number of open file descriptors.");
-        sb_printf(b, "process_open_fds %ld\n", fds);
+        dl_sbuf_printf(b, "process_open_fds %ld\n", fds);
     }
     if (have_max) {
         sb_family(b, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
-        sb_printf(b, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+        dl_sbuf_printf(b, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
     }
     if (have_statm) {
         sb_family(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
-        sb_printf(b, "process_resident_memory_bytes %llu\n", rss * (unsigned long long)page);
+        dl_sbuf_printf(b, "process_resident_memory_bytes %llu\n", rss * (unsigned long long)page);
         sb_family(b, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
-        sb_printf(b, "process_virtual_memory_bytes %llu\n", vsz * (unsigned long long)page);
+        dl_sbuf_printf(b, "process_virtual_memory_bytes %llu\n", vsz * (unsigned long long)page);
     }
     sb_family(b, "process_start_time_seconds", "gauge",
               "Start time of the process since unix epoch in seconds.");
-    sb_add(b, "process_start_time_seconds ", 27);
+    dl_sbuf_add(b, "process_start_time_seconds ", 27);
     sb_value(b, start_time);
-    sb_add(b, "\n", 1);
+    dl_sbuf_add(b, "\n", 1);
 }
 
 /* ---- exposition -------------------------------------------------------- */
@@ -638,7 +580,7 @@ enum { F_SUCCESS, F_FAILURE, F_COUNT, F_EXEC };
 
 char *stats_prometheus(stats *st, const char *extra)
 {
-    sbuf b = {0};
+    dl_sbuf b = {0};
     static const struct {
         const char *name, *help;
     } counters[] = {
@@ -704,7 +646,7 @@ char *stats_prometheus(stats *st, const char *extra)
     for (int c = HTTP_CODE_MIN; c <= HTTP_CODE_MAX; c++) {
         uint64_t n = st->http[c - HTTP_CODE_MIN];
         if (n)
-            sb_printf(&b, "dlserve_http_responses_total{code=\"%d\"} %" PRIu64 "\n", c, n);
+            dl_sbuf_printf(&b, "dlserve_http_responses_total{code=\"%d\"} %" PRIu64 "\n", c, n);
     }
     double start_time = st->start_time;
     pthread_mutex_unlock(&st->mu);
@@ -712,7 +654,7 @@ char *stats_prometheus(stats *st, const char *extra)
     /* /proc is read outside the lock: requests need not wait for it. */
     sb_process(&b, start_time);
     if (extra)
-        sb_add(&b, extra, strlen(extra));
+        dl_sbuf_add(&b, extra, strlen(extra));
 
     if (b.oom) {
         free(b.s);
@@ -734,12 +676,12 @@ static json_t *jint(uint64_t v)
  * are not UTF-8, so invalid bytes become U+FFFD as in the text format. */
 static bool json_add_series(json_t *models, const series *s)
 {
-    sbuf key = {0};
+    dl_sbuf key = {0};
     const unsigned char *p = (const unsigned char *)s->model;
-    sb_add(&key, "", 0);
+    dl_sbuf_add(&key, "", 0);
     while (*p) {
         size_t n = utf8_len(p);
-        sb_add(&key, n ? (const char *)p : "\xEF\xBF\xBD", n ? n : 3);
+        dl_sbuf_add(&key, n ? (const char *)p : "\xEF\xBF\xBD", n ? n : 3);
         p += n ? n : 1;
     }
     if (key.oom) {

@@ -9,61 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- growable string buffer ---------------------------------------- */
-
-typedef struct sbuf {
-    char  *p;
-    size_t len, cap;
-    bool   oom;   /* sticky: once set, appends do nothing */
-} sbuf;
-
-static void sb_reserve(sbuf *b, size_t extra)
-{
-    if (b->oom || b->len + extra + 1 <= b->cap)
-        return;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
-    char *np = realloc(b->p, cap);
-    if (!np) {
-        b->oom = true;
-        return;
-    }
-    b->p = np;
-    b->cap = cap;
-}
-
-static void sb_printf(sbuf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void sb_printf(sbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int need = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (need < 0) {
-        b->oom = true;
-        return;
-    }
-    sb_reserve(b, (size_t)need);
-    if (b->oom)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)need;
-}
-
-static void sb_putc(sbuf *b, char c)
-{
-    sb_reserve(b, 1);
-    if (b->oom)
-        return;
-    b->p[b->len++] = c;
-    b->p[b->len] = '\0';
-}
-
 /* Length of the well-formed UTF-8 sequence at s (1..4), or 0 if none. */
 static int utf8_len(const unsigned char *s)
 {
@@ -90,40 +35,40 @@ static int utf8_len(const unsigned char *s)
 
 /* Appends s as XML character data: markup characters escaped, characters
  * XML 1.0 forbids (C0 controls, broken UTF-8) replaced by '?'. */
-static void sb_put_xml(sbuf *b, const char *s)
+static void sb_put_xml(dl_sbuf *b, const char *s)
 {
     const unsigned char *u = (const unsigned char *)s;
     while (*u) {
         switch (*u) {
-        case '&':  sb_printf(b, "&amp;");  u++; continue;
-        case '<':  sb_printf(b, "&lt;");   u++; continue;
-        case '>':  sb_printf(b, "&gt;");   u++; continue;
-        case '"':  sb_printf(b, "&quot;"); u++; continue;
-        case '\'': sb_printf(b, "&apos;"); u++; continue;
+        case '&':  dl_sbuf_printf(b, "&amp;");  u++; continue;
+        case '<':  dl_sbuf_printf(b, "&lt;");   u++; continue;
+        case '>':  dl_sbuf_printf(b, "&gt;");   u++; continue;
+        case '"':  dl_sbuf_printf(b, "&quot;"); u++; continue;
+        case '\'': dl_sbuf_printf(b, "&apos;"); u++; continue;
         default:   break;
         }
         if (*u < 0x20) {
-            sb_putc(b, *u == '\t' ? ' ' : '?');
+            dl_sbuf_putc(b, *u == '\t' ? ' ' : '?');
             u++;
             continue;
         }
         int n = utf8_len(u);
         if (n == 0) {
-            sb_putc(b, '?');
+            dl_sbuf_putc(b, '?');
             u++;
             continue;
         }
         for (int i = 0; i < n; i++)
-            sb_putc(b, (char)u[i]);
+            dl_sbuf_putc(b, (char)u[i]);
         u += n;
     }
 }
 
-static dl_status sb_write(sbuf *b, const char *path, dl_err *err)
+static dl_status sb_write(dl_sbuf *b, const char *path, dl_err *err)
 {
     if (b->oom)
         return dl_err_set(err, DL_ERR_NOMEM, "%s: out of memory", path);
-    const void *parts[1] = {b->p};
+    const void *parts[1] = {b->s};
     size_t lens[1] = {b->len};
     return dl_file_write_atomic(path, parts, lens, 1, err);
 }
@@ -131,12 +76,12 @@ static dl_status sb_write(sbuf *b, const char *path, dl_err *err)
 /* ---- metrics.csv ---------------------------------------------------- */
 
 /* A value or, for a missing test value (< 0), an empty field. */
-static void csv_field(sbuf *b, double v, bool optional)
+static void csv_field(dl_sbuf *b, double v, bool optional)
 {
     if (optional && v < 0)
-        sb_printf(b, ",");
+        dl_sbuf_printf(b, ",");
     else
-        sb_printf(b, ",%.9g", v);
+        dl_sbuf_printf(b, ",%.9g", v);
 }
 
 dl_status dl_report_write_csv(const char *path, const dl_epoch_stats *e, int n,
@@ -144,11 +89,11 @@ dl_status dl_report_write_csv(const char *path, const dl_epoch_stats *e, int n,
 {
     if (!path || n < 0 || (n > 0 && !e))
         return dl_err_set(err, DL_ERR_INVALID, "metrics.csv: bad arguments");
-    sbuf b = {0};
-    sb_printf(&b, "epoch,lr,train_loss,train_accuracy,test_loss,"
+    dl_sbuf b = {0};
+    dl_sbuf_printf(&b, "epoch,lr,train_loss,train_accuracy,test_loss,"
                   "test_accuracy,samples_per_sec,seconds\n");
     for (int i = 0; i < n; i++) {
-        sb_printf(&b, "%d", e[i].epoch);
+        dl_sbuf_printf(&b, "%d", e[i].epoch);
         csv_field(&b, e[i].lr, false);
         csv_field(&b, e[i].train_loss, false);
         csv_field(&b, e[i].train_accuracy, false);
@@ -156,10 +101,10 @@ dl_status dl_report_write_csv(const char *path, const dl_epoch_stats *e, int n,
         csv_field(&b, e[i].test_accuracy, true);
         csv_field(&b, e[i].samples_per_sec, false);
         csv_field(&b, e[i].seconds, false);
-        sb_printf(&b, "\n");
+        dl_sbuf_printf(&b, "\n");
     }
     dl_status st = sb_write(&b, path, err);
-    free(b.p);
+    free(b.s);
     return st;
 }
 
@@ -308,28 +253,28 @@ static bool series_present(const dl_epoch_stats *e, int n, const series *s)
     return false;
 }
 
-static void svg_text(sbuf *b, double x, double y, const char *anchor,
+static void svg_text(dl_sbuf *b, double x, double y, const char *anchor,
                      const char *extra, const char *s)
 {
-    sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\"%s%s>", x, y,
+    dl_sbuf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\"%s%s>", x, y,
               anchor, extra ? " " : "", extra ? extra : "");
     sb_put_xml(b, s);
-    sb_printf(b, "</text>\n");
+    dl_sbuf_printf(b, "</text>\n");
 }
 
-static void svg_line(sbuf *b, double x0, double y0, double x1, double y1,
+static void svg_line(dl_sbuf *b, double x0, double y0, double x1, double y1,
                      const char *stroke, double width, const char *dash)
 {
-    sb_printf(b, "<polyline points=\"%.1f,%.1f %.1f,%.1f\" fill=\"none\" "
+    dl_sbuf_printf(b, "<polyline points=\"%.1f,%.1f %.1f,%.1f\" fill=\"none\" "
                  "stroke=\"%s\" stroke-width=\"%.1f\"", x0, y0, x1, y1,
               stroke, width);
     if (dash)
-        sb_printf(b, " stroke-dasharray=\"%s\"", dash);
-    sb_printf(b, "/>\n");
+        dl_sbuf_printf(b, " stroke-dasharray=\"%s\"", dash);
+    dl_sbuf_printf(b, "/>\n");
 }
 
 /* Draws one series: polylines over runs of present points, and markers. */
-static void svg_series(sbuf *b, const dl_epoch_stats *e, int n,
+static void svg_series(dl_sbuf *b, const dl_epoch_stats *e, int n,
                        const series *s, const plot *p)
 {
     int i = 0;
@@ -341,17 +286,17 @@ static void svg_series(sbuf *b, const dl_epoch_stats *e, int n,
         while (j < n && series_value(&e[j], s, &v))
             j++;
         if (j - i >= 2) {
-            sb_printf(b, "<polyline fill=\"none\" stroke=\"%s\" "
+            dl_sbuf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" "
                          "stroke-width=\"2\" stroke-linejoin=\"round\"%s%s%s "
                          "points=\"", s->color,
                       s->dash ? " stroke-dasharray=\"" : "",
                       s->dash ? s->dash : "", s->dash ? "\"" : "");
             for (int k = i; k < j; k++) {
                 series_value(&e[k], s, &v);
-                sb_printf(b, "%s%.2f,%.2f", k > i ? " " : "",
+                dl_sbuf_printf(b, "%s%.2f,%.2f", k > i ? " " : "",
                           px(p, e[k].epoch), py(p, v));
             }
-            sb_printf(b, "\"/>\n");
+            dl_sbuf_printf(b, "\"/>\n");
         }
         i = j;
     }
@@ -361,13 +306,13 @@ static void svg_series(sbuf *b, const dl_epoch_stats *e, int n,
         double v;
         if (!series_value(&e[k], s, &v))
             continue;
-        sb_printf(b, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"%.1f\" fill=\"%s\"/>\n",
+        dl_sbuf_printf(b, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"%.1f\" fill=\"%s\"/>\n",
                   px(p, e[k].epoch), py(p, v), n == 1 ? 4.0 : 3.0, s->color);
     }
 }
 
 /* One panel: heading, grid, axes with tick labels, legend, series. */
-static void svg_panel(sbuf *b, int x0, const char *heading,
+static void svg_panel(dl_sbuf *b, int x0, const char *heading,
                       const dl_epoch_stats *e, int n, const series *ser,
                       int nser, const axis *xa)
 {
@@ -403,7 +348,7 @@ static void svg_panel(sbuf *b, int x0, const char *heading,
         snprintf(label, sizeof(label), "%.0f", ticks[i]);
         svg_text(b, x, p.b + 19, "middle", NULL, label);
     }
-    sb_printf(b, "<polyline points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" "
+    dl_sbuf_printf(b, "<polyline points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" "
                  "fill=\"none\" stroke=\"#333333\" stroke-width=\"1\"/>\n",
               p.l, p.t, p.l, p.b, p.r, p.b);
     svg_text(b, 0.5 * (p.l + p.r), p.b + 40, "middle", NULL, "epoch");
@@ -426,7 +371,7 @@ static void svg_panel(sbuf *b, int x0, const char *heading,
 }
 
 /* The caption under the title: how many epochs and the final values. */
-static void svg_caption(sbuf *b, const dl_epoch_stats *e, int n)
+static void svg_caption(dl_sbuf *b, const dl_epoch_stats *e, int n)
 {
     const dl_epoch_stats *z = &e[n - 1];
     char cap[256];
@@ -474,8 +419,8 @@ dl_status dl_report_write_svg(const char *path, const char *title,
         {offsetof(dl_epoch_stats, test_accuracy), true, "test", COLOR_TEST, "6,3"},
     };
 
-    sbuf b = {0};
-    sb_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
+    dl_sbuf b = {0};
+    dl_sbuf_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
                   "height=\"%d\" viewBox=\"0 0 %d %d\" "
                   "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" "
                   "font-size=\"12\" fill=\"#222222\" "
@@ -487,9 +432,9 @@ dl_status dl_report_write_svg(const char *path, const char *title,
     svg_caption(&b, e, n);
     svg_panel(&b, 0, "loss", e, n, loss, 2, &xa);
     svg_panel(&b, PANEL_W, "accuracy", e, n, acc, 2, &xa);
-    sb_printf(&b, "</svg>\n");
+    dl_sbuf_printf(&b, "</svg>\n");
 
     dl_status st = sb_write(&b, path, err);
-    free(b.p);
+    free(b.s);
     return st;
 }

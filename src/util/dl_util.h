@@ -110,6 +110,24 @@ dl_status dl_file_write_atomic(const char *path, const void *const *parts,
 /* mkdir -p for one level; succeeds if the folder exists. */
 dl_status dl_mkdir(const char *path, dl_err *err);
 
+/* ---- text buffers ------------------------------------------------------ */
+
+/* A growable NUL-terminated string; zero-initialise it. s is owned (NULL
+ * until the first append); oom is sticky: once an allocation fails,
+ * appends do nothing, so callers check it once at the end. */
+typedef struct dl_sbuf {
+    char  *s;
+    size_t len, cap;
+    bool   oom;
+} dl_sbuf;
+
+void dl_sbuf_add(dl_sbuf *b, const char *s, size_t n);
+void dl_sbuf_putc(dl_sbuf *b, char c);
+void dl_sbuf_printf(dl_sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Frees the text and resets the buffer. */
+void dl_sbuf_free(dl_sbuf *b);
+
 /* ---- CPU parallelism ------------------------------------------------- */
 
 /* A task body: processes items [begin, end) of a parallel loop. */

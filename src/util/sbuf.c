@@ -1,0 +1,64 @@
+/* sbuf.c: a growable, NUL-terminated string buffer for text built piece
+ * by piece (Prometheus exposition, CSV, SVG). Out of memory is sticky. */
+#include "util/dl_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void reserve(dl_sbuf *b, size_t more)
+{
+    if (b->oom || b->len + more + 1 <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + more + 1)
+        cap *= 2;
+    char *p = realloc(b->s, cap);
+    if (!p) {
+        b->oom = true;
+        return;
+    }
+    b->s = p;
+    b->cap = cap;
+}
+
+void dl_sbuf_add(dl_sbuf *b, const char *s, size_t n)
+{
+    reserve(b, n);
+    if (b->oom)
+        return;
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+
+void dl_sbuf_putc(dl_sbuf *b, char c)
+{
+    dl_sbuf_add(b, &c, 1);
+}
+
+void dl_sbuf_printf(dl_sbuf *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->oom = true;
+        return;
+    }
+    reserve(b, (size_t)n);
+    if (b->oom)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+void dl_sbuf_free(dl_sbuf *b)
+{
+    free(b->s);
+    memset(b, 0, sizeof(*b));
+}
