@@ -394,29 +394,6 @@ void stats_http(stats *st, int code)
 /* ---- text buffer ------------------------------------------------------- */
 
 
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 when the bytes
- * there are not one (overlong, surrogate, past U+10FFFF, truncated). */
-static size_t utf8_len(const unsigned char *p)
-{
-    if (p[0] < 0x80)
-        return 1;
-    size_t n;
-    uint32_t cp;
-    if ((p[0] & 0xE0) == 0xC0) { n = 2; cp = p[0] & 0x1F; }
-    else if ((p[0] & 0xF0) == 0xE0) { n = 3; cp = p[0] & 0x0F; }
-    else if ((p[0] & 0xF8) == 0xF0) { n = 4; cp = p[0] & 0x07; }
-    else return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((p[i] & 0xC0) != 0x80)   /* also stops at the terminating NUL */
-            return 0;
-        cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return n;
-}
-
 /* A label value, escaped as the exposition format requires: backslash,
  * double quote and newline. The format is UTF-8 and Prometheus rejects
  * the whole scrape over one bad byte, so invalid bytes become U+FFFD. */
@@ -424,7 +401,7 @@ static void sb_label(dl_sbuf *b, const char *v)
 {
     const unsigned char *p = (const unsigned char *)v;
     while (*p) {
-        size_t n = utf8_len(p);
+        size_t n = dl_utf8_len(p);
         if (n == 0) {
             dl_sbuf_add(b, "\xEF\xBF\xBD", 3);
             p++;
@@ -680,7 +657,7 @@ static bool json_add_series(json_t *models, const series *s)
     const unsigned char *p = (const unsigned char *)s->model;
     dl_sbuf_add(&key, "", 0);
     while (*p) {
-        size_t n = utf8_len(p);
+        size_t n = dl_utf8_len(p);
         dl_sbuf_add(&key, n ? (const char *)p : "\xEF\xBF\xBD", n ? n : 3);
         p += n ? n : 1;
     }

@@ -9,30 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Length of the well-formed UTF-8 sequence at s (1..4), or 0 if none. */
-static int utf8_len(const unsigned char *s)
-{
-    int n;
-    if (s[0] < 0x80)
-        return 1;
-    else if (s[0] >= 0xc2 && s[0] <= 0xdf)
-        n = 2;
-    else if (s[0] >= 0xe0 && s[0] <= 0xef)
-        n = 3;
-    else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-        n = 4;
-    else
-        return 0;
-    for (int i = 1; i < n; i++)
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-    /* Overlong forms, UTF-16 surrogates and code points past U+10FFFF. */
-    if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0) ||
-        (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))
-        return 0;
-    return n;
-}
-
 /* Appends s as XML character data: markup characters escaped, characters
  * XML 1.0 forbids (C0 controls, broken UTF-8) replaced by '?'. */
 static void sb_put_xml(dl_sbuf *b, const char *s)
@@ -52,7 +28,7 @@ static void sb_put_xml(dl_sbuf *b, const char *s)
             u++;
             continue;
         }
-        int n = utf8_len(u);
+        int n = (int)dl_utf8_len(u);
         if (n == 0) {
             dl_sbuf_putc(b, '?');
             u++;

@@ -128,6 +128,11 @@ void dl_sbuf_printf(dl_sbuf *b, const char *fmt, ...)
 /* Frees the text and resets the buffer. */
 void dl_sbuf_free(dl_sbuf *b);
 
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 when the bytes
+ * there are not one (overlong, surrogate, past U+10FFFF, truncated by a
+ * NUL). */
+size_t dl_utf8_len(const unsigned char *p);
+
 /* ---- CPU parallelism ------------------------------------------------- */
 
 /* A task body: processes items [begin, end) of a parallel loop. */

@@ -1,5 +1,5 @@
 /* sbuf.c: a growable, NUL-terminated string buffer for text built piece
- * by piece (Prometheus exposition, CSV, SVG). Out of memory is sticky. */
+ * by piece (Prometheus exposition, CSV, SVG), and a UTF-8 check for it. */
 #include "util/dl_util.h"
 
 #include <stdlib.h>
@@ -61,4 +61,25 @@ void dl_sbuf_free(dl_sbuf *b)
 {
     free(b->s);
     memset(b, 0, sizeof(*b));
+}
+
+size_t dl_utf8_len(const unsigned char *p)
+{
+    if (p[0] < 0x80)
+        return 1;
+    size_t n;
+    uint32_t cp;
+    if ((p[0] & 0xE0) == 0xC0) { n = 2; cp = p[0] & 0x1F; }
+    else if ((p[0] & 0xF0) == 0xE0) { n = 3; cp = p[0] & 0x0F; }
+    else if ((p[0] & 0xF8) == 0xF0) { n = 4; cp = p[0] & 0x07; }
+    else return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xC0) != 0x80)   /* also stops at the terminating NUL */
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return n;
 }
