@@ -438,9 +438,9 @@ static dl_status run_epoch(trainer *t, epoch_ctx *ec, dl_epoch_stats *es, bool *
         fprintf(stderr, "\n");
     DL_LOG0(DL_LOG_INFO, "train",
             "epoch %d/%lld loss %.4f acc %.4f test_loss %.4f test_acc %.4f lr %.3g "
-            "%.0f samples/s %.1fs%s", es->epoch, (long long)t->hp.epochs, es->train_loss,
+            "%.0f samples/s %.1fs", es->epoch, (long long)t->hp.epochs, es->train_loss,
             es->train_accuracy, es->test_loss, es->test_accuracy, es->lr,
-            es->samples_per_sec, es->seconds, t->T > 1 ? "" : "");
+            es->samples_per_sec, es->seconds);
     if (t->T > 1 || is_ps(t))
         DL_LOG0(DL_LOG_INFO, "dist",
                 "epoch %d: step time %.2f-%.2f ms across trainers, %.0f bytes/step, "
