@@ -157,6 +157,8 @@ dl_status dl_model_load(dl_model *m, const char *path, dl_err *err);
 int dl_model_tensor_count(const dl_model *m);
 void dl_model_tensor_at(const dl_model *m, int i, const char **name, int *ndim,
                         const int64_t **shape, float **data);
+/* Index of the tensor named `name` (e.g. "fc1.weight"), or -1. */
+int dl_model_tensor_index(const dl_model *m, const char *name);
 
 /* ---- optimizers and schedules -------------------------------------- */
 

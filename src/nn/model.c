@@ -406,3 +406,11 @@ void dl_model_tensor_at(const dl_model *m, int i, const char **name, int *ndim,
     *shape = m->tensors[i].slot->shape;
     *data = m->tensors[i].slot->data;
 }
+
+int dl_model_tensor_index(const dl_model *m, const char *name)
+{
+    for (int i = 0; i < m->ntensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0)
+            return i;
+    return -1;
+}

@@ -101,16 +101,7 @@ static dl_status match(dl_model *m, const dl_st_file *f, const char *path,
     }
     for (int i = 0; i < dl_st_count(f); i++) {
         const char *name = dl_st_at(f, i)->name;
-        bool known = false;
-        for (int k = 0; k < dl_model_tensor_count(m) && !known; k++) {
-            const char *mine;
-            int nd;
-            const int64_t *sh;
-            float *d;
-            dl_model_tensor_at(m, k, &mine, &nd, &sh, &d);
-            known = strcmp(mine, name) == 0;
-        }
-        if (!known && !is_ignored_extra(name))
+        if (dl_model_tensor_index(m, name) < 0 && !is_ignored_extra(name))
             return dl_err_set(err, DL_ERR_INVALID,
                               "%s: tensor '%s' is not part of model '%s'", path, name,
                               dl_model_conf_of(m)->name);

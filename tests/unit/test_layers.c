@@ -134,20 +134,16 @@ static const float *analytic_grads(void)
 /* Data of the named tensor (parameter or state). */
 static float *tensor(const char *want, int64_t *numel)
 {
-    for (int i = 0; i < dl_model_tensor_count(m); i++) {
-        const char *name;
-        int ndim;
-        const int64_t *shape;
-        float *data;
-        dl_model_tensor_at(m, i, &name, &ndim, &shape, &data);
-        if (strcmp(name, want) == 0) {
-            if (numel)
-                *numel = dl_shape_numel(ndim, shape);
-            return data;
-        }
-    }
-    cr_assert_fail("no tensor named %s", want);
-    return NULL;
+    int i = dl_model_tensor_index(m, want);
+    cr_assert_geq(i, 0, "no tensor named %s", want);
+    const char *name;
+    int ndim;
+    const int64_t *shape;
+    float *data;
+    dl_model_tensor_at(m, i, &name, &ndim, &shape, &data);
+    if (numel)
+        *numel = dl_shape_numel(ndim, shape);
+    return data;
 }
 
 /* Checks analytic against central-difference gradients for every trainable
