@@ -158,10 +158,19 @@ check "stopped rank: job exits non-zero ($rc)" test $rc -ne 0
 check "stopped rank: ended within the timeout plus grace ($((SECONDS - t0)) s)" test $((SECONDS - t0)) -le 15
 check "stopped rank: the log names missing rank 2" grep -q "missing rank: 2" "$log"
 
-start_stall_job killed
-t0=$SECONDS
-kill -KILL "$victim"
-finish_stall_job; rc=$?
+# Open MPI 4.1.4's mpirun occasionally crashes itself (SIGSEGV, exit 139)
+# while tearing down a job whose rank was killed, before printing which
+# rank died: that is the launcher failing, not the job, so such a run is
+# repeated (at most twice more); the assertions below hold for the run
+# that counts.
+for attempt in 1 2 3; do
+    start_stall_job killed
+    t0=$SECONDS
+    kill -KILL "$victim"
+    finish_stall_job; rc=$?
+    [ $rc -eq 139 ] && ! grep -Eq "rank 2 |missing rank: 2" "$log" || break
+    echo "# mpirun crashed (exit 139) reporting the killed rank; again ($attempt)"
+done
 check "killed rank: job exits non-zero ($rc)" test $rc -ne 0
 check "killed rank: ended within the timeout ($((SECONDS - t0)) s)" test $((SECONDS - t0)) -le 15
 check "killed rank: the message names rank 2" grep -Eq "rank 2 |missing rank: 2" "$log"
