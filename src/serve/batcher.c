@@ -56,6 +56,10 @@ void infer_wait(infer_req *q)
 
 static void complete(infer_req *q)
 {
+    if (q->on_done) {
+        q->on_done(q, q->ctx);
+        return;
+    }
     pthread_mutex_lock(&q->mu);
     q->done = true;
     pthread_cond_signal(&q->cv);

@@ -37,12 +37,64 @@ const dl_opt dl_serve_opts[] = {
     INT(models, threads, "0", 0, 1024, "CPU threads for inference; 0 = all cores"),
     STR(log, level, "info", "err, warning, notice, info or debug"),
     STR(log, debug, "", "comma-separated subsystems logged at debug level, e.g. http,batch"),
+    STR(kafka, brokers, "", "bootstrap servers host:port,...; empty: Kafka off unless embedded"),
+    BOOL(kafka, embedded, "false", "start an in-process mock Kafka cluster (demos, tests)"),
+    INT(kafka, embedded_partitions, "4", 1, 1024, "partitions of each topic the mock creates"),
+    STR(kafka, group_id, "dlserve", "consumer group"),
+    STR(kafka, input_topics, "dlserve-in", "comma-separated topics to consume"),
+    STR(kafka, output_topic, "dlserve-out", "topic for predictions"),
+    STR(kafka, dead_letter_topic, "dlserve-dlq", "topic for records that cannot be served"),
+    STR(kafka, delivery, "at-least-once", "at-least-once, exactly-once or redis"),
+    STR(kafka, default_model, "", "model for records that name none; empty: the only model"),
+    STR(kafka, transactional_id, "", "exactly-once producer id; empty: dlserve-<group_id>"),
+    INT(kafka, commit_interval_ms, "100", 1, 3600000,
+        "how often offsets commit (the transaction length in exactly-once)"),
+    INT(kafka, max_in_flight, "8192", 1, 1 << 24,
+        "records consumed and not yet committed before partitions pause"),
+    INT(kafka, max_record_bytes, "1048576", 16, 1 << 30,
+        "larger records go to the dead-letter topic"),
+    STR(redis, host, "", "Redis host; empty: Redis off"),
+    INT(redis, port, "6379", 1, 65535, "Redis port"),
+    STR(redis, password, "", "AUTH password; empty: none"),
+    INT(redis, db, "0", 0, 1 << 20, "database number (SELECT)"),
+    INT(redis, timeout_ms, "1000", 1, 600000, "connect and command timeout"),
+    BOOL(redis, results, "false",
+         "also write dlserve:result:<id> in at-least-once mode (always in redis mode)"),
+    INT(redis, result_ttl_s, "86400", 0, 1LL << 40, "expiry of result keys; 0: none"),
+    BOOL(redis, registry, "true", "load versions announced on the dlserve:models channel"),
     {0},
 };
 
-/* Sections a later component reads as raw properties (librdkafka, Redis). */
-static const char *const passthrough[] = {"kafka", "kafka.consumer", "kafka.producer",
-                                          "redis", NULL};
+/* Sections of raw librdkafka properties. */
+static const char *const passthrough[] = {"kafka.consumer", "kafka.producer", NULL};
+
+/* Keeps a raw librdkafka property for the consumer or the producer. */
+static dl_status kafka_prop(void *ctx, const char *section, const char *key,
+                            const char *value, const char *origin, dl_err *err)
+{
+    dl_kafka_conf *k = ctx;
+    if (k->nprops == DL_KAFKA_PROPS_MAX)
+        return dl_err_set(err, DL_ERR_INVALID, "%s: more than %d [kafka.*] properties",
+                          origin, DL_KAFKA_PROPS_MAX);
+    dl_kafka_prop *p = &k->props[k->nprops];
+    if (strlen(key) >= sizeof(p->key) || strlen(value) >= sizeof(p->value))
+        return dl_err_set(err, DL_ERR_INVALID, "%s: property '%.60s' is too long", origin, key);
+    p->producer = strcmp(section, "kafka.producer") == 0;
+    snprintf(p->key, sizeof(p->key), "%s", key);
+    snprintf(p->value, sizeof(p->value), "%s", value);
+    snprintf(p->origin, sizeof(p->origin), "%s", origin);
+    k->nprops++;
+    return DL_OK;
+}
+
+dl_status dl_serve_conf_set(dl_serve_conf *conf, const char *section, const char *key,
+                            const char *value, const char *origin, dl_err *err)
+{
+    for (int i = 0; passthrough[i]; i++)
+        if (strcmp(section, passthrough[i]) == 0)
+            return kafka_prop(&conf->kafka, section, key, value, origin, err);
+    return dl_conf_set(dl_serve_opts, conf, section, key, value, origin, err);
+}
 
 /* A whole decimal number >= 1 at *s; advances *s past it. */
 static bool positive_int(const char **s)
@@ -117,6 +169,16 @@ dl_status dl_serve_conf_validate(const dl_serve_conf *c, dl_err *err)
         return dl_err_set(err, DL_ERR_INVALID,
                           "[models] device '%s' is invalid: expected cpu, cuda or cuda:N",
                           c->models.device);
+    const char *dl = c->kafka.delivery;
+    if (strcmp(dl, "at-least-once") && strcmp(dl, "exactly-once") && strcmp(dl, "redis"))
+        return dl_err_set(err, DL_ERR_INVALID,
+                          "[kafka] delivery '%s' is invalid: expected at-least-once, "
+                          "exactly-once or redis", dl);
+    if (!strcmp(dl, "redis") && !c->redis.host[0])
+        return dl_err_set(err, DL_ERR_INVALID,
+                          "[kafka] delivery = redis needs [redis] host");
+    if ((c->kafka.brokers[0] || c->kafka.embedded) && !c->kafka.input_topics[0])
+        return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics is empty");
     if (!level_ok(c->log.level))
         return dl_err_set(err, DL_ERR_INVALID,
                           "[log] level '%s' is invalid: expected err, warning, notice, "
@@ -131,7 +193,8 @@ dl_status dl_serve_conf_load(dl_serve_conf *conf, const char *path, dl_err *err)
     memset(&tmp, 0, sizeof(tmp));
     dl_status st = dl_conf_defaults(dl_serve_opts, &tmp, err);
     if (st == DL_OK && path)
-        st = dl_conf_load_file(dl_serve_opts, &tmp, path, passthrough, NULL, NULL, err);
+        st = dl_conf_load_file(dl_serve_opts, &tmp, path, passthrough, kafka_prop,
+                               &tmp.kafka, err);
     if (st == DL_OK)
         st = dl_conf_apply_env(dl_serve_opts, &tmp, err);
     if (st == DL_OK)

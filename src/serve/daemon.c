@@ -5,8 +5,15 @@
  * queued request and exits 0. Signal handlers only set flags. */
 #define _GNU_SOURCE
 #include "serve/serve.h"
+#ifdef DL_HAVE_KAFKA
+#include "serve/kafka.h"
+#endif
+#ifdef DL_HAVE_REDIS
+#include "serve/redis.h"
+#endif
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -86,19 +93,24 @@ static void watch_tree(int fd, const char *dir, int depth)
     closedir(d);
 }
 
-/* Applies "section.key=value" overrides from the command line. */
+/* Applies "section.key=value" overrides from the command line; raw
+ * librdkafka properties read "kafka.consumer.some.property=value". */
 static dl_status apply_overrides(dl_serve_conf *conf, const char *const *ov, int n,
                                  dl_err *err)
 {
+    static const char *const raw[] = {"kafka.consumer.", "kafka.producer."};
     for (int i = 0; i < n; i++) {
-        char section[64], key[64];
+        char section[64], key[128];
         const char *dot = strchr(ov[i], '.'), *eq = strchr(ov[i], '=');
+        for (int r = 0; r < 2; r++)
+            if (!strncmp(ov[i], raw[r], strlen(raw[r])))
+                dot = ov[i] + strlen(raw[r]) - 1;
         if (!dot || !eq || dot > eq || (size_t)(dot - ov[i]) >= sizeof(section) ||
             (size_t)(eq - dot - 1) >= sizeof(key))
             return dl_err_set(err, DL_ERR_INVALID, "--set '%s': expected section.key=value", ov[i]);
         snprintf(section, sizeof(section), "%.*s", (int)(dot - ov[i]), ov[i]);
         snprintf(key, sizeof(key), "%.*s", (int)(eq - dot - 1), dot + 1);
-        dl_status st = dl_conf_set(dl_serve_opts, conf, section, key, eq + 1, "--set", err);
+        dl_status st = dl_serve_conf_set(conf, section, key, eq + 1, "--set", err);
         if (st != DL_OK)
             return st;
     }
@@ -116,6 +128,15 @@ typedef struct daemon_ctx {
     int           port;
     double        start;
     int64_t       reloads;
+#ifdef DL_HAVE_KAFKA
+    kafka_srv    *kafka;
+#endif
+#ifdef DL_HAVE_REDIS
+    redis_watch  *watch;          /* versions announced on dlserve:models */
+    redis_link   *rstatus;        /* training progress for /status */
+    pthread_mutex_t rstatus_mu;
+#endif
+    int           wake[2];        /* a byte here wakes the main loop: an announcement */
 } daemon_ctx;
 
 static bool is_ready(void *ctx)
@@ -124,12 +145,83 @@ static bool is_ready(void *ctx)
     return !stop_flag && registry_ready(d->reg);
 }
 
+#ifdef DL_HAVE_REDIS
+/* Redis: the links' states and the newest training progress of each model. */
+static json_t *redis_status(daemon_ctx *d)
+{
+    json_t *links = json_array(), *progress = json_object();
+    if (d->watch)
+        json_array_append_new(links, redis_watch_status(d->watch));
+#ifdef DL_HAVE_KAFKA
+    if (kafka_redis_link(d->kafka))
+        json_array_append_new(links, redis_link_status(kafka_redis_link(d->kafka)));
+#endif
+    pthread_mutex_lock(&d->rstatus_mu);
+    json_array_append_new(links, redis_link_status(d->rstatus));
+    char **names = registry_names(d->reg);
+    for (int i = 0; names && names[i]; i++) {
+        json_t *p = redis_progress_latest(d->rstatus, names[i]);
+        if (p)
+            json_object_set_new(progress, names[i], p);
+        free(names[i]);
+    }
+    free(names);
+    pthread_mutex_unlock(&d->rstatus_mu);
+    return json_pack("{s:o, s:o}", "links", links, "training", progress);
+}
+#endif
+
 static json_t *status_extra(void *ctx)
 {
     daemon_ctx *d = ctx;
-    return json_pack("{s:I, s:s, s:i}", "reloads", (json_int_t)d->reloads,
-                     "models_dir", d->conf.models.dir, "port", d->port);
+    json_t *o = json_pack("{s:I, s:s, s:i}", "reloads", (json_int_t)d->reloads,
+                          "models_dir", d->conf.models.dir, "port", d->port);
+#ifdef DL_HAVE_KAFKA
+    if (o && d->kafka)
+        json_object_set_new(o, "kafka", kafka_status(d->kafka));
+#endif
+#ifdef DL_HAVE_REDIS
+    if (o && d->rstatus)
+        json_object_set_new(o, "redis", redis_status(d));
+#endif
+    return o;
 }
+
+static char *metrics_extra(void *ctx)
+{
+    daemon_ctx *d = ctx;
+    dl_sbuf b = {0};
+#ifdef DL_HAVE_KAFKA
+    if (d->kafka)
+        kafka_metrics(d->kafka, &b);
+#endif
+#ifdef DL_HAVE_REDIS
+    redis_link *links[2] = { d->rstatus, NULL };
+#ifdef DL_HAVE_KAFKA
+    links[1] = kafka_redis_link(d->kafka);
+#endif
+    if (d->rstatus)
+        redis_metrics(&b, links, 2, d->watch);
+#endif
+    (void)d;
+    if (b.oom) {
+        dl_sbuf_free(&b);
+        return NULL;
+    }
+    return b.s;
+}
+
+#ifdef DL_HAVE_REDIS
+/* Watcher thread: a version was announced; the main loop rescans. */
+static void on_announce(void *ctx, const char *model, int64_t version)
+{
+    daemon_ctx *d = ctx;
+    DL_LOG(DL_LOG_NOTICE, "redis", "announced: %s version %lld", model, (long long)version);
+    char c = 1;
+    if (write(d->wake[1], &c, 1) < 0)
+        DL_LOG(DL_LOG_WARNING, "redis", "cannot wake the main loop");
+}
+#endif
 
 static void status_line(daemon_ctx *d)
 {
@@ -177,13 +269,22 @@ static void main_loop(daemon_ctx *d)
     bool dirty = false;
     while (!stop_flag) {
         int timeout = dirty ? 50 : wd > 0 ? (int)(wd * 250) : 1000;
-        struct pollfd p = { .fd = fd, .events = POLLIN };
-        if (poll(&p, fd >= 0 ? 1 : 0, timeout > 0 ? timeout : 1) > 0) {
-            char buf[16384];
-            while (read(fd, buf, sizeof(buf)) > 0)
-                ;
-            dirty = true;
-            changed = dl_time_now();
+        struct pollfd p[2] = { { .fd = fd, .events = POLLIN },
+                               { .fd = d->wake[0], .events = POLLIN } };
+        char buf[16384];
+        if (poll(p, 2, timeout > 0 ? timeout : 1) > 0) {
+            if (p[0].revents) {
+                while (read(fd, buf, sizeof(buf)) > 0)
+                    ;
+                dirty = true;
+                changed = dl_time_now();
+            }
+            if (p[1].revents) {   /* an announced version: load it now */
+                while (read(d->wake[0], buf, sizeof(buf)) > 0)
+                    ;
+                if (registry_rescan(d->reg) > 0)
+                    status_line(d);
+            }
         }
         if (reload_flag) {
             reload_flag = 0;
@@ -234,8 +335,33 @@ static dl_status start(daemon_ctx *d, dl_err *err)
     static http_deps deps;
     deps = (http_deps){ .conf = &d->conf.http, .reg = d->reg, .bat = d->bat, .st = d->st,
                         .start_time = d->start, .server_version = DL_VERSION_STRING,
-                        .ready = is_ready, .ctx = d, .status_extra = status_extra };
-    return http_start(&deps, &d->http, &d->port, err);
+                        .ready = is_ready, .ctx = d, .status_extra = status_extra,
+                        .metrics_extra = metrics_extra };
+    st = http_start(&deps, &d->http, &d->port, err);
+#ifdef DL_HAVE_REDIS
+    if (st == DL_OK && d->conf.redis.host[0]) {
+        st = dl_redis_link_new(&d->conf.redis, "status", &d->rstatus, err);
+        if (st == DL_OK && d->conf.redis.registry)
+            st = redis_watch_start(&d->conf.redis, on_announce, d, &d->watch, err);
+    }
+#else
+    if (st == DL_OK && d->conf.redis.host[0])
+        st = dl_err_set(err, DL_ERR_UNAVAILABLE, "[redis] host is set but this dlserve "
+                        "was built without Redis (hiredis)");
+#endif
+    bool kafka_on = d->conf.kafka.brokers[0] || d->conf.kafka.embedded;
+#ifdef DL_HAVE_KAFKA
+    if (st == DL_OK && kafka_on) {
+        kafka_deps kd = { .conf = &d->conf.kafka, .redis = &d->conf.redis, .reg = d->reg,
+                          .bat = d->bat, .st = d->st };
+        st = kafka_start(&kd, &d->kafka, err);
+    }
+#else
+    if (st == DL_OK && kafka_on)
+        st = dl_err_set(err, DL_ERR_UNAVAILABLE, "[kafka] is configured but this dlserve "
+                        "was built without Kafka (librdkafka)");
+#endif
+    return st;
 }
 
 /* After intake stops, the listener stays open this long answering 503,
@@ -245,6 +371,14 @@ static dl_status start(daemon_ctx *d, dl_err *err)
 
 static void stop(daemon_ctx *d)
 {
+#ifdef DL_HAVE_KAFKA
+    kafka_stop(d->kafka);    /* its records in flight finish and are committed */
+    d->kafka = NULL;
+#endif
+#ifdef DL_HAVE_REDIS
+    redis_watch_stop(d->watch);
+    d->watch = NULL;
+#endif
     batcher_drain(d->bat);   /* intake stops; every queued request is answered */
     if (d->http) {
         struct timespec ts = { 0, LAME_DUCK_NS };
@@ -255,6 +389,12 @@ static void stop(daemon_ctx *d)
     registry_free(d->reg);
     stats_free(d->st);
     dl_backend_free(d->be);
+#ifdef DL_HAVE_REDIS
+    dl_redis_link_free(d->rstatus);
+    pthread_mutex_destroy(&d->rstatus_mu);
+#endif
+    close(d->wake[0]);
+    close(d->wake[1]);
 }
 
 int dl_serve_main(const char *config_path, const char *const *overrides, int noverrides)
@@ -275,6 +415,13 @@ int dl_serve_main(const char *config_path, const char *const *overrides, int nov
     }
     dl_log_level = log_level_of(d.conf.log.level);
     install_signals();
+    if (pipe2(d.wake, O_NONBLOCK | O_CLOEXEC) != 0) {
+        perror("dlserve: pipe");
+        return 1;
+    }
+#ifdef DL_HAVE_REDIS
+    pthread_mutex_init(&d.rstatus_mu, NULL);
+#endif
     if ((st = start(&d, &err)) != DL_OK) {
         DL_LOG(DL_LOG_ERR, "daemon", "%s", err.msg);
         stop(&d);

@@ -40,11 +40,51 @@ typedef struct dl_log_conf {
     char    debug[128];          /* subsystems at debug level: "http,batch" */
 } dl_log_conf;
 
+/* Raw librdkafka properties from [kafka.consumer] / [kafka.producer]. */
+#define DL_KAFKA_PROPS_MAX 64
+typedef struct dl_kafka_prop {
+    bool    producer;            /* [kafka.producer]; else [kafka.consumer] */
+    char    key[128];
+    char    value[512];
+    char    origin[DL_PATH_MAX + 16];   /* "file:line", for errors */
+} dl_kafka_prop;
+
+typedef struct dl_kafka_conf {
+    char    brokers[512];        /* bootstrap servers; empty: Kafka off (unless embedded) */
+    bool    embedded;            /* start librdkafka's in-process mock cluster */
+    int64_t embedded_partitions; /* partitions of the topics the mock creates */
+    char    group_id[128];
+    char    input_topics[512];   /* comma-separated */
+    char    output_topic[256];
+    char    dead_letter_topic[256];
+    char    delivery[32];        /* at-least-once, exactly-once or redis */
+    char    default_model[DL_NAME_MAX]; /* for {"id","data"} and binary records without a model */
+    char    transactional_id[128];      /* exactly-once; empty: dlserve-<group_id> */
+    int64_t commit_interval_ms;  /* offsets commit / transaction length */
+    int64_t max_in_flight;       /* records held before partitions pause */
+    int64_t max_record_bytes;    /* larger values go to the dead-letter topic */
+    int           nprops;
+    dl_kafka_prop props[DL_KAFKA_PROPS_MAX];
+} dl_kafka_conf;
+
+typedef struct dl_redis_conf {
+    char    host[256];           /* empty: Redis off */
+    int64_t port;
+    char    password[256];
+    int64_t db;
+    int64_t timeout_ms;          /* connect and command timeout */
+    bool    results;             /* write dlserve:result:<id> (always in redis delivery) */
+    int64_t result_ttl_s;        /* 0: results do not expire */
+    bool    registry;            /* load versions announced on dlserve:models */
+} dl_redis_conf;
+
 typedef struct dl_serve_conf {
     dl_http_conf     http;
     dl_batching_conf batching;
     dl_models_conf   models;
     dl_log_conf      log;
+    dl_kafka_conf    kafka;
+    dl_redis_conf    redis;
 } dl_serve_conf;
 
 /* The daemon's option table (all sections). */
@@ -54,6 +94,11 @@ extern const dl_opt dl_serve_opts[];
  * Errors name the file and line or the variable. */
 dl_status dl_serve_conf_load(dl_serve_conf *conf, const char *path, dl_err *err);
 
+/* Sets one option ([kafka.consumer] and [kafka.producer] take any key, as
+ * raw librdkafka properties); origin names where it came from. */
+dl_status dl_serve_conf_set(dl_serve_conf *conf, const char *section, const char *key,
+                            const char *value, const char *origin, dl_err *err);
+
 /* Cross-field checks (TLS files both or neither, version policy syntax),
  * for a configuration changed after dl_serve_conf_load. */
 dl_status dl_serve_conf_validate(const dl_serve_conf *conf, dl_err *err);
@@ -62,6 +107,55 @@ dl_status dl_serve_conf_validate(const dl_serve_conf *conf, dl_err *err);
  * config_path may be NULL. overrides: "section.key=value" strings from the
  * command line, applied last. */
 int dl_serve_main(const char *config_path, const char *const *overrides, int noverrides);
+
+/* ---- Redis: the training side (dlserve --train --publish) -------------
+ * Defined only when built with hiredis (then users of the serve library
+ * see DL_HAVE_REDIS). The daemon's own use of Redis (results, offsets,
+ * the registry watcher, /status, /metrics) is in serve/redis.h. */
+
+/* A Redis connection that never makes its user fail hard: it connects
+ * lazily, and after an error it drops the connection and reconnects on a
+ * later call once an exponential backoff (100 ms doubling to 5 s, reset
+ * on success) has passed; calls during the backoff fail at once. */
+typedef struct redis_link dl_redis_link;
+
+/* *out is new. role ("sink", "registry", "train", ...) names the link in
+ * logs, /status and /metrics. Does not connect (the first command does),
+ * so it fails only for bad arguments (DL_ERR_INVALID: empty host, port
+ * out of range) or memory. One thread at a time may use a link; its status may be read
+ * from any thread (serve/redis.h). */
+dl_status dl_redis_link_new(const dl_redis_conf *c, const char *role,
+                            dl_redis_link **out, dl_err *err);
+/* Closes the connection; NULL does nothing. */
+void dl_redis_link_free(dl_redis_link *l);
+
+/* Announces a trained version: the SHA-256 of weights_path, then in one
+ * MULTI/EXEC `HSET dlserve:model:<model> version <v> path <absolute path>
+ * sha256 <hex>` and `PUBLISH dlserve:models {"model", "version", "path",
+ * "sha256"}`. *receivers (may be NULL) gets the number of subscribers
+ * the announcement reached (also logged). Connects for this call only.
+ * DL_ERR_IO when the file cannot be read or Redis is unreachable or
+ * refuses (err says which, naming host:port). */
+dl_status dl_redis_publish(const dl_redis_conf *c, const char *model, int64_t version,
+                           const char *weights_path, int64_t *receivers, dl_err *err);
+
+/* One training progress record. */
+typedef struct dl_redis_progress_rec {
+    int64_t step;            /* optimizer steps so far (whole job) */
+    int64_t epoch;           /* 1-based */
+    double  loss;            /* mean training loss */
+    double  accuracy;        /* test accuracy in [0, 1]; < 0: not measured, left out */
+    double  samples_per_s;   /* training throughput of the whole job */
+    int64_t ranks;           /* trainers in the job */
+} dl_redis_progress_rec;
+
+/* `XADD dlserve:train:<model> MAXLEN ~ 10000 * step .. epoch .. loss ..
+ * accuracy .. samples_per_s .. ranks ..`. DL_ERR_INVALID for a bad model
+ * name; DL_ERR_IO when Redis is down (including during the link's
+ * backoff: the call does not block then) or refuses; training goes on
+ * either way. */
+dl_status dl_redis_progress(dl_redis_link *l, const char *model,
+                            const dl_redis_progress_rec *p, dl_err *err);
 
 #ifdef __cplusplus
 }

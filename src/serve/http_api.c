@@ -331,7 +331,9 @@ static answer status(http_server *h)
 static answer metrics(http_server *h)
 {
     answer a = {.code = 200, .ctype = CT_METRICS};
-    a.body = stats_prometheus(h->deps->st, NULL);
+    char *extra = h->deps->metrics_extra ? h->deps->metrics_extra(h->deps->ctx) : NULL;
+    a.body = stats_prometheus(h->deps->st, extra);
+    free(extra);
     if (!a.body)
         return error_answer(500, "out of memory");
     return a;

@@ -121,14 +121,19 @@ typedef struct infer_req {
     dl_status    status;
     char         error[256];
     double       t_arrival, t_start, t_end;   /* dl_time_now() seconds */
-    /* completion */
+    /* completion: on_done (when set) is called from the worker thread
+     * instead of waking infer_wait; the request belongs to the submitter
+     * again from that call on. */
+    void        (*on_done)(struct infer_req *q, void *ctx);
+    void         *ctx;
     pthread_mutex_t mu;
     pthread_cond_t  cv;
     bool         done;
     struct infer_req *next;      /* batcher's queue link */
 } infer_req;
 
-/* Initialises / finalises the synchronisation fields of a request. */
+/* Initialises / finalises the synchronisation fields of a request
+ * (init clears the whole request). */
 void infer_req_init(infer_req *q);
 void infer_req_fini(infer_req *q);
 
@@ -167,6 +172,8 @@ typedef struct http_deps {
     void               *ctx;
     /* extra JSON for /status (new reference), may be NULL */
     json_t           *(*status_extra)(void *ctx);
+    /* extra Prometheus text for /metrics (new string), may be NULL */
+    char             *(*metrics_extra)(void *ctx);
 } http_deps;
 
 /* Starts listening (deps must outlive the server). The bound port is in

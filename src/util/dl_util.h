@@ -212,6 +212,32 @@ void dl_conf_print(const dl_opt *opts, const void *conf, FILE *f);
  * range, meaning). */
 void dl_conf_print_markdown(const dl_opt *opts, FILE *f);
 
+/* ---- SHA-256 ----------------------------------------------------------- */
+
+/* Streaming SHA-256 (FIPS 180-4): init, update any number of times, final.
+ * A context is used by one thread at a time. */
+typedef struct dl_sha256_ctx {
+    uint32_t h[8];
+    uint64_t nbytes;       /* message bytes so far */
+    uint8_t  buf[64];      /* partial block */
+    size_t   nbuf;
+} dl_sha256_ctx;
+
+void dl_sha256_init(dl_sha256_ctx *ctx);
+void dl_sha256_update(dl_sha256_ctx *ctx, const void *data, size_t n);
+/* Writes the 32-byte digest; init again before reuse. */
+void dl_sha256_final(dl_sha256_ctx *ctx, uint8_t out[32]);
+
+/* The digest of data[0..n) in one call. */
+void dl_sha256(const void *data, size_t n, uint8_t out[32]);
+
+/* Lower-case hex of a digest, NUL-terminated. */
+void dl_sha256_hex(const uint8_t digest[32], char hex[65]);
+
+/* The lower-case hex digest of a file's contents, read in 64 KiB chunks.
+ * DL_ERR_IO when it cannot be opened or read (hex is then ""). */
+dl_status dl_sha256_file(const char *path, char hex[65], dl_err *err);
+
 #ifdef __cplusplus
 }
 #endif

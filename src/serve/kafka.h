@@ -1,0 +1,54 @@
+/* kafka.h (private to serve/): Kafka ingestion. One thread owns the
+ * consumer and the producer: it polls records, feeds them to the same
+ * batcher HTTP uses (never waiting on inference), writes each prediction
+ * to the output topic (or Redis) and each unservable record to the
+ * dead-letter topic, and commits only what has been answered:
+ *
+ *   consumer --record--> records.c (parse) --infer_req--> batcher
+ *       ^                      | fault                       | on_done
+ *       |                      v                             v
+ *   commit <-- contiguous done prefix <-- delivery report <-- output / dead letter
+ *
+ * Delivery modes: at-least-once (offsets stored after the output's
+ * delivery report), exactly-once (one transaction holds the outputs, dead
+ * letters and consumed offsets) and redis (results and offsets in one
+ * MULTI/EXEC). See README "Kafka". */
+#ifndef DL_SERVE_KAFKA_H
+#define DL_SERVE_KAFKA_H
+
+#include "serve/serve.h"
+
+typedef struct kafka_srv kafka_srv;
+
+typedef struct kafka_deps {
+    const dl_kafka_conf *conf;     /* borrowed; must outlive the service */
+    const dl_redis_conf *redis;
+    registry            *reg;
+    batcher             *bat;
+    stats               *st;
+} kafka_deps;
+
+/* Starts the embedded cluster when configured, creates the clients and
+ * the consumer thread. Errors: a bad property (named with its file and
+ * line), an unreachable Redis offset store is NOT an error (it retries). */
+dl_status kafka_start(const kafka_deps *deps, kafka_srv **out, dl_err *err);
+
+/* Stops intake, waits for the records in flight, writes their outputs,
+ * commits, leaves the group and frees everything. NULL does nothing. */
+void kafka_stop(kafka_srv *k);
+
+/* {"bootstrap", "delivery", "group_id", "paused", "in_flight",
+ *  "consumed", "outputs", "dead_letters": {reason: n}, ...,
+ *  "partitions": [{"topic","partition","position","committed","high","lag"}],
+ *  "fatal"?} (new reference). */
+json_t *kafka_status(kafka_srv *k);
+
+/* Prometheus families dlserve_kafka_* appended to out. */
+void kafka_metrics(kafka_srv *k, dl_sbuf *out);
+
+#ifdef DL_HAVE_REDIS
+/* The Redis link of the result sink (for its metrics), or NULL. */
+struct redis_link *kafka_redis_link(kafka_srv *k);
+#endif
+
+#endif /* DL_SERVE_KAFKA_H */

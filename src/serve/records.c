@@ -1,0 +1,260 @@
+/* records.c: Kafka record values. Three forms:
+ *   {"id", "model"?, "model_version"?, "inputs": [...]}  as the HTTP infer request
+ *   {"id", "model"?, "data": [numbers]}                 flat raw values
+ *   raw little-endian float32 values, content-type application/octet-stream
+ * Every form carries raw values (pixels 0..255 for the image models); the
+ * model's input scaling applies here, as for HTTP and --predict. */
+#define _POSIX_C_SOURCE 200809L
+#include "serve/records.h"
+#include "serve/oip.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const fault_names[REC_NFAULTS] = {
+    "ok", "empty", "oversize", "json", "model", "input", "inference",
+};
+
+const char *record_fault_name(record_fault f)
+{
+    return f >= 0 && f < REC_NFAULTS ? fault_names[f] : "unknown";
+}
+
+static record_fault fault(dl_err *err, record_fault f, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static record_fault fault(dl_err *err, record_fault f, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+    va_end(ap);
+    err->code = DL_ERR_INVALID;
+    return f;
+}
+
+/* The id: the record's "id" (a string or an integer), the dlserve-id
+ * header, or where the record came from. */
+static record_fault find_id(const record_in *in, json_t *root, record_env *env, dl_err *err)
+{
+    char buf[DL_NAME_MAX + 64];
+    const char *id = in->id_hdr;
+    json_t *j = root ? json_object_get(root, "id") : NULL;
+    if (json_is_string(j)) {
+        id = json_string_value(j);
+    } else if (json_is_integer(j)) {
+        snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(j));
+        id = buf;
+    } else if (j) {
+        return fault(err, REC_JSON, "'id' must be a string or an integer");
+    }
+    if (!id || !id[0]) {
+        snprintf(buf, sizeof(buf), "%.*s/%d/%lld", DL_NAME_MAX, in->topic ? in->topic : "",
+                 (int)in->partition, (long long)in->offset);
+        id = buf;
+    }
+    if (strlen(id) > 512)
+        return fault(err, REC_JSON, "'id' is longer than 512 bytes");
+    env->id = strdup(id);
+    return env->id ? REC_OK : fault(err, REC_INFERENCE, "out of memory");
+}
+
+/* The model: the record's "model", the dlserve-model header, the default. */
+static record_fault find_model(const record_in *in, json_t *root, const char *default_model,
+                               record_env *env, dl_err *err)
+{
+    json_t *m = root ? json_object_get(root, "model") : NULL;
+    json_t *v = root ? json_object_get(root, "model_version") : NULL;
+    const char *name = in->model_hdr;
+    if (m && !json_is_string(m))
+        return fault(err, REC_JSON, "'model' must be a string");
+    if (m)
+        name = json_string_value(m);
+    if (!name || !name[0])
+        name = default_model;
+    if (!name || !name[0])
+        return fault(err, REC_MODEL, "the record names no model and [kafka] default_model "
+                                     "is not set");
+    if (!oip_name_valid(name, strlen(name)))
+        return fault(err, REC_MODEL, "'%.64s' is not a valid model name", name);
+    snprintf(env->model, sizeof(env->model), "%s", name);
+    if (json_is_integer(v)) {
+        env->version = json_integer_value(v);
+    } else if (json_is_string(v)) {
+        char *end;
+        env->version = strtoll(json_string_value(v), &end, 10);
+        if (*end || end == json_string_value(v))
+            env->version = -1;
+    } else if (v) {
+        env->version = -1;
+    }
+    if (env->version < 0)
+        return fault(err, REC_JSON, "'model_version' must be a positive integer");
+    return REC_OK;
+}
+
+record_fault record_open(const record_in *in, const char *default_model,
+                         size_t max_bytes, record_env *env, dl_err *err)
+{
+    memset(env, 0, sizeof(*env));
+    record_fault f = REC_OK;
+    if (in->len == 0 || !in->value)
+        f = fault(err, REC_EMPTY, "the record is empty");
+    else if (in->len > max_bytes)
+        f = fault(err, REC_OVERSIZE, "the record has %zu bytes, more than max_record_bytes %zu",
+                  in->len, max_bytes);
+    if (f == REC_OK && !in->binary) {
+        json_error_t je;
+        env->root = json_loadb(in->value, in->len, JSON_REJECT_DUPLICATES, &je);
+        if (!env->root)
+            f = fault(err, REC_JSON, "invalid JSON at line %d column %d: %s", je.line,
+                      je.column, je.text);
+        else if (!json_is_object(env->root))
+            f = fault(err, REC_JSON, "the record must be a JSON object");
+    }
+    /* The id first, so that even a record refused later is named by it. */
+    record_fault fid = find_id(in, f == REC_OK ? env->root : NULL, env, err);
+    if (f == REC_OK)
+        f = fid;
+    if (f == REC_OK)
+        f = find_model(in, env->root, default_model, env, err);
+    if (f == REC_OK && env->root && !json_object_get(env->root, "inputs") &&
+        !json_object_get(env->root, "data"))
+        f = fault(err, REC_JSON, "the record has neither 'inputs' nor 'data'");
+    return f;
+}
+
+/* {"data": [numbers]}: a flat array of whole samples. */
+static record_fault decode_data(json_t *data, int64_t in_dim, int64_t *n, float **x, dl_err *err)
+{
+    if (!json_is_array(data))
+        return fault(err, REC_INPUT, "'data' must be a flat array of numbers");
+    size_t len = json_array_size(data);
+    if (len == 0 || len % (size_t)in_dim)
+        return fault(err, REC_INPUT, "'data' has %zu values: expected a multiple of %lld "
+                                     "(one sample), at least one", len, (long long)in_dim);
+    float *v = malloc(len * sizeof(float));
+    if (!v)
+        return fault(err, REC_INFERENCE, "out of memory");
+    for (size_t i = 0; i < len; i++) {
+        json_t *e = json_array_get(data, i);
+        double d = json_number_value(e);
+        if (!json_is_number(e) || !isfinite((float)d)) {
+            free(v);
+            return fault(err, REC_INPUT, "data[%zu] is %s", i,
+                         json_is_number(e) ? "not a finite float" : "not a number");
+        }
+        v[i] = (float)d;
+    }
+    *n = (int64_t)(len / (size_t)in_dim);
+    *x = v;
+    return REC_OK;
+}
+
+/* Raw float32 values, whole samples. */
+static record_fault decode_binary(const record_in *in, int64_t in_dim, int64_t *n, float **x,
+                                  dl_err *err)
+{
+    size_t sample = (size_t)in_dim * sizeof(float);
+    if (in->len % sample)
+        return fault(err, REC_INPUT, "binary record of %zu bytes: expected a multiple of %zu "
+                                     "(%lld float32 values a sample)", in->len, sample,
+                     (long long)in_dim);
+    float *v = malloc(in->len);
+    if (!v)
+        return fault(err, REC_INFERENCE, "out of memory");
+    memcpy(v, in->value, in->len);   /* little-endian hosts only, as the wire */
+    size_t cnt = in->len / sizeof(float);
+    for (size_t i = 0; i < cnt; i++)
+        if (!isfinite(v[i])) {
+            free(v);
+            return fault(err, REC_INPUT, "value %zu is not finite", i);
+        }
+    *n = (int64_t)(in->len / sample);
+    *x = v;
+    return REC_OK;
+}
+
+record_fault record_decode(const record_in *in, const record_env *env,
+                           const dl_model_conf *conf, int64_t in_dim,
+                           int64_t *n, float **x, dl_err *err)
+{
+    *n = 0;
+    *x = NULL;
+    record_fault f;
+    if (!env->root) {
+        f = decode_binary(in, in_dim, n, x, err);
+    } else if (json_object_get(env->root, "inputs")) {
+        oip_request req;
+        memset(&req, 0, sizeof(req));
+        dl_status st = oip_parse_infer(in->value, in->len, conf, in_dim, &req, err);
+        if (st != DL_OK)
+            return st == DL_ERR_NOMEM ? REC_INFERENCE : REC_INPUT;
+        *n = req.batch;
+        *x = req.x;
+        req.x = NULL;
+        oip_request_fini(&req);
+        f = REC_OK;
+    } else {
+        f = decode_data(json_object_get(env->root, "data"), in_dim, n, x, err);
+    }
+    if (f == REC_OK)
+        oip_scale(conf, *x, *n * in_dim);
+    return f;
+}
+
+void record_env_fini(record_env *env)
+{
+    json_decref(env->root);
+    free(env->id);
+    memset(env, 0, sizeof(*env));
+}
+
+/* Appends v (new reference) to arr; false when either is missing. */
+static bool push(json_t *arr, json_t *v)
+{
+    return arr && v && json_array_append_new(arr, v) == 0;
+}
+
+char *record_output(const record_out *o, size_t *len)
+{
+    json_t *classes = json_array(), *labels = json_array(), *scores = json_array();
+    bool ok = classes && labels && scores;
+    for (int64_t s = 0; ok && s < o->n; s++) {
+        const float *y = o->y + s * o->out_dim;
+        json_t *row = json_array();
+        int64_t best = 0;
+        for (int64_t j = 0; j < o->out_dim; j++) {
+            if (y[j] > y[best])
+                best = j;
+            ok = ok && push(row, json_real(isfinite(y[j]) ? y[j] : 0.0));
+        }
+        ok = ok && push(scores, row) && push(classes, json_integer(best));
+        if (ok && o->conf->nlabels > best)
+            ok = push(labels, json_string(o->conf->labels[best]));
+    }
+    json_t *root = NULL;
+    if (ok) {
+        bool one = o->n == 1;
+        json_t *lab = json_array_size(labels) ? labels : json_null();
+        root = json_pack("{s:s, s:s, s:I, s:O, s:O, s:O, s:{s:s, s:i, s:I}}",
+                         "id", o->id, "model", o->model, "version", (json_int_t)o->version,
+                         "class", one ? json_array_get(classes, 0) : classes,
+                         "label", one && json_is_array(lab) ? json_array_get(lab, 0) : lab,
+                         "scores", one ? json_array_get(scores, 0) : scores,
+                         "source", "topic", o->topic, "partition", (int)o->partition,
+                         "offset", (json_int_t)o->offset);
+        if (lab != labels)
+            json_decref(lab);
+    }
+    json_decref(classes);
+    json_decref(labels);
+    json_decref(scores);
+    char *text = root ? oip_dump(root) : NULL;
+    json_decref(root);
+    if (text)
+        *len = strlen(text);
+    return text;
+}
