@@ -32,6 +32,8 @@ static const char usage[] =
     "  --seed N              initialisation and shuffle seed\n"
     "  --threads N           CPU threads for everything (default: all cores)\n"
     "  --device D            cpu, cuda or cuda:N (default cpu)\n"
+    "  --math M              fp32 (default) or tf32: TF32 tensor-core GEMMs on CUDA\n"
+    "  --infer-batch B[,B]   --bench: inference samples/s only, at these batch sizes\n"
     "  --limit N             use only the first N samples of each split\n"
     "  --version V           model version for --eval / --predict (default newest)\n"
     "  --progress | --no-progress   force the progress bar on or off\n"
@@ -70,6 +72,9 @@ enum {
     OPT_CHECK_CONFIG, OPT_CONFIG_REFERENCE,
 };
 
+/* GPU options, numbered apart: longopts' order above is its index. */
+enum { OPT_MATH = 0x300, OPT_INFER_BATCH };
+
 static const struct option longopts[] = {
     {"train", required_argument, NULL, OPT_TRAIN},
     {"eval", required_argument, NULL, OPT_EVAL},
@@ -105,6 +110,8 @@ static const struct option longopts[] = {
     {"check-config", required_argument, NULL, OPT_CHECK_CONFIG},
     {"config-reference", no_argument, NULL, OPT_CONFIG_REFERENCE},
     {"help", no_argument, NULL, 'h'},
+    {"math", required_argument, NULL, OPT_MATH},
+    {"infer-batch", required_argument, NULL, OPT_INFER_BATCH},
     {NULL, 0, NULL, 0},
 };
 
@@ -146,6 +153,12 @@ static int parse_option(int c, const char *arg, dl_run_opts *o)
     switch (c) {
     case OPT_DATA:   o->data_dir = arg; return 0;
     case OPT_DEVICE: o->device = arg; return 0;
+    case OPT_INFER_BATCH: o->infer_batches = arg; return 0;
+    case OPT_MATH:
+        if (strcmp(arg, "fp32") && strcmp(arg, "tf32"))
+            return fail("--math: '%s' is not fp32 or tf32%s", arg, "");
+        o->tf32 = strcmp(arg, "tf32") == 0;
+        return 0;
     case OPT_NESTEROV: o->nesterov = 1; return 0;
     case OPT_PROGRESS: o->progress = 1; return 0;
     case OPT_NOPROGRESS: o->progress = 0; return 0;
@@ -311,7 +324,8 @@ int main(int argc, char **argv)
     case MODE_TRAIN:   st = dl_train_run(&o, &err); break;
     case MODE_EVAL:    st = dl_eval_run(&o, &err); break;
     case MODE_PREDICT: st = dl_predict_run(&o, &err); break;
-    case MODE_BENCH:   st = dl_bench_run(&o, &err); break;
+    case MODE_BENCH:   st = o.infer_batches ? dl_bench_infer_run(&o, &err)
+                                            : dl_bench_run(&o, &err); break;
     case MODE_SERVE:   break;
     }
     if (st != DL_OK) {

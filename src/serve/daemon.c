@@ -216,7 +216,10 @@ static char *metrics_extra(void *ctx)
 static void on_announce(void *ctx, const char *model, int64_t version)
 {
     daemon_ctx *d = ctx;
-    DL_LOG(DL_LOG_NOTICE, "redis", "announced: %s version %lld", model, (long long)version);
+    if (model)
+        DL_LOG(DL_LOG_NOTICE, "redis", "announced: %s version %lld", model, (long long)version);
+    else
+        DL_LOG(DL_LOG_INFO, "redis", "registry channel back: rescanning the repository");
     char c = 1;
     if (write(d->wake[1], &c, 1) < 0)
         DL_LOG(DL_LOG_WARNING, "redis", "cannot wake the main loop");

@@ -525,10 +525,19 @@ static void overflow_push(kafka_srv *k, krec *r)
 /* Gives waiting records to the batcher, in order, while it has room. */
 static void overflow_retry(kafka_srv *k)
 {
-    while (k->over_head && submit(k, k->over_head)) {
-        k->over_head = k->over_head->next;
+    while (k->over_head) {
+        /* unlinked first: once submitted, its link belongs to the done list */
+        krec *r = k->over_head;
+        k->over_head = r->next;
         if (!k->over_head)
             k->over_tail = NULL;
+        if (!submit(k, r)) {
+            r->next = k->over_head;
+            k->over_head = r;
+            if (!k->over_tail)
+                k->over_tail = r;
+            return;
+        }
     }
 }
 
@@ -1035,10 +1044,13 @@ static void *kafka_thread(void *arg)
             txn_commit(k);
             k->last_commit = now;
         }
+        /* Records the batcher has no room for wait in the overflow list;
+         * intake pauses once max_in_flight records are held, and resumes
+         * at half of that (each resume costs a fetch round trip). */
         bool fatal = is_fatal(k);
-        if (!k->paused && (fatal || k->over_head || k->held >= k->conf.max_in_flight))
+        if (!k->paused && (fatal || k->held >= k->conf.max_in_flight))
             pause_all(k, true);
-        else if (k->paused && !fatal && !k->over_head && k->held < k->conf.max_in_flight / 2 + 1)
+        else if (k->paused && !fatal && k->held <= k->conf.max_in_flight / 2)
             pause_all(k, false);
         if (now - last_snap > 0.5) {
             snapshot(k);
@@ -1151,6 +1163,9 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
         st = set(c, "enable.idempotence", "true", "dlserve", err);
         if (st == DL_OK)
             st = set(c, "linger.ms", "2", "dlserve", err);
+        /* a dead letter is as large as the record it copies */
+        if (st == DL_OK)
+            st = set(c, "message.max.bytes", "1000000000", "dlserve", err);
     } else if (st == DL_OK) {
         st = set(c, "group.id", k->conf.group_id, "[kafka] group_id", err);
         if (st == DL_OK)
@@ -1159,6 +1174,9 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
             st = set(c, "partition.assignment.strategy", "cooperative-sticky", "dlserve", err);
         if (st == DL_OK)
             st = set(c, "auto.commit.interval.ms", interval, "[kafka] commit_interval_ms", err);
+        /* a resumed partition waits for the fetch in flight: keep it short */
+        if (st == DL_OK)
+            st = set(c, "fetch.wait.max.ms", "100", "dlserve", err);
     }
     for (int i = 0; st == DL_OK && i < k->conf.nprops; i++)
         if (k->conf.props[i].producer == producer)

@@ -720,6 +720,7 @@ struct redis_watch {
     dl_redis_conf     conf;
     int               timeout_ms;
     redis_announce_fn on_announce;
+    bool              subscribed_before;   /* a later SUBSCRIBE is a reconnection */
     void             *ctx;
     redisContext     *rc;         /* watcher thread only; NULL while down */
     backoff           bo;         /* watcher thread only */
@@ -758,6 +759,11 @@ static void watch_connect(redis_watch *w)
     }
     mark_up(&w->h, &w->bo);
     DL_LOG(DL_LOG_DEBUG, "redis", "%s: subscribed to %s", w->h.role, CHANNEL);
+    /* Announcements made while we were away are lost: the caller looks
+     * at the repository again instead. */
+    if (w->subscribed_before)
+        w->on_announce(w->ctx, NULL, 0);
+    w->subscribed_before = true;
 }
 
 static void watch_lost(redis_watch *w, const char *why)

@@ -75,7 +75,9 @@ json_t *redis_progress_latest(redis_link *l, const char *model);
 /* ---- the registry watcher ------------------------------------------------- */
 
 /* Called on the watcher thread for each valid announcement: model is a
- * valid model name (borrowed for the call), version >= 1. */
+ * valid model name (borrowed for the call), version >= 1. After each
+ * reconnection it is called once with model NULL and version 0:
+ * announcements may have been missed, look at the repository again. */
 typedef void (*redis_announce_fn)(void *ctx, const char *model, int64_t version);
 
 /* Starts a thread with its own connection that SUBSCRIBEs to

@@ -1,6 +1,7 @@
 /* tensor.c: tensor headers, views, shape helpers, convolution geometry and
  * backend selection by device name. */
 #include "tensor/dl_tensor.h"
+#include "tensor/dl_cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,9 +103,28 @@ dl_status dl_backend_new(const char *device, int threads, dl_backend **out,
     *out = NULL;
     if (!device || strcmp(device, "cpu") == 0)
         return dl_backend_cpu_new(threads, out, err);
-    if (strncmp(device, "cuda", 4) == 0 && (device[4] == '\0' || device[4] == ':'))
+    if (strncmp(device, "cuda", 4) == 0 && (device[4] == '\0' || device[4] == ':')) {
+#ifdef DL_HAVE_CUDA
+        /* "cuda": the GPU of this process's local rank; "cuda:N": GPU N. */
+        int index = -1;
+        if (device[4] == ':') {
+            char *end;
+            long v = strtol(device + 5, &end, 10);
+            if (end == device + 5 || *end || v < 0 || v > 1023)
+                return dl_err_set(err, DL_ERR_INVALID,
+                                  "device '%s': expected cpu, cuda or cuda:N", device);
+            index = (int)v;
+        }
+        (void)threads;   /* the GPU backend runs no CPU threads of its own */
+        dl_status st = dl_backend_cuda_new(index, out, err);
+        if (st != DL_OK)
+            dl_err_prefix(err, "device '%s'", device);
+        return st;
+#else
         return dl_err_set(err, DL_ERR_UNAVAILABLE,
                           "device '%s': this build has no CUDA backend", device);
+#endif
+    }
     return dl_err_set(err, DL_ERR_INVALID,
                       "device '%s': expected cpu, cuda or cuda:N", device);
 }

@@ -37,6 +37,10 @@ typedef struct dl_run_opts {
     /* --train: stop after this many steps with a checkpoint (0: run to
      * the end); --bench: timed steps (0: 50) */
     int64_t     steps;
+    /* GPU: --math tf32 (TF32 tensor-core GEMMs on CUDA); --infer-batch:
+     * --bench measures inference only, at these batch sizes ("1,64"). */
+    bool        tf32;
+    const char *infer_batches;
 } dl_run_opts;
 
 /* Fills o with the "use the model's defaults" values. */
@@ -58,6 +62,13 @@ dl_status dl_predict_run(const dl_run_opts *o, dl_err *err);
 /* Measures training samples/s (o->steps steps of o->batch_size after a
  * warm-up) and inference samples/s at batch 256; prints one JSON line. */
 dl_status dl_bench_run(const dl_run_opts *o, dl_err *err);
+
+/* --bench with --infer-batch: inference samples/s of fresh weights on
+ * input already in backend memory (the test set, repeated to fill a
+ * batch), for each batch size: "eager" runs the forward pass op by op,
+ * "graph" (CUDA only) replays it as a CUDA graph. Prints one JSON line
+ * per batch size and mode. */
+dl_status dl_bench_infer_run(const dl_run_opts *o, dl_err *err);
 
 /* Newest version folder of a model holding a model.safetensors (0 if
  * none), and the next free version number. */

@@ -1,8 +1,12 @@
-/* run.c: `dlserve --eval` (accuracy of a version on the test split) and
- * `dlserve --predict` (class, label and score per input sample). */
+/* run.c: `dlserve --eval` (accuracy of a version on the test split),
+ * `dlserve --predict` (class, label and score per input sample) and
+ * `dlserve --bench --infer-batch` (inference throughput per batch size). */
 #define _POSIX_C_SOURCE 200809L
 #include "train/session.h"
 
+#include "tensor/dl_cuda.h"
+
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +114,145 @@ dl_status dl_predict_run(const dl_run_opts *o, dl_err *err)
         unlink(tmp);
     free(out);
     dl_dataset_free(ds);
+    session_close(&s);
+    return st;
+}
+
+/* ---- --bench --infer-batch ------------------------------------------------ */
+
+/* Parses "1,64,1024" into at most max sizes; returns their number, 0 for a
+ * malformed list. */
+static int parse_batches(const char *s, int64_t *out, int max)
+{
+    int n = 0;
+    while (s && *s && n < max) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(s, &end, 10);
+        if (errno || end == s || v < 1 || v > (1 << 24) || (*end && *end != ','))
+            return 0;
+        out[n++] = v;
+        s = *end ? end + 1 : end;
+    }
+    return s && *s ? 0 : n;
+}
+
+typedef struct infer_bench {
+    session       *s;
+    const float   *x;        /* backend memory, batch * in_dim */
+    int64_t        batch;
+    dl_cuda_graph *graph;    /* NULL: eager */
+    const float   *y;        /* the last forward's output */
+} infer_bench;
+
+static dl_status infer_once(infer_bench *b, dl_err *err)
+{
+    if (b->graph)
+        return dl_cuda_graph_launch(b->graph, err);
+    return dl_model_forward(b->s->m, b->x, b->batch, false, &b->y, err);
+}
+
+/* Waits for the device: a one-float download returns when all is done. */
+static void infer_sync(infer_bench *b)
+{
+    float probe;
+    b->s->be->ops->download(b->s->be, &probe, b->y, sizeof(probe));
+}
+
+/* Runs enough passes for about 0.3 s (at least 3) after one to calibrate;
+ * *rate is samples/s. */
+static dl_status infer_time(infer_bench *b, double *rate, int64_t *iters, double *secs,
+                            dl_err *err)
+{
+    double t0 = dl_time_now();
+    dl_status st = infer_once(b, err);
+    infer_sync(b);
+    double one = dl_time_now() - t0;
+    int64_t n = one > 0 ? (int64_t)(0.3 / one) : 100000;
+    n = n < 3 ? 3 : n > 100000 ? 100000 : n;
+    t0 = dl_time_now();
+    for (int64_t i = 0; i < n && st == DL_OK; i++)
+        st = infer_once(b, err);
+    infer_sync(b);
+    if (st == DL_OK)
+        st = dl_cuda_sync(b->s->be, err);   /* latched GPU errors; DL_OK on the CPU */
+    *secs = dl_time_now() - t0;
+    *iters = n;
+    *rate = (double)(n * b->batch) / *secs;
+    return st;
+}
+
+static void infer_print(const session *s, const dl_run_opts *o, const char *mode,
+                        int64_t batch, int64_t iters, double secs, double rate)
+{
+    printf("{\"model\":\"%s\",\"device\":\"%s\",\"math\":\"%s\",\"mode\":\"%s\",\"batch\":%lld,"
+           "\"iters\":%lld,\"seconds\":%.3f,\"infer_samples_per_sec\":%.1f}\n",
+           s->conf->name, o->device ? o->device : "cpu", o->tf32 ? "tf32" : "fp32", mode,
+           (long long)batch, (long long)iters, secs, rate);
+    fflush(stdout);
+}
+
+/* One batch size: the input tiled from the test set, eager, then graph. */
+static dl_status infer_batch(session *s, const dl_run_opts *o, const dl_dataset *test,
+                             int64_t batch, dl_err *err)
+{
+    dl_backend *be = s->be;
+    int64_t dim = test->dim;
+    float *hx = malloc((size_t)(batch * dim) * sizeof(float)), *x = NULL;
+    if (!hx)
+        return dl_err_set(err, DL_ERR_NOMEM, "bench input");
+    for (int64_t i = 0; i < batch; i++)
+        memcpy(hx + i * dim, test->x + (i % test->n) * dim, (size_t)dim * sizeof(float));
+    dl_status st = be->ops->alloc(be, (size_t)(batch * dim) * sizeof(float), (void **)&x, err);
+    if (st == DL_OK)
+        be->ops->upload(be, x, hx, (size_t)(batch * dim) * sizeof(float));
+    free(hx);
+    infer_bench b = { .s = s, .x = x, .batch = batch };
+    /* Warm-up: sizes the model's buffers and the pool. */
+    for (int i = 0; i < 2 && st == DL_OK; i++)
+        st = infer_once(&b, err);
+    double rate, secs;
+    int64_t iters;
+    if (st == DL_OK)
+        infer_sync(&b);
+    if (st == DL_OK && (st = infer_time(&b, &rate, &iters, &secs, err)) == DL_OK)
+        infer_print(s, o, "eager", batch, iters, secs, rate);
+    if (st == DL_OK && dl_backend_is_cuda(be)) {
+        /* The forward pass recorded once, replayed as one launch. */
+        st = dl_cuda_graph_begin(be, err);
+        if (st == DL_OK) {
+            dl_status fw = dl_model_forward(s->m, x, batch, false, &b.y, err);
+            st = dl_cuda_graph_end(be, &b.graph, err);
+            st = fw != DL_OK ? fw : st;
+        }
+        if (st == DL_OK && (st = infer_time(&b, &rate, &iters, &secs, err)) == DL_OK)
+            infer_print(s, o, "graph", batch, iters, secs, rate);
+        dl_cuda_graph_free(b.graph);
+    }
+    if (x)
+        be->ops->release(be, x);
+    return st;
+}
+
+dl_status dl_bench_infer_run(const dl_run_opts *o, dl_err *err)
+{
+    int64_t batches[32];
+    int nb = parse_batches(o->infer_batches, batches, 32);
+    if (nb == 0)
+        return dl_err_set(err, DL_ERR_INVALID,
+                          "--infer-batch '%s': expected batch sizes such as 1,64,1024",
+                          o->infer_batches ? o->infer_batches : "");
+    session s;
+    dl_status st = session_open(&s, o, 1, err);
+    if (st != DL_OK)
+        return st;
+    dl_dataset *test = NULL;
+    st = session_data(&s, o, "test", &test, err);
+    if (st == DL_OK && test->n == 0)
+        st = dl_err_set(err, DL_ERR_INVALID, "no test samples to run");
+    for (int i = 0; i < nb && st == DL_OK; i++)
+        st = infer_batch(&s, o, test, batches[i], err);
+    dl_dataset_free(test);
     session_close(&s);
     return st;
 }

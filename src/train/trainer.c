@@ -141,16 +141,20 @@ static dl_status trainer_open(trainer *t, const dl_run_opts *o, dl_dist *d,
     return DL_OK;
 }
 
-/* Sums a backend buffer over the trainers through the host staging
- * buffer, then scales it. */
+/* Sums a backend buffer over the trainers, then scales it: on the GPUs
+ * through NCCL when the job can, otherwise through the host staging
+ * buffer and MPI. */
 static dl_status reduce(trainer *t, float *buf, int64_t n, float scale,
                         const char *what, dl_err *err)
 {
     if (t->T <= 1 || n == 0)
         return DL_OK;
     dl_backend *be = t->s.be;
+    dl_status st = dl_dist_sum_device(t->d, be, buf, n, scale, what, err);
+    if (st != DL_ERR_UNAVAILABLE)
+        return st;
     be->ops->download(be, t->host, buf, (size_t)n * sizeof(float));
-    dl_status st = dl_dist_sum(t->d, t->host, n, what, err);
+    st = dl_dist_sum(t->d, t->host, n, what, err);
     if (st != DL_OK)
         return st;
     if (scale != 1.0f)

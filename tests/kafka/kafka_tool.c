@@ -2,6 +2,7 @@
  * an in-process mock cluster, a Fashion-MNIST record feeder and a topic collector. */
 #define _GNU_SOURCE     /* getopt_long, ppoll */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -41,7 +43,9 @@ static const char usage_text[] =
 "  CODE: a Kafka error code, as a number or a name (MSG_SIZE_TOO_LARGE,\n"
 "  NOT_ENOUGH_REPLICAS, NOT_COORDINATOR, PRODUCER_FENCED, ...).\n"
 "  Blank lines get no answer. At the end of stdin the cluster keeps running\n"
-"  until SIGTERM or SIGINT; 'quit' and the signals exit 0.\n"
+"  until SIGTERM or SIGINT; 'quit' and the signals exit 0. When stdin is a\n"
+"  FIFO, writers may come and go ('echo CMD > fifo' per command): it holds\n"
+"  a write end itself, so the FIFO does not end.\n"
 "\n"
 "feed: produces Fashion-MNIST test images as records, image (START+k) mod\n"
 "  10000 with id and key 'img-<START+k>', and prints\n"
@@ -466,6 +470,13 @@ static int cmd_mock(int argc, char **argv)
         return 1;
     }
 
+    /* Writers of a FIFO may come and go: holding a write end ourselves
+     * keeps read() from seeing the end of file between two of them. */
+    struct stat st;
+    int hold = -1;
+    if (fstat(STDIN_FILENO, &st) == 0 && S_ISFIFO(st.st_mode))
+        hold = open("/proc/self/fd/0", O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+
     int status = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -499,6 +510,8 @@ static int cmd_mock(int argc, char **argv)
             mock_loop(&mk, &waitmask);
         }
     }
+    if (hold >= 0)
+        close(hold);
     rd_kafka_mock_cluster_destroy(mk.mcluster);
     rd_kafka_destroy(mk.rk);
     return status;
@@ -547,8 +560,8 @@ static uint8_t u8_f32le[256][4];
 
 static void init_tables(void)
 {
-    for (int v = 0; v < 256; v++) {
-        snprintf(u8_text[v], sizeof(u8_text[v]), "%d", v);
+    for (unsigned v = 0; v < 256; v++) {
+        snprintf(u8_text[v], sizeof(u8_text[v]), "%u", v);
         float f = (float)v;
         uint32_t u;
         memcpy(&u, &f, sizeof(u));

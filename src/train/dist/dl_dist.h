@@ -77,6 +77,21 @@ dl_status dl_dist_bcast(dl_dist *d, float *buf, int64_t n, const char *what,
 dl_status dl_dist_minmax(dl_dist *d, double v, double *min, double *max,
                          dl_err *err);
 
+/* Sums a buffer of a CUDA backend (device memory) over the trainers with
+ * NCCL, in place, then scales it (scale 1: a plain sum). Collective: every
+ * trainer calls it with the same n, in step with the other collectives.
+ * The first call starts NCCL: trainer 0 makes the unique id, MPI
+ * broadcasts it, each trainer joins on its backend's GPU. The collective
+ * is queued on the backend's stream; the call returns when it is done,
+ * waiting with the stall timeout like the others. Returns
+ * DL_ERR_UNAVAILABLE, leaving err alone, when NCCL cannot serve the job
+ * (build without NCCL, not a CUDA backend, one trainer, --deterministic,
+ * trainers sharing a GPU, DLSERVE_NCCL=0, NCCL failed to start): every
+ * trainer gets that same answer and reduces through host memory with
+ * dl_dist_sum instead. The communicator lives until the process exits. */
+dl_status dl_dist_sum_device(dl_dist *d, dl_backend *be, float *buf, int64_t n,
+                             float scale, const char *what, dl_err *err);
+
 /* ---- parameter server ------------------------------------------------- */
 
 /* Counters of a server, for the progress line. */

@@ -1,0 +1,1212 @@
+/* backend_cuda.cu: the CUDA backend: device selection, the caching device
+ * memory pool, one compute stream, cuBLAS GEMMs, staged uploads, error
+ * latching, CUDA graphs, and the ops table over the kernels of kernels.cu. */
+#include "tensor/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#ifdef DL_HAVE_CUDNN
+#include <cudnn.h>
+#endif
+
+#include <pthread.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+constexpr size_t STAGE_BYTES = (size_t)4 << 20;    /* per pinned upload slot */
+constexpr size_t BLAS_WS_BYTES = (size_t)32 << 20; /* cuBLAS workspace (Hopper: 32 MiB) */
+constexpr int POOL_CLASSES = 256;
+
+/* ---- the memory pool --------------------------------------------------------
+ * Sizes round up to classes 512 B apart below 1 KiB and a quarter of a
+ * power of two above (at most 25% slack); each class keeps a free list.
+ * A block is handed out again only to ops queued after its release on the
+ * same stream, so reuse never races the GPU. */
+
+struct block {
+    void  *ptr;
+    size_t size;
+    int    cls;
+    block *next;
+};
+
+struct pool {
+    pthread_mutex_t mu;
+    block  *free_list[POOL_CLASSES];
+    block **live;              /* hash of blocks in use, by pointer */
+    size_t  nbuckets, nlive;
+    block  *spare;             /* unused block records */
+    size_t  in_use, cached;    /* bytes */
+};
+
+/* Host memory that the GPU writes small results into (pinned). */
+struct host_area {
+    loss_result        res;
+    unsigned long long bad;
+    float              id;
+};
+
+struct retired_buf {
+    void        *ptr;
+    retired_buf *next;
+};
+
+struct cuda_ctx {
+    int             dev;
+    char            name[256];
+    cudaStream_t    stream;
+    cublasHandle_t  blas;
+    bool            tf32;
+    pool            pl;
+    void           *blas_ws;
+    void           *scratch;          /* per-op temporaries */
+    size_t          scratch_bytes;
+    void           *ones;             /* 1.0f vector for bias gradients */
+    size_t          ones_bytes;
+    void           *stage[2];         /* pinned upload slots */
+    cudaEvent_t     stage_ev[2];
+    int             stage_next;
+    host_area      *host;             /* pinned */
+    void           *dev_res;          /* device side of host_area's results */
+    dl_status       latched;
+    char            latched_msg[200];
+    bool            capturing;
+    int             graphs;           /* alive */
+    retired_buf    *retired;          /* internal buffers a graph may still use */
+    cuda_ctx       *next;             /* registry */
+};
+
+/* Every context stays reachable from here until dl_cuda_backend_destroy:
+ * dl_backend_free frees only the dl_backend struct. */
+pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+cuda_ctx *registry;
+bool tf32_default;
+
+int size_class(size_t n, size_t *size)
+{
+    if (n <= 512) {
+        *size = 512;
+        return 0;
+    }
+    if (n > ((size_t)1 << 56))
+        return -1;
+    int e = 63 - __builtin_clzll((unsigned long long)(n - 1));   /* 2^e < n <= 2^(e+1) */
+    size_t step = (size_t)1 << (e - 2);
+    size_t q = (n + step - 1) / step;                             /* 5..8 */
+    *size = q * step;
+    return 1 + (e - 9) * 4 + (int)(q - 5);
+}
+
+size_t bucket_of(const pool *p, const void *ptr)
+{
+    uint64_t h = ((uint64_t)(uintptr_t)ptr >> 8) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 32) & (p->nbuckets - 1);
+}
+
+/* Doubles the live table when chains get long; keeps the old one if the
+ * host is out of memory (longer chains, still correct). */
+void live_grow(pool *p)
+{
+    size_t nb = p->nbuckets * 2;
+    block **t = (block **)calloc(nb, sizeof(*t));
+    if (!t)
+        return;
+    block **old = p->live;
+    size_t ob = p->nbuckets;
+    p->live = t;
+    p->nbuckets = nb;
+    for (size_t i = 0; i < ob; i++)
+        for (block *b = old[i], *next; b; b = next) {
+            next = b->next;
+            size_t k = bucket_of(p, b->ptr);
+            b->next = t[k];
+            t[k] = b;
+        }
+    free(old);
+}
+
+void live_insert(pool *p, block *b)
+{
+    if (p->nlive + 1 > 2 * p->nbuckets)
+        live_grow(p);
+    size_t k = bucket_of(p, b->ptr);
+    b->next = p->live[k];
+    p->live[k] = b;
+    p->nlive++;
+}
+
+block *live_remove(pool *p, const void *ptr)
+{
+    for (block **at = &p->live[bucket_of(p, ptr)]; *at; at = &(*at)->next)
+        if ((*at)->ptr == ptr) {
+            block *b = *at;
+            *at = b->next;
+            p->nlive--;
+            return b;
+        }
+    return nullptr;
+}
+
+bool pool_init(pool *p)
+{
+    memset(p, 0, sizeof(*p));
+    pthread_mutex_init(&p->mu, nullptr);
+    p->nbuckets = 1024;
+    p->live = (block **)calloc(p->nbuckets, sizeof(*p->live));
+    return p->live != nullptr;
+}
+
+/* Returns every cached block to the device. */
+void pool_trim(pool *p)
+{
+    block *all = nullptr;
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < POOL_CLASSES; i++) {
+        while (block *b = p->free_list[i]) {
+            p->free_list[i] = b->next;
+            b->next = all;
+            all = b;
+        }
+    }
+    p->cached = 0;
+    pthread_mutex_unlock(&p->mu);
+    while (all) {
+        block *b = all;
+        all = b->next;
+        cudaFree(b->ptr);   /* waits for the device: no kernel still uses it */
+        pthread_mutex_lock(&p->mu);
+        b->next = p->spare;
+        p->spare = b;
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+cudaError_t pool_alloc(pool *p, size_t n, void **out)
+{
+    *out = nullptr;
+    size_t size;
+    int cls = size_class(n, &size);
+    if (cls < 0)
+        return cudaErrorMemoryAllocation;
+    pthread_mutex_lock(&p->mu);
+    block *b = p->free_list[cls];
+    if (b) {
+        p->free_list[cls] = b->next;
+        p->cached -= b->size;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (!b) {
+        void *ptr = nullptr;
+        cudaError_t e = cudaMalloc(&ptr, size);
+        if (e == cudaErrorMemoryAllocation) {
+            cudaGetLastError();   /* not sticky: keep it from later checks */
+            pool_trim(p);
+            e = cudaMalloc(&ptr, size);
+        }
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return e;
+        }
+        pthread_mutex_lock(&p->mu);
+        b = p->spare;
+        if (b)
+            p->spare = b->next;
+        pthread_mutex_unlock(&p->mu);
+        if (!b && !(b = (block *)malloc(sizeof(*b)))) {
+            cudaFree(ptr);
+            return cudaErrorMemoryAllocation;
+        }
+        b->ptr = ptr;
+        b->size = size;
+        b->cls = cls;
+    }
+    pthread_mutex_lock(&p->mu);
+    live_insert(p, b);
+    p->in_use += b->size;
+    pthread_mutex_unlock(&p->mu);
+    *out = b->ptr;
+    return cudaSuccess;
+}
+
+void pool_release(pool *p, void *ptr)
+{
+    pthread_mutex_lock(&p->mu);
+    block *b = live_remove(p, ptr);
+    if (b) {
+        p->in_use -= b->size;
+        b->next = p->free_list[b->cls];
+        p->free_list[b->cls] = b;
+        p->cached += b->size;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (!b)
+        DL_LOG(DL_LOG_ERR, "cuda", "release of %p, which this backend did not allocate", ptr);
+}
+
+/* Gives every block, cached or in use, back to the device. */
+void pool_fini(pool *p)
+{
+    if (!p->live)
+        return;
+    pool_trim(p);
+    for (size_t i = 0; i < p->nbuckets; i++)
+        while (block *b = p->live[i]) {
+            p->live[i] = b->next;
+            cudaFree(b->ptr);
+            free(b);
+        }
+    while (block *b = p->spare) {
+        p->spare = b->next;
+        free(b);
+    }
+    free(p->live);
+    p->live = nullptr;
+    pthread_mutex_destroy(&p->mu);
+}
+
+/* ---- errors --------------------------------------------------------------- */
+
+cuda_ctx *ctx_of(dl_backend *be) { return (cuda_ctx *)be->ctx; }
+
+__attribute__((format(printf, 3, 4)))
+void latch(cuda_ctx *c, dl_status code, const char *fmt, ...)
+{
+    char msg[sizeof(c->latched_msg)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    DL_LOG(DL_LOG_ERR, "cuda", "cuda:%d: %s", c->dev, msg);
+    if (c->latched == DL_OK) {
+        c->latched = code;
+        snprintf(c->latched_msg, sizeof(c->latched_msg), "%s", msg);
+    }
+}
+
+/* The check macros of this file: a failure is logged and latched; the
+ * caller returns (void ops) or hands the latched error on (status ops). */
+bool cuda_check(cuda_ctx *c, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return true;
+    latch(c, e == cudaErrorMemoryAllocation ? DL_ERR_NOMEM : DL_ERR_BACKEND, "%s: %s", what,
+          cudaGetErrorString(e));
+    return false;
+}
+
+bool cublas_check(cuda_ctx *c, cublasStatus_t st, const char *what)
+{
+    if (st == CUBLAS_STATUS_SUCCESS)
+        return true;
+    latch(c, st == CUBLAS_STATUS_ALLOC_FAILED ? DL_ERR_NOMEM : DL_ERR_BACKEND, "%s: cuBLAS %s",
+          what, cublasGetStatusString(st));
+    return false;
+}
+
+#define CUDA_CHECK(c, call, what)   cuda_check((c), (call), (what))
+#define CUBLAS_CHECK(c, call, what) cublas_check((c), (call), (what))
+
+dl_status take_latched(cuda_ctx *c, dl_err *err)
+{
+    dl_status st = c->latched;
+    c->latched = DL_OK;
+    return dl_err_set(err, st, "cuda:%d: %s", c->dev, c->latched_msg);
+}
+
+/* Ops that hand data to or from the host cannot be part of a graph. */
+bool refuse_capture(cuda_ctx *c, const char *op)
+{
+    if (!c->capturing)
+        return false;
+    latch(c, DL_ERR_INVALID, "%s cannot be recorded in a CUDA graph: it exchanges data "
+          "with the host", op);
+    return true;
+}
+
+/* Makes c's device current on the calling thread. */
+void bind(cuda_ctx *c)
+{
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != c->dev)
+        cudaSetDevice(c->dev);
+}
+
+/* ---- internal buffers ------------------------------------------------------ */
+
+void release_retired(cuda_ctx *c)
+{
+    while (retired_buf *r = c->retired) {
+        c->retired = r->next;
+        pool_release(&c->pl, r->ptr);
+        free(r);
+    }
+}
+
+/* An internal buffer being replaced: back to the pool, unless a graph may
+ * have recorded it (then it waits for the last graph to go). */
+void retire(cuda_ctx *c, void *ptr)
+{
+    if (c->graphs == 0 && !c->capturing) {
+        pool_release(&c->pl, ptr);
+        return;
+    }
+    retired_buf *r = (retired_buf *)malloc(sizeof(*r));
+    if (!r)
+        return;   /* stays in use until the backend is destroyed */
+    r->ptr = ptr;
+    r->next = c->retired;
+    c->retired = r;
+}
+
+bool grow(cuda_ctx *c, void **buf, size_t *cap, size_t need, const char *what)
+{
+    if (*buf && *cap >= need)
+        return true;
+    size_t want = need < 2 * *cap ? 2 * *cap : need;
+    void *nb;
+    if (!CUDA_CHECK(c, pool_alloc(&c->pl, want, &nb), what))
+        return false;
+    if (*buf)
+        retire(c, *buf);
+    *buf = nb;
+    *cap = want;
+    return true;
+}
+
+void *scratch(cuda_ctx *c, size_t need)
+{
+    return grow(c, &c->scratch, &c->scratch_bytes, need ? need : 1, "scratch buffer")
+               ? c->scratch : nullptr;
+}
+
+const float *ones(cuda_ctx *c, int64_t n)
+{
+    size_t need = (size_t)n * sizeof(float);
+    if (c->ones && c->ones_bytes >= need)
+        return (const float *)c->ones;
+    if (!grow(c, &c->ones, &c->ones_bytes, need, "ones vector") ||
+        !CUDA_CHECK(c, k_fill(c->stream, (float *)c->ones,
+                              (int64_t)(c->ones_bytes / sizeof(float)), 1.0f), "fill ones"))
+        return nullptr;
+    return (const float *)c->ones;
+}
+
+/* Host to device through two pinned slots: the caller's buffer is free
+ * on return and the copy overlaps with queued work. Large copies go
+ * directly and wait. */
+cudaError_t stage_h2d(cuda_ctx *c, void *dst, const void *src, size_t n)
+{
+    if (n > 2 * STAGE_BYTES) {
+        cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream);
+        return e != cudaSuccess ? e : cudaStreamSynchronize(c->stream);
+    }
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    while (n) {
+        size_t k = n < STAGE_BYTES ? n : STAGE_BYTES;
+        int slot = c->stage_next;
+        c->stage_next ^= 1;
+        cudaError_t e = cudaEventSynchronize(c->stage_ev[slot]);   /* slot's last copy */
+        if (e != cudaSuccess)
+            return e;
+        memcpy(c->stage[slot], s, k);
+        if ((e = cudaMemcpyAsync(d, c->stage[slot], k, cudaMemcpyHostToDevice,
+                                 c->stream)) != cudaSuccess ||
+            (e = cudaEventRecord(c->stage_ev[slot], c->stream)) != cudaSuccess)
+            return e;
+        d += k;
+        s += k;
+        n -= k;
+    }
+    return cudaSuccess;
+}
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+/* Checks a size for the int-sized cuBLAS and CUB interfaces. */
+bool fits_int(cuda_ctx *c, const char *op, int64_t v)
+{
+    if (v <= INT_MAX)
+        return true;
+    latch(c, DL_ERR_INVALID, "%s: %lld elements exceed this backend's int32 limit", op,
+          (long long)v);
+    return false;
+}
+
+/* ---- the ops ---------------------------------------------------------------- */
+
+dl_status cu_alloc(dl_backend *be, size_t nbytes, void **out, dl_err *err)
+{
+    cuda_ctx *c = ctx_of(be);
+    *out = nullptr;
+    if (c->latched)
+        return take_latched(c, err);
+    bind(c);
+    cudaError_t e = pool_alloc(&c->pl, nbytes ? nbytes : 1, out);
+    if (e == cudaErrorMemoryAllocation)
+        return dl_err_set(err, DL_ERR_NOMEM,
+                          "cuda:%d: out of device memory for %zu bytes (%zu MiB in use)",
+                          c->dev, nbytes, c->pl.in_use >> 20);
+    if (e != cudaSuccess)
+        return dl_err_set(err, DL_ERR_BACKEND, "cuda:%d: cudaMalloc of %zu bytes: %s", c->dev,
+                          nbytes, cudaGetErrorString(e));
+    return DL_OK;
+}
+
+void cu_release(dl_backend *be, void *ptr)
+{
+    if (ptr)
+        pool_release(&ctx_of(be)->pl, ptr);
+}
+
+void cu_upload(dl_backend *be, void *dst, const void *host, size_t nbytes)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (!nbytes || refuse_capture(c, "upload"))
+        return;
+    bind(c);
+    CUDA_CHECK(c, stage_h2d(c, dst, host, nbytes), "upload");
+}
+
+void cu_download(dl_backend *be, void *host, const void *src, size_t nbytes)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (!nbytes || refuse_capture(c, "download"))
+        return;
+    bind(c);
+    if (CUDA_CHECK(c, cudaMemcpyAsync(host, src, nbytes, cudaMemcpyDeviceToHost, c->stream),
+                   "download"))
+        CUDA_CHECK(c, cudaStreamSynchronize(c->stream), "download");
+}
+
+void cu_fill(dl_backend *be, float *x, int64_t n, float value)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n <= 0)
+        return;
+    bind(c);
+    if (value == 0.0f)
+        CUDA_CHECK(c, cudaMemsetAsync(x, 0, (size_t)n * sizeof(float), c->stream), "fill");
+    else
+        CUDA_CHECK(c, k_fill(c->stream, x, n, value), "fill");
+}
+
+void cu_copy(dl_backend *be, float *dst, const float *src, int64_t n)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n <= 0 || dst == src)
+        return;
+    bind(c);
+    size_t bytes = (size_t)n * sizeof(float);
+    if (dst < src + n && src < dst + n) {   /* overlapping: memmove through scratch */
+        void *tmp = scratch(c, bytes);
+        if (tmp && CUDA_CHECK(c, cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice,
+                                                 c->stream), "copy"))
+            CUDA_CHECK(c, cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDeviceToDevice, c->stream),
+                       "copy");
+        return;
+    }
+    CUDA_CHECK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream), "copy");
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS
+ * gets the operands swapped, each row-major matrix read as its transpose. */
+dl_status cu_gemm(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                  float alpha, const float *a, const float *b, float beta, float *cc,
+                  dl_err *err)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (c->latched)
+        return take_latched(c, err);
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+        return dl_err_set(err, DL_ERR_INVALID, "gemm of %lldx%lldx%lld is too large",
+                          (long long)m, (long long)n, (long long)k);
+    if (m == 0 || n == 0)
+        return DL_OK;
+    bind(c);
+    bool ok;
+    if (k == 0)
+        ok = beta == 0.0f
+                 ? CUDA_CHECK(c, cudaMemsetAsync(cc, 0, (size_t)(m * n) * sizeof(float),
+                                                 c->stream), "gemm")
+                 : CUDA_CHECK(c, k_scale(c->stream, cc, m * n, beta), "gemm");
+    else
+        ok = CUBLAS_CHECK(c, cublasGemmEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                          ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k,
+                                          &alpha, b, CUDA_R_32F, (int)(tb ? k : n), a,
+                                          CUDA_R_32F, (int)(ta ? m : k), &beta, cc, CUDA_R_32F,
+                                          (int)n,
+                                          c->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                  : CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT), "gemm");
+    return ok ? DL_OK : take_latched(c, err);
+}
+
+void cu_bias_add(dl_backend *be, float *y, const float *b, int64_t rows, int64_t cols)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (rows <= 0 || cols <= 0)
+        return;
+    bind(c);
+    CUDA_CHECK(c, k_bias_add(c->stream, y, b, rows, cols), "bias_add");
+}
+
+/* db += dy^T 1: a cuBLAS GEMV over a ones vector (no atomics, so the
+ * same sums every run). */
+void cu_bias_grad(dl_backend *be, float *db, const float *dy, int64_t rows, int64_t cols)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (rows <= 0 || cols <= 0 || !fits_int(c, "bias_grad", rows) ||
+        !fits_int(c, "bias_grad", cols))
+        return;
+    bind(c);
+    const float *one = ones(c, rows);
+    float alpha = 1.0f, beta = 1.0f;
+    if (one)
+        CUBLAS_CHECK(c, cublasSgemv(c->blas, CUBLAS_OP_N, (int)cols, (int)rows, &alpha, dy,
+                                    (int)cols, one, 1, &beta, db, 1), "bias_grad");
+}
+
+void cu_bias_add_nchw(dl_backend *be, float *y, const float *b, int64_t n, int64_t c_,
+                      int64_t hw)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n * c_ * hw <= 0)
+        return;
+    bind(c);
+    CUDA_CHECK(c, k_bias_add_nchw(c->stream, y, b, n, c_, hw), "bias_add_nchw");
+}
+
+/* Two GEMVs: per-plane sums tmp (N, C) = dy (N*C, HW) 1, then
+ * db += tmp^T 1. */
+void cu_bias_grad_nchw(dl_backend *be, float *db, const float *dy, int64_t n, int64_t c_,
+                       int64_t hw)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n * c_ * hw <= 0 || !fits_int(c, "bias_grad_nchw", n * c_) ||
+        !fits_int(c, "bias_grad_nchw", hw))
+        return;
+    bind(c);
+    const float *one = ones(c, n > hw ? n : hw);
+    float alpha = 1.0f, zero = 0.0f;
+    const float *planes = dy;
+    if (!one)
+        return;
+    if (hw > 1) {
+        float *tmp = (float *)scratch(c, (size_t)(n * c_) * sizeof(float));
+        if (!tmp || !CUBLAS_CHECK(c, cublasSgemv(c->blas, CUBLAS_OP_T, (int)hw, (int)(n * c_),
+                                                 &alpha, dy, (int)hw, one, 1, &zero, tmp, 1),
+                                  "bias_grad_nchw"))
+            return;
+        planes = tmp;
+    }
+    CUBLAS_CHECK(c, cublasSgemv(c->blas, CUBLAS_OP_N, (int)c_, (int)n, &alpha, planes, (int)c_,
+                                one, 1, &alpha, db, 1), "bias_grad_nchw");
+}
+
+void cu_act_fwd(dl_backend *be, dl_act act, const float *x, float *y, int64_t n)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n <= 0)
+        return;
+    bind(c);
+    CUDA_CHECK(c, k_act_fwd(c->stream, act, x, y, n), "act_fwd");
+}
+
+void cu_act_bwd(dl_backend *be, dl_act act, const float *y, const float *dy, float *dx,
+                int64_t n)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n <= 0)
+        return;
+    bind(c);
+    CUDA_CHECK(c, k_act_bwd(c->stream, act, y, dy, dx, n), "act_bwd");
+}
+
+void cu_softmax_fwd(dl_backend *be, const float *x, float *y, int64_t rows, int64_t cols)
+{
+    cuda_ctx *c = ctx_of(be);
+    bind(c);
+    CUDA_CHECK(c, k_softmax_fwd(c->stream, x, y, rows, cols), "softmax_fwd");
+}
+
+void cu_softmax_bwd(dl_backend *be, const float *y, const float *dy, float *dx, int64_t rows,
+                    int64_t cols)
+{
+    cuda_ctx *c = ctx_of(be);
+    bind(c);
+    CUDA_CHECK(c, k_softmax_bwd(c->stream, y, dy, dx, rows, cols), "softmax_bwd");
+}
+
+void cu_im2col(dl_backend *be, const dl_conv_geom *g, const float *x, float *cols)
+{
+    cuda_ctx *c = ctx_of(be);
+    bind(c);
+    CUDA_CHECK(c, k_im2col(c->stream, g, x, cols), "im2col");
+}
+
+void cu_col2im(dl_backend *be, const dl_conv_geom *g, const float *cols, float *dx)
+{
+    cuda_ctx *c = ctx_of(be);
+    bind(c);
+    CUDA_CHECK(c, k_col2im(c->stream, g, cols, dx), "col2im");
+}
+
+void cu_swap_outer(dl_backend *be, const float *x, float *y, int64_t a, int64_t b, int64_t hw)
+{
+    cuda_ctx *c = ctx_of(be);
+    bind(c);
+    CUDA_CHECK(c, k_swap_outer(c->stream, x, y, a, b, hw), "swap_outer");
+}
+
+void cu_pool_fwd(dl_backend *be, dl_pool_kind kind, const dl_conv_geom *g, const float *x,
+                 float *y, int32_t *argmax)
+{
+    cuda_ctx *c = ctx_of(be);
+    bind(c);
+    CUDA_CHECK(c, k_pool_fwd(c->stream, kind, g, x, y, argmax), "pool_fwd");
+}
+
+void cu_pool_bwd(dl_backend *be, dl_pool_kind kind, const dl_conv_geom *g, const float *dy,
+                 const int32_t *argmax, float *dx)
+{
+    cuda_ctx *c = ctx_of(be);
+    bind(c);
+    CUDA_CHECK(c, k_pool_bwd(c->stream, kind, g, dy, argmax, dx), "pool_bwd");
+}
+
+void cu_bn_fwd_train(dl_backend *be, const float *x, float *y, const float *gamma,
+                     const float *beta, float *save_mean, float *save_invstd, float *run_mean,
+                     float *run_var, float momentum, float eps, int64_t n, int64_t c_,
+                     int64_t hw)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n * c_ * hw <= 0)
+        return;
+    bind(c);
+    void *s = scratch(c, k_bn_scratch_bytes(n, c_, hw));
+    if (s)
+        CUDA_CHECK(c, k_bn_fwd_train(c->stream, s, x, y, gamma, beta, save_mean, save_invstd,
+                                     run_mean, run_var, momentum, eps, n, c_, hw),
+                   "bn_fwd_train");
+}
+
+void cu_bn_fwd_infer(dl_backend *be, const float *x, float *y, const float *gamma,
+                     const float *beta, const float *run_mean, const float *run_var, float eps,
+                     int64_t n, int64_t c_, int64_t hw)
+{
+    cuda_ctx *c = ctx_of(be);
+    bind(c);
+    CUDA_CHECK(c, k_bn_fwd_infer(c->stream, x, y, gamma, beta, run_mean, run_var, eps, n, c_,
+                                 hw), "bn_fwd_infer");
+}
+
+void cu_bn_bwd(dl_backend *be, const float *x, const float *dy, const float *gamma,
+               const float *save_mean, const float *save_invstd, float *dx, float *dgamma,
+               float *dbeta, int64_t n, int64_t c_, int64_t hw)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n * c_ * hw <= 0)
+        return;
+    bind(c);
+    void *s = scratch(c, k_bn_scratch_bytes(n, c_, hw));
+    if (s)
+        CUDA_CHECK(c, k_bn_bwd(c->stream, s, x, dy, gamma, save_mean, save_invstd, dx, dgamma,
+                               dbeta, n, c_, hw), "bn_bwd");
+}
+
+uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void cu_dropout_fwd(dl_backend *be, const float *x, float *y, float *mask, int64_t n, float p,
+                    uint64_t seed)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n <= 0)
+        return;
+    bind(c);
+    /* The seed is mixed once so that nearby seeds give unrelated streams. */
+    CUDA_CHECK(c, k_dropout(c->stream, x, y, mask, n, p, 1.0f / (1.0f - p),
+                            mix64(seed ^ 0xD1B54A32D192ED03ull)), "dropout_fwd");
+}
+
+void cu_mul(dl_backend *be, const float *a, const float *b, float *y, int64_t n)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n <= 0)
+        return;
+    bind(c);
+    CUDA_CHECK(c, k_mul(c->stream, a, b, y, n), "mul");
+}
+
+dl_status cu_embed_fwd(dl_backend *be, const float *ids, const float *table, float *y,
+                       int64_t nids, int64_t dim, int64_t vocab, dl_err *err)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (c->latched)
+        return take_latched(c, err);
+    if (nids <= 0 || dim <= 0)
+        return DL_OK;
+    if (refuse_capture(c, "embed_fwd"))
+        return take_latched(c, err);
+    bind(c);
+    unsigned long long *bad = (unsigned long long *)((char *)c->dev_res + 64);
+    host_area *h = c->host;
+    bool ok = CUDA_CHECK(c, cudaMemsetAsync(bad, 0xff, sizeof(*bad), c->stream), "embed_fwd") &&
+              CUDA_CHECK(c, k_embed_fwd(c->stream, ids, table, y, nids, dim, vocab, bad),
+                         "embed_fwd") &&
+              CUDA_CHECK(c, cudaMemcpyAsync(&h->bad, bad, sizeof(*bad), cudaMemcpyDeviceToHost,
+                                            c->stream), "embed_fwd") &&
+              CUDA_CHECK(c, cudaStreamSynchronize(c->stream), "embed_fwd");
+    if (!ok)
+        return take_latched(c, err);
+    if (h->bad == ULLONG_MAX)
+        return DL_OK;
+    long long at = (long long)h->bad;
+    ok = CUDA_CHECK(c, cudaMemcpyAsync(&h->id, ids + at, sizeof(float), cudaMemcpyDeviceToHost,
+                                       c->stream), "embed_fwd") &&
+         CUDA_CHECK(c, cudaStreamSynchronize(c->stream), "embed_fwd");
+    if (!ok)
+        return take_latched(c, err);
+    return dl_err_set(err, DL_ERR_INVALID,
+                      "embedding id %g at position %lld is not an integer in [0, %lld)",
+                      (double)h->id, at, (long long)vocab);
+}
+
+void cu_embed_bwd(dl_backend *be, const float *ids, const float *dy, float *dtable,
+                  int64_t nids, int64_t dim)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (nids <= 0 || dim <= 0 || !fits_int(c, "embed_bwd", nids))
+        return;
+    bind(c);
+    size_t need = k_embed_bwd_scratch_bytes(nids);
+    void *s = scratch(c, need);
+    if (s)
+        CUDA_CHECK(c, k_embed_bwd(c->stream, s, need, ids, dy, dtable, nids, dim), "embed_bwd");
+}
+
+/* Labels go up through the pinned slots, the per-row results are summed
+ * on the device, and one 16-byte copy brings loss and count back. */
+void cu_xent(dl_backend *be, const float *logits, const int32_t *labels, int64_t rows,
+             int64_t cols, float *dlogits, float scale, double *loss_sum, int64_t *correct)
+{
+    cuda_ctx *c = ctx_of(be);
+    *loss_sum = 0.0;
+    *correct = 0;
+    if (rows <= 0 || cols <= 0 || refuse_capture(c, "xent"))
+        return;
+    bind(c);
+    size_t lab = align256((size_t)rows * sizeof(int32_t));
+    char *s = (char *)scratch(c, lab + k_xent_scratch_bytes(rows));
+    loss_result *res = (loss_result *)c->dev_res;
+    if (!s || !CUDA_CHECK(c, stage_h2d(c, s, labels, (size_t)rows * sizeof(int32_t)), "xent") ||
+        !CUDA_CHECK(c, k_xent(c->stream, s + lab, logits, (const int32_t *)s, rows, cols,
+                              dlogits, scale, res), "xent") ||
+        !CUDA_CHECK(c, cudaMemcpyAsync(&c->host->res, res, sizeof(*res),
+                                       cudaMemcpyDeviceToHost, c->stream), "xent") ||
+        !CUDA_CHECK(c, cudaStreamSynchronize(c->stream), "xent"))
+        return;
+    *loss_sum = c->host->res.loss;
+    *correct = c->host->res.count;
+}
+
+void cu_mse(dl_backend *be, const float *pred, const float *target, int64_t n, float *dpred,
+            float scale, double *loss_sum)
+{
+    cuda_ctx *c = ctx_of(be);
+    *loss_sum = 0.0;
+    if (n <= 0 || refuse_capture(c, "mse"))
+        return;
+    bind(c);
+    size_t tb = align256((size_t)n * sizeof(float));
+    char *s = (char *)scratch(c, tb + k_mse_scratch_bytes(n));
+    loss_result *res = (loss_result *)c->dev_res;
+    if (!s || !CUDA_CHECK(c, stage_h2d(c, s, target, (size_t)n * sizeof(float)), "mse") ||
+        !CUDA_CHECK(c, k_mse(c->stream, s + tb, pred, (const float *)s, n, dpred, scale, res),
+                    "mse") ||
+        !CUDA_CHECK(c, cudaMemcpyAsync(&c->host->res, res, sizeof(*res),
+                                       cudaMemcpyDeviceToHost, c->stream), "mse") ||
+        !CUDA_CHECK(c, cudaStreamSynchronize(c->stream), "mse"))
+        return;
+    *loss_sum = c->host->res.loss;
+}
+
+void cu_sgd_step(dl_backend *be, float *p, const float *g, float *v, int64_t n, float lr,
+                 float mu, bool nesterov, float wd)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n <= 0)
+        return;
+    bind(c);
+    CUDA_CHECK(c, k_sgd(c->stream, p, g, v, n, lr, mu, nesterov, wd), "sgd_step");
+}
+
+void cu_adam_step(dl_backend *be, float *p, const float *g, float *m, float *v, int64_t n,
+                  float lr, float b1, float b2, float eps, float wd, int64_t t)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n <= 0)
+        return;
+    bind(c);
+    /* As the CPU: p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
+    double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
+    CUDA_CHECK(c, k_adam(c->stream, p, g, m, v, n, b1, b2, eps, wd, (float)(lr / bc1),
+                         (float)(1.0 / sqrt(bc2))), "adam_step");
+}
+
+void cu_axpy(dl_backend *be, float alpha, const float *x, float *y, int64_t n)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n <= 0)
+        return;
+    bind(c);
+    CUDA_CHECK(c, k_axpy(c->stream, alpha, x, y, n), "axpy");
+}
+
+const dl_backend_ops cuda_ops = {
+    .name           = "cuda",
+    .alloc          = cu_alloc,
+    .release        = cu_release,
+    .upload         = cu_upload,
+    .download       = cu_download,
+    .fill           = cu_fill,
+    .copy           = cu_copy,
+    .gemm           = cu_gemm,
+    .bias_add       = cu_bias_add,
+    .bias_grad      = cu_bias_grad,
+    .bias_add_nchw  = cu_bias_add_nchw,
+    .bias_grad_nchw = cu_bias_grad_nchw,
+    .act_fwd        = cu_act_fwd,
+    .act_bwd        = cu_act_bwd,
+    .softmax_fwd    = cu_softmax_fwd,
+    .softmax_bwd    = cu_softmax_bwd,
+    .im2col         = cu_im2col,
+    .col2im         = cu_col2im,
+    .swap_outer     = cu_swap_outer,
+    .pool_fwd       = cu_pool_fwd,
+    .pool_bwd       = cu_pool_bwd,
+    .bn_fwd_train   = cu_bn_fwd_train,
+    .bn_fwd_infer   = cu_bn_fwd_infer,
+    .bn_bwd         = cu_bn_bwd,
+    .dropout_fwd    = cu_dropout_fwd,
+    .mul            = cu_mul,
+    .embed_fwd      = cu_embed_fwd,
+    .embed_bwd      = cu_embed_bwd,
+    .xent           = cu_xent,
+    .mse            = cu_mse,
+    .sgd_step       = cu_sgd_step,
+    .adam_step      = cu_adam_step,
+    .axpy           = cu_axpy,
+};
+
+/* ---- creation and teardown -------------------------------------------------- */
+
+int local_rank(void)
+{
+    static const char *const names[] = { "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                                         "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
+                                         "LOCAL_RANK", nullptr };
+    for (const char *const *n = names; *n; n++) {
+        const char *v = getenv(*n);
+        if (v && *v >= '0' && *v <= '9')
+            return atoi(v);
+    }
+    return 0;
+}
+
+void ctx_destroy(cuda_ctx *c)
+{
+    if (!c)
+        return;
+    cudaSetDevice(c->dev);
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    release_retired(c);
+    if (c->blas)
+        cublasDestroy(c->blas);
+    pool_fini(&c->pl);
+    for (int i = 0; i < 2; i++) {
+        if (c->stage[i])
+            cudaFreeHost(c->stage[i]);
+        if (c->stage_ev[i])
+            cudaEventDestroy(c->stage_ev[i]);
+    }
+    if (c->host)
+        cudaFreeHost(c->host);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    cudaGetLastError();
+    pthread_mutex_lock(&registry_mu);
+    for (cuda_ctx **at = &registry; *at; at = &(*at)->next)
+        if (*at == c) {
+            *at = c->next;
+            break;
+        }
+    pthread_mutex_unlock(&registry_mu);
+    free(c);
+}
+
+/* Everything but the device check; fails with the first error. */
+dl_status ctx_setup(cuda_ctx *c, dl_err *err)
+{
+    cudaError_t e;
+#define SETUP(call, what)                                                        \
+    do {                                                                         \
+        if ((e = (call)) != cudaSuccess) {                                       \
+            cudaGetLastError();                                                  \
+            return dl_err_set(err, e == cudaErrorMemoryAllocation ? DL_ERR_NOMEM \
+                                                                  : DL_ERR_BACKEND, \
+                              "cuda:%d: %s: %s", c->dev, what, cudaGetErrorString(e)); \
+        }                                                                        \
+    } while (0)
+    SETUP(cudaSetDevice(c->dev), "cudaSetDevice");
+    SETUP(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "stream");
+    for (int i = 0; i < 2; i++) {
+        SETUP(cudaHostAlloc(&c->stage[i], STAGE_BYTES, cudaHostAllocDefault), "pinned staging");
+        SETUP(cudaEventCreateWithFlags(&c->stage_ev[i], cudaEventDisableTiming), "event");
+    }
+    SETUP(cudaHostAlloc((void **)&c->host, sizeof(host_area), cudaHostAllocDefault),
+          "pinned results");
+    SETUP(pool_alloc(&c->pl, 256, &c->dev_res), "result buffer");
+    SETUP(pool_alloc(&c->pl, BLAS_WS_BYTES, &c->blas_ws), "cuBLAS workspace");
+#undef SETUP
+    cublasStatus_t bs = cublasCreate(&c->blas);
+    if (bs == CUBLAS_STATUS_SUCCESS)
+        bs = cublasSetStream(c->blas, c->stream);
+    /* Our own workspace: cuBLAS then never allocates, even inside a graph. */
+    if (bs == CUBLAS_STATUS_SUCCESS)
+        bs = cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WS_BYTES);
+    if (bs != CUBLAS_STATUS_SUCCESS)
+        return dl_err_set(err, bs == CUBLAS_STATUS_ALLOC_FAILED ? DL_ERR_NOMEM : DL_ERR_BACKEND,
+                          "cuda:%d: cuBLAS: %s", c->dev, cublasGetStatusString(bs));
+    return DL_OK;
+}
+
+}  // namespace
+
+/* ---- public -------------------------------------------------------------------- */
+
+bool dl_cuda_available(int *ndevices)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        n = 0;
+    }
+    if (ndevices)
+        *ndevices = n;
+    return n > 0;
+}
+
+void dl_cuda_set_tf32(bool on) { tf32_default = on; }
+
+dl_status dl_backend_cuda_new(int device, dl_backend **out, dl_err *err)
+{
+    *out = nullptr;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return dl_err_set(err, DL_ERR_UNAVAILABLE, "no CUDA device (%s)",
+                          e != cudaSuccess ? cudaGetErrorString(e) : "the driver lists none");
+    }
+    if (device < 0)
+        device = local_rank() % n;
+    else if (device >= n)
+        return dl_err_set(err, DL_ERR_INVALID, "cuda:%d: this machine has %d CUDA device%s",
+                          device, n, n > 1 ? "s" : "");
+    int major = 0, minor = 0, sms = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (major < 9)
+        return dl_err_set(err, DL_ERR_UNAVAILABLE,
+                          "cuda:%d is sm_%d%d: this build has code for sm_90 and newer only",
+                          device, major, minor);
+
+    cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof(*c));
+    dl_backend *be = (dl_backend *)calloc(1, sizeof(*be));
+    if (!c || !be || !pool_init(&c->pl)) {
+        if (c && c->pl.live)
+            pool_fini(&c->pl);
+        free(c);
+        free(be);
+        return dl_err_set(err, DL_ERR_NOMEM, "cuda backend");
+    }
+    c->dev = device;
+    c->tf32 = tf32_default;
+    pthread_mutex_lock(&registry_mu);
+    c->next = registry;
+    registry = c;
+    pthread_mutex_unlock(&registry_mu);
+    dl_status st = ctx_setup(c, err);
+    if (st != DL_OK) {
+        ctx_destroy(c);
+        free(be);
+        return st;
+    }
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+        snprintf(c->name, sizeof(c->name), "%s", prop.name);
+    size_t mfree = 0, mtotal = 0;
+    cudaMemGetInfo(&mfree, &mtotal);
+    int blas_version = 0;
+    cublasGetVersion(c->blas, &blas_version);
+    char dnn[32] = "";
+#ifdef DL_HAVE_CUDNN
+    snprintf(dnn, sizeof(dnn), ", cuDNN %zu", cudnnGetVersion());
+#endif
+    DL_LOG(DL_LOG_INFO, "cuda", "cuda:%d: %s, sm_%d%d, %d SMs, %.1f GiB; cuBLAS %d%s; %s GEMMs",
+           device, c->name, major, minor, sms, (double)mtotal / (1 << 30), blas_version, dnn,
+           c->tf32 ? "TF32" : "FP32");
+    be->ops = &cuda_ops;
+    be->ctx = c;
+    be->threads = 1;
+    *out = be;
+    return DL_OK;
+}
+
+bool dl_backend_is_cuda(const dl_backend *be) { return be && be->ops == &cuda_ops; }
+
+void dl_cuda_backend_destroy(dl_backend *be)
+{
+    if (!be)
+        return;
+    if (!dl_backend_is_cuda(be)) {
+        dl_backend_free(be);
+        return;
+    }
+    ctx_destroy(ctx_of(be));
+    free(be);
+}
+
+dl_status dl_cuda_sync(dl_backend *be, dl_err *err)
+{
+    if (!dl_backend_is_cuda(be))
+        return DL_OK;
+    cuda_ctx *c = ctx_of(be);
+    bind(c);
+    CUDA_CHECK(c, cudaStreamSynchronize(c->stream), "sync");
+    return c->latched ? take_latched(c, err) : DL_OK;
+}
+
+dl_status dl_cuda_memory(dl_backend *be, size_t *used, size_t *total)
+{
+    *used = *total = 0;
+    if (!dl_backend_is_cuda(be))
+        return DL_ERR_INVALID;
+    cuda_ctx *c = ctx_of(be);
+    pthread_mutex_lock(&c->pl.mu);
+    *used = c->pl.in_use + c->pl.cached;
+    pthread_mutex_unlock(&c->pl.mu);
+    bind(c);
+    size_t mfree = 0;
+    if (cudaMemGetInfo(&mfree, total) != cudaSuccess) {
+        cudaGetLastError();
+        *total = 0;
+    }
+    return DL_OK;
+}
+
+int dl_cuda_device(const dl_backend *be)
+{
+    return dl_backend_is_cuda(be) ? ((const cuda_ctx *)be->ctx)->dev : -1;
+}
+
+void *dl_cuda_stream(dl_backend *be)
+{
+    return dl_backend_is_cuda(be) ? (void *)ctx_of(be)->stream : nullptr;
+}
+
+/* ---- graphs ------------------------------------------------------------------ */
+
+struct dl_cuda_graph {
+    cuda_ctx       *c;
+    cudaGraph_t     graph;
+    cudaGraphExec_t exec;
+};
+
+dl_status dl_cuda_graph_begin(dl_backend *be, dl_err *err)
+{
+    if (!dl_backend_is_cuda(be))
+        return dl_err_set(err, DL_ERR_INVALID, "CUDA graphs need a CUDA backend");
+    cuda_ctx *c = ctx_of(be);
+    if (c->latched)
+        return take_latched(c, err);
+    if (c->capturing)
+        return dl_err_set(err, DL_ERR_INVALID, "cuda:%d: already recording a graph", c->dev);
+    bind(c);
+    /* Relaxed: a cudaMalloc on a pool miss is allowed while recording
+     * (internal buffers it replaces wait in the retired list). */
+    if (!CUDA_CHECK(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed),
+                    "graph capture"))
+        return take_latched(c, err);
+    c->capturing = true;
+    return DL_OK;
+}
+
+dl_status dl_cuda_graph_end(dl_backend *be, dl_cuda_graph **out, dl_err *err)
+{
+    *out = nullptr;
+    if (!dl_backend_is_cuda(be) || !ctx_of(be)->capturing)
+        return dl_err_set(err, DL_ERR_INVALID, "no CUDA graph is being recorded");
+    cuda_ctx *c = ctx_of(be);
+    bind(c);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    bool ok = CUDA_CHECK(c, cudaStreamEndCapture(c->stream, &graph), "graph capture");
+    c->capturing = false;
+    if (ok && c->latched == DL_OK)
+        ok = CUDA_CHECK(c, cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
+    dl_cuda_graph *g = ok && c->latched == DL_OK
+                           ? (dl_cuda_graph *)calloc(1, sizeof(*g)) : nullptr;
+    if (!g) {
+        if (exec)
+            cudaGraphExecDestroy(exec);
+        if (graph)
+            cudaGraphDestroy(graph);
+        if (c->latched)
+            return take_latched(c, err);
+        return dl_err_set(err, DL_ERR_NOMEM, "graph");
+    }
+    g->c = c;
+    g->graph = graph;
+    g->exec = exec;
+    c->graphs++;
+    *out = g;
+    return DL_OK;
+}
+
+dl_status dl_cuda_graph_launch(dl_cuda_graph *g, dl_err *err)
+{
+    cuda_ctx *c = g->c;
+    if (c->latched)
+        return take_latched(c, err);
+    bind(c);
+    return CUDA_CHECK(c, cudaGraphLaunch(g->exec, c->stream), "graph launch")
+               ? DL_OK : take_latched(c, err);
+}
+
+void dl_cuda_graph_free(dl_cuda_graph *g)
+{
+    if (!g)
+        return;
+    cuda_ctx *c = g->c;
+    bind(c);
+    cudaGraphExecDestroy(g->exec);
+    cudaGraphDestroy(g->graph);
+    if (--c->graphs == 0)
+        release_retired(c);
+    free(g);
+}
