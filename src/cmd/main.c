@@ -49,12 +49,16 @@ static const char usage[] =
     "  --deterministic       reduce in a fixed order (reproducible to the bit)\n"
     "  --checkpoint-every N  write a checkpoint every N steps (MODEL_DIR/checkpoints)\n"
     "  --resume              continue from the newest checkpoint\n"
+    "  --publish             --train: progress to the Redis stream dlserve:train:<model>,\n"
+    "                        then announce the new version on dlserve:models ([redis]\n"
+    "                        from --config and --set, e.g. --set redis.host=HOST)\n"
     "\n"
     "daemon:\n"
     "  --config FILE         configuration file (INI; see conf/dlserve.conf)\n"
     "  --set SECTION.KEY=V   override one option (after the file and DLSERVE_* variables)\n"
     "  --port N              same as --set http.port=N\n"
     "  --models DIR          same as --set models.dir=DIR\n"
+    "  --kafka-embedded      same as --set kafka.embedded=true (a local mock Kafka)\n"
     "  --check-config FILE   print the effective configuration and exit\n"
     "  --config-reference    print the configuration reference (Markdown) and exit\n"
     "\n"
@@ -69,7 +73,7 @@ enum {
     OPT_THREADS, OPT_DEVICE, OPT_LIMIT, OPT_VERSION, OPT_PROGRESS, OPT_NOPROGRESS,
     OPT_STEPS, OPT_CONFIG, OPT_DIST, OPT_PS_SERVERS, OPT_STALENESS, OPT_STALL,
     OPT_DETERMINISTIC, OPT_CHECKPOINT, OPT_RESUME, OPT_SET, OPT_PORT, OPT_MODELS,
-    OPT_CHECK_CONFIG, OPT_CONFIG_REFERENCE,
+    OPT_CHECK_CONFIG, OPT_CONFIG_REFERENCE, OPT_PUBLISH, OPT_KAFKA_EMBEDDED,
 };
 
 /* GPU options, numbered apart: longopts' order above is its index. */
@@ -109,6 +113,8 @@ static const struct option longopts[] = {
     {"models", required_argument, NULL, OPT_MODELS},
     {"check-config", required_argument, NULL, OPT_CHECK_CONFIG},
     {"config-reference", no_argument, NULL, OPT_CONFIG_REFERENCE},
+    {"publish", no_argument, NULL, OPT_PUBLISH},
+    {"kafka-embedded", no_argument, NULL, OPT_KAFKA_EMBEDDED},
     {"help", no_argument, NULL, 'h'},
     {"math", required_argument, NULL, OPT_MATH},
     {"infer-batch", required_argument, NULL, OPT_INFER_BATCH},
@@ -237,6 +243,82 @@ static int serve(const char *config, bool check, const char *const *ov, int nov)
 #endif
 }
 
+#ifdef DL_HAVE_REDIS
+typedef struct publisher {
+    dl_serve_conf  conf;
+    dl_redis_link *link;
+    bool           announced;
+    char           error[300];
+} publisher;
+
+/* Each epoch to the progress stream; the new version to the registry. */
+static void on_train_event(void *ctx, const dl_train_event *e)
+{
+    publisher *p = ctx;
+    dl_err err = {0};
+    if (e->version == 0) {
+        dl_redis_progress_rec rec = {
+            .step = e->step, .epoch = e->epoch, .loss = e->train_loss,
+            .accuracy = e->test_accuracy >= 0 ? e->test_accuracy : e->train_accuracy,
+            .samples_per_s = e->samples_per_s, .ranks = e->ranks,
+        };
+        if (dl_redis_progress(p->link, e->model, &rec, &err) != DL_OK)
+            DL_LOG(DL_LOG_WARNING, "publish", "progress not recorded: %s", err.msg);
+        return;
+    }
+    int64_t receivers = 0;
+    if (dl_redis_publish(&p->conf.redis, e->model, e->version, e->weights, &receivers, &err) ==
+        DL_OK) {
+        p->announced = true;
+        DL_LOG(DL_LOG_NOTICE, "publish", "announced %s version %lld to %lld daemon(s)", e->model,
+               (long long)e->version, (long long)receivers);
+    } else {
+        snprintf(p->error, sizeof(p->error), "%s", err.msg);
+    }
+}
+#endif
+
+/* --train --publish: [redis] from --config and --set; training progress
+ * goes to Redis as it happens and the version is announced at the end. */
+static int train_and_publish(dl_run_opts *o, const char *config, const char *const *ov, int nov)
+{
+#ifdef DL_HAVE_REDIS
+    static publisher p;
+    dl_err err = {0};
+    if (dl_serve_conf_load(&p.conf, config, &err) != DL_OK ||
+        dl_serve_conf_apply(&p.conf, ov, nov, &err) != DL_OK) {
+        fprintf(stderr, "dlserve: %s\n", err.msg);
+        return 2;
+    }
+    if (!p.conf.redis.host[0])
+        return fail("--publish needs [redis] host (--set redis.host=HOST or --config FILE)%s%s",
+                    "", "");
+    if (dl_redis_link_new(&p.conf.redis, "train", &p.link, &err) != DL_OK) {
+        fprintf(stderr, "dlserve: %s\n", err.msg);
+        return 1;
+    }
+    o->on_event = on_train_event;
+    o->event_ctx = &p;
+    dl_status st = dl_train_run(o, &err);
+    dl_redis_link_free(p.link);
+    if (st != DL_OK) {
+        fprintf(stderr, "dlserve: %s\n", err.msg);
+        return 1;
+    }
+    if (dl_log_rank == 0 && !p.announced) {
+        fprintf(stderr, "dlserve: the version was written but not announced: %s\n", p.error);
+        return 1;
+    }
+    return 0;
+#else
+    (void)o;
+    (void)config;
+    (void)ov;
+    (void)nov;
+    return fail("--publish needs a build with Redis (hiredis)%s%s", "", "");
+#endif
+}
+
 /* "--version" alone prints the program's version; "--version V" selects a
  * model version for --eval and --predict. */
 static bool wants_program_version(int argc, char **argv)
@@ -261,7 +343,7 @@ int main(int argc, char **argv)
     const char *config = NULL, *overrides[MAX_OVERRIDES];
     static char owned[MAX_OVERRIDES][1100];
     int noverrides = 0;
-    bool check_config = false;
+    bool check_config = false, publish = false;
     while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
         switch (c) {
         case 'h':
@@ -291,14 +373,19 @@ int main(int argc, char **argv)
 #else
             return fail("this build has no daemon%s%s", "", "");
 #endif
-        case OPT_SET: case OPT_PORT: case OPT_MODELS:
+        case OPT_PUBLISH:
+            publish = true;
+            break;
+        case OPT_SET: case OPT_PORT: case OPT_MODELS: case OPT_KAFKA_EMBEDDED:
             if (noverrides == MAX_OVERRIDES)
                 return fail("too many --set options%s%s", "", "");
             if (c == OPT_SET) {
                 overrides[noverrides++] = optarg;
             } else {
                 snprintf(owned[noverrides], sizeof(owned[0]), "%s=%s",
-                         c == OPT_PORT ? "http.port" : "models.dir", optarg);
+                         c == OPT_PORT ? "http.port" : c == OPT_MODELS ? "models.dir"
+                                                                      : "kafka.embedded",
+                         c == OPT_KAFKA_EMBEDDED ? "true" : optarg);
                 overrides[noverrides] = owned[noverrides];
                 noverrides++;
             }
@@ -317,6 +404,10 @@ int main(int argc, char **argv)
         return fail("unexpected argument '%s'%s", argv[optind], "");
     if (mode == MODE_SERVE)
         return serve(config, check_config, overrides, noverrides);
+    if (publish && mode != MODE_TRAIN)
+        return fail("--publish goes with --train%s%s", "", "");
+    if (publish)
+        return train_and_publish(&o, config, overrides, noverrides);
 
     dl_err err = {0};
     dl_status st = DL_OK;

@@ -95,8 +95,7 @@ static void watch_tree(int fd, const char *dir, int depth)
 
 /* Applies "section.key=value" overrides from the command line; raw
  * librdkafka properties read "kafka.consumer.some.property=value". */
-static dl_status apply_overrides(dl_serve_conf *conf, const char *const *ov, int n,
-                                 dl_err *err)
+dl_status dl_serve_conf_apply(dl_serve_conf *conf, const char *const *ov, int n, dl_err *err)
 {
     static const char *const raw[] = {"kafka.consumer.", "kafka.producer."};
     for (int i = 0; i < n; i++) {
@@ -157,7 +156,6 @@ static json_t *redis_status(daemon_ctx *d)
         json_array_append_new(links, redis_link_status(kafka_redis_link(d->kafka)));
 #endif
     pthread_mutex_lock(&d->rstatus_mu);
-    json_array_append_new(links, redis_link_status(d->rstatus));
     char **names = registry_names(d->reg);
     for (int i = 0; names && names[i]; i++) {
         json_t *p = redis_progress_latest(d->rstatus, names[i]);
@@ -166,6 +164,7 @@ static json_t *redis_status(daemon_ctx *d)
         free(names[i]);
     }
     free(names);
+    json_array_append_new(links, redis_link_status(d->rstatus));   /* after its use */
     pthread_mutex_unlock(&d->rstatus_mu);
     return json_pack("{s:o, s:o}", "links", links, "training", progress);
 }
@@ -409,7 +408,7 @@ int dl_serve_main(const char *config_path, const char *const *overrides, int nov
     dl_err err = {0};
     dl_status st = dl_serve_conf_load(&d.conf, config_path, &err);
     if (st == DL_OK)
-        st = apply_overrides(&d.conf, overrides, noverrides, &err);
+        st = dl_serve_conf_apply(&d.conf, overrides, noverrides, &err);
     if (st == DL_OK)
         st = dl_serve_conf_validate(&d.conf, &err);
     if (st != DL_OK) {

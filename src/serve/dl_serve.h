@@ -99,6 +99,10 @@ dl_status dl_serve_conf_load(dl_serve_conf *conf, const char *path, dl_err *err)
 dl_status dl_serve_conf_set(dl_serve_conf *conf, const char *section, const char *key,
                             const char *value, const char *origin, dl_err *err);
 
+/* Applies "section.key=value" strings (--set), in order; raw librdkafka
+ * properties read "kafka.consumer.some.property=value". */
+dl_status dl_serve_conf_apply(dl_serve_conf *conf, const char *const *ov, int n, dl_err *err);
+
 /* Cross-field checks (TLS files both or neither, version policy syntax),
  * for a configuration changed after dl_serve_conf_load. */
 dl_status dl_serve_conf_validate(const dl_serve_conf *conf, dl_err *err);

@@ -3,8 +3,10 @@
  * pool, one compute stream), and the few CUDA-only calls that code above
  * the ops table needs: device discovery, TF32 mode, memory figures for
  * /metrics, synchronisation, CUDA graphs, and the device and stream for
- * NCCL. Never includes cuda_runtime.h. In a build without CUDA every call
- * exists and answers "unavailable". */
+ * NCCL. Never includes cuda_runtime.h. The backend lives in a module
+ * (libdlserve-cuda.so) loaded by the first call that needs a GPU, so CPU
+ * runs never load cuBLAS. In a build without CUDA every call exists and
+ * answers "unavailable". */
 #ifndef DL_CUDA_H
 #define DL_CUDA_H
 
@@ -16,24 +18,27 @@ extern "C" {
 
 /* True when this build has the CUDA backend and the machine at least one
  * usable device; *ndevices (may be NULL) receives their number, 0 when
- * there is none. Thread-safe. */
+ * there is none. Loads the module. Thread-safe. */
 bool dl_cuda_available(int *ndevices);
 
 /* TF32 tensor-core GEMMs (--math tf32) for the CUDA backends created after
  * this call: the products keep 10 mantissa bits, so a GEMM's relative
  * error grows from about 1e-6 to about 1e-3. Off by default. Call at
- * start-up (not thread-safe). The CPU backend ignores it. */
+ * start-up (not thread-safe); does not load the module. The CPU backend
+ * ignores it. */
 void dl_cuda_set_tf32(bool on);
 
-/* Creates a CUDA backend on device `device`, or with device < 0 on the GPU
- * of this process's local rank (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID,
- * MPI_LOCALRANKID, MV2_COMM_WORLD_LOCAL_RANK or LOCAL_RANK, modulo the
- * number of devices; 0 without a launcher). *out is new; see
- * dl_cuda_backend_destroy for its end.
+/* Creates a CUDA backend (loading the module) on device `device`, or with
+ * device < 0 on the GPU of this process's local rank
+ * (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID,
+ * MV2_COMM_WORLD_LOCAL_RANK or LOCAL_RANK, modulo the number of devices;
+ * 0 without a launcher). *out is new; see dl_cuda_backend_destroy for its
+ * end. $DLSERVE_CUDA_MODULE names another module file.
  *
  * Errors: DL_ERR_UNAVAILABLE with "no CUDA device" in the message when the
- * build has no CUDA or the machine no usable GPU or driver (CI sees this);
- * DL_ERR_INVALID for a device index out of range; DL_ERR_BACKEND or
+ * build has no CUDA, the module cannot be loaded, or the machine has no
+ * usable GPU or driver (CI sees this), or when the GPU is older than
+ * sm_90; DL_ERR_INVALID for a device index out of range; DL_ERR_BACKEND or
  * DL_ERR_NOMEM when the device, cuBLAS or the first buffers fail.
  *
  * How the ops behave on this backend:
@@ -46,15 +51,17 @@ void dl_cuda_set_tf32(bool on);
  *   selected on each call).
  * - Errors of ops that return void are logged (subsystem "cuda") and
  *   latched: the next op that returns dl_status (alloc, gemm, embed_fwd)
- *   or dl_cuda_sync fails with DL_ERR_BACKEND and that message, and the
- *   latch clears.
+ *   or dl_cuda_sync fails with that error (DL_ERR_BACKEND, DL_ERR_NOMEM
+ *   when a scratch buffer did not fit, DL_ERR_INVALID for a host transfer
+ *   inside a graph recording) and its message, and the latch clears.
  * - alloc draws from size-class free lists; it calls cudaMalloc only when
  *   a class is empty (warm-up). Out of device memory it first returns the
  *   cached blocks to the device and retries, then answers DL_ERR_NOMEM; it
  *   never aborts. release returns a block to its list (safe because every
  *   op runs on the one stream).
- * - Results match the CPU backend within 1e-5 relative error (fp32) and
- *   are deterministic for given inputs: no floating-point atomics. Dropout
+ * - Results are checked against the CPU backend's (1e-5 relative error in
+ *   fp32, tests/gpu/test_gpu_ops.c) and are deterministic for given
+ *   inputs: no floating-point atomics. Dropout
  *   masks come from a counter-based hash of (seed, index): same
  *   distribution as the CPU's, same mask for the same seed, not the same
  *   bits as the CPU's. */

@@ -15,6 +15,20 @@ extern "C" {
 
 /* Options common to every mode, then training overrides. Negative
  * numbers (and NULL strings) mean "use model.json's value". */
+/* What training reports to a listener (rank 0 only): after each epoch,
+ * and once more when the version is written (version > 0). */
+typedef struct dl_train_event {
+    const char *model;          /* the model's name */
+    int64_t     epoch, epochs;  /* 1-based epoch just finished */
+    int64_t     step;           /* optimizer steps so far */
+    double      train_loss, train_accuracy;
+    double      test_accuracy;  /* < 0 when not measured */
+    double      samples_per_s;
+    int         ranks;          /* trainers */
+    int64_t     version;        /* the version written; 0 before */
+    const char *weights;        /* its model.safetensors; NULL before */
+} dl_train_event;
+
 typedef struct dl_run_opts {
     const char *model_dir;
     const char *data_dir;       /* NULL: DL_DEFAULT_DATA_DIR */
@@ -41,6 +55,9 @@ typedef struct dl_run_opts {
      * --bench measures inference only, at these batch sizes ("1,64"). */
     bool        tf32;
     const char *infer_batches;
+    /* --train: called with each dl_train_event (may be NULL) */
+    void      (*on_event)(void *ctx, const dl_train_event *e);
+    void       *event_ctx;
 } dl_run_opts;
 
 /* Fills o with the "use the model's defaults" values. */

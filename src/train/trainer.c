@@ -527,6 +527,21 @@ static void summary_json(trainer *t, const dl_epoch_stats *last, int64_t version
         snprintf(out + n, len - (size_t)n, "}");
 }
 
+/* Tells the listener, if any, about an epoch (and the version, once written). */
+static void report_event(trainer *t, const dl_epoch_stats *e, int64_t version,
+                         const char *weights)
+{
+    if (!t->o->on_event || dl_dist_rank(t->d) != 0)
+        return;
+    dl_train_event ev = {
+        .model = t->s.conf->name, .epoch = e->epoch, .epochs = t->hp.epochs,
+        .step = t->step, .train_loss = e->train_loss, .train_accuracy = e->train_accuracy,
+        .test_accuracy = e->test_accuracy, .samples_per_s = e->samples_per_sec,
+        .ranks = t->T, .version = version, .weights = weights,
+    };
+    t->o->on_event(t->o->event_ctx, &ev);
+}
+
 static dl_status finish(trainer *t, const dl_epoch_stats *es, int nepochs, double t0,
                         double train_seconds, dl_err *err)
 {
@@ -544,8 +559,11 @@ static dl_status finish(trainer *t, const dl_epoch_stats *es, int nepochs, doubl
     st = write_version(t, version, es, nepochs, meta, weights, sizeof(weights), err);
     summary_json(t, last, version, rate, dl_time_now() - t0, train_seconds, weights, false,
                  line, sizeof(line));
-    if (st == DL_OK)
+    if (st == DL_OK) {
         printf("%s\n", line);
+        fflush(stdout);
+        report_event(t, last, version, weights);
+    }
     return st;
 }
 
@@ -613,7 +631,7 @@ static dl_status train_job(trainer *t, dl_err *err)
     bool stop = false;
     for (; ec.epoch < t->hp.epochs && st == DL_OK && !stop; ec.epoch++)
         if ((st = run_epoch(t, &ec, &es[nepochs], &stop, err)) == DL_OK)
-            nepochs++;
+            report_event(t, &es[nepochs++], 0, NULL);
     if (st == DL_OK && stop) {
         st = checkpoint(t, err);
         if (is_ps(t) && st == DL_OK)

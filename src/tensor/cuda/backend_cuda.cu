@@ -1,6 +1,7 @@
-/* backend_cuda.cu: the CUDA backend: device selection, the caching device
- * memory pool, one compute stream, cuBLAS GEMMs, staged uploads, error
- * latching, CUDA graphs, and the ops table over the kernels of kernels.cu. */
+/* backend_cuda.cu: the CUDA backend module: device selection, the caching
+ * device memory pool, one compute stream, cuBLAS GEMMs, staged uploads,
+ * error latching, CUDA graphs, the ops table over the kernels of
+ * kernels.cu, and the module's entry point (cuda_module.h). */
 #include "tensor/cuda/cuda_backend.h"
 
 #include <cublas_v2.h>
@@ -993,11 +994,9 @@ dl_status ctx_setup(cuda_ctx *c, dl_err *err)
     return DL_OK;
 }
 
-}  // namespace
+/* ---- the module's table ---------------------------------------------------- */
 
-/* ---- public -------------------------------------------------------------------- */
-
-bool dl_cuda_available(int *ndevices)
+bool mod_available(int *ndevices)
 {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -1009,9 +1008,9 @@ bool dl_cuda_available(int *ndevices)
     return n > 0;
 }
 
-void dl_cuda_set_tf32(bool on) { tf32_default = on; }
+void mod_set_tf32(bool on) { tf32_default = on; }
 
-dl_status dl_backend_cuda_new(int device, dl_backend **out, dl_err *err)
+dl_status mod_backend_new(int device, dl_backend **out, dl_err *err)
 {
     *out = nullptr;
     int n = 0;
@@ -1077,35 +1076,23 @@ dl_status dl_backend_cuda_new(int device, dl_backend **out, dl_err *err)
     return DL_OK;
 }
 
-bool dl_backend_is_cuda(const dl_backend *be) { return be && be->ops == &cuda_ops; }
-
-void dl_cuda_backend_destroy(dl_backend *be)
+void mod_backend_destroy(dl_backend *be)
 {
-    if (!be)
-        return;
-    if (!dl_backend_is_cuda(be)) {
-        dl_backend_free(be);
-        return;
-    }
     ctx_destroy(ctx_of(be));
     free(be);
 }
 
-dl_status dl_cuda_sync(dl_backend *be, dl_err *err)
+dl_status mod_sync(dl_backend *be, dl_err *err)
 {
-    if (!dl_backend_is_cuda(be))
-        return DL_OK;
     cuda_ctx *c = ctx_of(be);
     bind(c);
     CUDA_CHECK(c, cudaStreamSynchronize(c->stream), "sync");
     return c->latched ? take_latched(c, err) : DL_OK;
 }
 
-dl_status dl_cuda_memory(dl_backend *be, size_t *used, size_t *total)
+dl_status mod_memory(dl_backend *be, size_t *used, size_t *total)
 {
     *used = *total = 0;
-    if (!dl_backend_is_cuda(be))
-        return DL_ERR_INVALID;
     cuda_ctx *c = ctx_of(be);
     pthread_mutex_lock(&c->pl.mu);
     *used = c->pl.in_use + c->pl.cached;
@@ -1119,15 +1106,11 @@ dl_status dl_cuda_memory(dl_backend *be, size_t *used, size_t *total)
     return DL_OK;
 }
 
-int dl_cuda_device(const dl_backend *be)
-{
-    return dl_backend_is_cuda(be) ? ((const cuda_ctx *)be->ctx)->dev : -1;
-}
+int mod_device(const dl_backend *be) { return ((const cuda_ctx *)be->ctx)->dev; }
 
-void *dl_cuda_stream(dl_backend *be)
-{
-    return dl_backend_is_cuda(be) ? (void *)ctx_of(be)->stream : nullptr;
-}
+void *mod_stream(dl_backend *be) { return (void *)ctx_of(be)->stream; }
+
+}  // namespace
 
 /* ---- graphs ------------------------------------------------------------------ */
 
@@ -1137,10 +1120,10 @@ struct dl_cuda_graph {
     cudaGraphExec_t exec;
 };
 
-dl_status dl_cuda_graph_begin(dl_backend *be, dl_err *err)
+namespace {
+
+dl_status mod_graph_begin(dl_backend *be, dl_err *err)
 {
-    if (!dl_backend_is_cuda(be))
-        return dl_err_set(err, DL_ERR_INVALID, "CUDA graphs need a CUDA backend");
     cuda_ctx *c = ctx_of(be);
     if (c->latched)
         return take_latched(c, err);
@@ -1156,10 +1139,10 @@ dl_status dl_cuda_graph_begin(dl_backend *be, dl_err *err)
     return DL_OK;
 }
 
-dl_status dl_cuda_graph_end(dl_backend *be, dl_cuda_graph **out, dl_err *err)
+dl_status mod_graph_end(dl_backend *be, dl_cuda_graph **out, dl_err *err)
 {
     *out = nullptr;
-    if (!dl_backend_is_cuda(be) || !ctx_of(be)->capturing)
+    if (!ctx_of(be)->capturing)
         return dl_err_set(err, DL_ERR_INVALID, "no CUDA graph is being recorded");
     cuda_ctx *c = ctx_of(be);
     bind(c);
@@ -1188,7 +1171,7 @@ dl_status dl_cuda_graph_end(dl_backend *be, dl_cuda_graph **out, dl_err *err)
     return DL_OK;
 }
 
-dl_status dl_cuda_graph_launch(dl_cuda_graph *g, dl_err *err)
+dl_status mod_graph_launch(dl_cuda_graph *g, dl_err *err)
 {
     cuda_ctx *c = g->c;
     if (c->latched)
@@ -1198,7 +1181,7 @@ dl_status dl_cuda_graph_launch(dl_cuda_graph *g, dl_err *err)
                ? DL_OK : take_latched(c, err);
 }
 
-void dl_cuda_graph_free(dl_cuda_graph *g)
+void mod_graph_free(dl_cuda_graph *g)
 {
     if (!g)
         return;
@@ -1209,4 +1192,33 @@ void dl_cuda_graph_free(dl_cuda_graph *g)
     if (--c->graphs == 0)
         release_retired(c);
     free(g);
+}
+
+const dl_cuda_module cuda_module = {
+    .abi             = DL_CUDA_MODULE_ABI,
+    .ops_size        = sizeof(dl_backend_ops),
+    .ops             = &cuda_ops,
+    .available       = mod_available,
+    .set_tf32        = mod_set_tf32,
+    .backend_new     = mod_backend_new,
+    .backend_destroy = mod_backend_destroy,
+    .sync            = mod_sync,
+    .memory          = mod_memory,
+    .device          = mod_device,
+    .stream          = mod_stream,
+    .graph_begin     = mod_graph_begin,
+    .graph_end       = mod_graph_end,
+    .graph_launch    = mod_graph_launch,
+    .graph_free      = mod_graph_free,
+};
+
+}  // namespace
+
+dl_cuda_host cuda_host;
+
+extern "C" __attribute__((visibility("default")))
+const dl_cuda_module *dl_cuda_module_entry(const dl_cuda_host *host)
+{
+    cuda_host = *host;
+    return &cuda_module;
 }

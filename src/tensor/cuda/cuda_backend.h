@@ -1,5 +1,6 @@
-/* cuda_backend.h (private to tensor/cuda/): the kernel launchers of
- * kernels.cu that backend_cuda.cu calls. Every launcher queues its work on
+/* cuda_backend.h (private to tensor/cuda/, C++ only): what the two files
+ * of the CUDA module share: the kernel launchers of kernels.cu that
+ * backend_cuda.cu calls. Every launcher queues its work on
  * stream s and returns the launch status (cudaGetLastError); pointers are
  * device memory. Shapes and semantics are those of the ops table in
  * dl_tensor.h; "scratch" is device memory of at least the size the
@@ -13,9 +14,16 @@
 #define _Noreturn [[noreturn]]
 #endif
 
-#include "tensor/dl_cuda.h"
+#include "tensor/cuda/cuda_module.h"
 
 #include <cuda_runtime.h>
+
+/* The module links nothing of the core: DL_LOG and dl_err_set go through
+ * the host table that dl_cuda_module_entry received. */
+extern dl_cuda_host cuda_host;
+#define dl_log_level (*cuda_host.log_level)
+#define dl_log_write cuda_host.log_write
+#define dl_err_set   cuda_host.err_set
 
 /* What a loss kernel hands back to the host in one small copy. */
 typedef struct loss_result {
