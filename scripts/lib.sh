@@ -19,8 +19,11 @@ need_packages() {
 # The packages the core build and its tests need.
 CORE_PACKAGES=(gcc meson ninja-build pkg-config libopenblas-dev libjansson-dev
                zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin)
-# The daemon: HTTP, configuration files, systemd, curl for the demo.
-SERVE_PACKAGES=(libmicrohttpd-dev libinih-dev libsystemd-dev curl)
+# The daemon: HTTP, configuration files, systemd, Kafka, Redis; curl and
+# kcat for the demo.
+SERVE_PACKAGES=(libmicrohttpd-dev libinih-dev libsystemd-dev curl librdkafka-dev kcat
+                libhiredis-dev)
 # What the test suites need besides: Criterion, the PyTorch peer, promtool,
-# systemd-analyze.
-TEST_PACKAGES=(libcriterion-dev python3-torch prometheus systemd)
+# systemd-analyze, redis-server (each Kafka/Redis test starts its own
+# redis-server and Kafka mock cluster, on free ports).
+TEST_PACKAGES=(libcriterion-dev python3-torch prometheus systemd redis-server)
