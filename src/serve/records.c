@@ -41,6 +41,7 @@ static record_fault find_id(const record_in *in, json_t *root, record_env *env, 
 {
     char buf[DL_NAME_MAX + 64];
     const char *id = in->id_hdr;
+    record_fault f = REC_OK;
     json_t *j = root ? json_object_get(root, "id") : NULL;
     if (json_is_string(j)) {
         id = json_string_value(j);
@@ -48,17 +49,19 @@ static record_fault find_id(const record_in *in, json_t *root, record_env *env, 
         snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(j));
         id = buf;
     } else if (j) {
-        return fault(err, REC_JSON, "'id' must be a string or an integer");
+        f = fault(err, REC_JSON, "'id' must be a string or an integer");
     }
-    if (!id || !id[0]) {
+    if (strlen(id ? id : "") > 512)
+        f = fault(err, REC_JSON, "'id' is longer than 512 bytes");
+    if (f != REC_OK || !id || !id[0]) {   /* named by its source */
         snprintf(buf, sizeof(buf), "%.*s/%d/%lld", DL_NAME_MAX, in->topic ? in->topic : "",
                  (int)in->partition, (long long)in->offset);
         id = buf;
     }
-    if (strlen(id) > 512)
-        return fault(err, REC_JSON, "'id' is longer than 512 bytes");
     env->id = strdup(id);
-    return env->id ? REC_OK : fault(err, REC_INFERENCE, "out of memory");
+    if (!env->id)
+        return fault(err, REC_INFERENCE, "out of memory");
+    return f;
 }
 
 /* The model: the record's "model", the dlserve-model header, the default. */
