@@ -5,6 +5,7 @@
  * queued request and exits 0. Signal handlers only set flags. */
 #define _GNU_SOURCE
 #include "serve/serve.h"
+#include "tensor/dl_cuda.h"
 #ifdef DL_HAVE_KAFKA
 #include "serve/kafka.h"
 #endif
@@ -190,6 +191,15 @@ static char *metrics_extra(void *ctx)
 {
     daemon_ctx *d = ctx;
     dl_sbuf b = {0};
+    size_t used, total;
+    if (dl_backend_is_cuda(d->be) && dl_cuda_memory(d->be, &used, &total) == DL_OK)
+        dl_sbuf_printf(&b, "# HELP dlserve_gpu_memory_used_bytes GPU memory held by dlserve's pool.\n"
+                           "# TYPE dlserve_gpu_memory_used_bytes gauge\n"
+                           "dlserve_gpu_memory_used_bytes{device=\"%s\"} %zu\n"
+                           "# HELP dlserve_gpu_memory_total_bytes GPU memory of the device.\n"
+                           "# TYPE dlserve_gpu_memory_total_bytes gauge\n"
+                           "dlserve_gpu_memory_total_bytes{device=\"%s\"} %zu\n",
+                       d->conf.models.device, used, d->conf.models.device, total);
 #ifdef DL_HAVE_KAFKA
     if (d->kafka)
         kafka_metrics(d->kafka, &b);
@@ -390,7 +400,7 @@ static void stop(daemon_ctx *d)
     batcher_free(d->bat);
     registry_free(d->reg);
     stats_free(d->st);
-    dl_backend_free(d->be);
+    dl_cuda_backend_destroy(d->be);   /* dl_backend_free for the CPU */
 #ifdef DL_HAVE_REDIS
     dl_redis_link_free(d->rstatus);
     pthread_mutex_destroy(&d->rstatus_mu);

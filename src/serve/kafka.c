@@ -26,6 +26,7 @@
 #define FLUSH_TIMEOUT_MS 30000
 #define TXN_TIMEOUT_MS   30000
 #define HDR_MAX          600
+#define STALE            UINT32_MAX   /* a record's epoch once forgotten */
 
 typedef enum { MODE_ALO, MODE_EOS, MODE_REDIS } delivery_mode;
 
@@ -239,8 +240,9 @@ static void tp_drop(kafka_srv *k, tpart *tp)
     while (tp->count) {
         krec *r = ring_pop(tp);
         k->held--;
-        if (r->state == R_INFER) {
-            r->epoch = UINT32_MAX;   /* never equal to k->epoch: stale */
+        if (r->state == R_INFER || r->state == R_SENT) {
+            /* the batcher or a delivery report still holds it: freed then */
+            r->epoch = STALE;
             k->stale++;
         } else {
             rec_free(r);
@@ -399,6 +401,11 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     krec *r = m->_private;
     if (!r)
         return;
+    if (r->epoch == STALE) {   /* its partition was dropped meanwhile */
+        k->stale--;
+        rec_free(r);
+        return;
+    }
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         r->state = R_DONE;
         if (!strcmp(rd_kafka_topic_name(m->rkt), k->conf.output_topic))
@@ -1092,10 +1099,11 @@ static void *kafka_thread(void *arg)
     rd_kafka_consumer_close(k->cons);
     for (int i = 0; i < k->ntps; i++)
         tp_drop(k, k->tps[i]);
-    while (k->stale > 0) {   /* records of a rewind still in the batcher */
+    /* Records dropped earlier and still in the batcher or waiting for a
+     * delivery report (bounded: a broker that never answers leaves them). */
+    for (double t0 = dl_time_now(); k->stale > 0 && dl_time_now() - t0 < 30.0;) {
         drain_done(k);
-        struct timespec ts = { 0, 1000000L };
-        nanosleep(&ts, NULL);
+        rd_kafka_poll(k->prod, 1);
     }
     return NULL;
 }
