@@ -220,8 +220,9 @@ static answer run_infer(http_server *h, request *rq, served *sv, oip_request *in
     } else {
         infer_wait(&q);
         if (q.status != DL_OK) {
-            a = error_answer(q.status == DL_ERR_UNAVAILABLE ? 503 : 500, "inference failed: %s",
-                             q.error);
+            /* out of (device) memory fails this batch only: try again */
+            bool retry = q.status == DL_ERR_UNAVAILABLE || q.status == DL_ERR_NOMEM;
+            a = error_answer(retry ? 503 : 500, "inference failed: %s", q.error);
         } else {
             oip_result res = {.model = sv->name, .version = sv->version, .id = in->id,
                               .conf = sv->conf, .batch = in->batch, .out_dim = sv->out_dim,
