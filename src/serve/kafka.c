@@ -923,21 +923,9 @@ static void on_assign(kafka_srv *k, rd_kafka_t *rk, rd_kafka_topic_partition_lis
 
 static void on_revoke(kafka_srv *k, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *l, bool coop)
 {
-    /* Records still waiting for the batcher are dropped (not committed:
-     * the next owner consumes them); those in the batcher finish first. */
-    for (int i = 0; i < l->cnt; i++) {
-        tpart *tp = tp_find(k, l->elems[i].topic, l->elems[i].partition);
-        krec **pp = &k->over_head;
-        while (tp && *pp) {
-            if ((*pp)->tp == tp)
-                *pp = (*pp)->next;   /* still in the ring: freed by tp_drop */
-            else
-                pp = &(*pp)->next;
-        }
-    }
-    k->over_tail = NULL;
-    for (krec *r = k->over_head; r; r = r->next)
-        k->over_tail = r;
+    /* Records in the batcher finish and are committed; those still
+     * waiting for it are dropped by tp_drop (not committed: the next
+     * owner consumes them). */
     if (!is_fatal(k))
         settle(k, l);
     for (int i = 0; i < l->cnt; i++) {

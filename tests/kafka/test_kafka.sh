@@ -134,19 +134,19 @@ check "nothing dead-lettered" kstatus 'sum(k["dead_letters"].values()) == 0'
 stop_daemon
 
 # ---- rebalance: a second consumer joins mid-stream ----------------------------
-mock_cmd topic rb 8 && mock_cmd topic rbout 8
+mock_cmd topic rb 16 && mock_cmd topic rbout 8
 RB=(--set kafka.input_topics=rb --set kafka.output_topic=rbout --set kafka.dead_letter_topic=$DLQ
     --set kafka.group_id=rb "${COMMON[@]}")
 check "first consumer" start_kafka_daemon rb1 "${RB[@]}"
 PID1=$PID URL1=$URL
-"$KAFKA_TOOL" feed -b "$BOOT" -t rb --count 6000 --rate 1500 --format binary > "$WORK/rbfeed" &
+"$KAFKA_TOOL" feed -b "$BOOT" -t rb --count 12000 --rate 1500 --format binary > "$WORK/rbfeed" &
 FEED=$!
 sleep 1.5
 check "second consumer joins" start_kafka_daemon rb2 "${RB[@]}"
 PID2=$PID URL2=$URL
 wait $FEED
-check "6,000 records across a rebalance: every id has an output" \
-    collect rbout 6000 "$WORK/rb.out" --timeout 90
+check "12,000 records across a rebalance: every id has an output" \
+    collect rbout 12000 "$WORK/rb.out" --timeout 120
 check "the second consumer served part of the stream" kstatus 'k["outputs"] > 0'
 PID=$PID1 URL=$URL1
 check "the first consumer gave partitions up" kstatus 'k["partitions_revoked"] > 0'
