@@ -33,14 +33,14 @@ static void conv_init(layer *l, dl_rng *rng)
         layer_fill_uniform(l, l->p[1].data, l->conf->filters, bound, rng);
 }
 
-/* The batch is processed in chunks whose im2col matrix stays around 2 MB,
- * so that it is still in cache when the GEMM reads it. */
-#define CHUNK_FLOATS (512 * 1024)
-
+/* The batch is processed in chunks whose im2col matrix is about the
+ * backend's chunk size: on the CPU ~2 MB, so that it is still in cache
+ * when the GEMM reads it; on a GPU much larger. */
 static int64_t chunk_of(const layer *l, int64_t n)
 {
     int64_t per = fan_in(l) * l->out_shape[1] * l->out_shape[2];
-    int64_t c = CHUNK_FLOATS / (per > 0 ? per : 1);
+    int64_t cap = l->be->chunk_floats > 0 ? l->be->chunk_floats : DL_CHUNK_FLOATS;
+    int64_t c = cap / (per > 0 ? per : 1);
     return c < 1 ? 1 : c > n ? n : c;
 }
 

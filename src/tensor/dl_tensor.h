@@ -138,7 +138,13 @@ struct dl_backend {
     const dl_backend_ops *ops;
     void *ctx;                 /* cuBLAS/cuDNN handles for CUDA; NULL for CPU */
     int threads;
+    /* Floats of scratch a layer should aim for per chunk of a batch
+     * (im2col): cache-sized on the CPU; 0 means DL_CHUNK_FLOATS. A GPU
+     * wants whole batches (a kernel launch per chunk). */
+    int64_t chunk_floats;
 };
+
+#define DL_CHUNK_FLOATS (512 * 1024)   /* ~2 MB: still in cache for the GEMM */
 
 /* CPU backend with `threads` threads for OpenBLAS and for our own loops
  * (both run one at a time, so the process never uses more than `threads`

@@ -1072,6 +1072,7 @@ dl_status mod_backend_new(int device, dl_backend **out, dl_err *err)
     be->ops = &cuda_ops;
     be->ctx = c;
     be->threads = 1;
+    be->chunk_floats = 32 << 20;   /* 128 MB of im2col: few launches per batch */
     *out = be;
     return DL_OK;
 }
