@@ -125,13 +125,19 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
     else if (st == DL_OK && !qu)
         st = dl_err_set(err, DL_ERR_NOMEM, "queue");
     if (st == DL_OK) {
+        /* The worker needs waking only for a queue's first request (to
+         * start its delay) or a full batch (to run it now); in between it
+         * sleeps until the oldest request's deadline. */
+        bool first = qu->head == NULL;
         if (qu->tail)
             qu->tail->next = q;
         else
             qu->head = q;
         qu->tail = q;
+        int64_t before = qu->samples;
         qu->samples += q->n;
-        pthread_cond_signal(&b->cv);
+        if (first || (before < b->conf.max_batch_size && qu->samples >= b->conf.max_batch_size))
+            pthread_cond_signal(&b->cv);
     }
     pthread_mutex_unlock(&b->mu);
     if (st != DL_OK) {

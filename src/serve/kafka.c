@@ -26,6 +26,7 @@
 #define FLUSH_TIMEOUT_MS 30000
 #define TXN_TIMEOUT_MS   30000
 #define HDR_MAX          600
+#define POLL_RUN         256   /* records taken between two rounds of housekeeping */
 #define STALE            UINT32_MAX   /* a record's epoch once forgotten */
 
 typedef enum { MODE_ALO, MODE_EOS, MODE_REDIS } delivery_mode;
@@ -1051,21 +1052,23 @@ static void *kafka_thread(void *arg)
             snapshot(k);
             last_snap = now;
         }
-        /* Short polls while anything waits for a delivery report. */
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(k->cons, k->held ? 2 : 100);
-        if (!m)
-            continue;
-        if (m->err) {
-            if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-                DL_LOG(DL_LOG_WARNING, "kafka", "consumer: %s", rd_kafka_message_errstr(m));
-            rd_kafka_message_destroy(m);
-            continue;
+        /* Records come in runs (what is already fetched, up to POLL_RUN)
+         * between two rounds of the work above; short waits while anything
+         * waits for a delivery report. */
+        for (int i = 0; i < POLL_RUN && k->held < k->conf.max_in_flight; i++) {
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(k->cons, i ? 0 : k->held ? 2 : 100);
+            if (!m)
+                break;
+            if (m->err) {
+                if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                    DL_LOG(DL_LOG_WARNING, "kafka", "consumer: %s", rd_kafka_message_errstr(m));
+                rd_kafka_message_destroy(m);
+            } else if (fatal) {   /* intake stopped: not taken, not committed */
+                rd_kafka_message_destroy(m);
+            } else {
+                take(k, m);
+            }
         }
-        if (fatal) {   /* intake stopped: not taken, not committed */
-            rd_kafka_message_destroy(m);
-            continue;
-        }
-        take(k, m);
     }
     /* Shutdown: records not yet in the batcher stay uncommitted; the rest
      * finish, are delivered and committed before the group is left. */

@@ -35,6 +35,14 @@ static record_fault fault(dl_err *err, record_fault f, const char *fmt, ...)
     return f;
 }
 
+static bool utf8_valid(const char *s)
+{
+    for (size_t n; *s; s += n)
+        if (!(n = dl_utf8_len((const unsigned char *)s)))
+            return false;
+    return true;
+}
+
 /* The id: the record's "id" (a string or an integer), the dlserve-id
  * header, or where the record came from. */
 static record_fault find_id(const record_in *in, json_t *root, record_env *env, dl_err *err)
@@ -53,6 +61,8 @@ static record_fault find_id(const record_in *in, json_t *root, record_env *env, 
     }
     if (strlen(id ? id : "") > 512)
         f = fault(err, REC_JSON, "'id' is longer than 512 bytes");
+    else if (id && !utf8_valid(id))   /* a header's bytes: the output is JSON */
+        f = fault(err, REC_JSON, "'id' is not valid UTF-8");
     if (f != REC_OK || !id || !id[0]) {   /* named by its source */
         snprintf(buf, sizeof(buf), "%.*s/%d/%lld", DL_NAME_MAX, in->topic ? in->topic : "",
                  (int)in->partition, (long long)in->offset);
@@ -215,49 +225,81 @@ void record_env_fini(record_env *env)
     memset(env, 0, sizeof(*env));
 }
 
-/* Appends v (new reference) to arr; false when either is missing. */
-static bool push(json_t *arr, json_t *v)
+/* s as a JSON string: quotes, backslashes and control characters escaped
+ * (s is valid UTF-8: record_open checks ids, names are ASCII). */
+static void put_string(dl_sbuf *b, const char *s)
 {
-    return arr && v && json_array_append_new(arr, v) == 0;
+    dl_sbuf_putc(b, '"');
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"' || c == '\\')
+            dl_sbuf_printf(b, "\\%c", c);
+        else if (c < 0x20)
+            dl_sbuf_printf(b, "\\u%04x", c);
+        else
+            dl_sbuf_putc(b, (char)c);
+    }
+    dl_sbuf_putc(b, '"');
+}
+
+/* The top class of one sample's n scores. */
+static int64_t argmax(const float *y, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t j = 1; j < n; j++)
+        if (y[j] > y[best])
+            best = j;
+    return best;
+}
+
+static void put_label(dl_sbuf *b, const dl_model_conf *conf, int64_t k)
+{
+    if (k < conf->nlabels)
+        put_string(b, conf->labels[k]);
+    else
+        dl_sbuf_add(b, "null", 4);
+}
+
+static void put_scores(dl_sbuf *b, const float *y, int64_t n)
+{
+    dl_sbuf_putc(b, '[');
+    for (int64_t j = 0; j < n; j++)   /* 9 digits give every float back exactly */
+        dl_sbuf_printf(b, j ? ",%.9g" : "%.9g", isfinite(y[j]) ? (double)y[j] : 0.0);
+    dl_sbuf_putc(b, ']');
 }
 
 char *record_output(const record_out *o, size_t *len)
 {
-    json_t *classes = json_array(), *labels = json_array(), *scores = json_array();
-    bool ok = classes && labels && scores;
-    for (int64_t s = 0; ok && s < o->n; s++) {
-        const float *y = o->y + s * o->out_dim;
-        json_t *row = json_array();
-        int64_t best = 0;
-        for (int64_t j = 0; j < o->out_dim; j++) {
-            if (y[j] > y[best])
-                best = j;
-            ok = ok && push(row, json_real(isfinite(y[j]) ? y[j] : 0.0));
-        }
-        ok = ok && push(scores, row) && push(classes, json_integer(best));
-        if (ok && o->conf->nlabels > best)
-            ok = push(labels, json_string(o->conf->labels[best]));
+    /* Written directly (no JSON tree): this runs once per record. */
+    dl_sbuf b = {0};
+    bool one = o->n == 1;
+    dl_sbuf_add(&b, "{\"id\":", 6);
+    put_string(&b, o->id);
+    dl_sbuf_add(&b, ",\"model\":", 9);
+    put_string(&b, o->model);
+    dl_sbuf_printf(&b, ",\"version\":%lld,\"class\":%s", (long long)o->version, one ? "" : "[");
+    for (int64_t s = 0; s < o->n; s++)
+        dl_sbuf_printf(&b, s ? ",%lld" : "%lld", (long long)argmax(o->y + s * o->out_dim, o->out_dim));
+    dl_sbuf_add(&b, one ? ",\"label\":" : "],\"label\":[", one ? 9 : 11);
+    for (int64_t s = 0; s < o->n; s++) {
+        if (s)
+            dl_sbuf_putc(&b, ',');
+        put_label(&b, o->conf, argmax(o->y + s * o->out_dim, o->out_dim));
     }
-    json_t *root = NULL;
-    if (ok) {
-        bool one = o->n == 1;
-        json_t *lab = json_array_size(labels) ? labels : json_null();
-        root = json_pack("{s:s, s:s, s:I, s:O, s:O, s:O, s:{s:s, s:i, s:I}}",
-                         "id", o->id, "model", o->model, "version", (json_int_t)o->version,
-                         "class", one ? json_array_get(classes, 0) : classes,
-                         "label", one && json_is_array(lab) ? json_array_get(lab, 0) : lab,
-                         "scores", one ? json_array_get(scores, 0) : scores,
-                         "source", "topic", o->topic, "partition", (int)o->partition,
-                         "offset", (json_int_t)o->offset);
-        if (lab != labels)
-            json_decref(lab);
+    dl_sbuf_add(&b, one ? ",\"scores\":" : "],\"scores\":[", one ? 10 : 12);
+    for (int64_t s = 0; s < o->n; s++) {
+        if (s)
+            dl_sbuf_putc(&b, ',');
+        put_scores(&b, o->y + s * o->out_dim, o->out_dim);
     }
-    json_decref(classes);
-    json_decref(labels);
-    json_decref(scores);
-    char *text = root ? oip_dump(root) : NULL;
-    json_decref(root);
-    if (text)
-        *len = strlen(text);
-    return text;
+    dl_sbuf_printf(&b, "%s,\"source\":{\"topic\":", one ? "" : "]");
+    put_string(&b, o->topic);
+    dl_sbuf_printf(&b, ",\"partition\":%d,\"offset\":%lld}}", (int)o->partition,
+                   (long long)o->offset);
+    if (b.oom) {
+        dl_sbuf_free(&b);
+        return NULL;
+    }
+    *len = b.len;
+    return b.s;
 }

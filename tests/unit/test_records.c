@@ -155,6 +155,9 @@ Test(records, refusals)
     refused(&in, "tiny", REC_INPUT, "not finite");
     in.len = 6;
     refused(&in, "tiny", REC_INPUT, "multiple of 16");
+    float ok4[4] = {1, 1, 1, 1};
+    in = (record_in){ .value = ok4, .len = sizeof(ok4), .binary = true, .id_hdr = "\xff\xfe" };
+    refused(&in, "tiny", REC_JSON, "UTF-8");
 }
 
 Test(records, output_json)
@@ -173,6 +176,17 @@ Test(records, output_json)
     o.n = 2;   /* two samples: arrays */
     text = record_output(&o, &len);
     cr_assert_not_null(text);
-    cr_expect_not_null(strstr(text, "\"class\":[1,0],\"label\":[\"dog\",\"cat\"]"), "%s", text);
+    cr_expect_str_eq(text, "{\"id\":\"a\\\"1\",\"model\":\"tiny\",\"version\":2,\"class\":[1,0],"
+                           "\"label\":[\"dog\",\"cat\"],\"scores\":[[0.100000001,0.699999988,"
+                           "0.200000003],[0.5,0.200000003,0.300000012]],\"source\":{\"topic\":"
+                           "\"in\",\"partition\":1,\"offset\":9}}");
+    free(text);
+    conf.nlabels = 0;   /* no labels: null; control characters escaped */
+    o.n = 1;
+    o.id = "tab\there";
+    text = record_output(&o, &len);
+    cr_assert_not_null(text);
+    cr_expect_not_null(strstr(text, "\"id\":\"tab\\u0009here\""), "%s", text);
+    cr_expect_not_null(strstr(text, "\"label\":null,"), "%s", text);
     free(text);
 }
