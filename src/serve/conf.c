@@ -192,9 +192,18 @@ dl_status dl_serve_conf_load(dl_serve_conf *conf, const char *path, dl_err *err)
     dl_serve_conf tmp;
     memset(&tmp, 0, sizeof(tmp));
     dl_status st = dl_conf_defaults(dl_serve_opts, &tmp, err);
+    /* The raw properties gather on the side: loading writes the options
+     * back over tmp only when the whole file is good. */
+    dl_kafka_conf *raw = calloc(1, sizeof(*raw));
+    if (!raw)
+        st = dl_err_set(err, DL_ERR_NOMEM, "configuration");
     if (st == DL_OK && path)
-        st = dl_conf_load_file(dl_serve_opts, &tmp, path, passthrough, kafka_prop,
-                               &tmp.kafka, err);
+        st = dl_conf_load_file(dl_serve_opts, &tmp, path, passthrough, kafka_prop, raw, err);
+    if (st == DL_OK) {
+        tmp.kafka.nprops = raw->nprops;
+        memcpy(tmp.kafka.props, raw->props, (size_t)raw->nprops * sizeof(raw->props[0]));
+    }
+    free(raw);
     if (st == DL_OK)
         st = dl_conf_apply_env(dl_serve_opts, &tmp, err);
     if (st == DL_OK)

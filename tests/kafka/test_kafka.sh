@@ -41,6 +41,15 @@ sys.exit(1 if bad or n == 0 else 0)
 PYEOF
 }
 
+# ---- a property librdkafka refuses stops start-up, naming file and line -------
+printf '[kafka]\nbrokers = %s\n\n[kafka.consumer]\nsession.timeout.ms = soon\n' "$BOOT" \
+    > "$WORK/bad.conf"
+"$DLSERVE" --config "$WORK/bad.conf" --models "$WORK/repo" --port 0 2> "$WORK/bad.err"
+rc=$?
+check "a bad [kafka.consumer] property stops start-up ($rc)" test $rc -ne 0
+check "... naming the file, the line and the property" \
+    grep -q "bad.conf:5: Kafka property 'session.timeout.ms'" "$WORK/bad.err"
+
 # ---- a clean run: JSON, data and binary records --------------------------
 check "daemon joins the group" start_kafka_daemon clean "${KARGS[@]}"
 "$KAFKA_TOOL" feed -b "$BOOT" -t $IN --count 1000 --format json > /dev/null

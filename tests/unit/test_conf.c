@@ -255,6 +255,25 @@ Test(conf, passthrough_sections_accepted)
           "[kafka.producer]\nlinger.ms = 5\n"
           "[redis]\nhost = 127.0.0.1\n");
     cr_expect_eq(conf.http.port, 1234);
+    /* the raw properties are kept, in order, for the consumer or producer */
+    cr_assert_eq(conf.kafka.nprops, 3);
+    cr_expect_str_eq(conf.kafka.props[1].key, "auto.offset.reset");
+    cr_expect_str_eq(conf.kafka.props[1].value, "earliest");
+    cr_expect(!conf.kafka.props[1].producer);
+    cr_expect(conf.kafka.props[2].producer);
+    char origin[1100];
+    snprintf(origin, sizeof(origin), "%s:9", path);
+    cr_expect_str_eq(conf.kafka.props[2].origin, origin);
+    cr_expect_str_eq(conf.kafka.brokers, "localhost:9092");
+    cr_expect_str_eq(conf.redis.host, "127.0.0.1");
+    /* and from the command line */
+    const char *ov[] = {"kafka.producer.compression.type=lz4", "kafka.group_id=g9"};
+    dl_err err = {0};
+    cr_assert_eq(dl_serve_conf_apply(&conf, ov, 2, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(conf.kafka.nprops, 4);
+    cr_expect_str_eq(conf.kafka.props[3].key, "compression.type");
+    cr_expect(conf.kafka.props[3].producer);
+    cr_expect_str_eq(conf.kafka.group_id, "g9");
 }
 
 typedef struct raw_seen {
