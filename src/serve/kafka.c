@@ -99,6 +99,7 @@ struct kafka_srv {
     uint32_t             epoch;
     bool                 paused;
     bool                 txn_open, txn_dirty;
+    char                 def_model[DL_NAME_MAX];   /* see default_model */
     double               last_commit;
     int64_t              dead_logged;
 #ifdef DL_HAVE_REDIS
@@ -452,7 +453,8 @@ static void on_done(infer_req *q, void *ctx)
 }
 
 /* The model a record without one goes to: the configured default, or
- * the only model being served. */
+ * the only model being served. Looked up once a round of the thread (not
+ * once a record): the served models change only on reloads. */
 static void default_model(kafka_srv *k, char *out, size_t cap)
 {
     snprintf(out, cap, "%s", k->conf.default_model);
@@ -478,11 +480,11 @@ static bool submit(kafka_srv *k, krec *r)
 {
     dl_err err = {0};
     if (!r->req.x) {
-        char model[HDR_MAX], id[HDR_MAX], ctype[HDR_MAX], def[DL_NAME_MAX];
+        char model[HDR_MAX], id[HDR_MAX], ctype[HDR_MAX];
         record_in in;
         record_in_of(r, &in, model, id, ctype);
-        default_model(k, def, sizeof(def));
-        record_fault f = record_open(&in, def, (size_t)k->conf.max_record_bytes, &r->env, &err);
+        record_fault f = record_open(&in, k->def_model, (size_t)k->conf.max_record_bytes,
+                                     &r->env, &err);
         served *sv = NULL;
         if (f == REC_OK && !(sv = registry_acquire(k->reg, r->env.model, r->env.version))) {
             f = REC_MODEL;
@@ -1031,6 +1033,7 @@ static void *kafka_thread(void *arg)
     kafka_srv *k = arg;
     double last_snap = 0.0;
     while (!atomic_load(&k->stop)) {
+        default_model(k, k->def_model, sizeof(k->def_model));
         drain_done(k);
         overflow_retry(k);
         rd_kafka_poll(k->prod, 0);

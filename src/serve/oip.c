@@ -692,15 +692,6 @@ static json_t *tensor(const char *name, const char *datatype, const int64_t *sha
                      "data", data);
 }
 
-static int64_t argmax(const float *p, int64_t k)
-{
-    int64_t best = 0;
-    for (int64_t j = 1; j < k; j++)
-        if (p[j] > p[best])
-            best = j;
-    return best;
-}
-
 /* Fills the data arrays of an infer response (each may be NULL: not
  * asked for) in one pass over the rows. */
 static bool infer_data(const oip_result *res, json_t *probs, json_t *labels, json_t *classes)
@@ -712,7 +703,7 @@ static bool infer_data(const oip_result *res, json_t *probs, json_t *labels, jso
         for (int64_t j = 0; probs && j < res->out_dim; j++)
             if (!add(probs, isfinite(p[j]) ? json_real(p[j]) : json_null()))
                 return false;
-        int64_t c = argmax(p, res->out_dim);
+        int64_t c = dl_argmax(p, res->out_dim);
         if (classes && !add(classes, json_integer(c)))
             return false;
         if (labels && !add(labels, json_string(c < conf->nlabels ? conf->labels[c] : "")))

@@ -242,16 +242,6 @@ static void put_string(dl_sbuf *b, const char *s)
     dl_sbuf_putc(b, '"');
 }
 
-/* The top class of one sample's n scores. */
-static int64_t argmax(const float *y, int64_t n)
-{
-    int64_t best = 0;
-    for (int64_t j = 1; j < n; j++)
-        if (y[j] > y[best])
-            best = j;
-    return best;
-}
-
 static void put_label(dl_sbuf *b, const dl_model_conf *conf, int64_t k)
 {
     if (k < conf->nlabels)
@@ -271,6 +261,11 @@ static void put_scores(dl_sbuf *b, const float *y, int64_t n)
 char *record_output(const record_out *o, size_t *len)
 {
     /* Written directly (no JSON tree): this runs once per record. */
+    int64_t one_class, *cls = o->n == 1 ? &one_class : malloc((size_t)o->n * sizeof(*cls));
+    if (!cls)
+        return NULL;
+    for (int64_t s = 0; s < o->n; s++)
+        cls[s] = dl_argmax(o->y + s * o->out_dim, o->out_dim);
     dl_sbuf b = {0};
     bool one = o->n == 1;
     dl_sbuf_add(&b, "{\"id\":", 6);
@@ -279,12 +274,12 @@ char *record_output(const record_out *o, size_t *len)
     put_string(&b, o->model);
     dl_sbuf_printf(&b, ",\"version\":%lld,\"class\":%s", (long long)o->version, one ? "" : "[");
     for (int64_t s = 0; s < o->n; s++)
-        dl_sbuf_printf(&b, s ? ",%lld" : "%lld", (long long)argmax(o->y + s * o->out_dim, o->out_dim));
+        dl_sbuf_printf(&b, s ? ",%lld" : "%lld", (long long)cls[s]);
     dl_sbuf_add(&b, one ? ",\"label\":" : "],\"label\":[", one ? 9 : 11);
     for (int64_t s = 0; s < o->n; s++) {
         if (s)
             dl_sbuf_putc(&b, ',');
-        put_label(&b, o->conf, argmax(o->y + s * o->out_dim, o->out_dim));
+        put_label(&b, o->conf, cls[s]);
     }
     dl_sbuf_add(&b, one ? ",\"scores\":" : "],\"scores\":[", one ? 10 : 12);
     for (int64_t s = 0; s < o->n; s++) {
@@ -296,6 +291,8 @@ char *record_output(const record_out *o, size_t *len)
     put_string(&b, o->topic);
     dl_sbuf_printf(&b, ",\"partition\":%d,\"offset\":%lld}}", (int)o->partition,
                    (long long)o->offset);
+    if (cls != &one_class)
+        free(cls);
     if (b.oom) {
         dl_sbuf_free(&b);
         return NULL;

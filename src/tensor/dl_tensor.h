@@ -185,6 +185,10 @@ void dl_tensor_view(dl_tensor *t, dl_backend *be, int ndim,
 /* Frees a tensor from dl_tensor_new (and its data if it owns it). */
 void dl_tensor_free(dl_tensor *t);
 
+/* Index of the largest of x[0..n) (the first on ties; 0 when n <= 1):
+ * a classifier's top class. Host memory. */
+int64_t dl_argmax(const float *x, int64_t n);
+
 /* Formats a shape as "[a, b, c]" into buf. Returns buf. */
 const char *dl_shape_str(int ndim, const int64_t *shape, char *buf, size_t len);
 

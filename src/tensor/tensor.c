@@ -67,6 +67,15 @@ void dl_tensor_free(dl_tensor *t)
     free(t);
 }
 
+int64_t dl_argmax(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t j = 1; j < n; j++)
+        if (x[j] > x[best])
+            best = j;
+    return best;
+}
+
 const char *dl_shape_str(int ndim, const int64_t *shape, char *buf, size_t len)
 {
     size_t off = 0;

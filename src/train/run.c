@@ -101,10 +101,7 @@ dl_status dl_predict_run(const dl_run_opts *o, dl_err *err)
                  : dl_err_set(err, DL_ERR_NOMEM, "predictions");
         for (int64_t i = 0; st == DL_OK && i < ds->n; i++) {
             const float *p = out + i * k;
-            int64_t best = 0;
-            for (int64_t j = 1; j < k; j++)
-                if (p[j] > p[best])
-                    best = j;
+            int64_t best = dl_argmax(p, k);
             printf("{\"index\":%lld,\"class\":%lld,\"label\":\"%s\",\"score\":%.4f}\n",
                    (long long)i, (long long)best,
                    best < s.conf->nlabels ? s.conf->labels[best] : "", p[best]);
