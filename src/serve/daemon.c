@@ -212,7 +212,6 @@ static char *metrics_extra(void *ctx)
     if (d->rstatus)
         redis_metrics(&b, links, 2, d->watch);
 #endif
-    (void)d;
     if (b.oom) {
         dl_sbuf_free(&b);
         return NULL;
