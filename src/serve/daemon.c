@@ -5,7 +5,6 @@
  * queued request and exits 0. Signal handlers only set flags. */
 #define _GNU_SOURCE
 #include "serve/serve.h"
-#include "tensor/dl_cuda.h"
 #ifdef DL_HAVE_KAFKA
 #include "serve/kafka.h"
 #endif
@@ -192,7 +191,7 @@ static char *metrics_extra(void *ctx)
     daemon_ctx *d = ctx;
     dl_sbuf b = {0};
     size_t used, total;
-    if (dl_backend_is_cuda(d->be) && dl_cuda_memory(d->be, &used, &total) == DL_OK)
+    if (dl_backend_memory(d->be, &used, &total) == DL_OK)
         dl_sbuf_printf(&b, "# HELP dlserve_gpu_memory_used_bytes GPU memory held by dlserve's pool.\n"
                            "# TYPE dlserve_gpu_memory_used_bytes gauge\n"
                            "dlserve_gpu_memory_used_bytes{device=\"%s\"} %zu\n"
@@ -334,7 +333,8 @@ static dl_status start(daemon_ctx *d, dl_err *err)
 {
     /* The connection threads share the cores: idle workers must sleep. */
     dl_pool_set_spin(0);
-    dl_status st = dl_backend_new(d->conf.models.device, (int)d->conf.models.threads, &d->be, err);
+    dl_backend_params bp = { .threads = (int)d->conf.models.threads };
+    dl_status st = dl_backend_new(d->conf.models.device, &bp, &d->be, err);
     if (st == DL_OK)
         st = registry_new(&d->conf.models, d->be, &d->reg, err);
     if (st == DL_OK)
@@ -399,7 +399,7 @@ static void stop(daemon_ctx *d)
     batcher_free(d->bat);
     registry_free(d->reg);
     stats_free(d->st);
-    dl_cuda_backend_destroy(d->be);   /* dl_backend_free for the CPU */
+    dl_backend_free(d->be);
 #ifdef DL_HAVE_REDIS
     dl_redis_link_free(d->rstatus);
     pthread_mutex_destroy(&d->rstatus_mu);

@@ -2,7 +2,7 @@
  * (cblas_sgemm), convolution as im2col + GEMM, the rest as plain loops
  * spread over dl_parallel_for where the work is large enough. */
 #define _POSIX_C_SOURCE 200809L
-#include "tensor/dl_tensor.h"
+#include "tensor/backend.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -846,8 +846,23 @@ static void cpu_axpy(dl_backend *be, float alpha, const float *x, float *y,
     cblas_saxpy((blasint)n, alpha, x, 1, y, 1);
 }
 
+static void cpu_free(dl_backend *be)
+{
+    free(be);
+}
+
+/* Every op has run when it returns: nothing is queued or latched. */
+static dl_status cpu_sync(dl_backend *be, dl_err *err)
+{
+    (void)be;
+    (void)err;
+    return DL_OK;
+}
+
 static const dl_backend_ops cpu_ops = {
     .name           = "cpu",
+    .free           = cpu_free,
+    .sync           = cpu_sync,
     .alloc          = cpu_alloc,
     .release        = cpu_release,
     .upload         = cpu_copy,
@@ -893,6 +908,7 @@ dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err)
     if (!be)
         return dl_err_set(err, DL_ERR_NOMEM, "cpu backend");
     be->ops = &cpu_ops;
+    be->device = -1;
     be->threads = threads;
     /* All parallelism is the pool's: OpenBLAS runs single-threaded inside
      * its tasks, and the pool's threads sleep when idle. */
@@ -902,7 +918,16 @@ dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err)
     return DL_OK;
 }
 
-void dl_backend_free(dl_backend *be)
+/* The backend registration: "cpu" has no device index. */
+static dl_status cpu_create(int index, const dl_backend_params *p, dl_backend **out,
+                            dl_err *err)
 {
-    free(be);
+    (void)index;
+    return dl_backend_cpu_new(p->threads, out, err);
 }
+
+const dl_backend_reg dl_backend_cpu_reg = {
+    .name    = "cpu",
+    .indexed = false,
+    .create  = cpu_create,
+};

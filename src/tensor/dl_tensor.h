@@ -1,6 +1,8 @@
-/* dl_tensor.h: tensors and the backend ops table. A backend (CPU through
- * OpenBLAS now, CUDA later) is a const table of kernels plus a context;
- * layers call be->ops->... and never know which backend runs them. */
+/* dl_tensor.h: tensors and the backend ops table. A backend (the CPU
+ * through OpenBLAS, or a CUDA GPU) is a const table of kernels plus a
+ * context, created by device name; everything above src/tensor calls
+ * be->ops->... (or the wrappers below) and never knows which backend runs
+ * them: no backend has a header of its own outside this folder. */
 #ifndef DL_TENSOR_H
 #define DL_TENSOR_H
 
@@ -13,6 +15,10 @@ extern "C" {
 #define DL_MAX_DIMS 4
 
 typedef struct dl_backend dl_backend;
+
+/* A recorded sequence of ops that a backend can replay as one unit (a
+ * CUDA graph); opaque, defined by the backend that made it. */
+typedef struct dl_graph dl_graph;
 
 /* Activations with an elementwise derivative expressed through the output. */
 typedef enum dl_act { DL_ACT_RELU, DL_ACT_TANH, DL_ACT_SIGMOID } dl_act;
@@ -36,7 +42,35 @@ dl_status dl_conv_geom_finish(dl_conv_geom *g, dl_err *err);
  * overwritten; "accumulates" means += into the output. Kernels run on the
  * calling thread's behalf and return when done. */
 typedef struct dl_backend_ops {
-    const char *name;
+    const char *name;          /* the device word: "cpu", "cuda" */
+
+    /* ---- the backend itself ---- */
+    /* Frees everything the backend holds (device memory, handles,
+     * streams) and be itself. Use dl_backend_free. */
+    void      (*free)(dl_backend *be);
+    /* Waits until every op queued on be has run, then reports (and clears)
+     * an error latched by an op that returns void. */
+    dl_status (*sync)(dl_backend *be, dl_err *err);
+    /* Bytes of device memory the backend holds (in use plus cached for
+     * reuse) and the device's total. NULL for a backend that uses host
+     * memory (the CPU). */
+    dl_status (*memory)(dl_backend *be, size_t *used, size_t *total);
+    /* The backend's compute stream (a cudaStream_t), borrowed, for
+     * collective libraries (NCCL) that queue work beside the ops. NULL
+     * for a backend without streams. */
+    void     *(*stream)(dl_backend *be);
+    /* Recording (NULL entries when the backend cannot record): the ops
+     * called between graph_begin and graph_end are recorded, not run;
+     * graph_launch queues one replay. Ops that exchange data with the host
+     * (upload, download, xent, mse, embed_fwd) must not be recorded, and
+     * every buffer must exist already and stay allocated, unchanged, while
+     * the graph lives: run the work once before recording it. */
+    dl_status (*graph_begin)(dl_backend *be, dl_err *err);
+    dl_status (*graph_end)(dl_backend *be, dl_graph **out, dl_err *err);
+    dl_status (*graph_launch)(dl_backend *be, dl_graph *g, dl_err *err);
+    void      (*graph_free)(dl_backend *be, dl_graph *g);
+
+    /* ---- memory ---- */
     dl_status (*alloc)(dl_backend *be, size_t nbytes, void **out, dl_err *err);
     void      (*release)(dl_backend *be, void *ptr);
     void      (*upload)(dl_backend *be, void *dst, const void *host, size_t nbytes);
@@ -137,6 +171,7 @@ typedef struct dl_backend_ops {
 struct dl_backend {
     const dl_backend_ops *ops;
     void *ctx;                 /* cuBLAS/cuDNN handles for CUDA; NULL for CPU */
+    int device;                /* the device's index; -1 for host memory (CPU) */
     int threads;
     /* Floats of scratch a layer should aim for per chunk of a batch
      * (im2col): cache-sized on the CPU; 0 means DL_CHUNK_FLOATS. A GPU
@@ -146,17 +181,48 @@ struct dl_backend {
 
 #define DL_CHUNK_FLOATS (512 * 1024)   /* ~2 MB: still in cache for the GEMM */
 
+/* How a backend is created. Zero-initialised means: all online CPUs,
+ * fp32 GEMMs. */
+typedef struct dl_backend_params {
+    int  threads;      /* CPU threads for OpenBLAS and our own loops; <= 0: all */
+    bool tf32;         /* TF32 tensor-core GEMMs where the device has them:
+                        * the products keep 10 mantissa bits (relative
+                        * error ~1e-3 instead of ~1e-6); the CPU ignores it */
+} dl_backend_params;
+
 /* CPU backend with `threads` threads for OpenBLAS and for our own loops
  * (both run one at a time, so the process never uses more than `threads`
  * cores). threads <= 0 means the number of online CPUs. New. */
 dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err);
 
-/* Creates the backend named by a --device string ("cpu", "cuda", "cuda:N").
- * DL_ERR_UNAVAILABLE when the device is not built in or not present. */
-dl_status dl_backend_new(const char *device, int threads, dl_backend **out,
-                         dl_err *err);
+/* Creates the backend named by a device string: "NAME" or "NAME:N" for
+ * device N of that kind ("cpu", "cuda", "cuda:1"; a bare "cuda" is the GPU
+ * of this process's local rank; NULL means "cpu"). p may be NULL (defaults). *out is new
+ * (dl_backend_free). DL_ERR_INVALID for an unknown name or a malformed
+ * index; DL_ERR_UNAVAILABLE, with "no CUDA device" in the message, when
+ * the backend is not built in or its device is not present. */
+dl_status dl_backend_new(const char *device, const dl_backend_params *p,
+                         dl_backend **out, dl_err *err);
 
+/* Frees a backend through its ops table; NULL does nothing. */
 void dl_backend_free(dl_backend *be);
+
+/* Waits for the queued ops and reports a latched error; DL_OK at once on
+ * the CPU. */
+dl_status dl_backend_sync(dl_backend *be, dl_err *err);
+
+/* Device memory held and the device's total; DL_ERR_INVALID (and zeros)
+ * for a backend on host memory. */
+dl_status dl_backend_memory(dl_backend *be, size_t *used, size_t *total);
+
+/* True when be can record graphs (ops->graph_begin is set). The wrappers
+ * answer DL_ERR_INVALID on backends that cannot; dl_graph_free(be, NULL)
+ * does nothing. */
+bool      dl_backend_can_record(const dl_backend *be);
+dl_status dl_graph_begin(dl_backend *be, dl_err *err);
+dl_status dl_graph_end(dl_backend *be, dl_graph **out, dl_err *err);
+dl_status dl_graph_launch(dl_backend *be, dl_graph *g, dl_err *err);
+void      dl_graph_free(dl_backend *be, dl_graph *g);
 
 /* ---- tensors --------------------------------------------------------- */
 

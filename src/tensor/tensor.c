@@ -1,7 +1,6 @@
 /* tensor.c: tensor headers, views, shape helpers, convolution geometry and
  * backend selection by device name. */
-#include "tensor/dl_tensor.h"
-#include "tensor/dl_cuda.h"
+#include "tensor/backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,34 +105,88 @@ dl_status dl_conv_geom_finish(dl_conv_geom *g, dl_err *err)
     return DL_OK;
 }
 
-dl_status dl_backend_new(const char *device, int threads, dl_backend **out,
-                         dl_err *err)
+/* Every backend this build knows; the only list of them. */
+static const dl_backend_reg *const backends[] = { &dl_backend_cpu_reg, &dl_backend_cuda_reg };
+#define NBACKENDS (sizeof(backends) / sizeof(backends[0]))
+
+dl_status dl_backend_new(const char *device, const dl_backend_params *p,
+                         dl_backend **out, dl_err *err)
 {
     *out = NULL;
-    if (!device || strcmp(device, "cpu") == 0)
-        return dl_backend_cpu_new(threads, out, err);
-    if (strncmp(device, "cuda", 4) == 0 && (device[4] == '\0' || device[4] == ':')) {
-#ifdef DL_HAVE_CUDA
-        /* "cuda": the GPU of this process's local rank; "cuda:N": GPU N. */
+    static const dl_backend_params defaults = { 0 };
+    if (!device)
+        device = "cpu";
+    const char *colon = strchr(device, ':');
+    size_t len = colon ? (size_t)(colon - device) : strlen(device);
+    for (size_t i = 0; i < NBACKENDS; i++) {
+        const dl_backend_reg *r = backends[i];
+        if (strlen(r->name) != len || strncmp(device, r->name, len) != 0)
+            continue;
         int index = -1;
-        if (device[4] == ':') {
+        if (colon) {
             char *end;
-            long v = strtol(device + 5, &end, 10);
-            if (end == device + 5 || *end || v < 0 || v > 1023)
-                return dl_err_set(err, DL_ERR_INVALID,
-                                  "device '%s': expected cpu, cuda or cuda:N", device);
+            long v = strtol(colon + 1, &end, 10);
+            if (!r->indexed || end == colon + 1 || *end || v < 0 || v > 1023)
+                break;
             index = (int)v;
         }
-        (void)threads;   /* the GPU backend runs no CPU threads of its own */
-        dl_status st = dl_backend_cuda_new(index, out, err);
+        dl_status st = r->create(index, p ? p : &defaults, out, err);
         if (st != DL_OK)
             dl_err_prefix(err, "device '%s'", device);
         return st;
-#else
-        return dl_err_set(err, DL_ERR_UNAVAILABLE,
-                          "device '%s': this build has no CUDA backend", device);
-#endif
     }
-    return dl_err_set(err, DL_ERR_INVALID,
-                      "device '%s': expected cpu, cuda or cuda:N", device);
+    return dl_err_set(err, DL_ERR_INVALID, "device '%s': expected cpu, cuda or cuda:N",
+                      device);
+}
+
+void dl_backend_free(dl_backend *be)
+{
+    if (be)
+        be->ops->free(be);
+}
+
+dl_status dl_backend_sync(dl_backend *be, dl_err *err)
+{
+    return be->ops->sync(be, err);
+}
+
+dl_status dl_backend_memory(dl_backend *be, size_t *used, size_t *total)
+{
+    if (be->ops->memory)
+        return be->ops->memory(be, used, total);
+    *used = *total = 0;
+    return DL_ERR_INVALID;
+}
+
+bool dl_backend_can_record(const dl_backend *be)
+{
+    return be->ops->graph_begin != NULL;
+}
+
+dl_status dl_graph_begin(dl_backend *be, dl_err *err)
+{
+    if (!dl_backend_can_record(be))
+        return dl_err_set(err, DL_ERR_INVALID, "the %s backend cannot record graphs",
+                          be->ops->name);
+    return be->ops->graph_begin(be, err);
+}
+
+dl_status dl_graph_end(dl_backend *be, dl_graph **out, dl_err *err)
+{
+    *out = NULL;
+    if (!dl_backend_can_record(be))
+        return dl_err_set(err, DL_ERR_INVALID, "no graph is being recorded");
+    return be->ops->graph_end(be, out, err);
+}
+
+/* A graph exists only if its backend made it. */
+dl_status dl_graph_launch(dl_backend *be, dl_graph *g, dl_err *err)
+{
+    return be->ops->graph_launch(be, g, err);
+}
+
+void dl_graph_free(dl_backend *be, dl_graph *g)
+{
+    if (g)
+        be->ops->graph_free(be, g);
 }

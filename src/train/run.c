@@ -4,7 +4,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "train/session.h"
 
-#include "tensor/dl_cuda.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -138,14 +137,14 @@ typedef struct infer_bench {
     session       *s;
     const float   *x;        /* backend memory, batch * in_dim */
     int64_t        batch;
-    dl_cuda_graph *graph;    /* NULL: eager */
+    dl_graph      *graph;    /* NULL: eager */
     const float   *y;        /* the last forward's output */
 } infer_bench;
 
 static dl_status infer_once(infer_bench *b, dl_err *err)
 {
     if (b->graph)
-        return dl_cuda_graph_launch(b->graph, err);
+        return dl_graph_launch(b->s->be, b->graph, err);
     return dl_model_forward(b->s->m, b->x, b->batch, false, &b->y, err);
 }
 
@@ -172,7 +171,7 @@ static dl_status infer_time(infer_bench *b, double *rate, int64_t *iters, double
         st = infer_once(b, err);
     infer_sync(b);
     if (st == DL_OK)
-        st = dl_cuda_sync(b->s->be, err);   /* latched GPU errors; DL_OK on the CPU */
+        st = dl_backend_sync(b->s->be, err);   /* latched GPU errors; DL_OK on the CPU */
     *secs = dl_time_now() - t0;
     *iters = n;
     *rate = (double)(n * b->batch) / *secs;
@@ -214,17 +213,17 @@ static dl_status infer_batch(session *s, const dl_run_opts *o, const dl_dataset 
         infer_sync(&b);
     if (st == DL_OK && (st = infer_time(&b, &rate, &iters, &secs, err)) == DL_OK)
         infer_print(s, o, "eager", batch, iters, secs, rate);
-    if (st == DL_OK && dl_backend_is_cuda(be)) {
+    if (st == DL_OK && dl_backend_can_record(be)) {
         /* The forward pass recorded once, replayed as one launch. */
-        st = dl_cuda_graph_begin(be, err);
+        st = dl_graph_begin(be, err);
         if (st == DL_OK) {
             dl_status fw = dl_model_forward(s->m, x, batch, false, &b.y, err);
-            st = dl_cuda_graph_end(be, &b.graph, err);
+            st = dl_graph_end(be, &b.graph, err);
             st = fw != DL_OK ? fw : st;
         }
         if (st == DL_OK && (st = infer_time(&b, &rate, &iters, &secs, err)) == DL_OK)
             infer_print(s, o, "graph", batch, iters, secs, rate);
-        dl_cuda_graph_free(b.graph);
+        dl_graph_free(be, b.graph);
     }
     if (x)
         be->ops->release(be, x);

@@ -3,8 +3,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "train/session.h"
 
-#include "tensor/dl_cuda.h"
-
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,10 +59,10 @@ dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, dl_err *
 {
     memset(s, 0, sizeof(*s));
     dl_status st = dl_model_conf_load(o->model_dir, &s->conf, err);
-    dl_cuda_set_tf32(o->tf32);   /* read when a CUDA backend is created */
+    dl_backend_params bp = { .threads = o->threads, .tf32 = o->tf32 };
     if (st == DL_OK)
-        st = dl_backend_new(o->device ? o->device : "cpu", o->threads, &s->be, err);
-    if (st == DL_OK && o->tf32 && !dl_backend_is_cuda(s->be))
+        st = dl_backend_new(o->device, &bp, &s->be, err);
+    if (st == DL_OK && o->tf32 && s->be->device < 0)
         DL_LOG0(DL_LOG_NOTICE, "train", "--math tf32 applies to CUDA devices only; the CPU "
                 "computes in fp32");
     if (st == DL_OK)
@@ -133,7 +131,7 @@ dl_status session_evaluate(session *s, const dl_dataset *ds, int64_t batch,
 void session_close(session *s)
 {
     dl_model_free(s->m);
-    dl_cuda_backend_destroy(s->be);   /* dl_backend_free for other backends */
+    dl_backend_free(s->be);
     dl_model_conf_free(s->conf);
     memset(s, 0, sizeof(*s));
 }

@@ -9,7 +9,7 @@
  * 1e-5 in fp32; 3e-3 for GEMMs with TF32 on. Integer outputs (argmax,
  * counts) must match exactly. DLSERVE_TEST_SEED=N repeats a run. */
 #define _POSIX_C_SOURCE 200809L
-#include "tensor/dl_cuda.h"
+#include "tensor/dl_tensor.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -567,7 +567,7 @@ static void check_backend(void)
         gpu->ops->release(gpu, a);
 
     size_t used = 0, total = 0;
-    st = dl_cuda_memory(gpu, &used, &total);
+    st = dl_backend_memory(gpu, &used, &total);
     report("memory_figures", st == DL_OK && used > 0 && total > used ? 0.0 : 1.0, 0.0);
 
     /* A recorded sequence replays to the eager result. */
@@ -576,24 +576,24 @@ static void check_backend(void)
     for (int i = 0; i < 2; i++)
         cpu->ops->axpy(cpu, 0.5f, x->c, y->c, n);
     cpu->ops->act_fwd(cpu, DL_ACT_TANH, y->c, z->c, n);
-    dl_cuda_graph *g = NULL;
-    st = dl_cuda_graph_begin(gpu, &err);
+    dl_graph *g = NULL;
+    st = dl_graph_begin(gpu, &err);
     if (st == DL_OK) {
         gpu->ops->axpy(gpu, 0.5f, x->g, y->g, n);
         gpu->ops->act_fwd(gpu, DL_ACT_TANH, y->g, z->g, n);
-        st = dl_cuda_graph_end(gpu, &g, &err);
+        st = dl_graph_end(gpu, &g, &err);
     }
     if (st == DL_OK)   /* recording ran nothing: two replays, two axpys */
-        st = dl_cuda_graph_launch(g, &err);
+        st = dl_graph_launch(gpu, g, &err);
     if (st == DL_OK)
-        st = dl_cuda_graph_launch(g, &err);
+        st = dl_graph_launch(gpu, g, &err);
     if (st == DL_OK) {
         compare("graph_replay", z, false, TOL);
     } else {
         fprintf(stderr, "graph: %s\n", err.msg);
         report("graph_replay", INFINITY, TOL);
     }
-    dl_cuda_graph_free(g);
+    dl_graph_free(gpu, g);
     drop_all();
 
     /* A host transfer inside a recording is refused, reported once, and
@@ -601,13 +601,13 @@ static void check_backend(void)
     float h[4];
     a = must_alloc(gpu, sizeof(h));
     g = NULL;
-    st = dl_cuda_graph_begin(gpu, &err);
+    st = dl_graph_begin(gpu, &err);
     if (st == DL_OK) {
         gpu->ops->download(gpu, h, a, sizeof(h));
-        st = dl_cuda_graph_end(gpu, &g, &err);
+        st = dl_graph_end(gpu, &g, &err);
     }
-    dl_cuda_graph_free(g);
-    dl_status after = dl_cuda_sync(gpu, &err);
+    dl_graph_free(gpu, g);
+    dl_status after = dl_backend_sync(gpu, &err);
     report("latch_reports_once", st != DL_OK && after == DL_OK ? 0.0 : 1.0, 0.0);
     gpu->ops->release(gpu, a);
 }
@@ -615,7 +615,7 @@ static void check_backend(void)
 int main(void)
 {
     dl_err err = {0};
-    dl_status st = dl_backend_new("cuda", 0, &gpu, &err);
+    dl_status st = dl_backend_new("cuda", NULL, &gpu, &err);
     if (st == DL_ERR_UNAVAILABLE) {
         printf("SKIP: no CUDA device (%s)\n", err.msg);
         return 77;
@@ -624,9 +624,7 @@ int main(void)
         fprintf(stderr, "cuda backend: %s\n", err.msg);
         return 1;
     }
-    dl_cuda_set_tf32(true);
-    st = dl_backend_new("cuda", 0, &tf32, &err);
-    dl_cuda_set_tf32(false);
+    st = dl_backend_new("cuda", &(dl_backend_params){ .tf32 = true }, &tf32, &err);
     if (st == DL_OK)
         st = dl_backend_cpu_new(0, &cpu, &err);
     if (st != DL_OK) {
@@ -654,14 +652,14 @@ int main(void)
     check_optim();
     check_backend();
 
-    st = dl_cuda_sync(gpu, &err);
+    st = dl_backend_sync(gpu, &err);
     if (st != DL_OK) {
         fprintf(stderr, "cuda: %s\n", err.msg);
         failures++;
     }
     printf("# %d checks, %d failed\n", checks, failures);
-    dl_cuda_backend_destroy(tf32);
-    dl_cuda_backend_destroy(gpu);
+    dl_backend_free(tf32);
+    dl_backend_free(gpu);
     dl_backend_free(cpu);
     return failures ? 1 : 0;
 }

@@ -80,14 +80,8 @@ struct cuda_ctx {
     bool            capturing;
     int             graphs;           /* alive */
     retired_buf    *retired;          /* internal buffers a graph may still use */
-    cuda_ctx       *next;             /* registry */
 };
 
-/* Every context stays reachable from here until dl_cuda_backend_destroy:
- * dl_backend_free frees only the dl_backend struct. */
-pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
-cuda_ctx *registry;
-bool tf32_default;
 
 int size_class(size_t n, size_t *size)
 {
@@ -875,8 +869,26 @@ void cu_axpy(dl_backend *be, float alpha, const float *x, float *y, int64_t n)
     CUDA_CHECK(c, k_axpy(c->stream, alpha, x, y, n), "axpy");
 }
 
+/* Defined below with creation and graphs. */
+void      mod_backend_destroy(dl_backend *be);
+dl_status mod_sync(dl_backend *be, dl_err *err);
+dl_status mod_memory(dl_backend *be, size_t *used, size_t *total);
+void     *mod_stream(dl_backend *be);
+dl_status mod_graph_begin(dl_backend *be, dl_err *err);
+dl_status mod_graph_end(dl_backend *be, dl_graph **out, dl_err *err);
+dl_status mod_graph_launch(dl_backend *be, dl_graph *g, dl_err *err);
+void      mod_graph_free(dl_backend *be, dl_graph *g);
+
 const dl_backend_ops cuda_ops = {
     .name           = "cuda",
+    .free           = mod_backend_destroy,
+    .sync           = mod_sync,
+    .memory         = mod_memory,
+    .stream         = mod_stream,
+    .graph_begin    = mod_graph_begin,
+    .graph_end      = mod_graph_end,
+    .graph_launch   = mod_graph_launch,
+    .graph_free     = mod_graph_free,
     .alloc          = cu_alloc,
     .release        = cu_release,
     .upload         = cu_upload,
@@ -948,13 +960,6 @@ void ctx_destroy(cuda_ctx *c)
     if (c->stream)
         cudaStreamDestroy(c->stream);
     cudaGetLastError();
-    pthread_mutex_lock(&registry_mu);
-    for (cuda_ctx **at = &registry; *at; at = &(*at)->next)
-        if (*at == c) {
-            *at = c->next;
-            break;
-        }
-    pthread_mutex_unlock(&registry_mu);
     free(c);
 }
 
@@ -996,21 +1001,7 @@ dl_status ctx_setup(cuda_ctx *c, dl_err *err)
 
 /* ---- the module's table ---------------------------------------------------- */
 
-bool mod_available(int *ndevices)
-{
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError();
-        n = 0;
-    }
-    if (ndevices)
-        *ndevices = n;
-    return n > 0;
-}
-
-void mod_set_tf32(bool on) { tf32_default = on; }
-
-dl_status mod_backend_new(int device, dl_backend **out, dl_err *err)
+dl_status mod_backend_new(int device, bool tf32, dl_backend **out, dl_err *err)
 {
     *out = nullptr;
     int n = 0;
@@ -1044,11 +1035,7 @@ dl_status mod_backend_new(int device, dl_backend **out, dl_err *err)
         return dl_err_set(err, DL_ERR_NOMEM, "cuda backend");
     }
     c->dev = device;
-    c->tf32 = tf32_default;
-    pthread_mutex_lock(&registry_mu);
-    c->next = registry;
-    registry = c;
-    pthread_mutex_unlock(&registry_mu);
+    c->tf32 = tf32;
     dl_status st = ctx_setup(c, err);
     if (st != DL_OK) {
         ctx_destroy(c);
@@ -1071,6 +1058,7 @@ dl_status mod_backend_new(int device, dl_backend **out, dl_err *err)
            c->tf32 ? "TF32" : "FP32");
     be->ops = &cuda_ops;
     be->ctx = c;
+    be->device = device;
     be->threads = 1;
     be->chunk_floats = 32 << 20;   /* 128 MB of im2col: few launches per batch */
     *out = be;
@@ -1107,15 +1095,13 @@ dl_status mod_memory(dl_backend *be, size_t *used, size_t *total)
     return DL_OK;
 }
 
-int mod_device(const dl_backend *be) { return ((const cuda_ctx *)be->ctx)->dev; }
-
 void *mod_stream(dl_backend *be) { return (void *)ctx_of(be)->stream; }
 
 }  // namespace
 
 /* ---- graphs ------------------------------------------------------------------ */
 
-struct dl_cuda_graph {
+struct dl_graph {
     cuda_ctx       *c;
     cudaGraph_t     graph;
     cudaGraphExec_t exec;
@@ -1140,7 +1126,7 @@ dl_status mod_graph_begin(dl_backend *be, dl_err *err)
     return DL_OK;
 }
 
-dl_status mod_graph_end(dl_backend *be, dl_cuda_graph **out, dl_err *err)
+dl_status mod_graph_end(dl_backend *be, dl_graph **out, dl_err *err)
 {
     *out = nullptr;
     if (!ctx_of(be)->capturing)
@@ -1153,8 +1139,8 @@ dl_status mod_graph_end(dl_backend *be, dl_cuda_graph **out, dl_err *err)
     c->capturing = false;
     if (ok && c->latched == DL_OK)
         ok = CUDA_CHECK(c, cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
-    dl_cuda_graph *g = ok && c->latched == DL_OK
-                           ? (dl_cuda_graph *)calloc(1, sizeof(*g)) : nullptr;
+    dl_graph *g = ok && c->latched == DL_OK
+                           ? (dl_graph *)calloc(1, sizeof(*g)) : nullptr;
     if (!g) {
         if (exec)
             cudaGraphExecDestroy(exec);
@@ -1172,8 +1158,9 @@ dl_status mod_graph_end(dl_backend *be, dl_cuda_graph **out, dl_err *err)
     return DL_OK;
 }
 
-dl_status mod_graph_launch(dl_cuda_graph *g, dl_err *err)
+dl_status mod_graph_launch(dl_backend *be, dl_graph *g, dl_err *err)
 {
+    (void)be;
     cuda_ctx *c = g->c;
     if (c->latched)
         return take_latched(c, err);
@@ -1182,10 +1169,9 @@ dl_status mod_graph_launch(dl_cuda_graph *g, dl_err *err)
                ? DL_OK : take_latched(c, err);
 }
 
-void mod_graph_free(dl_cuda_graph *g)
+void mod_graph_free(dl_backend *be, dl_graph *g)
 {
-    if (!g)
-        return;
+    (void)be;
     cuda_ctx *c = g->c;
     bind(c);
     cudaGraphExecDestroy(g->exec);
@@ -1196,21 +1182,9 @@ void mod_graph_free(dl_cuda_graph *g)
 }
 
 const dl_cuda_module cuda_module = {
-    .abi             = DL_CUDA_MODULE_ABI,
-    .ops_size        = sizeof(dl_backend_ops),
-    .ops             = &cuda_ops,
-    .available       = mod_available,
-    .set_tf32        = mod_set_tf32,
-    .backend_new     = mod_backend_new,
-    .backend_destroy = mod_backend_destroy,
-    .sync            = mod_sync,
-    .memory          = mod_memory,
-    .device          = mod_device,
-    .stream          = mod_stream,
-    .graph_begin     = mod_graph_begin,
-    .graph_end       = mod_graph_end,
-    .graph_launch    = mod_graph_launch,
-    .graph_free      = mod_graph_free,
+    .abi         = DL_CUDA_MODULE_ABI,
+    .ops_size    = sizeof(dl_backend_ops),
+    .backend_new = mod_backend_new,
 };
 
 }  // namespace

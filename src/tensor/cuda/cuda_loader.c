@@ -1,7 +1,8 @@
-/* cuda_loader.c: dl_cuda.h in a build with CUDA: opens the CUDA backend
- * module (libdlserve-cuda.so) on the first request that needs a GPU and
- * forwards to it; CPU-only runs never load it (nor cuBLAS). */
+/* cuda_loader.c: the "cuda" backend registration in a build with CUDA:
+ * opens the CUDA backend module (libdlserve-cuda.so) on the first request
+ * for a GPU; CPU-only runs never load it (nor cuBLAS). */
 #define _POSIX_C_SOURCE 200809L
+#include "tensor/backend.h"
 #include "tensor/cuda/cuda_module.h"
 
 #include <dlfcn.h>
@@ -25,7 +26,6 @@
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static const dl_cuda_module *mod;
 static char why[512];          /* why the module did not load */
-static bool tf32;
 
 static const dl_cuda_host host = {
     .log_level = &dl_log_level,
@@ -50,7 +50,6 @@ static bool try_path(const char *path)
         dlclose(h);
         return false;
     }
-    m->set_tf32(tf32);
     mod = m;   /* stays loaded until the process exits */
     return true;
 }
@@ -81,94 +80,19 @@ static const dl_cuda_module *module(void)
     return mod;
 }
 
-bool dl_cuda_available(int *ndevices)
-{
-    const dl_cuda_module *m = module();
-    if (m)
-        return m->available(ndevices);
-    if (ndevices)
-        *ndevices = 0;
-    return false;
-}
-
-/* Remembered, so that setting it does not load the module. */
-void dl_cuda_set_tf32(bool on)
-{
-    tf32 = on;
-    if (mod)
-        mod->set_tf32(on);
-}
-
-dl_status dl_backend_cuda_new(int device, dl_backend **out, dl_err *err)
+static dl_status cuda_create(int index, const dl_backend_params *p, dl_backend **out,
+                             dl_err *err)
 {
     *out = NULL;
     const dl_cuda_module *m = module();
     if (!m)
         return dl_err_set(err, DL_ERR_UNAVAILABLE, "no CUDA device: cannot load the CUDA "
                           "backend (%s)", why);
-    return m->backend_new(device, out, err);
+    return m->backend_new(index, p->tf32, out, err);
 }
 
-/* Never loads the module: without it no backend can be a CUDA one. */
-bool dl_backend_is_cuda(const dl_backend *be)
-{
-    return mod && be && be->ops == mod->ops;
-}
-
-void dl_cuda_backend_destroy(dl_backend *be)
-{
-    if (dl_backend_is_cuda(be))
-        mod->backend_destroy(be);
-    else
-        dl_backend_free(be);
-}
-
-dl_status dl_cuda_sync(dl_backend *be, dl_err *err)
-{
-    return dl_backend_is_cuda(be) ? mod->sync(be, err) : DL_OK;
-}
-
-dl_status dl_cuda_memory(dl_backend *be, size_t *used, size_t *total)
-{
-    if (dl_backend_is_cuda(be))
-        return mod->memory(be, used, total);
-    *used = *total = 0;
-    return DL_ERR_INVALID;
-}
-
-int dl_cuda_device(const dl_backend *be)
-{
-    return dl_backend_is_cuda(be) ? mod->device(be) : -1;
-}
-
-void *dl_cuda_stream(dl_backend *be)
-{
-    return dl_backend_is_cuda(be) ? mod->stream(be) : NULL;
-}
-
-dl_status dl_cuda_graph_begin(dl_backend *be, dl_err *err)
-{
-    if (!dl_backend_is_cuda(be))
-        return dl_err_set(err, DL_ERR_INVALID, "CUDA graphs need a CUDA backend");
-    return mod->graph_begin(be, err);
-}
-
-dl_status dl_cuda_graph_end(dl_backend *be, dl_cuda_graph **out, dl_err *err)
-{
-    *out = NULL;
-    if (!dl_backend_is_cuda(be))
-        return dl_err_set(err, DL_ERR_INVALID, "no CUDA graph is being recorded");
-    return mod->graph_end(be, out, err);
-}
-
-/* A graph exists only if the module made it. */
-dl_status dl_cuda_graph_launch(dl_cuda_graph *g, dl_err *err)
-{
-    return mod->graph_launch(g, err);
-}
-
-void dl_cuda_graph_free(dl_cuda_graph *g)
-{
-    if (g)
-        mod->graph_free(g);
-}
+const dl_backend_reg dl_backend_cuda_reg = {
+    .name    = "cuda",
+    .indexed = true,
+    .create  = cuda_create,
+};

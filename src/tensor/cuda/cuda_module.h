@@ -7,14 +7,14 @@
 #ifndef DL_TENSOR_CUDA_MODULE_H
 #define DL_TENSOR_CUDA_MODULE_H
 
-#include "tensor/dl_cuda.h"
+#include "tensor/dl_tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* Bumped whenever this file or dl_backend_ops changes shape. */
-#define DL_CUDA_MODULE_ABI 1
+#define DL_CUDA_MODULE_ABI 2
 
 /* What the core lends the module. */
 typedef struct dl_cuda_host {
@@ -25,23 +25,49 @@ typedef struct dl_cuda_host {
         __attribute__((format(printf, 3, 4)));
 } dl_cuda_host;
 
-/* The module's implementation of dl_cuda.h (see there). */
+/* What the module offers; everything else a CUDA backend does goes
+ * through its ops table (free, sync, memory, stream and graphs included).
+ *
+ * backend_new creates a CUDA backend on device `device`, or with device < 0
+ * on the GPU of this process's local rank (OMPI_COMM_WORLD_LOCAL_RANK,
+ * SLURM_LOCALID, MPI_LOCALRANKID, MV2_COMM_WORLD_LOCAL_RANK or LOCAL_RANK,
+ * modulo the number of devices; 0 without a launcher), with TF32 GEMMs
+ * when tf32 is set. *out is new (dl_backend_free).
+ *
+ * Errors: DL_ERR_UNAVAILABLE with "no CUDA device" in the message when the
+ * machine has no usable GPU or driver (CI sees this), or when the GPU is
+ * older than sm_90; DL_ERR_INVALID for a device index out of range;
+ * DL_ERR_BACKEND or DL_ERR_NOMEM when the device, cuBLAS or the first
+ * buffers fail.
+ *
+ * How the ops behave on this backend:
+ * - Ops are queued on one stream in call order and may return before the
+ *   GPU has run them. Anything that hands results to the host (download,
+ *   xent, mse, embed_fwd's status check) waits for the queue first, so a
+ *   caller sees exactly the CPU backend's semantics. Host buffers given to
+ *   upload, xent (labels) and mse (targets) may be reused on return.
+ * - One thread at a time may use a backend (any thread; the device is
+ *   selected on each call).
+ * - Errors of ops that return void are logged (subsystem "cuda") and
+ *   latched: the next op that returns dl_status (alloc, gemm, embed_fwd,
+ *   sync, the graph ops) fails with that error (DL_ERR_BACKEND,
+ *   DL_ERR_NOMEM when a scratch buffer did not fit, DL_ERR_INVALID for a
+ *   host transfer inside a graph recording) and its message, and the
+ *   latch clears.
+ * - alloc draws from size-class free lists; it calls cudaMalloc only when
+ *   a class is empty (warm-up). Out of device memory it first returns the
+ *   cached blocks to the device and retries, then answers DL_ERR_NOMEM; it
+ *   never aborts. release returns a block to its list (safe because every
+ *   op runs on the one stream).
+ * - Results are checked against the CPU backend's (1e-5 relative error in
+ *   fp32, tests/gpu/test_gpu_ops.c) and are deterministic for given
+ *   inputs: no floating-point atomics. Dropout masks come from a
+ *   counter-based hash of (seed, index): same distribution as the CPU's,
+ *   same mask for the same seed, not the same bits as the CPU's. */
 typedef struct dl_cuda_module {
-    int                   abi;        /* DL_CUDA_MODULE_ABI */
-    size_t                ops_size;   /* sizeof(dl_backend_ops) */
-    const dl_backend_ops *ops;        /* a backend is the module's when be->ops == ops */
-    bool      (*available)(int *ndevices);
-    void      (*set_tf32)(bool on);
-    dl_status (*backend_new)(int device, dl_backend **out, dl_err *err);
-    void      (*backend_destroy)(dl_backend *be);
-    dl_status (*sync)(dl_backend *be, dl_err *err);
-    dl_status (*memory)(dl_backend *be, size_t *used, size_t *total);
-    int       (*device)(const dl_backend *be);
-    void     *(*stream)(dl_backend *be);
-    dl_status (*graph_begin)(dl_backend *be, dl_err *err);
-    dl_status (*graph_end)(dl_backend *be, dl_cuda_graph **out, dl_err *err);
-    dl_status (*graph_launch)(dl_cuda_graph *g, dl_err *err);
-    void      (*graph_free)(dl_cuda_graph *g);
+    int       abi;        /* DL_CUDA_MODULE_ABI */
+    size_t    ops_size;   /* sizeof(dl_backend_ops) */
+    dl_status (*backend_new)(int device, bool tf32, dl_backend **out, dl_err *err);
 } dl_cuda_module;
 
 /* The module's one exported symbol, DL_CUDA_ENTRY: keeps host (borrowed

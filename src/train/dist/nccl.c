@@ -21,7 +21,6 @@ dl_status dl_dist_sum_device(dl_dist *d, dl_backend *be, float *buf, int64_t n,
 
 #else /* DL_HAVE_NCCL */
 
-#include "tensor/dl_cuda.h"
 #include "train/dist/comm.h"
 
 #include <nccl.h>
@@ -97,7 +96,7 @@ static void nccl_start(dl_dist *d, dl_backend *be)
 {
     nc.owner = d;
     nc.state = NCCL_OFF;
-    int dev = dl_cuda_device(be);
+    int dev = be->ops->stream ? be->device : -1;
     const char *off = getenv("DLSERVE_NCCL");
     const char *why = NULL;
     if (dev < 0)
@@ -196,7 +195,7 @@ static dl_status wait_stream(dl_dist *d, cudaStream_t s, const char *what, bool 
 dl_status dl_dist_sum_device(dl_dist *d, dl_backend *be, float *buf, int64_t n,
                              float scale, const char *what, dl_err *err)
 {
-    if (!dl_backend_is_cuda(be) || d->ntrainers <= 1 || d->is_server || n <= 0)
+    if (!be->ops->stream || d->ntrainers <= 1 || d->is_server || n <= 0)
         return DL_ERR_UNAVAILABLE;
     if (nc.owner != d) {
         if (nc.state == NCCL_UP)
@@ -207,10 +206,10 @@ dl_status dl_dist_sum_device(dl_dist *d, dl_backend *be, float *buf, int64_t n,
         nccl_start(d, be);
     if (nc.state != NCCL_UP)
         return DL_ERR_UNAVAILABLE;
-    if (dl_cuda_device(be) != nc.dev)
+    if (be->device != nc.dev)
         return dl_err_set(err, DL_ERR_INVALID, "%s: NCCL runs on GPU %d, this backend on GPU %d",
-                          what, nc.dev, dl_cuda_device(be));
-    cudaStream_t s = (cudaStream_t)dl_cuda_stream(be);
+                          what, nc.dev, be->device);
+    cudaStream_t s = (cudaStream_t)be->ops->stream(be);
     /* The backward pass queued before the sum is compute: not counted. */
     dl_status st = wait_stream(d, s, what, false, err);
     if (st != DL_OK)
