@@ -128,6 +128,15 @@ void dl_sbuf_printf(dl_sbuf *b, const char *fmt, ...)
 /* Frees the text and resets the buffer. */
 void dl_sbuf_free(dl_sbuf *b);
 
+/* The shortest decimal text that reads back (strtof) as exactly v: at
+ * most 9 significant digits, plain notation for 1e-5 <= |v| < 1e15 and
+ * exponent notation ("1.5e-07") beyond, "null" for NaN and infinities (a
+ * JSON value either way). Writes at most DL_FLOAT_CHARS bytes including
+ * the NUL; returns the length. No printf: a few integer and double
+ * operations. Thread-safe. */
+#define DL_FLOAT_CHARS 24
+size_t dl_fmt_float(char *buf, float v);
+
 /* Length of the valid UTF-8 sequence at p (1..4), or 0 when the bytes
  * there are not one (overlong, surrogate, past U+10FFFF, truncated by a
  * NUL). */

@@ -1,0 +1,157 @@
+/* numfmt.c: float32 to the shortest decimal text that reads back exactly,
+ * without printf: the hot path of every HTTP answer and Kafka output. */
+#include "util/dl_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Exact powers of ten in a double (10^22 is the last one). */
+static const double pow10_tab[] = {
+    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+};
+
+/* d * 10^k with at most two roundings (|k| <= 66 covers every float). */
+static double scale10(double d, int k)
+{
+    while (k > 22) {
+        d *= 1e22;
+        k -= 22;
+    }
+    while (k < -22) {
+        d /= 1e22;
+        k += 22;
+    }
+    return k >= 0 ? d * pow10_tab[k] : d / pow10_tab[-k];
+}
+
+static size_t put_uint(char *buf, uint64_t u)
+{
+    char tmp[24];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = tmp[n - 1 - i];
+    return n;
+}
+
+/* True when strtof reads d * 10^e back as v: the slow, exact check for a
+ * candidate on the edge of v's interval. */
+static bool exact_reads_back(double d, int e, float v)
+{
+    char text[48];
+    size_t n = put_uint(text, (uint64_t)d);
+    text[n++] = 'e';
+    if (e < 0) {
+        text[n++] = '-';
+        e = -e;
+    }
+    n += put_uint(text + n, (uint64_t)e);
+    text[n] = '\0';
+    return strtof(text, NULL) == v;
+}
+
+size_t dl_fmt_float(char *buf, float v)
+{
+    if (!isfinite(v)) {
+        memcpy(buf, "null", 5);
+        return 4;
+    }
+    size_t n = 0;
+    if (signbit(v))
+        buf[n++] = '-';
+    float av = fabsf(v);
+    if (av == 0.0f) {
+        buf[n++] = '0';
+        buf[n] = '\0';
+        return n;
+    }
+    /* v's rounding interval (lo, hi): the midpoints to its neighbours,
+     * which a double holds exactly; past FLT_MAX it ends where the next
+     * float would be. */
+    double a = av;
+    uint32_t bits;
+    memcpy(&bits, &av, sizeof(bits));
+    uint32_t down = bits - 1, up = bits + 1;   /* the neighbours (av > 0) */
+    float fdown, fup;
+    memcpy(&fdown, &down, sizeof(fdown));
+    memcpy(&fup, &up, sizeof(fup));
+    double lo = (a + (double)fdown) / 2;
+    double hi = isinf(fup) ? a + (a - lo) : (a + (double)fup) / 2;
+    /* Scaled by 10^k so that v has 9 digits before the point: V in
+     * [1e8, 1e9). The decimal exponent comes from the binary one (its
+     * estimate is off by at most one). */
+    int e2 = (int)(bits >> 23) - 127;
+    int e10 = (int)floor(e2 * 0.30102999566398120);
+    double V = scale10(a, 8 - e10);
+    while (V >= 1e9)
+        V = scale10(a, 8 - ++e10);
+    while (V < 1e8)
+        V = scale10(a, 8 - --e10);
+    double L = scale10(lo, 8 - e10), H = scale10(hi, 8 - e10);
+    /* V, L and H are within a few ulps (~1e-7) of the exact values: a
+     * candidate that close to an edge is settled by strtof (rare). At 9
+     * digits the interval is at least 3 units wide, so the loop ends. */
+    const double eps = 4e-6;
+    double d = V;
+    for (int p = 1; p <= 9; p++) {
+        double unit = pow10_tab[9 - p];
+        d = (double)(uint64_t)(V / unit + 0.5) * unit;   /* V > 0: round half up */
+        if (d > L + eps && d < H - eps)
+            break;
+        if (d > L - eps && d < H + eps && exact_reads_back(d, e10 - 8, av))
+            break;
+    }
+    if (d >= 1e9) {   /* 9.99.. rounded up to 10.0.. */
+        d /= 10;
+        e10++;
+    }
+    uint64_t digits = (uint64_t)d;
+    int de10 = e10, p = 9;
+    while (p > 1 && digits % 10 == 0) {   /* 1.50 -> 1.5 */
+        digits /= 10;
+        p--;
+    }
+    char ds[12];
+    put_uint(ds, digits);   /* p digits */
+    if (de10 >= -5 && de10 < 15) {
+        if (de10 < 0) {                          /* 0.000ddd */
+            buf[n++] = '0';
+            buf[n++] = '.';
+            for (int i = -1; i > de10; i--)
+                buf[n++] = '0';
+            memcpy(buf + n, ds, (size_t)p);
+            n += (size_t)p;
+        } else if (de10 + 1 >= p) {              /* ddd000 */
+            memcpy(buf + n, ds, (size_t)p);
+            n += (size_t)p;
+            for (int i = p; i <= de10; i++)
+                buf[n++] = '0';
+        } else {                                 /* dd.ddd */
+            memcpy(buf + n, ds, (size_t)de10 + 1);
+            n += (size_t)de10 + 1;
+            buf[n++] = '.';
+            memcpy(buf + n, ds + de10 + 1, (size_t)(p - de10 - 1));
+            n += (size_t)(p - de10 - 1);
+        }
+    } else {                                     /* d.ddde-XX */
+        buf[n++] = ds[0];
+        if (p > 1) {
+            buf[n++] = '.';
+            memcpy(buf + n, ds + 1, (size_t)p - 1);
+            n += (size_t)p - 1;
+        }
+        buf[n++] = 'e';
+        buf[n++] = de10 < 0 ? '-' : '+';
+        int ae = de10 < 0 ? -de10 : de10;
+        if (ae < 10)
+            buf[n++] = '0';
+        n += put_uint(buf + n, (uint64_t)ae);
+    }
+    buf[n] = '\0';
+    return n;
+}

@@ -1,0 +1,114 @@
+/* test_numfmt.c: dl_fmt_float reads back exactly (strtof) and is as short
+ * as the shortest %.Ng that does, over special values and millions of
+ * random bit patterns. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <float.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/dl_util.h"
+
+/* Significant digits of the shortest %.Ng that reads back as v. */
+static int shortest_printf(float v)
+{
+    char buf[64];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof(buf), "%.*g", p, (double)v);
+        if (strtof(buf, NULL) == v)
+            return p;
+    }
+    return 9;
+}
+
+/* Significant digits in our text (no leading zeros, no exponent). */
+static int digits_of(const char *s)
+{
+    int n = 0;
+    bool lead = true;
+    for (; *s && *s != 'e'; s++) {
+        if (*s < '0' || *s > '9')
+            continue;
+        if (lead && *s == '0')
+            continue;
+        lead = false;
+        n++;
+    }
+    /* trailing zeros of an integer ("100") are not significant */
+    return n;
+}
+
+static void check(float v)
+{
+    char buf[DL_FLOAT_CHARS];
+    size_t n = dl_fmt_float(buf, v);
+    cr_assert_eq(n, strlen(buf));
+    cr_assert_lt(n, DL_FLOAT_CHARS);
+    char *end;
+    float back = strtof(buf, &end);
+    cr_assert_eq(*end, '\0', "'%s' has trailing text", buf);
+    cr_assert(memcmp(&back, &v, sizeof(v)) == 0, "%a printed as '%s' reads back as %a",
+              (double)v, buf, (double)back);
+    if (v != 0.0f && strchr(buf, '.'))   /* integers carry non-significant zeros */
+        cr_assert_leq(digits_of(buf), shortest_printf(v), "%a: '%s' is not the shortest",
+                      (double)v, buf);
+}
+
+Test(numfmt, special_values)
+{
+    char buf[DL_FLOAT_CHARS];
+    dl_fmt_float(buf, NAN);
+    cr_assert_str_eq(buf, "null");
+    dl_fmt_float(buf, -INFINITY);
+    cr_assert_str_eq(buf, "null");
+    dl_fmt_float(buf, 0.0f);
+    cr_assert_str_eq(buf, "0");
+    dl_fmt_float(buf, -0.0f);
+    cr_assert_str_eq(buf, "-0");
+    dl_fmt_float(buf, 0.1f);
+    cr_assert_str_eq(buf, "0.1");
+    dl_fmt_float(buf, 1.0f);
+    cr_assert_str_eq(buf, "1");
+    dl_fmt_float(buf, 100.0f);
+    cr_assert_str_eq(buf, "100");
+    dl_fmt_float(buf, 0.25f);
+    cr_assert_str_eq(buf, "0.25");
+    dl_fmt_float(buf, 1.5e-7f);
+    cr_assert_str_eq(buf, "1.5e-07");
+    dl_fmt_float(buf, 3e20f);
+    cr_assert_str_eq(buf, "3e+20");
+    dl_fmt_float(buf, 0.99999994f);   /* the float just below 1 */
+    cr_assert_str_eq(buf, "0.99999994");
+    float extremes[] = { FLT_MIN, FLT_MAX, -FLT_MAX, FLT_TRUE_MIN, 1e-5f, 9.9999e-6f,
+                         1e15f, 999999999e6f, 16777216.0f, 16777217.0f, 0.3f, 1.0f / 3 };
+    for (size_t i = 0; i < sizeof(extremes) / sizeof(extremes[0]); i++)
+        check(extremes[i]);
+}
+
+/* Every float32 bit pattern is equally likely: all exponents, denormals
+ * included. */
+Test(numfmt, random_bit_patterns, .timeout = 120)
+{
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < 2000000; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        uint32_t bits = (uint32_t)(s >> 16);
+        float v;
+        memcpy(&v, &bits, sizeof(v));
+        if (isfinite(v))
+            check(v);
+    }
+}
+
+/* What a classifier emits: probabilities in [0, 1], densely. */
+Test(numfmt, probabilities, .timeout = 120)
+{
+    for (uint32_t bits = 0x3f800000u; bits > 0x30000000u; bits -= 97) {
+        float v;
+        memcpy(&v, &bits, sizeof(v));
+        check(v);
+    }
+}
