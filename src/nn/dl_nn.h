@@ -80,6 +80,25 @@ void dl_model_conf_free(dl_model_conf *conf);
 
 const char *dl_layer_type_name(dl_layer_type t);
 
+/* ---- input scaling --------------------------------------------------- */
+
+/* How raw values become inputs: x = (raw * scale - mean) / std. Plain
+ * struct, read-only in use. */
+typedef struct dl_scaling {
+    float scale;
+    float mean;
+    float std;
+} dl_scaling;
+
+/* The input scaling that model.json declares. */
+dl_scaling dl_scaling_of(const dl_model_conf *conf);
+
+/* Scales n raw values in place: x = (x * scale - mean) / std, in float.
+ * The data loader and the daemon both scale through it, so a sample served
+ * over HTTP or Kafka gets bit-identical inputs to one read from a file.
+ * Thread-safe. */
+void dl_scaling_apply(const dl_scaling *sc, float *x, int64_t n);
+
 /* ---- models ------------------------------------------------------------ */
 
 typedef struct dl_model dl_model;

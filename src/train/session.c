@@ -35,7 +35,7 @@ dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, dl_err *
         session_close(s);
         return st;
     }
-    s->sc = (dl_scaling){ s->conf->scale, s->conf->mean, s->conf->std };
+    s->sc = dl_scaling_of(s->conf);
     return DL_OK;
 }
 
