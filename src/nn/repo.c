@@ -12,6 +12,10 @@
 /* Longer digit strings are not numbers of ours (and might not fit int64). */
 #define MAX_DIGITS 18
 
+/* A model folder path (up to 4096 bytes), an entry name (up to 255) and
+ * "/model.safetensors". */
+enum { PATH_CAP = 4400 };
+
 #define CKPT_PREFIX "step-"
 #define CKPT_SUFFIX ".safetensors"
 
@@ -60,7 +64,7 @@ int dl_repo_versions(const char *model_dir, bool need_weights, int64_t *out, int
         int64_t v = number_of(e->d_name, strlen(e->d_name));
         if (v <= 0 || !wanted(out, n, max, v))
             continue;
-        char path[4400];
+        char path[PATH_CAP];
         struct stat sb;
         int len = snprintf(path, sizeof(path), "%s/%s%s", model_dir, e->d_name,
                            need_weights ? "/model.safetensors" : "");
@@ -116,7 +120,7 @@ int dl_repo_select(const char *policy, const int64_t *have, int nhave, int64_t *
 
 int dl_repo_checkpoints(const char *model_dir, int64_t *out, int max)
 {
-    char dir[4200];
+    char dir[PATH_CAP];
     int len = snprintf(dir, sizeof(dir), "%s/checkpoints", model_dir);
     DIR *d = len >= 0 && (size_t)len < sizeof(dir) ? opendir(dir) : NULL;
     if (!d)
