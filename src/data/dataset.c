@@ -36,11 +36,6 @@ static dl_status check_scaling(const dl_scaling *sc, dl_err *err)
                       (double)sc->std);
 }
 
-static float scale_value(const dl_scaling *sc, float raw)
-{
-    return (raw * sc->scale - sc->mean) / sc->std;
-}
-
 /* Allocates a dataset of n samples of the given shape. The caller has
  * checked that n * prod(shape) <= MAX_VALUES. *out is new. */
 static dl_status dataset_new(int64_t n, int ndim, const int64_t *shape,
@@ -275,7 +270,8 @@ static dl_status idx_to_dataset(const idx_header *ih, const unsigned char *img,
     /* u8 has 256 values: scale each once, then look them up. */
     float lut[256];
     for (int v = 0; v < 256; v++)
-        lut[v] = scale_value(sc, (float)v);
+        lut[v] = (float)v;
+    dl_scaling_apply(sc, lut, 256);
     const unsigned char *px = img + ih->offset;
     size_t total = (size_t)ds->n * (size_t)ds->dim;
     for (size_t i = 0; i < total; i++)
@@ -434,9 +430,10 @@ static dl_status parse_line(const csv_ctx *c, const char *p, const char *end,
         if (label)
             c->ds->y[row] = (int32_t)v;
         else
-            *x++ = scale_value(c->sc, (float)v);
+            *x++ = (float)v;
         p = fe + 1;
     }
+    dl_scaling_apply(c->sc, c->ds->x + row * c->dim, c->dim);
     return DL_OK;
 }
 

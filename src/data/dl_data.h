@@ -1,23 +1,17 @@
-/* dl_data.h: datasets (IDX, gzip'd or not, and CSV), input scaling, the
- * per-epoch deterministic shuffle and the rank sharding of global batches.
- * Depends on util only; everything here is host memory. */
+/* dl_data.h: datasets (IDX, gzip'd or not, and CSV) scaled as dl_scaling
+ * says, the per-epoch deterministic shuffle and the rank sharding of global
+ * batches. Depends on util, and on nn for dl_scaling; everything here is
+ * host memory. */
 #ifndef DL_DATA_H
 #define DL_DATA_H
 
-#include "util/dl_util.h"
+#include "nn/dl_nn.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define DL_DATA_MAX_DIMS 4
-
-/* How raw values become inputs: x = (raw * scale - mean) / std. */
-typedef struct dl_scaling {
-    float scale;
-    float mean;
-    float std;
-} dl_scaling;
 
 /* A dataset in memory. Plain struct: fields are read directly. */
 typedef struct dl_dataset {

@@ -80,6 +80,25 @@ void dl_model_conf_free(dl_model_conf *conf);
 
 const char *dl_layer_type_name(dl_layer_type t);
 
+/* ---- input scaling --------------------------------------------------- */
+
+/* How raw values become inputs: x = (raw * scale - mean) / std. Plain
+ * struct, read-only in use. */
+typedef struct dl_scaling {
+    float scale;
+    float mean;
+    float std;
+} dl_scaling;
+
+/* The input scaling that model.json declares. */
+dl_scaling dl_scaling_of(const dl_model_conf *conf);
+
+/* Scales n raw values in place: x = (x * scale - mean) / std, in float.
+ * The data loader and the daemon both scale through it, so a sample served
+ * over HTTP or Kafka gets bit-identical inputs to one read from a file.
+ * Thread-safe. */
+void dl_scaling_apply(const dl_scaling *sc, float *x, int64_t n);
+
 /* ---- models ------------------------------------------------------------ */
 
 typedef struct dl_model dl_model;
@@ -185,6 +204,102 @@ double dl_lr_at(const dl_hparams *hp, int64_t step, int64_t steps_per_epoch,
                 int64_t total);
 
 const char *dl_optim_name(dl_optim_kind k);
+
+/* ---- safetensors files ---------------------------------------------- */
+
+/* Reading and writing the safetensors format: an 8-byte little-endian
+ * header length N, N bytes of JSON {"name": {"dtype", "shape",
+ * "data_offsets": [begin, end]}, ..., "__metadata__": {"key": "string
+ * value"}}, then the data buffer. Model weights (dl_model_save/_load) and
+ * training checkpoints use it. A dl_st_file is read-only once loaded:
+ * several threads may read it; dl_st_free needs the only reference. */
+
+#define DL_ST_MAX_DIMS 8
+#define DL_ST_MAX_HEADER (100u * 1024u * 1024u)
+
+typedef enum dl_st_dtype {
+    DL_ST_F32, DL_ST_F16, DL_ST_BF16, DL_ST_F64,
+    DL_ST_I64, DL_ST_I32, DL_ST_I16, DL_ST_I8, DL_ST_U8, DL_ST_BOOL,
+} dl_st_dtype;
+
+/* One tensor: in a loaded file, data points into the file's buffer
+ * (borrowed from the dl_st_file); for writing, the caller's F32 data. */
+typedef struct dl_st_tensor {
+    const char  *name;
+    dl_st_dtype  dtype;
+    int          ndim;
+    int64_t      shape[DL_ST_MAX_DIMS];
+    const void  *data;
+    size_t       nbytes;
+} dl_st_tensor;
+
+typedef struct dl_st_file dl_st_file;
+
+/* Writes tensors (their data in the given order) and metadata key/value
+ * string pairs (meta[2i] = key, meta[2i+1] = value, nmeta pairs) atomically
+ * to path.
+ * Names must be unique and not "__metadata__". */
+dl_status dl_st_write(const char *path, const dl_st_tensor *tensors, int n,
+                      const char *const *meta, int nmeta, dl_err *err);
+
+/* Loads and validates a whole file: header length within the file and
+ * below DL_ST_MAX_HEADER, header is a JSON object, every entry has a known
+ * dtype, a shape of non-negative dims, data_offsets [begin, end] with
+ * begin <= end inside the data buffer and end - begin equal to the shape's
+ * byte size, no two tensors overlapping, no unused bytes in the buffer,
+ * metadata values are strings. Errors name the file and the problem.
+ * *out is new (dl_st_free). */
+dl_status dl_st_load(const char *path, dl_st_file **out, dl_err *err);
+
+/* Same, from memory (the bytes are copied). `what` names the source in
+ * errors. */
+dl_status dl_st_parse(const void *bytes, size_t len, const char *what,
+                      dl_st_file **out, dl_err *err);
+
+int                 dl_st_count(const dl_st_file *f);
+const dl_st_tensor *dl_st_at(const dl_st_file *f, int i);       /* borrowed */
+const dl_st_tensor *dl_st_find(const dl_st_file *f, const char *name);
+/* Metadata value for key, or NULL. Borrowed. */
+const char         *dl_st_meta(const dl_st_file *f, const char *key);
+const char         *dl_st_dtype_name(dl_st_dtype dt);
+void                dl_st_free(dl_st_file *f);
+
+/* ---- model repository: version folders and checkpoints --------------- */
+
+/* A model folder holds model.json, numbered version folders (1/, 2/, ...)
+ * holding model.safetensors and, while it trains, checkpoint files
+ * checkpoints/step-<N>.safetensors. A version is a folder name of decimal digits only (at most
+ * 18), > 0: "v2", "+3", "0" and "latest" are not versions. These functions
+ * read the folder as it is when called and keep no state: thread-safe. A
+ * folder that cannot be read has no versions and no checkpoints. */
+
+/* The newest `max` versions in model_dir into out (room for max), newest
+ * first; returns how many. With need_weights only folders holding a regular
+ * file model.safetensors count; otherwise every entry with a version name. */
+int dl_repo_versions(const char *model_dir, bool need_weights, int64_t *out, int max);
+
+/* The newest version holding a model.safetensors, or 0 if none. */
+int64_t dl_repo_latest(const char *model_dir);
+
+/* The number for a new version: one past the newest version name, weights
+ * or not (a version being written counts), or 1 in an empty folder. */
+int64_t dl_repo_next(const char *model_dir);
+
+/* The versions that a version policy selects among `have` (nhave versions,
+ * newest first, as dl_repo_versions lists them), into out (room for nhave),
+ * newest first; returns how many. "versions:1,3": those listed that are
+ * present; "latest:N": the N newest; "latest" (or anything else): the
+ * newest. The syntax is checked where the configuration is read. */
+int dl_repo_select(const char *policy, const int64_t *have, int nhave, int64_t *out);
+
+/* The steps of the checkpoints in MODEL_DIR/checkpoints (files named
+ * step-<digits>.safetensors): the newest `max` into out (room for max),
+ * newest first; returns how many. */
+int dl_repo_checkpoints(const char *model_dir, int64_t *out, int max);
+
+/* Writes MODEL_DIR/checkpoints/step-<step, 9 digits>.safetensors into out
+ * (len bytes, truncated to fit). */
+void dl_repo_checkpoint_path(const char *model_dir, int64_t step, char *out, size_t len);
 
 #ifdef __cplusplus
 }

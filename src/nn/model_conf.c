@@ -1,5 +1,5 @@
-/* model_conf.c: parsing and validation of model.json. Every error names
- * the file, the key and what is wrong with it. */
+/* model_conf.c: parsing and validation of model.json (every error names
+ * the file, the key and what is wrong with it), and its input scaling. */
 #define _POSIX_C_SOURCE 200809L
 #include "nn/layer.h"
 
@@ -486,4 +486,15 @@ void dl_model_conf_free(dl_model_conf *conf)
     free(conf->layers);
     free(conf->json);
     free(conf);
+}
+
+dl_scaling dl_scaling_of(const dl_model_conf *conf)
+{
+    return (dl_scaling){ conf->scale, conf->mean, conf->std };
+}
+
+void dl_scaling_apply(const dl_scaling *sc, float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (x[i] * sc->scale - sc->mean) / sc->std;
 }

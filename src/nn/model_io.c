@@ -1,7 +1,6 @@
 /* model_io.c: model weights to and from safetensors with PyTorch names
  * ("<layer>.weight", "<bn>.running_mean") and layouts. */
 #include "nn/layer.h"
-#include "nn/safetensors.h"
 
 #include <stdlib.h>
 #include <string.h>

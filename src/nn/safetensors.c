@@ -10,7 +10,7 @@
  * Data of other dtypes (I64, F64, F16...) is not guaranteed aligned: callers
  * must memcpy it out. */
 #define _POSIX_C_SOURCE 200809L
-#include "nn/safetensors.h"
+#include "nn/dl_nn.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -655,10 +655,9 @@ void oip_request_fini(oip_request *req)
 
 void oip_scale(const dl_model_conf *conf, float *x, int64_t n)
 {
-    /* The same float expression as the data loader, so that a sample
-     * served over HTTP gives bit-identical inputs to one from a file. */
-    for (int64_t i = 0; i < n; i++)
-        x[i] = (x[i] * conf->scale - conf->mean) / conf->std;
+    /* The data loader's function: bit-identical inputs to a file's. */
+    dl_scaling sc = dl_scaling_of(conf);
+    dl_scaling_apply(&sc, x, n);
 }
 
 /* ---- answers ------------------------------------------------------------ */

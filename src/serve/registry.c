@@ -99,61 +99,12 @@ static dl_status load_version(registry *r, const char *name, int64_t version,
     return DL_OK;
 }
 
-static int cmp_desc(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x < y) - (x > y);
-}
-
 /* Version folders holding weights, newest first; returns the count. */
 static int list_versions(const registry *r, const char *name, int64_t *out, int max)
 {
     char dir[DL_PATH_MAX + 80];
     snprintf(dir, sizeof(dir), "%s/%s", r->conf.dir, name);
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && n < max) {
-        char *end;
-        long long v = strtoll(de->d_name, &end, 10);
-        if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end || v <= 0)
-            continue;
-        char path[2 * DL_PATH_MAX];
-        struct stat sb;
-        snprintf(path, sizeof(path), "%s/%s/model.safetensors", dir, de->d_name);
-        if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
-            out[n++] = v;
-    }
-    closedir(d);
-    qsort(out, (size_t)n, sizeof(*out), cmp_desc);
-    return n;
-}
-
-/* The versions the policy selects among those present (newest first). */
-static int wanted_versions(const registry *r, const int64_t *have, int nhave,
-                           int64_t *out)
-{
-    const char *p = r->conf.policy;
-    int n = 0;
-    if (strncmp(p, "versions:", 9) == 0) {
-        for (int i = 0; i < nhave; i++) {
-            char buf[sizeof(r->conf.policy)];
-            snprintf(buf, sizeof(buf), "%s", p + 9);
-            for (char *save, *tok = strtok_r(buf, ",", &save); tok;
-                 tok = strtok_r(NULL, ",", &save))
-                if (strtoll(tok, NULL, 10) == have[i]) {
-                    out[n++] = have[i];
-                    break;
-                }
-        }
-        return n;
-    }
-    long keep = strncmp(p, "latest:", 7) == 0 ? strtol(p + 7, NULL, 10) : 1;
-    for (int i = 0; i < nhave && i < keep; i++)
-        out[n++] = have[i];
-    return n;
+    return dl_repo_versions(dir, true, out, max);
 }
 
 /* ---- entries -------------------------------------------------------------- */
@@ -219,7 +170,7 @@ static int sync_model_locked(registry *r, const char *name)
 {
     int64_t have[MAX_VERSIONS], want[MAX_VERSIONS];
     int nhave = list_versions(r, name, have, MAX_VERSIONS);
-    int nwant = wanted_versions(r, have, nhave, want);
+    int nwant = dl_repo_select(r->conf.policy, have, nhave, want);
     pthread_mutex_lock(&r->mu);
     entry *e = find_or_add(r, name);
     if (!e || e->unloaded) {

@@ -3,47 +3,12 @@
  * as JSON in the metadata. */
 #define _POSIX_C_SOURCE 200809L
 #include "train/checkpoint.h"
-#include "nn/safetensors.h"
 
-#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* Step numbers of the checkpoints present, newest first; returns count. */
-static int list_steps(const char *model_dir, int64_t *steps, int max)
-{
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s/checkpoints", model_dir);
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < max) {
-        long long s;
-        char tail[32];
-        if (sscanf(e->d_name, "step-%lld.safetensor%31s", &s, tail) == 2 &&
-            strcmp(tail, "s") == 0)
-            steps[n++] = s;
-    }
-    closedir(d);
-    for (int i = 1; i < n; i++)        /* newest first */
-        for (int k = i; k > 0 && steps[k] > steps[k - 1]; k--) {
-            int64_t t = steps[k];
-            steps[k] = steps[k - 1];
-            steps[k - 1] = t;
-        }
-    return n;
-}
-
-static void path_of(const char *model_dir, int64_t step, char *out, size_t len)
-{
-    snprintf(out, len, "%s/checkpoints/step-%09lld.safetensors", model_dir,
-             (long long)step);
-}
 
 dl_status ckpt_write(const char *model_dir, const ckpt_pos *pos,
                      const float *params, int64_t np, const float *state,
@@ -70,13 +35,13 @@ dl_status ckpt_write(const char *model_dir, const ckpt_pos *pos,
              (unsigned long long)pos->rng_counter, (unsigned long long)pos->seed,
              (long long)pos->batch_size, (long long)pos->ranks);
     const char *kv[2] = { "dlserve.checkpoint", meta };
-    path_of(model_dir, pos->step, path, sizeof(path));
+    dl_repo_checkpoint_path(model_dir, pos->step, path, sizeof(path));
     if ((st = dl_st_write(path, t, 3, kv, 1, err)) != DL_OK)
         return st;
     int64_t steps[256];
-    int n = list_steps(model_dir, steps, 256);
+    int n = dl_repo_checkpoints(model_dir, steps, 256);
     for (int i = keep; i < n; i++) {
-        path_of(model_dir, steps[i], path, sizeof(path));
+        dl_repo_checkpoint_path(model_dir, steps[i], path, sizeof(path));
         unlink(path);
     }
     return DL_OK;
@@ -118,10 +83,10 @@ dl_status ckpt_read_latest(const char *model_dir, ckpt_pos *pos, float *params,
                            int64_t no, char *path, size_t path_len, dl_err *err)
 {
     int64_t steps[1];
-    if (list_steps(model_dir, steps, 1) == 0)
+    if (dl_repo_checkpoints(model_dir, steps, 1) == 0)
         return dl_err_set(err, DL_ERR_IO, "%s/checkpoints: no checkpoint to resume from",
                           model_dir);
-    path_of(model_dir, steps[0], path, path_len);
+    dl_repo_checkpoint_path(model_dir, steps[0], path, path_len);
     dl_st_file *f;
     dl_status st = dl_st_load(path, &f, err);
     if (st != DL_OK)

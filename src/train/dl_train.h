@@ -87,11 +87,6 @@ dl_status dl_bench_run(const dl_run_opts *o, dl_err *err);
  * per batch size and mode. */
 dl_status dl_bench_infer_run(const dl_run_opts *o, dl_err *err);
 
-/* Newest version folder of a model holding a model.safetensors (0 if
- * none), and the next free version number. */
-int64_t dl_repo_latest(const char *model_dir);
-int64_t dl_repo_next(const char *model_dir);
-
 #ifdef __cplusplus
 }
 #endif

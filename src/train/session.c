@@ -1,13 +1,11 @@
 /* session.c: opening a model from the repository (model.json, backend,
- * weights), loading data for it, evaluation, and version numbering. */
+ * weights), loading data for it and evaluation. */
 #define _POSIX_C_SOURCE 200809L
 #include "train/session.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 void dl_run_opts_init(dl_run_opts *o)
 {
@@ -18,42 +16,6 @@ void dl_run_opts_init(dl_run_opts *o)
     o->dist = (dl_dist_conf){ .mode = DL_DIST_ALLREDUCE, .avg_k = 1, .servers = 1,
                               .max_staleness = 4, .stall_timeout = 300.0 };
 }
-
-/* Parses a version folder name: digits only, > 0. */
-static int64_t version_of(const char *name)
-{
-    if (!*name || strlen(name) > 12)
-        return 0;
-    for (const char *p = name; *p; p++)
-        if (*p < '0' || *p > '9')
-            return 0;
-    return strtoll(name, NULL, 10);
-}
-
-static int64_t scan_versions(const char *model_dir, bool need_weights)
-{
-    DIR *d = opendir(model_dir);
-    if (!d)
-        return 0;
-    int64_t best = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int64_t v = version_of(e->d_name);
-        if (v <= best)
-            continue;
-        char path[4096];
-        struct stat sb;
-        snprintf(path, sizeof(path), "%s/%s%s", model_dir, e->d_name,
-                 need_weights ? "/model.safetensors" : "");
-        if (stat(path, &sb) == 0)
-            best = v;
-    }
-    closedir(d);
-    return best;
-}
-
-int64_t dl_repo_latest(const char *model_dir) { return scan_versions(model_dir, true); }
-int64_t dl_repo_next(const char *model_dir) { return scan_versions(model_dir, false) + 1; }
 
 dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, dl_err *err)
 {
@@ -71,7 +33,7 @@ dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, dl_err *
         session_close(s);
         return st;
     }
-    s->sc = (dl_scaling){ s->conf->scale, s->conf->mean, s->conf->std };
+    s->sc = dl_scaling_of(s->conf);
     return DL_OK;
 }
 

@@ -11,7 +11,7 @@
 
 #include <criterion/criterion.h>
 
-#include "nn/safetensors.h"
+#include "nn/dl_nn.h"
 
 static char dir[64];
 static char path[128];

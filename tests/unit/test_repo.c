@@ -1,0 +1,206 @@
+/* test_repo.c: the model repository's layout on a temporary folder tree:
+ * version folders, weights, version policies and checkpoint files. */
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <criterion/criterion.h>
+
+#include "nn/dl_nn.h"
+
+static char dir[64];
+
+static void setup(void)
+{
+    strcpy(dir, "/tmp/dl_test_repo.XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag,
+                        struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void teardown(void)
+{
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(repo, .init = setup, .fini = teardown, .timeout = 10);
+
+/* Creates DIR/rel as a folder. */
+static void make_dir(const char *rel)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, rel);
+    cr_assert_eq(mkdir(path, 0755), 0, "mkdir %s", path);
+}
+
+/* Creates DIR/rel as an empty file. */
+static void make_file(const char *rel)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, rel);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "fopen %s", path);
+    fclose(f);
+}
+
+/* Creates DIR/name/ holding model.safetensors. */
+static void make_version(const char *name)
+{
+    char rel[128];
+    make_dir(name);
+    snprintf(rel, sizeof(rel), "%s/model.safetensors", name);
+    make_file(rel);
+}
+
+static void expect_list(const int64_t *got, int n, const int64_t *want, int nwant)
+{
+    cr_assert_eq(n, nwant, "got %d entries, want %d", n, nwant);
+    for (int i = 0; i < n; i++)
+        cr_expect_eq(got[i], want[i], "entry %d: got %lld, want %lld", i,
+                     (long long)got[i], (long long)want[i]);
+}
+
+Test(repo, versions_newest_first)
+{
+    make_version("2");
+    make_version("10");
+    make_version("1");
+    make_version("3");
+    int64_t v[8];
+    expect_list(v, dl_repo_versions(dir, true, v, 8), (int64_t[]){10, 3, 2, 1}, 4);
+    cr_expect_eq(dl_repo_latest(dir), 10);
+    cr_expect_eq(dl_repo_next(dir), 11);
+}
+
+Test(repo, max_keeps_the_newest)
+{
+    const char *names[] = {"4", "7", "1", "9", "2", "8"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++)
+        make_version(names[i]);
+    int64_t v[3];
+    expect_list(v, dl_repo_versions(dir, true, v, 3), (int64_t[]){9, 8, 7}, 3);
+    cr_expect_eq(dl_repo_versions(dir, true, v, 0), 0);
+}
+
+Test(repo, non_numeric_and_zero_names_are_not_versions)
+{
+    const char *names[] = {"0", "000", "v2", "+3", "-4", "5a", " 6", "latest",
+                           "1234567890123456789", "checkpoints"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++)
+        make_version(names[i]);
+    make_version("07");
+    make_file("12");      /* a file, not a folder: no weights inside */
+    int64_t v[8];
+    expect_list(v, dl_repo_versions(dir, true, v, 8), (int64_t[]){7}, 1);
+    cr_expect_eq(dl_repo_latest(dir), 7);
+    /* Any entry with a version name takes its number, file or folder. */
+    cr_expect_eq(dl_repo_next(dir), 13);
+}
+
+Test(repo, folders_without_weights)
+{
+    make_version("1");
+    make_dir("2");                         /* being written */
+    make_dir("3");
+    make_dir("3/model.safetensors");       /* not a regular file */
+    make_dir("4");
+    make_file("4/metrics.csv");
+    int64_t v[8];
+    expect_list(v, dl_repo_versions(dir, true, v, 8), (int64_t[]){1}, 1);
+    expect_list(v, dl_repo_versions(dir, false, v, 8), (int64_t[]){4, 3, 2, 1}, 4);
+    cr_expect_eq(dl_repo_latest(dir), 1);
+    cr_expect_eq(dl_repo_next(dir), 5);
+}
+
+Test(repo, empty_and_missing_folders)
+{
+    int64_t v[4];
+    cr_expect_eq(dl_repo_versions(dir, false, v, 4), 0);
+    cr_expect_eq(dl_repo_latest(dir), 0);
+    cr_expect_eq(dl_repo_next(dir), 1);
+    cr_expect_eq(dl_repo_checkpoints(dir, v, 4), 0);
+
+    char missing[128];
+    snprintf(missing, sizeof(missing), "%s/no-such-model", dir);
+    cr_expect_eq(dl_repo_versions(missing, true, v, 4), 0);
+    cr_expect_eq(dl_repo_latest(missing), 0);
+    cr_expect_eq(dl_repo_next(missing), 1);
+    cr_expect_eq(dl_repo_checkpoints(missing, v, 4), 0);
+}
+
+Test(repo, policy_selection)
+{
+    const int64_t have[] = {9, 5, 3, 1};
+    int64_t out[4];
+    expect_list(out, dl_repo_select("latest", have, 4, out), (int64_t[]){9}, 1);
+    expect_list(out, dl_repo_select("latest:2", have, 4, out), (int64_t[]){9, 5}, 2);
+    expect_list(out, dl_repo_select("latest:10", have, 4, out),
+                (int64_t[]){9, 5, 3, 1}, 4);
+    expect_list(out, dl_repo_select("versions:1,3", have, 4, out), (int64_t[]){3, 1}, 2);
+    expect_list(out, dl_repo_select("versions:5", have, 4, out), (int64_t[]){5}, 1);
+    /* Listed versions that are absent are left out; the order is newest first. */
+    expect_list(out, dl_repo_select("versions:2,1,9,7", have, 4, out),
+                (int64_t[]){9, 1}, 2);
+    expect_list(out, dl_repo_select("versions:4", have, 4, out), NULL, 0);
+    cr_expect_eq(dl_repo_select("latest", have, 0, out), 0);
+    cr_expect_eq(dl_repo_select("versions:1", have, 0, out), 0);
+}
+
+Test(repo, policy_on_the_listed_versions)
+{
+    make_version("1");
+    make_version("2");
+    make_dir("3");          /* no weights: never selected */
+    int64_t have[8], want[8];
+    int nhave = dl_repo_versions(dir, true, have, 8);
+    expect_list(want, dl_repo_select("latest:2", have, nhave, want), (int64_t[]){2, 1}, 2);
+    expect_list(want, dl_repo_select("versions:3,1", have, nhave, want), (int64_t[]){1}, 1);
+}
+
+Test(repo, checkpoints_newest_first)
+{
+    make_dir("checkpoints");
+    const char *names[] = {
+        "checkpoints/step-000000020.safetensors",
+        "checkpoints/step-000000100.safetensors",
+        "checkpoints/step-000000003.safetensors",
+        "checkpoints/step-7.safetensors",
+        /* not checkpoints */
+        "checkpoints/step-.safetensors", "checkpoints/step-x.safetensors",
+        "checkpoints/step--5.safetensors", "checkpoints/step-+6.safetensors",
+        "checkpoints/step-000000500.safetensors.tmp",
+        "checkpoints/step-000000600.safetensor", "checkpoints/other.safetensors",
+        "checkpoints/Step-000000700.safetensors",
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++)
+        make_file(names[i]);
+    int64_t s[8];
+    expect_list(s, dl_repo_checkpoints(dir, s, 8), (int64_t[]){100, 20, 7, 3}, 4);
+    expect_list(s, dl_repo_checkpoints(dir, s, 1), (int64_t[]){100}, 1);
+    expect_list(s, dl_repo_checkpoints(dir, s, 2), (int64_t[]){100, 20}, 2);
+}
+
+Test(repo, checkpoint_path_is_listed)
+{
+    char path[256];
+    dl_repo_checkpoint_path(dir, 42, path, sizeof(path));
+    char want[256];
+    snprintf(want, sizeof(want), "%s/checkpoints/step-000000042.safetensors", dir);
+    cr_expect_str_eq(path, want);
+
+    make_dir("checkpoints");
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    int64_t s[2];
+    expect_list(s, dl_repo_checkpoints(dir, s, 2), (int64_t[]){42}, 1);
+}
