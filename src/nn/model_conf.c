@@ -1,5 +1,5 @@
-/* model_conf.c: parsing and validation of model.json. Every error names
- * the file, the key and what is wrong with it. */
+/* model_conf.c: parsing and validation of model.json (every error names
+ * the file, the key and what is wrong with it), and the model name rule. */
 #define _POSIX_C_SOURCE 200809L
 #include "nn/layer.h"
 
@@ -486,4 +486,18 @@ void dl_model_conf_free(dl_model_conf *conf)
     free(conf->layers);
     free(conf->json);
     free(conf);
+}
+
+bool dl_model_name_valid(const char *s, size_t len)
+{
+    /* A leading '.' would let "." and ".." reach the repository folder. */
+    if (len == 0 || len >= DL_NAME_MAX || s[0] == '.')
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!(c == '-' || c == '_' || c == '.' || (c >= '0' && c <= '9') ||
+              (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')))
+            return false;
+    }
+    return true;
 }
