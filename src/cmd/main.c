@@ -243,70 +243,24 @@ static int serve(const char *config, bool check, const char *const *ov, int nov)
 #endif
 }
 
-#ifdef DL_HAVE_REDIS
-typedef struct publisher {
-    dl_serve_conf  conf;
-    dl_redis_link *link;
-    bool           announced;
-    char           error[300];
-} publisher;
-
-/* Each epoch to the progress stream; the new version to the registry. */
-static void on_train_event(void *ctx, const dl_train_event *e)
-{
-    publisher *p = ctx;
-    dl_err err = {0};
-    if (e->version == 0) {
-        dl_redis_progress_rec rec = {
-            .step = e->step, .epoch = e->epoch, .loss = e->train_loss,
-            .accuracy = e->test_accuracy >= 0 ? e->test_accuracy : e->train_accuracy,
-            .samples_per_s = e->samples_per_s, .ranks = e->ranks,
-        };
-        if (dl_redis_progress(p->link, e->model, &rec, &err) != DL_OK)
-            DL_LOG(DL_LOG_WARNING, "publish", "progress not recorded: %s", err.msg);
-        return;
-    }
-    int64_t receivers = 0;
-    if (dl_redis_publish(&p->conf.redis, e->model, e->version, e->weights, &receivers, &err) ==
-        DL_OK) {
-        p->announced = true;
-        DL_LOG(DL_LOG_NOTICE, "publish", "announced %s version %lld to %lld daemon(s)", e->model,
-               (long long)e->version, (long long)receivers);
-    } else {
-        snprintf(p->error, sizeof(p->error), "%s", err.msg);
-    }
-}
-#endif
-
-/* --train --publish: [redis] from --config and --set; training progress
- * goes to Redis as it happens and the version is announced at the end. */
+/* --train --publish: [redis] from --config and --set (the daemon's
+ * configuration, loaded as the daemon loads it); training progress goes
+ * to Redis as it happens and the version is announced at the end. */
 static int train_and_publish(dl_run_opts *o, const char *config, const char *const *ov, int nov)
 {
 #ifdef DL_HAVE_REDIS
-    static publisher p;
+    static dl_serve_conf conf;
     dl_err err = {0};
-    if (dl_serve_conf_load(&p.conf, config, &err) != DL_OK ||
-        dl_serve_conf_apply(&p.conf, ov, nov, &err) != DL_OK) {
+    if (dl_serve_conf_load(&conf, config, &err) != DL_OK ||
+        dl_serve_conf_apply(&conf, ov, nov, &err) != DL_OK) {
         fprintf(stderr, "dlserve: %s\n", err.msg);
         return 2;
     }
-    if (!p.conf.redis.host[0])
+    if (!conf.redis.host[0])
         return fail("--publish needs [redis] host (--set redis.host=HOST or --config FILE)%s%s",
                     "", "");
-    if (dl_redis_link_new(&p.conf.redis, "train", &p.link, &err) != DL_OK) {
+    if (dl_redis_train_publish(o, &conf.redis, &err) != DL_OK) {
         fprintf(stderr, "dlserve: %s\n", err.msg);
-        return 1;
-    }
-    o->on_event = on_train_event;
-    o->event_ctx = &p;
-    dl_status st = dl_train_run(o, &err);
-    dl_redis_link_free(p.link);
-    if (st != DL_OK) {
-        fprintf(stderr, "dlserve: %s\n", err.msg);
-        return 1;
-    }
-    if (dl_log_rank == 0 && !p.announced) {
-        fprintf(stderr, "dlserve: the version was written but not announced: %s\n", p.error);
         return 1;
     }
     return 0;

@@ -78,6 +78,11 @@ dl_status dl_model_conf_parse(const char *text, size_t len, const char *what,
 dl_status dl_model_conf_load(const char *path, dl_model_conf **out, dl_err *err);
 void dl_model_conf_free(dl_model_conf *conf);
 
+/* True when s[0..len) is a valid model name: 1 to DL_NAME_MAX - 1 bytes of
+ * [A-Za-z0-9._-], not starting with '.'. The one rule for model names in
+ * URLs, Kafka records, Redis keys and announcements. */
+bool dl_model_name_valid(const char *s, size_t len);
+
 const char *dl_layer_type_name(dl_layer_type t);
 
 /* ---- input scaling --------------------------------------------------- */

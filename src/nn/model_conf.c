@@ -1,5 +1,9 @@
 /* model_conf.c: parsing and validation of model.json (every error names
+<<<<<<< HEAD
  * the file, the key and what is wrong with it), and its input scaling. */
+=======
+ * the file, the key and what is wrong with it), and the model name rule. */
+>>>>>>> wt-redis
 #define _POSIX_C_SOURCE 200809L
 #include "nn/layer.h"
 
@@ -488,6 +492,7 @@ void dl_model_conf_free(dl_model_conf *conf)
     free(conf);
 }
 
+<<<<<<< HEAD
 dl_scaling dl_scaling_of(const dl_model_conf *conf)
 {
     return (dl_scaling){ conf->scale, conf->mean, conf->std };
@@ -497,4 +502,18 @@ void dl_scaling_apply(const dl_scaling *sc, float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         x[i] = (x[i] * sc->scale - sc->mean) / sc->std;
+=======
+bool dl_model_name_valid(const char *s, size_t len)
+{
+    /* A leading '.' would let "." and ".." reach the repository folder. */
+    if (len == 0 || len >= DL_NAME_MAX || s[0] == '.')
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!(c == '-' || c == '_' || c == '.' || (c >= '0' && c <= '9') ||
+              (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')))
+            return false;
+    }
+    return true;
+>>>>>>> wt-redis
 }

@@ -53,15 +53,7 @@ const dl_opt dl_serve_opts[] = {
         "records consumed and not yet committed before partitions pause"),
     INT(kafka, max_record_bytes, "1048576", 16, 1 << 30,
         "larger records go to the dead-letter topic"),
-    STR(redis, host, "", "Redis host; empty: Redis off"),
-    INT(redis, port, "6379", 1, 65535, "Redis port"),
-    STR(redis, password, "", "AUTH password; empty: none"),
-    INT(redis, db, "0", 0, 1 << 20, "database number (SELECT)"),
-    INT(redis, timeout_ms, "1000", 1, 600000, "connect and command timeout"),
-    BOOL(redis, results, "false",
-         "also write dlserve:result:<id> in at-least-once mode (always in redis mode)"),
-    INT(redis, result_ttl_s, "86400", 0, 1LL << 40, "expiry of result keys; 0: none"),
-    BOOL(redis, registry, "true", "load versions announced on the dlserve:models channel"),
+    DL_REDIS_OPTS(offsetof(dl_serve_conf, redis)),
     {0},
 };
 

@@ -9,7 +9,7 @@
 #include "serve/kafka.h"
 #endif
 #ifdef DL_HAVE_REDIS
-#include "serve/redis.h"
+#include "redis/dl_redis.h"
 #endif
 
 #include <dirent.h>
@@ -131,8 +131,8 @@ typedef struct daemon_ctx {
     kafka_srv    *kafka;
 #endif
 #ifdef DL_HAVE_REDIS
-    redis_watch  *watch;          /* versions announced on dlserve:models */
-    redis_link   *rstatus;        /* training progress for /status */
+    dl_redis_watch *watch;        /* versions announced on dlserve:models */
+    dl_redis_link *rstatus;       /* training progress for /status */
     pthread_mutex_t rstatus_mu;
 #endif
     int           wake[2];        /* a byte here wakes the main loop: an announcement */
@@ -150,21 +150,21 @@ static json_t *redis_status(daemon_ctx *d)
 {
     json_t *links = json_array(), *progress = json_object();
     if (d->watch)
-        json_array_append_new(links, redis_watch_status(d->watch));
+        json_array_append_new(links, dl_redis_watch_status(d->watch));
 #ifdef DL_HAVE_KAFKA
     if (kafka_redis_link(d->kafka))
-        json_array_append_new(links, redis_link_status(kafka_redis_link(d->kafka)));
+        json_array_append_new(links, dl_redis_link_status(kafka_redis_link(d->kafka)));
 #endif
     pthread_mutex_lock(&d->rstatus_mu);
     char **names = registry_names(d->reg);
     for (int i = 0; names && names[i]; i++) {
-        json_t *p = redis_progress_latest(d->rstatus, names[i]);
+        json_t *p = dl_redis_progress_latest(d->rstatus, names[i]);
         if (p)
             json_object_set_new(progress, names[i], p);
         free(names[i]);
     }
     free(names);
-    json_array_append_new(links, redis_link_status(d->rstatus));   /* after its use */
+    json_array_append_new(links, dl_redis_link_status(d->rstatus));   /* after its use */
     pthread_mutex_unlock(&d->rstatus_mu);
     return json_pack("{s:o, s:o}", "links", links, "training", progress);
 }
@@ -204,12 +204,12 @@ static char *metrics_extra(void *ctx)
         kafka_metrics(d->kafka, &b);
 #endif
 #ifdef DL_HAVE_REDIS
-    redis_link *links[2] = { d->rstatus, NULL };
+    dl_redis_link *links[2] = { d->rstatus, NULL };
 #ifdef DL_HAVE_KAFKA
     links[1] = kafka_redis_link(d->kafka);
 #endif
     if (d->rstatus)
-        redis_metrics(&b, links, 2, d->watch);
+        dl_redis_metrics(&b, links, 2, d->watch);
 #endif
     if (b.oom) {
         dl_sbuf_free(&b);
@@ -353,7 +353,7 @@ static dl_status start(daemon_ctx *d, dl_err *err)
     if (st == DL_OK && d->conf.redis.host[0]) {
         st = dl_redis_link_new(&d->conf.redis, "status", &d->rstatus, err);
         if (st == DL_OK && d->conf.redis.registry)
-            st = redis_watch_start(&d->conf.redis, on_announce, d, &d->watch, err);
+            st = dl_redis_watch_start(&d->conf.redis, on_announce, d, &d->watch, err);
     }
 #else
     if (st == DL_OK && d->conf.redis.host[0])
@@ -387,7 +387,7 @@ static void stop(daemon_ctx *d)
     d->kafka = NULL;
 #endif
 #ifdef DL_HAVE_REDIS
-    redis_watch_stop(d->watch);
+    dl_redis_watch_stop(d->watch);
     d->watch = NULL;
 #endif
     batcher_drain(d->bat);   /* intake stops; every queued request is answered */

@@ -1,10 +1,11 @@
 /* dl_serve.h: the serving daemon: configuration and the entry point that
- * `dlserve` (no mode flag) runs. Depends on nn, tensor and util; only
- * serve/ sees libmicrohttpd and systemd. */
+ * `dlserve` (no mode flag) runs. Depends on redis, nn, tensor and util;
+ * only serve/ sees librdkafka, libmicrohttpd and systemd. */
 #ifndef DL_SERVE_H
 #define DL_SERVE_H
 
 #include "nn/dl_nn.h"
+#include "redis/dl_redis.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,17 +68,6 @@ typedef struct dl_kafka_conf {
     dl_kafka_prop props[DL_KAFKA_PROPS_MAX];
 } dl_kafka_conf;
 
-typedef struct dl_redis_conf {
-    char    host[256];           /* empty: Redis off */
-    int64_t port;
-    char    password[256];
-    int64_t db;
-    int64_t timeout_ms;          /* connect and command timeout */
-    bool    results;             /* write dlserve:result:<id> (always in redis delivery) */
-    int64_t result_ttl_s;        /* 0: results do not expire */
-    bool    registry;            /* load versions announced on dlserve:models */
-} dl_redis_conf;
-
 typedef struct dl_serve_conf {
     dl_http_conf     http;
     dl_batching_conf batching;
@@ -111,55 +101,6 @@ dl_status dl_serve_conf_validate(const dl_serve_conf *conf, dl_err *err);
  * config_path may be NULL. overrides: "section.key=value" strings from the
  * command line, applied last. */
 int dl_serve_main(const char *config_path, const char *const *overrides, int noverrides);
-
-/* ---- Redis: the training side (dlserve --train --publish) -------------
- * Defined only when built with hiredis (then users of the serve library
- * see DL_HAVE_REDIS). The daemon's own use of Redis (results, offsets,
- * the registry watcher, /status, /metrics) is in serve/redis.h. */
-
-/* A Redis connection that never makes its user fail hard: it connects
- * lazily, and after an error it drops the connection and reconnects on a
- * later call once an exponential backoff (100 ms doubling to 5 s, reset
- * on success) has passed; calls during the backoff fail at once. */
-typedef struct redis_link dl_redis_link;
-
-/* *out is new. role ("sink", "registry", "train", ...) names the link in
- * logs, /status and /metrics. Does not connect (the first command does),
- * so it fails only for bad arguments (DL_ERR_INVALID: empty host, port
- * out of range) or memory. One thread at a time may use a link; its status may be read
- * from any thread (serve/redis.h). */
-dl_status dl_redis_link_new(const dl_redis_conf *c, const char *role,
-                            dl_redis_link **out, dl_err *err);
-/* Closes the connection; NULL does nothing. */
-void dl_redis_link_free(dl_redis_link *l);
-
-/* Announces a trained version: the SHA-256 of weights_path, then in one
- * MULTI/EXEC `HSET dlserve:model:<model> version <v> path <absolute path>
- * sha256 <hex>` and `PUBLISH dlserve:models {"model", "version", "path",
- * "sha256"}`. *receivers (may be NULL) gets the number of subscribers
- * the announcement reached (also logged). Connects for this call only.
- * DL_ERR_IO when the file cannot be read or Redis is unreachable or
- * refuses (err says which, naming host:port). */
-dl_status dl_redis_publish(const dl_redis_conf *c, const char *model, int64_t version,
-                           const char *weights_path, int64_t *receivers, dl_err *err);
-
-/* One training progress record. */
-typedef struct dl_redis_progress_rec {
-    int64_t step;            /* optimizer steps so far (whole job) */
-    int64_t epoch;           /* 1-based */
-    double  loss;            /* mean training loss */
-    double  accuracy;        /* test accuracy in [0, 1]; < 0: not measured, left out */
-    double  samples_per_s;   /* training throughput of the whole job */
-    int64_t ranks;           /* trainers in the job */
-} dl_redis_progress_rec;
-
-/* `XADD dlserve:train:<model> MAXLEN ~ 10000 * step .. epoch .. loss ..
- * accuracy .. samples_per_s .. ranks ..`. DL_ERR_INVALID for a bad model
- * name; DL_ERR_IO when Redis is down (including during the link's
- * backoff: the call does not block then) or refuses; training goes on
- * either way. */
-dl_status dl_redis_progress(dl_redis_link *l, const char *model,
-                            const dl_redis_progress_rec *p, dl_err *err);
 
 #ifdef __cplusplus
 }

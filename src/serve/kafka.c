@@ -11,7 +11,7 @@
 #include "serve/kafka.h"
 #include "serve/records.h"
 #ifdef DL_HAVE_REDIS
-#include "serve/redis.h"
+#include "redis/dl_redis.h"
 #endif
 
 #include <librdkafka/rdkafka.h>
@@ -103,7 +103,7 @@ struct kafka_srv {
     double               last_commit;
     int64_t              dead_logged;
 #ifdef DL_HAVE_REDIS
-    redis_link          *sink;
+    dl_redis_link       *sink;
 #endif
 
     /* completions from the batcher */
@@ -347,9 +347,9 @@ static void sink_result(kafka_srv *k, const krec *r, const char *text, size_t le
 {
     if (!k->sink)
         return;
-    redis_result res = { r->env.id, text, len };
+    dl_redis_result res = { r->env.id, text, len };
     dl_err err = {0};
-    if (redis_commit(k->sink, k->conf.group_id, &res, 1, NULL, 0, k->rconf.result_ttl_s,
+    if (dl_redis_commit(k->sink, k->conf.group_id, &res, 1, NULL, 0, k->rconf.result_ttl_s,
                      &err) != DL_OK)
         atomic_fetch_add(&k->c.sink_errors, 1);
 }
@@ -593,8 +593,8 @@ static void advance_redis(kafka_srv *k)
         cap += k->tps[i]->count;
     if (cap == 0)
         return;
-    redis_result *res = malloc(cap * sizeof(*res));
-    redis_offset *offs = malloc((size_t)k->ntps * sizeof(*offs));
+    dl_redis_result *res = malloc(cap * sizeof(*res));
+    dl_redis_offset *offs = malloc((size_t)k->ntps * sizeof(*offs));
     size_t *cnt = calloc((size_t)k->ntps, sizeof(*cnt));
     if (!res || !offs || !cnt)
         goto out;
@@ -603,16 +603,16 @@ static void advance_redis(kafka_srv *k)
         while (cnt[i] < tp->count && ring_at(tp, cnt[i])->state == R_DONE) {
             krec *r = ring_at(tp, cnt[i]++);
             if (r->result)
-                res[nres++] = (redis_result){ r->env.id, r->result, r->result_len };
+                res[nres++] = (dl_redis_result){ r->env.id, r->result, r->result_len };
         }
         if (cnt[i])
-            offs[noffs++] = (redis_offset){ tp->topic, tp->partition,
-                                            ring_at(tp, cnt[i] - 1)->offset + 1 };
+            offs[noffs++] = (dl_redis_offset){ tp->topic, tp->partition,
+                                               ring_at(tp, cnt[i] - 1)->offset + 1 };
     }
     if (noffs == 0)
         goto out;
     dl_err err = {0};
-    if (redis_commit(k->sink, k->conf.group_id, res, (int)nres, offs, (int)noffs,
+    if (dl_redis_commit(k->sink, k->conf.group_id, res, (int)nres, offs, (int)noffs,
                      k->rconf.result_ttl_s, &err) != DL_OK) {
         atomic_fetch_add(&k->c.redis_errors, 1);
         goto out;   /* kept: written at a later try */
@@ -876,8 +876,8 @@ static void redis_positions(kafka_srv *k, rd_kafka_topic_partition_list_t *l)
         int64_t next = -1;
         dl_err err = {0};
         for (int tries = 0; !atomic_load(&k->stop); tries++) {
-            if (redis_offset_get(k->sink, k->conf.group_id, l->elems[i].topic,
-                                 l->elems[i].partition, &next, &err) == DL_OK)
+            if (dl_redis_offset_get(k->sink, k->conf.group_id, l->elems[i].topic,
+                                    l->elems[i].partition, &next, &err) == DL_OK)
                 break;
             if (tries == 0)
                 DL_LOG(DL_LOG_WARNING, "kafka", "waiting for Redis to read the offset of "
@@ -1456,21 +1456,30 @@ void kafka_metrics(kafka_srv *k, dl_sbuf *b)
     dl_sbuf_printf(b, "dlserve_kafka_paused %d\n", atomic_load(&k->c.paused) ? 1 : 0);
     family(b, "dlserve_kafka_up", "gauge", "0 after a fatal Kafka error stopped intake.");
     dl_sbuf_printf(b, "dlserve_kafka_up %d\n", is_fatal(k) ? 0 : 1);
-    family(b, "dlserve_kafka_consumer_lag", "gauge",
-           "Records in the partition after the committed position.");
     pthread_mutex_lock(&k->snap_mu);
-    size_t i;
-    json_t *p;
-    json_array_foreach(k->snap_parts, i, p)
-        dl_sbuf_printf(b, "dlserve_kafka_consumer_lag{topic=\"%s\",partition=\"%lld\"} %lld\n",
-                       json_string_value(json_object_get(p, "topic")),
-                       (long long)json_integer_value(json_object_get(p, "partition")),
-                       (long long)json_integer_value(json_object_get(p, "lag")));
+    kafka_lag_metrics(b, k->snap_parts);
     pthread_mutex_unlock(&k->snap_mu);
 }
 
+void kafka_lag_metrics(dl_sbuf *b, json_t *parts)
+{
+    family(b, "dlserve_kafka_consumer_lag", "gauge",
+           "Records in the partition after the committed position.");
+    size_t i;
+    json_t *p;
+    json_array_foreach(parts, i, p) {
+        /* Topic names come from the configuration: escaped like any label. */
+        const char *topic = json_string_value(json_object_get(p, "topic"));
+        dl_sbuf_printf(b, "dlserve_kafka_consumer_lag{topic=\"");
+        dl_prom_label(b, topic ? topic : "");
+        dl_sbuf_printf(b, "\",partition=\"%lld\"} %lld\n",
+                       (long long)json_integer_value(json_object_get(p, "partition")),
+                       (long long)json_integer_value(json_object_get(p, "lag")));
+    }
+}
+
 #ifdef DL_HAVE_REDIS
-redis_link *kafka_redis_link(kafka_srv *k)
+dl_redis_link *kafka_redis_link(kafka_srv *k)
 {
     return k ? k->sink : NULL;
 }

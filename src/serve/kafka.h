@@ -46,9 +46,16 @@ json_t *kafka_status(kafka_srv *k);
 /* Prometheus families dlserve_kafka_* appended to out. */
 void kafka_metrics(kafka_srv *k, dl_sbuf *out);
 
+/* The dlserve_kafka_consumer_lag family (HELP, TYPE and one sample per
+ * partition) of a partitions snapshot, the "partitions" array of
+ * kafka_status: [{"topic", "partition", "lag", ...}] (borrowed; NULL:
+ * none), appended to out. Topic labels are escaped (dl_prom_label).
+ * kafka_metrics uses it; any thread, with parts not changed meanwhile. */
+void kafka_lag_metrics(dl_sbuf *out, json_t *parts);
+
 #ifdef DL_HAVE_REDIS
 /* The Redis link of the result sink (for its metrics), or NULL. */
-struct redis_link *kafka_redis_link(kafka_srv *k);
+dl_redis_link *kafka_redis_link(kafka_srv *k);
 #endif
 
 #endif /* DL_SERVE_KAFKA_H */

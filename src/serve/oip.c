@@ -42,20 +42,6 @@ static bool seg_is(seg s, const char *word)
     return s.n == strlen(word) && memcmp(s.p, word, s.n) == 0;
 }
 
-bool oip_name_valid(const char *s, size_t len)
-{
-    /* A leading '.' would let "." and ".." reach the repository folder. */
-    if (len == 0 || len >= DL_NAME_MAX || s[0] == '.')
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (!(c == '-' || c == '_' || c == '.' || (c >= '0' && c <= '9') ||
-              (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')))
-            return false;
-    }
-    return true;
-}
-
 /* A positive decimal integer without leading zeros (at most 18 digits, so
  * it fits int64_t). */
 static bool parse_version(seg s, int64_t *v)
@@ -74,7 +60,7 @@ static bool parse_version(seg s, int64_t *v)
 
 static bool take_name(seg s, oip_route *r)
 {
-    if (!oip_name_valid(s.p, s.n))
+    if (!dl_model_name_valid(s.p, s.n))
         return false;
     memcpy(r->model, s.p, s.n);
     r->model[s.n] = '\0';

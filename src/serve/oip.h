@@ -48,9 +48,6 @@ const char *oip_route_allow(oip_route_kind kind);
 /* True when `method` is one the route answers (HEAD goes with GET). */
 bool oip_route_method_ok(oip_route_kind kind, const char *method);
 
-/* True for a valid model name (the rule of oip_route_parse). */
-bool oip_name_valid(const char *s, size_t len);
-
 /* ---- infer requests ----------------------------------------------------- */
 
 /* Outputs a client may ask for (the "outputs" list of the request). */

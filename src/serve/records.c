@@ -90,7 +90,7 @@ static record_fault find_model(const record_in *in, json_t *root, const char *de
     if (!name || !name[0])
         return fault(err, REC_MODEL, "the record names no model and [kafka] default_model "
                                      "is not set");
-    if (!oip_name_valid(name, strlen(name)))
+    if (!dl_model_name_valid(name, strlen(name)))
         return fault(err, REC_MODEL, "'%.64s' is not a valid model name", name);
     snprintf(env->model, sizeof(env->model), "%s", name);
     if (json_is_integer(v)) {

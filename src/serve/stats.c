@@ -393,30 +393,6 @@ void stats_http(stats *st, int code)
 
 /* ---- text buffer ------------------------------------------------------- */
 
-
-/* A label value, escaped as the exposition format requires: backslash,
- * double quote and newline. The format is UTF-8 and Prometheus rejects
- * the whole scrape over one bad byte, so invalid bytes become U+FFFD. */
-static void sb_label(dl_sbuf *b, const char *v)
-{
-    const unsigned char *p = (const unsigned char *)v;
-    while (*p) {
-        size_t n = dl_utf8_len(p);
-        if (n == 0) {
-            dl_sbuf_add(b, "\xEF\xBF\xBD", 3);
-            p++;
-            continue;
-        }
-        switch (*p) {
-        case '\\': dl_sbuf_add(b, "\\\\", 2); break;
-        case '"':  dl_sbuf_add(b, "\\\"", 2); break;
-        case '\n': dl_sbuf_add(b, "\\n", 2); break;
-        default:   dl_sbuf_add(b, (const char *)p, n); break;
-        }
-        p += n;
-    }
-}
-
 /* A sample value: the shortest of %.15g/%.16g/%.17g that reads back
  * exactly (4e-05, not 3.9999999999999996e-05); infinities and NaN are
  * spelled as the format wants. */
@@ -448,14 +424,14 @@ static void sb_family(dl_sbuf *b, const char *name, const char *type, const char
 static void sb_series_u64(dl_sbuf *b, const char *name, const series *s, uint64_t v)
 {
     dl_sbuf_printf(b, "%s{model=\"", name);
-    sb_label(b, s->model);
+    dl_prom_label(b, s->model);
     dl_sbuf_printf(b, "\",version=\"%" PRId64 "\"} %" PRIu64 "\n", s->version, v);
 }
 
 static void sb_series_f64(dl_sbuf *b, const char *name, const series *s, double v)
 {
     dl_sbuf_printf(b, "%s{model=\"", name);
-    sb_label(b, s->model);
+    dl_prom_label(b, s->model);
     dl_sbuf_printf(b, "\",version=\"%" PRId64 "\"} ", s->version);
     sb_value(b, v);
     dl_sbuf_add(b, "\n", 1);
@@ -470,18 +446,18 @@ static void sb_histo(dl_sbuf *b, const char *name, const char *model, const doub
     for (size_t i = 0; i <= nb; i++) {
         cum += buckets[i];
         dl_sbuf_printf(b, "%s_bucket{model=\"", name);
-        sb_label(b, model);
+        dl_prom_label(b, model);
         if (i < nb)
             dl_sbuf_printf(b, "\",le=\"%g\"} %" PRIu64 "\n", bounds[i], cum);
         else
             dl_sbuf_printf(b, "\",le=\"+Inf\"} %" PRIu64 "\n", cum);
     }
     dl_sbuf_printf(b, "%s_sum{model=\"", name);
-    sb_label(b, model);
+    dl_prom_label(b, model);
     dl_sbuf_add(b, "\"} ", 3);
     sb_value(b, sum);
     dl_sbuf_printf(b, "\n%s_count{model=\"", name);
-    sb_label(b, model);
+    dl_prom_label(b, model);
     dl_sbuf_printf(b, "\"} %" PRIu64 "\n", count);
 }
 

@@ -142,6 +142,13 @@ size_t dl_fmt_float(char *buf, float v);
  * NUL). */
 size_t dl_utf8_len(const unsigned char *p);
 
+/* Appends value as a Prometheus label value (text exposition format):
+ * backslash, double quote and newline escaped as \\, \" and \n. The
+ * format is UTF-8 and Prometheus rejects a whole scrape over one bad byte,
+ * so each byte that does not start a valid UTF-8 sequence becomes U+FFFD.
+ * The surrounding quotes are the caller's. */
+void dl_prom_label(dl_sbuf *b, const char *value);
+
 /* ---- CPU parallelism ------------------------------------------------- */
 
 /* A task body: processes items [begin, end) of a parallel loop. */

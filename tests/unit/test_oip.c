@@ -148,9 +148,9 @@ Test(oip, bounds_model_names)
     name[199] = '\0';
     snprintf(path, sizeof(path), "/v2/repository/models/%s/load", name);
     cr_expect_eq(oip_route_parse(path, &r), OIP_ROUTE_NONE);
-    cr_expect(oip_name_valid("fashion-mlp", 11));
-    cr_expect_not(oip_name_valid("fashion/mlp", 11));
-    cr_expect_not(oip_name_valid("", 0));
+    cr_expect(dl_model_name_valid("fashion-mlp", 11));
+    cr_expect_not(dl_model_name_valid("fashion/mlp", 11));
+    cr_expect_not(dl_model_name_valid("", 0));
 }
 
 Test(oip, knows_methods)

@@ -1,13 +1,13 @@
 /* redis.c: Redis through hiredis: links that reconnect with backoff, the
- * results-and-offsets MULTI/EXEC, the dlserve:models watcher thread,
- * status and metrics, and the training side (publish, progress stream).
+ * training progress stream, publishing and watching model versions
+ * (dlserve:models), the results-and-offsets MULTI/EXEC, status and metrics.
  *
  * hiredis contexts are blocking with SO_RCVTIMEO/SO_SNDTIMEO set, so no
  * call waits longer than the timeout per reply. A NULL reply means the
  * context is dead: it is freed at once and the link backs off. */
 #define _XOPEN_SOURCE 700    /* realpath */
-#include "serve/redis.h"
-#include "serve/oip.h"
+#include "redis/dl_redis.h"
+#include "nn/dl_nn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -254,7 +254,7 @@ fail:
 
 /* ---- links ---------------------------------------------------------------- */
 
-struct redis_link {
+struct dl_redis_link {
     dl_redis_conf conf;
     int           timeout_ms;
     redisContext *ctx;          /* NULL while down */
@@ -262,7 +262,7 @@ struct redis_link {
     health        h;
 };
 
-dl_status dl_redis_link_new(const dl_redis_conf *c, const char *role, redis_link **out,
+dl_status dl_redis_link_new(const dl_redis_conf *c, const char *role, dl_redis_link **out,
                             dl_err *err)
 {
     *out = NULL;
@@ -271,7 +271,7 @@ dl_status dl_redis_link_new(const dl_redis_conf *c, const char *role, redis_link
     if (c->host[0] != '/' && (c->port < 1 || c->port > 65535))
         return dl_err_set(err, DL_ERR_INVALID, "redis: port %lld not in [1, 65535]",
                           (long long)c->port);
-    redis_link *l = calloc(1, sizeof(*l));
+    dl_redis_link *l = calloc(1, sizeof(*l));
     if (!l)
         return dl_err_set(err, DL_ERR_NOMEM, "redis link");
     l->conf = *c;
@@ -281,7 +281,7 @@ dl_status dl_redis_link_new(const dl_redis_conf *c, const char *role, redis_link
     return DL_OK;
 }
 
-void dl_redis_link_free(redis_link *l)
+void dl_redis_link_free(dl_redis_link *l)
 {
     if (!l)
         return;
@@ -292,7 +292,7 @@ void dl_redis_link_free(redis_link *l)
 }
 
 /* Drops a dead connection and schedules the reconnect. */
-static dl_status link_lost(redis_link *l, const char *why, dl_err *err)
+static dl_status link_lost(dl_redis_link *l, const char *why, dl_err *err)
 {
     if (l->ctx) {
         redisFree(l->ctx);
@@ -304,7 +304,7 @@ static dl_status link_lost(redis_link *l, const char *why, dl_err *err)
 
 /* Connected, or DL_ERR_IO: at once during the backoff, else after one
  * connect attempt. */
-static dl_status link_ready(redis_link *l, dl_err *err)
+static dl_status link_ready(dl_redis_link *l, dl_err *err)
 {
     if (l->ctx)
         return DL_OK;
@@ -339,7 +339,7 @@ static bool refusal_is_outage(const char *msg)
 
 /* Redis refused a command: the connection stays unless the refusal means
  * an outage. */
-static dl_status link_refused(redis_link *l, const char *cmd, const char *msg, dl_err *err)
+static dl_status link_refused(dl_redis_link *l, const char *cmd, const char *msg, dl_err *err)
 {
     char why[200];
     snprintf(why, sizeof(why), "%s: %s", cmd, msg);
@@ -350,7 +350,7 @@ static dl_status link_refused(redis_link *l, const char *cmd, const char *msg, d
 }
 
 /* One command. On DL_OK *out is its reply (new, never an error reply). */
-static dl_status link_cmd(redis_link *l, int argc, const char **argv, const size_t *lens,
+static dl_status link_cmd(dl_redis_link *l, int argc, const char **argv, const size_t *lens,
                           redisReply **out, dl_err *err)
 {
     *out = NULL;
@@ -433,11 +433,12 @@ static void key_of(dl_sbuf *b, const char *prefix, const char *a, const char *c)
         dl_sbuf_printf(b, ":%s", c);
 }
 
-dl_status redis_commit(redis_link *l, const char *group, const redis_result *res, int nres,
-                       const redis_offset *offs, int noffs, int64_t ttl_s, dl_err *err)
+dl_status dl_redis_commit(dl_redis_link *l, const char *group, const dl_redis_result *res,
+                          int nres, const dl_redis_offset *offs, int noffs, int64_t ttl_s,
+                          dl_err *err)
 {
     if (nres < 0 || noffs < 0 || (nres > 0 && !res) || (noffs > 0 && (!offs || !group)))
-        return dl_err_set(err, DL_ERR_INVALID, "redis_commit: bad arguments");
+        return dl_err_set(err, DL_ERR_INVALID, "dl_redis_commit: bad arguments");
     if (nres == 0 && noffs == 0)
         return DL_OK;
     nopipe np;
@@ -508,14 +509,14 @@ static bool parse_offset(const char *s, size_t n, int64_t *v)
     return true;
 }
 
-dl_status redis_offset_get(redis_link *l, const char *group, const char *topic,
-                           int32_t partition, int64_t *next, dl_err *err)
+dl_status dl_redis_offset_get(dl_redis_link *l, const char *group, const char *topic,
+                              int32_t partition, int64_t *next, dl_err *err)
 {
     *next = -1;
     dl_sbuf key = {0};
     key_of(&key, "dlserve:offsets:", group, topic);
     if (key.oom)
-        return dl_err_set(err, DL_ERR_NOMEM, "redis_offset_get: key");
+        return dl_err_set(err, DL_ERR_NOMEM, "dl_redis_offset_get: key");
     char part[16];
     snprintf(part, sizeof(part), "%" PRId32, partition);
     const char *argv[] = {"HGET", key.s, part};
@@ -542,10 +543,10 @@ dl_status redis_offset_get(redis_link *l, const char *group, const char *topic,
 
 /* ---- training progress ---------------------------------------------------- */
 
-dl_status dl_redis_progress(redis_link *l, const char *model, const dl_redis_progress_rec *p,
+dl_status dl_redis_progress(dl_redis_link *l, const char *model, const dl_redis_progress_rec *p,
                             dl_err *err)
 {
-    if (!model || !oip_name_valid(model, strlen(model)))
+    if (!model || !dl_model_name_valid(model, strlen(model)))
         return dl_err_set(err, DL_ERR_INVALID, "redis progress: bad model name");
     dl_sbuf key = {0};
     key_of(&key, "dlserve:train:", model, NULL);
@@ -594,9 +595,9 @@ static json_t *json_of_value(const char *s)
     return j ? j : json_string(s);      /* jansson refuses NaN and inf: text */
 }
 
-json_t *redis_progress_latest(redis_link *l, const char *model)
+json_t *dl_redis_progress_latest(dl_redis_link *l, const char *model)
 {
-    if (!model || !oip_name_valid(model, strlen(model)))
+    if (!model || !dl_model_name_valid(model, strlen(model)))
         return NULL;
     dl_sbuf key = {0};
     key_of(&key, "dlserve:train:", model, NULL);
@@ -642,7 +643,7 @@ dl_status dl_redis_publish(const dl_redis_conf *c, const char *model, int64_t ve
         *receivers = 0;
     if (!c->host[0])
         return dl_err_set(err, DL_ERR_INVALID, "publish: no Redis host configured");
-    if (!model || !oip_name_valid(model, strlen(model)))
+    if (!model || !dl_model_name_valid(model, strlen(model)))
         return dl_err_set(err, DL_ERR_INVALID, "publish: bad model name '%s'",
                           model ? model : "");
     if (version < 1)
@@ -716,10 +717,10 @@ out:
 
 /* ---- the registry watcher ------------------------------------------------- */
 
-struct redis_watch {
+struct dl_redis_watch {
     dl_redis_conf     conf;
     int               timeout_ms;
-    redis_announce_fn on_announce;
+    dl_redis_announce_fn on_announce;
     bool              subscribed_before;   /* a later SUBSCRIBE is a reconnection */
     void             *ctx;
     redisContext     *rc;         /* watcher thread only; NULL while down */
@@ -731,7 +732,7 @@ struct redis_watch {
 };
 
 /* Subscribes on a fresh connection; on failure marks the outage. */
-static void watch_connect(redis_watch *w)
+static void watch_connect(dl_redis_watch *w)
 {
     char why[200];
     w->rc = open_ctx(&w->conf, w->timeout_ms, false, why, sizeof(why));
@@ -766,7 +767,7 @@ static void watch_connect(redis_watch *w)
     w->subscribed_before = true;
 }
 
-static void watch_lost(redis_watch *w, const char *why)
+static void watch_lost(dl_redis_watch *w, const char *why)
 {
     redisFree(w->rc);
     w->rc = NULL;
@@ -787,7 +788,7 @@ static bool parse_announce(const char *text, size_t len, char model[DL_NAME_MAX]
     bool ok = false;
     if (!json_is_object(j))
         snprintf(why, n, "not a JSON object");
-    else if (!json_is_string(m) || !oip_name_valid(json_string_value(m), json_string_length(m)))
+    else if (!json_is_string(m) || !dl_model_name_valid(json_string_value(m), json_string_length(m)))
         snprintf(why, n, "\"model\" is not a valid model name");
     else if (!json_is_integer(v) || json_integer_value(v) < 1)
         snprintf(why, n, "\"version\" is not an integer >= 1");
@@ -803,7 +804,7 @@ static bool parse_announce(const char *text, size_t len, char model[DL_NAME_MAX]
 
 /* One pushed reply: ["message", channel, payload] or a subscription
  * confirmation. */
-static void watch_handle(redis_watch *w, redisReply *r)
+static void watch_handle(dl_redis_watch *w, redisReply *r)
 {
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
         r->element[0]->type != REDIS_REPLY_STRING) {
@@ -833,7 +834,7 @@ static void watch_handle(redis_watch *w, redisReply *r)
 
 /* Handles the replies hiredis has buffered, else waits up to
  * WATCH_POLL_MS for data or a stop request. */
-static void watch_read(redis_watch *w)
+static void watch_read(dl_redis_watch *w)
 {
     redisReply *r = NULL;
     if (redisGetReplyFromReader(w->rc, (void **)&r) != REDIS_OK) {
@@ -862,7 +863,7 @@ static void watch_read(redis_watch *w)
 }
 
 /* Sleeps up to ms, or less when a stop is requested. */
-static void watch_sleep(redis_watch *w, int ms)
+static void watch_sleep(dl_redis_watch *w, int ms)
 {
     struct pollfd pfd = {.fd = w->wake[0], .events = POLLIN};
     poll(&pfd, 1, ms);
@@ -870,7 +871,7 @@ static void watch_sleep(redis_watch *w, int ms)
 
 static void *watch_main(void *arg)
 {
-    redis_watch *w = arg;
+    dl_redis_watch *w = arg;
     /* This thread's writes must not raise SIGPIPE (see nopipe): blocked
      * for its whole life, a pending one dies with the thread. */
     sigset_t set;
@@ -895,14 +896,14 @@ static void *watch_main(void *arg)
     return NULL;
 }
 
-dl_status redis_watch_start(const dl_redis_conf *c, redis_announce_fn on_announce, void *ctx,
-                            redis_watch **out, dl_err *err)
+dl_status dl_redis_watch_start(const dl_redis_conf *c, dl_redis_announce_fn on_announce,
+                               void *ctx, dl_redis_watch **out, dl_err *err)
 {
     *out = NULL;
     if (!c->host[0] || !on_announce)
         return dl_err_set(err, DL_ERR_INVALID, "redis watcher: %s",
                           !c->host[0] ? "no host configured" : "no callback");
-    redis_watch *w = calloc(1, sizeof(*w));
+    dl_redis_watch *w = calloc(1, sizeof(*w));
     if (!w)
         return dl_err_set(err, DL_ERR_NOMEM, "redis watcher");
     w->conf = *c;
@@ -931,7 +932,7 @@ dl_status redis_watch_start(const dl_redis_conf *c, redis_announce_fn on_announc
     return DL_OK;
 }
 
-void redis_watch_stop(redis_watch *w)
+void dl_redis_watch_stop(dl_redis_watch *w)
 {
     if (!w)
         return;
@@ -948,12 +949,12 @@ void redis_watch_stop(redis_watch *w)
 
 /* ---- status and metrics --------------------------------------------------- */
 
-json_t *redis_link_status(redis_link *l)
+json_t *dl_redis_link_status(dl_redis_link *l)
 {
     return l ? health_json(&l->h) : NULL;
 }
 
-json_t *redis_watch_status(redis_watch *w)
+json_t *dl_redis_watch_status(dl_redis_watch *w)
 {
     return w ? health_json(&w->h) : NULL;
 }
@@ -975,20 +976,8 @@ static void snap(health *h, health_snap *s)
     pthread_mutex_unlock(&h->mu);
 }
 
-/* A label value with Prometheus's escapes (\\, \", \n). */
-static void put_label(dl_sbuf *out, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            dl_sbuf_putc(out, '\\');
-        if (*s == '\n')
-            dl_sbuf_add(out, "\\n", 2);
-        else
-            dl_sbuf_putc(out, *s);
-    }
-}
-
-void redis_metrics(dl_sbuf *out, redis_link *const *links, int nlinks, redis_watch *w)
+void dl_redis_metrics(dl_sbuf *out, dl_redis_link *const *links, int nlinks,
+                      dl_redis_watch *w)
 {
     int n = 0;
     health_snap *s = calloc((size_t)(nlinks > 0 ? nlinks : 0) + 1, sizeof(*s));
@@ -1015,7 +1004,7 @@ void redis_metrics(dl_sbuf *out, redis_link *const *links, int nlinks, redis_wat
                        fam[f].name, fam[f].type);
         for (int i = 0; i < n; i++) {
             dl_sbuf_printf(out, "%s{role=\"", fam[f].name);
-            put_label(out, s[i].role);
+            dl_prom_label(out, s[i].role);
             int64_t v = f == 0 ? s[i].up : f == 1 ? s[i].reconnects : s[i].errors;
             dl_sbuf_printf(out, "\"} %" PRId64 "\n", v);
         }
