@@ -1,9 +1,6 @@
 /* model_conf.c: parsing and validation of model.json (every error names
-<<<<<<< HEAD
- * the file, the key and what is wrong with it), and its input scaling. */
-=======
- * the file, the key and what is wrong with it), and the model name rule. */
->>>>>>> wt-redis
+ * the file, the key and what is wrong with it), its input scaling and the
+ * model name rule. */
 #define _POSIX_C_SOURCE 200809L
 #include "nn/layer.h"
 
@@ -492,7 +489,6 @@ void dl_model_conf_free(dl_model_conf *conf)
     free(conf);
 }
 
-<<<<<<< HEAD
 dl_scaling dl_scaling_of(const dl_model_conf *conf)
 {
     return (dl_scaling){ conf->scale, conf->mean, conf->std };
@@ -502,7 +498,8 @@ void dl_scaling_apply(const dl_scaling *sc, float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         x[i] = (x[i] * sc->scale - sc->mean) / sc->std;
-=======
+}
+
 bool dl_model_name_valid(const char *s, size_t len)
 {
     /* A leading '.' would let "." and ".." reach the repository folder. */
@@ -515,5 +512,4 @@ bool dl_model_name_valid(const char *s, size_t len)
             return false;
     }
     return true;
->>>>>>> wt-redis
 }
