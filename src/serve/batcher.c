@@ -98,11 +98,11 @@ static queue *queue_for(batcher *b, served *sv)
 dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
 {
     bool pinned = q->sv != NULL;
-    if (!pinned && !(q->sv = registry_acquire(b->reg, q->model, q->version)))
-        return q->version > 0
-                   ? dl_err_set(err, DL_ERR_INVALID, "unknown version %lld of model '%s'",
-                                (long long)q->version, q->model)
-                   : dl_err_set(err, DL_ERR_INVALID, "unknown model '%s'", q->model);
+    if (!pinned) {
+        dl_status st = registry_acquire(b->reg, q->model, q->version, &q->sv, err);
+        if (st != DL_OK)
+            return st;
+    }
     dl_status st = DL_OK;
     if (q->n < 1)
         st = dl_err_set(err, DL_ERR_INVALID, "empty batch");
@@ -120,7 +120,7 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
     if (st == DL_OK && b->stopping)
         st = dl_err_set(err, DL_ERR_UNAVAILABLE, "the server is stopping");
     else if (st == DL_OK && model_samples(b, q->sv->name) + q->n > b->conf.max_queue_size)
-        st = dl_err_set(err, DL_ERR_UNAVAILABLE, "queue of model '%s' is full (%lld samples)",
+        st = dl_err_set(err, DL_ERR_BUSY, "queue of model '%s' is full (%lld samples)",
                         q->sv->name, (long long)b->conf.max_queue_size);
     else if (st == DL_OK && !qu)
         st = dl_err_set(err, DL_ERR_NOMEM, "queue");
@@ -205,6 +205,24 @@ static bool grow(float **p, int64_t *cap, int64_t n)
     return true;
 }
 
+/* What a failed batch means to each of its requests. They were checked on
+ * submission, so the failure is the server's: out of (device) memory
+ * fails this batch only (retry soon), a device gone is unavailable, and
+ * anything else is the backend's failure. */
+static dl_status batch_status(dl_status st)
+{
+    switch (st) {
+    case DL_OK:
+    case DL_ERR_UNAVAILABLE:
+    case DL_ERR_BUSY:
+        return st;
+    case DL_ERR_NOMEM:
+        return DL_ERR_BUSY;
+    default:
+        return DL_ERR_BACKEND;
+    }
+}
+
 /* Runs one batch of requests (a list) on their served version. */
 static void run(batcher *b, infer_req *list, int64_t samples)
 {
@@ -223,13 +241,15 @@ static void run(batcher *b, infer_req *list, int64_t samples)
     if (st == DL_OK)
         st = dl_model_predict(sv->m, b->bx, samples, samples, b->by, &err);
     double t1 = dl_time_now();
+    dl_err outcome = {0};
     if (st == DL_OK)
         stats_batch(b->st, sv->name, sv->version, samples);
+    else
+        dl_err_set(&outcome, batch_status(st), "%s", err.msg);
     off = 0;
     for (infer_req *r = list, *next; r; r = next) {
         next = r->next;
-        r->status = st;
-        snprintf(r->error, sizeof(r->error), "%s", st == DL_OK ? "" : err.msg);
+        r->err = outcome;
         if (st == DL_OK)
             memcpy(r->out, b->by + off * sv->out_dim, (size_t)(r->n * sv->out_dim) * sizeof(float));
         off += r->n;

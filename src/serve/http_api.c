@@ -74,15 +74,38 @@ static answer json_answer(int code, json_t *j)
     return a;
 }
 
+static answer error_answer_v(int code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+static answer error_answer_v(int code, const char *fmt, va_list ap)
+{
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    return json_answer(code, oip_error("%s", msg));
+}
+
+/* {"error": message} with a code of its own: for refusals of the
+ * protocol (401, 405) that no dl_status names. */
 static answer error_answer(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static answer error_answer(int code, const char *fmt, ...)
 {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    answer a = error_answer_v(code, fmt, ap);
     va_end(ap);
-    return json_answer(code, oip_error("%s", msg));
+    return a;
+}
+
+/* {"error": message} for a failure of kind st, with the code that
+ * oip_http_code gives it. */
+static answer status_answer(dl_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static answer status_answer(dl_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    answer a = error_answer_v(oip_http_code(st), fmt, ap);
+    va_end(ap);
+    return a;
 }
 
 static void log_answer(const request *rq, const char *method, const char *url, const answer *a)
@@ -124,44 +147,22 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const r
 
 /* ---- models ------------------------------------------------------------- */
 
-/* A reference to the route's model and version, or NULL with *code 404
- * (no such model or version) or 503 (the model has nothing served). */
-static served *acquire(http_server *h, const oip_route *r, int *code, char *msg, size_t cap)
+/* A reference to the route's model and version, or NULL with err saying
+ * why: DL_ERR_NOT_FOUND (404) or DL_ERR_UNAVAILABLE (503, nothing served
+ * yet). */
+static served *acquire(http_server *h, const oip_route *r, dl_err *err)
 {
-    served *sv = registry_acquire(h->deps->reg, r->model, r->version);
-    if (sv)
-        return sv;
-    json_t *status = registry_status(h->deps->reg);
-    json_t *versions = oip_versions_of(status, r->model);
-    /* Unloaded through the API: not served, as if unknown. */
-    bool unloaded = false;
-    size_t i;
-    json_t *m;
-    json_array_foreach(status, i, m)
-        if (strcmp(json_string_value(json_object_get(m, "name")), r->model) == 0)
-            unloaded = strcmp(json_string_value(json_object_get(m, "state")), "UNLOADED") == 0;
-    *code = versions && r->version == 0 && !unloaded ? 503 : 404;
-    if (unloaded)
-        snprintf(msg, cap, "model '%s' is unloaded", r->model);
-    else if (!versions)
-        snprintf(msg, cap, "unknown model '%s'", r->model);
-    else if (r->version > 0)
-        snprintf(msg, cap, "version %lld of model '%s' is not served", (long long)r->version,
-                 r->model);
-    else
-        snprintf(msg, cap, "model '%s' has no version ready", r->model);
-    json_decref(versions);
-    json_decref(status);
-    return NULL;
+    served *sv;
+    registry_acquire(h->deps->reg, r->model, r->version, &sv, err);
+    return sv;
 }
 
 static answer model_metadata(http_server *h, const oip_route *r)
 {
-    int code;
-    char msg[256];
-    served *sv = acquire(h, r, &code, msg, sizeof(msg));
+    dl_err err = {0};
+    served *sv = acquire(h, r, &err);
     if (!sv)
-        return error_answer(code, "%s", msg);
+        return status_answer(err.code, "%s", err.msg);
     json_t *status = registry_status(h->deps->reg);
     json_t *versions = oip_versions_of(status, r->model);
     if (!versions)   /* unloaded since acquire: still answer for sv */
@@ -175,32 +176,17 @@ static answer model_metadata(http_server *h, const oip_route *r)
 
 static answer model_ready(http_server *h, const oip_route *r)
 {
-    int code;
-    char msg[256];
-    served *sv = acquire(h, r, &code, msg, sizeof(msg));
+    dl_err err = {0};
+    served *sv = acquire(h, r, &err);
     if (!sv)
-        return json_answer(code, json_pack("{s:s, s:b, s:s}", "name", r->model, "ready", 0,
-                                           "error", msg));
+        return json_answer(oip_http_code(err.code),
+                           json_pack("{s:s, s:b, s:s}", "name", r->model, "ready", 0,
+                                     "error", err.msg));
     served_release(sv);
     return json_answer(200, json_pack("{s:s, s:b}", "name", r->model, "ready", 1));
 }
 
 /* ---- infer -------------------------------------------------------------- */
-
-/* The HTTP code for a refused batcher_submit. */
-static int submit_code(const dl_err *err)
-{
-    switch (err->code) {
-    case DL_ERR_UNAVAILABLE:
-        return 503;
-    case DL_ERR_INVALID:
-        /* The batcher says "unknown model/version" when the version went
-         * away between acquire and submit; other refusals are sizes. */
-        return strstr(err->msg, "unknown") ? 404 : 400;
-    default:
-        return 500;
-    }
-}
 
 /* Runs a parsed request on sv (a reference, kept) and formats the answer. */
 static answer run_infer(http_server *h, request *rq, served *sv, oip_request *in)
@@ -216,13 +202,13 @@ static answer run_infer(http_server *h, request *rq, served *sv, oip_request *in
     dl_err err = {0};
     answer a;
     if (batcher_submit(h->deps->bat, &q, &err) != DL_OK) {
-        a = error_answer(submit_code(&err), "%s", err.msg);
+        a = status_answer(err.code, "%s", err.msg);   /* queue full: 503; sizes: 400 */
     } else {
         infer_wait(&q);
-        if (q.status != DL_OK) {
-            /* out of (device) memory fails this batch only: try again */
-            bool retry = q.status == DL_ERR_UNAVAILABLE || q.status == DL_ERR_NOMEM;
-            a = error_answer(retry ? 503 : 500, "inference failed: %s", q.error);
+        if (q.err.code != DL_OK) {
+            /* 503 when the batch may succeed again (it ran short of
+             * memory), 500 when the backend failed */
+            a = status_answer(q.err.code, "inference failed: %s", q.err.msg);
         } else {
             oip_result res = {.model = sv->name, .version = sv->version, .id = in->id,
                               .conf = sv->conf, .batch = in->batch, .out_dim = sv->out_dim,
@@ -242,16 +228,14 @@ static answer run_infer(http_server *h, request *rq, served *sv, oip_request *in
 
 static answer infer(http_server *h, request *rq)
 {
-    int code;
-    char msg[256];
-    served *sv = acquire(h, &rq->route, &code, msg, sizeof(msg));
-    if (!sv)
-        return error_answer(code, "%s", msg);
-    oip_request in;
     dl_err err = {0};
+    served *sv = acquire(h, &rq->route, &err);
+    if (!sv)
+        return status_answer(err.code, "%s", err.msg);
+    oip_request in;
     answer a;
     if (oip_parse_infer(rq->body, rq->len, sv->conf, sv->in_dim, &in, &err) != DL_OK) {
-        a = error_answer(err.code == DL_ERR_NOMEM ? 500 : 400, "%s", err.msg);
+        a = status_answer(err.code, "%s", err.msg);   /* 400, or 500 out of memory */
         stats_request(h->deps->st, sv->name, sv->version, false, 0, 0, 0,
                       (dl_time_now() - rq->arrival) * 1e6);
     } else {
@@ -273,7 +257,7 @@ static answer repo_change(http_server *h, request *rq, bool load)
         bool object = json_is_object(j);
         json_decref(j);
         if (!object)
-            return error_answer(400, "the body must be empty or a JSON object");
+            return status_answer(DL_ERR_INVALID, "the body must be empty or a JSON object");
     }
     dl_err err = {0};
     dl_status st = load ? registry_load(h->deps->reg, rq->route.model, &err)
@@ -283,8 +267,7 @@ static answer repo_change(http_server *h, request *rq, bool load)
                load ? "loaded" : "unloaded");
         return json_answer(200, json_object());
     }
-    int code = st != DL_ERR_INVALID ? 500 : strstr(err.msg, "unknown") ? 404 : 400;
-    return error_answer(code, "%s", err.msg);
+    return status_answer(st, "%s", err.msg);   /* unknown model: 404; refused: 400 */
 }
 
 static answer repo_index(http_server *h)
@@ -336,7 +319,7 @@ static answer metrics(http_server *h)
     a.body = stats_prometheus(h->deps->st, extra);
     free(extra);
     if (!a.body)
-        return error_answer(500, "out of memory");
+        return status_answer(DL_ERR_NOMEM, "out of memory");
     return a;
 }
 
@@ -344,10 +327,10 @@ static answer metrics(http_server *h)
 static answer dispatch(http_server *h, request *rq)
 {
     if (rq->too_big)
-        return error_answer(413, "the body is over http.max_body_bytes (%lld)",
-                            (long long)h->deps->conf->max_body_bytes);
+        return status_answer(DL_ERR_TOO_LARGE, "the body is over http.max_body_bytes (%lld)",
+                             (long long)h->deps->conf->max_body_bytes);
     if (rq->nomem)
-        return error_answer(500, "out of memory for the request body");
+        return status_answer(DL_ERR_NOMEM, "out of memory for the request body");
     switch (rq->route.kind) {
     case OIP_ROUTE_LIVE:        return json_answer(200, json_pack("{s:b}", "live", 1));
     case OIP_ROUTE_READY: {
@@ -365,7 +348,7 @@ static answer dispatch(http_server *h, request *rq)
     case OIP_ROUTE_STATUS:      return status(h);
     case OIP_ROUTE_NONE:        break;
     }
-    return error_answer(404, "not found");
+    return status_answer(DL_ERR_NOT_FOUND, "not found");
 }
 
 /* ---- the request cycle --------------------------------------------------- */
@@ -400,7 +383,7 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
 {
     oip_route_kind kind = oip_route_parse(url, &rq->route);
     if (atomic_load(&h->stopping)) {
-        *a = error_answer(503, "the server is stopping");
+        *a = status_answer(DL_ERR_UNAVAILABLE, "the server is stopping");
         return true;
     }
     bool open = kind == OIP_ROUTE_LIVE || kind == OIP_ROUTE_READY;
@@ -411,7 +394,7 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
         return true;
     }
     if (kind == OIP_ROUTE_NONE) {
-        *a = error_answer(404, "no such path: %.200s", url);
+        *a = status_answer(DL_ERR_NOT_FOUND, "no such path: %.200s", url);
         return true;
     }
     if (!oip_route_method_ok(kind, method)) {
@@ -423,8 +406,9 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
     const char *cl =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > (unsigned long long)h->deps->conf->max_body_bytes) {
-        *a = error_answer(413, "the body (%.20s bytes) is over http.max_body_bytes (%lld)", cl,
-                          (long long)h->deps->conf->max_body_bytes);
+        *a = status_answer(DL_ERR_TOO_LARGE,
+                           "the body (%.20s bytes) is over http.max_body_bytes (%lld)", cl,
+                           (long long)h->deps->conf->max_body_bytes);
         return true;
     }
     return false;

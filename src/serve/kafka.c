@@ -463,8 +463,8 @@ static void default_model(kafka_srv *k, char *out, size_t cap)
     char **names = registry_names(k->reg);
     int served_models = 0;
     for (int i = 0; names && names[i]; i++) {
-        served *sv = registry_acquire(k->reg, names[i], 0);
-        if (sv && served_models++ == 0)
+        served *sv;
+        if (registry_acquire(k->reg, names[i], 0, &sv, NULL) == DL_OK && served_models++ == 0)
             snprintf(out, cap, "%s", names[i]);
         served_release(sv);
         free(names[i]);
@@ -486,14 +486,11 @@ static bool submit(kafka_srv *k, krec *r)
         record_fault f = record_open(&in, k->def_model, (size_t)k->conf.max_record_bytes,
                                      &r->env, &err);
         served *sv = NULL;
-        if (f == REC_OK && !(sv = registry_acquire(k->reg, r->env.model, r->env.version))) {
+        /* Not found or nothing served yet: either way this record names
+         * no model to run now. */
+        if (f == REC_OK &&
+            registry_acquire(k->reg, r->env.model, r->env.version, &sv, &err) != DL_OK)
             f = REC_MODEL;
-            if (r->env.version)
-                snprintf(err.msg, sizeof(err.msg), "unknown version %lld of model '%s'",
-                         (long long)r->env.version, r->env.model);
-            else
-                snprintf(err.msg, sizeof(err.msg), "unknown model '%s'", r->env.model);
-        }
         int64_t n = 0;
         float *x = NULL;
         if (f == REC_OK)
@@ -512,10 +509,10 @@ static bool submit(kafka_srv *k, krec *r)
         r->req.ctx = k;
     }
     dl_status st = batcher_submit(k->bat, &r->req, &err);
-    if (st == DL_ERR_UNAVAILABLE)
+    if (st == DL_ERR_BUSY || st == DL_ERR_UNAVAILABLE)   /* full, or stopping */
         return false;
     if (st != DL_OK) {
-        dead_letter(k, r, st == DL_ERR_NOMEM ? REC_INFERENCE : REC_INPUT, err.msg);
+        dead_letter(k, r, record_fault_of(st), err.msg);
         return true;
     }
     r->state = R_INFER;
@@ -566,13 +563,13 @@ static void drain_done(kafka_srv *k)
             rec_free(r);
             continue;
         }
-        stats_request(k->st, q->sv->name, q->sv->version, q->status == DL_OK, q->n,
+        stats_request(k->st, q->sv->name, q->sv->version, q->err.code == DL_OK, q->n,
                       (q->t_start - q->t_arrival) * 1e6, (q->t_end - q->t_start) * 1e6,
                       (dl_time_now() - q->t_arrival) * 1e6);
-        if (q->status == DL_OK)
+        if (q->err.code == DL_OK)
             output(k, r);
         else
-            dead_letter(k, r, REC_INFERENCE, q->error);
+            dead_letter(k, r, REC_INFERENCE, q->err.msg);
         free(q->x);
         free(q->out);
         q->x = q->out = NULL;

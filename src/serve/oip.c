@@ -160,12 +160,11 @@ bool oip_route_method_ok(oip_route_kind kind, const char *method)
 static dl_status bad(dl_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static dl_status bad(dl_err *err, const char *fmt, ...)
 {
-    char msg[sizeof(err->msg)];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    dl_status st = dl_err_setv(err, DL_ERR_INVALID, fmt, ap);
     va_end(ap);
-    return dl_err_set(err, DL_ERR_INVALID, "%s", msg);
+    return st;
 }
 
 static const char *type_name(const json_t *v)
@@ -818,6 +817,22 @@ json_t *oip_repository_index(json_t *status)
         }
     }
     return out;
+}
+
+int oip_http_code(dl_status st)
+{
+    switch (st) {
+    case DL_OK:              return 200;
+    case DL_ERR_INVALID:     return 400;
+    case DL_ERR_NOT_FOUND:   return 404;
+    case DL_ERR_TOO_LARGE:   return 413;
+    case DL_ERR_UNAVAILABLE: return 503;
+    case DL_ERR_BUSY:        return 503;
+    case DL_ERR_NOMEM:       return 500;
+    case DL_ERR_IO:          return 500;
+    case DL_ERR_BACKEND:     return 500;
+    }
+    return 500;
 }
 
 json_t *oip_error(const char *fmt, ...)

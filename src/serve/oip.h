@@ -114,6 +114,11 @@ json_t *oip_versions_of(json_t *status, const char *name);
  * [{"name","version","state","reason"}], version = newest served or "". */
 json_t *oip_repository_index(json_t *status);
 
+/* The HTTP code that answers a status: the one table from error kinds to
+ * codes. 400 invalid, 404 not found, 413 too large, 503 unavailable or
+ * busy (retry), 500 for the server's own failures (memory, I/O, backend). */
+int oip_http_code(dl_status st);
+
 /* {"error": "<formatted message>"} */
 json_t *oip_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

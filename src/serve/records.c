@@ -23,16 +23,35 @@ const char *record_fault_name(record_fault f)
     return f >= 0 && f < REC_NFAULTS ? fault_names[f] : "unknown";
 }
 
+record_fault record_fault_of(dl_status st)
+{
+    switch (st) {
+    case DL_ERR_INVALID:   return REC_INPUT;
+    case DL_ERR_TOO_LARGE: return REC_OVERSIZE;
+    case DL_ERR_NOT_FOUND: return REC_MODEL;
+    default:               return REC_INFERENCE;
+    }
+}
+
+/* A refusal of the record: f with err saying why (DL_ERR_TOO_LARGE for an
+ * oversize record, DL_ERR_INVALID for the rest). */
 static record_fault fault(dl_err *err, record_fault f, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static record_fault fault(dl_err *err, record_fault f, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+    dl_err_setv(err, f == REC_OVERSIZE ? DL_ERR_TOO_LARGE : DL_ERR_INVALID, fmt, ap);
     va_end(ap);
-    err->code = DL_ERR_INVALID;
     return f;
+}
+
+/* An allocation failed: nothing is wrong with the record, the daemon is
+ * short of memory (the dead letter says "inference", as a failed batch). */
+static record_fault out_of_memory(dl_err *err)
+{
+    dl_err_set(err, DL_ERR_NOMEM, "out of memory");
+    return REC_INFERENCE;
 }
 
 static bool utf8_valid(const char *s)
@@ -70,7 +89,7 @@ static record_fault find_id(const record_in *in, json_t *root, record_env *env, 
     }
     env->id = strdup(id);
     if (!env->id)
-        return fault(err, REC_INFERENCE, "out of memory");
+        return out_of_memory(err);
     return f;
 }
 
@@ -150,7 +169,7 @@ static record_fault decode_data(json_t *data, int64_t in_dim, int64_t *n, float 
                                      "(one sample), at least one", len, (long long)in_dim);
     float *v = malloc(len * sizeof(float));
     if (!v)
-        return fault(err, REC_INFERENCE, "out of memory");
+        return out_of_memory(err);
     for (size_t i = 0; i < len; i++) {
         json_t *e = json_array_get(data, i);
         double d = json_number_value(e);
@@ -177,7 +196,7 @@ static record_fault decode_binary(const record_in *in, int64_t in_dim, int64_t *
                      (long long)in_dim);
     float *v = malloc(in->len);
     if (!v)
-        return fault(err, REC_INFERENCE, "out of memory");
+        return out_of_memory(err);
     memcpy(v, in->value, in->len);   /* little-endian hosts only, as the wire */
     size_t cnt = in->len / sizeof(float);
     for (size_t i = 0; i < cnt; i++)
@@ -204,7 +223,7 @@ record_fault record_decode(const record_in *in, const record_env *env,
         memset(&req, 0, sizeof(req));
         dl_status st = oip_parse_infer(in->value, in->len, conf, in_dim, &req, err);
         if (st != DL_OK)
-            return st == DL_ERR_NOMEM ? REC_INFERENCE : REC_INPUT;
+            return record_fault_of(st);
         *n = req.batch;
         *x = req.x;
         req.x = NULL;

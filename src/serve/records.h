@@ -25,6 +25,12 @@ typedef enum record_fault {
 /* The label of a fault ("empty", "oversize", ...). */
 const char *record_fault_name(record_fault f);
 
+/* The fault of a record refused with status st (st != DL_OK) once its
+ * model is known: REC_INPUT for invalid inputs, REC_OVERSIZE over a size
+ * limit, REC_MODEL for a model or version not found, REC_INFERENCE for
+ * the daemon's own failures (memory, backend, ...). */
+record_fault record_fault_of(dl_status st);
+
 /* A consumed record: its value and what its headers say. */
 typedef struct record_in {
     const void *value;
@@ -47,13 +53,16 @@ typedef struct record_env {
 
 /* First look: size limits, JSON syntax, the id and the model (the record's
  * "model", else the dlserve-model header, else default_model). On failure
- * the fault comes back with err saying why, and env->id is still set
- * (when memory allows) so the dead letter can name it. */
+ * the fault comes back with err saying why (err->code DL_ERR_INVALID,
+ * DL_ERR_TOO_LARGE for REC_OVERSIZE, DL_ERR_NOMEM for REC_INFERENCE), and
+ * env->id is still set (when memory allows) so the dead letter can name it. */
 record_fault record_open(const record_in *in, const char *default_model,
                          size_t max_bytes, record_env *env, dl_err *err);
 
 /* Decodes the inputs for the model named by env: n samples of in_dim raw
- * values each, scaled as the model's training data was. *x is new. */
+ * values each, scaled as the model's training data was. *x is new. On
+ * failure err says why: REC_INPUT (DL_ERR_INVALID) or REC_INFERENCE
+ * (DL_ERR_NOMEM). */
 record_fault record_decode(const record_in *in, const record_env *env,
                            const dl_model_conf *conf, int64_t in_dim,
                            int64_t *n, float **x, dl_err *err);

@@ -307,7 +307,7 @@ void registry_free(registry *r)
 dl_status registry_load(registry *r, const char *name, dl_err *err)
 {
     if (!is_model_dir(r, name))
-        return dl_err_set(err, DL_ERR_INVALID, "unknown model '%s': no %s/%s/model.json",
+        return dl_err_set(err, DL_ERR_NOT_FOUND, "unknown model '%s': no %s/%s/model.json",
                           name, r->conf.dir, name);
     pthread_mutex_lock(&r->mu);
     entry *e = find_or_add(r, name);
@@ -334,7 +334,7 @@ dl_status registry_unload(registry *r, const char *name, dl_err *err)
     entry *e = find(r, name);
     if (!e) {
         pthread_mutex_unlock(&r->mu);
-        return dl_err_set(err, DL_ERR_INVALID, "unknown model '%s'", name);
+        return dl_err_set(err, DL_ERR_NOT_FOUND, "unknown model '%s'", name);
     }
     e->unloaded = true;
     publish(e, NULL, 0);
@@ -343,9 +343,12 @@ dl_status registry_unload(registry *r, const char *name, dl_err *err)
     return DL_OK;
 }
 
-served *registry_acquire(registry *r, const char *name, int64_t version)
+dl_status registry_acquire(registry *r, const char *name, int64_t version, served **out,
+                           dl_err *err)
 {
+    *out = NULL;
     served_impl *s = NULL;
+    dl_status st = DL_OK;
     pthread_mutex_lock(&r->mu);
     entry *e = find(r, name);
     for (int i = 0; e && i < e->nv && !s; i++)
@@ -353,8 +356,21 @@ served *registry_acquire(registry *r, const char *name, int64_t version)
             s = e->v[i];
     if (s)
         atomic_fetch_add(&s->refs, 1);
+    /* Why not, in the words the HTTP answers use. Unloaded through the
+     * API is not served, as if unknown; only a known model that has no
+     * version ready now is worth asking again. */
+    else if (!e)
+        st = dl_err_set(err, DL_ERR_NOT_FOUND, "unknown model '%s'", name);
+    else if (e->unloaded)
+        st = dl_err_set(err, DL_ERR_NOT_FOUND, "model '%s' is unloaded", name);
+    else if (version > 0)
+        st = dl_err_set(err, DL_ERR_NOT_FOUND, "version %lld of model '%s' is not served",
+                        (long long)version, name);
+    else
+        st = dl_err_set(err, DL_ERR_UNAVAILABLE, "model '%s' has no version ready", name);
     pthread_mutex_unlock(&r->mu);
-    return s ? &s->pub : NULL;
+    *out = s ? &s->pub : NULL;
+    return st;
 }
 
 bool registry_ready(registry *r)

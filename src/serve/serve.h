@@ -44,14 +44,19 @@ void registry_free(registry *r);
 int registry_rescan(registry *r);
 
 /* Loads (or reloads) / unloads one model by name, for
- * POST /v2/repository/models/{m}/load|unload. DL_ERR_INVALID when there
- * is no such model folder or its newest version is refused (err says why). */
+ * POST /v2/repository/models/{m}/load|unload. DL_ERR_NOT_FOUND when there
+ * is no such model folder (load) or model (unload); DL_ERR_INVALID when
+ * its newest version is refused (err says why). */
 dl_status registry_load(registry *r, const char *name, dl_err *err);
 dl_status registry_unload(registry *r, const char *name, dl_err *err);
 
-/* A reference to version `version` of `name` (0: the newest served), or
- * NULL. Release with served_release. */
-served *registry_acquire(registry *r, const char *name, int64_t version);
+/* *out: a reference to version `version` of `name` (0: the newest
+ * served); release it with served_release. On failure *out is NULL and
+ * the status says why: DL_ERR_NOT_FOUND for an unknown or unloaded model
+ * or a version not served, DL_ERR_UNAVAILABLE for a model that has no
+ * version ready (yet: a load failed or is under way). */
+dl_status registry_acquire(registry *r, const char *name, int64_t version, served **out,
+                           dl_err *err);
 /* Drops a reference; NULL does nothing. */
 void served_release(served *s);
 
@@ -117,9 +122,10 @@ typedef struct infer_req {
      * caller's own reference), or leave it NULL and the batcher acquires
      * model/version. */
     served      *sv;
-    /* filled on completion */
-    dl_status    status;
-    char         error[256];
+    /* filled on completion: err.code is DL_OK, or why the batch failed:
+     * DL_ERR_BUSY (out of memory for this batch: retry soon),
+     * DL_ERR_UNAVAILABLE (the device is gone) or DL_ERR_BACKEND */
+    dl_err       err;
     double       t_arrival, t_start, t_end;   /* dl_time_now() seconds */
     /* completion: on_done (when set) is called from the worker thread
      * instead of waking infer_wait; the request belongs to the submitter
@@ -141,10 +147,11 @@ void infer_req_fini(infer_req *q);
 dl_status batcher_new(const dl_batching_conf *conf, registry *reg, stats *st,
                       batcher **out, dl_err *err);
 
-/* Queues a request. DL_ERR_UNAVAILABLE when the model's queue is full or
- * intake has stopped (answer 503); DL_ERR_INVALID for an unknown model or
- * version (404) or a bad size (400). On DL_OK the request will complete:
- * wait with infer_wait. */
+/* Queues a request. DL_ERR_BUSY when the model's queue is full,
+ * DL_ERR_UNAVAILABLE when intake has stopped (both answer 503: retry);
+ * registry_acquire's status for a request that pins no version and names
+ * none served; DL_ERR_INVALID for a bad size (400); DL_ERR_NOMEM. On
+ * DL_OK the request will complete: wait with infer_wait. */
 dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err);
 void infer_wait(infer_req *q);
 

@@ -17,13 +17,19 @@ extern "C" {
 
 /* ---- errors ---------------------------------------------------------- */
 
+/* What went wrong, as far as a caller must tell failures apart: whether to
+ * retry, and (in serve/) which HTTP code answers; err->msg says the rest. */
 typedef enum dl_status {
     DL_OK = 0,
-    DL_ERR_NOMEM,
+    DL_ERR_NOMEM,       /* an allocation failed (host or device memory) */
     DL_ERR_INVALID,     /* bad argument or malformed input: do not retry */
-    DL_ERR_IO,
+    DL_ERR_IO,          /* a file or socket operation failed (errno's text) */
     DL_ERR_BACKEND,     /* OpenBLAS, cuBLAS or cuDNN reported a failure */
-    DL_ERR_UNAVAILABLE, /* peer, broker or device unreachable: retry later */
+    DL_ERR_UNAVAILABLE, /* not ready, stopping, or a peer, broker or device
+                           unreachable: retry later */
+    DL_ERR_NOT_FOUND,   /* no such model, version or name: do not retry as is */
+    DL_ERR_BUSY,        /* a queue is full: retry soon */
+    DL_ERR_TOO_LARGE,   /* over a configured size limit: do not retry as is */
 } dl_status;
 
 typedef struct dl_err {
@@ -32,15 +38,20 @@ typedef struct dl_err {
 } dl_err;
 
 /* Fills *err (which may be NULL) with code and the formatted message and
- * returns code. */
+ * returns code. Every error message is written through this function (or
+ * dl_err_setv, dl_err_prefix), never into err->msg directly. */
 dl_status dl_err_set(dl_err *err, dl_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* dl_err_set with a va_list, for helpers that take a format themselves. */
+dl_status dl_err_setv(dl_err *err, dl_status code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 /* Prepends "prefix: " to err->msg (e.g. a file name); returns err->code. */
 dl_status dl_err_prefix(dl_err *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Static name of a status ("invalid input", ...). */
+/* Static name of a status ("invalid input", "not found", ...). */
 const char *dl_status_str(dl_status st);
 
 /* Aborts with file:line. For bugs only, never for bad input. */

@@ -6,14 +6,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-dl_status dl_err_set(dl_err *err, dl_status code, const char *fmt, ...)
+dl_status dl_err_setv(dl_err *err, dl_status code, const char *fmt, va_list ap)
 {
     if (!err)
         return code;
     err->code = code;
+    vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+    return code;
+}
+
+dl_status dl_err_set(dl_err *err, dl_status code, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+    dl_err_setv(err, code, fmt, ap);
     va_end(ap);
     return code;
 }
@@ -43,6 +49,9 @@ const char *dl_status_str(dl_status st)
     case DL_ERR_IO:          return "i/o error";
     case DL_ERR_BACKEND:     return "backend failure";
     case DL_ERR_UNAVAILABLE: return "unavailable";
+    case DL_ERR_NOT_FOUND:   return "not found";
+    case DL_ERR_BUSY:        return "busy";
+    case DL_ERR_TOO_LARGE:   return "too large";
     }
     return "unknown status";
 }

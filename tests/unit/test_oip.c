@@ -533,3 +533,26 @@ Test(oip, formats_errors)
     free(text);
     json_decref(e);
 }
+
+/* The one table from error kinds to HTTP codes: every kind. */
+Test(oip, maps_each_status_to_its_http_code)
+{
+    cr_expect_eq(oip_http_code(DL_OK), 200);
+    cr_expect_eq(oip_http_code(DL_ERR_INVALID), 400);
+    cr_expect_eq(oip_http_code(DL_ERR_NOT_FOUND), 404);
+    cr_expect_eq(oip_http_code(DL_ERR_TOO_LARGE), 413);
+    cr_expect_eq(oip_http_code(DL_ERR_UNAVAILABLE), 503);
+    cr_expect_eq(oip_http_code(DL_ERR_BUSY), 503);
+    cr_expect_eq(oip_http_code(DL_ERR_NOMEM), 500);
+    cr_expect_eq(oip_http_code(DL_ERR_IO), 500);
+    cr_expect_eq(oip_http_code(DL_ERR_BACKEND), 500);
+}
+
+/* Refused requests carry DL_ERR_INVALID (400) in err, not only as the
+ * returned status. */
+Test(oip, refusals_are_invalid_in_err)
+{
+    cr_assert_eq(parse("{'inputs': 3}"), DL_ERR_INVALID);
+    cr_expect_eq(err.code, DL_ERR_INVALID);
+    cr_expect_eq(oip_http_code(err.code), 400);
+}

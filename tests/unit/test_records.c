@@ -190,3 +190,35 @@ Test(records, output_json)
     cr_expect_not_null(strstr(text, "\"label\":null,"), "%s", text);
     free(text);
 }
+
+/* What err->code says about a refusal: the record's fault (invalid, too
+ * large) as against the daemon's (out of memory, not testable here). */
+Test(records, refusal_statuses)
+{
+    int64_t n;
+    char big[2000];
+    memset(big, ' ', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    record_in in = json_in(big);
+    cr_expect_eq(take(&in, "tiny", &n), REC_OVERSIZE);
+    cr_expect_eq(err.code, DL_ERR_TOO_LARGE, "%s", dl_status_str(err.code));
+    record_env_fini(&env);
+    in = json_in("{\"id\": \"a\", \"data\": [1, 2");
+    cr_expect_eq(take(&in, "tiny", &n), REC_JSON);
+    cr_expect_eq(err.code, DL_ERR_INVALID, "%s", dl_status_str(err.code));
+    record_env_fini(&env);
+    in = json_in("{\"id\": \"a\", \"data\": [1, 2, 3]}");
+    cr_expect_eq(take(&in, "tiny", &n), REC_INPUT);
+    cr_expect_eq(err.code, DL_ERR_INVALID, "%s", dl_status_str(err.code));
+}
+
+/* The dead-letter kind of a status met once the model is known. */
+Test(records, fault_of_status)
+{
+    cr_expect_eq(record_fault_of(DL_ERR_INVALID), REC_INPUT);
+    cr_expect_eq(record_fault_of(DL_ERR_TOO_LARGE), REC_OVERSIZE);
+    cr_expect_eq(record_fault_of(DL_ERR_NOT_FOUND), REC_MODEL);
+    cr_expect_eq(record_fault_of(DL_ERR_NOMEM), REC_INFERENCE);
+    cr_expect_eq(record_fault_of(DL_ERR_BACKEND), REC_INFERENCE);
+    cr_expect_eq(record_fault_of(DL_ERR_UNAVAILABLE), REC_INFERENCE);
+}

@@ -1,0 +1,145 @@
+/* test_registry.c: the served model repository's lookups and what their
+ * failures say: an unknown model, version or unloaded model is
+ * DL_ERR_NOT_FOUND (404), a known model with no version ready is
+ * DL_ERR_UNAVAILABLE (503). A real repository in a temporary folder. */
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <criterion/criterion.h>
+
+#include "serve/oip.h"
+#include "serve/serve.h"
+
+/* A tiny classifier: 4 inputs, 3 classes. */
+#define TINY_JSON                                                                   \
+    "{\"name\": \"%s\", \"input\": {\"shape\": [4]},"                               \
+    " \"layers\": [{\"name\": \"fc\", \"type\": \"dense\", \"units\": 3}],"         \
+    " \"loss\": \"softmax_cross_entropy\"}"
+
+static char dir[64];
+static dl_backend *be;
+static registry *reg;
+
+/* Writes <dir>/<name>/model.json; with weights, also version 1's. */
+static void add_model(const char *name, bool weights)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/%s/model.json", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, TINY_JSON, name);
+    fclose(f);
+    if (!weights)
+        return;
+    dl_err err = {0};
+    dl_model_conf *conf = NULL;
+    dl_model *m = NULL;
+    cr_assert_eq(dl_model_conf_load(path, &conf, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_model_new(be, conf, 1, &m, &err), DL_OK, "%s", err.msg);
+    snprintf(path, sizeof(path), "%s/%s/1", dir, name);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/%s/1/model.safetensors", dir, name);
+    cr_assert_eq(dl_model_save(m, path, NULL, &err), DL_OK, "%s", err.msg);
+    dl_model_free(m);
+    dl_model_conf_free(conf);
+}
+
+/* "tiny" serves version 1; "empty" has model.json and no weights. */
+static void setup(void)
+{
+    strcpy(dir, "/tmp/dl_test_registry.XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    dl_err err = {0};
+    cr_assert_eq(dl_backend_cpu_new(1, &be, &err), DL_OK, "%s", err.msg);
+    add_model("tiny", true);
+    add_model("empty", false);
+    dl_models_conf conf = {0};
+    snprintf(conf.dir, sizeof(conf.dir), "%s", dir);
+    snprintf(conf.policy, sizeof(conf.policy), "latest");
+    cr_assert_eq(registry_new(&conf, be, &reg, &err), DL_OK, "%s", err.msg);
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void teardown(void)
+{
+    registry_free(reg);
+    dl_backend_free(be);
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(registry, .init = setup, .fini = teardown, .timeout = 30);
+
+/* Expects registry_acquire to fail with `want`, HTTP code `code` and
+ * `needle` in the message, and to leave *out NULL. */
+static void refused(const char *name, int64_t version, dl_status want, int code,
+                    const char *needle)
+{
+    served *sv = (served *)1;
+    dl_err err = {0};
+    dl_status st = registry_acquire(reg, name, version, &sv, &err);
+    cr_expect_eq(st, want, "%s v%lld: %s (%s)", name, (long long)version, dl_status_str(st),
+                 err.msg);
+    cr_expect_eq(err.code, want);
+    cr_expect_null(sv);
+    cr_expect_eq(oip_http_code(st), code);
+    cr_expect_not_null(strstr(err.msg, needle), "'%s' lacks '%s'", err.msg, needle);
+}
+
+Test(registry, acquires_served_versions)
+{
+    served *sv = NULL;
+    dl_err err = {0};
+    cr_assert_eq(registry_acquire(reg, "tiny", 0, &sv, &err), DL_OK, "%s", err.msg);
+    cr_expect_eq(sv->version, 1);
+    cr_expect_eq(sv->in_dim, 4);
+    served_release(sv);
+    cr_assert_eq(registry_acquire(reg, "tiny", 1, &sv, NULL), DL_OK);
+    cr_expect_str_eq(sv->name, "tiny");
+    served_release(sv);
+}
+
+Test(registry, tells_not_found_from_unavailable)
+{
+    refused("nope", 0, DL_ERR_NOT_FOUND, 404, "unknown model 'nope'");
+    refused("nope", 2, DL_ERR_NOT_FOUND, 404, "unknown model 'nope'");
+    refused("tiny", 2, DL_ERR_NOT_FOUND, 404, "version 2 of model 'tiny' is not served");
+    refused("empty", 1, DL_ERR_NOT_FOUND, 404, "version 1 of model 'empty' is not served");
+    refused("empty", 0, DL_ERR_UNAVAILABLE, 503, "model 'empty' has no version ready");
+}
+
+Test(registry, unloaded_is_not_found_until_loaded)
+{
+    dl_err err = {0};
+    cr_assert_eq(registry_unload(reg, "tiny", &err), DL_OK, "%s", err.msg);
+    refused("tiny", 0, DL_ERR_NOT_FOUND, 404, "model 'tiny' is unloaded");
+    refused("tiny", 1, DL_ERR_NOT_FOUND, 404, "model 'tiny' is unloaded");
+    cr_assert_eq(registry_load(reg, "tiny", &err), DL_OK, "%s", err.msg);
+    served *sv = NULL;
+    cr_expect_eq(registry_acquire(reg, "tiny", 0, &sv, &err), DL_OK, "%s", err.msg);
+    served_release(sv);
+}
+
+Test(registry, load_and_unload_refusals)
+{
+    dl_err err = {0};
+    cr_expect_eq(registry_load(reg, "nope", &err), DL_ERR_NOT_FOUND);
+    cr_expect_not_null(strstr(err.msg, "unknown model 'nope'"), "%s", err.msg);
+    cr_expect_eq(registry_unload(reg, "nope", &err), DL_ERR_NOT_FOUND);
+    cr_expect_not_null(strstr(err.msg, "unknown model 'nope'"), "%s", err.msg);
+    /* A model folder without weights is known, but cannot load: 400. */
+    cr_expect_eq(registry_load(reg, "empty", &err), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "cannot be loaded"), "%s", err.msg);
+    cr_expect_eq(oip_http_code(err.code), 400);
+}
