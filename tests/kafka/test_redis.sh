@@ -72,7 +72,7 @@ check "the registry hash names version 2 and its sha256" sh -c \
 check "/status shows the training progress" sh -c \
     "curl -s $URL/status | $PY -c 'import json,sys; t=json.load(sys.stdin)[\"redis\"][\"training\"][\"fashion-mlp\"]; sys.exit(0 if t[\"epoch\"] == 1 and t[\"step\"] > 0 else 1)'"
 stop_redis
-$PY "$SRC/tests/serve/make_request.py" 0 1 > "$WORK/req.json"
+$PY "$SRC/tests/py/make_request.py" 0 1 > "$WORK/req.json"
 check "Redis down: HTTP keeps serving" sh -c "curl -s -o /dev/null -w '%{http_code}' \
     -d @'$WORK/req.json' $URL/v2/models/fashion-mlp/infer | grep -qx 200"
 "$KAFKA_TOOL" feed -b "$BOOT" -t ain --count 200 --format binary > /dev/null
