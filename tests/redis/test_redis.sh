@@ -7,6 +7,7 @@
 . "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
 . "$SRC/tests/serve/lib_serve.sh"
 . "$SRC/tests/kafka/lib_kafka.sh"
+. "$SRC/tests/redis/lib_redis.sh"
 
 make_repo "$WORK/repo"
 check "mock cluster up" start_mock rin:24 rout:4 rdlq:2 ain:4 aout:4
