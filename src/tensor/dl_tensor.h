@@ -1,5 +1,5 @@
 /* dl_tensor.h: tensors and the backend ops table. A backend (CPU through
- * OpenBLAS now, CUDA later) is a const table of kernels plus a context;
+ * OpenBLAS, or CUDA through cuBLAS) is a const table of kernels plus a context;
  * layers call be->ops->... and never know which backend runs them. */
 #ifndef DL_TENSOR_H
 #define DL_TENSOR_H
