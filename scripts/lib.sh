@@ -24,6 +24,7 @@ CORE_PACKAGES=(gcc meson ninja-build pkg-config libopenblas-dev libjansson-dev
 SERVE_PACKAGES=(libmicrohttpd-dev libinih-dev libsystemd-dev curl librdkafka-dev kcat
                 libhiredis-dev)
 # What the test suites need besides: Criterion, the PyTorch peer, promtool,
-# systemd-analyze, redis-server (each Kafka/Redis test starts its own
-# redis-server and Kafka mock cluster, on free ports).
+# systemd-analyze, redis-server (each Redis test starts its own
+# redis-server, and each Kafka or Redis test its own Kafka mock cluster, on
+# free ports).
 TEST_PACKAGES=(libcriterion-dev python3-torch prometheus systemd redis-server)

@@ -64,7 +64,9 @@ void layer_declare(layer *l, const char *suffix, bool trainable, int ndim,
 /* Uniform(-bound, bound) fill of a host/CPU-visible buffer. */
 void layer_fill_uniform(layer *l, float *dst, int64_t n, float bound, dl_rng *rng);
 
-/* The ops tables, one file each. */
+/* The ops tables: dense in layer_dense.c; conv2d, max and average pooling
+ * in layer_conv.c; batchnorm and dropout in layer_norm.c; flatten,
+ * embedding, activations and softmax in layer_misc.c. */
 extern const layer_ops layer_dense_ops, layer_conv2d_ops, layer_maxpool_ops,
     layer_avgpool_ops, layer_batchnorm_ops, layer_dropout_ops,
     layer_flatten_ops, layer_embedding_ops, layer_act_ops, layer_softmax_ops;

@@ -31,7 +31,7 @@
  * Typing them `gauge` or `untyped` silences the first rule only (the other
  * two look at the name whatever the type) and would mislabel monotonic
  * counters, so they stay `counter`, as Triton exposes them. The
- * Triton names are part of the contract (DESIGN.md, HTTP API): the lint
+ * Triton names are part of the contract (README.md, "The daemon"): the lint
  * findings on them are expected, and the unit test asserts that promtool
  * parses the whole text (exit 0 or 3), that those are the only findings,
  * and that everything else (dlserve_*, process_*) passes with exit 0.

@@ -9,7 +9,7 @@ Starts --ranks local worker processes (this script with --worker, the
 torch.distributed env:// variables set: RANK, WORLD_SIZE, MASTER_ADDR =
 127.0.0.1, MASTER_PORT) on the gloo backend, each with 1 torch thread
 (torch.set_num_threads(1), OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1).
-Every worker builds the model of model.json (tests/bench/torch_model.py,
+Every worker builds the model of model.json (tests/py/torch_model.py,
 same seed on every rank; DDP broadcasts rank 0's parameters anyway), wraps
 it in DistributedDataParallel and trains with the model.json optimizer
 (Adam, lr 0.001 for the shipped models) at a constant learning rate.
@@ -36,13 +36,14 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The Python helpers shared by tests and benchmarks (torch_model.py).
+PY_HELPERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "py")
 
 
 def worker(args):
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    sys.path.insert(0, HERE)
+    sys.path.insert(0, PY_HELPERS)
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP

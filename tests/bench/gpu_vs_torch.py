@@ -25,7 +25,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The Python helpers shared by tests and benchmarks (torch_model.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "py"))
 
 # H200 figures measured on the verification machine (see the issue).
 PEAK_FP32 = 51e12

@@ -3,7 +3,7 @@
 # as safetensors, evaluates in dlserve to the accuracy PyTorch reports.
 # Also the CNN (conv, pooling, dropout layouts) on a short run.
 . "$(dirname "$0")/lib.sh"
-PEER=$SRC/tests/bench/torch_model.py
+PEER=$SRC/tests/py/torch_model.py
 if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     echo "1..0 # SKIP: /usr/bin/python3 has no torch (apt-get install python3-torch)"
     exit 77

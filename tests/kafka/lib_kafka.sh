@@ -1,7 +1,8 @@
-# tests/kafka/lib_kafka.sh: a Kafka mock cluster and a redis-server for the
+# tests/kafka/lib_kafka.sh: a Kafka mock cluster and its helpers for the
 # Kafka and Redis tests (sourced after tests/cli/lib.sh and
-# tests/serve/lib_serve.sh). The cluster runs in kafka_tool, outside the
-# daemon, so that it survives the daemon being killed.
+# tests/serve/lib_serve.sh). The cluster runs in kafka_tool
+# (tests/tools/kafka_tool.c), outside the daemon, so that it survives the
+# daemon being killed.
 KAFKA_TOOL=${KAFKA_TOOL:?set KAFKA_TOOL to the kafka_tool binary}
 PY=/usr/bin/python3
 
@@ -37,28 +38,6 @@ stop_mock() {
     exec 7>&-
     kill "$MOCK_PID" 2>/dev/null
     wait "$MOCK_PID" 2>/dev/null || true
-}
-
-free_port() {
-    $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-# start_redis: a redis-server on a free port, nothing saved; sets RPORT, RPID.
-start_redis() {
-    RPORT=${RPORT:-$(free_port)}
-    redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no \
-        > "$WORK/redis-$RPORT.log" 2>&1 &
-    RPID=$!
-    for _ in $(seq 50); do
-        [ "$(redis-cli -p "$RPORT" ping 2>/dev/null)" = PONG ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
-
-stop_redis() {
-    kill "$RPID" 2>/dev/null
-    wait "$RPID" 2>/dev/null || true
 }
 
 # start_kafka_daemon NAME ARGS...: the daemon on $BOOT with the test's

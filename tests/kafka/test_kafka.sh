@@ -125,7 +125,7 @@ check "/metrics counts dead letters by reason" \
     sh -c "curl -s $URL/metrics | grep -q '^dlserve_kafka_dead_letters_total{reason=\"oversize\"} 2$'"
 "$KAFKA_TOOL" feed -b "$BOOT" -t $IN --count 50 --start 5000 > /dev/null
 check "Kafka keeps serving after the malformed records" collect $OUT 1650 "$WORK/after.out" --timeout 30
-$PY "$SRC/tests/serve/make_request.py" 0 2 > "$WORK/req.json"
+$PY "$SRC/tests/py/make_request.py" 0 2 > "$WORK/req.json"
 check "HTTP keeps serving" sh -c "curl -s -o /dev/null -w '%{http_code}' -d @'$WORK/req.json' \
     $URL/v2/models/fashion-mlp/infer | grep -qx 200"
 check "clean stop (exit 0)" stop_daemon

@@ -58,7 +58,7 @@ check "the broker will answer PRODUCER_FENCED" mock_cmd err EndTxn 3 PRODUCER_FE
 check "fenced: intake stops, /status says why" \
     wait_for 30 kstatus '"fenced" in k.get("fatal", "").lower()'
 check "/metrics: dlserve_kafka_up 0" sh -c "curl -s $URL/metrics | grep -qx 'dlserve_kafka_up 0'"
-$PY "$SRC/tests/serve/make_request.py" 0 1 > "$WORK/req.json"
+$PY "$SRC/tests/py/make_request.py" 0 1 > "$WORK/req.json"
 check "HTTP keeps serving on the fenced daemon" sh -c "curl -s -o /dev/null -w '%{http_code}' \
     -d @'$WORK/req.json' $URL/v2/models/fashion-mlp/infer | grep -qx 200"
 check "the fenced daemon stops cleanly" stop_daemon

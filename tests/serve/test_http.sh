@@ -4,7 +4,7 @@
 # metrics (promtool), bearer token, bad config, SIGTERM.
 . "$(dirname "$0")/../cli/lib.sh"
 . "$(dirname "$0")/lib_serve.sh"
-REQ=$SRC/tests/serve/make_request.py
+REQ=$SRC/tests/py/make_request.py
 REPO=$WORK/models
 make_repo "$REPO"
 check "a trained version to serve" test -s "$REPO/fashion-mlp/1/model.safetensors"

@@ -5,7 +5,7 @@
 # resident memory, and SIGTERM under load answering every accepted request.
 . "$(dirname "$0")/../cli/lib.sh"
 . "$(dirname "$0")/lib_serve.sh"
-REQ=$SRC/tests/serve/make_request.py
+REQ=$SRC/tests/py/make_request.py
 LOAD=$SRC/tests/serve/load.py
 REPO=$WORK/models
 M=$REPO/fashion-mlp

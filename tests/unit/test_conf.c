@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <criterion/criterion.h>
 
+#include "fixture.h"
 #include "serve/dl_serve.h"
 
 static char path[64];
@@ -15,10 +16,7 @@ static dl_serve_conf conf;
 
 static void setup(void)
 {
-    strcpy(path, "/tmp/dl_test_conf.XXXXXX");
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
+    fx_tmpfile(path, sizeof(path), "conf");
     dl_err err = {0};
     cr_assert_eq(dl_serve_conf_load(&conf, NULL, &err), DL_OK, "%s", err.msg);
 }
@@ -29,17 +27,9 @@ TestSuite(conf, .init = setup, .fini = teardown, .timeout = 10);
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static void write_file(const char *text)
-{
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 static dl_status load(const char *text, dl_err *err)
 {
-    write_file(text);
+    fx_write_text(path, text);
     return dl_serve_conf_load(&conf, path, err);
 }
 
@@ -297,7 +287,7 @@ Test(conf, passthrough_raw_callback)
     static const char *const pass[] = {"kafka.consumer", NULL};
     raw_seen seen = {0};
     dl_err err = {0};
-    write_file("[kafka.consumer]\n; comment\ngroup.id = g1\n[http]\nport = 1\n");
+    fx_write_text(path, "[kafka.consumer]\n; comment\ngroup.id = g1\n[http]\nport = 1\n");
     cr_assert_eq(dl_conf_load_file(dl_serve_opts, &conf, path, pass, raw_fn, &seen, &err),
                  DL_OK, "%s", err.msg);
     cr_expect_eq(seen.n, 1);
@@ -306,7 +296,7 @@ Test(conf, passthrough_raw_callback)
     cr_expect_str_eq(seen.last, want);
     cr_expect_eq(conf.http.port, 1);
 
-    write_file("[kafka.consumer]\ngroup.id = bad\n");
+    fx_write_text(path, "[kafka.consumer]\ngroup.id = bad\n");
     cr_assert_eq(dl_conf_load_file(dl_serve_opts, &conf, path, pass, raw_fn, &seen, &err),
                  DL_ERR_INVALID);
     snprintf(want, sizeof(want), "%s:2: [kafka.consumer] group.id: refused", path);
@@ -359,17 +349,13 @@ Test(conf, markdown_has_every_key)
 
 Test(conf, shipped_file_is_the_defaults)
 {
-    const char *root = getenv("DLSERVE_SOURCE_ROOT");
-    char file[1024];
-    snprintf(file, sizeof(file), "%s/conf/dlserve.conf", root ? root : ".");
+    const char *file = fx_source_path("conf/dlserve.conf");
     dl_err err = {0};
     cr_assert_eq(dl_serve_conf_load(&conf, file, &err), DL_OK, "%s", err.msg);
     expect_defaults(&conf);
 
     /* and it lists every option */
-    char *text = NULL;
-    size_t len = 0;
-    cr_assert_eq(dl_file_read(file, &text, &len, &err), DL_OK, "%s", err.msg);
+    char *text = fx_read(file, NULL);
     for (const dl_opt *o = dl_serve_opts; o->key; o++) {
         char line[128];
         snprintf(line, sizeof(line), "\n%s =", o->key);

@@ -1,7 +1,6 @@
 /* test_data.c: datasets (IDX plain and gzip'd, CSV, data folders), their
  * error messages, the epoch shuffle, rank sharding and gathering. */
-#define _XOPEN_SOURCE 700
-#include <ftw.h>
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +8,7 @@
 #include <zlib.h>
 #include <criterion/criterion.h>
 
+#include "fixture.h"
 #include "data/dl_data.h"
 
 #ifndef FASHION_DIR
@@ -17,40 +17,16 @@
 
 static char dir[64];
 
-static void setup(void)
-{
-    strcpy(dir, "/tmp/dl_test_data.XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-}
+static void setup(void) { fx_tmpdir(dir, sizeof(dir), "data"); }
 
-static int remove_entry(const char *path, const struct stat *sb, int flag,
-                        struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void teardown(void)
-{
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+static void teardown(void) { fx_rmtree(dir); }
 
 TestSuite(data, .init = setup, .fini = teardown, .timeout = 60);
 
 /* ---- fixtures ------------------------------------------------------- */
 
-/* Path of `name` in the temp folder; a few rotating buffers, so several
- * paths can be live in one expression. */
-static const char *fx(const char *name)
-{
-    static char bufs[8][256];
-    static int next;
-    char *b = bufs[next++ % 8];
-    snprintf(b, sizeof(bufs[0]), "%s/%s", dir, name);
-    return b;
-}
+/* Path of `name` in the temp folder (fx_join's rotating buffers). */
+static const char *fx(const char *name) { return fx_join(dir, name); }
 
 static void write_bytes(const char *path, bool gz, const void *buf,
                         size_t len)
@@ -61,16 +37,8 @@ static void write_bytes(const char *path, bool gz, const void *buf,
         cr_assert_eq(gzwrite(f, buf, (unsigned)len), (int)len);
         cr_assert_eq(gzclose(f), Z_OK);
     } else {
-        FILE *f = fopen(path, "wb");
-        cr_assert_not_null(f);
-        cr_assert_eq(fwrite(buf, 1, len, f), len);
-        cr_assert_eq(fclose(f), 0);
+        fx_write(path, buf, len);
     }
-}
-
-static void write_text(const char *path, const char *text)
-{
-    write_bytes(path, false, text, strlen(text));
 }
 
 /* An IDX file in memory: magic, big-endian dims, then `len` payload bytes
@@ -325,10 +293,8 @@ Test(data, idx_rejects_short_header_and_bad_dims)
 Test(data, idx_rejects_corrupt_gzip)
 {
     write_mnist(fx("img.gz"), NULL, true, 50, 8, 8);
-    char *buf;
     size_t len;
-    dl_err err = {0};
-    cr_assert_eq(dl_file_read(fx("img.gz"), &buf, &len, &err), DL_OK);
+    char *buf = fx_read(fx("img.gz"), &len);
     cr_assert_gt(len, 40);
 
     /* Flipped bits in the deflate data: bad codes or a failed CRC. */
@@ -336,13 +302,14 @@ Test(data, idx_rejects_corrupt_gzip)
         buf[i] = (char)(buf[i] ^ 0x5a);
     write_bytes(fx("corrupt-images.gz"), false, buf, len);
     dl_dataset *ds = NULL;
+    dl_err err = {0};
     dl_status st = dl_dataset_load_idx(fx("corrupt-images.gz"), NULL, NULL,
                                        &ds, &err);
     expect_error(st, err, DL_ERR_INVALID, "corrupt-images.gz", "gzip");
 
     /* A stream cut in half ends early: zlib must not call that clean. */
     free(buf);
-    cr_assert_eq(dl_file_read(fx("img.gz"), &buf, &len, &err), DL_OK);
+    buf = fx_read(fx("img.gz"), &len);
     write_bytes(fx("cut-images.gz"), false, buf, len / 2);
     st = dl_dataset_load_idx(fx("cut-images.gz"), NULL, NULL, &ds, &err);
     expect_error(st, err, DL_ERR_INVALID, "cut-images.gz", "gzip");
@@ -368,7 +335,7 @@ Test(data, rejects_bad_scaling)
     cr_expect_eq(dl_dataset_load_idx(fx("img"), NULL, &sc, &ds, &err),
                  DL_ERR_INVALID);
     cr_expect_not_null(strstr(err.msg, "std"), "%s", err.msg);
-    write_text(fx("a.csv"), "1,2\n");
+    fx_write_text(fx("a.csv"), "1,2\n");
     cr_expect_eq(dl_dataset_load_csv(fx("a.csv"), 1, true, &sc, &ds, &err),
                  DL_ERR_INVALID);
     cr_expect_null(ds);
@@ -380,7 +347,7 @@ static dl_status load_csv_text(const char *name, const char *text,
                                int64_t dim, bool has_label, dl_dataset **ds,
                                dl_err *err)
 {
-    write_text(fx(name), text);
+    fx_write_text(fx(name), text);
     return dl_dataset_load_csv(fx(name), dim, has_label, NULL, ds, err);
 }
 
@@ -409,7 +376,7 @@ Test(data, csv_round_trip)
 
 Test(data, csv_scaling_and_no_labels)
 {
-    write_text(fx("f.csv"), "10,20\n30,40");
+    fx_write_text(fx("f.csv"), "10,20\n30,40");
     dl_scaling sc = {0.5f, 1.0f, 2.0f};
     dl_dataset *ds = NULL;
     dl_err err = {0};
@@ -560,7 +527,7 @@ Test(data, dir_checks_dim_and_split)
 
 Test(data, dir_falls_back_to_csv)
 {
-    write_text(fx("train.csv"), "label,a,b\n1,2,3\n4,5,6\n");
+    fx_write_text(fx("train.csv"), "label,a,b\n1,2,3\n4,5,6\n");
     dl_dataset *ds = NULL;
     dl_err err = {0};
     cr_assert_eq(dl_dataset_load_dir(dir, "train", 2, NULL, &ds, &err), DL_OK,

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <criterion/criterion.h>
 
+#include "fixture.h"
 #include "nn/dl_nn.h"
 
 /* Per element: |analytic - numeric| <= ATOL + RTOL * max(|analytic|, |numeric|).
@@ -37,8 +38,7 @@ static float targets[MAX_OUT];
 
 static void setup(void)
 {
-    dl_err err = {0};
-    cr_assert_eq(dl_backend_cpu_new(1, &be, &err), DL_OK, "%s", err.msg);
+    be = fx_cpu_backend();
     dl_rng_seed(&rng, 20240611);
 }
 
@@ -64,11 +64,8 @@ static void build(const char *shape, const char *layers, const char *loss)
                        "{'name': 't', 'input': {'shape': %s}, 'layers': [%s], "
                        "'loss': '%s'}", shape, layers, loss);
     cr_assert(len > 0 && len < (int)sizeof(text));
-    for (char *p = text; *p; p++)
-        if (*p == '\'')
-            *p = '"';
     dl_err err = {0};
-    cr_assert_eq(dl_model_conf_parse(text, (size_t)len, "test.json", &conf, &err),
+    cr_assert_eq(dl_model_conf_parse(fx_dq(text), (size_t)len, "test.json", &conf, &err),
                  DL_OK, "%s", err.msg);
     cr_assert_eq(dl_model_new(be, conf, 7, &m, &err), DL_OK, "%s", err.msg);
 }

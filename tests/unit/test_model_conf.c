@@ -8,6 +8,7 @@
 #include <string.h>
 #include <criterion/criterion.h>
 
+#include "fixture.h"
 #include "nn/dl_nn.h"
 
 static dl_model_conf *conf;
@@ -22,21 +23,9 @@ TestSuite(model_conf, .fini = teardown, .timeout = 10);
 
 /* ---- helpers ------------------------------------------------------------ */
 
-/* text with ' turned into ", so the cases read like the JSON they are. */
-static const char *dq(const char *text)
-{
-    static char buf[4096];
-    cr_assert(strlen(text) < sizeof(buf));
-    strcpy(buf, text);
-    for (char *p = buf; *p; p++)
-        if (*p == '\'')
-            *p = '"';
-    return buf;
-}
-
 static dl_status parse(const char *text, dl_err *err)
 {
-    const char *t = dq(text);
+    const char *t = fx_dq(text);
     dl_model_conf_free(conf);
     conf = NULL;
     return dl_model_conf_parse(t, strlen(t), "test.json", &conf, err);
@@ -55,7 +44,7 @@ static void parses(const char *text)
 static void refused(const char *text, const char *const *subs)
 {
     dl_err err = {0};
-    cr_expect_eq(parse(text, &err), DL_ERR_INVALID, "accepted: %s", dq(text));
+    cr_expect_eq(parse(text, &err), DL_ERR_INVALID, "accepted: %s", fx_dq(text));
     cr_expect_null(conf);
     cr_expect_not_null(strstr(err.msg, "test.json"), "message lacks the file: %s", err.msg);
     for (; *subs; subs++)
@@ -75,10 +64,9 @@ static const char *model(const char *shape, const char *layers, const char *extr
 
 static void load_shipped(const char *dir)
 {
-    const char *root = getenv("DLSERVE_SOURCE_ROOT");
-    cr_assert_not_null(root, "DLSERVE_SOURCE_ROOT is not set (meson sets it)");
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/models/%s/model.json", root, dir);
+    char rel[256];
+    snprintf(rel, sizeof(rel), "models/%s/model.json", dir);
+    const char *path = fx_source_path(rel);
     dl_err err = {0};
     cr_assert_eq(dl_model_conf_load(path, &conf, &err), DL_OK, "%s", err.msg);
 }
@@ -86,10 +74,9 @@ static void load_shipped(const char *dir)
 /* Builds a CPU model from conf and returns its parameter count. */
 static int64_t param_count(void)
 {
-    dl_backend *be = NULL;
+    dl_backend *be = fx_cpu_backend();
     dl_model *m = NULL;
     dl_err err = {0};
-    cr_assert_eq(dl_backend_cpu_new(1, &be, &err), DL_OK, "%s", err.msg);
     cr_assert_eq(dl_model_new(be, conf, 1, &m, &err), DL_OK, "%s", err.msg);
     int64_t n;
     dl_model_params(m, &n);
@@ -145,10 +132,7 @@ Test(model_conf, shipped_cnn)
 
 Test(model_conf, load_accepts_a_folder_and_reports_missing_files)
 {
-    const char *root = getenv("DLSERVE_SOURCE_ROOT");
-    cr_assert_not_null(root);
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/models/fashion-cnn", root);
+    const char *path = fx_source_path("models/fashion-cnn");
     dl_err err = {0};
     cr_assert_eq(dl_model_conf_load(path, &conf, &err), DL_OK, "%s", err.msg);
     cr_expect_str_eq(conf->name, "fashion-cnn");

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <criterion/criterion.h>
 
+#include "fixture.h"
 #include "serve/oip.h"
 
 /* A small classifier: samples [1, 2, 2] (4 values), 3 classes. */
@@ -19,15 +20,8 @@ static dl_err err;
 
 static void setup(void)
 {
-    memset(&conf, 0, sizeof(conf));
-    strcpy(conf.name, "tiny");
-    strcpy(conf.input_name, "pixels");
-    strcpy(conf.output_name, "probs");
-    conf.in_ndim = 3;
-    conf.in_shape[0] = 1, conf.in_shape[1] = 2, conf.in_shape[2] = 2;
+    fx_tiny_classifier(&conf, labels3);
     conf.scale = 1.0f / 255.0f, conf.mean = 0.5f, conf.std = 0.25f;
-    conf.nlabels = 3;
-    conf.labels = labels3;
     memset(&req, 0, sizeof(req));
     memset(&err, 0, sizeof(err));
 }
@@ -36,21 +30,9 @@ static void teardown(void) { oip_request_fini(&req); }
 
 TestSuite(oip, .init = setup, .fini = teardown, .timeout = 10);
 
-/* text with ' turned into ", so the cases read like the JSON they are. */
-static const char *dq(const char *text)
-{
-    static char buf[8192];
-    cr_assert(strlen(text) < sizeof(buf));
-    strcpy(buf, text);
-    for (char *p = buf; *p; p++)
-        if (*p == '\'')
-            *p = '"';
-    return buf;
-}
-
 static dl_status parse(const char *text)
 {
-    const char *body = dq(text);
+    const char *body = fx_dq(text);
     return oip_parse_infer(body, strlen(body), &conf, 4, &req, &err);
 }
 
@@ -502,7 +484,7 @@ Test(oip, formats_model_metadata)
 
 Test(oip, lists_versions_and_the_repository)
 {
-    json_t *status = json_loads(dq("[{'name':'a','versions':[3,1,2],'state':'READY','reason':''},"
+    json_t *status = json_loads(fx_dq("[{'name':'a','versions':[3,1,2],'state':'READY','reason':''},"
                                    "{'name':'b','versions':[],'state':'UNAVAILABLE','reason':'bad file'}]"),
                                 0, NULL);
     cr_assert_not_null(status);
@@ -518,7 +500,7 @@ Test(oip, lists_versions_and_the_repository)
 
     json_t *idx = oip_repository_index(status);
     text = json_dumps(idx, JSON_COMPACT);
-    cr_expect_str_eq(text, dq("[{'name':'a','version':'3','state':'READY','reason':''},"
+    cr_expect_str_eq(text, fx_dq("[{'name':'a','version':'3','state':'READY','reason':''},"
                               "{'name':'b','version':'','state':'UNAVAILABLE','reason':'bad file'}]"));
     free(text);
     json_decref(idx);

@@ -1,21 +1,19 @@
 /* test_optim.c: SGD, momentum, Nesterov and Adam steps (with and without
  * weight decay) against hand-computed values, optimizer state sizes, and
  * the learning-rate schedules of dl_lr_at. */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <criterion/criterion.h>
 
+#include "fixture.h"
 #include "nn/dl_nn.h"
 
 static dl_backend *be;
 static dl_optim *o;
 
-static void setup(void)
-{
-    dl_err err = {0};
-    cr_assert_eq(dl_backend_cpu_new(1, &be, &err), DL_OK, "%s", err.msg);
-}
+static void setup(void) { be = fx_cpu_backend(); }
 
 static void teardown(void)
 {

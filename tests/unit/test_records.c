@@ -7,6 +7,7 @@
 #include <string.h>
 #include <criterion/criterion.h>
 
+#include "fixture.h"
 #include "serve/records.h"
 
 /* A small classifier: samples [1, 2, 2] (4 values), 3 classes. */
@@ -18,15 +19,8 @@ static float *x;
 
 static void setup(void)
 {
-    memset(&conf, 0, sizeof(conf));
-    strcpy(conf.name, "tiny");
-    strcpy(conf.input_name, "pixels");
-    strcpy(conf.output_name, "probs");
-    conf.in_ndim = 3;
-    conf.in_shape[0] = 1, conf.in_shape[1] = 2, conf.in_shape[2] = 2;
+    fx_tiny_classifier(&conf, labels3);
     conf.scale = 1.0f, conf.mean = 0.0f, conf.std = 2.0f;
-    conf.nlabels = 3;
-    conf.labels = labels3;
     memset(&env, 0, sizeof(env));
     memset(&err, 0, sizeof(err));
     x = NULL;

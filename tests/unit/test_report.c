@@ -8,23 +8,14 @@
 #include <unistd.h>
 #include <criterion/criterion.h>
 
+#include "fixture.h"
 #include "train/report.h"
 
 static char dir[64];
 
-static void setup(void)
-{
-    strcpy(dir, "/tmp/dl_test_report.XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-}
+static void setup(void) { fx_tmpdir(dir, sizeof(dir), "report"); }
 
-static void teardown(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
-}
+static void teardown(void) { fx_rmtree(dir); }
 
 TestSuite(report, .init = setup, .fini = teardown, .timeout = 30);
 
@@ -44,10 +35,8 @@ static void fill(dl_epoch_stats *e, int n, bool with_test)
 
 static char *slurp(const char *path)
 {
-    char *s = NULL;
     size_t len = 0;
-    dl_err err = {0};
-    cr_assert_eq(dl_file_read(path, &s, &len, &err), DL_OK, "%s", err.msg);
+    char *s = fx_read(path, &len);
     cr_assert_eq(strlen(s), len, "%s holds a NUL byte", path);
     return s;
 }
@@ -73,8 +62,7 @@ static void check_csv(int n, bool with_test)
 {
     dl_epoch_stats e[8];
     fill(e, n, with_test);
-    char path[128];
-    snprintf(path, sizeof(path), "%s/metrics.csv", dir);
+    const char *path = fx_join(dir, "metrics.csv");
     dl_err err = {0};
     cr_assert_eq(dl_report_write_csv(path, e, n, &err), DL_OK, "%s", err.msg);
 
@@ -116,8 +104,7 @@ static void check_svg(int n, bool with_test)
 {
     dl_epoch_stats e[8];
     fill(e, n, with_test);
-    char path[128];
-    snprintf(path, sizeof(path), "%s/curves.svg", dir);
+    const char *path = fx_join(dir, "curves.svg");
     dl_err err = {0};
     cr_assert_eq(dl_report_write_svg(path, "fashion-mlp a<b & \"c\" v3", e, n,
                                      &err), DL_OK, "%s", err.msg);
@@ -173,8 +160,7 @@ Test(report, svg_constant_and_nonfinite_values)
     }
     e[2].test_loss = NAN;
     e[3].test_loss = INFINITY;
-    char path[128];
-    snprintf(path, sizeof(path), "%s/curves.svg", dir);
+    const char *path = fx_join(dir, "curves.svg");
     dl_err err = {0};
     cr_assert_eq(dl_report_write_svg(path, NULL, e, 4, &err), DL_OK, "%s",
                  err.msg);
@@ -189,8 +175,7 @@ Test(report, svg_escapes_bad_bytes)
 {
     dl_epoch_stats e[2];
     fill(e, 2, true);
-    char path[128];
-    snprintf(path, sizeof(path), "%s/curves.svg", dir);
+    const char *path = fx_join(dir, "curves.svg");
     dl_err err = {0};
     /* A control character, a broken UTF-8 byte and a valid "é". */
     cr_assert_eq(dl_report_write_svg(path, "m\x01x\xff" "caf\xc3\xa9", e, 2,
@@ -211,8 +196,7 @@ Test(report, rejects_bad_arguments)
 {
     dl_epoch_stats e[1];
     fill(e, 1, true);
-    char path[128];
-    snprintf(path, sizeof(path), "%s/x", dir);
+    const char *path = fx_join(dir, "x");
     dl_err err = {0};
     cr_expect_eq(dl_report_write_svg(path, "t", e, 0, &err), DL_ERR_INVALID);
     cr_expect_eq(dl_report_write_svg(NULL, "t", e, 1, &err), DL_ERR_INVALID);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+#include "fixture.h"
 
 #include "nn/dl_nn.h"
 
@@ -18,26 +19,11 @@ static char path[128];
 
 static void setup(void)
 {
-    strcpy(dir, "/tmp/dl_st_test_XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    fx_tmpdir(dir, sizeof(dir), "safetensors");
     snprintf(path, sizeof(path), "%s/m.safetensors", dir);
 }
 
-static void teardown(void)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    char p[400];
-    for (struct dirent *e; (e = readdir(d));) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
+static void teardown(void) { fx_rmtree(dir); }
 
 TestSuite(safetensors, .init = setup, .fini = teardown, .timeout = 10);
 
@@ -55,14 +41,6 @@ static int count_dir_entries(const char *folder)
     return n;
 }
 
-static void write_bytes(const void *b, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    cr_assert_eq(fwrite(b, 1, n, f), n);
-    cr_assert_eq(fclose(f), 0);
-}
-
 /* A file whose length prefix says hlen, then header, then buflen data
  * bytes (0, 1, 2, ...). */
 static void write_st_len(uint64_t hlen, const char *header, size_t buflen)
@@ -75,7 +53,7 @@ static void write_st_len(uint64_t hlen, const char *header, size_t buflen)
     memcpy(b + 8, header, jlen);
     for (size_t i = 0; i < buflen; i++)
         b[8 + jlen + i] = (unsigned char)i;
-    write_bytes(b, total);
+    fx_write(path, b, total);
     free(b);
 }
 
@@ -297,7 +275,7 @@ Test(safetensors, loads_hand_assembled_pytorch_file)
     memcpy(file, len, 8);
     memcpy(file + 8, header, 0x60);
     memcpy(file + 8 + 0x60, data, 16);
-    write_bytes(file, sizeof(file));
+    fx_write(path, file, sizeof(file));
 
     dl_st_file *f = NULL;
     dl_err err = {0};
@@ -363,7 +341,7 @@ Test(safetensors, loads_i64_scalar)
 
 Test(safetensors, rejects_truncated_file)
 {
-    write_bytes("\x10\x00\x00", 3);
+    fx_write(path, "\x10\x00\x00", 3);
     expect_invalid("3 bytes, shorter than the 8-byte header length");
 }
 

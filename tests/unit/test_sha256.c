@@ -9,6 +9,7 @@
 
 #include <criterion/criterion.h>
 
+#include "fixture.h"
 #include "util/dl_util.h"
 
 #define MILLION_A "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"
@@ -94,13 +95,11 @@ Test(sha256, streaming_matches_one_shot)
 
 Test(sha256, file)
 {
-    char path[] = "/tmp/dl_test_sha256.XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
+    char path[64];
+    fx_tmpfile(path, sizeof(path), "sha256");
     char *a = million_a();
     /* more than one 64 KiB read, and not a multiple of it */
-    cr_assert_eq(write(fd, a, 1000000), 1000000);
-    close(fd);
+    fx_write(path, a, 1000000);
     free(a);
 
     char hex[65];

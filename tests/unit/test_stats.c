@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <criterion/criterion.h>
 
+#include "fixture.h"
 #include "serve/serve.h"
 
 #define PROMTOOL "/usr/bin/promtool"
@@ -310,21 +311,14 @@ Test(stats, extra_is_appended)
  * leaves what it printed in *out (new). */
 static int promtool(const char *text, char **out)
 {
-    char in[] = "/tmp/dl_test_stats_in.XXXXXX";
-    char res[] = "/tmp/dl_test_stats_out.XXXXXX";
-    int fd = mkstemp(in), fo = mkstemp(res);
-    cr_assert(fd >= 0 && fo >= 0);
-    close(fo);
-    FILE *f = fdopen(fd, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
+    char in[64], res[64];
+    fx_tmpfile(in, sizeof(in), "stats_in");
+    fx_tmpfile(res, sizeof(res), "stats_out");
+    fx_write_text(in, text);
     char cmd[256];
     snprintf(cmd, sizeof(cmd), PROMTOOL " check metrics < %s > %s 2>&1", in, res);
     int rc = system(cmd);
-    dl_err err = {0};
-    size_t len;
-    cr_assert_eq(dl_file_read(res, out, &len, &err), DL_OK, "%s", err.msg);
+    *out = fx_read(res, NULL);
     unlink(in);
     unlink(res);
     cr_assert(WIFEXITED(rc), "promtool did not exit");

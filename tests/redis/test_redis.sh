@@ -7,6 +7,7 @@
 . "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
 . "$SRC/tests/serve/lib_serve.sh"
 . "$SRC/tests/kafka/lib_kafka.sh"
+. "$SRC/tests/redis/lib_redis.sh"
 
 make_repo "$WORK/repo"
 check "mock cluster up" start_mock rin:24 rout:4 rdlq:2 ain:4 aout:4
@@ -72,7 +73,7 @@ check "the registry hash names version 2 and its sha256" sh -c \
 check "/status shows the training progress" sh -c \
     "curl -s $URL/status | $PY -c 'import json,sys; t=json.load(sys.stdin)[\"redis\"][\"training\"][\"fashion-mlp\"]; sys.exit(0 if t[\"epoch\"] == 1 and t[\"step\"] > 0 else 1)'"
 stop_redis
-$PY "$SRC/tests/serve/make_request.py" 0 1 > "$WORK/req.json"
+$PY "$SRC/tests/py/make_request.py" 0 1 > "$WORK/req.json"
 check "Redis down: HTTP keeps serving" sh -c "curl -s -o /dev/null -w '%{http_code}' \
     -d @'$WORK/req.json' $URL/v2/models/fashion-mlp/infer | grep -qx 200"
 "$KAFKA_TOOL" feed -b "$BOOT" -t ain --count 200 --format binary > /dev/null

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """make_request.py FIRST COUNT [--datatype FP32|UINT8] [--nested] [--id ID]
 Prints an Open Inference Protocol infer request with Fashion-MNIST test
-images FIRST..FIRST+COUNT-1 (raw pixel values), batch dimension first."""
+images FIRST..FIRST+COUNT-1 (raw pixel values), batch dimension first.
+Shared by the serve, kafka and redis tests, tests/bench/serve_http and
+scripts/demo."""
 import argparse
 import gzip
 import json
