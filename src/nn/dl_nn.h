@@ -197,6 +197,14 @@ void dl_optim_free(dl_optim *o);
 /* One update p -= f(g) with learning rate lr. */
 void dl_optim_step(dl_optim *o, float *params, const float *grads, double lr);
 
+/* The same update written into delta (delta -= f(g)) instead of the
+ * parameters, which it reads for weight decay only (added into grads,
+ * which it therefore changes). For parameter averaging: an update kept
+ * apart keeps its own precision, where one added to the parameters is
+ * rounded to theirs on every step and on every trainer. */
+void dl_optim_step_delta(dl_optim *o, float *delta, const float *params, float *grads,
+                         double lr);
+
 /* Optimizer state (momentum / Adam moments), borrowed; *n may be 0. */
 float *dl_optim_state(dl_optim *o, int64_t *n);
 int64_t dl_optim_steps(const dl_optim *o);

@@ -48,25 +48,39 @@ void dl_optim_free(dl_optim *o)
     free(o);
 }
 
-void dl_optim_step(dl_optim *o, float *params, const float *grads, double lr)
+/* p -= f(g), with the weight decay wd added to g from p. */
+static void step(dl_optim *o, float *p, const float *g, double lr, float wd)
 {
     const dl_hparams *h = &o->hp;
     o->t++;
     switch (h->optimizer) {
     case DL_OPTIM_SGD:
-        o->be->ops->sgd_step(o->be, params, grads, NULL, o->n, (float)lr, 0.0f,
-                             false, (float)h->weight_decay);
+        o->be->ops->sgd_step(o->be, p, g, NULL, o->n, (float)lr, 0.0f, false, wd);
         break;
     case DL_OPTIM_MOMENTUM:
-        o->be->ops->sgd_step(o->be, params, grads, o->state, o->n, (float)lr,
-                             (float)h->momentum, h->nesterov, (float)h->weight_decay);
+        o->be->ops->sgd_step(o->be, p, g, o->state, o->n, (float)lr, (float)h->momentum,
+                             h->nesterov, wd);
         break;
     case DL_OPTIM_ADAM:
-        o->be->ops->adam_step(o->be, params, grads, o->state, o->state + o->n, o->n,
-                              (float)lr, (float)h->beta1, (float)h->beta2,
-                              (float)h->adam_eps, (float)h->weight_decay, o->t);
+        o->be->ops->adam_step(o->be, p, g, o->state, o->state + o->n, o->n, (float)lr,
+                              (float)h->beta1, (float)h->beta2, (float)h->adam_eps, wd, o->t);
         break;
     }
+}
+
+void dl_optim_step(dl_optim *o, float *params, const float *grads, double lr)
+{
+    step(o, params, grads, lr, (float)o->hp.weight_decay);
+}
+
+void dl_optim_step_delta(dl_optim *o, float *delta, const float *params, float *grads,
+                         double lr)
+{
+    /* Every optimizer adds weight decay to the gradient (L2, as PyTorch):
+     * done here from the parameters, the step then sees only delta. */
+    if (o->hp.weight_decay != 0.0)
+        o->be->ops->axpy(o->be, (float)o->hp.weight_decay, params, grads, o->n);
+    step(o, delta, grads, lr, 0.0f);
 }
 
 float *dl_optim_state(dl_optim *o, int64_t *n)

@@ -26,6 +26,10 @@ typedef struct trainer {
     float      *hx, *x;          /* host batch and backend batch */
     int32_t    *hy;
     float      *host;            /* host staging for exchanges */
+    /* avg:K: the parameters at the last averaging point and this
+     * trainer's update since then (backend memory); the parameters the
+     * model computes with are anchor + delta. */
+    float      *anchor, *delta;
     int64_t     np, ns, no;      /* parameters, state, optimizer state */
     int64_t     steps_per_epoch, total_steps, step;
     int64_t     ps_version;
@@ -72,8 +76,11 @@ static void trainer_close(trainer *t)
     free(t->hy);
     free(t->host);
     free(t->ids);
-    if (t->x)
-        t->s.be->ops->release(t->s.be, t->x);
+    dl_backend *be = t->s.be;
+    float *bufs[] = { t->x, t->anchor, t->delta };
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        if (bufs[i])
+            be->ops->release(be, bufs[i]);
     session_close(&t->s);
 }
 
@@ -108,6 +115,12 @@ static dl_status trainer_open(trainer *t, const dl_run_opts *o, dl_dist *d,
     if (st == DL_OK)
         st = t->s.be->ops->alloc(t->s.be, (size_t)(b * dim) * sizeof(float),
                                  (void **)&t->x, err);
+    if (st == DL_OK && t->mode == DL_DIST_AVG)
+        st = t->s.be->ops->alloc(t->s.be, (size_t)t->np * sizeof(float),
+                                 (void **)&t->anchor, err);
+    if (st == DL_OK && t->mode == DL_DIST_AVG)
+        st = t->s.be->ops->alloc(t->s.be, (size_t)t->np * sizeof(float),
+                                 (void **)&t->delta, err);
     if (st == DL_OK) {
         int64_t most = t->np > t->ns ? t->np : t->ns;
         most = most > t->no ? most : t->no;
@@ -164,12 +177,30 @@ static dl_status reduce(trainer *t, float *buf, int64_t n, float scale,
     return DL_OK;
 }
 
-/* Parameter averaging: parameters, state and optimizer state. */
+/* avg:K starts a period: the parameters are the anchor, no update yet. */
+static void avg_anchor(trainer *t)
+{
+    int64_t n;
+    dl_backend *be = t->s.be;
+    be->ops->copy(be, t->anchor, dl_model_params(t->s.m, &n), t->np);
+    be->ops->fill(be, t->delta, t->np, 0.0f);
+}
+
+/* Parameter averaging: parameters, state and optimizer state. The mean
+ * of the parameters is the anchor plus the mean of the updates, which
+ * are averaged instead: with K = 1 and plain SGD this rounds as one
+ * process with the global batch does, once per step. */
 static dl_status average(trainer *t, dl_err *err)
 {
     int64_t n;
     float inv = 1.0f / (float)t->T;
-    dl_status st = reduce(t, dl_model_params(t->s.m, &n), t->np, inv, "parameter averaging", err);
+    dl_backend *be = t->s.be;
+    dl_status st = reduce(t, t->delta, t->np, inv, "parameter averaging", err);
+    if (st == DL_OK) {
+        be->ops->axpy(be, 1.0f, t->delta, t->anchor, t->np);
+        be->ops->copy(be, dl_model_params(t->s.m, &n), t->anchor, t->np);
+        be->ops->fill(be, t->delta, t->np, 0.0f);
+    }
     if (st == DL_OK)
         st = reduce(t, dl_model_state(t->s.m, &n), t->ns, inv, "state averaging", err);
     if (st == DL_OK)
@@ -272,7 +303,9 @@ static dl_status train_step(trainer *t, int64_t s, double *loss, int64_t *correc
             dl_optim_step(t->opt, p, g, lr);
         return st;
     case DL_DIST_AVG:
-        dl_optim_step(t->opt, p, g, lr);
+        dl_optim_step_delta(t->opt, t->delta, p, g, lr);
+        t->s.be->ops->copy(t->s.be, p, t->anchor, n);
+        t->s.be->ops->axpy(t->s.be, 1.0f, t->delta, p, n);
         return t->step % dl_dist_conf_of(t->d)->avg_k == 0 ? average(t, err) : DL_OK;
     case DL_DIST_PS_SYNC:
     case DL_DIST_PS_ASYNC:
@@ -612,6 +645,8 @@ static dl_status train_job(trainer *t, dl_err *err)
         st = resume(t, err);
     if (st != DL_OK)
         return st;
+    if (t->mode == DL_DIST_AVG)
+        avg_anchor(t);
     t->bar = dl_dist_rank(t->d) == 0 &&
              (o->progress == 1 || (o->progress < 0 && isatty(STDERR_FILENO)));
     DL_LOG0(DL_LOG_INFO, "train",
