@@ -112,24 +112,22 @@ dl_status dl_backend_new(const char *device, int threads, dl_backend **out,
     *out = NULL;
     if (!device || strcmp(device, "cpu") == 0)
         return dl_backend_cpu_new(threads, out, err);
-    if (strncmp(device, "cuda", 4) == 0 && (device[4] == '\0' || device[4] == ':')) {
+    /* "cuda": the GPU of this process's local rank; "cuda:N": GPU N. */
+    char name[8];
+    int64_t index;
+    bool index_ok = dl_parse_name_num(device, name, sizeof(name), &index);
+    if (strcmp(name, "cuda") == 0) {
 #ifdef DL_HAVE_CUDA
-        /* "cuda": the GPU of this process's local rank; "cuda:N": GPU N. */
-        int index = -1;
-        if (device[4] == ':') {
-            char *end;
-            long v = strtol(device + 5, &end, 10);
-            if (end == device + 5 || *end || v < 0 || v > 1023)
-                return dl_err_set(err, DL_ERR_INVALID,
-                                  "device '%s': expected cpu, cuda or cuda:N", device);
-            index = (int)v;
-        }
+        if (!index_ok || index > 1023)
+            return dl_err_set(err, DL_ERR_INVALID,
+                              "device '%s': expected cpu, cuda or cuda:N", device);
         (void)threads;   /* the GPU backend runs no CPU threads of its own */
-        dl_status st = dl_backend_cuda_new(index, out, err);
+        dl_status st = dl_backend_cuda_new((int)index, out, err);
         if (st != DL_OK)
             dl_err_prefix(err, "device '%s'", device);
         return st;
 #else
+        (void)index_ok;
         return dl_err_set(err, DL_ERR_UNAVAILABLE,
                           "device '%s': this build has no CUDA backend", device);
 #endif
