@@ -229,8 +229,10 @@ static void store_int(const cli_opt *o, cli *c, int64_t v)
         *(bool *)field = v != 0;
     else if (o->size == sizeof(int))
         *(int *)field = (int)v;
-    else
+    else {
+        DL_ASSERT(o->size == sizeof(int64_t));
         *(int64_t *)field = v;
+    }
 }
 
 static int add_override(const cli_opt *o, const char *arg, cli *c)
@@ -330,18 +332,6 @@ static int call_config_reference(const cli_opt *o, const char *arg, cli *c)
 #endif
 }
 
-/* One table cell; '|' would end the cell, so it is escaped. */
-static void md_cell(FILE *f, const char *text)
-{
-    fputs(" ", f);
-    for (const char *p = text; *p; p++) {
-        if (*p == '|')
-            fputc('\\', f);
-        fputc(*p, f);
-    }
-    fputs(" |", f);
-}
-
 /* The values an option takes, for the reference: bounds or words. */
 static void range_text(const cli_opt *o, char *buf, size_t len)
 {
@@ -379,9 +369,9 @@ static int call_options_reference(const cli_opt *o, const char *arg, cli *c)
         snprintf(option, sizeof(option), "`%s`", usage);
         range_text(&opts[i], range, sizeof(range));
         fputs("|", stdout);
-        md_cell(stdout, option);
-        md_cell(stdout, range);
-        md_cell(stdout, opts[i].doc);
+        dl_md_cell(stdout, option);
+        dl_md_cell(stdout, range);
+        dl_md_cell(stdout, opts[i].doc);
         fputc('\n', stdout);
     }
     return 0;

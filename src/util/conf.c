@@ -546,8 +546,7 @@ void dl_conf_print(const dl_opt *opts, const void *conf, FILE *f)
     }
 }
 
-/* A table cell: '|' would end the cell, so it is escaped. */
-static void md_cell(FILE *f, const char *text)
+void dl_md_cell(FILE *f, const char *text)
 {
     fputs(" ", f);
     for (const char *p = text; *p; p++) {
@@ -593,11 +592,11 @@ void dl_conf_print_markdown(const dl_opt *opts, FILE *f)
             break;
         }
         fputs("|", f);
-        md_cell(f, o->section);
-        md_cell(f, o->key);
-        md_cell(f, def);
-        md_cell(f, range);
-        md_cell(f, o->doc);
+        dl_md_cell(f, o->section);
+        dl_md_cell(f, o->key);
+        dl_md_cell(f, def);
+        dl_md_cell(f, range);
+        dl_md_cell(f, o->doc);
         fputc('\n', f);
     }
 }

@@ -256,6 +256,9 @@ void dl_conf_print(const dl_opt *opts, const void *conf, FILE *f);
  * range, meaning); an enumeration's range is its words. */
 void dl_conf_print_markdown(const dl_opt *opts, FILE *f);
 
+/* Writes " text |": one cell of a Markdown table row, '|' escaped. */
+void dl_md_cell(FILE *f, const char *text);
+
 /* Writes the words of a list as "a, b or c" into buf (truncated to len). */
 void dl_opt_words_str(const dl_opt_word *words, char *buf, size_t len);
 
