@@ -180,9 +180,7 @@ bool dl_parse_name_num(const char *s, char *name, size_t len, int64_t *n)
 
 /* ---- setting values -------------------------------------------------------- */
 
-/* Stores text into o's field; errors read "origin: [section] key: ...", or
- * for a word that an enumeration or custom option refuses,
- * "origin: [section] key 'value' is invalid: expected a, b or c". */
+/* "origin: [section] key 'value' is invalid: expected a, b or c". */
 static dl_status invalid_word(const dl_opt *o, const char *value, const char *origin,
                               dl_err *err)
 {
@@ -192,6 +190,9 @@ static dl_status invalid_word(const dl_opt *o, const char *value, const char *or
                       origin, o->section, o->key, value, words);
 }
 
+/* Stores text into o's field, or leaves it alone and fails: errors read
+ * "origin: [section] key: ...", or invalid_word's for a word that an
+ * enumeration or custom option refuses. */
 static dl_status set_value(const dl_opt *o, void *conf, const char *value,
                            const char *origin, dl_err *err)
 {

@@ -215,9 +215,9 @@ typedef struct dl_opt {
     double      min, max;  /* DL_OPT_INT, DL_OPT_DOUBLE */
     const char *doc;       /* one line */
     const dl_opt_word *words;   /* DL_OPT_ENUM, DL_OPT_CUSTOM */
-    /* DL_OPT_CUSTOM: stores text into field. False when the text is not a
-     * valid value: with why[0] == '\0' the error lists the words, else it
-     * gives why. */
+    /* DL_OPT_CUSTOM: stores text into field. False, leaving field alone,
+     * when the text is not a valid value: with why[0] == '\0' the error
+     * lists the words, else it gives why. */
     bool      (*parse)(const char *text, void *field, char *why, size_t whylen);
     /* DL_OPT_CUSTOM: the field as text that parse reads back. */
     void      (*format)(const void *field, char *buf, size_t len);
