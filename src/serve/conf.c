@@ -1,5 +1,6 @@
 /* conf.c: the daemon's option table (dlserve.conf) and its loading:
- * defaults, then the file, then DLSERVE_* variables, then cross-field checks. */
+ * defaults, then the file, then DLSERVE_* variables, then --set overrides
+ * (dl_serve_conf_apply), then cross-field checks. */
 #define _POSIX_C_SOURCE 200809L
 #include "serve/dl_serve.h"
 
@@ -10,13 +11,71 @@
 #include <string.h>
 
 #define FIELD_SIZE(sec, f) sizeof(((dl_serve_conf *)0)->sec.f)
-#define INT(sec, f, def, lo, hi, doc)                                         \
-    {#sec, #f, DL_OPT_INT, offsetof(dl_serve_conf, sec.f), 0, def, lo, hi, doc}
-#define BOOL(sec, f, def, doc)                                                \
-    {#sec, #f, DL_OPT_BOOL, offsetof(dl_serve_conf, sec.f), 0, def, 0, 0, doc}
-#define STR(sec, f, def, doc)                                                 \
-    {#sec, #f, DL_OPT_STRING, offsetof(dl_serve_conf, sec.f), FIELD_SIZE(sec, f), \
-     def, 0, 0, doc}
+#define OPT(sec, f, t, dflt, text)                                            \
+    .section = #sec, .key = #f, .type = t, .offset = offsetof(dl_serve_conf, sec.f), \
+    .def = dflt, .doc = text
+#define INT(sec, f, dflt, lo, hi, text)                                       \
+    {OPT(sec, f, DL_OPT_INT, dflt, text), .min = lo, .max = hi}
+#define BOOL(sec, f, dflt, text) {OPT(sec, f, DL_OPT_BOOL, dflt, text)}
+#define STR(sec, f, dflt, text)                                               \
+    {OPT(sec, f, DL_OPT_STRING, dflt, text), .size = FIELD_SIZE(sec, f)}
+#define ENUM(sec, f, dflt, w, text) {OPT(sec, f, DL_OPT_ENUM, dflt, text), .words = w}
+#define CUSTOM(sec, f, dflt, w, p, fmt, text)                                 \
+    {OPT(sec, f, DL_OPT_CUSTOM, dflt, text), .size = FIELD_SIZE(sec, f), .words = w, \
+     .parse = p, .format = fmt}
+
+/* Enumerations are stored as int by the option table. */
+_Static_assert(sizeof(dl_delivery) == sizeof(int), "dl_delivery is stored as an int");
+
+static const dl_opt_word delivery_words[] = {
+    {"at-least-once", DL_DELIVERY_AT_LEAST_ONCE},
+    {"exactly-once", DL_DELIVERY_EXACTLY_ONCE},
+    {"redis", DL_DELIVERY_REDIS},
+    {NULL, 0},
+};
+
+const char *dl_delivery_name(dl_delivery mode)
+{
+    return dl_opt_word_name(delivery_words, (int)mode);
+}
+
+/* [models] device: the forms it takes (the values are unused). */
+static const dl_opt_word device_words[] = {{"cpu", 0}, {"cuda", 0}, {"cuda:N", 0}, {NULL, 0}};
+
+/* "cpu", "cuda" or "cuda:N" (N in 0..1023) into a dl_device. */
+static bool parse_device(const char *text, void *field, char *why, size_t whylen)
+{
+    dl_device *dev = field;
+    size_t len = strlen(text);
+    if (len >= sizeof(dev->name)) {
+        snprintf(why, whylen, "value is too long (%zu characters, at most %zu)", len,
+                 sizeof(dev->name) - 1);
+        return false;
+    }
+    char name[8];
+    int64_t index;
+    if (!dl_parse_name_num(text, name, sizeof(name), &index) || index > 1023)
+        return false;
+    dl_device_kind kind;
+    if (strcmp(name, "cpu") == 0 && index < 0)
+        kind = DL_DEVICE_CPU;
+    else if (strcmp(name, "cuda") == 0)
+        kind = DL_DEVICE_CUDA;
+    else
+        return false;
+    /* Zero the tail of the name too, so equal configs compare equal byte for byte. */
+    memset(dev, 0, sizeof(*dev));
+    memcpy(dev->name, text, len);
+    dev->kind = kind;
+    dev->index = (int)index;
+    return true;
+}
+
+static void format_device(const void *field, char *buf, size_t len)
+{
+    const dl_device *dev = field;
+    snprintf(buf, len, "%s", dev->name);
+}
 
 const dl_opt dl_serve_opts[] = {
     STR(http, address, "127.0.0.1", "address to bind; 0.0.0.0 exposes the server to the network"),
@@ -33,10 +92,11 @@ const dl_opt dl_serve_opts[] = {
     STR(models, dir, "models", "the model repository folder"),
     STR(models, policy, "latest", "versions served: latest, latest:N or versions:1,3,..."),
     BOOL(models, watch, "true", "reload when the model folder changes"),
-    STR(models, device, "cpu", "inference device: cpu, cuda or cuda:N"),
+    CUSTOM(models, device, "cpu", device_words, parse_device, format_device,
+           "inference device"),
     INT(models, threads, "0", 0, 1024, "CPU threads for inference; 0 = all cores"),
-    STR(log, level, "info", "err, warning, notice, info or debug"),
-    STR(log, debug, "", "comma-separated subsystems logged at debug level, e.g. http,batch"),
+    ENUM(log, level, "info", dl_log_level_words, "least severe messages logged"),
+    STR(log, debug, "", "comma-separated subsystems logged at debug level, e.g. kafka,http"),
     STR(kafka, brokers, "", "bootstrap servers host:port,...; empty: Kafka off unless embedded"),
     BOOL(kafka, embedded, "false", "start an in-process mock Kafka cluster (demos, tests)"),
     INT(kafka, embedded_partitions, "4", 1, 1024, "partitions of each topic the mock creates"),
@@ -44,7 +104,7 @@ const dl_opt dl_serve_opts[] = {
     STR(kafka, input_topics, "dlserve-in", "comma-separated topics to consume"),
     STR(kafka, output_topic, "dlserve-out", "topic for predictions"),
     STR(kafka, dead_letter_topic, "dlserve-dlq", "topic for records that cannot be served"),
-    STR(kafka, delivery, "at-least-once", "at-least-once, exactly-once or redis"),
+    ENUM(kafka, delivery, "at-least-once", delivery_words, "delivery guarantee"),
     STR(kafka, default_model, "", "model for records that name none; empty: the only model"),
     STR(kafka, transactional_id, "", "exactly-once producer id; empty: dlserve-<group_id>"),
     INT(kafka, commit_interval_ms, "100", 1, 3600000,
@@ -103,48 +163,42 @@ static bool positive_int(const char **s)
 /* "latest", "latest:N" or "versions:N[,N...]", every N >= 1. */
 static bool policy_ok(const char *p)
 {
-    bool list;
-    if (!strcmp(p, "latest"))
-        return true;
-    if (!strncmp(p, "latest:", 7)) {
-        p += 7;
-        list = false;
-    } else if (!strncmp(p, "versions:", 9)) {
+    if (!strncmp(p, "versions:", 9)) {
         p += 9;
-        list = true;
-    } else {
-        return false;
+        for (;;) {
+            if (!positive_int(&p))
+                return false;
+            if (*p != ',')
+                break;
+            p++;
+        }
+        return *p == '\0';
     }
-    for (;;) {
-        if (!positive_int(&p))
-            return false;
-        if (!list || *p != ',')
-            break;
-        p++;
-    }
-    return *p == '\0';
+    char name[16];
+    int64_t n;
+    return dl_parse_name_num(p, name, sizeof(name), &n) && !strcmp(name, "latest") &&
+           n != 0;
 }
 
-/* "cpu", "cuda" or "cuda:N", N >= 0. */
-static bool device_ok(const char *d)
+dl_status dl_serve_conf_apply(dl_serve_conf *conf, const char *const *ov, int n, dl_err *err)
 {
-    if (!strcmp(d, "cpu") || !strcmp(d, "cuda"))
-        return true;
-    if (strncmp(d, "cuda:", 5) || !d[5])
-        return false;
-    for (d += 5; *d; d++)
-        if (!isdigit((unsigned char)*d))
-            return false;
-    return true;
-}
-
-static bool level_ok(const char *l)
-{
-    static const char *const levels[] = {"err", "warning", "notice", "info", "debug"};
-    for (size_t i = 0; i < sizeof(levels) / sizeof(*levels); i++)
-        if (!strcmp(l, levels[i]))
-            return true;
-    return false;
+    static const char *const raw[] = {"kafka.consumer.", "kafka.producer."};
+    for (int i = 0; i < n; i++) {
+        char section[64], key[128];
+        const char *dot = strchr(ov[i], '.'), *eq = strchr(ov[i], '=');
+        for (int r = 0; r < 2; r++)
+            if (!strncmp(ov[i], raw[r], strlen(raw[r])))
+                dot = ov[i] + strlen(raw[r]) - 1;
+        if (!dot || !eq || dot > eq || (size_t)(dot - ov[i]) >= sizeof(section) ||
+            (size_t)(eq - dot - 1) >= sizeof(key))
+            return dl_err_set(err, DL_ERR_INVALID, "--set '%s': expected section.key=value", ov[i]);
+        snprintf(section, sizeof(section), "%.*s", (int)(dot - ov[i]), ov[i]);
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - dot - 1), dot + 1);
+        dl_status st = dl_serve_conf_set(conf, section, key, eq + 1, "--set", err);
+        if (st != DL_OK)
+            return st;
+    }
+    return DL_OK;
 }
 
 dl_status dl_serve_conf_validate(const dl_serve_conf *c, dl_err *err)
@@ -157,24 +211,16 @@ dl_status dl_serve_conf_validate(const dl_serve_conf *c, dl_err *err)
         return dl_err_set(err, DL_ERR_INVALID,
                           "[models] policy '%.60s' is invalid: expected latest, latest:N "
                           "or versions:N,N,... with every N >= 1", c->models.policy);
-    if (!device_ok(c->models.device))
-        return dl_err_set(err, DL_ERR_INVALID,
-                          "[models] device '%s' is invalid: expected cpu, cuda or cuda:N",
-                          c->models.device);
-    const char *dl = c->kafka.delivery;
-    if (strcmp(dl, "at-least-once") && strcmp(dl, "exactly-once") && strcmp(dl, "redis"))
-        return dl_err_set(err, DL_ERR_INVALID,
-                          "[kafka] delivery '%s' is invalid: expected at-least-once, "
-                          "exactly-once or redis", dl);
-    if (!strcmp(dl, "redis") && !c->redis.host[0])
+    if (c->kafka.delivery == DL_DELIVERY_REDIS && !c->redis.host[0])
         return dl_err_set(err, DL_ERR_INVALID,
                           "[kafka] delivery = redis needs [redis] host");
     if ((c->kafka.brokers[0] || c->kafka.embedded) && !c->kafka.input_topics[0])
         return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics is empty");
-    if (!level_ok(c->log.level))
+    if (!dl_log_debug_valid(c->log.debug))
         return dl_err_set(err, DL_ERR_INVALID,
-                          "[log] level '%s' is invalid: expected err, warning, notice, "
-                          "info or debug", c->log.level);
+                          "[log] debug '%s' is invalid: expected subsystem tags (1-15 of "
+                          "a-z, 0-9, _ or -) separated by commas, e.g. kafka,http",
+                          c->log.debug);
     return DL_OK;
 }
 

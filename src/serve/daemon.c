@@ -61,15 +61,6 @@ static double watchdog_seconds(void)
     return 0.0;
 }
 
-static int log_level_of(const char *s)
-{
-    static const char *const names[] = {"err", "warning", "notice", "info", "debug"};
-    for (int i = 0; i < 5; i++)
-        if (strcmp(s, names[i]) == 0)
-            return DL_LOG_ERR + i;
-    return DL_LOG_INFO;
-}
-
 /* Watches the repository, its model folders and their version folders:
  * a new version appears as a folder, then its weights renamed in. Adding
  * a watch twice is harmless, so this runs before every rescan. */
@@ -91,29 +82,6 @@ static void watch_tree(int fd, const char *dir, int depth)
         watch_tree(fd, sub, depth - 1);
     }
     closedir(d);
-}
-
-/* Applies "section.key=value" overrides from the command line; raw
- * librdkafka properties read "kafka.consumer.some.property=value". */
-dl_status dl_serve_conf_apply(dl_serve_conf *conf, const char *const *ov, int n, dl_err *err)
-{
-    static const char *const raw[] = {"kafka.consumer.", "kafka.producer."};
-    for (int i = 0; i < n; i++) {
-        char section[64], key[128];
-        const char *dot = strchr(ov[i], '.'), *eq = strchr(ov[i], '=');
-        for (int r = 0; r < 2; r++)
-            if (!strncmp(ov[i], raw[r], strlen(raw[r])))
-                dot = ov[i] + strlen(raw[r]) - 1;
-        if (!dot || !eq || dot > eq || (size_t)(dot - ov[i]) >= sizeof(section) ||
-            (size_t)(eq - dot - 1) >= sizeof(key))
-            return dl_err_set(err, DL_ERR_INVALID, "--set '%s': expected section.key=value", ov[i]);
-        snprintf(section, sizeof(section), "%.*s", (int)(dot - ov[i]), ov[i]);
-        snprintf(key, sizeof(key), "%.*s", (int)(eq - dot - 1), dot + 1);
-        dl_status st = dl_serve_conf_set(conf, section, key, eq + 1, "--set", err);
-        if (st != DL_OK)
-            return st;
-    }
-    return DL_OK;
 }
 
 typedef struct daemon_ctx {
@@ -198,7 +166,7 @@ static char *metrics_extra(void *ctx)
                            "# HELP dlserve_gpu_memory_total_bytes GPU memory of the device.\n"
                            "# TYPE dlserve_gpu_memory_total_bytes gauge\n"
                            "dlserve_gpu_memory_total_bytes{device=\"%s\"} %zu\n",
-                       d->conf.models.device, used, d->conf.models.device, total);
+                       d->conf.models.device.name, used, d->conf.models.device.name, total);
 #ifdef DL_HAVE_KAFKA
     if (d->kafka)
         kafka_metrics(d->kafka, &b);
@@ -253,11 +221,11 @@ static void reload(daemon_ctx *d)
     if (d->config_path) {
         dl_serve_conf fresh;
         dl_err err = {0};
-        if (dl_serve_conf_load(&fresh, d->config_path, &err) != DL_OK) {
+        if (dl_serve_conf_load(&fresh, d->config_path, &err) != DL_OK ||
+            dl_log_set(fresh.log.level, fresh.log.debug, &err) != DL_OK) {
             DL_LOG(DL_LOG_ERR, "conf", "reload refused, keeping the running configuration: %s",
                    err.msg);
         } else {
-            dl_log_level = log_level_of(fresh.log.level);
             d->conf.log = fresh.log;
             if (memcmp(&fresh.http, &d->conf.http, sizeof(fresh.http)) ||
                 memcmp(&fresh.batching, &d->conf.batching, sizeof(fresh.batching)))
@@ -334,7 +302,7 @@ static dl_status start(daemon_ctx *d, dl_err *err)
     /* The connection threads share the cores: idle workers must sleep. */
     dl_pool_set_spin(0);
     dl_backend_params bp = { .threads = (int)d->conf.models.threads };
-    dl_status st = dl_backend_new(d->conf.models.device, &bp, &d->be, err);
+    dl_status st = dl_backend_new(d->conf.models.device.name, &bp, &d->be, err);
     if (st == DL_OK)
         st = registry_new(&d->conf.models, d->be, &d->reg, err);
     if (st == DL_OK)
@@ -420,11 +388,12 @@ int dl_serve_main(const char *config_path, const char *const *overrides, int nov
         st = dl_serve_conf_apply(&d.conf, overrides, noverrides, &err);
     if (st == DL_OK)
         st = dl_serve_conf_validate(&d.conf, &err);
+    if (st == DL_OK)
+        st = dl_log_set(d.conf.log.level, d.conf.log.debug, &err);
     if (st != DL_OK) {
         fprintf(stderr, "dlserve: %s\n", err.msg);
         return 2;
     }
-    dl_log_level = log_level_of(d.conf.log.level);
     install_signals();
     if (pipe2(d.wake, O_NONBLOCK | O_CLOEXEC) != 0) {
         perror("dlserve: pipe");

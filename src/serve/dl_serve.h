@@ -28,17 +28,29 @@ typedef struct dl_batching_conf {
     int64_t max_queue_size;      /* queued samples per model before 503 */
 } dl_batching_conf;
 
+/* The inference device, as [models] device names it and parsed once. */
+typedef enum dl_device_kind {
+    DL_DEVICE_CPU,
+    DL_DEVICE_CUDA,
+} dl_device_kind;
+
+typedef struct dl_device {
+    char           name[32];     /* as written: "cpu", "cuda" or "cuda:N" (for dl_backend_new) */
+    dl_device_kind kind;
+    int            index;        /* N of "cuda:N" (0..1023); -1: "cuda" (the local rank's GPU), cpu */
+} dl_device;
+
 typedef struct dl_models_conf {
     char    dir[DL_PATH_MAX];    /* the model repository */
     char    policy[128];         /* "latest", "latest:N" or "versions:1,3" */
     bool    watch;               /* reload on changes in the folder (inotify) */
-    char    device[32];          /* cpu, cuda, cuda:N */
+    dl_device device;
     int64_t threads;             /* CPU threads for inference (0: all cores) */
 } dl_models_conf;
 
 typedef struct dl_log_conf {
-    char    level[16];           /* err, warning, notice, info, debug */
-    char    debug[128];          /* subsystems at debug level: "http,batch" */
+    int     level;               /* DL_LOG_ERR .. DL_LOG_DEBUG */
+    char    debug[128];          /* subsystems logged at debug level: "kafka,http" */
 } dl_log_conf;
 
 /* Raw librdkafka properties from [kafka.consumer] / [kafka.producer]. */
@@ -50,6 +62,17 @@ typedef struct dl_kafka_prop {
     char    origin[DL_PATH_MAX + 16];   /* "file:line", for errors */
 } dl_kafka_prop;
 
+/* How Kafka records are delivered ([kafka] delivery; kafka.h says more). */
+typedef enum dl_delivery {
+    DL_DELIVERY_AT_LEAST_ONCE,
+    DL_DELIVERY_EXACTLY_ONCE,
+    DL_DELIVERY_REDIS,
+} dl_delivery;
+
+/* The word of a delivery mode in the configuration ("at-least-once", ...);
+ * static. */
+const char *dl_delivery_name(dl_delivery mode);
+
 typedef struct dl_kafka_conf {
     char    brokers[512];        /* bootstrap servers; empty: Kafka off (unless embedded) */
     bool    embedded;            /* start librdkafka's in-process mock cluster */
@@ -58,7 +81,7 @@ typedef struct dl_kafka_conf {
     char    input_topics[512];   /* comma-separated */
     char    output_topic[256];
     char    dead_letter_topic[256];
-    char    delivery[32];        /* at-least-once, exactly-once or redis */
+    dl_delivery delivery;
     char    default_model[DL_NAME_MAX]; /* for {"id","data"} and binary records without a model */
     char    transactional_id[128];      /* exactly-once; empty: dlserve-<group_id> */
     int64_t commit_interval_ms;  /* offsets commit / transaction length */
@@ -90,11 +113,13 @@ dl_status dl_serve_conf_set(dl_serve_conf *conf, const char *section, const char
                             const char *value, const char *origin, dl_err *err);
 
 /* Applies "section.key=value" strings (--set), in order; raw librdkafka
- * properties read "kafka.consumer.some.property=value". */
+ * properties read "kafka.consumer.some.property=value". Errors name the
+ * string; conf may be partly changed then. */
 dl_status dl_serve_conf_apply(dl_serve_conf *conf, const char *const *ov, int n, dl_err *err);
 
-/* Cross-field checks (TLS files both or neither, version policy syntax),
- * for a configuration changed after dl_serve_conf_load. */
+/* Cross-field checks (TLS files both or neither, version policy syntax,
+ * the debug subsystem list, Redis for redis delivery), for a configuration
+ * changed after dl_serve_conf_load. */
 dl_status dl_serve_conf_validate(const dl_serve_conf *conf, dl_err *err);
 
 /* Runs the daemon until SIGTERM/SIGINT; returns the process exit code.

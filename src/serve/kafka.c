@@ -29,7 +29,11 @@
 #define POLL_RUN         256   /* records taken between two rounds of housekeeping */
 #define STALE            UINT32_MAX   /* a record's epoch once forgotten */
 
-typedef enum { MODE_ALO, MODE_EOS, MODE_REDIS } delivery_mode;
+/* Short names of the delivery modes ([kafka] delivery, parsed by the
+ * option table). */
+#define MODE_ALO   DL_DELIVERY_AT_LEAST_ONCE
+#define MODE_EOS   DL_DELIVERY_EXACTLY_ONCE
+#define MODE_REDIS DL_DELIVERY_REDIS
 
 typedef enum {
     R_NEW,       /* consumed, not yet given to the batcher (or waiting: queue full) */
@@ -78,7 +82,7 @@ struct kafka_srv {
     registry            *reg;
     batcher             *bat;
     stats               *st;
-    delivery_mode        mode;
+    dl_delivery          mode;
     char                 bootstrap[512];
     char                 txn_id[160];
 
@@ -1331,8 +1335,7 @@ dl_status kafka_start(const kafka_deps *deps, kafka_srv **out, dl_err *err)
     k->st = deps->st;
     pthread_mutex_init(&k->done_mu, NULL);
     pthread_mutex_init(&k->snap_mu, NULL);
-    k->mode = !strcmp(k->conf.delivery, "exactly-once") ? MODE_EOS
-            : !strcmp(k->conf.delivery, "redis")        ? MODE_REDIS : MODE_ALO;
+    k->mode = k->conf.delivery;
     if (k->conf.transactional_id[0])
         snprintf(k->txn_id, sizeof(k->txn_id), "%s", k->conf.transactional_id);
     else
@@ -1358,7 +1361,8 @@ dl_status kafka_start(const kafka_deps *deps, kafka_srv **out, dl_err *err)
     }
     k->started = true;
     DL_LOG(DL_LOG_NOTICE, "kafka", "consuming %s from %s as group %s, %s delivery",
-           k->conf.input_topics, k->bootstrap, k->conf.group_id, k->conf.delivery);
+           k->conf.input_topics, k->bootstrap, k->conf.group_id,
+           dl_delivery_name(k->mode));
     *out = k;
     return DL_OK;
 }
@@ -1385,7 +1389,7 @@ json_t *kafka_status(kafka_srv *k)
     pthread_mutex_lock(&k->snap_mu);
     json_t *o = json_pack(
         "{s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:O}",
-        "bootstrap", k->bootstrap, "delivery", k->conf.delivery, "group_id", k->conf.group_id,
+        "bootstrap", k->bootstrap, "delivery", dl_delivery_name(k->mode), "group_id", k->conf.group_id,
         "input_topics", k->conf.input_topics, "paused", atomic_load(&k->c.paused),
         "in_flight", (json_int_t)atomic_load(&k->c.in_flight),
         "consumed", (json_int_t)atomic_load(&k->c.consumed),

@@ -116,21 +116,16 @@ dl_status dl_backend_new(const char *device, const dl_backend_params *p,
     static const dl_backend_params defaults = { 0 };
     if (!device)
         device = "cpu";
-    const char *colon = strchr(device, ':');
-    size_t len = colon ? (size_t)(colon - device) : strlen(device);
+    char name[16];
+    int64_t index;   /* -1: none given */
+    bool index_ok = dl_parse_name_num(device, name, sizeof(name), &index);
     for (size_t i = 0; i < NBACKENDS; i++) {
         const dl_backend_reg *r = backends[i];
-        if (strlen(r->name) != len || strncmp(device, r->name, len) != 0)
+        if (strcmp(name, r->name) != 0)
             continue;
-        int index = -1;
-        if (colon) {
-            char *end;
-            long v = strtol(colon + 1, &end, 10);
-            if (!r->indexed || end == colon + 1 || *end || v < 0 || v > 1023)
-                break;
-            index = (int)v;
-        }
-        dl_status st = r->create(index, p ? p : &defaults, out, err);
+        if (!index_ok || index > 1023 || (index >= 0 && !r->indexed))
+            break;
+        dl_status st = r->create((int)index, p ? p : &defaults, out, err);
         if (st != DL_OK)
             dl_err_prefix(err, "device '%s'", device);
         return st;

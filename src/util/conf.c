@@ -4,8 +4,10 @@
  * Values: integers are whole decimal strings with an optional binary
  * suffix k/K (x1024), m/M (x1024^2) or g/G (x1024^3); doubles are strict
  * strtod; bools are true/false/yes/no/on/off/1/0 (any case); strings must
- * fit their buffer with the NUL. An INT or DOUBLE option whose min and max
- * are both 0 is unbounded.
+ * fit their buffer with the NUL; enumerations are one of their words,
+ * exactly, stored as the word's value; custom options are whatever their
+ * parse function accepts. An INT or DOUBLE option whose min and max are
+ * both 0 is unbounded.
  *
  * File syntax is inih's, with three changes made by our line reader:
  * leading blanks are dropped (so there are no continuation lines), lines
@@ -29,7 +31,11 @@
 #include <string.h>
 #include <strings.h>
 
+/* Without inih the tables still work (defaults, environment, --set,
+ * printouts); only reading a file needs it. */
+#ifdef DL_HAVE_INIH
 #include <ini.h>
+#endif
 
 /* "path:line" or a variable name; paths are at most a few hundred bytes. */
 #define ORIGIN_MAX 1280
@@ -43,6 +49,8 @@ static size_t opt_size(const dl_opt *o)
     case DL_OPT_DOUBLE: return sizeof(double);
     case DL_OPT_BOOL:   return sizeof(bool);
     case DL_OPT_STRING: return o->size;
+    case DL_OPT_ENUM:   return sizeof(int);
+    case DL_OPT_CUSTOM: return o->size;
     }
     return 0;
 }
@@ -107,7 +115,84 @@ static bool parse_bool(const char *s, bool *out)
     return false;
 }
 
-/* Stores text into o's field; errors read "origin: [section] key: ...". */
+/* ---- words and names ------------------------------------------------------ */
+
+void dl_opt_words_str(const dl_opt_word *words, char *buf, size_t len)
+{
+    size_t n = 0, off = 0;
+    while (words[n].word)
+        n++;
+    if (len)
+        buf[0] = '\0';
+    for (size_t i = 0; i < n && off < len; i++) {
+        const char *sep = i == 0 ? "" : i + 1 == n ? " or " : ", ";
+        int w = snprintf(buf + off, len - off, "%s%s", sep, words[i].word);
+        if (w < 0)
+            break;
+        off += (size_t)w;
+    }
+}
+
+bool dl_opt_word_value(const dl_opt_word *words, const char *word, int *value)
+{
+    for (const dl_opt_word *w = words; w->word; w++) {
+        if (strcmp(w->word, word) == 0) {
+            *value = w->value;
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *dl_opt_word_name(const dl_opt_word *words, int value)
+{
+    for (const dl_opt_word *w = words; w->word; w++)
+        if (w->value == value)
+            return w->word;
+    return "?";
+}
+
+bool dl_parse_name_num(const char *s, char *name, size_t len, int64_t *n)
+{
+    const char *colon = strchr(s, ':');
+    size_t nlen = colon ? (size_t)(colon - s) : strlen(s);
+    if (len > 0) {
+        size_t copy = nlen < len - 1 ? nlen : len - 1;
+        memcpy(name, s, copy);
+        name[copy] = '\0';
+    }
+    *n = -1;
+    if (!colon)
+        return true;
+    /* 18 digits stay below INT64_MAX (about 9.2e18), so no overflow check. */
+    int64_t v = 0;
+    size_t digits = 0;
+    for (const char *p = colon + 1; *p; p++, digits++) {
+        if (!isdigit((unsigned char)*p) || digits == 18)
+            return false;
+        v = v * 10 + (*p - '0');
+    }
+    if (digits == 0)
+        return false;
+    *n = v;
+    return true;
+}
+
+/* ---- setting values -------------------------------------------------------- */
+
+/* "origin: [section] key 'value' is invalid: expected a, b or c". */
+static dl_status invalid_word(const dl_opt *o, const char *value, const char *origin,
+                              dl_err *err)
+{
+    char words[160];
+    dl_opt_words_str(o->words, words, sizeof(words));
+    return dl_err_set(err, DL_ERR_INVALID, "%s: [%s] %s '%.60s' is invalid: expected %s",
+                      origin, o->section, o->key, value, words);
+}
+
+/* Stores text into o's field, or leaves it alone and fails: errors read
+ * "origin: [section] key: ...", or invalid_word's for a word that an
+ * enumeration or custom option refuses. */
 static dl_status set_value(const dl_opt *o, void *conf, const char *value,
                            const char *origin, dl_err *err)
 {
@@ -153,6 +238,22 @@ static dl_status set_value(const dl_opt *o, void *conf, const char *value,
         /* Zero the tail too, so equal configs compare equal byte for byte. */
         memset(field, 0, o->size);
         memcpy(field, value, len);
+        break;
+    }
+    case DL_OPT_ENUM: {
+        int v;
+        if (!dl_opt_word_value(o->words, value, &v))
+            return invalid_word(o, value, origin, err);
+        memcpy(field, &v, sizeof(v));
+        break;
+    }
+    case DL_OPT_CUSTOM: {
+        char why[160] = "";
+        if (!o->parse(value, field, why, sizeof(why))) {
+            if (!why[0])
+                return invalid_word(o, value, origin, err);
+            FAIL("%s", why);
+        }
         break;
     }
     }
@@ -206,6 +307,7 @@ static dl_status conf_copy(const dl_opt *opts, const void *conf, void **out, dl_
     return DL_OK;
 }
 
+#ifdef DL_HAVE_INIH
 /* ---- INI files ------------------------------------------------------------ */
 
 typedef struct parse_ctx {
@@ -328,6 +430,20 @@ dl_status dl_conf_load_file(const dl_opt *opts, void *conf, const char *path,
     fclose(pc.f);
     return st;
 }
+#else
+dl_status dl_conf_load_file(const dl_opt *opts, void *conf, const char *path,
+                            const char *const *passthrough, dl_conf_raw_fn raw,
+                            void *raw_ctx, dl_err *err)
+{
+    (void)opts;
+    (void)conf;
+    (void)passthrough;
+    (void)raw;
+    (void)raw_ctx;
+    return dl_err_set(err, DL_ERR_UNAVAILABLE, "%s: this dlserve was built without inih "
+                      "and cannot read configuration files", path);
+}
+#endif /* DL_HAVE_INIH */
 
 /* ---- environment ---------------------------------------------------------- */
 
@@ -387,6 +503,15 @@ static void format_value(const dl_opt *o, const void *conf, char *buf, size_t si
     case DL_OPT_STRING:
         snprintf(buf, size, "%.*s", (int)o->size, field);
         break;
+    case DL_OPT_ENUM: {
+        int v;
+        memcpy(&v, field, sizeof(v));
+        snprintf(buf, size, "%s", dl_opt_word_name(o->words, v));
+        break;
+    }
+    case DL_OPT_CUSTOM:
+        o->format(field, buf, size);
+        break;
     }
 }
 
@@ -413,13 +538,16 @@ void dl_conf_print(const dl_opt *opts, const void *conf, FILE *f)
             /* Large enough for any string field: they are paths at most. */
             char value[4096];
             format_value(o, conf, value, sizeof(value));
-            fprintf(f, "# %s\n%s =%s%s\n", o->doc, o->key, *value ? " " : "", value);
+            char words[160] = "";
+            if (o->type == DL_OPT_ENUM || o->type == DL_OPT_CUSTOM)
+                dl_opt_words_str(o->words, words, sizeof(words));
+            fprintf(f, "# %s%s%s%s\n%s =%s%s\n", o->doc, *words ? " (" : "", words,
+                    *words ? ")" : "", o->key, *value ? " " : "", value);
         }
     }
 }
 
-/* A table cell: '|' would end the cell, so it is escaped. */
-static void md_cell(FILE *f, const char *text)
+void dl_md_cell(FILE *f, const char *text)
 {
     fputs(" ", f);
     for (const char *p = text; *p; p++) {
@@ -435,7 +563,7 @@ void dl_conf_print_markdown(const dl_opt *opts, FILE *f)
     fputs("| section | key | default | range | meaning |\n"
           "|---|---|---|---|---|\n", f);
     for (const dl_opt *o = opts; o->key; o++) {
-        char def[160], range[64];
+        char def[160], range[160];
         if (*o->def)
             snprintf(def, sizeof(def), "`%s`", o->def);
         else
@@ -459,13 +587,17 @@ void dl_conf_print_markdown(const dl_opt *opts, FILE *f)
         case DL_OPT_STRING:
             snprintf(range, sizeof(range), "up to %zu characters", o->size - 1);
             break;
+        case DL_OPT_ENUM:
+        case DL_OPT_CUSTOM:
+            dl_opt_words_str(o->words, range, sizeof(range));
+            break;
         }
         fputs("|", f);
-        md_cell(f, o->section);
-        md_cell(f, o->key);
-        md_cell(f, def);
-        md_cell(f, range);
-        md_cell(f, o->doc);
+        dl_md_cell(f, o->section);
+        dl_md_cell(f, o->key);
+        dl_md_cell(f, def);
+        dl_md_cell(f, range);
+        dl_md_cell(f, o->doc);
         fputc('\n', f);
     }
 }

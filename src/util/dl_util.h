@@ -64,14 +64,46 @@ _Noreturn void dl_assert_fail(const char *what, const char *file, int line);
 
 /* ---- logging --------------------------------------------------------- */
 
+/* One word an enumerated option (DL_OPT_ENUM, below) accepts and the value
+ * it stores. A list ends with a NULL word. For DL_OPT_CUSTOM the words only
+ * describe the accepted forms ("cuda:N") in errors and printouts. */
+typedef struct dl_opt_word {
+    const char *word;
+    int         value;
+} dl_opt_word;
+
 /* Levels are syslog priorities. */
 enum { DL_LOG_ERR = 3, DL_LOG_WARNING = 4, DL_LOG_NOTICE = 5,
        DL_LOG_INFO = 6, DL_LOG_DEBUG = 7 };
 
-extern int dl_log_level;   /* messages above this level are not formatted */
+/* The most verbose level any subsystem logs at: DL_LOG does not format
+ * messages above it. Read-only: set through dl_log_set. */
+extern int dl_log_level;
 extern int dl_log_rank;    /* MPI rank, or 0; ranks > 0 prefix "[rN]" */
 
-/* Writes "<level>subsys: message\n" to stderr (journald keeps the level). */
+/* The levels by name (err, warning, notice, info, debug), for option
+ * tables. */
+extern const dl_opt_word dl_log_level_words[];
+
+/* Distinct subsystem tags that dl_log_set accepts over a process's life. */
+#define DL_LOG_TAGS_MAX 32
+
+/* Sets the level of every subsystem, and the subsystems that log at debug
+ * level whatever that level is: a comma-separated list of tags ("kafka,http";
+ * blanks around tags are ignored; "" or NULL: none), each 1-15 of a-z, 0-9,
+ * '_', '-'. DL_ERR_INVALID, changing nothing, for a malformed list or once
+ * more than DL_LOG_TAGS_MAX distinct tags were named. Call from one thread at
+ * a time; other threads may log meanwhile (a message at a switch sees the
+ * old setting or the new one). */
+dl_status dl_log_set(int level, const char *debug, dl_err *err);
+
+/* True when a debug list is well formed for dl_log_set. */
+bool dl_log_debug_valid(const char *debug);
+
+/* Writes "<level>subsys: message\n" to stderr (journald keeps the level),
+ * unless level is above subsys's own: DL_LOG's test lets through what the
+ * most verbose subsystem logs, and this drops the rest before formatting
+ * (a few string compares, only for messages above the common level). */
 void dl_log_write(int level, const char *subsys, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -187,13 +219,17 @@ void dl_parallel_for(int64_t n, int64_t grain, dl_task_fn fn, void *ctx);
  * Each component describes its options in one table; the table drives
  * defaults, parsing of INI files (inih), DLSERVE_<SECTION>_<KEY>
  * environment overrides, command-line overrides, bounds checks, the
- * effective-config printout and the README's reference. */
+ * effective-config printout and the README's reference. Tables are
+ * constant and may be read from any thread; the functions below touch only
+ * the config struct they are given. */
 
 typedef enum dl_opt_type {
     DL_OPT_INT,      /* int64_t, bounds min..max */
     DL_OPT_DOUBLE,   /* double, bounds min..max */
     DL_OPT_BOOL,     /* bool: true/false/yes/no/on/off/1/0 */
     DL_OPT_STRING,   /* char[size] */
+    DL_OPT_ENUM,     /* int: the value of one of `words` (exact, case-sensitive) */
+    DL_OPT_CUSTOM,   /* size bytes, read by `parse` and written by `format` */
 } dl_opt_type;
 
 typedef struct dl_opt {
@@ -201,10 +237,17 @@ typedef struct dl_opt {
     const char *key;       /* "port" */
     dl_opt_type type;
     size_t      offset;    /* offsetof(config struct, field) */
-    size_t      size;      /* DL_OPT_STRING: buffer size */
+    size_t      size;      /* DL_OPT_STRING: buffer size; DL_OPT_CUSTOM: field size */
     const char *def;       /* default, as text */
     double      min, max;  /* DL_OPT_INT, DL_OPT_DOUBLE */
     const char *doc;       /* one line */
+    const dl_opt_word *words;   /* DL_OPT_ENUM, DL_OPT_CUSTOM */
+    /* DL_OPT_CUSTOM: stores text into field. False, leaving field alone,
+     * when the text is not a valid value: with why[0] == '\0' the error
+     * lists the words, else it gives why. */
+    bool      (*parse)(const char *text, void *field, char *why, size_t whylen);
+    /* DL_OPT_CUSTOM: the field as text that parse reads back. */
+    void      (*format)(const void *field, char *buf, size_t len);
 } dl_opt;
 
 /* A table ends with an entry whose key is NULL. */
@@ -221,7 +264,8 @@ dl_status dl_conf_set(const dl_opt *opts, void *conf, const char *section,
 /* Reads an INI file over conf. Unknown sections or keys and bad values
  * fail with "path:line: ...". Sections listed in `passthrough` (NULL-
  * terminated, may be NULL) accept any key: each is handed to `raw`
- * (which may be NULL) with its origin. */
+ * (which may be NULL) with its origin. In a build without inih this
+ * fails with DL_ERR_UNAVAILABLE. */
 typedef dl_status (*dl_conf_raw_fn)(void *ctx, const char *section, const char *key,
                                     const char *value, const char *origin, dl_err *err);
 dl_status dl_conf_load_file(const dl_opt *opts, void *conf, const char *path,
@@ -232,12 +276,30 @@ dl_status dl_conf_load_file(const dl_opt *opts, void *conf, const char *path,
 dl_status dl_conf_apply_env(const dl_opt *opts, void *conf, dl_err *err);
 
 /* Writes the effective configuration as an INI file, with each option's
- * doc as a comment. */
+ * doc (and an enumeration's words) as a comment. */
 void dl_conf_print(const dl_opt *opts, const void *conf, FILE *f);
 
 /* Writes the reference as a Markdown table (section, key, default,
- * range, meaning). */
+ * range, meaning); an enumeration's range is its words. */
 void dl_conf_print_markdown(const dl_opt *opts, FILE *f);
+
+/* Writes " text |": one cell of a Markdown table row, '|' escaped. */
+void dl_md_cell(FILE *f, const char *text);
+
+/* Writes the words of a list as "a, b or c" into buf (truncated to len). */
+void dl_opt_words_str(const dl_opt_word *words, char *buf, size_t len);
+
+/* The value of word in words; false when it is none of them. */
+bool dl_opt_word_value(const dl_opt_word *words, const char *word, int *value);
+
+/* The word of value in words (static), or "?" when none has it. */
+const char *dl_opt_word_name(const dl_opt_word *words, int value);
+
+/* Splits "NAME" or "NAME:N" (N decimal digits only, at most 18): copies
+ * NAME into name (truncated to len-1) and sets *n to N, or to -1 when
+ * there is no ":N". False when ':' is followed by anything but 1-18
+ * digits; name is filled in either case. */
+bool dl_parse_name_num(const char *s, char *name, size_t len, int64_t *n);
 
 /* ---- SHA-256 ----------------------------------------------------------- */
 

@@ -96,10 +96,35 @@ check "bad option value: exit code 2" test $rc -eq 2
 "$DLSERVE" --train "$M" --device cuda:0 --limit 10 2> "$WORK/err" >/dev/null; rc=$?
 check "--device cuda without CUDA: clear refusal" fails_with "$WORK/err" $rc "cuda"
 
-# The README's configuration reference is the option table's.
+# ---- option values: refused with the option and the words it takes ----
+"$DLSERVE" --train "$M" --optimizer adagrad 2> "$WORK/err" >/dev/null; rc=$?
+check "--optimizer: an unknown word lists the words" \
+    fails_with "$WORK/err" $rc "^dlserve: --optimizer: 'adagrad' is not sgd, momentum or adam$"
+"$DLSERVE" --train "$M" --math fp16 2> "$WORK/err" >/dev/null; rc=$?
+check "--math: an unknown word lists the words" \
+    fails_with "$WORK/err" $rc "^dlserve: --math: 'fp16' is not fp32 or tf32$"
+"$DLSERVE" --train "$M" --threads 2000 2> "$WORK/err" >/dev/null; rc=$?
+check "--threads: out of range" fails_with "$WORK/err" $rc "^dlserve: --threads: '2000' is not a valid count$"
+"$DLSERVE" --train "$M" --dist avg:0 2> "$WORK/err" >/dev/null; rc=$?
+check "--dist avg:0: refused" fails_with "$WORK/err" $rc "K in avg:K must be a positive integer"
+"$DLSERVE" --train "$M" --dist ring 2> "$WORK/err" >/dev/null; rc=$?
+check "--dist: an unknown mode lists the modes" \
+    fails_with "$WORK/err" $rc "expected allreduce, avg\[:K\], ps-sync or ps-async"
+check "--help names an option's words" grep -q -- "--optimizer NAME .*(sgd, momentum or" "$WORK/help"
+
+# The README's option tables are the binary's, line for line: the daemon's
+# configuration reference and the training options, each between its
+# BEGIN and END markers.
+readme_table() {
+    sed -n "/^<!-- BEGIN $1/,/^<!-- END $1/p" "$SRC/README.md" | sed '1d;$d'
+}
 if "$DLSERVE" --config-reference > "$WORK/ref.md" 2>/dev/null; then
     check "README's config reference matches the option table" \
-        sh -c "grep -vxF -f '$SRC/README.md' '$WORK/ref.md' | { ! grep -q .; }"
+        diff <(readme_table config-reference) "$WORK/ref.md"
 fi
+"$DLSERVE" --options-reference > "$WORK/opts.md"; rc=$?
+check "--options-reference exits 0" test $rc -eq 0
+check "README's training options match the option table" \
+    diff <(readme_table options-reference) "$WORK/opts.md"
 
 finish

@@ -138,6 +138,14 @@ check "right token is 200" test "$(code POST /v2/models/fashion-mlp/infer -H 'Au
 check "health needs no token" test "$(code GET /v2/health/live)" = 200
 stop_daemon
 
+# ---- [log] debug: one subsystem turned up, the others at [log] level ----
+start_daemon debuglog --models "$REPO" --set log.level=warning --set log.debug=http
+code GET /v2/health/live > /dev/null
+stop_daemon
+check "log.debug=http: http logs its debug lines" grep -q '^<7>http: GET /v2/health/live: 200' "$LOG"
+check "log.debug=http: the other subsystems log at warning and above only" \
+    bash -c '! grep -v -e "^<[0-4]>" -e "^<[0-7]>http: " "$1"' _ "$LOG"
+
 # ---- 503: a full queue ----
 start_daemon full --models "$REPO" --set batching.max_queue_size=4 \
     --set batching.max_queue_delay_us=3000000 --set batching.max_batch_size=64

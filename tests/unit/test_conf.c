@@ -84,9 +84,9 @@ static void expect_defaults(const dl_serve_conf *c)
     cr_expect_str_eq(c->models.dir, "models");
     cr_expect_str_eq(c->models.policy, "latest");
     cr_expect(c->models.watch);
-    cr_expect_str_eq(c->models.device, "cpu");
+    cr_expect_str_eq(c->models.device.name, "cpu");
     cr_expect_eq(c->models.threads, 0);
-    cr_expect_str_eq(c->log.level, "info");
+    cr_expect_eq(c->log.level, DL_LOG_INFO);
     cr_expect_str_eq(c->log.debug, "");
 }
 
@@ -117,13 +117,13 @@ Test(conf, good_file)
     cr_expect_str_eq(conf.http.address, "0.0.0.0");
     cr_expect_not(conf.models.watch);
     cr_expect_str_eq(conf.models.policy, "versions:1,3");
-    cr_expect_str_eq(conf.models.device, "cuda:1");
+    cr_expect_str_eq(conf.models.device.name, "cuda:1");
     cr_expect_str_eq(conf.models.dir, "/srv/models with space");
     cr_expect_eq(conf.batching.max_queue_delay_us, 0);
     cr_expect_eq(conf.batching.max_queue_size, 1024);
     /* untouched options keep their defaults */
     cr_expect_eq(conf.batching.max_batch_size, 64);
-    cr_expect_str_eq(conf.log.level, "info");
+    cr_expect_eq(conf.log.level, DL_LOG_INFO);
 }
 
 Test(conf, empty_file_gives_defaults)
@@ -399,5 +399,72 @@ Test(conf, level_and_device)
     refused("[models]\ndevice = gpu\n", "[models] device 'gpu'");
     refused("[models]\ndevice = cuda:\n", "[models] device");
     loads("[log]\nlevel = debug\n[models]\ndevice = cuda\n");
-    cr_expect_str_eq(conf.log.level, "debug");
+    cr_expect_eq(conf.log.level, DL_LOG_DEBUG);
+}
+
+/* ---- enumerations: parsed once by the table, errors list the words ---------- */
+
+Test(conf, enums_refused_with_file_line_and_words)
+{
+    fails_with("[log]\nlevel = loud\n",
+               ":2: [log] level 'loud' is invalid: expected err, warning, notice, info or debug");
+    fails_with("[kafka]\n\ndelivery = twice\n",
+               ":3: [kafka] delivery 'twice' is invalid: expected at-least-once, "
+               "exactly-once or redis");
+    fails_with("[models]\ndevice = cuda:x\n",
+               ":2: [models] device 'cuda:x' is invalid: expected cpu, cuda or cuda:N");
+}
+
+Test(conf, delivery_is_an_enum)
+{
+    cr_expect_eq(conf.kafka.delivery, DL_DELIVERY_AT_LEAST_ONCE);
+    loads("[kafka]\ndelivery = exactly-once\n");
+    cr_expect_eq(conf.kafka.delivery, DL_DELIVERY_EXACTLY_ONCE);
+    cr_expect_str_eq(dl_delivery_name(conf.kafka.delivery), "exactly-once");
+    loads("[kafka]\ndelivery = redis\n[redis]\nhost = localhost\n");
+    cr_expect_eq(conf.kafka.delivery, DL_DELIVERY_REDIS);
+    refused("[kafka]\ndelivery = redis\n", "delivery = redis needs [redis] host");
+}
+
+Test(conf, device_kind_and_index)
+{
+    cr_expect_eq(conf.models.device.kind, DL_DEVICE_CPU);
+    cr_expect_eq(conf.models.device.index, -1);
+    loads("[models]\ndevice = cuda\n");
+    cr_expect_eq(conf.models.device.kind, DL_DEVICE_CUDA);
+    cr_expect_eq(conf.models.device.index, -1);
+    loads("[models]\ndevice = cuda:3\n");
+    cr_expect_eq(conf.models.device.kind, DL_DEVICE_CUDA);
+    cr_expect_eq(conf.models.device.index, 3);
+    cr_expect_str_eq(conf.models.device.name, "cuda:3");
+    static const char *const bad[] = {"cpu:0", "cuda:1024", "cuda:-1", "Cuda", "cuda0", ""};
+    char text[128];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+        snprintf(text, sizeof(text), "[models]\ndevice = %s\n", bad[i]);
+        refused(text, "expected cpu, cuda or cuda:N");
+    }
+}
+
+Test(conf, debug_list_checked)
+{
+    loads("[log]\ndebug = kafka, http\n");
+    cr_expect_str_eq(conf.log.debug, "kafka, http");
+    refused("[log]\ndebug = kafka,,http\n", "[log] debug 'kafka,,http' is invalid");
+    refused("[log]\ndebug = Kafka\n", "[log] debug 'Kafka' is invalid");
+}
+
+Test(conf, printout_names_the_words)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert_not_null(f);
+    dl_conf_print(dl_serve_opts, &conf, f);
+    fclose(f);
+    cr_expect_not_null(strstr(text, "(err, warning, notice, info or debug)\nlevel = info\n"),
+                       "%s", text);
+    cr_expect_not_null(strstr(text, "(at-least-once, exactly-once or redis)\n"
+                                    "delivery = at-least-once\n"), "%s", text);
+    cr_expect_not_null(strstr(text, "(cpu, cuda or cuda:N)\ndevice = cpu\n"), "%s", text);
+    free(text);
 }

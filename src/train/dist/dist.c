@@ -2,28 +2,25 @@
  * --dist and the sharding of the flattened parameters over servers. */
 #include "train/dist/dl_dist.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 dl_status dl_dist_parse_mode(const char *s, dl_dist_conf *conf, dl_err *err)
 {
-    if (strcmp(s, "allreduce") == 0) {
+    char name[16];
+    int64_t k;
+    bool k_ok = dl_parse_name_num(s, name, sizeof(name), &k);
+    if (strcmp(name, "avg") == 0) {
+        if (!k_ok || k == 0 || k > 1000000)
+            return dl_err_set(err, DL_ERR_INVALID,
+                              "--dist %s: K in avg:K must be a positive integer", s);
+        conf->mode = DL_DIST_AVG;
+        conf->avg_k = k < 0 ? 1 : (int)k;
+    } else if (strcmp(s, "allreduce") == 0) {
         conf->mode = DL_DIST_ALLREDUCE;
     } else if (strcmp(s, "ps-sync") == 0) {
         conf->mode = DL_DIST_PS_SYNC;
     } else if (strcmp(s, "ps-async") == 0) {
         conf->mode = DL_DIST_PS_ASYNC;
-    } else if (strcmp(s, "avg") == 0 || strncmp(s, "avg:", 4) == 0) {
-        conf->mode = DL_DIST_AVG;
-        conf->avg_k = 1;
-        if (s[3] == ':') {
-            char *end;
-            long k = strtol(s + 4, &end, 10);
-            if (end == s + 4 || *end || k < 1 || k > 1000000)
-                return dl_err_set(err, DL_ERR_INVALID,
-                                  "--dist %s: K in avg:K must be a positive integer", s);
-            conf->avg_k = (int)k;
-        }
     } else {
         return dl_err_set(err, DL_ERR_INVALID,
                           "--dist '%s': expected allreduce, avg[:K], ps-sync or ps-async", s);

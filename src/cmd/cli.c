@@ -1,0 +1,505 @@
+/* cli.c: the dlserve command line from one option table: getopt_long's
+ * array, values parsed and bounds-checked, --help and the Markdown option
+ * reference that the README carries (--options-reference). */
+#define _POSIX_C_SOURCE 200809L
+#include "cmd/cli.h"
+#ifdef DL_HAVE_SERVE
+#include "serve/dl_serve.h"
+#endif
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char synopsis[] =
+    "usage: dlserve [--config FILE] [--set S.K=V]...    run the daemon\n"
+    "       dlserve --check-config FILE                 validate, print the effective config\n"
+    "       dlserve --train MODEL_DIR [options]         train; write MODEL_DIR/<next version>/\n"
+    "       dlserve --eval MODEL_DIR [--version V] [--data DIR]\n"
+    "       dlserve --predict MODEL_DIR [--version V] [FILE|-]\n"
+    "       dlserve --bench MODEL_DIR [--threads N] [--batch-size B] [--steps S]\n";
+
+/* ---- the table -------------------------------------------------------------- */
+
+typedef enum opt_kind {
+    OPT_NUM,    /* integer field (bool, int or int64_t, told apart by size) in min..max */
+    OPT_REAL,   /* double field in min..max */
+    OPT_TEXT,   /* const char * field: the argument itself */
+    OPT_WORD,   /* integer field: the value of one of words */
+    OPT_FLAG,   /* no argument: the integer field takes value */
+    OPT_SET,    /* a daemon override: "set=ARG" ("set=true" without an argument);
+                   set NULL: ARG is "section.key=value" itself */
+    OPT_CALL,   /* call(o, ARG, c) */
+} opt_kind;
+
+/* Groups, in --help's order; modes are in the synopsis. */
+typedef enum opt_group { G_MODE, G_RUN, G_DIST, G_DAEMON, G_GENERAL, G_COUNT } opt_group;
+
+static const char *const group_title[G_COUNT] = {
+    [G_RUN] = "options:",
+    [G_DIST] = "distributed training (under mpirun, srun or an MPIJob; see README):",
+    [G_DAEMON] = "daemon:",
+    [G_GENERAL] = "",
+};
+
+typedef struct cli_opt cli_opt;
+struct cli_opt {
+    const char *name;        /* long name, without "--" */
+    char        shortopt;    /* one-letter alias ('h'), or 0 */
+    bool        short_only;  /* getopt knows it by shortopt only: its long name
+                                belongs to another entry */
+    opt_group   group;
+    opt_kind    kind;
+    const char *arg;         /* the argument in --help ("N"); NULL: takes none */
+    size_t      offset, size;   /* the field in struct cli */
+    double      min, max;    /* OPT_NUM, OPT_REAL */
+    int         value;       /* OPT_FLAG; OPT_CALL: the handler's parameter */
+    const dl_opt_word *words;   /* OPT_WORD; for the others, the accepted forms (help only) */
+    const char *what;        /* OPT_NUM, OPT_REAL: what a bad value "is not" */
+    const char *set;         /* OPT_SET */
+    int       (*call)(const cli_opt *o, const char *arg, cli *c);  /* -1 or an exit code */
+    const char *doc;         /* one line */
+};
+
+/* Counts: at most this, so that sums of two stay in range. */
+#define COUNT_MAX ((double)(INT64_MAX / 2))
+
+#define FIELD(f) .offset = offsetof(cli, f), .size = sizeof(((cli *)0)->f)
+#define COUNT(f, lo, hi) .kind = OPT_NUM, FIELD(f), .min = lo, .max = hi, .what = "a valid count"
+#define REAL(f, lo, hi, text) .kind = OPT_REAL, FIELD(f), .min = lo, .max = hi, .what = text
+
+static int call_mode(const cli_opt *o, const char *arg, cli *c);
+static int call_dist(const cli_opt *o, const char *arg, cli *c);
+static int call_check_config(const cli_opt *o, const char *arg, cli *c);
+static int call_config_reference(const cli_opt *o, const char *arg, cli *c);
+static int call_options_reference(const cli_opt *o, const char *arg, cli *c);
+static int call_help(const cli_opt *o, const char *arg, cli *c);
+static int call_version(const cli_opt *o, const char *arg, cli *c);
+
+static const dl_opt_word optimizer_words[] = {
+    {"sgd", DL_OPTIM_SGD}, {"momentum", DL_OPTIM_MOMENTUM}, {"adam", DL_OPTIM_ADAM}, {NULL, 0},
+};
+static const dl_opt_word math_words[] = {{"fp32", 0}, {"tf32", 1}, {NULL, 0}};
+static const dl_opt_word device_forms[] = {{"cpu", 0}, {"cuda", 0}, {"cuda:N", 0}, {NULL, 0}};
+static const dl_opt_word dist_forms[] = {
+    {"allreduce", 0}, {"avg", 0}, {"avg:K", 0}, {"ps-sync", 0}, {"ps-async", 0}, {NULL, 0},
+};
+
+static const cli_opt opts[] = {
+    {"train", .group = G_MODE, .kind = OPT_CALL, .arg = "MODEL_DIR", .call = call_mode,
+     .value = CLI_TRAIN, .doc = "train; write MODEL_DIR/<next version>/"},
+    {"eval", .group = G_MODE, .kind = OPT_CALL, .arg = "MODEL_DIR", .call = call_mode,
+     .value = CLI_EVAL, .doc = "evaluate a version on the test split"},
+    {"predict", .group = G_MODE, .kind = OPT_CALL, .arg = "MODEL_DIR", .call = call_mode,
+     .value = CLI_PREDICT, .doc = "predict the samples of FILE or standard input"},
+    {"bench", .group = G_MODE, .kind = OPT_CALL, .arg = "MODEL_DIR", .call = call_mode,
+     .value = CLI_BENCH, .doc = "measure training and inference samples/s"},
+
+    {"data", .group = G_RUN, .kind = OPT_TEXT, .arg = "DIR", FIELD(run.data_dir),
+     .doc = "data folder: IDX (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], "
+            "t10k-...) or train.csv / test.csv (label, then features); default "
+            DL_DEFAULT_DATA_DIR},
+    {"epochs", .group = G_RUN, .arg = "N", COUNT(run.epochs, 1, COUNT_MAX),
+     .doc = "training epochs (default: model.json)"},
+    {"batch-size", .group = G_RUN, .arg = "B", COUNT(run.batch_size, 1, COUNT_MAX),
+     .doc = "mini-batch size per trainer (default: model.json)"},
+    {"lr", .group = G_RUN, .arg = "X", REAL(run.lr, 0, 1e6, "a valid number"),
+     .doc = "base learning rate (default: model.json)"},
+    {"optimizer", .group = G_RUN, .kind = OPT_WORD, .arg = "NAME", FIELD(run.optimizer),
+     .words = optimizer_words, .doc = "optimizer instead of model.json's"},
+    {"momentum", .group = G_RUN, .arg = "X", REAL(run.momentum, 0, 1, "a valid number"),
+     .doc = "momentum factor"},
+    {"nesterov", .group = G_RUN, .kind = OPT_FLAG, FIELD(run.nesterov), .value = 1,
+     .doc = "Nesterov momentum"},
+    {"weight-decay", .group = G_RUN, .arg = "X", REAL(run.weight_decay, 0, 1e6, "a valid number"),
+     .doc = "L2 weight decay"},
+    {"seed", .group = G_RUN, .arg = "N", COUNT(run.seed, 0, COUNT_MAX),
+     .doc = "initialisation and shuffle seed; the same seed gives the same run"},
+    {"threads", .group = G_RUN, .arg = "N", COUNT(run.threads, 1, 1024),
+     .doc = "CPU threads for everything: OpenBLAS and dlserve's own loops, never both at "
+            "once (default: all cores)"},
+    {"device", .group = G_RUN, .kind = OPT_TEXT, .arg = "D", FIELD(run.device),
+     .words = device_forms, .doc = "backend; cpu by default"},
+    {"math", .group = G_RUN, .kind = OPT_WORD, .arg = "M", FIELD(run.tf32), .words = math_words,
+     .doc = "GEMM precision, fp32 by default; tf32 runs TF32 tensor-core GEMMs on CUDA"},
+    {"infer-batch", .group = G_RUN, .kind = OPT_TEXT, .arg = "B[,B]", FIELD(run.infer_batches),
+     .doc = "--bench: inference samples/s only, at these batch sizes"},
+    {"limit", .group = G_RUN, .arg = "N", COUNT(run.limit, 1, COUNT_MAX),
+     .doc = "use only the first N samples of each split (quick runs)"},
+    {"version", .group = G_RUN, .arg = "V", COUNT(run.version, 1, COUNT_MAX),
+     .doc = "model version for --eval / --predict (default newest)"},
+    {"progress", .group = G_RUN, .kind = OPT_FLAG, FIELD(run.progress), .value = 1,
+     .doc = "force the progress bar on (default: on a terminal)"},
+    {"no-progress", .group = G_RUN, .kind = OPT_FLAG, FIELD(run.progress), .value = 0,
+     .doc = "force plain progress lines, one per epoch"},
+    {"steps", .group = G_RUN, .arg = "S", COUNT(run.steps, 1, COUNT_MAX),
+     .doc = "--bench: timed steps (default 50); --train: stop after S steps with a "
+            "checkpoint, to continue with --resume"},
+
+    {"dist", .group = G_DIST, .kind = OPT_CALL, .arg = "MODE", .call = call_dist,
+     .words = dist_forms, .doc = "how trainers combine their work, allreduce by default"},
+    {"ps-servers", .group = G_DIST, .arg = "S", COUNT(run.dist.servers, 1, 1 << 20),
+     .doc = "parameter-server ranks: the last S ranks (default 1)"},
+    {"max-staleness", .group = G_DIST, .arg = "N", COUNT(run.dist.max_staleness, 0, 1 << 20),
+     .doc = "ps-async: steps a trainer may run ahead (default 4)"},
+    {"stall-timeout", .group = G_DIST, .arg = "SEC", REAL(run.dist.stall_timeout, 0.1, 1e7, "a number of seconds >= 0.1"),
+     .doc = "give up a wait after SEC seconds, naming the missing ranks (default 300)"},
+    {"deterministic", .group = G_DIST, .kind = OPT_FLAG, FIELD(run.dist.deterministic),
+     .value = 1, .doc = "reduce in a fixed order (reproducible to the bit)"},
+    {"checkpoint-every", .group = G_DIST, .arg = "N", COUNT(run.checkpoint_every, 1, 1 << 20),
+     .doc = "write a checkpoint every N steps (MODEL_DIR/checkpoints)"},
+    {"resume", .group = G_DIST, .kind = OPT_FLAG, FIELD(run.resume), .value = 1,
+     .doc = "continue from the newest checkpoint"},
+    {"publish", .group = G_DIST, .kind = OPT_FLAG, FIELD(publish), .value = 1,
+     .doc = "--train: progress to the Redis stream dlserve:train:<model>, then announce the "
+            "new version on dlserve:models ([redis] from --config and --set, e.g. "
+            "--set redis.host=HOST)"},
+
+    {"config", .group = G_DAEMON, .kind = OPT_TEXT, .arg = "FILE", FIELD(config),
+     .doc = "configuration file (INI; see conf/dlserve.conf)"},
+    {"set", .group = G_DAEMON, .kind = OPT_SET, .arg = "SECTION.KEY=V",
+     .doc = "override one option (after the file and DLSERVE_* variables)"},
+    {"port", .group = G_DAEMON, .kind = OPT_SET, .arg = "N", .set = "http.port",
+     .doc = "same as --set http.port=N"},
+    {"models", .group = G_DAEMON, .kind = OPT_SET, .arg = "DIR", .set = "models.dir",
+     .doc = "same as --set models.dir=DIR"},
+    {"kafka-embedded", .group = G_DAEMON, .kind = OPT_SET, .set = "kafka.embedded",
+     .doc = "same as --set kafka.embedded=true (a local mock Kafka)"},
+    {"check-config", .group = G_DAEMON, .kind = OPT_CALL, .arg = "FILE",
+     .call = call_check_config, .doc = "print the effective configuration and exit"},
+    {"config-reference", .group = G_DAEMON, .kind = OPT_CALL, .call = call_config_reference,
+     .doc = "print the configuration reference (Markdown) and exit"},
+    {"options-reference", .group = G_DAEMON, .kind = OPT_CALL, .call = call_options_reference,
+     .doc = "print the reference of the training options (Markdown) and exit"},
+
+    {"help", .shortopt = 'h', .group = G_GENERAL, .kind = OPT_CALL, .call = call_help,
+     .doc = "this help"},
+    {"version", .shortopt = 'V', .short_only = true, .group = G_GENERAL, .kind = OPT_CALL,
+     .call = call_version, .doc = "print dlserve's version (when given no V)"},
+};
+
+#define NOPTS (sizeof(opts) / sizeof(*opts))
+
+/* ---- values ------------------------------------------------------------------ */
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("dlserve: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+/* Strict numbers: the whole argument, in range. */
+static bool parse_i64(const char *s, double lo, double hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || (double)v < lo || (double)v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_f64(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        return false;
+    *out = v;
+    return true;
+}
+
+/* An integer field of struct cli: bool, int or int64_t. */
+static void store_int(const cli_opt *o, cli *c, int64_t v)
+{
+    void *field = (char *)c + o->offset;
+    if (o->size == sizeof(bool))
+        *(bool *)field = v != 0;
+    else if (o->size == sizeof(int))
+        *(int *)field = (int)v;
+    else {
+        DL_ASSERT(o->size == sizeof(int64_t));
+        *(int64_t *)field = v;
+    }
+}
+
+static int add_override(const cli_opt *o, const char *arg, cli *c)
+{
+    if (c->noverrides == CLI_OVERRIDES_MAX)
+        return fail("too many --set options");
+    if (!o->set) {
+        c->overrides[c->noverrides++] = arg;
+        return -1;
+    }
+    snprintf(c->owned[c->noverrides], sizeof(c->owned[0]), "%s=%s", o->set,
+             arg ? arg : "true");
+    c->overrides[c->noverrides] = c->owned[c->noverrides];
+    c->noverrides++;
+    return -1;
+}
+
+/* Applies one option; -1 to go on, or the exit code. */
+static int apply(const cli_opt *o, const char *arg, cli *c)
+{
+    void *field = (char *)c + o->offset;
+    int64_t i;
+    double d;
+    int w;
+    char words[160];
+    switch (o->kind) {
+    case OPT_NUM:
+        if (!parse_i64(arg, o->min, o->max, &i))
+            return fail("--%s: '%s' is not %s", o->name, arg, o->what);
+        store_int(o, c, i);
+        return -1;
+    case OPT_REAL:
+        if (!parse_f64(arg, o->min, o->max, &d))
+            return fail("--%s: '%s' is not %s", o->name, arg, o->what);
+        *(double *)field = d;
+        return -1;
+    case OPT_TEXT:
+        *(const char **)field = arg;
+        return -1;
+    case OPT_WORD:
+        if (!dl_opt_word_value(o->words, arg, &w)) {
+            dl_opt_words_str(o->words, words, sizeof(words));
+            return fail("--%s: '%s' is not %s", o->name, arg, words);
+        }
+        store_int(o, c, w);
+        return -1;
+    case OPT_FLAG:
+        store_int(o, c, o->value);
+        return -1;
+    case OPT_SET:
+        return add_override(o, arg, c);
+    case OPT_CALL:
+        return o->call(o, arg, c);
+    }
+    return fail("unexpected option");
+}
+
+/* ---- handlers ---------------------------------------------------------------- */
+
+static int call_mode(const cli_opt *o, const char *arg, cli *c)
+{
+    if (c->mode != CLI_SERVE)
+        return fail("only one of --train, --eval, --predict, --bench");
+    c->mode = (cli_mode)o->value;
+    c->run.model_dir = arg;
+    return -1;
+}
+
+static int call_dist(const cli_opt *o, const char *arg, cli *c)
+{
+    (void)o;
+    dl_err err = {0};
+    if (dl_dist_parse_mode(arg, &c->run.dist, &err) != DL_OK)
+        return fail("%s", err.msg);
+    c->run.dist_given = true;
+    return -1;
+}
+
+static int call_check_config(const cli_opt *o, const char *arg, cli *c)
+{
+    (void)o;
+    c->config = arg;
+    c->check_config = true;
+    return -1;
+}
+
+static int call_config_reference(const cli_opt *o, const char *arg, cli *c)
+{
+    (void)o;
+    (void)arg;
+    (void)c;
+#ifdef DL_HAVE_SERVE
+    dl_conf_print_markdown(dl_serve_opts, stdout);
+    return 0;
+#else
+    return fail("this build has no daemon");
+#endif
+}
+
+/* The values an option takes, for the reference: bounds or words. */
+static void range_text(const cli_opt *o, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (o->kind == OPT_NUM && o->max == COUNT_MAX)
+        snprintf(buf, len, "%.0f or more", o->min);
+    else if (o->kind == OPT_NUM || o->kind == OPT_REAL)
+        snprintf(buf, len, "%.15g..%.15g", o->min, o->max);
+    else if (o->words)
+        dl_opt_words_str(o->words, buf, len);
+}
+
+/* "--name ARG" (with "-x, " before it for a short alias). */
+static void usage_text(const cli_opt *o, char *buf, size_t len)
+{
+    char alias[8] = "";
+    if (o->shortopt)
+        snprintf(alias, sizeof(alias), "-%c, ", o->shortopt);
+    snprintf(buf, len, "%s--%s%s%s", alias, o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+}
+
+/* The options of training, evaluation, prediction and benchmarks as a
+ * Markdown table: the README's, which tests/cli/test_cli.sh compares. */
+static int call_options_reference(const cli_opt *o, const char *arg, cli *c)
+{
+    (void)o;
+    (void)arg;
+    (void)c;
+    fputs("| option | values | meaning |\n|---|---|---|\n", stdout);
+    for (size_t i = 0; i < NOPTS; i++) {
+        if (opts[i].group != G_RUN && opts[i].group != G_DIST)
+            continue;
+        char usage[80], option[96], range[160];
+        usage_text(&opts[i], usage, sizeof(usage));
+        snprintf(option, sizeof(option), "`%s`", usage);
+        range_text(&opts[i], range, sizeof(range));
+        fputs("|", stdout);
+        dl_md_cell(stdout, option);
+        dl_md_cell(stdout, range);
+        dl_md_cell(stdout, opts[i].doc);
+        fputc('\n', stdout);
+    }
+    return 0;
+}
+
+/* Writes text from column `col` on, wrapped at spaces before column 79,
+ * continuation lines indented to `indent`. */
+static void write_wrapped(FILE *f, const char *text, int col, int indent)
+{
+    const int width = 79;
+    const char *p = text;
+    while (*p) {
+        int room = width - col;
+        int n = (int)strlen(p);
+        if (n > room) {
+            int cut = room;
+            while (cut > 0 && p[cut] != ' ')
+                cut--;
+            n = cut > 0 ? cut : room;
+        }
+        fprintf(f, "%.*s\n", n, p);
+        p += n;
+        while (*p == ' ')
+            p++;
+        if (*p)
+            fprintf(f, "%*s", indent, "");
+        col = indent;
+    }
+}
+
+static int call_help(const cli_opt *o, const char *arg, cli *c)
+{
+    (void)o;
+    (void)arg;
+    (void)c;
+    const int indent = 24;
+    fputs(synopsis, stdout);
+    for (opt_group g = G_RUN; g < G_COUNT; g++) {
+        printf("\n%s%s", group_title[g], *group_title[g] ? "\n" : "");
+        for (size_t i = 0; i < NOPTS; i++) {
+            if (opts[i].group != g)
+                continue;
+            char usage[80], doc[512], words[160];
+            usage_text(&opts[i], usage, sizeof(usage));
+            int col = printf("  %s", usage);
+            if (col >= indent - 1) {
+                printf("\n");
+                col = 0;
+            }
+            printf("%*s", indent - col, "");
+            snprintf(doc, sizeof(doc), "%s", opts[i].doc);
+            if (opts[i].words) {
+                dl_opt_words_str(opts[i].words, words, sizeof(words));
+                snprintf(doc, sizeof(doc), "%s (%s)", opts[i].doc, words);
+            }
+            write_wrapped(stdout, doc, indent, indent);
+        }
+    }
+    return 0;
+}
+
+static int call_version(const cli_opt *o, const char *arg, cli *c)
+{
+    (void)o;
+    (void)arg;
+    (void)c;
+    printf("dlserve %s\n", DL_VERSION_STRING);
+    return 0;
+}
+
+/* ---- parsing ----------------------------------------------------------------- */
+
+/* "--version" alone prints the program's version; "--version V" selects a
+ * model version for --eval and --predict. */
+static bool wants_program_version(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--version") == 0 &&
+            (i + 1 == argc || strncmp(argv[i + 1], "--", 2) == 0))
+            return true;
+    return false;
+}
+
+int cli_parse(int argc, char **argv, cli *c)
+{
+    memset(c, 0, sizeof(*c));
+    dl_run_opts_init(&c->run);
+    c->mode = CLI_SERVE;
+    if (wants_program_version(argc, argv))
+        return call_version(NULL, NULL, c);
+
+    /* getopt_long's array: option i answers 256 + i; short aliases answer
+     * their letter. */
+    static struct option longopts[NOPTS + 1];
+    char shortopts[NOPTS + 1];
+    size_t nlong = 0, nshort = 0;
+    for (size_t i = 0; i < NOPTS; i++) {
+        if (opts[i].shortopt)
+            shortopts[nshort++] = opts[i].shortopt;
+        if (!opts[i].short_only)
+            longopts[nlong++] = (struct option){
+                opts[i].name, opts[i].arg ? required_argument : no_argument, NULL,
+                256 + (int)i};
+    }
+    shortopts[nshort] = '\0';
+    longopts[nlong] = (struct option){NULL, 0, NULL, 0};
+
+    int ch;
+    while ((ch = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        const cli_opt *o = NULL;
+        if (ch >= 256 && ch < 256 + (int)NOPTS)
+            o = &opts[ch - 256];
+        for (size_t i = 0; !o && i < NOPTS; i++)
+            if (opts[i].shortopt == ch)
+                o = &opts[i];
+        if (!o) {
+            fputs("try 'dlserve --help'\n", stderr);
+            return 2;
+        }
+        int rc = apply(o, optarg, c);
+        if (rc >= 0)
+            return rc;
+    }
+    if (optind < argc && c->mode == CLI_PREDICT)
+        c->run.input = argv[optind++];
+    if (optind < argc)
+        return fail("unexpected argument '%s'", argv[optind]);
+    if (c->publish && c->mode != CLI_TRAIN && c->mode != CLI_SERVE)
+        return fail("--publish goes with --train");
+    return -1;
+}
