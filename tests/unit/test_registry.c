@@ -2,13 +2,9 @@
  * failures say: an unknown model, version or unloaded model is
  * DL_ERR_NOT_FOUND (404), a known model with no version ready is
  * DL_ERR_UNAVAILABLE (503). A real repository in a temporary folder. */
-#define _XOPEN_SOURCE 700
-#include <ftw.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
+#define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
+#include "fixture.h"
 
 #include "serve/oip.h"
 #include "serve/serve.h"
@@ -52,10 +48,9 @@ static void add_model(const char *name, bool weights)
 /* "tiny" serves version 1; "empty" has model.json and no weights. */
 static void setup(void)
 {
-    strcpy(dir, "/tmp/dl_test_registry.XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    fx_tmpdir(dir, sizeof(dir), "registry");
+    be = fx_cpu_backend();
     dl_err err = {0};
-    cr_assert_eq(dl_backend_cpu_new(1, &be, &err), DL_OK, "%s", err.msg);
     add_model("tiny", true);
     add_model("empty", false);
     dl_models_conf conf = {0};
@@ -64,19 +59,11 @@ static void setup(void)
     cr_assert_eq(registry_new(&conf, be, &reg, &err), DL_OK, "%s", err.msg);
 }
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void teardown(void)
 {
     registry_free(reg);
     dl_backend_free(be);
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    fx_rmtree(dir);
 }
 
 TestSuite(registry, .init = setup, .fini = teardown, .timeout = 30);

@@ -1,36 +1,15 @@
 /* test_repo.c: the model repository's layout on a temporary folder tree:
  * version folders, weights, version policies and checkpoint files. */
-#define _XOPEN_SOURCE 700
-#include <ftw.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
+#define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
+#include "fixture.h"
 
 #include "nn/dl_nn.h"
 
 static char dir[64];
 
-static void setup(void)
-{
-    strcpy(dir, "/tmp/dl_test_repo.XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-}
-
-static int remove_entry(const char *path, const struct stat *sb, int flag,
-                        struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void teardown(void)
-{
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+static void setup(void) { fx_tmpdir(dir, sizeof(dir), "repo"); }
+static void teardown(void) { fx_rmtree(dir); }
 
 TestSuite(repo, .init = setup, .fini = teardown, .timeout = 10);
 
