@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+#include "fixture.h"
 
 #include "serve/kafka.h"
 
@@ -29,13 +30,9 @@ static char *lag_text(json_t *parts)
 /* `promtool check metrics` on text: its exit status; what it said in msg. */
 static int promtool(const char *text, char *msg, size_t n)
 {
-    char in[] = "/tmp/dl_test_kafka_metrics.XXXXXX";
-    int fd = mkstemp(in);
-    cr_assert(fd >= 0);
-    FILE *f = fdopen(fd, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
+    char in[64];
+    fx_tmpfile(in, sizeof(in), "kafka_metrics");
+    fx_write_text(in, text);
     char cmd[256];
     snprintf(cmd, sizeof(cmd), PROMTOOL " check metrics < %s 2>&1", in);
     FILE *p = popen(cmd, "r");
