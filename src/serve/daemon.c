@@ -7,13 +7,12 @@
 #define _GNU_SOURCE
 #include "serve/component.h"
 
-#include <stdatomic.h>
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
