@@ -1,22 +1,18 @@
 /* daemon.c: the serving daemon's life: configuration, models, batcher and
- * HTTP started in order; READY=1 once models are loaded and warmed up; a
- * main loop that watches the model folder (inotify), reloads on SIGHUP,
- * pets the systemd watchdog, and on SIGTERM stops intake, answers every
- * queued request and exits 0. Signal handlers only set flags. */
+ * HTTP started in order, then the optional components (Redis, Kafka) from
+ * one table; READY=1 once models are loaded and warmed up; a main loop that
+ * watches the model folder (inotify), reloads on SIGHUP, pets the systemd
+ * watchdog, and on SIGTERM stops intake, answers every queued request and
+ * exits 0. Signal handlers only set flags. */
 #define _GNU_SOURCE
-#include "serve/serve.h"
-#ifdef DL_HAVE_KAFKA
-#include "serve/kafka.h"
-#endif
-#ifdef DL_HAVE_REDIS
-#include "redis/dl_redis.h"
-#endif
+#include "serve/component.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +80,25 @@ static void watch_tree(int fd, const char *dir, int depth)
     closedir(d);
 }
 
+/* The optional components, started in this order after HTTP and stopped in
+ * reverse before the batcher drains: Kafka's records in flight are answered
+ * and committed first, then the Redis watcher stops; Redis's status link is
+ * freed last, after HTTP. A build without a library registers its stand-in,
+ * which refuses a configuration that asks for it. */
+static const component *const components[] = {
+#ifdef DL_HAVE_REDIS
+    &component_redis,
+#else
+    &component_redis_missing,
+#endif
+#ifdef DL_HAVE_KAFKA
+    &component_kafka,
+#else
+    &component_kafka_missing,
+#endif
+};
+#define NCOMPONENTS (sizeof(components) / sizeof(components[0]))
+
 typedef struct daemon_ctx {
     dl_serve_conf conf;
     const char   *config_path;
@@ -95,15 +110,11 @@ typedef struct daemon_ctx {
     int           port;
     double        start;
     int64_t       reloads;
-#ifdef DL_HAVE_KAFKA
-    kafka_srv    *kafka;
-#endif
-#ifdef DL_HAVE_REDIS
-    dl_redis_watch *watch;        /* versions announced on dlserve:models */
-    dl_redis_link *rstatus;       /* training progress for /status */
-    pthread_mutex_t rstatus_mu;
-#endif
-    int           wake[2];        /* a byte here wakes the main loop: an announcement */
+    component_env env;
+    /* Each component's state, NULL when not started. Written by the main
+     * thread, read by HTTP threads for /status and /metrics. */
+    void *_Atomic state[NCOMPONENTS];
+    int           wake[2];        /* a byte here wakes the main loop: rescan the repository */
 } daemon_ctx;
 
 static bool is_ready(void *ctx)
@@ -112,45 +123,17 @@ static bool is_ready(void *ctx)
     return !stop_flag && registry_ready(d->reg);
 }
 
-#ifdef DL_HAVE_REDIS
-/* Redis: the links' states and the newest training progress of each model. */
-static json_t *redis_status(daemon_ctx *d)
-{
-    json_t *links = json_array(), *progress = json_object();
-    if (d->watch)
-        json_array_append_new(links, dl_redis_watch_status(d->watch));
-#ifdef DL_HAVE_KAFKA
-    if (kafka_redis_link(d->kafka))
-        json_array_append_new(links, dl_redis_link_status(kafka_redis_link(d->kafka)));
-#endif
-    pthread_mutex_lock(&d->rstatus_mu);
-    char **names = registry_names(d->reg);
-    for (int i = 0; names && names[i]; i++) {
-        json_t *p = dl_redis_progress_latest(d->rstatus, names[i]);
-        if (p)
-            json_object_set_new(progress, names[i], p);
-        free(names[i]);
-    }
-    free(names);
-    json_array_append_new(links, dl_redis_link_status(d->rstatus));   /* after its use */
-    pthread_mutex_unlock(&d->rstatus_mu);
-    return json_pack("{s:o, s:o}", "links", links, "training", progress);
-}
-#endif
-
 static json_t *status_extra(void *ctx)
 {
     daemon_ctx *d = ctx;
     json_t *o = json_pack("{s:I, s:s, s:i}", "reloads", (json_int_t)d->reloads,
                           "models_dir", d->conf.models.dir, "port", d->port);
-#ifdef DL_HAVE_KAFKA
-    if (o && d->kafka)
-        json_object_set_new(o, "kafka", kafka_status(d->kafka));
-#endif
-#ifdef DL_HAVE_REDIS
-    if (o && d->rstatus)
-        json_object_set_new(o, "redis", redis_status(d));
-#endif
+    for (size_t i = 0; o && i < NCOMPONENTS; i++) {
+        void *state = atomic_load(&d->state[i]);
+        json_t *j = state ? components[i]->status(state) : NULL;
+        if (j)
+            json_object_set_new(o, components[i]->name, j);
+    }
     return o;
 }
 
@@ -159,47 +142,25 @@ static char *metrics_extra(void *ctx)
     daemon_ctx *d = ctx;
     dl_sbuf b = {0};
     size_t used, total;
-    if (dl_backend_memory(d->be, &used, &total) == DL_OK)
-        dl_sbuf_printf(&b, "# HELP dlserve_gpu_memory_used_bytes GPU memory held by dlserve's pool.\n"
-                           "# TYPE dlserve_gpu_memory_used_bytes gauge\n"
-                           "dlserve_gpu_memory_used_bytes{device=\"%s\"} %zu\n"
-                           "# HELP dlserve_gpu_memory_total_bytes GPU memory of the device.\n"
-                           "# TYPE dlserve_gpu_memory_total_bytes gauge\n"
-                           "dlserve_gpu_memory_total_bytes{device=\"%s\"} %zu\n",
-                       d->conf.models.device.name, used, d->conf.models.device.name, total);
-#ifdef DL_HAVE_KAFKA
-    if (d->kafka)
-        kafka_metrics(d->kafka, &b);
-#endif
-#ifdef DL_HAVE_REDIS
-    dl_redis_link *links[2] = { d->rstatus, NULL };
-#ifdef DL_HAVE_KAFKA
-    links[1] = kafka_redis_link(d->kafka);
-#endif
-    if (d->rstatus)
-        dl_redis_metrics(&b, links, 2, d->watch);
-#endif
+    if (dl_backend_memory(d->be, &used, &total) == DL_OK) {
+        const char *device = d->conf.models.device.name;
+        dl_prom_family(&b, "dlserve_gpu_memory_used_bytes", "gauge",
+                       "GPU memory held by dlserve's pool.");
+        dl_prom_sample(&b, "dlserve_gpu_memory_used_bytes", (double)used, "device", device, NULL);
+        dl_prom_family(&b, "dlserve_gpu_memory_total_bytes", "gauge", "GPU memory of the device.");
+        dl_prom_sample(&b, "dlserve_gpu_memory_total_bytes", (double)total, "device", device, NULL);
+    }
+    for (size_t i = 0; i < NCOMPONENTS; i++) {
+        void *state = atomic_load(&d->state[i]);
+        if (state)
+            components[i]->metrics(state, &b);
+    }
     if (b.oom) {
         dl_sbuf_free(&b);
         return NULL;
     }
     return b.s;
 }
-
-#ifdef DL_HAVE_REDIS
-/* Watcher thread: a version was announced; the main loop rescans. */
-static void on_announce(void *ctx, const char *model, int64_t version)
-{
-    daemon_ctx *d = ctx;
-    if (model)
-        DL_LOG(DL_LOG_NOTICE, "redis", "announced: %s version %lld", model, (long long)version);
-    else
-        DL_LOG(DL_LOG_INFO, "redis", "registry channel back: rescanning the repository");
-    char c = 1;
-    if (write(d->wake[1], &c, 1) < 0)
-        DL_LOG(DL_LOG_WARNING, "redis", "cannot wake the main loop");
-}
-#endif
 
 static void status_line(daemon_ctx *d)
 {
@@ -317,29 +278,21 @@ static dl_status start(daemon_ctx *d, dl_err *err)
                         .ready = is_ready, .ctx = d, .status_extra = status_extra,
                         .metrics_extra = metrics_extra };
     st = http_start(&deps, &d->http, &d->port, err);
-#ifdef DL_HAVE_REDIS
-    if (st == DL_OK && d->conf.redis.host[0]) {
-        st = dl_redis_link_new(&d->conf.redis, "status", &d->rstatus, err);
-        if (st == DL_OK && d->conf.redis.registry)
-            st = dl_redis_watch_start(&d->conf.redis, on_announce, d, &d->watch, err);
+    d->env.conf = &d->conf;
+    d->env.reg = d->reg;
+    d->env.bat = d->bat;
+    d->env.st = d->st;
+    d->env.rescan_fd = d->wake[1];
+    for (size_t i = 0; st == DL_OK && i < NCOMPONENTS; i++) {
+        const component *c = components[i];
+        if (!c->wanted(&d->conf))
+            continue;
+        if (c->missing)
+            return dl_err_set(err, DL_ERR_UNAVAILABLE, "%s", c->missing);
+        void *state = NULL;
+        st = c->start(&d->env, &state, err);
+        atomic_store(&d->state[i], state);
     }
-#else
-    if (st == DL_OK && d->conf.redis.host[0])
-        st = dl_err_set(err, DL_ERR_UNAVAILABLE, "[redis] host is set but this dlserve "
-                        "was built without Redis (hiredis)");
-#endif
-    bool kafka_on = d->conf.kafka.brokers[0] || d->conf.kafka.embedded;
-#ifdef DL_HAVE_KAFKA
-    if (st == DL_OK && kafka_on) {
-        kafka_deps kd = { .conf = &d->conf.kafka, .redis = &d->conf.redis, .reg = d->reg,
-                          .bat = d->bat, .st = d->st };
-        st = kafka_start(&kd, &d->kafka, err);
-    }
-#else
-    if (st == DL_OK && kafka_on)
-        st = dl_err_set(err, DL_ERR_UNAVAILABLE, "[kafka] is configured but this dlserve "
-                        "was built without Kafka (librdkafka)");
-#endif
     return st;
 }
 
@@ -350,14 +303,14 @@ static dl_status start(daemon_ctx *d, dl_err *err)
 
 static void stop(daemon_ctx *d)
 {
-#ifdef DL_HAVE_KAFKA
-    kafka_stop(d->kafka);    /* its records in flight finish and are committed */
-    d->kafka = NULL;
-#endif
-#ifdef DL_HAVE_REDIS
-    dl_redis_watch_stop(d->watch);
-    d->watch = NULL;
-#endif
+    /* Kafka's records in flight finish and are committed, then the Redis
+     * watcher stops; HTTP threads may still ask for their status and
+     * metrics meanwhile. */
+    for (size_t i = NCOMPONENTS; i-- > 0;) {
+        void *state = atomic_load(&d->state[i]);
+        if (state)
+            components[i]->stop(state);
+    }
     batcher_drain(d->bat);   /* intake stops; every queued request is answered */
     if (d->http) {
         struct timespec ts = { 0, LAME_DUCK_NS };
@@ -368,10 +321,13 @@ static void stop(daemon_ctx *d)
     registry_free(d->reg);
     stats_free(d->st);
     dl_backend_free(d->be);
-#ifdef DL_HAVE_REDIS
-    dl_redis_link_free(d->rstatus);
-    pthread_mutex_destroy(&d->rstatus_mu);
-#endif
+    /* Nothing reads the components any more: Redis's status link goes last. */
+    for (size_t i = NCOMPONENTS; i-- > 0;) {
+        void *state = atomic_exchange(&d->state[i], NULL);
+        if (state)
+            components[i]->free(state);
+    }
+    pthread_mutex_destroy(&d->env.mu);
     close(d->wake[0]);
     close(d->wake[1]);
 }
@@ -399,9 +355,7 @@ int dl_serve_main(const char *config_path, const char *const *overrides, int nov
         perror("dlserve: pipe");
         return 1;
     }
-#ifdef DL_HAVE_REDIS
-    pthread_mutex_init(&d.rstatus_mu, NULL);
-#endif
+    pthread_mutex_init(&d.env.mu, NULL);
     if ((st = start(&d, &err)) != DL_OK) {
         DL_LOG(DL_LOG_ERR, "daemon", "%s", err.msg);
         stop(&d);

@@ -47,7 +47,6 @@
 #include <dirent.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -391,74 +390,33 @@ void stats_http(stats *st, int code)
     pthread_mutex_unlock(&st->mu);
 }
 
-/* ---- text buffer ------------------------------------------------------- */
-
-/* A sample value: the shortest of %.15g/%.16g/%.17g that reads back
- * exactly (4e-05, not 3.9999999999999996e-05); infinities and NaN are
- * spelled as the format wants. */
-static void sb_value(dl_sbuf *b, double v)
-{
-    if (isnan(v)) {
-        dl_sbuf_add(b, "NaN", 3);
-        return;
-    }
-    if (isinf(v)) {
-        dl_sbuf_printf(b, "%s", v > 0 ? "+Inf" : "-Inf");
-        return;
-    }
-    char tmp[32];
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(tmp, sizeof(tmp), "%.*g", prec, v);
-        if (prec == 17 || strtod(tmp, NULL) == v)
-            break;
-    }
-    dl_sbuf_add(b, tmp, strlen(tmp));
-}
-
-static void sb_family(dl_sbuf *b, const char *name, const char *type, const char *help)
-{
-    dl_sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
+/* ---- text ---------------------------------------------------------------- */
 
 /* name{model="..",version=".."} value */
-static void sb_series_u64(dl_sbuf *b, const char *name, const series *s, uint64_t v)
+static void sample_series(dl_sbuf *b, const char *name, const series *s, double v)
 {
-    dl_sbuf_printf(b, "%s{model=\"", name);
-    dl_prom_label(b, s->model);
-    dl_sbuf_printf(b, "\",version=\"%" PRId64 "\"} %" PRIu64 "\n", s->version, v);
-}
-
-static void sb_series_f64(dl_sbuf *b, const char *name, const series *s, double v)
-{
-    dl_sbuf_printf(b, "%s{model=\"", name);
-    dl_prom_label(b, s->model);
-    dl_sbuf_printf(b, "\",version=\"%" PRId64 "\"} ", s->version);
-    sb_value(b, v);
-    dl_sbuf_add(b, "\n", 1);
+    char version[24];
+    snprintf(version, sizeof(version), "%" PRId64, s->version);
+    dl_prom_sample(b, name, v, "model", s->model, "version", version, NULL);
 }
 
 /* The _bucket/_sum/_count lines of one model's histogram; buckets are
  * made cumulative here. */
-static void sb_histo(dl_sbuf *b, const char *name, const char *model, const double *bounds,
-                     size_t nb, const uint64_t *buckets, uint64_t count, double sum)
+static void sample_histo(dl_sbuf *b, const char *name, const char *model, const double *bounds,
+                         size_t nb, const uint64_t *buckets, uint64_t count, double sum)
 {
+    char bucket[128], sum_name[128], count_name[128], le[DL_PROM_VALUE_CHARS];
+    snprintf(bucket, sizeof(bucket), "%s_bucket", name);
+    snprintf(sum_name, sizeof(sum_name), "%s_sum", name);
+    snprintf(count_name, sizeof(count_name), "%s_count", name);
     uint64_t cum = 0;
     for (size_t i = 0; i <= nb; i++) {
         cum += buckets[i];
-        dl_sbuf_printf(b, "%s_bucket{model=\"", name);
-        dl_prom_label(b, model);
-        if (i < nb)
-            dl_sbuf_printf(b, "\",le=\"%g\"} %" PRIu64 "\n", bounds[i], cum);
-        else
-            dl_sbuf_printf(b, "\",le=\"+Inf\"} %" PRIu64 "\n", cum);
+        dl_prom_fmt_value(le, i < nb ? bounds[i] : INFINITY);
+        dl_prom_sample(b, bucket, (double)cum, "model", model, "le", le, NULL);
     }
-    dl_sbuf_printf(b, "%s_sum{model=\"", name);
-    dl_prom_label(b, model);
-    dl_sbuf_add(b, "\"} ", 3);
-    sb_value(b, sum);
-    dl_sbuf_printf(b, "\n%s_count{model=\"", name);
-    dl_prom_label(b, model);
-    dl_sbuf_printf(b, "\"} %" PRIu64 "\n", count);
+    dl_prom_sample(b, sum_name, sum, "model", model, NULL);
+    dl_prom_sample(b, count_name, (double)count, "model", model, NULL);
 }
 
 /* ---- process metrics --------------------------------------------------- */
@@ -479,7 +437,7 @@ static long open_fds(void)
     return n > 0 ? n - 1 : 0;
 }
 
-static void sb_process(dl_sbuf *b, double start_time)
+static void process_metrics(dl_sbuf *b, double start_time)
 {
     long page = sysconf(_SC_PAGESIZE);
     unsigned long long vsz = 0, rss = 0;
@@ -500,31 +458,31 @@ static void sb_process(dl_sbuf *b, double start_time)
     bool have_max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
 
     if (have_cpu) {
-        sb_family(b, "process_cpu_seconds_total", "counter",
-                  "Total user and system CPU time spent in seconds.");
-        dl_sbuf_add(b, "process_cpu_seconds_total ", 26);
-        sb_value(b, (double)(t.tms_utime + t.tms_stime) / (double)tck);
-        dl_sbuf_add(b, "\n", 1);
+        dl_prom_family(b, "process_cpu_seconds_total", "counter",
+                       "Total user and system CPU time spent in seconds.");
+        dl_prom_sample(b, "process_cpu_seconds_total",
+                       (double)(t.tms_utime + t.tms_stime) / (double)tck, NULL);
     }
     if (fds >= 0) {
-        sb_family(b, "process_open_fds", "gauge", "Number of open file descriptors.");
-        dl_sbuf_printf(b, "process_open_fds %ld\n", fds);
+        dl_prom_family(b, "process_open_fds", "gauge", "Number of open file descriptors.");
+        dl_prom_sample(b, "process_open_fds", (double)fds, NULL);
     }
     if (have_max) {
-        sb_family(b, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
-        dl_sbuf_printf(b, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+        dl_prom_family(b, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
+        dl_prom_sample(b, "process_max_fds", (double)rl.rlim_cur, NULL);
     }
     if (have_statm) {
-        sb_family(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
-        dl_sbuf_printf(b, "process_resident_memory_bytes %llu\n", rss * (unsigned long long)page);
-        sb_family(b, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
-        dl_sbuf_printf(b, "process_virtual_memory_bytes %llu\n", vsz * (unsigned long long)page);
+        dl_prom_family(b, "process_resident_memory_bytes", "gauge",
+                       "Resident memory size in bytes.");
+        dl_prom_sample(b, "process_resident_memory_bytes", (double)(rss * (unsigned long long)page),
+                       NULL);
+        dl_prom_family(b, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+        dl_prom_sample(b, "process_virtual_memory_bytes", (double)(vsz * (unsigned long long)page),
+                       NULL);
     }
-    sb_family(b, "process_start_time_seconds", "gauge",
-              "Start time of the process since unix epoch in seconds.");
-    dl_sbuf_add(b, "process_start_time_seconds ", 27);
-    sb_value(b, start_time);
-    dl_sbuf_add(b, "\n", 1);
+    dl_prom_family(b, "process_start_time_seconds", "gauge",
+                   "Start time of the process since unix epoch in seconds.");
+    dl_prom_sample(b, "process_start_time_seconds", start_time, NULL);
 }
 
 /* ---- exposition -------------------------------------------------------- */
@@ -559,53 +517,56 @@ char *stats_prometheus(stats *st, const char *extra)
 
     pthread_mutex_lock(&st->mu);
     for (size_t f = 0; f < sizeof(counters) / sizeof(counters[0]); f++) {
-        sb_family(&b, counters[f].name, "counter", counters[f].help);
+        dl_prom_family(&b, counters[f].name, "counter", counters[f].help);
         for (size_t i = 0; i < st->nseries; i++) {
             const series *s = st->series[i];
             uint64_t v = f == F_SUCCESS ? s->success
                        : f == F_FAILURE ? s->failure
                        : f == F_COUNT   ? s->inferences
                                         : s->executions;
-            sb_series_u64(&b, counters[f].name, s, v);
+            sample_series(&b, counters[f].name, s, (double)v);
         }
     }
     for (size_t f = 0; f < sizeof(durations) / sizeof(durations[0]); f++) {
-        sb_family(&b, durations[f].name, "counter", durations[f].help);
+        dl_prom_family(&b, durations[f].name, "counter", durations[f].help);
         for (size_t i = 0; i < st->nseries; i++) {
             const series *s = st->series[i];
             double v = f == 0 ? s->request_us : f == 1 ? s->queue_us : s->compute_us;
-            sb_series_f64(&b, durations[f].name, s, v);
+            sample_series(&b, durations[f].name, s, v);
         }
     }
 
-    sb_family(&b, "dlserve_request_duration_seconds", "histogram",
+    dl_prom_family(&b, "dlserve_request_duration_seconds", "histogram",
               "Time from arrival to answer of successful inference requests in seconds.");
     for (size_t i = 0; i < st->nmodels; i++) {
         const model_stats *ms = st->models[i];
         if (ms->req_count)
-            sb_histo(&b, "dlserve_request_duration_seconds", ms->name, req_bounds,
-                     N_REQ_BOUNDS, ms->req_buckets, ms->req_count, ms->req_sum);
+            sample_histo(&b, "dlserve_request_duration_seconds", ms->name, req_bounds,
+                         N_REQ_BOUNDS, ms->req_buckets, ms->req_count, ms->req_sum);
     }
-    sb_family(&b, "dlserve_batch_size", "histogram", "Samples per executed batch.");
+    dl_prom_family(&b, "dlserve_batch_size", "histogram", "Samples per executed batch.");
     for (size_t i = 0; i < st->nmodels; i++) {
         const model_stats *ms = st->models[i];
         if (ms->batch_count)
-            sb_histo(&b, "dlserve_batch_size", ms->name, batch_bounds, N_BATCH_BOUNDS,
-                     ms->batch_buckets, ms->batch_count, ms->batch_sum);
+            sample_histo(&b, "dlserve_batch_size", ms->name, batch_bounds, N_BATCH_BOUNDS,
+                         ms->batch_buckets, ms->batch_count, ms->batch_sum);
     }
 
-    sb_family(&b, "dlserve_http_responses_total", "counter",
+    dl_prom_family(&b, "dlserve_http_responses_total", "counter",
               "HTTP responses sent, by status code.");
     for (int c = HTTP_CODE_MIN; c <= HTTP_CODE_MAX; c++) {
         uint64_t n = st->http[c - HTTP_CODE_MIN];
-        if (n)
-            dl_sbuf_printf(&b, "dlserve_http_responses_total{code=\"%d\"} %" PRIu64 "\n", c, n);
+        if (!n)
+            continue;
+        char code[8];
+        snprintf(code, sizeof(code), "%d", c);
+        dl_prom_sample(&b, "dlserve_http_responses_total", (double)n, "code", code, NULL);
     }
     double start_time = st->start_time;
     pthread_mutex_unlock(&st->mu);
 
     /* /proc is read outside the lock: requests need not wait for it. */
-    sb_process(&b, start_time);
+    process_metrics(&b, start_time);
     if (extra)
         dl_sbuf_add(&b, extra, strlen(extra));
 

@@ -185,12 +185,40 @@ size_t dl_fmt_float(char *buf, float v);
  * NUL). */
 size_t dl_utf8_len(const unsigned char *p);
 
+/* ---- Prometheus text exposition (util/prom.c) --------------------------
+ * A scrape is one dl_sbuf: each family's dl_prom_family, then all its
+ * samples together (the format wants a family's lines contiguous and its
+ * HELP and TYPE once). Label names are the caller's constants, written as
+ * they are; label values are escaped. Any thread, one buffer per thread. */
+
 /* Appends value as a Prometheus label value (text exposition format):
  * backslash, double quote and newline escaped as \\, \" and \n. The
  * format is UTF-8 and Prometheus rejects a whole scrape over one bad byte,
  * so each byte that does not start a valid UTF-8 sequence becomes U+FFFD.
  * The surrounding quotes are the caller's. */
 void dl_prom_label(dl_sbuf *b, const char *value);
+
+/* Appends "# HELP <name> <help>\n# TYPE <name> <type>\n" (type: counter,
+ * gauge, histogram, summary or untyped); backslashes and newlines in help
+ * are escaped. Call it once per family, before the family's samples. */
+void dl_prom_family(dl_sbuf *b, const char *name, const char *type, const char *help);
+
+/* Appends one sample line, `name{k1="v1",k2="v2"} value\n`, or `name
+ * value\n` without labels. The variable arguments are label (name, value)
+ * string pairs ended by one NULL; a NULL value is written as "". Values
+ * as dl_prom_fmt_value writes them. Example:
+ *   dl_prom_sample(b, "dlserve_redis_up", 1, "role", "sink", NULL); */
+void dl_prom_sample(dl_sbuf *b, const char *name, double value, ...)
+    __attribute__((sentinel));
+
+/* A sample value as text into buf (at least DL_PROM_VALUE_CHARS bytes,
+ * NUL-terminated); returns the length. NaN, +Inf and -Inf are spelled
+ * so; whole numbers below 2^53 in magnitude as integers ("1000000000000000",
+ * "0" for -0); others as the shortest of 15, 16 and 17 significant digits
+ * (printf's %g) that strtod reads back exactly ("4e-05", not
+ * "3.9999999999999996e-05"). Counters past 2^53 lose their last digits. */
+#define DL_PROM_VALUE_CHARS 32
+size_t dl_prom_fmt_value(char *buf, double v);
 
 /* ---- CPU parallelism ------------------------------------------------- */
 

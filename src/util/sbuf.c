@@ -1,6 +1,5 @@
 /* sbuf.c: a growable, NUL-terminated string buffer for text built piece
- * by piece (Prometheus exposition, CSV, SVG), a UTF-8 check for it and
- * Prometheus label escaping. */
+ * by piece (Prometheus exposition, CSV, SVG) and a UTF-8 check for it. */
 #include "util/dl_util.h"
 
 #include <stdlib.h>
@@ -83,24 +82,4 @@ size_t dl_utf8_len(const unsigned char *p)
     if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
         return 0;
     return n;
-}
-
-void dl_prom_label(dl_sbuf *b, const char *value)
-{
-    const unsigned char *p = (const unsigned char *)value;
-    while (*p) {
-        size_t n = dl_utf8_len(p);
-        if (n == 0) {
-            dl_sbuf_add(b, "\xEF\xBF\xBD", 3);     /* U+FFFD for one bad byte */
-            p++;
-            continue;
-        }
-        switch (*p) {
-        case '\\': dl_sbuf_add(b, "\\\\", 2); break;
-        case '"':  dl_sbuf_add(b, "\\\"", 2); break;
-        case '\n': dl_sbuf_add(b, "\\n", 2); break;
-        default:   dl_sbuf_add(b, (const char *)p, n); break;
-        }
-        p += n;
-    }
 }

@@ -1,0 +1,26 @@
+/* component.c: what every build knows of the daemon's optional components:
+ * whether the configuration asks for each, and the stand-ins that refuse
+ * to start one this dlserve was built without. */
+#include "serve/component.h"
+
+bool component_redis_wanted(const dl_serve_conf *c)
+{
+    return c->redis.host[0] != '\0';
+}
+
+bool component_kafka_wanted(const dl_serve_conf *c)
+{
+    return c->kafka.brokers[0] != '\0' || c->kafka.embedded;
+}
+
+const component component_redis_missing = {
+    .name = "redis",
+    .wanted = component_redis_wanted,
+    .missing = "[redis] host is set but this dlserve was built without Redis (hiredis)",
+};
+
+const component component_kafka_missing = {
+    .name = "kafka",
+    .wanted = component_kafka_wanted,
+    .missing = "[kafka] is configured but this dlserve was built without Kafka (librdkafka)",
+};
