@@ -2,6 +2,7 @@
  * bytes (no tree), as strict as jansson with duplicate keys refused. */
 #include "serve/json_scan.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -486,6 +487,90 @@ bool js_element(json_scan *s, js_iter *it)
         return js_fail(s, "expected a value");
     it->n++;
     return true;
+}
+
+static bool is_ws(char c)
+{
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+/* The common number forms, [-]digits[.digits] with at most 15 digits in
+ * all, read inline: the digits over an exact power of ten, one rounding,
+ * so exactly strtod's value. False for any other form (read_number's). */
+static bool short_number(const char **pp, const char *end, double *v, bool *integer)
+{
+    const char *p = *pp, *d0;
+    bool neg = p < end && *p == '-';
+    uint64_t m = 0;   /* wraps past 19 digits: such numbers are not taken */
+    p += neg;
+    d0 = p;
+    if (p < end && *p == '0')
+        p++;
+    else
+        while (p < end && is_digit(*p))
+            m = m * 10 + (uint64_t)(*p++ - '0');
+    size_t digits = (size_t)(p - d0), frac = 0;
+    if (digits == 0)
+        return false;
+    *integer = true;
+    if (p < end && *p == '.') {
+        const char *f0 = ++p;
+        while (p < end && is_digit(*p))
+            m = m * 10 + (uint64_t)(*p++ - '0');
+        frac = (size_t)(p - f0);
+        if (frac == 0)
+            return false;
+        *integer = false;
+    }
+    if (digits + frac > 15 || (p < end && (is_digit(*p) || *p == 'e' || *p == 'E')))
+        return false;
+    double x = (double)m / pow10_tab[frac];
+    /* -0 as an integer is 0 (jansson's reading); -0.0 is -0.0 (strtod's) */
+    *v = neg && (m || !*integer) ? -x : x;
+    *pp = p;
+    return true;
+}
+
+size_t js_floats(json_scan *s, js_iter *it, float *x, size_t max, bool bytes)
+{
+    size_t got = 0;
+    while (got < max && !s->failed) {
+        /* s->p stays after the last element taken: the caller goes on
+         * from there. */
+        const char *p = s->p, *end = s->end;
+        while (p < end && is_ws(*p))
+            p++;
+        if (it->n > 0) {
+            if (p >= end || *p != ',')
+                break;
+            p++;
+            while (p < end && is_ws(*p))
+                p++;
+        }
+        const char *q = p;
+        double v;
+        bool integer;
+        if (!short_number(&q, end, &v, &integer)) {
+            if (p >= end || kind_of(*p) != JS_NUMBER)
+                break;
+            const char *keep = s->p;
+            js_num n;
+            s->p = p;
+            if (!read_number(s, &n, true))
+                return got;
+            q = s->p;
+            s->p = keep;
+            v = n.v;
+            integer = n.fits;
+        }
+        float f = (float)v;
+        if (bytes ? !integer || v < 0 || v > 255 : !isfinite(f))
+            break;
+        x[got++] = f;
+        it->n++;
+        s->p = q;
+    }
+    return got;
 }
 
 static uint64_t hash_key(const char *p, size_t n, uint32_t obj)

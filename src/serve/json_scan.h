@@ -124,6 +124,14 @@ bool js_object(json_scan *s, js_iter *it);
  * the closing bracket, which it reads, or on an error (s->failed). */
 bool js_element(json_scan *s, js_iter *it);
 
+/* The fast path for numeric arrays: reads up to max further elements of
+ * the open array `it` into x[0..) as long as each is a number with a
+ * finite float value (bytes: an integer 0..255). Stops before the first
+ * element that is not (read it with the calls above), and before the
+ * closing bracket (read it with js_element). Returns how many it read;
+ * it->n counts them. */
+size_t js_floats(json_scan *s, js_iter *it, float *x, size_t max, bool bytes);
+
 /* True when one more member follows: its key (decoded, NUL-terminated,
  * valid until the next call on s) in *key / *klen (either may be NULL)
  * and the ':' are read and the scan is on its value. False at the closing

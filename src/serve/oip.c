@@ -563,7 +563,13 @@ static bool put_nested(filler *f, int depth)
     f->start[depth] = js_save(s);
     if (!js_array(s, &it))
         return false;
-    while (js_element(s, &it)) {
+    for (;;) {
+        /* The last dimension's numbers in one run; the rest one by one. */
+        if (depth + 1 == req->ndim && f->x && (int64_t)it.n < want)
+            f->pos += (int64_t)js_floats(s, &it, f->x + f->pos, (size_t)(want - (int64_t)it.n),
+                                         req->uint8);
+        if (!js_element(s, &it))
+            break;
         if ((int64_t)it.n > want) {
             size_fault(f, depth);
             return false;
@@ -591,7 +597,13 @@ static bool put_flat(filler *f, int64_t *n)
     js_iter it;
     if (!js_array(s, &it))
         return false;
-    while (js_element(s, &it)) {
+    for (;;) {
+        /* Runs of numbers in one go; the rest one by one. */
+        if (f->x && !f->why[0] && (int64_t)it.n < total)
+            f->pos += (int64_t)js_floats(s, &it, f->x + f->pos, (size_t)(total - (int64_t)it.n),
+                                         f->c->req->uint8);
+        if (!js_element(s, &it))
+            break;
         f->idx[0] = it.n - 1;
         bool ok = f->x && !f->why[0] && (int64_t)it.n <= total ? put_value(f, 1) : js_skip(s);
         if (!ok)
