@@ -880,6 +880,7 @@ Test(oip, reads_data_before_its_shape)
                  DL_OK, "%s", err.msg);
     cr_expect_eq(req.batch, 2);
     expect_x((const float[]){1, 2, 3, 4, 5, 6, 7, 8}, 8);
+    oip_request_fini(&req);
     refused("{'inputs':[{'data':[1,2,3],'shape':[1,4],'datatype':'FP32','name':'pixels'}]}",
             "data has 3 values; shape [1, 4] needs 4");
     refused("{'inputs':[{'data':[[1,2],[3,4,5]],'name':'pixels','datatype':'FP32','shape':[2,2]}]}",
