@@ -163,7 +163,10 @@ bool oip_route_method_ok(oip_route_kind kind, const char *method)
  * bad value) is worded once, the first in document order, and the scan
  * goes on, only checking syntax from then on: a syntax error anywhere
  * still wins (the body is not JSON, as jansson would say), and the id is
- * still read so that a dead letter can name it. */
+ * still read so that a dead letter can name it. Each scan_* function
+ * below reads one value whole, refusing what is wrong in it through
+ * refuse(), and returns false only when the scan itself failed (not JSON,
+ * or out of memory): then the callers stop at once. */
 
 /* A refusal of the request: DL_ERR_INVALID (answer 400) with a message. */
 static dl_status bad(dl_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -935,10 +938,6 @@ dl_status oip_scan_infer(const char *body, size_t len, size_t json_len, oip_requ
 
 /* ---- infer requests: against the model ------------------------------------ */
 
-/* The batch size the shape implies: [B, ...] with in_dim values per
- * sample; failing that, a shape holding exactly one sample's values (the
- * model's sample shape, [784], [28, 28]...) is one sample. No shape fits
- * both readings unless B is 1. */
 static int64_t product(const int64_t *d, int n)
 {
     int64_t p = 1;
@@ -947,6 +946,10 @@ static int64_t product(const int64_t *d, int n)
     return p;
 }
 
+/* The batch size the shape implies: [B, ...] with in_dim values per
+ * sample; failing that, a shape holding exactly one sample's values (the
+ * model's sample shape, [784], [28, 28]...) is one sample. No shape fits
+ * both readings unless B is 1. */
 static dl_status fit_shape(oip_request *req, const dl_model_conf *conf, int64_t in_dim,
                            dl_err *err)
 {

@@ -235,6 +235,9 @@ typedef struct oip_result {
  * out of memory (b->oom). Thread-safe. */
 dl_status oip_write_infer(const oip_result *res, dl_sbuf *b, size_t *json_len, dl_err *err);
 
+/* The other answers, as jansson values (each a new reference, NULL only
+ * when out of memory): they are not on the hot path. */
+
 /* Model metadata: {"name","versions","platform","inputs","outputs"}.
  * versions: borrowed array of version strings. */
 json_t *oip_model_metadata(const dl_model_conf *conf, int64_t out_dim,

@@ -654,7 +654,8 @@ Test(oip, scanner_refuses_duplicate_keys_like_jansson)
 Test(oip, scanner_reads_escapes_and_skips_what_it_does_not_know)
 {
     const char *body = "{ \"\\u0069d\" : \"a\\\"b\\\\c\\/d\\n\\u00e9\\ud83d\\ude00\xc3\xa9\" ,\n"
-                       "\t\"unknown\": [ {\"x\": [true, false, null, -0.5e-3, 1E2, \"s\"]}, [] , {} ],\r\n"
+                       "\t\"unknown\": [ {\"x\": [true, false, null, -0.5e-3, 1E2, \"s\"]},"
+                       " [] , {} ],\r\n"
                        "\"inputs\" : [ { \"name\" : \"pix\\u0065ls\" , \"shape\" : [ 1 , 4 ] ,"
                        " \"datatype\" : \"FP32\" , \"data\" : [ 1 , -0 , 2.5e0 , 4E-1 ] } ] } \n";
     cr_assert_eq(scan_raw(body, strlen(body), strlen(body)), DL_OK, "%s", err.msg);
@@ -738,7 +739,8 @@ static const char full_request[] =
     "\"parameters\":{\"binary_data_output\":false,\"x\":[1,{\"y\":null}]},"
     "\"inputs\":[{\"name\":\"pixels\",\"shape\":[2,1,2,2],\"datatype\":\"FP32\","
     "\"parameters\":{\"z\":1},\"data\":[[[[1,2.5],[3e0,4]]],[[[-5,6],[7,0.125]]]]}],"
-    "\"outputs\":[{\"name\":\"class\",\"parameters\":{\"binary_data\":true}},{\"name\":\"probs\"}]}";
+    "\"outputs\":[{\"name\":\"class\",\"parameters\":{\"binary_data\":true}},"
+    "{\"name\":\"probs\"}]}";
 
 Test(oip, scanner_refuses_every_truncation)
 {
@@ -1006,7 +1008,8 @@ Test(oip, reads_binary_inputs)
     expect_x((const float[]){0, 17, 128, 255}, 4);
 
     /* A header as long as the body: plain JSON. */
-    const char *j = fx_dq("{'inputs':[{'name':'pixels','shape':[4],'datatype':'FP32','data':[1,2,3,4]}]}");
+    const char *j = fx_dq("{'inputs':[{'name':'pixels','shape':[4],'datatype':'FP32',"
+                          "'data':[1,2,3,4]}]}");
     cr_expect_eq(scan_raw(j, strlen(j), strlen(j)), DL_OK, "%s", err.msg);
 }
 
