@@ -1,7 +1,10 @@
 /* test_oip.c: the Open Inference Protocol layer on its own: strict URL
  * routing, infer-request parsing (flat and nested data, FP32 and UINT8,
- * shapes, every refusal with its message), input scaling and the JSON
- * answers (infer response, model metadata, repository index). */
+ * shapes, every refusal with its message), the JSON scanner under it
+ * (malformed JSON, escapes, duplicate keys, numbers, nesting, truncations),
+ * the binary tensor data extension both ways, names checked against the
+ * model, input scaling and the answers (infer response, model metadata,
+ * repository index). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
