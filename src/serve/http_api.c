@@ -31,6 +31,7 @@
 #define HTTP_DRAIN_S 30
 
 #define CT_JSON "application/json"
+#define CT_BINARY "application/octet-stream"   /* JSON then binary tensors */
 #define CT_METRICS "text/plain; version=0.0.4"
 
 struct http_server {
@@ -51,12 +52,17 @@ typedef struct request {
     size_t    len, cap;
     size_t    dropped;          /* body bytes discarded past the limit */
     bool      too_big, nomem;
+    const char *json_len;       /* Inference-Header-Content-Length, or NULL
+                                   (MHD's copy: valid for the request) */
 } request;
 
 /* An answer ready to queue. */
 typedef struct answer {
     int         code;
     char       *body;           /* new, NUL-terminated; NULL: out of memory (500) */
+    size_t      len;            /* body bytes; 0: strlen(body) */
+    size_t      json_len;       /* > 0: a binary answer, JSON then tensors
+                                   (Inference-Header-Content-Length) */
     const char *ctype;
     const char *hname, *hvalue; /* one extra header, or NULL */
 } answer;
@@ -124,17 +130,24 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const r
                                const char *method, const char *url, answer a)
 {
     static const char oom[] = "{\"error\":\"out of memory\"}";
+    size_t len = a.len ? a.len : a.body ? strlen(a.body) : 0;
     struct MHD_Response *resp =
-        a.body ? MHD_create_response_from_buffer(strlen(a.body), a.body, MHD_RESPMEM_MUST_FREE)
+        a.body ? MHD_create_response_from_buffer(len, a.body, MHD_RESPMEM_MUST_FREE)
                : MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom,
                                                  MHD_RESPMEM_PERSISTENT);
     if (!resp) {
         free(a.body);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, a.ctype ? a.ctype : CT_JSON);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            a.json_len ? CT_BINARY : a.ctype ? a.ctype : CT_JSON);
     if (a.hname)
         MHD_add_response_header(resp, a.hname, a.hvalue);
+    if (a.json_len) {
+        char n[24];
+        snprintf(n, sizeof(n), "%zu", a.json_len);
+        MHD_add_response_header(resp, OIP_HEADER_JSON_LEN, n);
+    }
     /* While stopping, keep-alive connections end with this answer. */
     if (atomic_load(&h->stopping))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -188,6 +201,20 @@ static answer model_ready(http_server *h, const oip_route *r)
 
 /* ---- infer -------------------------------------------------------------- */
 
+/* The infer answer (JSON, or JSON then binary outputs) as an answer. */
+static answer infer_answer(const oip_result *res)
+{
+    dl_sbuf b = {0};
+    size_t json_len;
+    dl_err err = {0};
+    if (oip_write_infer(res, &b, &json_len, &err) != DL_OK) {
+        dl_sbuf_free(&b);
+        return status_answer(err.code, "%s", err.msg);
+    }
+    return (answer){.code = 200, .body = b.s, .len = b.len, .ctype = CT_JSON,
+                    .json_len = json_len < b.len ? json_len : 0};
+}
+
 /* Runs a parsed request on sv (a reference, kept) and formats the answer. */
 static answer run_infer(http_server *h, request *rq, served *sv, oip_request *in)
 {
@@ -212,8 +239,8 @@ static answer run_infer(http_server *h, request *rq, served *sv, oip_request *in
         } else {
             oip_result res = {.model = sv->name, .version = sv->version, .id = in->id,
                               .conf = sv->conf, .batch = in->batch, .out_dim = sv->out_dim,
-                              .y = q.out, .outputs = in->outputs};
-            a = json_answer(200, oip_infer_response(&res));
+                              .y = q.out, .nout = in->nout, .out = in->out};
+            a = infer_answer(&res);
         }
     }
     bool ok = a.code == 200;
@@ -232,9 +259,12 @@ static answer infer(http_server *h, request *rq)
     served *sv = acquire(h, &rq->route, &err);
     if (!sv)
         return status_answer(err.code, "%s", err.msg);
-    oip_request in;
+    oip_request in = {0};
     answer a;
-    if (oip_parse_infer(rq->body, rq->len, sv->conf, sv->in_dim, &in, &err) != DL_OK) {
+    size_t json_len;
+    /* A bad Inference-Header-Content-Length is a 400 like a bad body. */
+    if (oip_json_len(rq->json_len, rq->len, &json_len, &err) != DL_OK ||
+        oip_parse_infer(rq->body, rq->len, json_len, sv->conf, sv->in_dim, &in, &err) != DL_OK) {
         a = status_answer(err.code, "%s", err.msg);   /* 400, or 500 out of memory */
         stats_request(h->deps->st, sv->name, sv->version, false, 0, 0, 0,
                       (dl_time_now() - rq->arrival) * 1e6);
@@ -280,10 +310,11 @@ static answer repo_index(http_server *h)
 
 static answer server_metadata(http_server *h)
 {
-    return json_answer(200, json_pack("{s:s, s:s, s:[s, s, s]}", "name", "dlserve", "version",
+    return json_answer(200, json_pack("{s:s, s:s, s:[s, s, s, s]}", "name", "dlserve", "version",
                                       h->deps->server_version ? h->deps->server_version
                                                               : DL_VERSION_STRING,
-                                      "extensions", "model_repository", "metrics", "status"));
+                                      "extensions", "model_repository", "metrics", "status",
+                                      "binary_tensor_data"));
 }
 
 static bool server_ready(http_server *h)
@@ -382,6 +413,7 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
                          const char *method, request *rq, answer *a)
 {
     oip_route_kind kind = oip_route_parse(url, &rq->route);
+    rq->json_len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, OIP_HEADER_JSON_LEN);
     if (atomic_load(&h->stopping)) {
         *a = status_answer(DL_ERR_UNAVAILABLE, "the server is stopping");
         return true;

@@ -1,8 +1,11 @@
 /* oip.c: the Open Inference Protocol v2 as pure functions: strict URL
- * routing, infer-request parsing (jansson) and the JSON answers. */
+ * routing, infer requests read in one pass without a JSON tree (JSON and
+ * binary tensors), the infer answer written directly, the other answers. */
 #define _POSIX_C_SOURCE 200809L
 #include "serve/oip.h"
+#include "serve/json_scan.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -154,7 +157,16 @@ bool oip_route_method_ok(oip_route_kind kind, const char *method)
     return strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 }
 
-/* ---- infer requests ----------------------------------------------------- */
+/* ---- infer requests: reading -----------------------------------------------
+ * One pass over the body with json_scan: each key is handled as it comes,
+ * numbers go straight into floats. A refusal (a key of the wrong type, a
+ * bad value) is worded once, the first in document order, and the scan
+ * goes on, only checking syntax from then on: a syntax error anywhere
+ * still wins (the body is not JSON, as jansson would say), and the id is
+ * still read so that a dead letter can name it. Each scan_* function
+ * below reads one value whole, refusing what is wrong in it through
+ * refuse(), and returns false only when the scan itself failed (not JSON,
+ * or out of memory): then the callers stop at once. */
 
 /* A refusal of the request: DL_ERR_INVALID (answer 400) with a message. */
 static dl_status bad(dl_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -165,21 +177,6 @@ static dl_status bad(dl_err *err, const char *fmt, ...)
     dl_status st = dl_err_setv(err, DL_ERR_INVALID, fmt, ap);
     va_end(ap);
     return st;
-}
-
-static const char *type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:  return "an object";
-    case JSON_ARRAY:   return "an array";
-    case JSON_STRING:  return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL:    return "a real";
-    case JSON_TRUE:    return "true";
-    case JSON_FALSE:   return "false";
-    case JSON_NULL:    return "null";
-    }
-    return "?";
 }
 
 /* "[2, 1, 28, 28]" into buf (truncated to cap). */
@@ -193,74 +190,753 @@ static const char *shape_text(const int64_t *shape, int ndim, char *buf, size_t 
     return buf;
 }
 
-static dl_status parse_id(json_t *root, oip_request *req, dl_err *err)
+/* Copies at most cap - 1 bytes of s[0..n) into buf, cut at a UTF-8
+ * character boundary (messages go out as JSON, which must stay valid). */
+static const char *clip(const char *s, size_t n, char *buf, size_t cap)
 {
-    json_t *id = json_object_get(root, "id");
-    if (!id)
-        return DL_OK;
-    if (!json_is_string(id))
-        return bad(err, "'id' must be a string, not %s", type_name(id));
-    req->id = strdup(json_string_value(id));
-    return req->id ? DL_OK : dl_err_set(err, DL_ERR_NOMEM, "request id");
+    if (n > cap - 1) {
+        n = cap - 1;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--;   /* s[n] continues a character: cut before it starts */
+    }
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    return buf;
 }
 
-/* The "outputs" list: which outputs to answer with (all when absent or empty). */
-static dl_status parse_outputs(json_t *list, const dl_model_conf *conf, unsigned *mask,
-                               dl_err *err)
+typedef struct scan_ctx {
+    json_scan    js;
+    oip_request *req;
+    dl_err      *err;
+    dl_status    st;           /* the first refusal; DL_OK so far */
+    bool         saw_inputs;
+    size_t       json_len;
+    const unsigned char *bin;  /* the binary part: bin[0..bin_len) */
+    size_t       bin_len, bin_used;
+} scan_ctx;
+
+/* Refuses the request (the first refusal only is kept). */
+static void refuse(scan_ctx *c, oip_fault kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void refuse(scan_ctx *c, oip_fault kind, const char *fmt, ...)
 {
-    *mask = OIP_OUT_ALL;
-    if (!list)
-        return DL_OK;
-    if (!json_is_array(list))
-        return bad(err, "'outputs' must be an array, not %s", type_name(list));
-    if (json_array_size(list) == 0)
-        return DL_OK;
-    *mask = 0;
-    size_t i;
-    json_t *o;
-    json_array_foreach(list, i, o) {
-        const char *name = json_string_value(json_object_get(o, "name"));
-        if (!json_is_object(o) || !name)
-            return bad(err, "outputs[%zu] must be an object with a string 'name'", i);
-        if (strcmp(name, conf->output_name) == 0)
-            *mask |= OIP_OUT_TENSOR;
-        else if (strcmp(name, "label") == 0 && conf->nlabels > 0)
-            *mask |= OIP_OUT_LABEL;
-        else if (strcmp(name, "class") == 0)
-            *mask |= OIP_OUT_CLASS;
-        else
-            return bad(err, "outputs[%zu]: model '%s' has no output '%.64s' (it has '%s'%s and "
-                       "'class')", i, conf->name, name, conf->output_name,
-                       conf->nlabels > 0 ? ", 'label'" : "");
+    if (c->st != DL_OK)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    c->st = dl_err_setv(c->err, DL_ERR_INVALID, fmt, ap);
+    va_end(ap);
+    c->req->fault = kind;
+}
+
+static void out_of_memory(scan_ctx *c, const char *what)
+{
+    if (c->st == DL_OK)
+        c->st = dl_err_set(c->err, DL_ERR_NOMEM, "out of memory for %s", what);
+}
+
+/* Skips the value that starts at m whole, after a refusal half-way in. */
+static bool skip_from(scan_ctx *c, js_mark m)
+{
+    js_restore(&c->js, m);
+    return js_skip(&c->js);
+}
+
+/* A string value into a tensor name. */
+static bool scan_name(scan_ctx *c, const char *where, oip_name *name)
+{
+    json_scan *s = &c->js;
+    if (js_peek(s) != JS_STRING) {
+        refuse(c, OIP_FAULT_TENSOR, "%s must be a string, not %s", where, js_what(s));
+        return js_skip(s);
     }
-    return DL_OK;
+    const char *v;
+    size_t n;
+    if (!js_string(s, &v, &n))
+        return false;
+    clip(v, n, name->text, sizeof(name->text));
+    name->given = true;
+    name->too_long = n >= sizeof(name->text);
+    return true;
+}
+
+static bool scan_id(scan_ctx *c)
+{
+    json_scan *s = &c->js;
+    oip_request *req = c->req;
+    js_kind k = js_peek(s);
+    const char *v = s->p;   /* an integer's own text */
+    size_t n = 0;
+    js_num num = {0};
+    if (k == JS_STRING && !js_string(s, &v, &n))
+        return false;
+    if (k == JS_NUMBER && !js_number(s, &num))
+        return false;
+    if (k == JS_NUMBER && num.integer) {
+        n = (size_t)(s->p - v);
+        req->id_integer = true;
+    } else if (k != JS_STRING) {
+        refuse(c, OIP_FAULT_ENVELOPE, "'id' must be a string, not %s",
+               k == JS_NUMBER ? "a real" : js_what(s));
+        return k == JS_NUMBER || js_skip(s);
+    }
+    if (!(req->id = malloc(n + 1))) {
+        out_of_memory(c, "the request id");
+        return true;
+    }
+    memcpy(req->id, v, n);
+    req->id[n] = '\0';
+    return true;
+}
+
+static bool scan_model(scan_ctx *c)
+{
+    json_scan *s = &c->js;
+    if (js_peek(s) != JS_STRING) {
+        refuse(c, OIP_FAULT_ENVELOPE, "'model' must be a string, not %s", js_what(s));
+        return js_skip(s);
+    }
+    const char *v;
+    size_t n;
+    if (!js_string(s, &v, &n))
+        return false;
+    if (!(c->req->model = strdup(v)))
+        out_of_memory(c, "the model name");
+    return true;
+}
+
+/* "model_version": an integer >= 0, or a string of digits (Kafka records
+ * write it either way). */
+static bool scan_version(scan_ctx *c)
+{
+    json_scan *s = &c->js;
+    js_kind k = js_peek(s);
+    int64_t v = -1;
+    if (k == JS_NUMBER) {
+        js_num num;
+        if (!js_number(s, &num))
+            return false;
+        if (num.fits && num.i >= 0)
+            v = num.i;
+    } else if (k == JS_STRING) {
+        const char *t;
+        size_t n;
+        if (!js_string(s, &t, &n))
+            return false;
+        if (n >= 1 && n <= 18 && strspn(t, "0123456789") == n)
+            v = strtoll(t, NULL, 10);
+    } else if (!js_skip(s)) {
+        return false;
+    }
+    if (v < 0)
+        refuse(c, OIP_FAULT_ENVELOPE, "'model_version' must be a positive integer");
+    else
+        c->req->model_version = v;
+    return true;
+}
+
+/* A "parameters" object (`what` names it in messages) of which one key
+ * matters here: `key`, a bool into *flag or (flag NULL) a byte count into
+ * *size. The others are skipped. */
+static bool scan_params(scan_ctx *c, const char *what, oip_fault kind, const char *key,
+                        int *flag, int64_t *size)
+{
+    json_scan *s = &c->js;
+    if (js_peek(s) != JS_OBJECT) {
+        refuse(c, kind, "%s must be an object, not %s", what, js_what(s));
+        return js_skip(s);
+    }
+    js_iter it;
+    const char *k;
+    if (!js_object(s, &it))
+        return false;
+    while (js_member(s, &it, &k, NULL)) {
+        js_kind vk = js_peek(s);
+        bool ok = true;
+        if (c->st != DL_OK || strcmp(k, key) != 0) {
+            ok = js_skip(s);
+        } else if (flag && (vk == JS_TRUE || vk == JS_FALSE)) {
+            bool v;
+            ok = js_bool(s, &v);
+            *flag = v;
+        } else if (!flag && vk == JS_NUMBER) {
+            js_num n = {0};
+            ok = js_number(s, &n);
+            if (n.fits && n.i >= 0)
+                *size = n.i;
+            else
+                refuse(c, kind, "%s.%s must be a byte count (an integer >= 0)", what, key);
+        } else {
+            refuse(c, kind, "%s.%s must be %s, not %s", what, key,
+                   flag ? "true or false" : "a byte count (an integer >= 0)", js_what(s));
+            ok = js_skip(s);
+        }
+        if (!ok)
+            return false;
+    }
+    return !s->failed;
+}
+
+static bool scan_datatype(scan_ctx *c)
+{
+    json_scan *s = &c->js;
+    if (js_peek(s) != JS_STRING) {
+        refuse(c, OIP_FAULT_TENSOR, "inputs[0].datatype must be \"FP32\" or \"UINT8\", not %s",
+               js_what(s));
+        return js_skip(s);
+    }
+    const char *v;
+    size_t n;
+    if (!js_string(s, &v, &n))
+        return false;
+    c->req->uint8 = strcmp(v, "UINT8") == 0;
+    if (!c->req->uint8 && strcmp(v, "FP32") != 0) {
+        char dt[33];
+        refuse(c, OIP_FAULT_TENSOR,
+               "inputs[0].datatype \"%s\" is not supported: use \"FP32\" or \"UINT8\"",
+               clip(v, n, dt, sizeof(dt)));
+    }
+    return true;
 }
 
 /* inputs[0].shape: 1..OIP_MAX_DIMS positive integers with a product that
  * fits int64_t. */
-static dl_status parse_shape(json_t *in, oip_request *req, dl_err *err)
+static bool scan_shape(scan_ctx *c)
 {
-    json_t *shape = json_object_get(in, "shape");
-    if (!shape)
-        return bad(err, "inputs[0].shape is missing");
-    size_t n = json_array_size(shape);
-    if (!json_is_array(shape) || n < 1 || n > OIP_MAX_DIMS)
-        return bad(err, "inputs[0].shape must be an array of 1 to %d integers",
-                   OIP_MAX_DIMS);
+    json_scan *s = &c->js;
+    oip_request *req = c->req;
+    js_kind k = js_peek(s);
+    js_mark m = js_save(s);
+    js_iter it;
     int64_t total = 1;
-    for (size_t i = 0; i < n; i++) {
-        json_t *d = json_array_get(shape, i);
-        json_int_t v = json_integer_value(d);
-        if (!json_is_integer(d) || v < 1)
-            return bad(err, "inputs[0].shape[%zu] must be a positive integer", i);
-        if (v > INT64_MAX / total)
-            return bad(err, "inputs[0].shape is too large");
-        total *= v;
-        req->shape[i] = v;
+    if (k != JS_ARRAY) {
+        refuse(c, OIP_FAULT_TENSOR, "inputs[0].shape must be an array of 1 to %d integers",
+               OIP_MAX_DIMS);
+        return js_skip(s);
     }
-    req->ndim = (int)n;
-    return DL_OK;
+    if (!js_array(s, &it))
+        return false;
+    while (js_element(s, &it)) {
+        size_t i = it.n - 1;
+        js_num d = {0};
+        if (i >= OIP_MAX_DIMS) {
+            refuse(c, OIP_FAULT_TENSOR, "inputs[0].shape must be an array of 1 to %d integers",
+                   OIP_MAX_DIMS);
+            return skip_from(c, m);
+        }
+        if (js_peek(s) == JS_NUMBER && !js_number(s, &d))
+            return false;
+        if (!d.integer || d.v < 1) {
+            refuse(c, OIP_FAULT_TENSOR, "inputs[0].shape[%zu] must be a positive integer", i);
+            return skip_from(c, m);
+        }
+        if (!d.fits || d.i > INT64_MAX / total) {
+            refuse(c, OIP_FAULT_TENSOR, "inputs[0].shape is too large");
+            return skip_from(c, m);
+        }
+        total *= d.i;
+        req->shape[i] = d.i;
+    }
+    if (s->failed)
+        return false;
+    if (it.n == 0)
+        refuse(c, OIP_FAULT_TENSOR, "inputs[0].shape must be an array of 1 to %d integers",
+               OIP_MAX_DIMS);
+    req->ndim = (int)it.n;
+    req->count = total;
+    return true;
 }
+
+/* ---- inputs[0].data -------------------------------------------------------
+ * Flat (the first element is not an array): exactly `count` values. Nested:
+ * an array of shape[0] arrays of shape[1]... values. Refusals follow the
+ * order of a walk that checks each array's length before its elements:
+ * a wrong element is reported only once the arrays around it are known to
+ * have the right lengths. */
+
+typedef struct filler {
+    scan_ctx *c;
+    bool      nested;
+    float    *x;                        /* count values; NULL: counting only */
+    int64_t   pos;
+    size_t    idx[OIP_MAX_DIMS];        /* where the walk is, for messages */
+    js_mark   start[OIP_MAX_DIMS];      /* where the array at each depth began */
+    char      why[sizeof(((dl_err *)0)->msg)];   /* the first refusal */
+} filler;
+
+/* "inputs[0].data[1][3]" for the first `depth` indices. */
+static const char *where(const filler *f, int depth, char *buf, size_t cap)
+{
+    size_t k = (size_t)snprintf(buf, cap, "inputs[0].data");
+    for (int i = 0; i < depth && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "[%zu]", f->idx[i]);
+    return buf;
+}
+
+/* Elements of the array at m (the scan comes back to where it was). */
+static int64_t count_items(json_scan *s, js_mark m)
+{
+    js_mark here = js_save(s);
+    js_iter it;
+    js_restore(s, m);
+    if (js_array(s, &it))
+        while (js_element(s, &it) && js_skip(s))
+            ;
+    js_restore(s, here);
+    return (int64_t)it.n;
+}
+
+static void size_fault(filler *f, int depth);
+
+/* Words the refusal of the value at `depth` (once): for nested data, the
+ * enclosing arrays' lengths are checked first, and a wrong one is the
+ * refusal instead. */
+static void fault_at(filler *f, int depth, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fault_at(filler *f, int depth, const char *fmt, ...)
+{
+    if (f->why[0])
+        return;
+    const oip_request *req = f->c->req;
+    for (int k = 0; f->nested && k < depth; k++) {
+        int64_t n = count_items(&f->c->js, f->start[k]);
+        if (f->c->js.failed)
+            return;   /* not JSON: that is the refusal */
+        if (n != req->shape[k]) {
+            size_fault(f, k);
+            return;
+        }
+    }
+    where(f, depth, f->why, sizeof(f->why) - 1);
+    size_t k = strlen(f->why);
+    f->why[k++] = ' ';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->why + k, sizeof(f->why) - k, fmt, ap);
+    va_end(ap);
+}
+
+/* The array at depth does not have shape[depth] elements (or is none). */
+static void size_fault(filler *f, int depth)
+{
+    const oip_request *req = f->c->req;
+    char s[160];
+    fault_at(f, depth, "must be an array of %lld items to match shape %s",
+             (long long)req->shape[depth], shape_text(req->shape, req->ndim, s, sizeof(s)));
+}
+
+/* One value into x[pos++]; a refusal is worded in f->why and the value
+ * skipped. False on a syntax error. */
+static bool put_value(filler *f, int depth)
+{
+    json_scan *s = &f->c->js;
+    bool u8 = f->c->req->uint8;
+    if (js_peek(s) != JS_NUMBER) {
+        fault_at(f, depth, u8 ? "must be an integer in 0..255 (UINT8), not %s"
+                              : "must be a number (FP32), not %s", js_what(s));
+        return js_skip(s);
+    }
+    js_num n;
+    if (!js_number(s, &n))
+        return false;
+    float v = (float)n.v;
+    if (u8 && (!n.fits || n.i < 0 || n.i > 255))
+        fault_at(f, depth, "must be an integer in 0..255 (UINT8), not %s",
+                 n.integer ? "out of range" : "a real");
+    else if (!isfinite(v))
+        fault_at(f, depth, "is out of the FP32 range");
+    else if (f->x)
+        f->x[f->pos++] = v;
+    return true;
+}
+
+/* One level of nested data: an array of shape[depth] items, each an array
+ * one level down or, at the last dimension, a value. False on a syntax
+ * error or a refusal (f->why). */
+static bool put_nested(filler *f, int depth)
+{
+    json_scan *s = &f->c->js;
+    const oip_request *req = f->c->req;
+    int64_t want = req->shape[depth];
+    js_iter it;
+    if (js_peek(s) != JS_ARRAY) {
+        size_fault(f, depth);
+        return false;
+    }
+    f->start[depth] = js_save(s);
+    if (!js_array(s, &it))
+        return false;
+    for (;;) {
+        /* The last dimension's numbers in one run; the rest one by one. */
+        if (depth + 1 == req->ndim && f->x && (int64_t)it.n < want)
+            f->pos += (int64_t)js_floats(s, &it, f->x + f->pos, (size_t)(want - (int64_t)it.n),
+                                         req->uint8);
+        if (!js_element(s, &it))
+            break;
+        if ((int64_t)it.n > want) {
+            size_fault(f, depth);
+            return false;
+        }
+        f->idx[depth] = it.n - 1;
+        bool ok = depth + 1 == req->ndim ? put_value(f, depth + 1) : put_nested(f, depth + 1);
+        if (!ok || f->why[0])
+            return false;
+    }
+    if (s->failed)
+        return false;
+    if ((int64_t)it.n != want) {
+        size_fault(f, depth);
+        return false;
+    }
+    return true;
+}
+
+/* Flat data: values until the closing bracket, counted to the end when
+ * they are too many or one is refused, as the count is refused first. */
+static bool put_flat(filler *f, int64_t *n)
+{
+    json_scan *s = &f->c->js;
+    int64_t total = f->c->req->count;
+    js_iter it;
+    if (!js_array(s, &it))
+        return false;
+    for (;;) {
+        /* Runs of numbers in one go; the rest one by one. */
+        if (f->x && !f->why[0] && (int64_t)it.n < total)
+            f->pos += (int64_t)js_floats(s, &it, f->x + f->pos, (size_t)(total - (int64_t)it.n),
+                                         f->c->req->uint8);
+        if (!js_element(s, &it))
+            break;
+        f->idx[0] = it.n - 1;
+        bool ok = f->x && !f->why[0] && (int64_t)it.n <= total ? put_value(f, 1) : js_skip(s);
+        if (!ok)
+            return false;
+    }
+    *n = (int64_t)it.n;
+    return !s->failed;
+}
+
+/* inputs[0].data, once datatype and shape are known. */
+static bool scan_data(scan_ctx *c)
+{
+    json_scan *s = &c->js;
+    oip_request *req = c->req;
+    int64_t total = req->count, n = 0;
+    char sh[160];
+    if (js_peek(s) != JS_ARRAY) {
+        refuse(c, OIP_FAULT_TENSOR, "inputs[0].data must be an array, not %s", js_what(s));
+        return js_skip(s);
+    }
+    js_mark m = js_save(s);
+    filler f = {.c = c, .nested = js_peek_first(s) == JS_ARRAY};
+    /* Every value takes at least two bytes ("1,") but the last: a larger
+     * shape cannot match, and must not size an allocation. */
+    bool room = (uint64_t)total <= (uint64_t)(s->end - s->p) / 2 + 1;
+    if (f.nested && !room) {
+        refuse(c, OIP_FAULT_TENSOR, "inputs[0].data holds fewer than the %lld values of shape %s",
+               (long long)total, shape_text(req->shape, req->ndim, sh, sizeof(sh)));
+        return js_skip(s);
+    }
+    if (room && !(f.x = malloc((size_t)total * sizeof(float)))) {
+        out_of_memory(c, "the input values");
+        return js_skip(s);
+    }
+    bool ok = f.nested ? put_nested(&f, 0) : put_flat(&f, &n);
+    if (s->failed) {
+        free(f.x);
+        return false;
+    }
+    if (!f.nested && n != total)
+        refuse(c, OIP_FAULT_TENSOR, "inputs[0].data has %lld values; shape %s needs %lld",
+               (long long)n, shape_text(req->shape, req->ndim, sh, sizeof(sh)),
+               (long long)total);
+    else if (f.why[0])
+        refuse(c, OIP_FAULT_TENSOR, "%s", f.why);
+    if (c->st != DL_OK) {
+        free(f.x);
+        return ok || skip_from(c, m);   /* nested data stopped half-way */
+    }
+    req->x = f.x;
+    return true;
+}
+
+/* Little-endian loads, whatever the host's order. */
+static uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* inputs[0]'s values from the binary part: `size` bytes from where the
+ * inputs before it stopped. */
+static void take_binary(scan_ctx *c, int64_t size)
+{
+    oip_request *req = c->req;
+    size_t el = req->uint8 ? 1 : 4, avail = c->bin_len - c->bin_used;
+    char sh[160];
+    if (req->count > INT64_MAX / (int64_t)el || size != req->count * (int64_t)el) {
+        refuse(c, OIP_FAULT_TENSOR, "inputs[0].parameters.binary_data_size is %lld bytes, but "
+               "shape %s of %s takes %lld values of %zu byte%s", (long long)size,
+               shape_text(req->shape, req->ndim, sh, sizeof(sh)), req->uint8 ? "UINT8" : "FP32",
+               (long long)req->count, el, el > 1 ? "s" : "");
+        return;
+    }
+    if ((uint64_t)size > avail) {
+        refuse(c, OIP_FAULT_TENSOR, "inputs[0].parameters.binary_data_size is %lld bytes, but "
+               "only %zu follow the %zu bytes of JSON (%s)", (long long)size, avail,
+               c->json_len, OIP_HEADER_JSON_LEN);
+        return;
+    }
+    const unsigned char *b = c->bin + c->bin_used;
+    float *x = malloc((size_t)req->count * sizeof(float));
+    if (!x) {
+        out_of_memory(c, "the input values");
+        return;
+    }
+    for (int64_t i = 0; i < req->count; i++) {
+        if (req->uint8) {
+            x[i] = b[i];
+            continue;
+        }
+        uint32_t u = le32(b + 4 * i);
+        memcpy(&x[i], &u, sizeof(float));
+        if (!isfinite(x[i])) {
+            refuse(c, OIP_FAULT_TENSOR, "inputs[0] binary data: value %lld is not a finite "
+                   "FP32 number", (long long)i);
+            free(x);
+            return;
+        }
+    }
+    req->x = x;
+    req->binary_in = true;
+    c->bin_used += (size_t)size;
+}
+
+/* inputs[0]: its keys in any order. "data" before "datatype" or "shape"
+ * is checked as JSON, then read once they are known. */
+static bool scan_input(scan_ctx *c)
+{
+    json_scan *s = &c->js;
+    oip_request *req = c->req;
+    bool dtype = false, shape = false, data = false, deferred = false;
+    int64_t size = -1;
+    js_mark data_at = {0};
+    js_iter it;
+    const char *key;
+    if (js_peek(s) != JS_OBJECT) {
+        refuse(c, OIP_FAULT_TENSOR, "inputs[0] must be an object, not %s", js_what(s));
+        return js_skip(s);
+    }
+    if (!js_object(s, &it))
+        return false;
+    while (js_member(s, &it, &key, NULL)) {
+        bool ok;
+        if (c->st != DL_OK) {
+            ok = js_skip(s);
+        } else if (strcmp(key, "name") == 0) {
+            ok = scan_name(c, "inputs[0].name", &req->input);
+        } else if (strcmp(key, "datatype") == 0) {
+            ok = scan_datatype(c);
+            dtype = true;
+        } else if (strcmp(key, "shape") == 0) {
+            ok = scan_shape(c);
+            shape = true;
+        } else if (strcmp(key, "parameters") == 0) {
+            ok = scan_params(c, "inputs[0].parameters", OIP_FAULT_TENSOR, "binary_data_size",
+                             NULL, &size);
+        } else if (strcmp(key, "data") == 0) {
+            data = true;
+            deferred = !dtype || !shape;
+            if (deferred) {
+                js_peek(s);
+                data_at = js_save(s);
+            }
+            ok = deferred ? js_skip(s) : scan_data(c);
+        } else {
+            ok = js_skip(s);
+        }
+        if (!ok)
+            return false;
+    }
+    if (s->failed || c->st != DL_OK)
+        return !s->failed;
+    if (!dtype)
+        refuse(c, OIP_FAULT_TENSOR, "inputs[0].datatype must be \"FP32\" or \"UINT8\"");
+    else if (!shape)
+        refuse(c, OIP_FAULT_TENSOR, "inputs[0].shape is missing");
+    else if (data && size >= 0)
+        refuse(c, OIP_FAULT_TENSOR, "inputs[0] has both \"data\" and "
+               "parameters.binary_data_size: send its values one way");
+    else if (size >= 0)
+        take_binary(c, size);
+    else if (!data)
+        refuse(c, OIP_FAULT_TENSOR, "inputs[0].data is missing");
+    else if (deferred) {
+        js_mark end = js_save(s);
+        js_restore(s, data_at);
+        bool ok = scan_data(c);
+        js_restore(s, end);
+        return ok;
+    }
+    return true;
+}
+
+static bool scan_inputs(scan_ctx *c)
+{
+    json_scan *s = &c->js;
+    js_iter it;
+    c->saw_inputs = true;
+    if (js_peek(s) != JS_ARRAY) {
+        refuse(c, OIP_FAULT_ENVELOPE, "'inputs' must be an array, not %s", js_what(s));
+        return js_skip(s);
+    }
+    if (!js_array(s, &it))
+        return false;
+    while (js_element(s, &it))
+        if (!(it.n == 1 && c->st == DL_OK ? scan_input(c) : js_skip(s)))
+            return false;
+    c->req->ninputs = it.n > INT_MAX ? INT_MAX : (int)it.n;
+    return !s->failed;
+}
+
+static bool scan_output(scan_ctx *c, size_t i, oip_asked *o)
+{
+    json_scan *s = &c->js;
+    js_iter it;
+    const char *key;
+    char w[48];
+    o->binary = -1;
+    if (js_peek(s) != JS_OBJECT) {
+        refuse(c, OIP_FAULT_TENSOR, "outputs[%zu] must be an object with a string 'name'", i);
+        return js_skip(s);
+    }
+    if (!js_object(s, &it))
+        return false;
+    while (js_member(s, &it, &key, NULL)) {
+        bool ok;
+        if (c->st != DL_OK) {
+            ok = js_skip(s);
+        } else if (strcmp(key, "name") == 0) {
+            snprintf(w, sizeof(w), "outputs[%zu].name", i);
+            ok = scan_name(c, w, &o->name);
+        } else if (strcmp(key, "parameters") == 0) {
+            snprintf(w, sizeof(w), "outputs[%zu].parameters", i);
+            ok = scan_params(c, w, OIP_FAULT_TENSOR, "binary_data", &o->binary, NULL);
+        } else {
+            ok = js_skip(s);
+        }
+        if (!ok)
+            return false;
+    }
+    if (!s->failed && !o->name.given)
+        refuse(c, OIP_FAULT_TENSOR, "outputs[%zu] must be an object with a string 'name'", i);
+    return !s->failed;
+}
+
+static bool scan_outputs(scan_ctx *c)
+{
+    json_scan *s = &c->js;
+    oip_request *req = c->req;
+    js_iter it;
+    if (js_peek(s) != JS_ARRAY) {
+        refuse(c, OIP_FAULT_ENVELOPE, "'outputs' must be an array, not %s", js_what(s));
+        return js_skip(s);
+    }
+    if (!js_array(s, &it))
+        return false;
+    while (js_element(s, &it)) {
+        size_t i = it.n - 1;
+        if (i == OIP_MAX_OUTPUTS)
+            refuse(c, OIP_FAULT_TENSOR, "'outputs' lists more than %d outputs", OIP_MAX_OUTPUTS);
+        if (!(c->st == DL_OK ? scan_output(c, i, &req->asked[i]) : js_skip(s)))
+            return false;
+    }
+    req->nasked = it.n > OIP_MAX_OUTPUTS ? OIP_MAX_OUTPUTS : (int)it.n;
+    return !s->failed;
+}
+
+static bool scan_root(scan_ctx *c)
+{
+    json_scan *s = &c->js;
+    js_iter it;
+    const char *key;
+    int binary_out = 0;
+    if (js_peek(s) != JS_OBJECT) {
+        if (js_peek(s) != JS_NONE)
+            refuse(c, OIP_FAULT_ENVELOPE, "the request must be a JSON object, not %s",
+                   js_what(s));
+        return js_skip(s);
+    }
+    if (!js_object(s, &it))
+        return false;
+    while (js_member(s, &it, &key, NULL)) {
+        bool ok;
+        if (strcmp(key, "id") == 0)
+            ok = scan_id(c);   /* even after a refusal: a dead letter names it */
+        else if (c->st != DL_OK)
+            ok = js_skip(s);
+        else if (strcmp(key, "inputs") == 0)
+            ok = scan_inputs(c);
+        else if (strcmp(key, "outputs") == 0)
+            ok = scan_outputs(c);
+        else if (strcmp(key, "parameters") == 0)
+            ok = scan_params(c, "'parameters'", OIP_FAULT_ENVELOPE, "binary_data_output",
+                             &binary_out, NULL);
+        else if (strcmp(key, "model") == 0)
+            ok = scan_model(c);
+        else if (strcmp(key, "model_version") == 0)
+            ok = scan_version(c);
+        else
+            ok = js_skip(s);
+        if (!ok)
+            return false;
+    }
+    c->req->binary_out = binary_out == 1;
+    return !s->failed;
+}
+
+dl_status oip_scan_infer(const char *body, size_t len, size_t json_len, oip_request *req,
+                         dl_err *err)
+{
+    memset(req, 0, sizeof(*req));
+    if (json_len > len) {
+        req->fault = OIP_FAULT_SYNTAX;
+        return bad(err, "%s %zu is more than the body's %zu bytes", OIP_HEADER_JSON_LEN,
+                   json_len, len);
+    }
+    scan_ctx c = {.req = req, .err = err, .json_len = json_len, .bin_len = len - json_len};
+    if (body)
+        c.bin = (const unsigned char *)body + json_len;
+    js_init(&c.js, body, json_len);
+    if (scan_root(&c) && js_end(&c.js) && c.st == DL_OK) {
+        if (!c.saw_inputs)
+            refuse(&c, OIP_FAULT_ENVELOPE, "'inputs' is missing");
+        else if (req->ninputs == 1 && c.bin_used != c.bin_len)
+            refuse(&c, OIP_FAULT_TENSOR, "the body has %zu bytes after its %zu bytes of JSON "
+                   "(%s), but the inputs' binary_data_size add up to %zu", c.bin_len,
+                   json_len, OIP_HEADER_JSON_LEN, c.bin_used);
+    }
+    dl_status st = c.st;
+    if (c.js.failed) {
+        st = js_error(&c.js, err);
+        req->fault = c.js.nomem ? OIP_FAULT_NONE : OIP_FAULT_SYNTAX;
+    }
+    js_fini(&c.js);
+    if (st == DL_OK)
+        return DL_OK;
+    /* Nothing but the id stays, and that only from well-formed JSON. */
+    char *id = c.js.failed ? NULL : req->id;
+    bool id_integer = req->id_integer;
+    oip_fault fault = req->fault;
+    if (id)
+        req->id = NULL;   /* kept from oip_request_fini */
+    oip_request_fini(req);
+    req->id = id;
+    req->id_integer = id && id_integer;
+    req->fault = fault;
+    return st;
+}
+
+/* ---- infer requests: against the model ------------------------------------ */
 
 static int64_t product(const int64_t *d, int n)
 {
@@ -281,361 +957,118 @@ static dl_status fit_shape(oip_request *req, const dl_model_conf *conf, int64_t 
         req->batch = req->shape[0];
         return DL_OK;
     }
-    if (product(req->shape, req->ndim) == in_dim) {
+    if (req->count == in_dim) {
         req->batch = 1;
         return DL_OK;
     }
     char got[160], want[160];
-    return dl_err_set(err, DL_ERR_INVALID,
-                      "inputs[0].shape %s does not fit model '%s': it takes [B, ...] with %lld "
-                      "values per sample, e.g. [B, %s",
-                      shape_text(req->shape, req->ndim, got, sizeof(got)), conf->name,
-                      (long long)in_dim,
-                      shape_text(conf->in_shape, conf->in_ndim, want, sizeof(want)) + 1);
+    return bad(err, "inputs[0].shape %s does not fit model '%s': it takes [B, ...] with %lld "
+               "values per sample, e.g. [B, %s",
+               shape_text(req->shape, req->ndim, got, sizeof(got)), conf->name,
+               (long long)in_dim,
+               shape_text(conf->in_shape, conf->in_ndim, want, sizeof(want)) + 1);
 }
 
-/* Filling x from data, flat or nested, with positions for messages. */
-typedef struct filler {
-    const oip_request *req;
-    bool               u8;
-    float             *x;
-    int64_t            pos;
-    size_t             idx[OIP_MAX_DIMS];
-    dl_err            *err;
-} filler;
-
-/* "inputs[0].data[1][3]" for the first `depth` indices. */
-static const char *where(const filler *f, int depth, char *buf, size_t cap)
+/* The OIP_OUT_* kind a model's output name stands for; 0 for none. */
+static unsigned output_kind(const oip_name *name, const dl_model_conf *conf)
 {
-    size_t k = (size_t)snprintf(buf, cap, "inputs[0].data");
-    for (int i = 0; i < depth && k < cap; i++)
-        k += (size_t)snprintf(buf + k, cap - k, "[%zu]", f->idx[i]);
-    return buf;
+    if (name->too_long)
+        return 0;
+    if (strcmp(name->text, conf->output_name) == 0)
+        return OIP_OUT_TENSOR;
+    if (strcmp(name->text, "label") == 0 && conf->nlabels > 0)
+        return OIP_OUT_LABEL;
+    if (strcmp(name->text, "class") == 0)
+        return OIP_OUT_CLASS;
+    return 0;
 }
 
-static dl_status put_value(filler *f, json_t *v, int depth)
+static void add_output(oip_request *req, unsigned kind, bool binary)
 {
-    char w[128];
-    if (f->u8) {
-        json_int_t i = json_integer_value(v);
-        if (!json_is_integer(v) || i < 0 || i > 255)
-            return bad(f->err, "%s must be an integer in 0..255 (UINT8), not %s",
-                       where(f, depth, w, sizeof(w)),
-                       json_is_integer(v) ? "out of range" : type_name(v));
-        f->x[f->pos++] = (float)i;
-        return DL_OK;
-    }
-    if (!json_is_number(v))
-        return bad(f->err, "%s must be a number (FP32), not %s",
-                   where(f, depth, w, sizeof(w)), type_name(v));
-    float x = (float)json_number_value(v);
-    if (!isfinite(x))
-        return bad(f->err, "%s is out of the FP32 range",
-                   where(f, depth, w, sizeof(w)));
-    f->x[f->pos++] = x;
-    return DL_OK;
+    req->outputs |= kind;
+    req->out[req->nout++] = (oip_output){.kind = kind, .binary = binary};
 }
 
-/* One level of nested data: an array of shape[depth] items, each an array
- * one level down or, at the last dimension, a value. */
-static dl_status put_nested(filler *f, json_t *a, int depth)
+dl_status oip_check_infer(oip_request *req, const dl_model_conf *conf, int64_t in_dim,
+                          dl_err *err)
 {
-    int64_t want = f->req->shape[depth];
-    if (!json_is_array(a) || (int64_t)json_array_size(a) != want) {
-        char w[128], s[160];
-        return dl_err_set(f->err, DL_ERR_INVALID,
-                          "%s must be an array of %lld items to match shape %s",
-                          where(f, depth, w, sizeof(w)), (long long)want,
-                          shape_text(f->req->shape, f->req->ndim, s, sizeof(s)));
-    }
-    size_t i;
-    json_t *v;
-    json_array_foreach(a, i, v) {
-        f->idx[depth] = i;
-        dl_status st = depth + 1 == f->req->ndim ? put_value(f, v, depth + 1)
-                                                 : put_nested(f, v, depth + 1);
-        if (st != DL_OK)
-            return st;
-    }
-    return DL_OK;
-}
-
-static dl_status put_flat(filler *f, json_t *a)
-{
-    size_t i;
-    json_t *v;
-    json_array_foreach(a, i, v) {
-        f->idx[0] = i;
-        dl_status st = put_value(f, v, 1);
-        if (st != DL_OK)
-            return st;
-    }
-    return DL_OK;
-}
-
-/* Values of a flat data array read straight from the body (see fast_scan),
- * or NULL. */
-typedef struct fast_data {
-    float  *x;
-    int64_t n;
-    bool    integers;   /* every value an integer in 0..255 */
-} fast_data;
-
-static dl_status parse_data(json_t *in, bool u8, size_t body_len, const fast_data *fast,
-                            oip_request *req, dl_err *err)
-{
-    json_t *data = json_object_get(in, "data");
-    if (fast && json_is_array(data) && json_array_size(data) == 0 &&
-        fast->n == product(req->shape, req->ndim) && (!u8 || fast->integers)) {
-        req->x = fast->x;   /* takes the values */
-        return DL_OK;
-    }
-    if (!json_is_array(data))
-        return data ? bad(err, "inputs[0].data must be an array, not %s", type_name(data))
-                    : bad(err, "inputs[0].data is missing");
-    int64_t total = product(req->shape, req->ndim);
-    bool nested = json_is_array(json_array_get(data, 0));
-    char s[160];
-    if (!nested && (int64_t)json_array_size(data) != total)
-        return bad(err, "inputs[0].data has %zu values; shape %s needs %lld",
-                   json_array_size(data), shape_text(req->shape, req->ndim, s, sizeof(s)),
-                   (long long)total);
-    /* Every value takes at least one byte of the body: a larger shape
-     * cannot match nested data either, and must not size an allocation. */
-    if ((uint64_t)total > body_len)
-        return bad(err, "inputs[0].data holds fewer than the %lld values of shape %s",
-                   (long long)total, shape_text(req->shape, req->ndim, s, sizeof(s)));
-    req->x = malloc((size_t)total * sizeof(float));
-    if (!req->x)
-        return dl_err_set(err, DL_ERR_NOMEM, "input of %lld values", (long long)total);
-    filler f = {.req = req, .u8 = u8, .x = req->x, .err = err};
-    return nested ? put_nested(&f, data, 0) : put_flat(&f, data);
-}
-
-static dl_status parse_input(json_t *in, const dl_model_conf *conf, int64_t in_dim,
-                             size_t body_len, const fast_data *fast, oip_request *req,
-                             dl_err *err)
-{
-    if (!json_is_object(in))
-        return bad(err, "inputs[0] must be an object, not %s", type_name(in));
-    json_t *name = json_object_get(in, "name"), *params = json_object_get(in, "parameters");
-    if (name && !json_is_string(name))
-        return bad(err, "inputs[0].name must be a string");
-    if (params && !json_is_object(params))
-        return bad(err, "inputs[0].parameters must be an object");
-    const char *dt = json_string_value(json_object_get(in, "datatype"));
-    if (!dt)
-        return bad(err, "inputs[0].datatype must be \"FP32\" or \"UINT8\"");
-    bool u8 = strcmp(dt, "UINT8") == 0;
-    if (!u8 && strcmp(dt, "FP32") != 0)
-        return bad(err, "inputs[0].datatype \"%.32s\" is not supported: use \"FP32\" or \"UINT8\"",
-                   dt);
-    dl_status st = parse_shape(in, req, err);
-    if (st == DL_OK)
-        st = fit_shape(req, conf, in_dim, err);
-    if (st == DL_OK)
-        st = parse_data(in, u8, body_len, fast, req, err);
-    return st;
-}
-
-static dl_status parse_root(json_t *root, const dl_model_conf *conf, int64_t in_dim,
-                            size_t body_len, const fast_data *fast, oip_request *req,
-                            dl_err *err)
-{
-    if (!json_is_object(root))
-        return bad(err, "the request must be a JSON object, not %s", type_name(root));
-    json_t *inputs = json_object_get(root, "inputs"), *params = json_object_get(root, "parameters");
-    if (params && !json_is_object(params))
-        return bad(err, "'parameters' must be an object");
-    if (!inputs)
-        return bad(err, "'inputs' is missing");
-    if (!json_is_array(inputs))
-        return bad(err, "'inputs' must be an array, not %s", type_name(inputs));
-    if (json_array_size(inputs) != 1)
-        return bad(err, "'inputs' has %zu inputs; model '%s' takes exactly one ('%s')",
-                   json_array_size(inputs), conf->name, conf->input_name);
-    dl_status st = parse_id(root, req, err);
-    if (st == DL_OK)
-        st = parse_outputs(json_object_get(root, "outputs"), conf, &req->outputs, err);
-    if (st == DL_OK)
-        st = parse_input(json_array_get(inputs, 0), conf, in_dim, body_len, fast, req, err);
-    return st;
-}
-
-/* ---- the fast path for flat numeric data ---------------------------------
- * Decoding hundreds of numbers into a jansson tree (a node and a strtod
- * each) costs most of a request. So the body's first "data": [numbers]
- * array is read straight into floats, and jansson parses the rest with
- * that array replaced by []. Only a clean, flat array of plain numbers
- * takes this path; anything else (nesting, strings, a "data" elsewhere,
- * values UINT8 cannot hold) goes through jansson whole, which also words
- * every error. */
-
-/* The end of the string starting at p (on its opening quote), or NULL. */
-static const char *skip_string(const char *p, const char *end)
-{
-    for (p++; p < end; p++) {
-        if (*p == '\\')
-            p++;
-        else if (*p == '"')
-            return p + 1;
-    }
-    return NULL;
-}
-
-/* One JSON number at *p into *v (strtod's value), noting whether it is an
- * integer; false if none is there. Short decimals are converted exactly
- * without strtod: digits / 10^k is correctly rounded, as strtod is. */
-static bool read_number(const char **pp, const char *end, double *v, bool *integer)
-{
-    static const double pow10[] = { 1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
-                                    1e10, 1e11, 1e12, 1e13, 1e14, 1e15 };
-    const char *p = *pp;
-    bool neg = p < end && *p == '-';
-    p += neg;
-    uint64_t m = 0;
-    int digits = 0, frac = 0;
-    if (p >= end || *p < '0' || *p > '9' || (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9'))
-        return false;
-    for (; p < end && *p >= '0' && *p <= '9'; p++, digits++)
-        m = m * 10 + (uint64_t)(*p - '0');
-    if (p < end && *p == '.') {
-        const char *f = ++p;
-        for (; p < end && *p >= '0' && *p <= '9'; p++, digits++, frac++)
-            m = m * 10 + (uint64_t)(*p - '0');
-        if (p == f)
-            return false;
-    }
-    bool expo = p < end && (*p == 'e' || *p == 'E');
-    *integer = frac == 0 && !expo;
-    if (digits <= 15 && !expo) {
-        *v = (double)m / pow10[frac];
-        *v = neg ? -*v : *v;
-        *pp = p;
-        return true;
-    }
-    char buf[64];
-    size_t n = (size_t)(end - *pp) < sizeof(buf) - 1 ? (size_t)(end - *pp) : sizeof(buf) - 1;
-    memcpy(buf, *pp, n);
-    buf[n] = '\0';
-    char *stop;
-    *v = strtod(buf, &stop);
-    if (stop == buf)
-        return false;
-    *pp += stop - buf;
-    return true;
-}
-
-/* Reads the flat array of numbers at p (on '['); returns its end or NULL. */
-static const char *read_flat(const char *p, const char *end, fast_data *fd)
-{
-    size_t cap = (size_t)(end - p) / 2 + 1;     /* at most one value per 2 bytes */
-    fd->x = malloc(cap * sizeof(float));
-    fd->n = 0;
-    fd->integers = true;
-    if (!fd->x)
-        return NULL;
-    for (p++;;) {
-        while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
-            p++;
-        if (p < end && *p == ']' && fd->n == 0)
-            return p + 1;
-        double v;
-        bool integer;
-        if (!read_number(&p, end, &v, &integer) || !isfinite((float)v))
-            return NULL;
-        fd->integers = fd->integers && integer && v >= 0 && v <= 255;
-        fd->x[fd->n++] = (float)v;
-        while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
-            p++;
-        if (p < end && *p == ']')
-            return p + 1;
-        if (p >= end || *p != ',')
-            return NULL;
-        p++;
-    }
-}
-
-/* Finds the first key "data" whose value is a flat array of numbers; on
- * success *copy is the body with that array replaced by [] (new). */
-static bool fast_scan(const char *body, size_t len, fast_data *fd, char **copy, size_t *clen)
-{
-    const char *end = body + len, *p = body;
-    memset(fd, 0, sizeof(*fd));
-    while (p < end) {
-        if (*p != '"') {
-            p++;
-            continue;
-        }
-        const char *s = p;
-        if (!(p = skip_string(p, end)))
-            return false;
-        if (p - s != 6 || memcmp(s, "\"data\"", 6) != 0)
-            continue;
-        while (p < end && (*p == ' ' || *p == ':' || *p == '\n' || *p == '\t' || *p == '\r'))
-            p++;
-        if (p >= end || *p != '[')
-            return false;
-        const char *a = p, *z = read_flat(p, end, fd);
-        if (!z) {
-            free(fd->x);
-            fd->x = NULL;
-            return false;
-        }
-        size_t head = (size_t)(a - body), tail = (size_t)(end - z);
-        if (!(*copy = malloc(head + tail + 3))) {
-            free(fd->x);
-            fd->x = NULL;
-            return false;
-        }
-        memcpy(*copy, body, head);
-        memcpy(*copy + head, "[]", 2);
-        memcpy(*copy + head + 2, z, tail);
-        *clen = head + 2 + tail;
-        return true;
-    }
-    return false;
-}
-
-static dl_status parse_json(const char *body, size_t len, const dl_model_conf *conf,
-                            int64_t in_dim, size_t body_len, const fast_data *fast,
-                            oip_request *req, dl_err *err)
-{
-    memset(req, 0, sizeof(*req));
-    json_error_t je;
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return bad(err, "bad JSON at line %d, column %d: %s", je.line, je.column, je.text);
-    dl_status st = parse_root(root, conf, in_dim, body_len, fast, req, err);
-    json_decref(root);
-    return st;
-}
-
-dl_status oip_parse_infer(const char *body, size_t len, const dl_model_conf *conf,
-                          int64_t in_dim, oip_request *req, dl_err *err)
-{
-    fast_data fd;
-    char *rest = NULL;
-    size_t rest_len = 0;
-    if (body && fast_scan(body, len, &fd, &rest, &rest_len)) {
-        dl_status st = parse_json(rest, rest_len, conf, in_dim, len, &fd, req, err);
-        free(rest);
-        if (st == DL_OK && req->x == fd.x)
-            return DL_OK;            /* the fast values were used */
-        free(fd.x);
-        oip_request_fini(req);      /* otherwise jansson reads it all */
-    }
-    dl_status st = parse_json(body, len, conf, in_dim, len, NULL, req, err);
+    if (req->ninputs != 1)
+        return bad(err, "'inputs' has %d inputs; model '%s' takes exactly one ('%s')",
+                   req->ninputs, conf->name, conf->input_name);
+    if (!req->input.given)
+        return bad(err, "inputs[0].name is missing: model '%s' takes '%s'", conf->name,
+                   conf->input_name);
+    if (req->input.too_long || strcmp(req->input.text, conf->input_name) != 0)
+        return bad(err, "inputs[0]: model '%s' has no input '%s%s' (it takes '%s')", conf->name,
+                   req->input.text, req->input.too_long ? "..." : "", conf->input_name);
+    dl_status st = fit_shape(req, conf, in_dim, err);
     if (st != DL_OK)
+        return st;
+    req->outputs = 0;
+    req->nout = 0;
+    if (req->nasked == 0) {
+        add_output(req, OIP_OUT_TENSOR, req->binary_out);
+        if (conf->nlabels > 0)
+            add_output(req, OIP_OUT_LABEL, req->binary_out);
+        add_output(req, OIP_OUT_CLASS, req->binary_out);
+        return DL_OK;
+    }
+    for (int i = 0; i < req->nasked; i++) {
+        const oip_asked *a = &req->asked[i];
+        unsigned kind = output_kind(&a->name, conf);
+        if (!kind)
+            return bad(err, "outputs[%d]: model '%s' has no output '%s%s' (it has '%s'%s and "
+                       "'class')", i, conf->name, a->name.text, a->name.too_long ? "..." : "",
+                       conf->output_name, conf->nlabels > 0 ? ", 'label'" : "");
+        if (!(req->outputs & kind))
+            add_output(req, kind, a->binary >= 0 ? a->binary == 1 : req->binary_out);
+    }
+    return DL_OK;
+}
+
+dl_status oip_parse_infer(const char *body, size_t len, size_t json_len,
+                          const dl_model_conf *conf, int64_t in_dim, oip_request *req,
+                          dl_err *err)
+{
+    dl_status st = oip_scan_infer(body, len, json_len, req, err);
+    if (st == DL_OK && req->id_integer) {
+        req->fault = OIP_FAULT_ENVELOPE;
+        st = bad(err, "'id' must be a string, not an integer");
+    }
+    if (st == DL_OK)
+        st = oip_check_infer(req, conf, in_dim, err);
+    if (st != DL_OK) {
+        oip_fault fault = req->fault;
         oip_request_fini(req);
+        req->fault = fault;
+    }
     return st;
 }
 
 void oip_request_fini(oip_request *req)
 {
     free(req->id);
+    free(req->model);
     free(req->x);
     memset(req, 0, sizeof(*req));
+}
+
+dl_status oip_json_len(const char *header, size_t len, size_t *json_len, dl_err *err)
+{
+    *json_len = len;
+    if (!header)
+        return DL_OK;
+    size_t n = strlen(header);
+    char v[24];
+    if (n == 0 || n > 18 || strspn(header, "0123456789") != n)
+        return bad(err, "%s '%s' is not a byte count", OIP_HEADER_JSON_LEN,
+                   clip(header, n, v, sizeof(v)));
+    unsigned long long x = strtoull(header, NULL, 10);
+    if (x > len)
+        return bad(err, "%s %llu is more than the body's %zu bytes", OIP_HEADER_JSON_LEN, x,
+                   len);
+    *json_len = (size_t)x;
+    return DL_OK;
 }
 
 void oip_scale(const dl_model_conf *conf, float *x, int64_t n)
@@ -645,7 +1078,189 @@ void oip_scale(const dl_model_conf *conf, float *x, int64_t n)
     dl_scaling_apply(&sc, x, n);
 }
 
-/* ---- answers ------------------------------------------------------------ */
+/* ---- the infer answer, written directly ------------------------------------ */
+
+static void put(dl_sbuf *b, const char *s)
+{
+    dl_sbuf_add(b, s, strlen(s));
+}
+
+/* s as a JSON string: s is valid UTF-8 (ids come through json_scan,
+ * names and labels through jansson); quotes, backslashes and control
+ * characters are escaped. */
+static void put_string(dl_sbuf *b, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    dl_sbuf_putc(b, '"');
+    for (const char *run = s;; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        dl_sbuf_add(b, run, (size_t)(s - run));
+        if (!c)
+            break;
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            dl_sbuf_add(b, e, 2);
+        } else {
+            char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            dl_sbuf_add(b, e, 6);
+        }
+        run = s + 1;
+    }
+    dl_sbuf_putc(b, '"');
+}
+
+static void put_int(dl_sbuf *b, int64_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[sizeof(tmp) - 1 - n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        tmp[sizeof(tmp) - 1 - n++] = '-';
+    dl_sbuf_add(b, tmp + sizeof(tmp) - n, n);
+}
+
+/* Little-endian bytes of v, whatever the host's order. */
+static void put_le(dl_sbuf *b, uint64_t v, int bytes)
+{
+    char le[8];
+    for (int i = 0; i < bytes; i++)
+        le[i] = (char)(v >> (8 * i));
+    dl_sbuf_add(b, le, (size_t)bytes);
+}
+
+static const char *label_of(const oip_result *res, int64_t c)
+{
+    return c < res->conf->nlabels ? res->conf->labels[c] : "";
+}
+
+/* Bytes of an output's binary data. */
+static size_t binary_size(const oip_result *res, unsigned kind)
+{
+    if (kind == OIP_OUT_TENSOR)
+        return (size_t)(res->batch * res->out_dim) * sizeof(float);
+    if (kind == OIP_OUT_CLASS)
+        return (size_t)res->batch * sizeof(int64_t);
+    size_t n = 0;
+    for (int64_t i = 0; i < res->batch; i++)
+        n += 4 + strlen(label_of(res, dl_argmax(res->y + i * res->out_dim, res->out_dim)));
+    return n;
+}
+
+/* One output's values, as JSON ("data") or as binary data. */
+static void put_values(dl_sbuf *b, const oip_result *res, unsigned kind, bool binary)
+{
+    for (int64_t i = 0; i < res->batch; i++) {
+        const float *p = res->y + i * res->out_dim;
+        if (kind == OIP_OUT_TENSOR) {
+            for (int64_t j = 0; j < res->out_dim; j++) {
+                if (binary) {
+                    uint32_t u;
+                    memcpy(&u, &p[j], sizeof(u));
+                    put_le(b, u, 4);
+                    continue;
+                }
+                char num[DL_FLOAT_CHARS + 1];
+                size_t n = 0;
+                if (i > 0 || j > 0)
+                    num[n++] = ',';
+                n += dl_fmt_float(num + n, p[j]);   /* JSON's null when not finite */
+                dl_sbuf_add(b, num, n);
+            }
+            continue;
+        }
+        int64_t c = dl_argmax(p, res->out_dim);
+        if (!binary && i > 0)
+            dl_sbuf_putc(b, ',');
+        if (kind == OIP_OUT_CLASS && binary) {
+            put_le(b, (uint64_t)c, 8);
+        } else if (kind == OIP_OUT_CLASS) {
+            put_int(b, c);
+        } else if (binary) {
+            const char *l = label_of(res, c);
+            put_le(b, strlen(l), 4);
+            put(b, l);
+        } else {
+            put_string(b, label_of(res, c));
+        }
+    }
+}
+
+static void put_output(dl_sbuf *b, const oip_result *res, oip_output o)
+{
+    const char *name = o.kind == OIP_OUT_TENSOR  ? res->conf->output_name
+                       : o.kind == OIP_OUT_LABEL ? "label"
+                                                 : "class";
+    const char *type = o.kind == OIP_OUT_TENSOR  ? "FP32"
+                       : o.kind == OIP_OUT_LABEL ? "BYTES"
+                                                 : "INT64";
+    put(b, "{\"name\":");
+    put_string(b, name);
+    put(b, ",\"datatype\":\"");
+    put(b, type);
+    put(b, "\",\"shape\":[");
+    put_int(b, res->batch);
+    if (o.kind == OIP_OUT_TENSOR) {
+        dl_sbuf_putc(b, ',');
+        put_int(b, res->out_dim);
+    }
+    if (o.binary) {
+        put(b, "],\"parameters\":{\"binary_data_size\":");
+        put_int(b, (int64_t)binary_size(res, o.kind));
+        put(b, "}}");
+        return;
+    }
+    put(b, "],\"data\":[");
+    put_values(b, res, o.kind, false);
+    put(b, "]}");
+}
+
+dl_status oip_write_infer(const oip_result *res, dl_sbuf *b, size_t *json_len, dl_err *err)
+{
+    /* Without a list: the mask's outputs in the model's order, as JSON. */
+    oip_output all[3];
+    const oip_output *out = res->out;
+    int nout = res->nout;
+    if (nout == 0) {
+        static const unsigned order[3] = {OIP_OUT_TENSOR, OIP_OUT_LABEL, OIP_OUT_CLASS};
+        for (int i = 0; i < 3; i++)
+            if ((res->outputs & order[i]) &&
+                (order[i] != OIP_OUT_LABEL || res->conf->nlabels > 0))
+                all[nout++] = (oip_output){.kind = order[i]};
+        out = all;
+    }
+    size_t start = b->len;
+    put(b, "{\"model_name\":");
+    put_string(b, res->model);
+    put(b, ",\"model_version\":\"");
+    put_int(b, res->version);
+    dl_sbuf_putc(b, '"');
+    if (res->id) {
+        put(b, ",\"id\":");
+        put_string(b, res->id);
+    }
+    put(b, ",\"outputs\":[");
+    for (int i = 0; i < nout; i++) {
+        if (i > 0)
+            dl_sbuf_putc(b, ',');
+        put_output(b, res, out[i]);
+    }
+    put(b, "]}");
+    *json_len = b->len - start;
+    for (int i = 0; i < nout; i++)
+        if (out[i].binary)
+            put_values(b, res, out[i].kind, true);
+    if (b->oom)
+        return dl_err_set(err, DL_ERR_NOMEM, "out of memory for the answer");
+    return DL_OK;
+}
+
+/* ---- other answers (jansson: not on the hot path) ---------------------------- */
 
 /* Appends v (a new reference, may be NULL: then it fails); like every
  * jansson "_new" call and json_pack's "o", it takes v even on failure, so
@@ -674,54 +1289,6 @@ static json_t *tensor(const char *name, const char *datatype, const int64_t *sha
         }
     return json_pack("{s:s, s:s, s:o, s:o*}", "name", name, "datatype", datatype, "shape", s,
                      "data", data);
-}
-
-/* Fills the data arrays of an infer response (each may be NULL: not
- * asked for) in one pass over the rows. */
-static bool infer_data(const oip_result *res, json_t *probs, json_t *labels, json_t *classes)
-{
-    const dl_model_conf *conf = res->conf;
-    for (int64_t i = 0; i < res->batch; i++) {
-        const float *p = res->y + i * res->out_dim;
-        /* JSON has no NaN or infinity: a broken model answers null. */
-        for (int64_t j = 0; probs && j < res->out_dim; j++)
-            if (!add(probs, isfinite(p[j]) ? json_real(p[j]) : json_null()))
-                return false;
-        int64_t c = dl_argmax(p, res->out_dim);
-        if (classes && !add(classes, json_integer(c)))
-            return false;
-        if (labels && !add(labels, json_string(c < conf->nlabels ? conf->labels[c] : "")))
-            return false;
-    }
-    return true;
-}
-
-json_t *oip_infer_response(const oip_result *res)
-{
-    unsigned m = res->outputs;
-    if (res->conf->nlabels == 0)
-        m &= ~(unsigned)OIP_OUT_LABEL;
-    json_t *probs = m & OIP_OUT_TENSOR ? json_array() : NULL;
-    json_t *labels = m & OIP_OUT_LABEL ? json_array() : NULL;
-    json_t *classes = m & OIP_OUT_CLASS ? json_array() : NULL;
-    bool ok = !!probs == !!(m & OIP_OUT_TENSOR) && !!labels == !!(m & OIP_OUT_LABEL) &&
-              !!classes == !!(m & OIP_OUT_CLASS) && infer_data(res, probs, labels, classes);
-    int64_t shape[2] = {res->batch, res->out_dim};
-    json_t *outs = json_array();
-    /* tensor() and add() take their arguments whatever happens. */
-    if (probs)
-        ok = add(outs, tensor(res->conf->output_name, "FP32", shape, 2, probs)) && ok;
-    if (labels)
-        ok = add(outs, tensor("label", "BYTES", shape, 1, labels)) && ok;
-    if (classes)
-        ok = add(outs, tensor("class", "INT64", shape, 1, classes)) && ok;
-    json_t *o = json_pack("{s:s, s:o, s:s*, s:o}", "model_name", res->model, "model_version",
-                          version_string(res->version), "id", res->id, "outputs", outs);
-    if (!ok) {
-        json_decref(o);
-        return NULL;
-    }
-    return o;
 }
 
 json_t *oip_model_metadata(const dl_model_conf *conf, int64_t out_dim, json_t *versions)

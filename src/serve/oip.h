@@ -1,7 +1,8 @@
 /* oip.h (private to serve/): the Open Inference Protocol v2 (KServe,
- * Triton) as pure functions: URL routing, infer-request parsing, input
- * scaling and the JSON answers. No I/O, no locks: every function here is
- * thread-safe and unit-tested on its own (tests/unit/test_oip.c). */
+ * Triton) as pure functions: URL routing, infer requests (JSON and the
+ * binary tensor data extension) read without a JSON tree, and the answers.
+ * No I/O, no locks: every function here is thread-safe and unit-tested on
+ * its own (tests/unit/test_oip.c). */
 #ifndef DL_SERVE_OIP_H
 #define DL_SERVE_OIP_H
 
@@ -48,7 +49,20 @@ const char *oip_route_allow(oip_route_kind kind);
 /* True when `method` is one the route answers (HEAD goes with GET). */
 bool oip_route_method_ok(oip_route_kind kind, const char *method);
 
-/* ---- infer requests ----------------------------------------------------- */
+/* ---- infer requests -----------------------------------------------------
+ *
+ * A request is read in two steps, so that a caller that learns the model
+ * from the request itself (a Kafka record's "model") reads it only once:
+ *
+ *   oip_scan_infer   the body alone: strict JSON (json_scan.h, no tree),
+ *                    inputs[0] decoded straight into floats, the binary
+ *                    tensor data extension's raw tensors, the outputs
+ *                    asked for; needs no model.
+ *   oip_check_infer  the scanned request against the model that serves it:
+ *                    input and output names, the shape, the batch size.
+ *
+ * oip_parse_infer does both (HTTP knows the model from the URL). None
+ * scales the inputs: x holds the values as sent. */
 
 /* Outputs a client may ask for (the "outputs" list of the request). */
 enum {
@@ -58,32 +72,139 @@ enum {
     OIP_OUT_ALL    = 7,
 };
 
+/* Most entries a request's "outputs" may list (a model has three outputs). */
+#define OIP_MAX_OUTPUTS 16
+
+/* The HTTP header of the binary tensor data extension: the byte length of
+ * the JSON that starts a request or answer body, binary tensors after it. */
+#define OIP_HEADER_JSON_LEN "Inference-Header-Content-Length"
+
+/* A tensor name as a request gives it. */
+typedef struct oip_name {
+    char text[DL_NAME_MAX];  /* "" when absent; cut (at a UTF-8 boundary) when longer */
+    bool given;
+    bool too_long;           /* longer than DL_NAME_MAX - 1 bytes: names no tensor */
+} oip_name;
+
+/* One entry of the request's "outputs" list. */
+typedef struct oip_asked {
+    oip_name name;
+    int      binary;         /* parameters.binary_data: 1 or 0; -1 when not given */
+} oip_asked;
+
+/* One output of the answer, in answer order. */
+typedef struct oip_output {
+    unsigned kind;           /* OIP_OUT_TENSOR, OIP_OUT_LABEL or OIP_OUT_CLASS */
+    bool     binary;         /* sent as raw bytes after the JSON */
+} oip_output;
+
+/* What was wrong with a request that oip_scan_infer refused, for callers
+ * that tell faults apart (Kafka's dead-letter kinds); HTTP answers 400 to
+ * each. */
+typedef enum oip_fault {
+    OIP_FAULT_NONE,          /* no fault of the request's (or out of memory) */
+    OIP_FAULT_SYNTAX,        /* not JSON, or a JSON length past the body */
+    OIP_FAULT_ENVELOPE,      /* JSON, but not an object, or "id", "model",
+                                "model_version", "parameters", "inputs" or
+                                "outputs" not of their type */
+    OIP_FAULT_TENSOR,        /* inputs[0] (name, datatype, shape, data, binary
+                                data and sizes) or an entry of "outputs" */
+} oip_fault;
+
 typedef struct oip_request {
-    char    *id;                   /* new; NULL when the request had none */
-    int64_t  batch;                /* samples */
-    int      ndim;                 /* the request's shape, as sent */
-    int64_t  shape[OIP_MAX_DIMS];
-    float   *x;                    /* new: batch * in_dim RAW values (unscaled) */
-    unsigned outputs;              /* OIP_OUT_* mask (all when not asked) */
+    /* ---- filled by oip_scan_infer ---- */
+    char      *id;                 /* new: "id", a string or an integer's digits;
+                                      NULL when the request has none */
+    bool       id_integer;         /* "id" was a JSON integer (the protocol wants a
+                                      string: oip_parse_infer refuses it) */
+    char      *model;              /* new: "model" (Kafka records name their
+                                      model); NULL when absent */
+    int64_t    model_version;      /* "model_version", an integer >= 0 or a string
+                                      of digits; 0 when absent (the newest) */
+    int        ninputs;            /* entries of "inputs"; only inputs[0] is read
+                                      (oip_check_infer wants exactly one) */
+    oip_name   input;              /* inputs[0].name */
+    bool       uint8;              /* inputs[0].datatype "UINT8" (else "FP32") */
+    bool       binary_in;          /* inputs[0] came as binary data */
+    int        ndim;               /* inputs[0].shape, as sent */
+    int64_t    shape[OIP_MAX_DIMS];
+    int64_t    count;              /* values in x: the product of the shape */
+    float     *x;                  /* new: count RAW values (unscaled) */
+    int        nasked;             /* entries of "outputs" (0: every output) */
+    oip_asked  asked[OIP_MAX_OUTPUTS];
+    bool       binary_out;         /* parameters.binary_data_output */
+    oip_fault  fault;              /* why the scan failed; OIP_FAULT_NONE on success */
+    /* ---- filled by oip_check_infer ---- */
+    int64_t    batch;              /* samples */
+    unsigned   outputs;            /* OIP_OUT_* mask of the answer's outputs */
+    int        nout;               /* the answer's outputs, in order */
+    oip_output out[3];
 } oip_request;
 
-/* Parses an infer request body for a model whose samples have in_dim
- * values (conf: borrowed, for the sample shape, the output name and the
- * labels). Exactly one input; datatype "FP32" (numbers) or "UINT8"
- * (integers 0..255); data flat or nested to match the shape; shape
- * [B, ...] with in_dim values per sample, or any shape of in_dim values
- * in all (the sample shape alone: batch 1). On success *req holds new memory (oip_request_fini). On
- * failure *req is empty and DL_ERR_INVALID (answer 400) or DL_ERR_NOMEM
- * (500) comes back with err saying which key is wrong and why. */
-dl_status oip_parse_infer(const char *body, size_t len, const dl_model_conf *conf,
-                          int64_t in_dim, oip_request *req, dl_err *err);
+/* Reads an infer request without its model. body[0..json_len) is the JSON
+ * request; body[json_len..len) the binary tensor data extension's raw
+ * tensors (little-endian, in input order), so a body without them has
+ * json_len == len (an HTTP request without Inference-Header-Content-Length).
+ *
+ * Checks all the request says on its own: strict JSON (as jansson with
+ * duplicate keys refused); "id" a string (or an integer, see id_integer);
+ * "model" a string; "model_version" an integer >= 0 or digits;
+ * "parameters" an object whose binary_data_output is a bool; "inputs" an
+ * array whose first entry (the only one read) has a string "name", a
+ * "datatype" of "FP32" (numbers) or "UINT8" (integers 0..255), a "shape"
+ * of 1..OIP_MAX_DIMS positive integers, and either "data" (flat, or nested
+ * to match the shape, finite as float32) or parameters.binary_data_size:
+ * exactly the shape's bytes (4 a value for FP32, 1 for UINT8, finite),
+ * taken from the binary part, which the inputs must use up exactly;
+ * "outputs" an array of objects with a string "name" whose
+ * parameters.binary_data is a bool. Other keys are skipped (checked as
+ * JSON only).
+ *
+ * On success req holds new memory (oip_request_fini). On failure:
+ * DL_ERR_INVALID (answer 400) with err naming the key at fault and why,
+ * and req->fault its kind; or DL_ERR_NOMEM. req then holds nothing but
+ * req->id, kept when the JSON is well formed and the id valid (so that a
+ * dead letter can name it): oip_request_fini it either way. Never reads
+ * outside body[0..len) (body need not be NUL-terminated; NULL with len 0
+ * is an empty body). Thread-safe. */
+dl_status oip_scan_infer(const char *body, size_t len, size_t json_len, oip_request *req,
+                         dl_err *err);
+
+/* Checks a scanned request against the model that serves it (conf:
+ * borrowed, for the names, the sample shape and the labels; in_dim values
+ * a sample): exactly one input, named as the model's input; a shape
+ * [B, ...] with in_dim values per sample, or of in_dim values in all (the
+ * sample shape alone: batch 1); output names the model has. Sets
+ * req->batch and the answer's outputs (outputs, nout, out): those listed,
+ * in the order listed (a name listed twice answers once), or else every
+ * output (the tensor, "label" for a model with labels, "class"); each
+ * binary when its binary_data says so, else when binary_data_output does.
+ * DL_ERR_INVALID with err naming what does not fit; req keeps its values
+ * either way. Thread-safe. */
+dl_status oip_check_infer(oip_request *req, const dl_model_conf *conf, int64_t in_dim,
+                          dl_err *err);
+
+/* oip_scan_infer then oip_check_infer, for HTTP, with the protocol's rule
+ * that an "id" is a string. On failure *req holds nothing but req->fault
+ * (and nothing needs freeing). */
+dl_status oip_parse_infer(const char *body, size_t len, size_t json_len,
+                          const dl_model_conf *conf, int64_t in_dim, oip_request *req,
+                          dl_err *err);
+
+/* Frees what a request holds and empties it; a zeroed request is empty. */
 void oip_request_fini(oip_request *req);
+
+/* The JSON length of a body of len bytes from the value of an
+ * Inference-Header-Content-Length header (NULL when absent: len): a
+ * decimal byte count, at most len. DL_ERR_INVALID with err naming the
+ * header otherwise. */
+dl_status oip_json_len(const char *header, size_t len, size_t *json_len, dl_err *err);
 
 /* Applies the model's input scaling in place to n raw values, exactly as
  * the training data and `dlserve --predict` do: x = (raw * scale - mean) / std. */
 void oip_scale(const dl_model_conf *conf, float *x, int64_t n);
 
-/* ---- answers (each a new reference, NULL only when out of memory) --------- */
+/* ---- answers ------------------------------------------------------------ */
 
 /* What an infer response reports. All pointers borrowed. */
 typedef struct oip_result {
@@ -93,13 +214,29 @@ typedef struct oip_result {
     const dl_model_conf *conf;      /* output name and labels */
     int64_t              batch, out_dim;
     const float         *y;         /* batch * out_dim probabilities */
-    unsigned             outputs;   /* OIP_OUT_* mask */
+    /* The outputs: out[0..nout) in that order (oip_check_infer's), or when
+     * nout is 0, those of the OIP_OUT_* mask `outputs` in the model's
+     * order (tensor, label, class), all as JSON. "label" appears only for
+     * models with labels. */
+    int                  nout;
+    const oip_output    *out;
+    unsigned             outputs;
 } oip_result;
 
-/* {"model_name","model_version","id"?,"outputs":[tensor, label, class]}
- * with the outputs the mask selects. "label" appears only for models
- * with labels. */
-json_t *oip_infer_response(const oip_result *res);
+/* Appends the infer answer to *b, written directly (no JSON tree):
+ * {"model_name","model_version","id"?,"outputs":[{"name","datatype",
+ * "shape","data"}...]} with scores as dl_fmt_float writes them (the
+ * shortest text that reads back as the same float; null when not
+ * finite). A binary output has "parameters":{"binary_data_size":bytes}
+ * instead of "data", and its bytes follow the JSON, in output order:
+ * FP32 little-endian float32, INT64 little-endian int64, BYTES each a
+ * 4-byte little-endian length then the bytes. *json_len: the bytes of
+ * JSON appended (all of them when no output is binary). DL_ERR_NOMEM when
+ * out of memory (b->oom). Thread-safe. */
+dl_status oip_write_infer(const oip_result *res, dl_sbuf *b, size_t *json_len, dl_err *err);
+
+/* The other answers, as jansson values (each a new reference, NULL only
+ * when out of memory): they are not on the hot path. */
 
 /* Model metadata: {"name","versions","platform","inputs","outputs"}.
  * versions: borrowed array of version strings. */

@@ -221,7 +221,7 @@ record_fault record_decode(const record_in *in, const record_env *env,
     } else if (json_object_get(env->root, "inputs")) {
         oip_request req;
         memset(&req, 0, sizeof(req));
-        dl_status st = oip_parse_infer(in->value, in->len, conf, in_dim, &req, err);
+        dl_status st = oip_parse_infer(in->value, in->len, in->len, conf, in_dim, &req, err);
         if (st != DL_OK)
             return record_fault_of(st);
         *n = req.batch;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The daemon over real HTTP on 127.0.0.1 with curl: every endpoint and
-# error code, predictions equal to `dlserve --predict`, dynamic batching,
-# metrics (promtool), bearer token, bad config, SIGTERM.
+# error code, predictions equal to `dlserve --predict`, the binary tensor
+# data extension (oip_binary_client.py), dynamic batching, metrics
+# (promtool), bearer token, bad config, SIGTERM.
 . "$(dirname "$0")/../cli/lib.sh"
 . "$(dirname "$0")/lib_serve.sh"
 REQ=$SRC/tests/py/make_request.py
@@ -63,6 +64,10 @@ done
 /usr/bin/python3 "$REQ" 3 1 > "$WORK/req1.json"
 check "a single image (batch 1) is 200" test "$(code POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req1.json")" = 200
 check "batch 1 answers class of image 3" test "$(jq_get 'd["outputs"][2]["data"][0]')" = "$(sed -n 4p "$WORK/predict.jsonl" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["class"])')"
+
+# ---- the binary tensor data extension, by a client written from its documentation ----
+check "binary tensors both ways equal the JSON answers; bad sizes and names are 400" \
+    /usr/bin/python3 "$SRC/tests/serve/oip_binary_client.py" "$URL" --data "$DATA"
 
 # ---- errors ----
 errcase() {  # description expected-code method path [curl args]

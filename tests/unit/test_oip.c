@@ -1,7 +1,10 @@
 /* test_oip.c: the Open Inference Protocol layer on its own: strict URL
  * routing, infer-request parsing (flat and nested data, FP32 and UINT8,
- * shapes, every refusal with its message), input scaling and the JSON
- * answers (infer response, model metadata, repository index). */
+ * shapes, every refusal with its message), the JSON scanner under it
+ * (malformed JSON, escapes, duplicate keys, numbers, nesting, truncations),
+ * the binary tensor data extension both ways, names checked against the
+ * model, input scaling and the answers (infer response, model metadata,
+ * repository index). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -33,7 +36,7 @@ TestSuite(oip, .init = setup, .fini = teardown, .timeout = 10);
 static dl_status parse(const char *text)
 {
     const char *body = fx_dq(text);
-    return oip_parse_infer(body, strlen(body), &conf, 4, &req, &err);
+    return oip_parse_infer(body, strlen(body), strlen(body), &conf, 4, &req, &err);
 }
 
 /* Parses text, expects DL_ERR_INVALID with `needle` in the message and an
@@ -163,14 +166,14 @@ Test(oip, parses_flat_fp32_batch)
 
 Test(oip, parses_nested_data)
 {
-    cr_assert_eq(parse("{'inputs':[{'name':'x','shape':[2,1,2,2],'datatype':'FP32',"
+    cr_assert_eq(parse("{'inputs':[{'name':'pixels','shape':[2,1,2,2],'datatype':'FP32',"
                        "'data':[[[[1,2],[3,4]]],[[[5,6],[7,8]]]]}]}"),
                  DL_OK, "%s", err.msg);
     cr_expect_eq(req.batch, 2);
     expect_x((const float[]){1, 2, 3, 4, 5, 6, 7, 8}, 8);
 
     oip_request_fini(&req);
-    cr_assert_eq(parse("{'inputs':[{'name':'x','shape':[3,4],'datatype':'FP32',"
+    cr_assert_eq(parse("{'inputs':[{'name':'pixels','shape':[3,4],'datatype':'FP32',"
                        "'data':[[1,2,3,4],[5,6,7,8],[9,10,11,12]]}]}"),
                  DL_OK, "%s", err.msg);
     cr_expect_eq(req.batch, 3);
@@ -179,22 +182,22 @@ Test(oip, parses_nested_data)
 
 Test(oip, accepts_any_split_of_a_sample)
 {
-    cr_expect_eq(parse("{'inputs':[{'name':'x','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}]}"),
+    cr_expect_eq(parse("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}]}"),
                  DL_OK, "%s", err.msg);
     cr_expect_eq(req.batch, 1);
     oip_request_fini(&req);
-    cr_expect_eq(parse("{'inputs':[{'name':'x','shape':[2,2,2],'datatype':'FP32','data':[1,2,3,4,5,6,7,8]}]}"),
+    cr_expect_eq(parse("{'inputs':[{'name':'pixels','shape':[2,2,2],'datatype':'FP32','data':[1,2,3,4,5,6,7,8]}]}"),
                  DL_OK, "%s", err.msg);
     cr_expect_eq(req.batch, 2);
     oip_request_fini(&req);
-    cr_expect_eq(parse("{'inputs':[{'name':'x','shape':[1,2,1,2,1],'datatype':'FP32','data':[1,2,3,4]}]}"),
+    cr_expect_eq(parse("{'inputs':[{'name':'pixels','shape':[1,2,1,2,1],'datatype':'FP32','data':[1,2,3,4]}]}"),
                  DL_OK, "%s", err.msg);
     cr_expect_eq(req.batch, 1);
 }
 
 Test(oip, takes_the_sample_shape_as_batch_one)
 {
-    cr_assert_eq(parse("{'inputs':[{'name':'x','shape':[1,2,2],'datatype':'FP32','data':[[[1,2],[3,4]]]}]}"),
+    cr_assert_eq(parse("{'inputs':[{'name':'pixels','shape':[1,2,2],'datatype':'FP32','data':[[[1,2],[3,4]]]}]}"),
                  DL_OK, "%s", err.msg);
     cr_expect_eq(req.batch, 1);
     expect_x((const float[]){1, 2, 3, 4}, 4);
@@ -204,7 +207,7 @@ Test(oip, takes_the_sample_shape_as_batch_one)
     for (int i = 0; i < 3; i++) {
         char text[200];
         snprintf(text, sizeof(text),
-                 "{'inputs':[{'name':'x','shape':%s,'datatype':'FP32','data':[1,2,3,4]}]}", one[i]);
+                 "{'inputs':[{'name':'pixels','shape':%s,'datatype':'FP32','data':[1,2,3,4]}]}", one[i]);
         oip_request_fini(&req);
         cr_assert_eq(parse(text), DL_OK, "%s: %s", one[i], err.msg);
         cr_expect_eq(req.batch, 1, "%s", one[i]);
@@ -214,25 +217,25 @@ Test(oip, takes_the_sample_shape_as_batch_one)
     conf.in_ndim = 1;
     conf.in_shape[0] = 4;
     oip_request_fini(&req);
-    cr_assert_eq(parse("{'inputs':[{'name':'x','shape':[4],'datatype':'FP32','data':[1,2,3,4]}]}"),
+    cr_assert_eq(parse("{'inputs':[{'name':'pixels','shape':[4],'datatype':'FP32','data':[1,2,3,4]}]}"),
                  DL_OK, "%s", err.msg);
     cr_expect_eq(req.batch, 1);
 }
 
 Test(oip, parses_uint8)
 {
-    cr_assert_eq(parse("{'inputs':[{'name':'x','shape':[1,4],'datatype':'UINT8','data':[0,17,128,255]}]}"),
+    cr_assert_eq(parse("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'UINT8','data':[0,17,128,255]}]}"),
                  DL_OK, "%s", err.msg);
     expect_x((const float[]){0, 17, 128, 255}, 4);
     oip_request_fini(&req);
-    cr_assert_eq(parse("{'inputs':[{'name':'x','shape':[1,1,2,2],'datatype':'UINT8','data':[[[[0,1],[2,3]]]]}]}"),
+    cr_assert_eq(parse("{'inputs':[{'name':'pixels','shape':[1,1,2,2],'datatype':'UINT8','data':[[[[0,1],[2,3]]]]}]}"),
                  DL_OK, "%s", err.msg);
     expect_x((const float[]){0, 1, 2, 3}, 4);
 }
 
 Test(oip, echoes_the_id_and_takes_extras)
 {
-    cr_assert_eq(parse("{'id':'req-42','parameters':{'x':1},'inputs':[{'name':'x','shape':[1,4],"
+    cr_assert_eq(parse("{'id':'req-42','parameters':{'x':1},'inputs':[{'name':'pixels','shape':[1,4],"
                        "'datatype':'FP32','parameters':{},'data':[1,2,3,4]}]}"),
                  DL_OK, "%s", err.msg);
     cr_expect_str_eq(req.id, "req-42");
@@ -240,12 +243,12 @@ Test(oip, echoes_the_id_and_takes_extras)
 
 Test(oip, selects_outputs)
 {
-    cr_assert_eq(parse("{'inputs':[{'name':'x','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}],"
+    cr_assert_eq(parse("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}],"
                        "'outputs':[{'name':'label'},{'name':'probs','parameters':{}}]}"),
                  DL_OK, "%s", err.msg);
     cr_expect_eq(req.outputs, (unsigned)(OIP_OUT_LABEL | OIP_OUT_TENSOR));
     oip_request_fini(&req);
-    cr_assert_eq(parse("{'inputs':[{'name':'x','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}],"
+    cr_assert_eq(parse("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}],"
                        "'outputs':[]}"),
                  DL_OK, "%s", err.msg);
     cr_expect_eq(req.outputs, (unsigned)OIP_OUT_ALL);
@@ -259,7 +262,7 @@ Test(oip, refuses_bad_json)
     refused("", "bad JSON");
     refused("{'inputs':[], 'inputs':[]}", "bad JSON");   /* duplicate key */
     refused("[1,2]", "must be a JSON object");
-    cr_expect_eq(oip_parse_infer(NULL, 0, &conf, 4, &req, &err), DL_ERR_INVALID);
+    cr_expect_eq(oip_parse_infer(NULL, 0, 0, &conf, 4, &req, &err), DL_ERR_INVALID);
 }
 
 Test(oip, refuses_missing_or_extra_inputs)
@@ -275,96 +278,96 @@ Test(oip, refuses_missing_or_extra_inputs)
 
 Test(oip, refuses_wrong_datatype)
 {
-    refused("{'inputs':[{'name':'x','shape':[1,4],'datatype':'INT32','data':[1,2,3,4]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'INT32','data':[1,2,3,4]}]}",
             "\"INT32\" is not supported");
-    refused("{'inputs':[{'name':'x','shape':[1,4],'datatype':'fp32','data':[1,2,3,4]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'fp32','data':[1,2,3,4]}]}",
             "not supported");
-    refused("{'inputs':[{'name':'x','shape':[1,4],'data':[1,2,3,4]}]}", "datatype must be");
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'data':[1,2,3,4]}]}", "datatype must be");
     refused("{'inputs':[{'name':7,'shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}]}",
             "name must be a string");
 }
 
 Test(oip, refuses_wrong_shapes)
 {
-    refused("{'inputs':[{'name':'x','datatype':'FP32','data':[1,2,3,4]}]}", "shape is missing");
-    refused("{'inputs':[{'name':'x','shape':[],'datatype':'FP32','data':[]}]}", "shape must be");
-    refused("{'inputs':[{'name':'x','shape':[1,9,9,9,9,9,9,9,9],'datatype':'FP32','data':[]}]}",
+    refused("{'inputs':[{'name':'pixels','datatype':'FP32','data':[1,2,3,4]}]}", "shape is missing");
+    refused("{'inputs':[{'name':'pixels','shape':[],'datatype':'FP32','data':[]}]}", "shape must be");
+    refused("{'inputs':[{'name':'pixels','shape':[1,9,9,9,9,9,9,9,9],'datatype':'FP32','data':[]}]}",
             "shape must be");
-    refused("{'inputs':[{'name':'x','shape':[0,4],'datatype':'FP32','data':[]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[0,4],'datatype':'FP32','data':[]}]}",
             "shape[0] must be a positive integer");
-    refused("{'inputs':[{'name':'x','shape':[1,-4],'datatype':'FP32','data':[1]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[1,-4],'datatype':'FP32','data':[1]}]}",
             "shape[1] must be a positive integer");
-    refused("{'inputs':[{'name':'x','shape':[1,'4'],'datatype':'FP32','data':[1]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[1,'4'],'datatype':'FP32','data':[1]}]}",
             "shape[1] must be");
-    refused("{'inputs':[{'name':'x','shape':[2,3],'datatype':'FP32','data':[1,2,3,4,5,6]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[2,3],'datatype':'FP32','data':[1,2,3,4,5,6]}]}",
             "shape [2, 3] does not fit model 'tiny'");
     cr_expect_not_null(strstr(err.msg, "[B, 1, 2, 2]"), "%s", err.msg);
-    refused("{'inputs':[{'name':'x','shape':[8],'datatype':'FP32','data':[1,2,3,4,5,6,7,8]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[8],'datatype':'FP32','data':[1,2,3,4,5,6,7,8]}]}",
             "does not fit");
-    refused("{'inputs':[{'name':'x','shape':[3,1,2],'datatype':'FP32','data':[1,2,3,4,5,6]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[3,1,2],'datatype':'FP32','data':[1,2,3,4,5,6]}]}",
             "does not fit");
-    refused("{'inputs':[{'name':'x','shape':[4000000000,4000000000,4000000000],'datatype':'FP32',"
+    refused("{'inputs':[{'name':'pixels','shape':[4000000000,4000000000,4000000000],'datatype':'FP32',"
             "'data':[]}]}",
             "too large");
 }
 
 Test(oip, refuses_data_of_the_wrong_length)
 {
-    refused("{'inputs':[{'name':'x','shape':[2,4],'datatype':'FP32','data':[1,2,3,4]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[2,4],'datatype':'FP32','data':[1,2,3,4]}]}",
             "data has 4 values; shape [2, 4] needs 8");
-    refused("{'inputs':[{'name':'x','shape':[1,4],'datatype':'FP32','data':[1,2,3,4,5]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,2,3,4,5]}]}",
             "has 5 values");
     /* Nesting that does not follow the shape. */
-    refused("{'inputs':[{'name':'x','shape':[2,4],'datatype':'FP32','data':[[1,2,3,4],[5,6,7]]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[2,4],'datatype':'FP32','data':[[1,2,3,4],[5,6,7]]}]}",
             "inputs[0].data[1] must be an array of 4 items");
-    refused("{'inputs':[{'name':'x','shape':[2,4],'datatype':'FP32','data':[[1,2,3,4],5]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[2,4],'datatype':'FP32','data':[[1,2,3,4],5]}]}",
             "inputs[0].data[1] must be an array of 4");
-    refused("{'inputs':[{'name':'x','shape':[2,2,2],'datatype':'FP32','data':[[1,2,3,4],[5,6,7,8]]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[2,2,2],'datatype':'FP32','data':[[1,2,3,4],[5,6,7,8]]}]}",
             "inputs[0].data[0] must be an array of 2 items");
-    refused("{'inputs':[{'name':'x','shape':[1,4],'datatype':'FP32','data':[[[1],[2],[3],[4]]]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[[[1],[2],[3],[4]]]}]}",
             "inputs[0].data[0][0] must be a number");
-    refused("{'inputs':[{'name':'x','shape':[1,4],'datatype':'FP32','data':{}}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':{}}]}",
             "data must be an array");
-    refused("{'inputs':[{'name':'x','shape':[1,4],'datatype':'FP32'}]}", "data is missing");
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32'}]}", "data is missing");
     /* A shape far larger than the body never sizes an allocation. */
-    refused("{'inputs':[{'name':'x','shape':[1000000000000,4],'datatype':'FP32','data':[1]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[1000000000000,4],'datatype':'FP32','data':[1]}]}",
             "data has 1 values; shape [1000000000000, 4] needs 4000000000000");
-    refused("{'inputs':[{'name':'x','shape':[1000000000000,4],'datatype':'FP32','data':[[1]]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[1000000000000,4],'datatype':'FP32','data':[[1]]}]}",
             "holds fewer than the 4000000000000 values");
 }
 
 Test(oip, refuses_non_numeric_data)
 {
-    refused("{'inputs':[{'name':'x','shape':[1,4],'datatype':'FP32','data':[1,'2',3,4]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,'2',3,4]}]}",
             "inputs[0].data[1] must be a number (FP32), not a string");
-    refused("{'inputs':[{'name':'x','shape':[1,4],'datatype':'FP32','data':[1,2,null,4]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,2,null,4]}]}",
             "data[2] must be a number");
-    refused("{'inputs':[{'name':'x','shape':[2,4],'datatype':'FP32','data':[[1,2,3,4],[5,6,true,8]]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[2,4],'datatype':'FP32','data':[[1,2,3,4],[5,6,true,8]]}]}",
             "inputs[0].data[1][2] must be a number (FP32), not true");
-    refused("{'inputs':[{'name':'x','shape':[1,4],'datatype':'FP32','data':[1,2,3,1e39]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,2,3,1e39]}]}",
             "data[3] is out of the FP32 range");
 }
 
 Test(oip, refuses_uint8_out_of_range)
 {
-    refused("{'inputs':[{'name':'x','shape':[1,4],'datatype':'UINT8','data':[1,2,3,256]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'UINT8','data':[1,2,3,256]}]}",
             "data[3] must be an integer in 0..255 (UINT8), not out of range");
-    refused("{'inputs':[{'name':'x','shape':[1,4],'datatype':'UINT8','data':[-1,2,3,4]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'UINT8','data':[-1,2,3,4]}]}",
             "data[0] must be an integer in 0..255");
-    refused("{'inputs':[{'name':'x','shape':[1,4],'datatype':'UINT8','data':[1,2.5,3,4]}]}",
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'UINT8','data':[1,2.5,3,4]}]}",
             "data[1] must be an integer in 0..255 (UINT8), not a real");
 }
 
 Test(oip, refuses_bad_ids_and_outputs)
 {
-    refused("{'id':42,'inputs':[{'name':'x','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}]}",
+    refused("{'id':42,'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}]}",
             "'id' must be a string, not an integer");
-    refused("{'parameters':[],'inputs':[{'name':'x','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}]}",
+    refused("{'parameters':[],'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}]}",
             "'parameters' must be an object");
-    refused("{'inputs':[{'name':'x','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}],"
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}],"
             "'outputs':[{'name':'logits'}]}",
             "model 'tiny' has no output 'logits'");
-    refused("{'inputs':[{'name':'x','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}],"
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}],"
             "'outputs':['probs']}",
             "outputs[0] must be an object");
 }
@@ -385,6 +388,20 @@ Test(oip, scales_like_the_data_loader)
 
 /* ---- answers ------------------------------------------------------------ */
 
+/* The infer answer of res, written as text and read back with jansson. */
+static json_t *answer_json(const oip_result *res)
+{
+    dl_sbuf b = {0};
+    size_t json_len;
+    cr_assert_eq(oip_write_infer(res, &b, &json_len, NULL), DL_OK);
+    cr_assert_eq(json_len, b.len, "a JSON answer has no binary part");
+    json_error_t je;
+    json_t *back = json_loadb(b.s, json_len, JSON_REJECT_DUPLICATES, &je);
+    cr_assert_not_null(back, "%s: %s", je.text, b.s);
+    dl_sbuf_free(&b);
+    return back;
+}
+
 static json_t *dumped_and_back(json_t *j)
 {
     char *text = oip_dump(j);
@@ -401,7 +418,7 @@ Test(oip, formats_the_infer_response)
     const float y[6] = {0.1f, 0.2f, 0.7f, 0.6f, 0.3f, 0.1f};
     oip_result res = {.model = "tiny", .version = 3, .id = "abc", .conf = &conf,
                       .batch = 2, .out_dim = 3, .y = y, .outputs = OIP_OUT_ALL};
-    json_t *o = dumped_and_back(oip_infer_response(&res));
+    json_t *o = answer_json(&res);
     cr_expect_str_eq(json_string_value(json_object_get(o, "model_name")), "tiny");
     cr_expect_str_eq(json_string_value(json_object_get(o, "model_version")), "3");
     cr_expect_str_eq(json_string_value(json_object_get(o, "id")), "abc");
@@ -440,7 +457,7 @@ Test(oip, formats_only_what_was_asked)
     const float y[3] = {0.1f, 0.8f, 0.1f};
     oip_result res = {.model = "tiny", .version = 1, .conf = &conf, .batch = 1, .out_dim = 3,
                       .y = y, .outputs = OIP_OUT_CLASS};
-    json_t *o = dumped_and_back(oip_infer_response(&res));
+    json_t *o = answer_json(&res);
     cr_expect_null(json_object_get(o, "id"));
     json_t *outs = json_object_get(o, "outputs");
     cr_assert_eq(json_array_size(outs), 1);
@@ -451,7 +468,7 @@ Test(oip, formats_only_what_was_asked)
     conf.nlabels = 0;
     conf.labels = NULL;
     res.outputs = OIP_OUT_ALL;
-    o = dumped_and_back(oip_infer_response(&res));
+    o = answer_json(&res);
     outs = json_object_get(o, "outputs");
     cr_assert_eq(json_array_size(outs), 2);
     cr_expect_str_eq(json_string_value(json_object_get(json_array_get(outs, 1), "name")), "class");
@@ -537,4 +554,619 @@ Test(oip, refusals_are_invalid_in_err)
     cr_assert_eq(parse("{'inputs': 3}"), DL_ERR_INVALID);
     cr_expect_eq(err.code, DL_ERR_INVALID);
     cr_expect_eq(oip_http_code(err.code), 400);
+}
+
+/* ---- the JSON scanner, through oip_scan_infer ----------------------------- */
+
+/* Scans body[0..len) from a buffer of exactly len bytes (a read past the
+ * end is a read past the allocation: AddressSanitizer builds catch it),
+ * json_len bytes of it JSON. */
+static dl_status scan_raw(const char *body, size_t len, size_t json_len)
+{
+    char *copy = malloc(len ? len : 1);
+    cr_assert_not_null(copy);
+    memcpy(copy, body, len);
+    oip_request_fini(&req);
+    dl_status st = oip_scan_infer(copy, len, json_len, &req, &err);
+    free(copy);
+    return st;
+}
+
+/* Scans text (with ' as ", see fx_dq), all of it JSON. */
+static dl_status scan(const char *text)
+{
+    const char *body = fx_dq(text);
+    return scan_raw(body, strlen(body), strlen(body));
+}
+
+/* A valid request around an extra member: "{extra, 'inputs':[...]}". */
+static dl_status scan_with(const char *extra)
+{
+    char text[8000];
+    snprintf(text, sizeof(text), "{%s,'inputs':[{'name':'pixels','shape':[1,4],"
+             "'datatype':'FP32','data':[1,2,3,4]}]}", extra);
+    return scan(text);
+}
+
+static void not_json(const char *body, size_t len)
+{
+    cr_expect_eq(scan_raw(body, len, len), DL_ERR_INVALID, "accepted: %.*s", (int)len, body);
+    cr_expect_not_null(strstr(err.msg, "bad JSON"), "%.*s: %s", (int)len, body, err.msg);
+    cr_expect_eq(req.fault, OIP_FAULT_SYNTAX, "%.*s", (int)len, body);
+    cr_expect_null(req.x);
+    cr_expect_null(req.id, "%.*s: an id from a body that is not JSON", (int)len, body);
+}
+
+Test(oip, scanner_refuses_what_is_not_json)
+{
+    static const char *const bad[] = {
+        "", " ", "{", "}", "{\"id\":\"a\"", "{\"id\"}", "{\"id\":}", "{\"id\" \"a\"}",
+        "{id:\"a\"}", "{'id':'a'}", "{\"a\":1,}", "{,\"a\":1}", "{\"a\":[1,]}",
+        "{\"a\":[,1]}", "{\"a\":[1 2]}", "{\"a\":1 \"b\":2}", "{\"a\":01}", "{\"a\":1.}",
+        "{\"a\":.5}", "{\"a\":-}", "{\"a\":--1}", "{\"a\":1e}", "{\"a\":1e+}", "{\"a\":+1}",
+        "{\"a\":0x10}", "{\"a\":NaN}", "{\"a\":Infinity}", "{\"a\":-Infinity}", "{\"a\":tru}",
+        "{\"a\":nul}", "{\"a\":True}", "{\"a\":\"\\x\"}", "{\"a\":\"\\u12\"}",
+        "{\"a\":\"\\u12g4\"}", "{\"a\":\"\\ud800\"}", "{\"a\":\"\\ud800\\u0041\"}",
+        "{\"a\":\"\\udc00\"}", "{\"a\":\"\\u0000\"}", "{\"a\":\"tab\there\"}",
+        "{\"a\":\"\xff\"}", "{\"a\":\"\xc0\xaf\"}", "{\"a\":\"\xed\xa0\x80\"}",
+        "{\"a\":\"\xe2\x82\"}", "{\"a\":\"\xf4\x90\x80\x80\"}", "{} x", "{}{}", "{}]",
+        "{/*c*/}", "{\"a\":1}//", "{\"a\":'b'}", "{\"a\":[}", "{\"a\":{]}", "{\"a\":\"b}",
+        "\xef\xbb\xbf{}", "{\"a\":\"\\", "{\"a\":1,\"a\":2}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        not_json(bad[i], strlen(bad[i]));
+    /* A NUL byte is a byte like any other: never the end of the body. */
+    not_json("{\"a\":1}\0", 8);
+    not_json("{\"a\":\"x\0y\"}", 11);
+    cr_expect_eq(oip_scan_infer(NULL, 0, 0, &req, &err), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "bad JSON at line 1, column 1"), "%s", err.msg);
+}
+
+Test(oip, scanner_says_where)
+{
+    cr_assert_eq(scan("{'inputs':\n  [1,\n   2 3]}"), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "bad JSON at line 3, column 6"), "%s", err.msg);
+}
+
+Test(oip, scanner_refuses_duplicate_keys_like_jansson)
+{
+    not_json("{\"inputs\":[],\"inputs\":[]}", 25);
+    cr_expect_not_null(strstr(err.msg, "duplicate key"), "%s", err.msg);
+    /* The same key, escaped: decoded keys are compared. */
+    const char *esc = "{\"inputs\":[],\"\\u0069nputs\":[]}";
+    not_json(esc, strlen(esc));
+    cr_expect_eq(scan_with("'x':{'a':{'b':1,'b':2}}"), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "duplicate key"), "%s", err.msg);
+    cr_expect_eq(scan("{'inputs':[{'name':'pixels','name':'pixels','shape':[1,4],"
+                      "'datatype':'FP32','data':[1,2,3,4]}]}"),
+                 DL_ERR_INVALID);
+    /* The same key in different objects, and many keys in one. */
+    cr_expect_eq(scan_with("'x':[{'a':1},{'a':2,'b':{'a':3}}],'a':{'a':{'a':4}}"), DL_OK,
+                 "%s", err.msg);
+    char text[7000];
+    size_t k = (size_t)snprintf(text, sizeof(text), "'extra':{");
+    for (int i = 0; i < 500; i++)
+        k += (size_t)snprintf(text + k, sizeof(text) - k, "%s'k%d':%d", i ? "," : "", i, i);
+    snprintf(text + k, sizeof(text) - k, "}");
+    cr_expect_eq(scan_with(text), DL_OK, "%s", err.msg);
+    snprintf(text + k, sizeof(text) - k, ",'k321':0}");
+    cr_expect_eq(scan_with(text), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "duplicate key"), "%s", err.msg);
+}
+
+Test(oip, scanner_reads_escapes_and_skips_what_it_does_not_know)
+{
+    const char *body = "{ \"\\u0069d\" : \"a\\\"b\\\\c\\/d\\n\\u00e9\\ud83d\\ude00\xc3\xa9\" ,\n"
+                       "\t\"unknown\": [ {\"x\": [true, false, null, -0.5e-3, 1E2, \"s\"]},"
+                       " [] , {} ],\r\n"
+                       "\"inputs\" : [ { \"name\" : \"pix\\u0065ls\" , \"shape\" : [ 1 , 4 ] ,"
+                       " \"datatype\" : \"FP32\" , \"data\" : [ 1 , -0 , 2.5e0 , 4E-1 ] } ] } \n";
+    cr_assert_eq(scan_raw(body, strlen(body), strlen(body)), DL_OK, "%s", err.msg);
+    cr_expect_str_eq(req.id, "a\"b\\c/d\n\xc3\xa9\xf0\x9f\x98\x80\xc3\xa9");
+    cr_expect_str_eq(req.input.text, "pixels");
+    cr_expect_eq(req.count, 4);
+    expect_x((const float[]){1, 0, 2.5f, 0.4f}, 4);
+    cr_expect_eq(req.fault, OIP_FAULT_NONE);
+}
+
+Test(oip, scanner_reads_numbers_as_strtod_does)
+{
+    static const char *const nums[] = {
+        "0", "-0", "1", "255", "0.1", "0.30000000000000004", "3.4028234663852886e38",
+        "1.17549435e-38", "1.4e-45", "-2.5E+3", "123456789012345678901234567890",
+        "0.000000000000000000000000000001", "1e-400", "9007199254740993", "4.35",
+        "0.1e1", "100e-2", "7e22", "7e23", "123456789012345e-22",
+    };
+    for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+        char text[256];
+        snprintf(text, sizeof(text), "{'inputs':[{'name':'pixels','shape':[1],"
+                 "'datatype':'FP32','data':[%s]}]}", nums[i]);
+        cr_assert_eq(scan(text), DL_OK, "%s: %s", nums[i], err.msg);
+        /* Integers are read as integers, as jansson does: -0 is 0. */
+        float want = strcmp(nums[i], "-0") == 0 ? 0.0f : (float)strtod(nums[i], NULL);
+        cr_expect(memcmp(&req.x[0], &want, sizeof(float)) == 0, "%s read as %.9g, not %.9g",
+                  nums[i], (double)req.x[0], (double)want);
+    }
+}
+
+Test(oip, scanner_survives_huge_numbers_and_deep_nesting)
+{
+    /* A number of 5000 digits: read (then too large for FP32). */
+    char *text = malloc(6000);
+    cr_assert_not_null(text);
+    size_t k = (size_t)sprintf(text, "{'inputs':[{'name':'pixels','shape':[1,4],"
+                               "'datatype':'FP32','data':[1,2,3,");
+    memset(text + k, '7', 5000);
+    strcpy(text + k + 5000, "]}]}");
+    cr_expect_eq(scan(text), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "data[3] is out of the FP32 range"), "%s", err.msg);
+    free(text);
+    cr_expect_eq(scan("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32',"
+                      "'data':[1,2,3,1e999999999999999999]}]}"), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "out of the FP32 range"), "%s", err.msg);
+    cr_expect_eq(scan("{'inputs':[{'name':'pixels','shape':[99999999999999999999,4],"
+                      "'datatype':'FP32','data':[1]}]}"), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "shape is too large"), "%s", err.msg);
+    cr_expect_eq(scan("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'UINT8',"
+                      "'data':[1,2,3,99999999999999999999]}]}"), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "data[3] must be an integer in 0..255"), "%s", err.msg);
+
+    /* Nesting: 2000 levels are JSON, past JS_MAX_DEPTH is refused, and a
+     * megabyte of brackets costs neither the stack nor the time. */
+    size_t n = 1 << 20;
+    char *deep = malloc(2 * n + 200);
+    cr_assert_not_null(deep);
+    const size_t depths[] = {2000, 2100, n};
+    for (size_t d = 0; d < 3; d++) {
+        size_t depth = depths[d];
+        k = (size_t)sprintf(deep, "{\"deep\":");
+        memset(deep + k, '[', depth);
+        memset(deep + k + depth, ']', depth);
+        k += 2 * depth;
+        k += (size_t)sprintf(deep + k, ",\"inputs\":[{\"name\":\"pixels\",\"shape\":[1,4],"
+                             "\"datatype\":\"FP32\",\"data\":[1,2,3,4]}]}");
+        dl_status st = scan_raw(deep, k, k);
+        if (depth == 2000) {
+            cr_expect_eq(st, DL_OK, "%s", err.msg);
+        } else {
+            cr_expect_eq(st, DL_ERR_INVALID, "depth %zu", depth);
+            cr_expect_not_null(strstr(err.msg, "nested too deeply"), "%s", err.msg);
+        }
+    }
+    free(deep);
+}
+
+/* A valid request with a bit of everything the scanner reads. */
+static const char full_request[] =
+    "{\"id\":\"r\\u00e9q-1\",\"model\":\"tiny\",\"model_version\":\"3\","
+    "\"parameters\":{\"binary_data_output\":false,\"x\":[1,{\"y\":null}]},"
+    "\"inputs\":[{\"name\":\"pixels\",\"shape\":[2,1,2,2],\"datatype\":\"FP32\","
+    "\"parameters\":{\"z\":1},\"data\":[[[[1,2.5],[3e0,4]]],[[[-5,6],[7,0.125]]]]}],"
+    "\"outputs\":[{\"name\":\"class\",\"parameters\":{\"binary_data\":true}},"
+    "{\"name\":\"probs\"}]}";
+
+Test(oip, scanner_refuses_every_truncation)
+{
+    size_t len = sizeof(full_request) - 1;
+    cr_assert_eq(scan_raw(full_request, len, len), DL_OK, "%s", err.msg);
+    for (size_t n = 0; n < len; n++) {
+        cr_expect_eq(scan_raw(full_request, n, n), DL_ERR_INVALID, "accepted %zu bytes", n);
+        cr_expect_null(req.x);
+    }
+    /* Truncated binary data: too few bytes for binary_data_size. */
+    const char *json = "{\"inputs\":[{\"name\":\"pixels\",\"shape\":[1,4],\"datatype\":\"UINT8\","
+                       "\"parameters\":{\"binary_data_size\":4}}]}";
+    char body[256];
+    size_t jl = strlen(json);
+    memcpy(body, json, jl);
+    memcpy(body + jl, "\x01\x02\x03\x04", 4);
+    cr_assert_eq(scan_raw(body, jl + 4, jl), DL_OK, "%s", err.msg);
+    for (size_t n = jl; n < jl + 4; n++)
+        cr_expect_eq(scan_raw(body, n, jl), DL_ERR_INVALID, "accepted %zu bytes", n);
+}
+
+/* Every byte of a valid request replaced by each of a few troublesome
+ * ones: the scan either succeeds with consistent values or refuses; it
+ * never crashes, reads outside the body or leaks (under sanitizers). */
+Test(oip, scanner_survives_every_one_byte_change)
+{
+    static const char subst[] = "\"[]{}:,\\0-.eu\x01\xff ";
+    size_t len = sizeof(full_request) - 1;
+    char *body = malloc(len);
+    cr_assert_not_null(body);
+    for (size_t i = 0; i < len; i++) {
+        for (size_t j = 0; j < sizeof(subst); j++) {   /* with the NUL */
+            memcpy(body, full_request, len);
+            body[i] = subst[j];
+            dl_status st = scan_raw(body, len, len);
+            cr_assert(st == DL_OK || st == DL_ERR_INVALID, "byte %zu: status %d", i, st);
+            if (st == DL_OK) {
+                cr_assert_not_null(req.x);
+                cr_assert_eq(req.count, 8);
+            } else {
+                cr_assert_null(req.x);
+                cr_assert_neq(err.msg[0], '\0');
+            }
+        }
+    }
+    free(body);
+}
+
+/* ---- reading without the model, checking against it ------------------------ */
+
+Test(oip, scans_without_the_model)
+{
+    size_t len = sizeof(full_request) - 1;
+    cr_assert_eq(scan_raw(full_request, len, len), DL_OK, "%s", err.msg);
+    cr_expect_str_eq(req.id, "r\xc3\xa9q-1");
+    cr_expect_not(req.id_integer);
+    cr_expect_str_eq(req.model, "tiny");
+    cr_expect_eq(req.model_version, 3);
+    cr_expect_eq(req.ninputs, 1);
+    cr_expect_str_eq(req.input.text, "pixels");
+    cr_expect_not(req.uint8);
+    cr_expect_not(req.binary_in);
+    cr_expect_eq(req.ndim, 4);
+    cr_expect_eq(req.count, 8);
+    expect_x((const float[]){1, 2.5f, 3, 4, -5, 6, 7, 0.125f}, 8);
+    cr_expect_eq(req.nasked, 2);
+    cr_expect_str_eq(req.asked[0].name.text, "class");
+    cr_expect_eq(req.asked[0].binary, 1);
+    cr_expect_str_eq(req.asked[1].name.text, "probs");
+    cr_expect_eq(req.asked[1].binary, -1);
+    cr_expect_not(req.binary_out);
+
+    /* Then against the model: batch and the outputs, in the order asked. */
+    cr_assert_eq(oip_check_infer(&req, &conf, 4, &err), DL_OK, "%s", err.msg);
+    cr_expect_eq(req.batch, 2);
+    cr_expect_eq(req.nout, 2);
+    cr_expect_eq(req.out[0].kind, (unsigned)OIP_OUT_CLASS);
+    cr_expect(req.out[0].binary);
+    cr_expect_eq(req.out[1].kind, (unsigned)OIP_OUT_TENSOR);
+    cr_expect_not(req.out[1].binary);
+    cr_expect_eq(req.outputs, (unsigned)(OIP_OUT_CLASS | OIP_OUT_TENSOR));
+}
+
+Test(oip, scans_ids_and_model_keys)
+{
+    cr_assert_eq(scan_with("'id':12345678901234567890123,'model_version':7"), DL_OK, "%s",
+                 err.msg);
+    cr_expect_str_eq(req.id, "12345678901234567890123");
+    cr_expect(req.id_integer);
+    cr_expect_eq(req.model_version, 7);
+    cr_expect_null(req.model);
+    cr_assert_eq(scan_with("'model':'m','model_version':0"), DL_OK, "%s", err.msg);
+    cr_expect_null(req.id);
+    cr_expect_str_eq(req.model, "m");
+
+    static const char *const envelope[][2] = {
+        {"'id':1.5", "'id' must be a string, not a real"},
+        {"'id':[1]", "'id' must be a string, not an array"},
+        {"'id':null", "'id' must be a string, not null"},
+        {"'model':3", "'model' must be a string, not an integer"},
+        {"'model_version':-1", "'model_version' must be a positive integer"},
+        {"'model_version':'1a'", "'model_version' must be"},
+        {"'model_version':true", "'model_version' must be"},
+        {"'parameters':[]", "'parameters' must be an object, not an array"},
+        {"'parameters':{'binary_data_output':1}", "binary_data_output must be true or false"},
+        {"'outputs':{}", "'outputs' must be an array, not an object"},
+    };
+    for (size_t i = 0; i < sizeof(envelope) / sizeof(envelope[0]); i++) {
+        cr_expect_eq(scan_with(envelope[i][0]), DL_ERR_INVALID, "accepted %s", envelope[i][0]);
+        cr_expect_not_null(strstr(err.msg, envelope[i][1]), "%s: %s", envelope[i][0], err.msg);
+        cr_expect_eq(req.fault, OIP_FAULT_ENVELOPE, "%s", envelope[i][0]);
+        cr_expect_null(req.x);
+    }
+}
+
+/* A refused request keeps its id when it is JSON (a dead letter names it)
+ * and the first refusal in document order is the one reported; a syntax
+ * error anywhere is reported instead. */
+Test(oip, a_refusal_keeps_the_id)
+{
+    cr_assert_eq(scan("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32',"
+                      "'data':[1,2,'x',4]}],'outputs':[7],'id':'keep-me'}"), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "inputs[0].data[2] must be a number"), "%s", err.msg);
+    cr_expect_eq(req.fault, OIP_FAULT_TENSOR);
+    cr_expect_str_eq(req.id, "keep-me");
+    cr_expect_null(req.x);
+    cr_assert_eq(scan("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32',"
+                      "'data':[1,2,'x',4]}],'id':'keep-me',}"), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "bad JSON"), "%s", err.msg);
+    cr_expect_null(req.id);
+    /* HTTP's parse keeps nothing. */
+    refused("{'id':'k','inputs':[]}", "exactly one");
+}
+
+Test(oip, reads_data_before_its_shape)
+{
+    cr_assert_eq(parse("{'inputs':[{'data':[[[[1,2],[3,4]]],[[[5,6],[7,8]]]],'datatype':'UINT8',"
+                       "'shape':[2,1,2,2],'name':'pixels'}]}"),
+                 DL_OK, "%s", err.msg);
+    cr_expect_eq(req.batch, 2);
+    expect_x((const float[]){1, 2, 3, 4, 5, 6, 7, 8}, 8);
+    oip_request_fini(&req);
+    refused("{'inputs':[{'data':[1,2,3],'shape':[1,4],'datatype':'FP32','name':'pixels'}]}",
+            "data has 3 values; shape [1, 4] needs 4");
+    refused("{'inputs':[{'data':[[1,2],[3,4,5]],'name':'pixels','datatype':'FP32','shape':[2,2]}]}",
+            "inputs[0].data[1] must be an array of 2 items");
+}
+
+/* Nested data: an array's wrong length is found before a wrong element
+ * inside it, as a walk that checks each length first would. */
+Test(oip, refuses_nested_data_outside_in)
+{
+    refused("{'inputs':[{'name':'pixels','shape':[2,2],'datatype':'FP32',"
+            "'data':[[1,'x'],[3,4],[5,6]]}]}",
+            "inputs[0].data must be an array of 2 items");
+    refused("{'inputs':[{'name':'pixels','shape':[2,2],'datatype':'FP32',"
+            "'data':[[1,'x',3],[3,4]]}]}",
+            "inputs[0].data[0] must be an array of 2 items");
+    refused("{'inputs':[{'name':'pixels','shape':[2,2],'datatype':'FP32',"
+            "'data':[[1,'x'],[3,4]]}]}",
+            "inputs[0].data[0][1] must be a number (FP32), not a string");
+    refused("{'inputs':[{'name':'pixels','shape':[4],'datatype':'FP32','data':[[1,2,3,4]]}]}",
+            "inputs[0].data must be an array of 4 items");
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,[2],3,4]}]}",
+            "inputs[0].data[1] must be a number (FP32), not an array");
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,'2',3]}]}",
+            "data has 3 values");
+}
+
+/* ---- strictness against the model ----------------------------------------- */
+
+Test(oip, refuses_names_the_model_does_not_have)
+{
+    refused("{'inputs':[{'name':'input','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}]}",
+            "model 'tiny' has no input 'input' (it takes 'pixels')");
+    refused("{'inputs':[{'shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}]}",
+            "inputs[0].name is missing");
+    char text[512], name[101];
+    memset(name, 'p', 100);
+    name[100] = '\0';
+    snprintf(text, sizeof(text), "{'inputs':[{'name':'%s','shape':[1,4],'datatype':'FP32',"
+             "'data':[1,2,3,4]}]}", name);
+    refused(text, "has no input 'ppppppp");
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}],"
+            "'outputs':[{'name':'class'},{'name':'scores'}]}",
+            "outputs[1]: model 'tiny' has no output 'scores'");
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}],"
+            "'outputs':[{'parameters':{}}]}",
+            "outputs[0] must be an object with a string 'name'");
+    conf.nlabels = 0;
+    conf.labels = NULL;
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,2,3,4]}],"
+            "'outputs':[{'name':'label'}]}",
+            "has no output 'label'");
+}
+
+Test(oip, answers_the_outputs_asked_in_their_order)
+{
+    cr_assert_eq(parse("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32',"
+                       "'data':[1,2,3,4]}],'parameters':{'binary_data_output':true},"
+                       "'outputs':[{'name':'label','parameters':{'binary_data':false}},"
+                       "{'name':'class'},{'name':'label','parameters':{'binary_data':true}}]}"),
+                 DL_OK, "%s", err.msg);
+    cr_expect_eq(req.nout, 2, "a name asked twice answers once");
+    cr_expect_eq(req.out[0].kind, (unsigned)OIP_OUT_LABEL);
+    cr_expect_not(req.out[0].binary, "binary_data: false wins over binary_data_output");
+    cr_expect_eq(req.out[1].kind, (unsigned)OIP_OUT_CLASS);
+    cr_expect(req.out[1].binary, "binary_data_output when the output does not say");
+
+    oip_request_fini(&req);
+    cr_assert_eq(parse("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32',"
+                       "'data':[1,2,3,4]}],'parameters':{'binary_data_output':true}}"),
+                 DL_OK, "%s", err.msg);
+    cr_expect_eq(req.nout, 3);
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(req.out[i].kind, (unsigned)(1 << i), "the model's order");
+        cr_expect(req.out[i].binary);
+    }
+}
+
+/* ---- the binary tensor data extension: requests ----------------------------- */
+
+/* Scans json followed by nbin bytes of bin, json's length as the header. */
+static dl_status scan_bin(const char *json, const void *bin, size_t nbin)
+{
+    const char *j = fx_dq(json);
+    size_t jl = strlen(j);
+    char *body = malloc(jl + nbin + 1);
+    cr_assert_not_null(body);
+    memcpy(body, j, jl);
+    if (nbin)
+        memcpy(body + jl, bin, nbin);
+    dl_status st = scan_raw(body, jl + nbin, jl);
+    free(body);
+    return st;
+}
+
+static void le_floats(unsigned char *out, const float *v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], 4);
+        for (int b = 0; b < 4; b++)
+            out[4 * i + b] = (unsigned char)(u >> (8 * b));
+    }
+}
+
+Test(oip, reads_binary_inputs)
+{
+    const float v[8] = {0, 1.5f, -2, 255, 1e-7f, 3.25f, 7, -0.0f};
+    unsigned char bin[32];
+    le_floats(bin, v, 8);
+    cr_assert_eq(scan_bin("{'id':'b','inputs':[{'name':'pixels','shape':[2,4],'datatype':'FP32',"
+                          "'parameters':{'binary_data_size':32}}]}", bin, 32),
+                 DL_OK, "%s", err.msg);
+    cr_expect(req.binary_in);
+    cr_expect_eq(memcmp(req.x, v, sizeof(v)), 0, "bit for bit");
+    cr_assert_eq(oip_check_infer(&req, &conf, 4, &err), DL_OK, "%s", err.msg);
+    cr_expect_eq(req.batch, 2);
+
+    const unsigned char u8[4] = {0, 17, 128, 255};
+    cr_assert_eq(scan_bin("{'inputs':[{'name':'pixels','shape':[1,1,2,2],'datatype':'UINT8',"
+                          "'parameters':{'binary_data_size':4}}]}", u8, 4),
+                 DL_OK, "%s", err.msg);
+    expect_x((const float[]){0, 17, 128, 255}, 4);
+
+    /* A header as long as the body: plain JSON. */
+    const char *j = fx_dq("{'inputs':[{'name':'pixels','shape':[4],'datatype':'FP32',"
+                          "'data':[1,2,3,4]}]}");
+    cr_expect_eq(scan_raw(j, strlen(j), strlen(j)), DL_OK, "%s", err.msg);
+}
+
+static void bin_refused(const char *json, const void *bin, size_t nbin, const char *needle)
+{
+    cr_expect_eq(scan_bin(json, bin, nbin), DL_ERR_INVALID, "accepted %s + %zu bytes", json, nbin);
+    cr_expect_not_null(strstr(err.msg, needle), "%s (wanted '%s')", err.msg, needle);
+    cr_expect_eq(req.fault, OIP_FAULT_TENSOR, "%s", json);
+    cr_expect_null(req.x);
+}
+
+Test(oip, refuses_binary_sizes_that_do_not_add_up)
+{
+    unsigned char bin[40] = {0};
+    const char *fp4 = "{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32',"
+                      "'parameters':{'binary_data_size':16}}]}";
+    cr_assert_eq(scan_bin(fp4, bin, 16), DL_OK, "%s", err.msg);
+    bin_refused(fp4, bin, 15, "binary_data_size is 16 bytes, but only 15 follow");
+    bin_refused(fp4, bin, 0, "only 0 follow");
+    bin_refused(fp4, bin, 17, "the body has 17 bytes after its");
+    bin_refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32',"
+                "'parameters':{'binary_data_size':12}}]}", bin, 12,
+                "binary_data_size is 12 bytes, but shape [1, 4] of FP32 takes 4 values of 4 bytes");
+    bin_refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'UINT8',"
+                "'parameters':{'binary_data_size':16}}]}", bin, 16,
+                "shape [1, 4] of UINT8 takes 4 values of 1 byte");
+    bin_refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32',"
+                "'data':[1,2,3,4]}]}", bin, 4, "the body has 4 bytes after its");
+    bin_refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32','data':[1,2,3,4],"
+                "'parameters':{'binary_data_size':16}}]}", bin, 16,
+                "has both \"data\" and parameters.binary_data_size");
+    bin_refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32',"
+                "'parameters':{'binary_data_size':'16'}}]}", bin, 16,
+                "inputs[0].parameters.binary_data_size must be a byte count");
+    bin_refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32',"
+                "'parameters':{'binary_data_size':-16}}]}", bin, 16, "must be a byte count");
+    bin_refused("{'inputs':[{'name':'pixels','shape':[1000000000000,1000000,4],'datatype':'FP32',"
+                "'parameters':{'binary_data_size':16}}]}", bin, 16, "binary_data_size is 16 bytes");
+    bin_refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32'}]}", bin, 16,
+                "inputs[0].data is missing");
+    bin_refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32',"
+                "'parameters':{'binary_data_size':16}}],'outputs':[{'name':'class',"
+                "'parameters':{'binary_data':'yes'}}]}", bin, 16,
+                "outputs[0].parameters.binary_data must be true or false, not a string");
+    /* Not finite. */
+    const float inf[4] = {1, 2, INFINITY, 4};
+    le_floats(bin, inf, 4);
+    bin_refused(fp4, bin, 16, "inputs[0] binary data: value 2 is not a finite FP32 number");
+
+    /* A JSON length past the body. */
+    cr_expect_eq(oip_scan_infer("{}", 2, 3, &req, &err), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "Inference-Header-Content-Length 3 is more than the "
+                                       "body's 2 bytes"), "%s", err.msg);
+}
+
+Test(oip, reads_the_json_length_header)
+{
+    size_t n = 0;
+    cr_expect_eq(oip_json_len(NULL, 40, &n, &err), DL_OK);
+    cr_expect_eq(n, 40);
+    cr_expect_eq(oip_json_len("12", 40, &n, &err), DL_OK);
+    cr_expect_eq(n, 12);
+    cr_expect_eq(oip_json_len("40", 40, &n, &err), DL_OK);
+    static const char *const bad[] = {"", "abc", "-1", "+5", "1 2", "0x10", "1.0",
+                                      "99999999999999999999"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_expect_eq(oip_json_len(bad[i], 40, &n, &err), DL_ERR_INVALID, "'%s'", bad[i]);
+        cr_expect_not_null(strstr(err.msg, "Inference-Header-Content-Length"), "%s", err.msg);
+    }
+    cr_expect_eq(oip_json_len("41", 40, &n, &err), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "41 is more than the body's 40 bytes"), "%s", err.msg);
+}
+
+/* ---- the binary tensor data extension: answers ------------------------------ */
+
+static uint64_t le_at(const unsigned char *p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+Test(oip, writes_binary_outputs)
+{
+    const float y[6] = {0.1f, 0.2f, 0.7f, 0.6f, 0.3f, 0.1f};
+    const oip_output out[3] = {{OIP_OUT_CLASS, true}, {OIP_OUT_TENSOR, false},
+                               {OIP_OUT_LABEL, true}};
+    oip_result res = {.model = "tiny", .version = 3, .id = "q\"1", .conf = &conf, .batch = 2,
+                      .out_dim = 3, .y = y, .nout = 3, .out = out};
+    dl_sbuf b = {0};
+    size_t json_len;
+    cr_assert_eq(oip_write_infer(&res, &b, &json_len, NULL), DL_OK);
+    json_t *o = json_loadb(b.s, json_len, JSON_REJECT_DUPLICATES, NULL);
+    cr_assert_not_null(o, "%.*s", (int)json_len, b.s);
+    cr_expect_str_eq(json_string_value(json_object_get(o, "id")), "q\"1");
+    json_t *outs = json_object_get(o, "outputs");
+    cr_assert_eq(json_array_size(outs), 3);
+    json_t *c = json_array_get(outs, 0), *p = json_array_get(outs, 1), *l = json_array_get(outs, 2);
+    cr_expect_str_eq(json_string_value(json_object_get(c, "name")), "class");
+    cr_expect_null(json_object_get(c, "data"));
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(c, "parameters"),
+                                                    "binary_data_size")), 16);
+    cr_expect_str_eq(json_string_value(json_object_get(p, "name")), "probs");
+    cr_expect_eq(json_array_size(json_object_get(p, "data")), 6);
+    cr_expect_null(json_object_get(p, "parameters"));
+    cr_expect_str_eq(json_string_value(json_object_get(l, "name")), "label");
+    /* labels "Ankle boot" (10 bytes) and "cat" (3), each after 4 bytes of length */
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(l, "parameters"),
+                                                    "binary_data_size")), 4 + 10 + 4 + 3);
+    json_decref(o);
+
+    /* The bytes: class (2 x int64), then label (BYTES), in output order. */
+    const unsigned char *bin = (const unsigned char *)b.s + json_len;
+    cr_assert_eq(b.len - json_len, 16 + 21);
+    cr_expect_eq(le_at(bin, 8), 2);
+    cr_expect_eq(le_at(bin + 8, 8), 0);
+    cr_expect_eq(le_at(bin + 16, 4), 10);
+    cr_expect_eq(memcmp(bin + 20, "Ankle boot", 10), 0);
+    cr_expect_eq(le_at(bin + 30, 4), 3);
+    cr_expect_eq(memcmp(bin + 34, "cat", 3), 0);
+    dl_sbuf_free(&b);
+
+    /* FP32 as float32 bits. */
+    const oip_output probs[1] = {{OIP_OUT_TENSOR, true}};
+    res.out = probs;
+    res.nout = 1;
+    cr_assert_eq(oip_write_infer(&res, &b, &json_len, NULL), DL_OK);
+    cr_assert_eq(b.len - json_len, 24);
+    for (int i = 0; i < 6; i++) {
+        uint32_t u = (uint32_t)le_at((const unsigned char *)b.s + json_len + 4 * i, 4);
+        float f;
+        memcpy(&f, &u, 4);
+        cr_expect(memcmp(&f, &y[i], 4) == 0, "value %d", i);
+    }
+    dl_sbuf_free(&b);
+}
+
+/* Scores are written as the shortest text that reads back exactly, JSON's
+ * null when not finite. */
+Test(oip, writes_scores_that_read_back_exactly)
+{
+    const float y[8] = {1.4e-45f, 1.17549435e-38f, 3.40282347e38f, -0.0f, 1.0f / 3.0f,
+                        0.1f, NAN, INFINITY};
+    oip_result res = {.model = "tiny", .version = 1, .conf = &conf, .batch = 1, .out_dim = 8,
+                      .y = y, .outputs = OIP_OUT_TENSOR};
+    json_t *o = answer_json(&res);
+    json_t *data = json_object_get(json_array_get(json_object_get(o, "outputs"), 0), "data");
+    cr_assert_eq(json_array_size(data), 8);
+    for (size_t i = 0; i < 6; i++) {
+        float back = (float)json_number_value(json_array_get(data, i));
+        cr_expect(memcmp(&back, &y[i], 4) == 0 || (back == 0 && y[i] == 0), "data[%zu]", i);
+    }
+    cr_expect(json_is_null(json_array_get(data, 6)));
+    cr_expect(json_is_null(json_array_get(data, 7)));
+    json_decref(o);
 }
