@@ -61,6 +61,7 @@ typedef struct request {
     char     *body;
     size_t    len, cap;
     size_t    dropped;          /* body bytes discarded past the limit */
+    size_t    declared;         /* Content-Length (within the limit), or 0 */
     bool      too_big, nomem;
     /* An infer request handed to the batcher. From its submission until
      * infer_done resumes the connection, q belongs to the batcher; then
@@ -452,12 +453,14 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
     }
     const char *cl =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && strtoull(cl, NULL, 10) > (unsigned long long)h->deps->conf->max_body_bytes) {
+    unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+    if (declared > (unsigned long long)h->deps->conf->max_body_bytes) {
         *a = status_answer(DL_ERR_TOO_LARGE,
                            "the body (%.20s bytes) is over http.max_body_bytes (%lld)", cl,
                            (long long)h->deps->conf->max_body_bytes);
         return true;
     }
+    rq->declared = (size_t)declared;
     return false;
 }
 
@@ -478,7 +481,8 @@ static bool take_body(http_server *h, request *rq, const char *data, size_t n)
         return rq->dropped <= max;
     }
     if (rq->len + n > rq->cap) {
-        size_t cap = rq->cap ? rq->cap : 4096;
+        /* One allocation for a body of the declared length. */
+        size_t cap = rq->cap ? rq->cap : rq->declared > 0 ? rq->declared : 4096;
         while (cap < rq->len + n)
             cap *= 2;
         char *p = realloc(rq->body, cap);

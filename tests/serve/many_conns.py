@@ -8,19 +8,23 @@ sockets and selectors, one thread).
    any answer, and reads every answer.
 3. Sends a second POST on every SECOND-th connection (keep-alive: the same
    socket, no reconnection) and reads those answers.
-4. With all CONNS still open and idle: GET /status on one more connection.
+4. With all CONNS still open and idle: GET /status on one more connection
+   until its requests_in_flight is 0 (a request counts until the daemon
+   has finished sending its answer, which can be just after the client
+   has read it).
 
 While the connections are open it samples the daemon's thread count
 (/proc/PID/status, Threads:) and, once all are open, its open sockets
 (/proc/PID/fd). Writes a JSON summary to OUT: answers by status code,
 answers that do not look like a prediction, connections the daemon
 closed, the most threads seen, the daemon's sockets, and /status's
-requests_in_flight. The checks themselves are left to the caller."""
+last requests_in_flight. The checks themselves are left to the caller."""
 import json
 import os
 import selectors
 import socket
 import sys
+import time
 from urllib.parse import urlparse
 
 url, body_file, pid, conns, second, out = sys.argv[1:7]
@@ -141,19 +145,31 @@ for c in sampled:
 exchange(sampled)
 sample_threads()
 
-# /status on one more connection while the others are open and idle.
-s = socket.create_connection((u.hostname, u.port), timeout=GUARD_S)
-s.sendall(("GET /status HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n"
-           % (u.hostname, u.port)).encode())
-raw = b""
-while True:
-    data = s.recv(65536)
-    if not data:
+
+def in_flight():
+    """/status's requests_in_flight, on one more connection."""
+    s = socket.create_connection((u.hostname, u.port), timeout=GUARD_S)
+    s.sendall(("GET /status HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n"
+               % (u.hostname, u.port)).encode())
+    raw = b""
+    while True:
+        data = s.recv(65536)
+        if not data:
+            break
+        raw += data
+    s.close()
+    return json.loads(raw[raw.find(b"\r\n\r\n") + 4:])["http"]["requests_in_flight"]
+
+
+# Every answer is read: the count comes back to 0 while the connections
+# stay open (polled; a guard of GUARD_S against a count that never does).
+polls = 0
+while polls < GUARD_S * 10:
+    result["in_flight"] = in_flight()
+    polls += 1
+    if result["in_flight"] == 0:
         break
-    raw += data
-s.close()
-status = json.loads(raw[raw.find(b"\r\n\r\n") + 4:])
-result["in_flight"] = status["http"]["requests_in_flight"]
+    time.sleep(0.1)
 
 for c in cs:
     for st, data in c.answers:
