@@ -696,8 +696,9 @@ dl_status http_start(const http_deps *deps, http_server **out, int *port, dl_err
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     h->threads = conf->threads > 0 ? (int)conf->threads : cores > 0 ? (int)cores : 1;
     h->max_conns = connection_limit();
-    /* Suspend/resume brings the ITC (inter-thread communication) that
-     * MHD_resume_connection and MHD_quiesce_daemon (http_stop) signal. */
+    /* ITC (inter-thread communication, which MHD_ALLOW_SUSPEND_RESUME
+     * implies too): how MHD_resume_connection and MHD_quiesce_daemon
+     * (http_stop) wake the event loops. */
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG | MHD_USE_ITC;
     struct sockaddr_storage ss;
