@@ -3,7 +3,8 @@
  * whose oldest request is oldest, and runs it as one batch once it holds
  * max_batch_size samples or its oldest request has waited
  * max_queue_delay_us. Beyond max_queue_size queued samples per model,
- * submissions are refused (503). */
+ * submissions are refused (503). Requests carry raw values: the served
+ * model's input scaling is applied here, once, to the assembled batch. */
 #define _POSIX_C_SOURCE 200809L
 #include "serve/serve.h"
 
@@ -44,6 +45,17 @@ void infer_req_fini(infer_req *q)
 {
     pthread_mutex_destroy(&q->mu);
     pthread_cond_destroy(&q->cv);
+}
+
+void infer_req_account(stats *st, const infer_req *q, double t_received, bool ok)
+{
+    /* queue: submission to its batch's start; compute: the batch's
+     * inference; total: from the transport's receipt to now. A request
+     * that did not run (or failed) has no queue or compute time. */
+    double queue_us = ok ? (q->t_start - q->t_arrival) * 1e6 : 0;
+    double compute_us = ok ? (q->t_end - q->t_start) * 1e6 : 0;
+    stats_request(st, q->sv->name, q->sv->version, ok, q->n, queue_us, compute_us,
+                  (dl_time_now() - t_received) * 1e6);
 }
 
 void infer_wait(infer_req *q)
@@ -238,8 +250,12 @@ static void run(batcher *b, infer_req *list, int64_t samples)
         memcpy(b->bx + off * sv->in_dim, r->x, (size_t)(r->n * sv->in_dim) * sizeof(float));
         off += r->n;
     }
-    if (st == DL_OK)
+    if (st == DL_OK) {
+        /* bx: (samples, in_dim) raw values, scaled as the training data was */
+        dl_scaling sc = dl_scaling_of(sv->conf);
+        dl_scaling_apply(&sc, b->bx, samples * sv->in_dim);
         st = dl_model_predict(sv->m, b->bx, samples, samples, b->by, &err);
+    }
     double t1 = dl_time_now();
     dl_err outcome = {0};
     if (st == DL_OK)

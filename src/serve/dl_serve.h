@@ -20,6 +20,7 @@ typedef struct dl_http_conf {
     char    token[256];          /* bearer token; empty: no authentication */
     char    tls_cert[DL_PATH_MAX];
     char    tls_key[DL_PATH_MAX];
+    int64_t threads;             /* event-loop threads serving connections; 0: one per core */
 } dl_http_conf;
 
 typedef struct dl_batching_conf {

@@ -1,11 +1,13 @@
 /* http_api.c: the HTTP/JSON endpoints (Open Inference Protocol v2, /metrics,
  * /status) on libmicrohttpd, with bearer tokens, TLS and body limits.
  *
- * Threads: one per connection (MHD_USE_THREAD_PER_CONNECTION), always,
- * because an infer request blocks its thread in infer_wait until the
- * batcher answers: in a pool that would stall every other connection of
- * the blocked thread. (MHD's connection limit is no substitute for a pool:
- * it resets connections beyond it rather than queueing them.) */
+ * Threads: a small fixed pool of event loops (MHD's internal epoll,
+ * http.threads of them) serves every connection. No thread waits for the
+ * batcher: an infer request's connection is suspended before the request
+ * is queued, the batch's completion (on the batcher's worker thread)
+ * resumes it, and the access handler, called again, formats and queues
+ * the answer. Idle keep-alive connections cost a socket and a little
+ * memory, not a thread. */
 #define _DEFAULT_SOURCE   /* strncasecmp; the socket types microhttpd.h uses */
 #include "serve/serve.h"
 #include "serve/oip.h"
@@ -19,16 +21,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
 
-/* Idle keep-alive connections hold a thread each: close them after this. */
+/* Idle keep-alive connections are closed after this. */
 #define HTTP_IDLE_TIMEOUT_S 60
-/* http_stop waits at most this long for requests in flight. */
+/* http_stop waits at most this long for requests in flight (but always
+ * for those the batcher holds: their connections are suspended). */
 #define HTTP_DRAIN_S 30
+/* File descriptors kept from connections for everything else: models,
+ * logs, Kafka and Redis sockets, MHD's own epoll and ITC descriptors. */
+#define HTTP_FD_RESERVE 128
 
 #define CT_JSON "application/json"
 #define CT_BINARY "application/octet-stream"   /* JSON then binary tensors */
@@ -39,21 +46,36 @@ struct http_server {
     struct MHD_Daemon *d;
     char              *tls_cert, *tls_key;   /* PEM text, kept while MHD runs */
     atomic_bool        stopping;
+    int                threads;              /* event loops */
+    unsigned           max_conns;            /* MHD's connection limit */
     pthread_mutex_t    mu;
-    pthread_cond_t     cv;
+    pthread_cond_t     cv;                   /* inflight or waiting went down */
     int64_t            inflight;             /* requests begun, not completed */
+    int64_t            waiting;              /* of which suspended in the batcher */
 };
 
-/* One request, from its first access-handler call to its completion. */
+/* One request, from its first access-handler call to its completion
+ * (on_completed frees it). */
 typedef struct request {
     double    arrival;          /* dl_time_now() */
     oip_route route;
     char     *body;
     size_t    len, cap;
     size_t    dropped;          /* body bytes discarded past the limit */
+    size_t    declared;         /* Content-Length (within the limit), or 0 */
     bool      too_big, nomem;
     const char *json_len;       /* Inference-Header-Content-Length, or NULL
                                    (MHD's copy: valid for the request) */
+    /* An infer request handed to the batcher. From its submission until
+     * infer_done resumes the connection, q belongs to the batcher; then
+     * the access handler, called again, answers from it. */
+    http_server           *h;
+    struct MHD_Connection *c;
+    bool         queued;        /* q is initialised and was handed over */
+    dl_err       refused;       /* why batcher_submit refused q (code DL_OK: it ran) */
+    served      *sv;            /* a reference, released with the request */
+    oip_request  in;            /* the parsed input; q.x points into it */
+    infer_req    q;
 } request;
 
 /* An answer ready to queue. */
@@ -202,7 +224,7 @@ static answer model_ready(http_server *h, const oip_route *r)
 /* ---- infer -------------------------------------------------------------- */
 
 /* The infer answer (JSON, or JSON then binary outputs) as an answer. */
-static answer infer_answer(const oip_result *res)
+static answer result_answer(const oip_result *res)
 {
     dl_sbuf b = {0};
     size_t json_len;
@@ -215,64 +237,85 @@ static answer infer_answer(const oip_result *res)
                     .json_len = json_len < b.len ? json_len : 0};
 }
 
-/* Runs a parsed request on sv (a reference, kept) and formats the answer. */
-static answer run_infer(http_server *h, request *rq, served *sv, oip_request *in)
+/* The batch's completion, on the batcher's worker thread: wakes the
+ * connection so that the access handler answers. */
+static void infer_done(infer_req *q, void *ctx)
 {
-    oip_scale(sv->conf, in->x, in->batch * sv->in_dim);
-    infer_req q;
-    infer_req_init(&q);
-    snprintf(q.model, sizeof(q.model), "%s", sv->name);
-    q.version = sv->version;
-    q.n = in->batch;
-    q.x = in->x;
-    q.sv = sv;   /* pinned: the version whose input size we checked */
-    dl_err err = {0};
-    answer a;
-    if (batcher_submit(h->deps->bat, &q, &err) != DL_OK) {
-        a = status_answer(err.code, "%s", err.msg);   /* queue full: 503; sizes: 400 */
-    } else {
-        infer_wait(&q);
-        if (q.err.code != DL_OK) {
-            /* 503 when the batch may succeed again (it ran short of
-             * memory), 500 when the backend failed */
-            a = status_answer(q.err.code, "inference failed: %s", q.err.msg);
-        } else {
-            oip_result res = {.model = sv->name, .version = sv->version, .id = in->id,
-                              .conf = sv->conf, .batch = in->batch, .out_dim = sv->out_dim,
-                              .y = q.out, .nout = in->nout, .out = in->out};
-            a = infer_answer(&res);
-        }
-    }
-    bool ok = a.code == 200;
-    double now = dl_time_now();
-    stats_request(h->deps->st, sv->name, sv->version, ok, in->batch,
-                  ok ? (q.t_start - q.t_arrival) * 1e6 : 0, ok ? (q.t_end - q.t_start) * 1e6 : 0,
-                  (now - rq->arrival) * 1e6);
-    free(q.out);
-    infer_req_fini(&q);
-    return a;
+    (void)q;
+    request *rq = ctx;
+    http_server *h = rq->h;
+    MHD_resume_connection(rq->c);   /* rq belongs to MHD's thread from here on */
+    pthread_mutex_lock(&h->mu);
+    h->waiting--;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
 }
 
-static answer infer(http_server *h, request *rq)
+/* Parses an infer request and hands it to the batcher. False when it
+ * waits there with its connection suspended (infer_answer answers it
+ * once resumed); true with the answer in *a when it cannot be run. */
+static bool infer_start(http_server *h, struct MHD_Connection *c, request *rq, answer *a)
 {
     dl_err err = {0};
-    served *sv = acquire(h, &rq->route, &err);
-    if (!sv)
-        return status_answer(err.code, "%s", err.msg);
-    oip_request in = {0};
-    answer a;
+    rq->sv = acquire(h, &rq->route, &err);
+    if (!rq->sv) {
+        *a = status_answer(err.code, "%s", err.msg);
+        return true;
+    }
+    served *sv = rq->sv;
     size_t json_len;
     /* A bad Inference-Header-Content-Length is a 400 like a bad body. */
     if (oip_json_len(rq->json_len, rq->len, &json_len, &err) != DL_OK ||
-        oip_parse_infer(rq->body, rq->len, json_len, sv->conf, sv->in_dim, &in, &err) != DL_OK) {
-        a = status_answer(err.code, "%s", err.msg);   /* 400, or 500 out of memory */
+        oip_parse_infer(rq->body, rq->len, json_len, sv->conf, sv->in_dim, &rq->in, &err) !=
+            DL_OK) {
+        *a = status_answer(err.code, "%s", err.msg);   /* 400, or 500 out of memory */
         stats_request(h->deps->st, sv->name, sv->version, false, 0, 0, 0,
                       (dl_time_now() - rq->arrival) * 1e6);
-    } else {
-        a = run_infer(h, rq, sv, &in);
+        return true;
     }
-    oip_request_fini(&in);
-    served_release(sv);
+    infer_req *q = &rq->q;
+    infer_req_init(q);
+    snprintf(q->model, sizeof(q->model), "%s", sv->name);
+    q->version = sv->version;
+    q->n = rq->in.batch;
+    q->x = rq->in.x;   /* raw: the batcher scales its batch */
+    q->sv = sv;        /* pinned: the version whose input size we checked */
+    q->on_done = infer_done;
+    q->ctx = rq;
+    rq->h = h;
+    rq->c = c;
+    rq->queued = true;
+    /* Suspended before it is queued, so that the completion always finds
+     * the connection suspended. A refusal (queue full: 503; sizes: 400)
+     * resumes it at once, and the next call answers it the same way. */
+    MHD_suspend_connection(c);
+    pthread_mutex_lock(&h->mu);
+    h->waiting++;
+    pthread_mutex_unlock(&h->mu);
+    if (batcher_submit(h->deps->bat, q, &rq->refused) != DL_OK)
+        infer_done(q, rq);
+    return false;
+}
+
+/* The answer to a request that infer_start queued, once resumed. */
+static answer infer_answer(http_server *h, request *rq)
+{
+    const infer_req *q = &rq->q;
+    served *sv = rq->sv;
+    answer a;
+    if (rq->refused.code != DL_OK) {
+        a = status_answer(rq->refused.code, "%s", rq->refused.msg);
+    } else if (q->err.code != DL_OK) {
+        /* 503 when the batch may succeed again (it ran short of memory),
+         * 500 when the backend failed */
+        a = status_answer(q->err.code, "inference failed: %s", q->err.msg);
+    } else {
+        oip_result res = {.model = sv->name, .version = sv->version, .id = rq->in.id,
+                          .conf = sv->conf, .batch = rq->in.batch, .out_dim = sv->out_dim,
+                          .y = q->out, .nout = rq->in.nout, .out = rq->in.out};
+        a = result_answer(&res);
+    }
+    infer_req_account(h->deps->st, q, rq->arrival, a.code == 200);
     return a;
 }
 
@@ -327,7 +370,7 @@ static answer status(http_server *h)
 {
     const http_deps *d = h->deps;
     pthread_mutex_lock(&h->mu);
-    int64_t inflight = h->inflight;
+    int64_t inflight = h->inflight - 1;   /* not counting this request */
     pthread_mutex_unlock(&h->mu);
     json_t *o = json_pack("{s:s, s:f, s:b, s:o, s:o, s:o, s:{s:I, s:b, s:b}}", "version",
                           d->server_version ? d->server_version : DL_VERSION_STRING,
@@ -354,32 +397,38 @@ static answer metrics(http_server *h)
     return a;
 }
 
-/* The answer to a request whose body is complete. */
-static answer dispatch(http_server *h, request *rq)
+/* The answer to a request whose body is complete, in *a; false when it
+ * comes later: an infer request waits in the batcher. */
+static bool dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer *a)
 {
-    if (rq->too_big)
-        return status_answer(DL_ERR_TOO_LARGE, "the body is over http.max_body_bytes (%lld)",
-                             (long long)h->deps->conf->max_body_bytes);
-    if (rq->nomem)
-        return status_answer(DL_ERR_NOMEM, "out of memory for the request body");
+    if (rq->too_big) {
+        *a = status_answer(DL_ERR_TOO_LARGE, "the body is over http.max_body_bytes (%lld)",
+                           (long long)h->deps->conf->max_body_bytes);
+        return true;
+    }
+    if (rq->nomem) {
+        *a = status_answer(DL_ERR_NOMEM, "out of memory for the request body");
+        return true;
+    }
     switch (rq->route.kind) {
-    case OIP_ROUTE_LIVE:        return json_answer(200, json_pack("{s:b}", "live", 1));
+    case OIP_ROUTE_INFER:       return infer_start(h, c, rq, a);
+    case OIP_ROUTE_LIVE:        *a = json_answer(200, json_pack("{s:b}", "live", 1)); break;
     case OIP_ROUTE_READY: {
         bool ready = server_ready(h);
-        return json_answer(ready ? 200 : 503, json_pack("{s:b}", "ready", ready));
+        *a = json_answer(ready ? 200 : 503, json_pack("{s:b}", "ready", ready));
+        break;
     }
-    case OIP_ROUTE_SERVER:      return server_metadata(h);
-    case OIP_ROUTE_MODEL:       return model_metadata(h, &rq->route);
-    case OIP_ROUTE_MODEL_READY: return model_ready(h, &rq->route);
-    case OIP_ROUTE_INFER:       return infer(h, rq);
-    case OIP_ROUTE_REPO_INDEX:  return repo_index(h);
-    case OIP_ROUTE_REPO_LOAD:   return repo_change(h, rq, true);
-    case OIP_ROUTE_REPO_UNLOAD: return repo_change(h, rq, false);
-    case OIP_ROUTE_METRICS:     return metrics(h);
-    case OIP_ROUTE_STATUS:      return status(h);
-    case OIP_ROUTE_NONE:        break;
+    case OIP_ROUTE_SERVER:      *a = server_metadata(h); break;
+    case OIP_ROUTE_MODEL:       *a = model_metadata(h, &rq->route); break;
+    case OIP_ROUTE_MODEL_READY: *a = model_ready(h, &rq->route); break;
+    case OIP_ROUTE_REPO_INDEX:  *a = repo_index(h); break;
+    case OIP_ROUTE_REPO_LOAD:   *a = repo_change(h, rq, true); break;
+    case OIP_ROUTE_REPO_UNLOAD: *a = repo_change(h, rq, false); break;
+    case OIP_ROUTE_METRICS:     *a = metrics(h); break;
+    case OIP_ROUTE_STATUS:      *a = status(h); break;
+    case OIP_ROUTE_NONE:        *a = status_answer(DL_ERR_NOT_FOUND, "not found"); break;
     }
-    return status_answer(DL_ERR_NOT_FOUND, "not found");
+    return true;
 }
 
 /* ---- the request cycle --------------------------------------------------- */
@@ -437,12 +486,14 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
     }
     const char *cl =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && strtoull(cl, NULL, 10) > (unsigned long long)h->deps->conf->max_body_bytes) {
+    unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+    if (declared > (unsigned long long)h->deps->conf->max_body_bytes) {
         *a = status_answer(DL_ERR_TOO_LARGE,
                            "the body (%.20s bytes) is over http.max_body_bytes (%lld)", cl,
                            (long long)h->deps->conf->max_body_bytes);
         return true;
     }
+    rq->declared = (size_t)declared;
     return false;
 }
 
@@ -463,7 +514,8 @@ static bool take_body(http_server *h, request *rq, const char *data, size_t n)
         return rq->dropped <= max;
     }
     if (rq->len + n > rq->cap) {
-        size_t cap = rq->cap ? rq->cap : 4096;
+        /* One allocation for a body of the declared length. */
+        size_t cap = rq->cap ? rq->cap : rq->declared > 0 ? rq->declared : 4096;
         while (cap < rq->len + n)
             cap *= 2;
         char *p = realloc(rq->body, cap);
@@ -478,6 +530,19 @@ static bool take_body(http_server *h, request *rq, const char *data, size_t n)
     memcpy(rq->body + rq->len, data, n);
     rq->len += n;
     return true;
+}
+
+/* Frees rq and what it holds (its infer request has completed). */
+static void request_free(request *rq)
+{
+    if (rq->queued) {
+        free(rq->q.out);
+        infer_req_fini(&rq->q);
+    }
+    oip_request_fini(&rq->in);
+    served_release(rq->sv);
+    free(rq->body);
+    free(rq);
 }
 
 static request *begin(http_server *h)
@@ -512,7 +577,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return keep ? MHD_YES : MHD_NO;
     }
-    return respond(h, c, rq, method, url, dispatch(h, rq));
+    answer a;
+    if (rq->queued)   /* called again: the batcher resumed the connection */
+        a = infer_answer(h, rq);
+    else if (!dispatch(h, c, rq, &a))
+        return MHD_YES;   /* suspended until its batch completes */
+    return respond(h, c, rq, method, url, a);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -525,8 +595,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!rq)
         return;
     *con_cls = NULL;
-    free(rq->body);
-    free(rq);
+    request_free(rq);
     pthread_mutex_lock(&h->mu);
     h->inflight--;
     pthread_cond_broadcast(&h->cv);
@@ -612,12 +681,14 @@ static struct MHD_Daemon *start_daemon(http_server *h, unsigned flags, struct so
     /* The port argument is ignored with MHD_OPTION_SOCK_ADDR, but MHD's
      * messages name it. */
     uint16_t port = (uint16_t)h->deps->conf->port;
-    struct MHD_OptionItem opt[3];
+    struct MHD_OptionItem opt[4];
     int n = 0;
     if (flags & MHD_USE_TLS) {
         opt[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert};
         opt[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key};
     }
+    if (h->threads > 1)   /* MHD refuses a pool of one: its own thread is that */
+        opt[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, h->threads, NULL};
     opt[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
     /* The logger first, so that MHD's own messages about later options
      * reach it. */
@@ -626,7 +697,20 @@ static struct MHD_Daemon *start_daemon(http_server *h, unsigned flags, struct so
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
+                            MHD_OPTION_CONNECTION_LIMIT, h->max_conns,
                             MHD_OPTION_ARRAY, opt, MHD_OPTION_END);
+}
+
+/* As many connections as file descriptors allow, less a reserve (MHD's
+ * default, FD_SETSIZE - 4, would turn clients away at 1,020 whatever the
+ * descriptor limit). */
+static unsigned connection_limit(void)
+{
+    struct rlimit rl;
+    rlim_t fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
+    if (fds == RLIM_INFINITY || fds > 1000000)
+        fds = 1000000;
+    return fds > 2 * HTTP_FD_RESERVE ? (unsigned)(fds - HTTP_FD_RESERVE) : (unsigned)(fds / 2);
 }
 
 dl_status http_start(const http_deps *deps, http_server **out, int *port, dl_err *err)
@@ -642,9 +726,14 @@ dl_status http_start(const http_deps *deps, http_server **out, int *port, dl_err
     atomic_init(&h->stopping, false);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
-    /* ITC: needed by MHD_quiesce_daemon in http_stop. */
-    unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    h->threads = conf->threads > 0 ? (int)conf->threads : cores > 0 ? (int)cores : 1;
+    h->max_conns = connection_limit();
+    /* ITC (inter-thread communication, which MHD_ALLOW_SUSPEND_RESUME
+     * implies too): how MHD_resume_connection and MHD_quiesce_daemon
+     * (http_stop) wake the event loops. */
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG | MHD_USE_ITC;
     struct sockaddr_storage ss;
     dl_status st = bind_address(conf, &ss, &flags, err);
     if (st == DL_OK)
@@ -665,9 +754,11 @@ dl_status http_start(const http_deps *deps, http_server **out, int *port, dl_err
     int bound = info ? (int)info->port : (int)conf->port;
     if (port)
         *port = bound;
-    DL_LOG(DL_LOG_NOTICE, "http", "listening on %s://%s%s%s:%d, one thread per connection%s",
+    DL_LOG(DL_LOG_NOTICE, "http",
+           "listening on %s://%s%s%s:%d, %d thread%s, up to %u connections%s",
            flags & MHD_USE_TLS ? "https" : "http", flags & MHD_USE_IPv6 ? "[" : "", conf->address,
-           flags & MHD_USE_IPv6 ? "]" : "", bound, conf->token[0] ? ", bearer token required" : "");
+           flags & MHD_USE_IPv6 ? "]" : "", bound, h->threads, h->threads == 1 ? "" : "s",
+           h->max_conns, conf->token[0] ? ", bearer token required" : "");
     *out = h;
     return DL_OK;
 }
@@ -688,6 +779,14 @@ void http_stop(http_server *h)
     while (h->inflight > 0 && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&h->cv, &h->mu, &until);
     int64_t left = h->inflight;
+    if (h->waiting > 0)
+        DL_LOG(DL_LOG_WARNING, "http", "waiting for the batcher to answer %lld requests",
+               (long long)h->waiting);
+    /* MHD must not stop with a connection suspended, and a request the
+     * batcher holds is resumed only by its completion: wait for those
+     * (after batcher_drain there are none). */
+    while (h->waiting > 0)
+        pthread_cond_wait(&h->cv, &h->mu);
     pthread_mutex_unlock(&h->mu);
     if (left > 0)
         DL_LOG(DL_LOG_WARNING, "http", "stopping with %lld requests unanswered after %d s",

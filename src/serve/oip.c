@@ -1071,12 +1071,6 @@ dl_status oip_json_len(const char *header, size_t len, size_t *json_len, dl_err 
     return DL_OK;
 }
 
-void oip_scale(const dl_model_conf *conf, float *x, int64_t n)
-{
-    /* The data loader's function: bit-identical inputs to a file's. */
-    dl_scaling sc = dl_scaling_of(conf);
-    dl_scaling_apply(&sc, x, n);
-}
 
 /* ---- the infer answer, written directly ------------------------------------ */
 

@@ -200,9 +200,6 @@ void oip_request_fini(oip_request *req);
  * header otherwise. */
 dl_status oip_json_len(const char *header, size_t len, size_t *json_len, dl_err *err);
 
-/* Applies the model's input scaling in place to n raw values, exactly as
- * the training data and `dlserve --predict` do: x = (raw * scale - mean) / std. */
-void oip_scale(const dl_model_conf *conf, float *x, int64_t n);
 
 /* ---- answers ------------------------------------------------------------ */
 

@@ -2,8 +2,8 @@
  *   {"id", "model"?, "model_version"?, "inputs": [...]}  as the HTTP infer request
  *   {"id", "model"?, "data": [numbers]}                 flat raw values
  *   raw little-endian float32 values, content-type application/octet-stream
- * Every form carries raw values (pixels 0..255 for the image models); the
- * model's input scaling applies here, as for HTTP and --predict. */
+ * Every form carries raw values (pixels 0..255 for the image models), and
+ * they stay raw: the batcher applies the model's input scaling. */
 #define _POSIX_C_SOURCE 200809L
 #include "serve/records.h"
 #include "serve/oip.h"
@@ -232,8 +232,6 @@ record_fault record_decode(const record_in *in, const record_env *env,
     } else {
         f = decode_data(json_object_get(env->root, "data"), in_dim, n, x, err);
     }
-    if (f == REC_OK)
-        oip_scale(conf, *x, *n * in_dim);
     return f;
 }
 

@@ -60,7 +60,7 @@ record_fault record_open(const record_in *in, const char *default_model,
                          size_t max_bytes, record_env *env, dl_err *err);
 
 /* Decodes the inputs for the model named by env: n samples of in_dim raw
- * values each, scaled as the model's training data was. *x is new. On
+ * values each, unscaled (the batcher scales them). *x is new. On
  * failure err says why: REC_INPUT (DL_ERR_INVALID) or REC_INFERENCE
  * (DL_ERR_NOMEM). */
 record_fault record_decode(const record_in *in, const record_env *env,

@@ -115,7 +115,10 @@ typedef struct infer_req {
     char         model[DL_NAME_MAX];
     int64_t      version;        /* 0: newest */
     int64_t      n;
-    float       *x;              /* n * in_dim, owned by the submitter */
+    /* n * in_dim RAW values (unscaled: the batcher applies the served
+     * model's input scaling to its batch; x is left as it is), owned by
+     * the submitter */
+    float       *x;
     float       *out;            /* n * out_dim, allocated by the batcher, owned by the submitter after completion */
     /* The version that answers, as a reference the submitter releases
      * after completion: set it before submitting to pin a version (the
@@ -142,6 +145,15 @@ typedef struct infer_req {
  * (init clears the whole request). */
 void infer_req_init(infer_req *q);
 void infer_req_fini(infer_req *q);
+
+/* Records the outcome of a completed (or refused) request q in st, for
+ * q->sv's model and version and q->n samples: the time it queued in the
+ * batcher (t_arrival to t_start) and its batch's compute time (t_start to
+ * t_end) when ok, and the total from t_received (dl_time_now() when the
+ * transport received the request) to now. ok: the request was answered
+ * with its predictions. q->sv must be set. The one place where HTTP and
+ * Kafka turn a request's timestamps into durations. */
+void infer_req_account(stats *st, const infer_req *q, double t_received, bool ok);
 
 /* Starts the worker (one per device). */
 dl_status batcher_new(const dl_batching_conf *conf, registry *reg, stats *st,
@@ -183,10 +195,13 @@ typedef struct http_deps {
     char             *(*metrics_extra)(void *ctx);
 } http_deps;
 
-/* Starts listening (deps must outlive the server). The bound port is in
- * *port (useful with port 0). */
+/* Starts listening (deps must outlive the server) with deps->conf->threads
+ * event-loop threads (0: one per core) serving every connection. The
+ * bound port is in *port (useful with port 0). */
 dl_status http_start(const http_deps *deps, http_server **out, int *port, dl_err *err);
-/* Stops accepting connections; requests in flight are answered first. */
+/* Stops accepting connections; requests in flight are answered first
+ * (for at most 30 s, but always those the batcher holds: call it after
+ * batcher_drain, which completes them). */
 void http_stop(http_server *h);
 
 #endif /* DL_SERVE_SERVE_H */

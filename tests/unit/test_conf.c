@@ -78,6 +78,7 @@ static void expect_defaults(const dl_serve_conf *c)
     cr_expect_str_eq(c->http.token, "");
     cr_expect_str_eq(c->http.tls_cert, "");
     cr_expect_str_eq(c->http.tls_key, "");
+    cr_expect_eq(c->http.threads, 0);
     cr_expect_eq(c->batching.max_batch_size, 64);
     cr_expect_eq(c->batching.max_queue_delay_us, 500);
     cr_expect_eq(c->batching.max_queue_size, 4096);

@@ -372,12 +372,13 @@ Test(oip, refuses_bad_ids_and_outputs)
             "outputs[0] must be an object");
 }
 
-/* ---- scaling ------------------------------------------------------------ */
+/* ---- scaling: the batcher applies the model's scaling with this ------------ */
 
 Test(oip, scales_like_the_data_loader)
 {
     float x[3] = {0, 127.5f, 255};
-    oip_scale(&conf, x, 3);
+    dl_scaling sc = dl_scaling_of(&conf);
+    dl_scaling_apply(&sc, x, 3);
     for (int i = 0; i < 3; i++) {
         float raw = i == 0 ? 0 : i == 1 ? 127.5f : 255;
         cr_expect_eq(x[i], (raw * conf.scale - conf.mean) / conf.std, "x[%d] = %g", i, (double)x[i]);

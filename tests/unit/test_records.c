@@ -49,7 +49,7 @@ static record_fault take(const record_in *in, const char *def, int64_t *n)
     return f;
 }
 
-Test(records, data_form_scaled)
+Test(records, data_form_raw)
 {
     record_in in = json_in("{\"id\": \"a1\", \"data\": [2, 4, 6, 8, 10, 12, 14, 16]}");
     int64_t n = 0;
@@ -57,8 +57,9 @@ Test(records, data_form_scaled)
     cr_expect_str_eq(env.id, "a1");
     cr_expect_str_eq(env.model, "tiny");
     cr_assert_eq(n, 2);
-    cr_expect_float_eq(x[0], 1.0f, 1e-6);   /* (2 * 1 - 0) / 2 */
-    cr_expect_float_eq(x[7], 8.0f, 1e-6);
+    /* raw: the batcher, not the decoder, applies the scaling (std 2) */
+    cr_expect_float_eq(x[0], 2.0f, 1e-6);
+    cr_expect_float_eq(x[7], 16.0f, 1e-6);
 }
 
 Test(records, oip_form_with_model_and_version)
@@ -70,7 +71,7 @@ Test(records, oip_form_with_model_and_version)
     cr_assert_eq(take(&in, NULL, &n), REC_OK, "%s", err.msg);
     cr_expect_eq(env.version, 3);
     cr_assert_eq(n, 1);
-    cr_expect_float_eq(x[3], 3.0f, 1e-6);
+    cr_expect_float_eq(x[3], 6.0f, 1e-6);
 }
 
 Test(records, binary_form_header_model_and_id)
@@ -82,7 +83,7 @@ Test(records, binary_form_header_model_and_id)
     cr_assert_eq(take(&in, NULL, &n), REC_OK, "%s", err.msg);
     cr_expect_str_eq(env.id, "b-1");
     cr_expect_eq(n, 1);
-    cr_expect_float_eq(x[0], 1.0f, 1e-6);
+    cr_expect_float_eq(x[0], 2.0f, 1e-6);
 }
 
 Test(records, id_from_integer_and_from_the_source)
