@@ -32,6 +32,10 @@ static void kafka_free(kafka_srv *k)
         rd_kafka_queue_destroy(k->cq);
     if (k->pq)
         rd_kafka_queue_destroy(k->pq);
+    if (k->out_rkt)
+        rd_kafka_topic_destroy(k->out_rkt);
+    if (k->dlq_rkt)
+        rd_kafka_topic_destroy(k->dlq_rkt);
     if (k->cons)
         rd_kafka_destroy(k->cons);
     if (k->prod) {

@@ -153,6 +153,11 @@ dl_status kafka_clients_start(kafka_srv *k, dl_err *err)
         return dl_err_set(err, DL_ERR_INVALID, "Kafka producer: %s", errstr);
     }
     k->pq = rd_kafka_queue_get_main(k->prod);
+    /* The output topics' metadata now, not at the first output: else the
+     * first delivery reports come a metadata round trip late (hundreds of
+     * ms, with intake paused when a backlog fills max_in_flight) */
+    k->out_rkt = rd_kafka_topic_new(k->prod, k->conf.output_topic, NULL);
+    k->dlq_rkt = rd_kafka_topic_new(k->prod, k->conf.dead_letter_topic, NULL);
     if (!(k->cons = rd_kafka_new(RD_KAFKA_CONSUMER, cc, errstr, sizeof(errstr)))) {
         rd_kafka_conf_destroy(cc);
         return dl_err_set(err, DL_ERR_INVALID, "Kafka consumer: %s", errstr);

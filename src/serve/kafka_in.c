@@ -19,12 +19,56 @@
 #define HDR_MAX   600
 #define POLL_RUN  256    /* records taken between two rounds of housekeeping */
 #define POOL_MAX  1024   /* free records kept for reuse */
+#define BUFS_MAX  4096   /* free input buffers kept (3 KB each for a 28x28 image) */
+
+/* ---- input buffers ------------------------------------------------------- */
+
+static void buf_free(kbuf *b)
+{
+    if (b)
+        free(b->x);
+    free(b);
+}
+
+/* Back to the pool (freed beyond BUFS_MAX). */
+static void buf_put(kafka_srv *k, kbuf *b)
+{
+    if (k->nbufs >= BUFS_MAX) {
+        buf_free(b);
+        return;
+    }
+    b->next = k->bufs;
+    k->bufs = b;
+    k->nbufs++;
+}
+
+/* An input buffer: from the pool, refilled with those the output thread
+ * returned (one lock for all of them), else new; NULL when out of memory. */
+static kbuf *buf_get(kafka_srv *k)
+{
+    if (!k->bufs) {
+        pthread_mutex_lock(&k->hand_mu);
+        kbuf *back = k->bufs_back;
+        k->bufs_back = NULL;
+        pthread_mutex_unlock(&k->hand_mu);
+        for (kbuf *b = back, *next; b; b = next) {
+            next = b->next;
+            buf_put(k, b);
+        }
+    }
+    kbuf *b = k->bufs;
+    if (!b)
+        return calloc(1, sizeof(*b));
+    k->bufs = b->next;
+    k->nbufs--;
+    b->next = NULL;
+    return b;
+}
 
 /* ---- the record pool ----------------------------------------------------- */
 
 static void rec_destroy(krec *r)
 {
-    free(r->xbuf);
     dl_sbuf_free(&r->result);
     infer_req_fini(&r->req);
     free(r);
@@ -47,14 +91,17 @@ static krec *rec_get(kafka_srv *k)
 }
 
 /* Frees what the record held for this use and puts it back in the pool;
- * its input buffer and result text stay for the next use. The output
- * thread has already dropped the message, outputs and version of the
+ * its result text's memory stays for the next use. The output thread has
+ * already dropped the message, input buffer, outputs and version of the
  * records it handled; this frees those of records it never saw. */
 static void rec_put(kafka_srv *k, krec *r)
 {
     if (r->msg)
         rd_kafka_message_destroy(r->msg);
     r->msg = NULL;
+    if (r->in)
+        buf_put(k, r->in);
+    r->in = NULL;
     record_env_fini(&r->env);
     free(r->req.out);
     served_release(r->req.sv);
@@ -68,7 +115,6 @@ static void rec_put(kafka_srv *k, krec *r)
     r->req.next = NULL;
     r->tp = NULL;
     r->fault = REC_OK;
-    r->why[0] = '\0';
     r->result.len = 0;
     atomic_store(&r->stale, false);
     atomic_store(&r->state, R_NEW);
@@ -217,6 +263,14 @@ void kafka_in_free(kafka_srv *k)
         k->pool = r->next;
         rec_destroy(r);
     }
+    for (kbuf *b = k->bufs, *next; b; b = next) {
+        next = b->next;
+        buf_free(b);
+    }
+    for (kbuf *b = k->bufs_back, *next; b; b = next) {
+        next = b->next;
+        buf_free(b);
+    }
 }
 
 /* ---- parsing and the batcher ---------------------------------------------- */
@@ -274,11 +328,12 @@ static void default_model(kafka_srv *k, char *out, size_t cap)
         out[0] = '\0';
 }
 
-/* Sends r to the dead-letter topic, through the output thread. */
-static void refuse(kafka_srv *k, krec *r, record_fault f, const char *why)
+/* Sends r to the dead-letter topic, through the output thread; err says
+ * why. */
+static void refuse(kafka_srv *k, krec *r, record_fault f, const dl_err *err)
 {
     r->fault = f;
-    snprintf(r->why, sizeof(r->why), "%s", why);
+    r->req.err = *err;
     atomic_store_explicit(&r->state, R_BUSY, memory_order_release);
     kafka_handoff(k, r);
 }
@@ -301,22 +356,24 @@ static bool submit(kafka_srv *k, krec *r)
             registry_acquire(k->reg, r->env.model, r->env.version, &sv, &err) != DL_OK)
             f = REC_MODEL;
         int64_t n = 0;
+        if (f == REC_OK && !r->in && !(r->in = buf_get(k)))
+            f = record_fault_of(dl_err_set(&err, DL_ERR_NOMEM, "out of memory"));
         if (f == REC_OK)
-            f = record_decode_into(&in, &r->env, sv->conf, sv->in_dim, &n, &r->xbuf, &r->xcap,
-                                   &err);
+            f = record_decode_into(&in, &r->env, sv->conf, sv->in_dim, &n, &r->in->x,
+                                   &r->in->cap, &err);
         /* the parsed tree is needed no more: only the id and model stay */
         json_decref(r->env.root);
         r->env.root = NULL;
         if (f != REC_OK) {
             served_release(sv);
-            refuse(k, r, f, err.msg);
+            refuse(k, r, f, &err);
             return true;
         }
         snprintf(r->req.model, sizeof(r->req.model), "%s", sv->name);
         r->req.version = sv->version;
         r->req.sv = sv;
         r->req.n = n;
-        r->req.x = r->xbuf;
+        r->req.x = r->in->x;
         r->req.on_done = kafka_on_infer_done;
         r->req.ctx = k;
     }
@@ -328,7 +385,7 @@ static bool submit(kafka_srv *k, krec *r)
         return false;
     }
     if (st != DL_OK)
-        refuse(k, r, record_fault_of(st), err.msg);
+        refuse(k, r, record_fault_of(st), &err);
     return true;
 }
 
@@ -628,6 +685,7 @@ void *kafka_in_main(void *arg)
 {
     kafka_srv *k = arg;
     double last_snap = 0.0;
+    pthread_setname_np(pthread_self(), "kafka-in");   /* for top -H and perf */
     while (!atomic_load(&k->stop)) {
         default_model(k, k->def_model, sizeof(k->def_model));
         sweep_stale(k);
@@ -647,10 +705,13 @@ void *kafka_in_main(void *arg)
             kafka_snapshot(k);
             last_snap = now;
         }
-        /* Records come in runs (what is already fetched, up to POLL_RUN)
-         * between two rounds of the work above; short waits while records
-         * are held (the output thread also wakes this poll). */
-        for (int i = 0; i < POLL_RUN && k->held < k->conf.max_in_flight; i++) {
+        /* Records come in runs (what is already fetched, up to POLL_RUN,
+         * until max_in_flight are held) between two rounds of the work
+         * above. The first poll of a run waits, briefly while records are
+         * held (the output thread's progress also ends the wait): a
+         * paused consumer sleeps there rather than spinning. Paused
+         * partitions deliver nothing; the poll serves rebalances. */
+        for (int i = 0; i < POLL_RUN; i++) {
             rd_kafka_message_t *m = rd_kafka_consumer_poll(k->cons, i ? 0 : k->held ? 2 : 100);
             if (!m)
                 break;
@@ -663,6 +724,8 @@ void *kafka_in_main(void *arg)
             } else {
                 take(k, m);
             }
+            if (k->held >= k->conf.max_in_flight)
+                break;
         }
     }
     shutdown_intake(k);

@@ -16,7 +16,8 @@
  * completion (or at once when it is refused: a dead letter), produced
  * (R_SENT, or R_DONE when producing is enough), acknowledged (R_DONE),
  * then released by the consumer thread once every record before it in
- * its partition is done, and back to the pool. */
+ * its partition is done, and back to the pool. Its input buffer goes
+ * back earlier: the output thread returns it in a batch each round. */
 #ifndef DL_SERVE_KAFKA_INT_H
 #define DL_SERVE_KAFKA_INT_H
 
@@ -46,6 +47,15 @@ typedef enum rec_state {
 
 struct tpart;
 
+/* Decoded inputs: a record's from parsing until the batcher has run it,
+ * then back to the consumer's pool, so buffers live only while inputs
+ * are queued for inference, not while records wait for commits. */
+typedef struct kbuf {
+    float       *x;
+    size_t       cap;              /* floats */
+    struct kbuf *next;             /* pool or return list */
+} kbuf;
+
 /* One consumed record. The consumer thread owns it (its pool, its ring)
  * except while it is R_BUSY or R_SENT: then the batcher or the output
  * thread works on it, and `state` (release/acquire) hands it back. */
@@ -59,12 +69,11 @@ typedef struct krec {
     atomic_bool          stale;
     rd_kafka_message_t  *msg;        /* owned until the output is produced */
     record_env           env;
-    infer_req            req;        /* req.x points at xbuf once parsed */
-    float               *xbuf;       /* decoded inputs, kept across uses */
-    size_t               xcap;       /* floats in xbuf */
+    infer_req            req;        /* req.x is in->x once parsed */
+    kbuf                *in;         /* decoded inputs (parsed and not yet inferred) */
     double               t_received; /* dl_time_now() when consumed */
-    record_fault         fault;      /* REC_OK, or why it goes to the dead letters */
-    char                 why[256];   /* the dead letter's message */
+    record_fault         fault;      /* REC_OK, or why it goes to the dead letters
+                                      * (req.err says why) */
     dl_sbuf              result;     /* redis delivery: the output, written with the offsets */
     struct krec         *next;       /* overflow list, hand-off list or pool */
     struct krec         *stale_next; /* the consumer's list of stale records */
@@ -154,6 +163,7 @@ struct kafka_srv {
     rd_kafka_t          *cons, *prod;
     rd_kafka_queue_t    *cq;         /* consumer queue: yielded to wake the consumer's poll */
     rd_kafka_queue_t    *pq;         /* producer's main queue: yielded to wake the output thread */
+    rd_kafka_topic_t    *out_rkt, *dlq_rkt;   /* the producer's topics */
     pthread_t            in_thread, out_thread;
     bool                 in_started, out_started;
     atomic_bool          stop;       /* consumer thread: stop intake, settle, leave */
@@ -168,6 +178,8 @@ struct kafka_srv {
     krec                *over_head, *over_tail;   /* parsed, waiting for room in the batcher */
     krec                *pool;       /* free records */
     int64_t              npool;
+    kbuf                *bufs;       /* free input buffers */
+    int64_t              nbufs;
     krec                *stale;      /* forgotten records still busy elsewhere */
     int64_t              nstale;
     int64_t              held;       /* records in rings */
@@ -190,6 +202,7 @@ struct kafka_srv {
     pthread_cond_t       hand_cv;    /* broadcast after each output round (settle waits) */
     uint64_t             rounds;     /* output rounds that made progress */
     krec                *hand_head, *hand_tail;
+    kbuf                *bufs_back;  /* input buffers the output thread is done with */
     bool                 out_idle;   /* the output thread waits in rd_kafka_poll: yield pq */
     dl_sbuf              out_text;   /* output thread: the output being written */
 

@@ -171,14 +171,15 @@ static void account(kafka_srv *k, const krec *r, bool ok)
 }
 
 /* Produces what r needs (nothing when it was forgotten meanwhile), drops
- * what only this use of r needed, and hands r back to the consumer thread
- * through its state. Called with out_mu held. */
-static void write_record(kafka_srv *k, krec *r)
+ * what only this use of r needed (its input buffer goes to *back, for the
+ * consumer's pool), and hands r back to the consumer thread through its
+ * state. Called with out_mu held. */
+static void write_record(kafka_srv *k, krec *r, kbuf **back)
 {
     rec_state next = R_DONE;
     if (!atomic_load(&r->stale)) {
         if (r->fault != REC_OK) {   /* refused before or by the batcher */
-            next = dead_letter(k, r, r->fault, r->why);
+            next = dead_letter(k, r, r->fault, r->req.err.msg);
         } else {
             bool ok = r->req.err.code == DL_OK;
             account(k, r, ok);
@@ -191,6 +192,12 @@ static void write_record(kafka_srv *k, krec *r)
     r->req.out = NULL;
     served_release(r->req.sv);
     r->req.sv = NULL;
+    if (r->in) {
+        r->in->next = *back;
+        *back = r->in;
+        r->in = NULL;
+        r->req.x = NULL;
+    }
     atomic_store_explicit(&r->state, next, memory_order_release);   /* the last touch */
 }
 
@@ -242,6 +249,7 @@ void kafka_on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque
 void *kafka_out_main(void *arg)
 {
     kafka_srv *k = arg;
+    pthread_setname_np(pthread_self(), "kafka-out");
     for (;;) {
         pthread_mutex_lock(&k->hand_mu);
         krec *list = k->hand_head;
@@ -251,11 +259,12 @@ void *kafka_out_main(void *arg)
         pthread_mutex_unlock(&k->hand_mu);
         if (stop)
             break;
+        kbuf *back = NULL;
         if (list) {
             pthread_mutex_lock(&k->out_mu);
             for (krec *r = list, *next; r; r = next) {
                 next = r->next;   /* read first: r is the consumer's once written */
-                write_record(k, r);
+                write_record(k, r, &back);
             }
             pthread_mutex_unlock(&k->out_mu);
         }
@@ -264,6 +273,12 @@ void *kafka_out_main(void *arg)
         if (list || served > 0) {
             pthread_mutex_lock(&k->hand_mu);
             k->rounds++;
+            while (back) {   /* the input buffers, back to the consumer in one go */
+                kbuf *b = back;
+                back = b->next;
+                b->next = k->bufs_back;
+                k->bufs_back = b;
+            }
             pthread_cond_broadcast(&k->hand_cv);
             pthread_mutex_unlock(&k->hand_mu);
             rd_kafka_queue_yield(k->cq);   /* the consumer releases what is done */
