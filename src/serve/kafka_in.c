@@ -5,9 +5,9 @@
  *
  * Every record consumed becomes a `krec` in its partition's ring, in
  * offset order. The contiguous done prefix of a ring is what may be
- * committed; records behind an unfinished one wait. Records come from a
- * pool and go back to it, with their input buffers, so a steady stream
- * allocates no record. */
+ * committed; records behind an unfinished one wait. Records and input
+ * buffers come from pools and go back to them, so a steady stream
+ * allocates neither. */
 #define _GNU_SOURCE
 #include "serve/kafka_int.h"
 
@@ -18,7 +18,6 @@
 
 #define HDR_MAX   600
 #define POLL_RUN  256    /* records taken between two rounds of housekeeping */
-#define POOL_MAX  1024   /* free records kept for reuse */
 #define BUFS_MAX  4096   /* free input buffers kept (3 KB each for a 28x28 image) */
 
 /* ---- input buffers ------------------------------------------------------- */
@@ -118,7 +117,8 @@ static void rec_put(kafka_srv *k, krec *r)
     r->result.len = 0;
     atomic_store(&r->stale, false);
     atomic_store(&r->state, R_NEW);
-    if (k->npool >= POOL_MAX) {
+    /* as many as intake may hold: a steady stream reuses them all */
+    if (k->npool >= k->conf.max_in_flight) {
         rec_destroy(r);
         return;
     }
