@@ -1,18 +1,21 @@
-/* kafka.h (private to serve/): Kafka ingestion. One thread owns the
- * consumer and the producer: it polls records, feeds them to the same
- * batcher HTTP uses (never waiting on inference), writes each prediction
+/* kafka.h (private to serve/): Kafka ingestion as a pipeline of three
+ * threads that run concurrently: the consumer polls and parses records and
+ * feeds them to the same batcher HTTP uses (never waiting on inference);
+ * the batcher's worker infers; the output thread writes each prediction
  * to the output topic (or Redis) and each unservable record to the
- * dead-letter topic, and commits only what has been answered:
+ * dead-letter topic. Only what has been answered is committed:
  *
  *   consumer --record--> records.c (parse) --infer_req--> batcher
- *       ^                      | fault                       | on_done
- *       |                      v                             v
- *   commit <-- contiguous done prefix <-- delivery report <-- output / dead letter
+ *   (kafka_in.c)             | fault                         | on_done
+ *       ^                    v                               v
+ *       |               hand-off --------------------> output thread (kafka_out.c)
+ *       |                                               format, produce
+ *   commit <-- contiguous done prefix <-- delivery report <--+
  *
- * Delivery modes: at-least-once (offsets stored after the output's
- * delivery report), exactly-once (one transaction holds the outputs, dead
- * letters and consumed offsets) and redis (results and offsets in one
- * MULTI/EXEC). See README "Kafka". */
+ * Delivery modes (kafka_delivery.c): at-least-once (offsets stored after
+ * the output's delivery report), exactly-once (one transaction holds the
+ * outputs, dead letters and consumed offsets) and redis (results and
+ * offsets in one MULTI/EXEC). See README "Kafka". */
 #ifndef DL_SERVE_KAFKA_H
 #define DL_SERVE_KAFKA_H
 

@@ -158,8 +158,23 @@ record_fault record_open(const record_in *in, const char *default_model,
     return f;
 }
 
+/* Makes *x hold at least need floats; false when out of memory (*x is
+ * kept as it was). */
+static bool reserve(float **x, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return true;
+    float *p = realloc(*x, need * sizeof(float));
+    if (!p)
+        return false;
+    *x = p;
+    *cap = need;
+    return true;
+}
+
 /* {"data": [numbers]}: a flat array of whole samples. */
-static record_fault decode_data(json_t *data, int64_t in_dim, int64_t *n, float **x, dl_err *err)
+static record_fault decode_data(json_t *data, int64_t in_dim, int64_t *n, float **x,
+                                size_t *cap, dl_err *err)
 {
     if (!json_is_array(data))
         return fault(err, REC_INPUT, "'data' must be a flat array of numbers");
@@ -167,70 +182,80 @@ static record_fault decode_data(json_t *data, int64_t in_dim, int64_t *n, float 
     if (len == 0 || len % (size_t)in_dim)
         return fault(err, REC_INPUT, "'data' has %zu values: expected a multiple of %lld "
                                      "(one sample), at least one", len, (long long)in_dim);
-    float *v = malloc(len * sizeof(float));
-    if (!v)
+    if (!reserve(x, cap, len))
         return out_of_memory(err);
+    float *v = *x;
     for (size_t i = 0; i < len; i++) {
         json_t *e = json_array_get(data, i);
         double d = json_number_value(e);
-        if (!json_is_number(e) || !isfinite((float)d)) {
-            free(v);
+        if (!json_is_number(e) || !isfinite((float)d))
             return fault(err, REC_INPUT, "data[%zu] is %s", i,
                          json_is_number(e) ? "not a finite float" : "not a number");
-        }
         v[i] = (float)d;
     }
     *n = (int64_t)(len / (size_t)in_dim);
-    *x = v;
     return REC_OK;
 }
 
 /* Raw float32 values, whole samples. */
 static record_fault decode_binary(const record_in *in, int64_t in_dim, int64_t *n, float **x,
-                                  dl_err *err)
+                                  size_t *cap, dl_err *err)
 {
     size_t sample = (size_t)in_dim * sizeof(float);
     if (in->len % sample)
         return fault(err, REC_INPUT, "binary record of %zu bytes: expected a multiple of %zu "
                                      "(%lld float32 values a sample)", in->len, sample,
                      (long long)in_dim);
-    float *v = malloc(in->len);
-    if (!v)
-        return out_of_memory(err);
-    memcpy(v, in->value, in->len);   /* little-endian hosts only, as the wire */
     size_t cnt = in->len / sizeof(float);
+    if (!reserve(x, cap, cnt))
+        return out_of_memory(err);
+    float *v = *x;
+    memcpy(v, in->value, in->len);   /* little-endian hosts only, as the wire */
     for (size_t i = 0; i < cnt; i++)
-        if (!isfinite(v[i])) {
-            free(v);
+        if (!isfinite(v[i]))
             return fault(err, REC_INPUT, "value %zu is not finite", i);
-        }
     *n = (int64_t)(in->len / sample);
-    *x = v;
     return REC_OK;
 }
 
-record_fault record_decode(const record_in *in, const record_env *env,
-                           const dl_model_conf *conf, int64_t in_dim,
-                           int64_t *n, float **x, dl_err *err)
+record_fault record_decode_into(const record_in *in, const record_env *env,
+                                const dl_model_conf *conf, int64_t in_dim,
+                                int64_t *n, float **x, size_t *cap, dl_err *err)
 {
     *n = 0;
-    *x = NULL;
     record_fault f;
     if (!env->root) {
-        f = decode_binary(in, in_dim, n, x, err);
+        f = decode_binary(in, in_dim, n, x, cap, err);
     } else if (json_object_get(env->root, "inputs")) {
         oip_request req;
         memset(&req, 0, sizeof(req));
         dl_status st = oip_parse_infer(in->value, in->len, in->len, conf, in_dim, &req, err);
         if (st != DL_OK)
             return record_fault_of(st);
-        *n = req.batch;
+        /* the parser's buffer replaces the caller's */
+        free(*x);
         *x = req.x;
+        *cap = (size_t)(req.batch * in_dim);
+        *n = req.batch;
         req.x = NULL;
         oip_request_fini(&req);
         f = REC_OK;
     } else {
-        f = decode_data(json_object_get(env->root, "data"), in_dim, n, x, err);
+        f = decode_data(json_object_get(env->root, "data"), in_dim, n, x, cap, err);
+    }
+    return f;
+}
+
+record_fault record_decode(const record_in *in, const record_env *env,
+                           const dl_model_conf *conf, int64_t in_dim,
+                           int64_t *n, float **x, dl_err *err)
+{
+    size_t cap = 0;
+    *x = NULL;
+    record_fault f = record_decode_into(in, env, conf, in_dim, n, x, &cap, err);
+    if (f != REC_OK) {
+        free(*x);
+        *x = NULL;
     }
     return f;
 }
@@ -243,20 +268,42 @@ void record_env_fini(record_env *env)
 }
 
 /* s as a JSON string: quotes, backslashes and control characters escaped
- * (s is valid UTF-8: record_open checks ids, names are ASCII). */
+ * (s is valid UTF-8: record_open checks ids, names are ASCII). Runs of
+ * plain bytes are appended whole. */
 static void put_string(dl_sbuf *b, const char *s)
 {
+    static const char hex[] = "0123456789abcdef";
     dl_sbuf_putc(b, '"');
+    const char *run = s;
     for (const char *p = s; *p; p++) {
         unsigned char c = (unsigned char)*p;
-        if (c == '"' || c == '\\')
-            dl_sbuf_printf(b, "\\%c", c);
-        else if (c < 0x20)
-            dl_sbuf_printf(b, "\\u%04x", c);
-        else
-            dl_sbuf_putc(b, (char)c);
+        if (c != '"' && c != '\\' && c >= 0x20)
+            continue;
+        dl_sbuf_add(b, run, (size_t)(p - run));
+        run = p + 1;
+        if (c == '"' || c == '\\') {
+            char esc[2] = {'\\', (char)c};
+            dl_sbuf_add(b, esc, 2);
+        } else {
+            char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            dl_sbuf_add(b, esc, 6);
+        }
     }
+    dl_sbuf_add(b, run, strlen(run));
     dl_sbuf_putc(b, '"');
+}
+
+/* The decimal text of v (no printf: this runs a few times a record). */
+static void put_int(dl_sbuf *b, long long v)
+{
+    char buf[24], *p = buf + sizeof(buf);
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do
+        *--p = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0)
+        *--p = '-';
+    dl_sbuf_add(b, p, (size_t)(buf + sizeof(buf) - p));
 }
 
 static void put_label(dl_sbuf *b, const dl_model_conf *conf, int64_t k)
@@ -269,48 +316,75 @@ static void put_label(dl_sbuf *b, const dl_model_conf *conf, int64_t k)
 
 static void put_scores(dl_sbuf *b, const float *y, int64_t n)
 {
+    char num[DL_FLOAT_CHARS];
     dl_sbuf_putc(b, '[');
-    for (int64_t j = 0; j < n; j++)   /* 9 digits give every float back exactly */
-        dl_sbuf_printf(b, j ? ",%.9g" : "%.9g", isfinite(y[j]) ? (double)y[j] : 0.0);
+    for (int64_t j = 0; j < n; j++) {
+        if (j)
+            dl_sbuf_putc(b, ',');
+        dl_sbuf_add(b, num, dl_fmt_float(num, isfinite(y[j]) ? y[j] : 0.0f));
+    }
     dl_sbuf_putc(b, ']');
+}
+
+/* Appends a string literal. */
+#define PUT(b, lit) dl_sbuf_add((b), (lit), sizeof(lit) - 1)
+
+bool record_format(const record_out *o, dl_sbuf *b)
+{
+    /* Written directly (no JSON tree): this runs once per record. The
+     * class of a sample is found twice (class, label): a scan of out_dim
+     * scores costs less than keeping them. */
+    bool one = o->n == 1;
+    PUT(b, "{\"id\":");
+    put_string(b, o->id);
+    PUT(b, ",\"model\":");
+    put_string(b, o->model);
+    PUT(b, ",\"version\":");
+    put_int(b, (long long)o->version);
+    PUT(b, ",\"class\":");
+    if (!one)
+        PUT(b, "[");
+    for (int64_t s = 0; s < o->n; s++) {
+        if (s)
+            PUT(b, ",");
+        put_int(b, (long long)dl_argmax(o->y + s * o->out_dim, o->out_dim));
+    }
+    if (!one)
+        PUT(b, "]");
+    PUT(b, ",\"label\":");
+    if (!one)
+        PUT(b, "[");
+    for (int64_t s = 0; s < o->n; s++) {
+        if (s)
+            PUT(b, ",");
+        put_label(b, o->conf, dl_argmax(o->y + s * o->out_dim, o->out_dim));
+    }
+    if (!one)
+        PUT(b, "]");
+    PUT(b, ",\"scores\":");
+    if (!one)
+        PUT(b, "[");
+    for (int64_t s = 0; s < o->n; s++) {
+        if (s)
+            PUT(b, ",");
+        put_scores(b, o->y + s * o->out_dim, o->out_dim);
+    }
+    if (!one)
+        PUT(b, "]");
+    PUT(b, ",\"source\":{\"topic\":");
+    put_string(b, o->topic);
+    PUT(b, ",\"partition\":");
+    put_int(b, o->partition);
+    PUT(b, ",\"offset\":");
+    put_int(b, (long long)o->offset);
+    PUT(b, "}}");
+    return !b->oom;
 }
 
 char *record_output(const record_out *o, size_t *len)
 {
-    /* Written directly (no JSON tree): this runs once per record. */
-    int64_t one_class, *cls = o->n == 1 ? &one_class : malloc((size_t)o->n * sizeof(*cls));
-    if (!cls)
-        return NULL;
-    for (int64_t s = 0; s < o->n; s++)
-        cls[s] = dl_argmax(o->y + s * o->out_dim, o->out_dim);
     dl_sbuf b = {0};
-    bool one = o->n == 1;
-    dl_sbuf_add(&b, "{\"id\":", 6);
-    put_string(&b, o->id);
-    dl_sbuf_add(&b, ",\"model\":", 9);
-    put_string(&b, o->model);
-    dl_sbuf_printf(&b, ",\"version\":%lld,\"class\":%s", (long long)o->version, one ? "" : "[");
-    for (int64_t s = 0; s < o->n; s++)
-        dl_sbuf_printf(&b, s ? ",%lld" : "%lld", (long long)cls[s]);
-    dl_sbuf_add(&b, one ? ",\"label\":" : "],\"label\":[", one ? 9 : 11);
-    for (int64_t s = 0; s < o->n; s++) {
-        if (s)
-            dl_sbuf_putc(&b, ',');
-        put_label(&b, o->conf, cls[s]);
-    }
-    dl_sbuf_add(&b, one ? ",\"scores\":" : "],\"scores\":[", one ? 10 : 12);
-    for (int64_t s = 0; s < o->n; s++) {
-        if (s)
-            dl_sbuf_putc(&b, ',');
-        put_scores(&b, o->y + s * o->out_dim, o->out_dim);
-    }
-    dl_sbuf_printf(&b, "%s,\"source\":{\"topic\":", one ? "" : "]");
-    put_string(&b, o->topic);
-    dl_sbuf_printf(&b, ",\"partition\":%d,\"offset\":%lld}}", (int)o->partition,
-                   (long long)o->offset);
-    if (cls != &one_class)
-        free(cls);
-    if (b.oom) {
+    if (!record_format(o, &b)) {
         dl_sbuf_free(&b);
         return NULL;
     }

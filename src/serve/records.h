@@ -1,6 +1,6 @@
 /* records.h (private to serve/): Kafka record values as pure functions:
  * which model a record names, its id, its decoded inputs, and the JSON of
- * its prediction. No librdkafka here: the consumer (kafka.c) hands over
+ * its prediction. No librdkafka here: the consumer (kafka_in.c) hands over
  * the value and the few headers that matter, so every rule is unit-tested
  * on its own (tests/unit/test_records.c). Thread-safe. */
 #ifndef DL_SERVE_RECORDS_H
@@ -67,6 +67,13 @@ record_fault record_decode(const record_in *in, const record_env *env,
                            const dl_model_conf *conf, int64_t in_dim,
                            int64_t *n, float **x, dl_err *err);
 
+/* record_decode into a buffer the caller reuses: *x holds *cap floats
+ * (NULL and 0 at first) and is grown (realloc) when the record needs
+ * more; it stays the caller's, on failure too. */
+record_fault record_decode_into(const record_in *in, const record_env *env,
+                                const dl_model_conf *conf, int64_t in_dim,
+                                int64_t *n, float **x, size_t *cap, dl_err *err);
+
 void record_env_fini(record_env *env);
 
 /* A prediction to write: n samples of out_dim probabilities. */
@@ -82,9 +89,14 @@ typedef struct record_out {
     int64_t              offset;
 } record_out;
 
-/* {"id","model","version","class","label","scores":[...],"source":{"topic",
- * "partition","offset"}}; for n > 1, "class", "label" and "scores" hold
- * one entry per sample. New string, NULL when out of memory. */
+/* Appends {"id","model","version","class","label","scores":[...],"source":
+ * {"topic","partition","offset"}} to b; for n > 1, "class", "label" and
+ * "scores" hold one entry per sample. Scores are the shortest text that
+ * reads back as the same float (dl_fmt_float). No allocation but b's
+ * growth, so a reused b costs none; false when out of memory (b->oom). */
+bool record_format(const record_out *o, dl_sbuf *b);
+
+/* record_format as a new string (*len bytes), NULL when out of memory. */
 char *record_output(const record_out *o, size_t *len);
 
 #endif /* DL_SERVE_RECORDS_H */

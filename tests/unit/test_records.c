@@ -165,15 +165,15 @@ Test(records, output_json)
     cr_assert_not_null(text);
     cr_expect_eq(len, strlen(text));
     cr_expect_str_eq(text, "{\"id\":\"a\\\"1\",\"model\":\"tiny\",\"version\":2,\"class\":1,"
-                           "\"label\":\"dog\",\"scores\":[0.100000001,0.699999988,0.200000003],"
+                           "\"label\":\"dog\",\"scores\":[0.1,0.7,0.2],"
                            "\"source\":{\"topic\":\"in\",\"partition\":1,\"offset\":9}}");
     free(text);
     o.n = 2;   /* two samples: arrays */
     text = record_output(&o, &len);
     cr_assert_not_null(text);
     cr_expect_str_eq(text, "{\"id\":\"a\\\"1\",\"model\":\"tiny\",\"version\":2,\"class\":[1,0],"
-                           "\"label\":[\"dog\",\"cat\"],\"scores\":[[0.100000001,0.699999988,"
-                           "0.200000003],[0.5,0.200000003,0.300000012]],\"source\":{\"topic\":"
+                           "\"label\":[\"dog\",\"cat\"],\"scores\":[[0.1,0.7,0.2],[0.5,0.2,0.3]],"
+                           "\"source\":{\"topic\":"
                            "\"in\",\"partition\":1,\"offset\":9}}");
     free(text);
     conf.nlabels = 0;   /* no labels: null; control characters escaped */
@@ -184,6 +184,44 @@ Test(records, output_json)
     cr_expect_not_null(strstr(text, "\"id\":\"tab\\u0009here\""), "%s", text);
     cr_expect_not_null(strstr(text, "\"label\":null,"), "%s", text);
     free(text);
+}
+
+/* The pipeline's reuse: outputs formatted into one buffer, inputs decoded
+ * into one buffer that grows only when a record needs more. */
+Test(records, buffers_reused)
+{
+    float y[3] = {0.25f, 0.5f, 0.25f};
+    record_out o = { .id = "r", .model = "tiny", .version = 1, .conf = &conf, .n = 1,
+                     .out_dim = 3, .y = y, .topic = "in", .partition = 0, .offset = 1 };
+    dl_sbuf b = {0};
+    cr_assert(record_format(&o, &b));
+    char *first = strdup(b.s);
+    char *mem = b.s;
+    b.len = 0;
+    cr_assert(record_format(&o, &b));
+    cr_expect_str_eq(b.s, first);
+    cr_expect_eq(b.s, mem, "the buffer was not reused");
+    free(first);
+    dl_sbuf_free(&b);
+
+    float eight[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    record_in in = { .value = eight, .len = sizeof(eight), .binary = true, .id_hdr = "b" };
+    float *buf = NULL;
+    size_t cap = 0;
+    int64_t n = 0;
+    cr_assert_eq(record_open(&in, "tiny", 1024, &env, &err), REC_OK, "%s", err.msg);
+    cr_assert_eq(record_decode_into(&in, &env, &conf, 4, &n, &buf, &cap, &err), REC_OK);
+    cr_expect_eq(n, 2);
+    cr_expect_eq(cap, 8);
+    float *kept = buf;
+    in.len = 4 * sizeof(float);   /* one sample: fits */
+    cr_assert_eq(record_decode_into(&in, &env, &conf, 4, &n, &buf, &cap, &err), REC_OK);
+    cr_expect_eq(n, 1);
+    cr_expect_eq(buf, kept, "the buffer was not reused");
+    in.len = 6;   /* refused: the buffer stays the caller's */
+    cr_expect_eq(record_decode_into(&in, &env, &conf, 4, &n, &buf, &cap, &err), REC_INPUT);
+    cr_expect_eq(buf, kept);
+    free(buf);
 }
 
 /* What err->code says about a refusal: the record's fault (invalid, too

@@ -1,0 +1,176 @@
+/* kafka_conf.c: the Kafka clients: their configuration (ours, then the
+ * [kafka.consumer] / [kafka.producer] properties, then what the delivery
+ * mode requires), the embedded mock cluster, creation and subscription. */
+#define _GNU_SOURCE
+#include "serve/kafka_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    (void)rk;
+    DL_LOG(level <= 3 ? DL_LOG_ERR : level <= 5 ? DL_LOG_NOTICE : DL_LOG_DEBUG, "kafka",
+           "librdkafka %s: %s", fac, buf);
+}
+
+static void on_error(rd_kafka_t *rk, int e, const char *reason, void *opaque)
+{
+    kafka_srv *k = opaque;
+    char why[256];
+    if (e == RD_KAFKA_RESP_ERR__FATAL) {
+        rd_kafka_fatal_error(rk, why, sizeof(why));
+        kafka_set_fatal(k, why);
+    } else {
+        DL_LOG(DL_LOG_WARNING, "kafka", "%s", reason);
+    }
+}
+
+static dl_status set(rd_kafka_conf_t *c, const char *key, const char *value, const char *origin,
+                     dl_err *err)
+{
+    char errstr[256];
+    if (rd_kafka_conf_set(c, key, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+        return dl_err_set(err, DL_ERR_INVALID, "%s: Kafka property '%s': %s", origin, key,
+                          errstr);
+    return DL_OK;
+}
+
+/* Our settings, then the [kafka.consumer] / [kafka.producer] properties,
+ * then what the delivery mode requires (it wins: a mode is a contract). */
+static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out, dl_err *err)
+{
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    char interval[32];
+    snprintf(interval, sizeof(interval), "%lld", (long long)k->conf.commit_interval_ms);
+    dl_status st = set(c, "bootstrap.servers", k->bootstrap, "[kafka] brokers", err);
+    if (st == DL_OK && producer) {
+        st = set(c, "enable.idempotence", "true", "dlserve", err);
+        if (st == DL_OK)
+            st = set(c, "linger.ms", "2", "dlserve", err);
+        /* a dead letter is as large as the record it copies */
+        if (st == DL_OK)
+            st = set(c, "message.max.bytes", "1000000000", "dlserve", err);
+    } else if (st == DL_OK) {
+        st = set(c, "group.id", k->conf.group_id, "[kafka] group_id", err);
+        if (st == DL_OK)
+            st = set(c, "auto.offset.reset", "earliest", "dlserve", err);
+        if (st == DL_OK)
+            st = set(c, "partition.assignment.strategy", "cooperative-sticky", "dlserve", err);
+        if (st == DL_OK)
+            st = set(c, "auto.commit.interval.ms", interval, "[kafka] commit_interval_ms", err);
+        /* a resumed partition waits for the fetch in flight: keep it short */
+        if (st == DL_OK)
+            st = set(c, "fetch.wait.max.ms", "100", "dlserve", err);
+    }
+    for (int i = 0; st == DL_OK && i < k->conf.nprops; i++)
+        if (k->conf.props[i].producer == producer)
+            st = set(c, k->conf.props[i].key, k->conf.props[i].value, k->conf.props[i].origin,
+                     err);
+    if (st == DL_OK && producer && k->mode->transactional)
+        st = set(c, "transactional.id", k->txn_id, "[kafka] transactional_id", err);
+    if (st == DL_OK && !producer) {
+        st = set(c, "enable.auto.offset.store", "false", "delivery mode", err);
+        if (st == DL_OK)
+            st = set(c, "enable.auto.commit", k->mode->auto_commit ? "true" : "false",
+                     "delivery mode", err);
+        if (st == DL_OK && k->mode->transactional)
+            st = set(c, "isolation.level", "read_committed", "delivery mode", err);
+    }
+    if (st != DL_OK) {
+        rd_kafka_conf_destroy(c);
+        return st;
+    }
+    rd_kafka_conf_set_opaque(c, k);
+    rd_kafka_conf_set_log_cb(c, on_log);
+    rd_kafka_conf_set_error_cb(c, on_error);
+    if (producer)
+        rd_kafka_conf_set_dr_msg_cb(c, kafka_on_delivery);
+    else {
+        rd_kafka_conf_set_rebalance_cb(c, kafka_on_rebalance);
+        rd_kafka_conf_set_offset_commit_cb(c, kafka_on_commit);
+    }
+    *out = c;
+    return DL_OK;
+}
+
+/* "a,b , c" as a list of topics (new). */
+static rd_kafka_topic_partition_list_t *kafka_topic_list(const char *csv)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(4);
+    char buf[sizeof(((dl_kafka_conf *)0)->input_topics)];
+    snprintf(buf, sizeof(buf), "%s", csv);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save))
+        rd_kafka_topic_partition_list_add(l, t, RD_KAFKA_PARTITION_UA);
+    return l;
+}
+
+/* The in-process mock cluster, with every topic the daemon uses. */
+static dl_status start_embedded(kafka_srv *k, dl_err *err)
+{
+    char errstr[256];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    rd_kafka_conf_set_log_cb(c, on_log);
+    rd_kafka_conf_set(c, "log_level", "3", errstr, sizeof(errstr));   /* no "no brokers" warning */
+    if (!(k->mock_rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, errstr, sizeof(errstr))))
+        return dl_err_set(err, DL_ERR_IO, "embedded Kafka: %s", errstr);
+    if (!(k->mock = rd_kafka_mock_cluster_new(k->mock_rk, 1)))
+        return dl_err_set(err, DL_ERR_IO, "embedded Kafka: cannot start the mock cluster");
+    snprintf(k->bootstrap, sizeof(k->bootstrap), "%s", rd_kafka_mock_cluster_bootstraps(k->mock));
+    rd_kafka_topic_partition_list_t *l = kafka_topic_list(k->conf.input_topics);
+    rd_kafka_topic_partition_list_add(l, k->conf.output_topic, 0);
+    rd_kafka_topic_partition_list_add(l, k->conf.dead_letter_topic, 0);
+    for (int i = 0; i < l->cnt; i++)
+        rd_kafka_mock_topic_create(k->mock, l->elems[i].topic,
+                                   (int)k->conf.embedded_partitions, 1);
+    rd_kafka_topic_partition_list_destroy(l);
+    DL_LOG(DL_LOG_NOTICE, "kafka", "embedded Kafka cluster at %s (topics %s, %s, %s; "
+           "%lld partitions each)", k->bootstrap, k->conf.input_topics, k->conf.output_topic,
+           k->conf.dead_letter_topic, (long long)k->conf.embedded_partitions);
+    return DL_OK;
+}
+
+dl_status kafka_clients_start(kafka_srv *k, dl_err *err)
+{
+    dl_status st = DL_OK;
+    if (k->conf.embedded && !k->conf.brokers[0] && (st = start_embedded(k, err)) != DL_OK)
+        return st;
+    char errstr[512];
+    rd_kafka_conf_t *pc = NULL, *cc = NULL;
+    st = client_conf(k, true, &pc, err);
+    if (st == DL_OK)
+        st = client_conf(k, false, &cc, err);
+    if (st != DL_OK) {
+        if (pc)
+            rd_kafka_conf_destroy(pc);
+        return st;
+    }
+    if (!(k->prod = rd_kafka_new(RD_KAFKA_PRODUCER, pc, errstr, sizeof(errstr)))) {
+        rd_kafka_conf_destroy(pc);
+        rd_kafka_conf_destroy(cc);
+        return dl_err_set(err, DL_ERR_INVALID, "Kafka producer: %s", errstr);
+    }
+    k->pq = rd_kafka_queue_get_main(k->prod);
+    /* The output topics' metadata now, not at the first output: else the
+     * first delivery reports come a metadata round trip late (hundreds of
+     * ms, with intake paused when a backlog fills max_in_flight) */
+    k->out_rkt = rd_kafka_topic_new(k->prod, k->conf.output_topic, NULL);
+    k->dlq_rkt = rd_kafka_topic_new(k->prod, k->conf.dead_letter_topic, NULL);
+    if (!(k->cons = rd_kafka_new(RD_KAFKA_CONSUMER, cc, errstr, sizeof(errstr)))) {
+        rd_kafka_conf_destroy(cc);
+        return dl_err_set(err, DL_ERR_INVALID, "Kafka consumer: %s", errstr);
+    }
+    rd_kafka_poll_set_consumer(k->cons);
+    k->cq = rd_kafka_queue_get_consumer(k->cons);
+    if (k->mode->start && (st = k->mode->start(k, err)) != DL_OK)
+        return st;
+    rd_kafka_topic_partition_list_t *l = kafka_topic_list(k->conf.input_topics);
+    rd_kafka_resp_err_t e = rd_kafka_subscribe(k->cons, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    if (e)
+        return dl_err_set(err, DL_ERR_INVALID, "Kafka subscribe to '%s': %s",
+                          k->conf.input_topics, rd_kafka_err2str(e));
+    return DL_OK;
+}

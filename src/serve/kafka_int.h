@@ -1,0 +1,278 @@
+/* kafka_int.h (private to the Kafka stages): the records, partitions and
+ * service state that the stages share, and which thread may touch what.
+ *
+ * The Kafka service is a pipeline of three threads (see kafka.h):
+ *
+ *   consumer thread (kafka_in.c)    polls, parses, submits to the batcher,
+ *                                   pauses/resumes, runs rebalances, releases
+ *                                   done records and commits (kafka_delivery.c)
+ *   batcher worker (batcher.c)      infers; its completion callback only
+ *                                   hands the record over (kafka_out.c)
+ *   output thread (kafka_out.c)     formats, produces outputs and dead
+ *                                   letters, serves delivery reports
+ *
+ * A record's life: taken from the consumer's pool (R_NEW), parsed and
+ * submitted (R_BUSY), handed to the output thread by the batcher's
+ * completion (or at once when it is refused: a dead letter), produced
+ * (R_SENT, or R_DONE when producing is enough), acknowledged (R_DONE),
+ * then released by the consumer thread once every record before it in
+ * its partition is done, and back to the pool. Its input buffer goes
+ * back earlier: the output thread returns it in a batch each round. */
+#ifndef DL_SERVE_KAFKA_INT_H
+#define DL_SERVE_KAFKA_INT_H
+
+#include "serve/kafka.h"
+#include "serve/records.h"
+#ifdef DL_HAVE_REDIS
+#include "redis/dl_redis.h"
+#endif
+
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include <stdatomic.h>
+
+#define KAFKA_TOPIC_MAX        256
+#define KAFKA_FLUSH_TIMEOUT_MS 30000
+#define KAFKA_TXN_TIMEOUT_MS   30000
+
+/* ---- records ------------------------------------------------------------ */
+
+typedef enum rec_state {
+    R_NEW,       /* consumed, not yet given to the batcher (or waiting: queue full) */
+    R_BUSY,      /* in the batcher, or handed to the output thread */
+    R_SENT,      /* output or dead letter produced, waiting for its delivery report */
+    R_DONE,      /* may be committed */
+} rec_state;
+
+struct tpart;
+
+/* Decoded inputs: a record's from parsing until the batcher has run it,
+ * then back to the consumer's pool, so buffers live only while inputs
+ * are queued for inference, not while records wait for commits. */
+typedef struct kbuf {
+    float       *x;
+    size_t       cap;              /* floats */
+    struct kbuf *next;             /* pool or return list */
+} kbuf;
+
+/* One consumed record. The consumer thread owns it (its pool, its ring)
+ * except while it is R_BUSY or R_SENT: then the batcher or the output
+ * thread works on it, and `state` (release/acquire) hands it back. */
+typedef struct krec {
+    struct tpart        *tp;
+    int64_t              offset;
+    atomic_int           state;      /* rec_state */
+    /* Forgotten by its partition (a revoke, a rewind) while R_BUSY or
+     * R_SENT: nothing is produced for it, and the consumer frees it once
+     * it is R_DONE. Set under out_mu. */
+    atomic_bool          stale;
+    rd_kafka_message_t  *msg;        /* owned until the output is produced */
+    record_env           env;
+    infer_req            req;        /* req.x is in->x once parsed */
+    kbuf                *in;         /* decoded inputs (parsed and not yet inferred) */
+    double               t_received; /* dl_time_now() when consumed */
+    record_fault         fault;      /* REC_OK, or why it goes to the dead letters
+                                      * (req.err says why) */
+    dl_sbuf              result;     /* redis delivery: the output, written with the offsets */
+    struct krec         *next;       /* overflow list, hand-off list or pool */
+    struct krec         *stale_next; /* the consumer's list of stale records */
+} krec;
+
+/* ---- partitions --------------------------------------------------------- */
+
+/* One assigned (or once assigned) partition; consumer thread only, but
+ * topic and partition never change, so the output thread reads them. */
+typedef struct tpart {
+    char      topic[KAFKA_TOPIC_MAX];
+    int32_t   partition;
+    bool      assigned;
+    krec    **ring;                  /* records in offset order: ring[(head + i) % cap] */
+    size_t    head, count, cap;
+    int64_t   next_expected;         /* lower offsets are re-deliveries (-1: any) */
+    int64_t   done_next;             /* offset after the done prefix (-1: none yet) */
+    int64_t   committed;             /* last committed (-1: none by us) */
+} tpart;
+
+static inline krec *tp_at(const tpart *tp, size_t i)
+{
+    return tp->ring[(tp->head + i) % tp->cap];
+}
+
+static inline rec_state rec_state_of(krec *r)
+{
+    return (rec_state)atomic_load_explicit(&r->state, memory_order_acquire);
+}
+
+/* ---- delivery modes (kafka_delivery.c) ---------------------------------- */
+
+/* What makes a delivery mode: the client settings it requires, when a
+ * produced record counts as done, and how done records are made durable.
+ * One const table a mode; the stages call through it. */
+typedef struct kafka_mode {
+    const char *name;               /* as dl_delivery_name says it */
+    bool        transactional;      /* producer transactional.id, consumer read_committed */
+    bool        auto_commit;        /* librdkafka commits the stored offsets */
+    bool        done_on_produce;    /* done once produced (the transaction decides);
+                                     * else at its delivery report */
+    bool        keeps_results;      /* predictions go to krec.result, written with the
+                                     * offsets (redis), instead of the output topic */
+    /* Output thread, under out_mu: sees a prediction's text before it is
+     * produced (at-least-once: a copy to Redis, best effort); may be NULL. */
+    void      (*on_output)(kafka_srv *k, const krec *r, const char *text, size_t len);
+    /* Consumer thread, once the clients exist (exactly-once: the
+     * transactional producer); may be NULL. */
+    dl_status (*start)(kafka_srv *k, dl_err *err);
+    /* Consumer thread, in a rebalance: sets where newly assigned
+     * partitions start (redis: the offsets stored with the results); may
+     * be NULL (the committed offsets). */
+    void      (*position)(kafka_srv *k, rd_kafka_topic_partition_list_t *l);
+    /* Consumer thread: releases the done prefix of every partition,
+     * storing or writing the offsets after it. */
+    void      (*advance)(kafka_srv *k);
+    /* Consumer thread: makes what is done durable: at once when `now`
+     * (before a revoke, at shutdown), else when the mode's interval is up. */
+    void      (*commit)(kafka_srv *k, bool now);
+} kafka_mode;
+
+/* The table of a [kafka] delivery mode (static). */
+const kafka_mode *kafka_mode_of(dl_delivery d);
+
+/* ---- the service -------------------------------------------------------- */
+
+/* Counters, read by the HTTP threads. */
+typedef struct kcounters {
+    atomic_llong consumed, outputs, dead[REC_NFAULTS], redelivered, produce_retries;
+    atomic_llong pauses, assigned, revoked, commits, txn_commits, txn_aborts;
+    atomic_llong redis_writes, redis_errors, sink_errors, in_flight;
+    atomic_bool  paused;
+} kcounters;
+
+struct kafka_srv {
+    dl_kafka_conf        conf;
+    dl_redis_conf        rconf;
+    registry            *reg;
+    batcher             *bat;
+    stats               *st;
+    const kafka_mode    *mode;
+    char                 bootstrap[512];
+    char                 txn_id[160];
+
+    rd_kafka_t          *mock_rk;    /* embedded cluster's handle */
+    rd_kafka_mock_cluster_t *mock;
+    rd_kafka_t          *cons, *prod;
+    rd_kafka_queue_t    *cq;         /* consumer queue: yielded to wake the consumer's poll */
+    rd_kafka_queue_t    *pq;         /* producer's main queue: yielded to wake the output thread */
+    rd_kafka_topic_t    *out_rkt, *dlq_rkt;   /* the producer's topics */
+    pthread_t            in_thread, out_thread;
+    bool                 in_started, out_started;
+    atomic_bool          stop;       /* consumer thread: stop intake, settle, leave */
+    atomic_bool          out_stop;   /* output thread: leave once nothing is handed over */
+#ifdef DL_HAVE_REDIS
+    dl_redis_link       *sink;
+#endif
+
+    /* Consumer thread only */
+    tpart              **tps;
+    int                  ntps;
+    krec                *over_head, *over_tail;   /* parsed, waiting for room in the batcher */
+    krec                *pool;       /* free records */
+    int64_t              npool;
+    kbuf                *bufs;       /* free input buffers */
+    int64_t              nbufs;
+    krec                *stale;      /* forgotten records still busy elsewhere */
+    int64_t              nstale;
+    int64_t              held;       /* records in rings */
+    bool                 paused;
+    bool                 txn_open;
+    char                 def_model[DL_NAME_MAX];
+    double               last_commit;
+
+    /* The right to produce: held by the output thread while it produces a
+     * run of records, by the consumer thread while it commits a
+     * transaction or forgets records. So no output is produced for a
+     * record being forgotten, and none inside a transaction's commit. */
+    pthread_mutex_t      out_mu;
+    bool                 txn_dirty;  /* something produced in the open transaction */
+    int64_t              dead_logged;
+
+    /* Hand-off to the output thread (hand_mu): finished requests from the
+     * batcher, refused records from the consumer. */
+    pthread_mutex_t      hand_mu;
+    pthread_cond_t       hand_cv;    /* broadcast after each output round (settle waits) */
+    uint64_t             rounds;     /* output rounds that made progress */
+    krec                *hand_head, *hand_tail;
+    kbuf                *bufs_back;  /* input buffers the output thread is done with */
+    bool                 out_idle;   /* the output thread waits in rd_kafka_poll: yield pq */
+    dl_sbuf              out_text;   /* output thread: the output being written */
+
+    /* Shared with the HTTP threads (snap_mu) */
+    pthread_mutex_t      snap_mu;
+    json_t              *snap_parts; /* [{"topic","partition",...}] */
+    char                 fatal[256];
+    kcounters            c;
+};
+
+/* ---- kafka.c: shared state ---------------------------------------------- */
+
+/* Records a fatal error (the first one wins): intake stops, HTTP serves. */
+void kafka_set_fatal(kafka_srv *k, const char *why);
+bool kafka_is_fatal(kafka_srv *k);
+
+/* ---- kafka_in.c: the consumer thread ------------------------------------ */
+
+void *kafka_in_main(void *arg);
+
+/* Frees the partitions, their records and the pool (after both threads
+ * have stopped). */
+void kafka_in_free(kafka_srv *k);
+
+/* The partition's state, or NULL when it was never assigned. */
+tpart *kafka_tp_find(kafka_srv *k, const char *topic, int32_t partition);
+
+/* Forgets every record of tp (not committed: Kafka delivers them again);
+ * those busy elsewhere become stale. Consumer thread, with out_mu held. */
+void kafka_tp_drop(kafka_srv *k, tpart *tp);
+
+/* The number of done records at the head of tp's ring. */
+size_t kafka_done_prefix(const tpart *tp);
+
+/* Releases the first n (done) records of tp's ring to the pool; done_next
+ * moves past them. */
+void kafka_release(kafka_srv *k, tpart *tp, size_t n);
+
+/* librdkafka callbacks of the consumer (served by the consumer thread). */
+void kafka_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                        rd_kafka_topic_partition_list_t *l, void *opaque);
+void kafka_on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t e,
+                     rd_kafka_topic_partition_list_t *l, void *opaque);
+
+/* ---- kafka_out.c: the output stage -------------------------------------- */
+
+void *kafka_out_main(void *arg);
+
+/* Hands r (R_BUSY) to the output thread: its prediction when r->fault is
+ * REC_OK, else its dead letter. Any thread; wakes the output thread once
+ * for a run of hand-offs. */
+void kafka_handoff(kafka_srv *k, krec *r);
+
+/* The batcher's completion callback (its worker thread): hands over. */
+void kafka_on_infer_done(infer_req *q, void *ctx);
+
+/* Producer delivery reports (served by the output thread). */
+void kafka_on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque);
+
+/* ---- kafka_conf.c: clients --------------------------------------------- */
+
+/* Starts the embedded cluster when configured, then creates the producer
+ * and the consumer and subscribes. The clients are k's even on failure
+ * (kafka_stop frees them). */
+dl_status kafka_clients_start(kafka_srv *k, dl_err *err);
+
+/* ---- kafka_stats.c ------------------------------------------------------ */
+
+/* Refreshes the per-partition positions and lag that status and metrics
+ * show. Consumer thread. */
+void kafka_snapshot(kafka_srv *k);
+
+#endif /* DL_SERVE_KAFKA_INT_H */

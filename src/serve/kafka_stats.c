@@ -1,0 +1,131 @@
+/* kafka_stats.c: what the Kafka service shows: per-partition positions and
+ * lag (a snapshot the consumer thread refreshes), /status JSON and the
+ * dlserve_kafka_* Prometheus families. */
+#include "serve/kafka_int.h"
+
+void kafka_snapshot(kafka_srv *k)
+{
+    json_t *parts = json_array();
+    for (int i = 0; parts && i < k->ntps; i++) {
+        tpart *tp = k->tps[i];
+        if (!tp->assigned)
+            continue;
+        int64_t lo = -1, hi = -1;
+        rd_kafka_get_watermark_offsets(k->cons, tp->topic, tp->partition, &lo, &hi);
+        int64_t done = tp->done_next >= 0 ? tp->done_next : lo;
+        json_array_append_new(parts, json_pack(
+            "{s:s, s:i, s:I, s:I, s:I, s:I}", "topic", tp->topic, "partition",
+            (int)tp->partition, "position", (json_int_t)tp->next_expected, "committed",
+            (json_int_t)tp->committed, "high", (json_int_t)hi, "lag",
+            (json_int_t)(hi >= 0 && done >= 0 ? hi - done : -1)));
+    }
+    pthread_mutex_lock(&k->snap_mu);
+    json_decref(k->snap_parts);
+    k->snap_parts = parts;
+    pthread_mutex_unlock(&k->snap_mu);
+}
+
+json_t *kafka_status(kafka_srv *k)
+{
+    json_t *dead = json_object();
+    for (int f = REC_EMPTY; f < REC_NFAULTS; f++)
+        json_object_set_new(dead, record_fault_name(f), json_integer(atomic_load(&k->c.dead[f])));
+    pthread_mutex_lock(&k->snap_mu);
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:O}",
+        "bootstrap", k->bootstrap, "delivery", k->mode->name, "group_id", k->conf.group_id,
+        "input_topics", k->conf.input_topics, "paused", atomic_load(&k->c.paused),
+        "in_flight", (json_int_t)atomic_load(&k->c.in_flight),
+        "consumed", (json_int_t)atomic_load(&k->c.consumed),
+        "outputs", (json_int_t)atomic_load(&k->c.outputs), "dead_letters", dead,
+        "redelivered_skipped", (json_int_t)atomic_load(&k->c.redelivered),
+        "pauses", (json_int_t)atomic_load(&k->c.pauses),
+        "partitions_assigned", (json_int_t)atomic_load(&k->c.assigned),
+        "partitions_revoked", (json_int_t)atomic_load(&k->c.revoked),
+        "commits", (json_int_t)atomic_load(&k->c.commits),
+        "transactions_committed", (json_int_t)atomic_load(&k->c.txn_commits),
+        "transactions_aborted", (json_int_t)atomic_load(&k->c.txn_aborts),
+        "partitions", k->snap_parts ? k->snap_parts : json_array());
+    if (o && k->fatal[0])
+        json_object_set_new(o, "fatal", json_string(k->fatal));
+    pthread_mutex_unlock(&k->snap_mu);
+#ifdef DL_HAVE_REDIS
+    if (o && k->sink) {
+        json_object_set_new(o, "redis_writes", json_integer(atomic_load(&k->c.redis_writes)));
+        json_object_set_new(o, "redis_write_errors",
+                            json_integer(atomic_load(&k->c.redis_errors) +
+                                         atomic_load(&k->c.sink_errors)));
+    }
+#endif
+    return o;
+}
+
+static void family(dl_sbuf *b, const char *name, const char *type, const char *help)
+{
+    dl_sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void kafka_metrics(kafka_srv *k, dl_sbuf *b)
+{
+    struct { const char *name, *help; atomic_llong *v; } counters[] = {
+        {"dlserve_kafka_records_total", "Records consumed from the input topics.", &k->c.consumed},
+        {"dlserve_kafka_outputs_total", "Predictions written (acknowledged by Kafka or Redis).",
+         &k->c.outputs},
+        {"dlserve_kafka_pauses_total", "Times intake paused for backpressure.", &k->c.pauses},
+        {"dlserve_kafka_commits_total", "Synchronous offset commits.", &k->c.commits},
+        {"dlserve_kafka_produce_retries_total", "Outputs produced again after a failed delivery.",
+         &k->c.produce_retries},
+        {"dlserve_kafka_redis_writes_total", "MULTI/EXEC of results and offsets (redis delivery).",
+         &k->c.redis_writes},
+        {"dlserve_kafka_redis_errors_total", "Failed Redis writes of results (retried).",
+         &k->c.redis_errors},
+    };
+    for (size_t i = 0; i < sizeof(counters) / sizeof(*counters); i++) {
+        family(b, counters[i].name, "counter", counters[i].help);
+        dl_sbuf_printf(b, "%s %lld\n", counters[i].name, (long long)atomic_load(counters[i].v));
+    }
+    family(b, "dlserve_kafka_dead_letters_total", "counter",
+           "Records sent to the dead-letter topic, by reason.");
+    for (int f = REC_EMPTY; f < REC_NFAULTS; f++)
+        dl_sbuf_printf(b, "dlserve_kafka_dead_letters_total{reason=\"%s\"} %lld\n",
+                       record_fault_name(f), (long long)atomic_load(&k->c.dead[f]));
+    family(b, "dlserve_kafka_transactions_total", "counter",
+           "Kafka transactions (exactly-once delivery), by result.");
+    dl_sbuf_printf(b, "dlserve_kafka_transactions_total{result=\"commit\"} %lld\n"
+                      "dlserve_kafka_transactions_total{result=\"abort\"} %lld\n",
+                   (long long)atomic_load(&k->c.txn_commits),
+                   (long long)atomic_load(&k->c.txn_aborts));
+    family(b, "dlserve_kafka_in_flight", "gauge", "Records consumed and not yet committed.");
+    dl_sbuf_printf(b, "dlserve_kafka_in_flight %lld\n", (long long)atomic_load(&k->c.in_flight));
+    family(b, "dlserve_kafka_paused", "gauge", "1 while intake is paused.");
+    dl_sbuf_printf(b, "dlserve_kafka_paused %d\n", atomic_load(&k->c.paused) ? 1 : 0);
+    family(b, "dlserve_kafka_up", "gauge", "0 after a fatal Kafka error stopped intake.");
+    dl_sbuf_printf(b, "dlserve_kafka_up %d\n", kafka_is_fatal(k) ? 0 : 1);
+    pthread_mutex_lock(&k->snap_mu);
+    kafka_lag_metrics(b, k->snap_parts);
+    pthread_mutex_unlock(&k->snap_mu);
+}
+
+void kafka_lag_metrics(dl_sbuf *b, json_t *parts)
+{
+    family(b, "dlserve_kafka_consumer_lag", "gauge",
+           "Records in the partition after the committed position.");
+    size_t i;
+    json_t *p;
+    json_array_foreach(parts, i, p) {
+        /* Topic names come from the configuration: escaped like any label. */
+        const char *topic = json_string_value(json_object_get(p, "topic"));
+        dl_sbuf_printf(b, "dlserve_kafka_consumer_lag{topic=\"");
+        dl_prom_label(b, topic ? topic : "");
+        dl_sbuf_printf(b, "\",partition=\"%lld\"} %lld\n",
+                       (long long)json_integer_value(json_object_get(p, "partition")),
+                       (long long)json_integer_value(json_object_get(p, "lag")));
+    }
+}
+
+#ifdef DL_HAVE_REDIS
+dl_redis_link *kafka_redis_link(kafka_srv *k)
+{
+    return k ? k->sink : NULL;
+}
+#endif
