@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define HDR_MAX   600
@@ -290,9 +291,36 @@ static const char *header(rd_kafka_message_t *m, const char *name, char *buf, si
     return buf;
 }
 
+/* The value of the last header named `name` in any case (HTTP header
+ * names are case-insensitive, and OIP clients spell them either way) as a
+ * string in buf, cut to cap - 1 bytes; "" for a header without a value;
+ * NULL when there is none. */
+static const char *header_nocase(rd_kafka_message_t *m, const char *name, char *buf,
+                                 size_t cap)
+{
+    rd_kafka_headers_t *h;
+    const char *found = NULL, *hname;
+    const void *v;
+    size_t len;
+    if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return NULL;
+    for (size_t i = 0; rd_kafka_header_get_all(h, i, &hname, &v, &len) ==
+                       RD_KAFKA_RESP_ERR_NO_ERROR; i++) {
+        if (strcasecmp(hname, name) != 0)
+            continue;
+        len = v ? (len < cap ? len : cap - 1) : 0;
+        memcpy(buf, v ? v : "", len);
+        buf[len] = '\0';
+        found = buf;
+    }
+    return found;
+}
+
 /* The record as records.c sees it; the header values go to the buffers
- * (HDR_MAX bytes each: longer values are refused by the name checks). */
-static void record_in_of(const krec *r, record_in *in, char *model, char *id, char *ctype)
+ * (HDR_MAX bytes each: longer values are refused by the name checks, and
+ * an Inference-Header-Content-Length that long is not a byte count). */
+static void record_in_of(const krec *r, record_in *in, char *model, char *id, char *ctype,
+                         char *jlen)
 {
     const size_t cap = HDR_MAX;
     rd_kafka_message_t *m = r->msg;
@@ -300,6 +328,7 @@ static void record_in_of(const krec *r, record_in *in, char *model, char *id, ch
     *in = (record_in){
         .value = m->payload, .len = m->len,
         .binary = ct && strcmp(ct, "application/octet-stream") == 0,
+        .json_len_hdr = header_nocase(m, OIP_HEADER_JSON_LEN, jlen, cap),
         .model_hdr = header(m, "dlserve-model", model, cap),
         .id_hdr = header(m, "dlserve-id", id, cap),
         .topic = r->tp->topic, .partition = r->tp->partition, .offset = r->offset,
@@ -344,9 +373,9 @@ static bool submit(kafka_srv *k, krec *r)
 {
     dl_err err = {0};
     if (!r->req.x) {
-        char model[HDR_MAX], id[HDR_MAX], ctype[HDR_MAX];
+        char model[HDR_MAX], id[HDR_MAX], ctype[HDR_MAX], jlen[HDR_MAX];
         record_in in;
-        record_in_of(r, &in, model, id, ctype);
+        record_in_of(r, &in, model, id, ctype, jlen);
         record_fault f = record_open(&in, k->def_model, (size_t)k->conf.max_record_bytes,
                                      &r->env, &err);
         served *sv = NULL;
@@ -361,9 +390,6 @@ static bool submit(kafka_srv *k, krec *r)
         if (f == REC_OK)
             f = record_decode_into(&in, &r->env, sv->conf, sv->in_dim, &n, &r->in->x,
                                    &r->in->cap, &err);
-        /* the parsed tree is needed no more: only the id and model stay */
-        json_decref(r->env.root);
-        r->env.root = NULL;
         if (f != REC_OK) {
             served_release(sv);
             refuse(k, r, f, &err);

@@ -60,11 +60,6 @@ json_t *kafka_status(kafka_srv *k)
     return o;
 }
 
-static void family(dl_sbuf *b, const char *name, const char *type, const char *help)
-{
-    dl_sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
 void kafka_metrics(kafka_srv *k, dl_sbuf *b)
 {
     struct { const char *name, *help; atomic_llong *v; } counters[] = {
@@ -81,26 +76,26 @@ void kafka_metrics(kafka_srv *k, dl_sbuf *b)
          &k->c.redis_errors},
     };
     for (size_t i = 0; i < sizeof(counters) / sizeof(*counters); i++) {
-        family(b, counters[i].name, "counter", counters[i].help);
-        dl_sbuf_printf(b, "%s %lld\n", counters[i].name, (long long)atomic_load(counters[i].v));
+        dl_prom_family(b, counters[i].name, "counter", counters[i].help);
+        dl_prom_sample(b, counters[i].name, (double)atomic_load(counters[i].v), NULL);
     }
-    family(b, "dlserve_kafka_dead_letters_total", "counter",
-           "Records sent to the dead-letter topic, by reason.");
+    dl_prom_family(b, "dlserve_kafka_dead_letters_total", "counter",
+                   "Records sent to the dead-letter topic, by reason.");
     for (int f = REC_EMPTY; f < REC_NFAULTS; f++)
-        dl_sbuf_printf(b, "dlserve_kafka_dead_letters_total{reason=\"%s\"} %lld\n",
-                       record_fault_name(f), (long long)atomic_load(&k->c.dead[f]));
-    family(b, "dlserve_kafka_transactions_total", "counter",
-           "Kafka transactions (exactly-once delivery), by result.");
-    dl_sbuf_printf(b, "dlserve_kafka_transactions_total{result=\"commit\"} %lld\n"
-                      "dlserve_kafka_transactions_total{result=\"abort\"} %lld\n",
-                   (long long)atomic_load(&k->c.txn_commits),
-                   (long long)atomic_load(&k->c.txn_aborts));
-    family(b, "dlserve_kafka_in_flight", "gauge", "Records consumed and not yet committed.");
-    dl_sbuf_printf(b, "dlserve_kafka_in_flight %lld\n", (long long)atomic_load(&k->c.in_flight));
-    family(b, "dlserve_kafka_paused", "gauge", "1 while intake is paused.");
-    dl_sbuf_printf(b, "dlserve_kafka_paused %d\n", atomic_load(&k->c.paused) ? 1 : 0);
-    family(b, "dlserve_kafka_up", "gauge", "0 after a fatal Kafka error stopped intake.");
-    dl_sbuf_printf(b, "dlserve_kafka_up %d\n", kafka_is_fatal(k) ? 0 : 1);
+        dl_prom_sample(b, "dlserve_kafka_dead_letters_total",
+                       (double)atomic_load(&k->c.dead[f]), "reason", record_fault_name(f), NULL);
+    dl_prom_family(b, "dlserve_kafka_transactions_total", "counter",
+                   "Kafka transactions (exactly-once delivery), by result.");
+    dl_prom_sample(b, "dlserve_kafka_transactions_total", (double)atomic_load(&k->c.txn_commits),
+                   "result", "commit", NULL);
+    dl_prom_sample(b, "dlserve_kafka_transactions_total", (double)atomic_load(&k->c.txn_aborts),
+                   "result", "abort", NULL);
+    dl_prom_family(b, "dlserve_kafka_in_flight", "gauge", "Records consumed and not yet committed.");
+    dl_prom_sample(b, "dlserve_kafka_in_flight", (double)atomic_load(&k->c.in_flight), NULL);
+    dl_prom_family(b, "dlserve_kafka_paused", "gauge", "1 while intake is paused.");
+    dl_prom_sample(b, "dlserve_kafka_paused", atomic_load(&k->c.paused) ? 1 : 0, NULL);
+    dl_prom_family(b, "dlserve_kafka_up", "gauge", "0 after a fatal Kafka error stopped intake.");
+    dl_prom_sample(b, "dlserve_kafka_up", kafka_is_fatal(k) ? 0 : 1, NULL);
     pthread_mutex_lock(&k->snap_mu);
     kafka_lag_metrics(b, k->snap_parts);
     pthread_mutex_unlock(&k->snap_mu);
@@ -108,18 +103,20 @@ void kafka_metrics(kafka_srv *k, dl_sbuf *b)
 
 void kafka_lag_metrics(dl_sbuf *b, json_t *parts)
 {
-    family(b, "dlserve_kafka_consumer_lag", "gauge",
-           "Records in the partition after the committed position.");
+    dl_prom_family(b, "dlserve_kafka_consumer_lag", "gauge",
+                   "Records in the partition after the committed position.");
     size_t i;
     json_t *p;
     json_array_foreach(parts, i, p) {
-        /* Topic names come from the configuration: escaped like any label. */
+        /* Topic names come from the configuration: dl_prom_sample escapes
+         * them like any label value. */
         const char *topic = json_string_value(json_object_get(p, "topic"));
-        dl_sbuf_printf(b, "dlserve_kafka_consumer_lag{topic=\"");
-        dl_prom_label(b, topic ? topic : "");
-        dl_sbuf_printf(b, "\",partition=\"%lld\"} %lld\n",
-                       (long long)json_integer_value(json_object_get(p, "partition")),
-                       (long long)json_integer_value(json_object_get(p, "lag")));
+        char part[24];
+        snprintf(part, sizeof(part), "%lld",
+                 (long long)json_integer_value(json_object_get(p, "partition")));
+        dl_prom_sample(b, "dlserve_kafka_consumer_lag",
+                       (double)json_integer_value(json_object_get(p, "lag")),
+                       "topic", topic ? topic : "", "partition", part, NULL);
     }
 }
 

@@ -209,6 +209,7 @@ typedef struct scan_ctx {
     oip_request *req;
     dl_err      *err;
     dl_status    st;           /* the first refusal; DL_OK so far */
+    bool         record;       /* oip_scan_record: a Kafka record, "data" allowed */
     bool         saw_inputs;
     size_t       json_len;
     const unsigned char *bin;  /* the binary part: bin[0..bin_len) */
@@ -276,8 +277,8 @@ static bool scan_id(scan_ctx *c)
         n = (size_t)(s->p - v);
         req->id_integer = true;
     } else if (k != JS_STRING) {
-        refuse(c, OIP_FAULT_ENVELOPE, "'id' must be a string, not %s",
-               k == JS_NUMBER ? "a real" : js_what(s));
+        refuse(c, OIP_FAULT_ENVELOPE, "'id' must be a string%s, not %s",
+               c->record ? " or an integer" : "", k == JS_NUMBER ? "a real" : js_what(s));
         return k == JS_NUMBER || js_skip(s);
     }
     if (!(req->id = malloc(n + 1))) {
@@ -854,6 +855,73 @@ static bool scan_outputs(scan_ctx *c)
     return !s->failed;
 }
 
+/* A record's "data": a flat array of numbers, each finite as a float32,
+ * read straight into a buffer that grows as needed (the count is checked
+ * against the model later: oip_check_infer does not apply). */
+static bool scan_flat(scan_ctx *c)
+{
+    json_scan *s = &c->js;
+    oip_request *req = c->req;
+    if (js_peek(s) != JS_ARRAY) {
+        refuse(c, OIP_FAULT_TENSOR, "'data' must be a flat array of numbers");
+        return js_skip(s);
+    }
+    js_mark m = js_save(s);
+    js_iter it;
+    if (!js_array(s, &it))
+        return false;
+    /* Every value takes at least two bytes ("1,") but the last: start at
+     * a sample's worth or what the rest of the text can hold, whichever
+     * is less, and double when full. */
+    size_t n = 0, cap = (size_t)(s->end - s->p) / 2 + 1;
+    cap = cap < 1024 ? cap : 1024;
+    float *x = malloc(cap * sizeof(float));
+    if (!x) {
+        out_of_memory(c, "the input values");
+        return skip_from(c, m);
+    }
+    for (;;) {
+        n += js_floats(s, &it, x + n, cap - n, false);
+        if (n == cap) {
+            float *p = realloc(x, 2 * cap * sizeof(float));
+            if (!p) {
+                free(x);
+                out_of_memory(c, "the input values");
+                return skip_from(c, m);
+            }
+            x = p;
+            cap *= 2;
+            continue;
+        }
+        if (!js_element(s, &it))
+            break;
+        /* js_floats stopped before this element: not a finite float */
+        refuse(c, OIP_FAULT_TENSOR, "data[%zu] is %s", it.n - 1,
+               js_peek(s) == JS_NUMBER ? "not a finite float" : "not a number");
+        free(x);
+        return skip_from(c, m);
+    }
+    if (s->failed) {
+        free(x);
+        return false;
+    }
+    req->x = x;
+    req->count = (int64_t)n;
+    req->flat = true;
+    return true;
+}
+
+/* "inputs" after a record's "data": the inputs are the record's values. */
+static void drop_flat(oip_request *req)
+{
+    if (req->flat) {
+        free(req->x);
+        req->x = NULL;
+        req->count = 0;
+        req->flat = false;
+    }
+}
+
 static bool scan_root(scan_ctx *c)
 {
     json_scan *s = &c->js;
@@ -862,31 +930,35 @@ static bool scan_root(scan_ctx *c)
     int binary_out = 0;
     if (js_peek(s) != JS_OBJECT) {
         if (js_peek(s) != JS_NONE)
-            refuse(c, OIP_FAULT_ENVELOPE, "the request must be a JSON object, not %s",
-                   js_what(s));
+            refuse(c, OIP_FAULT_ENVELOPE, "the %s must be a JSON object, not %s",
+                   c->record ? "record" : "request", js_what(s));
         return js_skip(s);
     }
     if (!js_object(s, &it))
         return false;
     while (js_member(s, &it, &key, NULL)) {
         bool ok;
-        if (strcmp(key, "id") == 0)
+        if (strcmp(key, "id") == 0) {
             ok = scan_id(c);   /* even after a refusal: a dead letter names it */
-        else if (c->st != DL_OK)
+        } else if (c->st != DL_OK) {
             ok = js_skip(s);
-        else if (strcmp(key, "inputs") == 0)
+        } else if (strcmp(key, "inputs") == 0) {
+            drop_flat(c->req);
             ok = scan_inputs(c);
-        else if (strcmp(key, "outputs") == 0)
+        } else if (strcmp(key, "data") == 0 && c->record) {
+            ok = c->saw_inputs ? js_skip(s) : scan_flat(c);   /* "inputs" wins */
+        } else if (strcmp(key, "outputs") == 0) {
             ok = scan_outputs(c);
-        else if (strcmp(key, "parameters") == 0)
+        } else if (strcmp(key, "parameters") == 0) {
             ok = scan_params(c, "'parameters'", OIP_FAULT_ENVELOPE, "binary_data_output",
                              &binary_out, NULL);
-        else if (strcmp(key, "model") == 0)
+        } else if (strcmp(key, "model") == 0) {
             ok = scan_model(c);
-        else if (strcmp(key, "model_version") == 0)
+        } else if (strcmp(key, "model_version") == 0) {
             ok = scan_version(c);
-        else
+        } else {
             ok = js_skip(s);
+        }
         if (!ok)
             return false;
     }
@@ -894,8 +966,9 @@ static bool scan_root(scan_ctx *c)
     return !s->failed;
 }
 
-dl_status oip_scan_infer(const char *body, size_t len, size_t json_len, oip_request *req,
-                         dl_err *err)
+/* oip_scan_infer, or with `record` oip_scan_record. */
+static dl_status scan_request(const char *body, size_t len, size_t json_len, bool record,
+                              oip_request *req, dl_err *err)
 {
     memset(req, 0, sizeof(*req));
     if (json_len > len) {
@@ -903,13 +976,19 @@ dl_status oip_scan_infer(const char *body, size_t len, size_t json_len, oip_requ
         return bad(err, "%s %zu is more than the body's %zu bytes", OIP_HEADER_JSON_LEN,
                    json_len, len);
     }
-    scan_ctx c = {.req = req, .err = err, .json_len = json_len, .bin_len = len - json_len};
+    scan_ctx c = {.req = req, .err = err, .record = record, .json_len = json_len,
+                  .bin_len = len - json_len};
     if (body)
         c.bin = (const unsigned char *)body + json_len;
     js_init(&c.js, body, json_len);
     if (scan_root(&c) && js_end(&c.js) && c.st == DL_OK) {
-        if (!c.saw_inputs)
+        if (!c.saw_inputs && record && !req->flat)
+            refuse(&c, OIP_FAULT_ENVELOPE, "the record has neither 'inputs' nor 'data'");
+        else if (!c.saw_inputs && !record)
             refuse(&c, OIP_FAULT_ENVELOPE, "'inputs' is missing");
+        else if (req->flat && c.bin_len > 0)
+            refuse(&c, OIP_FAULT_TENSOR, "the body has %zu bytes after its %zu bytes of JSON "
+                   "(%s), but 'data' takes none", c.bin_len, json_len, OIP_HEADER_JSON_LEN);
         else if (req->ninputs == 1 && c.bin_used != c.bin_len)
             refuse(&c, OIP_FAULT_TENSOR, "the body has %zu bytes after its %zu bytes of JSON "
                    "(%s), but the inputs' binary_data_size add up to %zu", c.bin_len,
@@ -934,6 +1013,18 @@ dl_status oip_scan_infer(const char *body, size_t len, size_t json_len, oip_requ
     req->id_integer = id && id_integer;
     req->fault = fault;
     return st;
+}
+
+dl_status oip_scan_infer(const char *body, size_t len, size_t json_len, oip_request *req,
+                         dl_err *err)
+{
+    return scan_request(body, len, json_len, false, req, err);
+}
+
+dl_status oip_scan_record(const char *body, size_t len, size_t json_len, oip_request *req,
+                          dl_err *err)
+{
+    return scan_request(body, len, json_len, true, req, err);
 }
 
 /* ---- infer requests: against the model ------------------------------------ */

@@ -128,8 +128,12 @@ typedef struct oip_request {
     bool       binary_in;          /* inputs[0] came as binary data */
     int        ndim;               /* inputs[0].shape, as sent */
     int64_t    shape[OIP_MAX_DIMS];
-    int64_t    count;              /* values in x: the product of the shape */
+    int64_t    count;              /* values in x: the product of the shape (for
+                                      flat: the values of "data") */
     float     *x;                  /* new: count RAW values (unscaled) */
+    bool       flat;               /* oip_scan_record only: the record's values
+                                      came as "data", a flat array (no "inputs":
+                                      no name, datatype or shape) */
     int        nasked;             /* entries of "outputs" (0: every output) */
     oip_asked  asked[OIP_MAX_OUTPUTS];
     bool       binary_out;         /* parameters.binary_data_output */
@@ -169,6 +173,21 @@ typedef struct oip_request {
  * is an empty body). Thread-safe. */
 dl_status oip_scan_infer(const char *body, size_t len, size_t json_len, oip_request *req,
                          dl_err *err);
+
+/* oip_scan_infer for a Kafka record, which may also take the form
+ * {"id", "model"?, "model_version"?, "data": [numbers]}: a flat array of
+ * numbers, each finite as float32, read into req->x (req->count values,
+ * req->flat set; whole samples are the caller's check, as oip_check_infer
+ * does not apply to it). A record with "inputs" is read as oip_scan_infer
+ * reads a request ("data" beside it is then ignored, unless it came first
+ * and was refused), and "id" may be a string or an integer. Refusals
+ * beyond oip_scan_infer's: neither "inputs" nor "data" (ENVELOPE, "the
+ * record has neither 'inputs' nor 'data'"); "data" not an array or an
+ * element not a finite float32 number, "data[i] is not a number" / "is
+ * not a finite float" (TENSOR); binary data after the JSON of a "data"
+ * record (TENSOR). Memory, errors and thread-safety as oip_scan_infer. */
+dl_status oip_scan_record(const char *body, size_t len, size_t json_len, oip_request *req,
+                          dl_err *err);
 
 /* Checks a scanned request against the model that serves it (conf:
  * borrowed, for the names, the sample shape and the labels; in_dim values

@@ -1,6 +1,9 @@
-/* records.c: Kafka record values. Three forms:
+/* records.c: Kafka record values, read once (oip_scan_record) and checked
+ * against their model; predictions written as JSON. Four forms:
  *   {"id", "model"?, "model_version"?, "inputs": [...]}  as the HTTP infer request
- *   {"id", "model"?, "data": [numbers]}                 flat raw values
+ *   {"id", "model"?, "model_version"?, "data": [numbers]} flat raw values
+ *   the OIP binary payload: header Inference-Header-Content-Length: N, N bytes
+ *     of JSON (the infer request) then its raw tensors (binary_data_size)
  *   raw little-endian float32 values, content-type application/octet-stream
  * Every form carries raw values (pixels 0..255 for the image models), and
  * they stay raw: the batcher applies the model's input scaling. */
@@ -62,22 +65,15 @@ static bool utf8_valid(const char *s)
     return true;
 }
 
-/* The id: the record's "id" (a string or an integer), the dlserve-id
- * header, or where the record came from. */
-static record_fault find_id(const record_in *in, json_t *root, record_env *env, dl_err *err)
+/* The id: the record's "id" (a string or an integer, as scanned), the
+ * dlserve-id header, or where the record came from. A refusal is worded
+ * into err only when err is given (a record already refused keeps its
+ * reason). */
+static record_fault find_id(const record_in *in, record_env *env, dl_err *err)
 {
     char buf[DL_NAME_MAX + 64];
-    const char *id = in->id_hdr;
+    const char *id = env->req.id ? env->req.id : in->id_hdr;
     record_fault f = REC_OK;
-    json_t *j = root ? json_object_get(root, "id") : NULL;
-    if (json_is_string(j)) {
-        id = json_string_value(j);
-    } else if (json_is_integer(j)) {
-        snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(j));
-        id = buf;
-    } else if (j) {
-        f = fault(err, REC_JSON, "'id' must be a string or an integer");
-    }
     if (strlen(id ? id : "") > 512)
         f = fault(err, REC_JSON, "'id' is longer than 512 bytes");
     else if (id && !utf8_valid(id))   /* a header's bytes: the output is JSON */
@@ -93,17 +89,12 @@ static record_fault find_id(const record_in *in, json_t *root, record_env *env, 
     return f;
 }
 
-/* The model: the record's "model", the dlserve-model header, the default. */
-static record_fault find_model(const record_in *in, json_t *root, const char *default_model,
+/* The model: the record's "model", the dlserve-model header, the default;
+ * the version: the record's "model_version" (checked by the scan). */
+static record_fault find_model(const record_in *in, const char *default_model,
                                record_env *env, dl_err *err)
 {
-    json_t *m = root ? json_object_get(root, "model") : NULL;
-    json_t *v = root ? json_object_get(root, "model_version") : NULL;
-    const char *name = in->model_hdr;
-    if (m && !json_is_string(m))
-        return fault(err, REC_JSON, "'model' must be a string");
-    if (m)
-        name = json_string_value(m);
+    const char *name = env->req.model ? env->req.model : in->model_hdr;
     if (!name || !name[0])
         name = default_model;
     if (!name || !name[0])
@@ -112,19 +103,24 @@ static record_fault find_model(const record_in *in, json_t *root, const char *de
     if (!dl_model_name_valid(name, strlen(name)))
         return fault(err, REC_MODEL, "'%.64s' is not a valid model name", name);
     snprintf(env->model, sizeof(env->model), "%s", name);
-    if (json_is_integer(v)) {
-        env->version = json_integer_value(v);
-    } else if (json_is_string(v)) {
-        char *end;
-        env->version = strtoll(json_string_value(v), &end, 10);
-        if (*end || end == json_string_value(v))
-            env->version = -1;
-    } else if (v) {
-        env->version = -1;
-    }
-    if (env->version < 0)
-        return fault(err, REC_JSON, "'model_version' must be a positive integer");
+    env->version = env->req.model_version;
     return REC_OK;
+}
+
+/* Reads a JSON or OIP payload record (json_len bytes of JSON, raw tensors
+ * after them) into env->req: the one parse of the record. */
+static record_fault scan(const record_in *in, size_t json_len, record_env *env, dl_err *err)
+{
+    dl_err why = {0};
+    env->scanned = true;
+    if (oip_scan_record(in->value, in->len, json_len, &env->req, &why) == DL_OK)
+        return REC_OK;
+    switch (env->req.fault) {
+    case OIP_FAULT_SYNTAX:   return fault(err, REC_JSON, "invalid JSON record: %s", why.msg);
+    case OIP_FAULT_ENVELOPE: return fault(err, REC_JSON, "%s", why.msg);
+    case OIP_FAULT_TENSOR:   return fault(err, REC_INPUT, "%s", why.msg);
+    default:                 return out_of_memory(err);   /* OIP_FAULT_NONE */
+    }
 }
 
 record_fault record_open(const record_in *in, const char *default_model,
@@ -132,29 +128,23 @@ record_fault record_open(const record_in *in, const char *default_model,
 {
     memset(env, 0, sizeof(*env));
     record_fault f = REC_OK;
+    size_t json_len = in->len;
     if (in->len == 0 || !in->value)
         f = fault(err, REC_EMPTY, "the record is empty");
     else if (in->len > max_bytes)
         f = fault(err, REC_OVERSIZE, "the record has %zu bytes, more than max_record_bytes %zu",
                   in->len, max_bytes);
-    if (f == REC_OK && !in->binary) {
-        json_error_t je;
-        env->root = json_loadb(in->value, in->len, JSON_REJECT_DUPLICATES, &je);
-        if (!env->root)
-            f = fault(err, REC_JSON, "invalid JSON at line %d column %d: %s", je.line,
-                      je.column, je.text);
-        else if (!json_is_object(env->root))
-            f = fault(err, REC_JSON, "the record must be a JSON object");
-    }
-    /* The id first, so that even a record refused later is named by it. */
-    record_fault fid = find_id(in, f == REC_OK ? env->root : NULL, env, err);
+    else if (in->json_len_hdr && oip_json_len(in->json_len_hdr, in->len, &json_len, err) != DL_OK)
+        f = REC_JSON;   /* err names the header */
+    /* Every form but raw float32 (which the payload form's header overrides). */
+    if (f == REC_OK && (!in->binary || in->json_len_hdr))
+        f = scan(in, json_len, env, err);
+    /* The id even so, so that a refused record is named by it. */
+    record_fault fid = find_id(in, env, f == REC_OK ? err : NULL);
     if (f == REC_OK)
         f = fid;
     if (f == REC_OK)
-        f = find_model(in, env->root, default_model, env, err);
-    if (f == REC_OK && env->root && !json_object_get(env->root, "inputs") &&
-        !json_object_get(env->root, "data"))
-        f = fault(err, REC_JSON, "the record has neither 'inputs' nor 'data'");
+        f = find_model(in, default_model, env, err);
     return f;
 }
 
@@ -170,31 +160,6 @@ static bool reserve(float **x, size_t *cap, size_t need)
     *x = p;
     *cap = need;
     return true;
-}
-
-/* {"data": [numbers]}: a flat array of whole samples. */
-static record_fault decode_data(json_t *data, int64_t in_dim, int64_t *n, float **x,
-                                size_t *cap, dl_err *err)
-{
-    if (!json_is_array(data))
-        return fault(err, REC_INPUT, "'data' must be a flat array of numbers");
-    size_t len = json_array_size(data);
-    if (len == 0 || len % (size_t)in_dim)
-        return fault(err, REC_INPUT, "'data' has %zu values: expected a multiple of %lld "
-                                     "(one sample), at least one", len, (long long)in_dim);
-    if (!reserve(x, cap, len))
-        return out_of_memory(err);
-    float *v = *x;
-    for (size_t i = 0; i < len; i++) {
-        json_t *e = json_array_get(data, i);
-        double d = json_number_value(e);
-        if (!json_is_number(e) || !isfinite((float)d))
-            return fault(err, REC_INPUT, "data[%zu] is %s", i,
-                         json_is_number(e) ? "not a finite float" : "not a number");
-        v[i] = (float)d;
-    }
-    *n = (int64_t)(len / (size_t)in_dim);
-    return REC_OK;
 }
 
 /* Raw float32 values, whole samples. */
@@ -218,35 +183,42 @@ static record_fault decode_binary(const record_in *in, int64_t in_dim, int64_t *
     return REC_OK;
 }
 
-record_fault record_decode_into(const record_in *in, const record_env *env,
+/* A scanned record's values, checked against the model and handed over:
+ * the scanner's buffer replaces the caller's. */
+static record_fault take_scanned(oip_request *req, const dl_model_conf *conf, int64_t in_dim,
+                                 int64_t *n, float **x, size_t *cap, dl_err *err)
+{
+    if (req->flat) {   /* {"data": [...]}: a flat array of whole samples */
+        if (req->count == 0 || req->count % in_dim)
+            return fault(err, REC_INPUT, "'data' has %lld values: expected a multiple of %lld "
+                                         "(one sample), at least one", (long long)req->count,
+                         (long long)in_dim);
+        *n = req->count / in_dim;
+    } else {
+        dl_status st = oip_check_infer(req, conf, in_dim, err);
+        if (st != DL_OK)
+            return record_fault_of(st);
+        *n = req->batch;
+    }
+    DL_ASSERT(req->x);   /* handed over once per record_open */
+    free(*x);
+    *x = req->x;
+    *cap = (size_t)req->count;
+    req->x = NULL;
+    return REC_OK;
+}
+
+record_fault record_decode_into(const record_in *in, record_env *env,
                                 const dl_model_conf *conf, int64_t in_dim,
                                 int64_t *n, float **x, size_t *cap, dl_err *err)
 {
     *n = 0;
-    record_fault f;
-    if (!env->root) {
-        f = decode_binary(in, in_dim, n, x, cap, err);
-    } else if (json_object_get(env->root, "inputs")) {
-        oip_request req;
-        memset(&req, 0, sizeof(req));
-        dl_status st = oip_parse_infer(in->value, in->len, in->len, conf, in_dim, &req, err);
-        if (st != DL_OK)
-            return record_fault_of(st);
-        /* the parser's buffer replaces the caller's */
-        free(*x);
-        *x = req.x;
-        *cap = (size_t)(req.batch * in_dim);
-        *n = req.batch;
-        req.x = NULL;
-        oip_request_fini(&req);
-        f = REC_OK;
-    } else {
-        f = decode_data(json_object_get(env->root, "data"), in_dim, n, x, cap, err);
-    }
-    return f;
+    if (env->scanned)
+        return take_scanned(&env->req, conf, in_dim, n, x, cap, err);
+    return decode_binary(in, in_dim, n, x, cap, err);
 }
 
-record_fault record_decode(const record_in *in, const record_env *env,
+record_fault record_decode(const record_in *in, record_env *env,
                            const dl_model_conf *conf, int64_t in_dim,
                            int64_t *n, float **x, dl_err *err)
 {
@@ -262,7 +234,7 @@ record_fault record_decode(const record_in *in, const record_env *env,
 
 void record_env_fini(record_env *env)
 {
-    json_decref(env->root);
+    oip_request_fini(&env->req);
     free(env->id);
     memset(env, 0, sizeof(*env));
 }

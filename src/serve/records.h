@@ -2,13 +2,23 @@
  * which model a record names, its id, its decoded inputs, and the JSON of
  * its prediction. No librdkafka here: the consumer (kafka_in.c) hands over
  * the value and the few headers that matter, so every rule is unit-tested
- * on its own (tests/unit/test_records.c). Thread-safe. */
+ * on its own (tests/unit/test_records.c). Thread-safe.
+ *
+ * A record value takes one of four forms:
+ *   JSON, the HTTP infer request   {"id", "model"?, "model_version"?, "inputs": [...]}
+ *   JSON, flat values              {"id", "model"?, "model_version"?, "data": [numbers]}
+ *   the OIP binary payload         header Inference-Header-Content-Length: N; the
+ *                                  first N bytes the infer request (JSON), raw
+ *                                  tensors after it (binary_data_size)
+ *   raw float32                    content-type: application/octet-stream (and no
+ *                                  Inference-Header-Content-Length): little-endian
+ *                                  float32 values, whole samples
+ * The first three are read once, by oip_scan_record, in record_open. */
 #ifndef DL_SERVE_RECORDS_H
 #define DL_SERVE_RECORDS_H
 
 #include "nn/dl_nn.h"
-
-#include <jansson.h>
+#include "serve/oip.h"
 
 /* Why a record went to the dead-letter topic (the metrics label). */
 typedef enum record_fault {
@@ -36,6 +46,8 @@ typedef struct record_in {
     const void *value;
     size_t      len;
     bool        binary;        /* content-type: application/octet-stream */
+    const char *json_len_hdr;  /* Inference-Header-Content-Length (any case), or
+                                  NULL: the OIP binary payload form */
     const char *model_hdr;     /* dlserve-model, or NULL */
     const char *id_hdr;        /* dlserve-id, or NULL */
     const char *topic;
@@ -45,32 +57,47 @@ typedef struct record_in {
 
 /* What the first look at a record found. */
 typedef struct record_env {
-    json_t  *root;             /* the parsed JSON value; NULL for binary */
-    char    *id;               /* new: the record's id, or "topic/partition/offset" */
-    char     model[DL_NAME_MAX];
-    int64_t  version;          /* 0: the newest */
+    oip_request req;           /* the scanned record (JSON and OIP payload forms):
+                                  its values until record_decode_into takes them */
+    bool        scanned;       /* req holds it (false: raw float32) */
+    char       *id;            /* new: the record's id, or "topic/partition/offset" */
+    char        model[DL_NAME_MAX];
+    int64_t     version;       /* 0: the newest */
 } record_env;
 
-/* First look: size limits, JSON syntax, the id and the model (the record's
- * "model", else the dlserve-model header, else default_model). On failure
- * the fault comes back with err saying why (err->code DL_ERR_INVALID,
- * DL_ERR_TOO_LARGE for REC_OVERSIZE, DL_ERR_NOMEM for REC_INFERENCE), and
- * env->id is still set (when memory allows) so the dead letter can name it. */
+/* First look, and the only parse: size limits, then (but for raw float32)
+ * the whole value read by oip_scan_record: syntax, the envelope, the
+ * values decoded into floats. The id is the record's "id" (a string or an
+ * integer), else the dlserve-id header, else "topic/partition/offset"; the
+ * model the record's "model", else the dlserve-model header, else
+ * default_model. On failure the fault comes back with err saying why
+ * (err->code DL_ERR_INVALID, DL_ERR_TOO_LARGE for REC_OVERSIZE,
+ * DL_ERR_NOMEM for REC_INFERENCE): REC_JSON for bad JSON, a wrong envelope
+ * or a bad Inference-Header-Content-Length, REC_INPUT for bad values,
+ * REC_MODEL for no or a malformed model name; env->id is still set (when
+ * memory allows) so the dead letter can name it. record_env_fini env
+ * either way. */
 record_fault record_open(const record_in *in, const char *default_model,
                          size_t max_bytes, record_env *env, dl_err *err);
 
-/* Decodes the inputs for the model named by env: n samples of in_dim raw
- * values each, unscaled (the batcher scales them). *x is new. On
- * failure err says why: REC_INPUT (DL_ERR_INVALID) or REC_INFERENCE
- * (DL_ERR_NOMEM). */
-record_fault record_decode(const record_in *in, const record_env *env,
+/* The inputs for the model named by env: n samples of in_dim raw values
+ * each, unscaled (the batcher scales them). Checks what record_open read
+ * against the model (oip_check_infer for "inputs", whole samples for
+ * "data" and raw float32) and hands the values over; raw float32 values
+ * are copied from in. *x is new. On failure err says why: REC_INPUT
+ * (DL_ERR_INVALID) or REC_INFERENCE (DL_ERR_NOMEM). The values of a
+ * scanned record are handed over once: call it once per record_open
+ * (raw float32 records may be decoded again). */
+record_fault record_decode(const record_in *in, record_env *env,
                            const dl_model_conf *conf, int64_t in_dim,
                            int64_t *n, float **x, dl_err *err);
 
 /* record_decode into a buffer the caller reuses: *x holds *cap floats
- * (NULL and 0 at first) and is grown (realloc) when the record needs
- * more; it stays the caller's, on failure too. */
-record_fault record_decode_into(const record_in *in, const record_env *env,
+ * (NULL and 0 at first). Raw float32 values are copied into it, grown
+ * (realloc) when the record needs more; a scanned record's values replace
+ * it (the old buffer is freed, *x and *cap are the scanner's). *x stays
+ * the caller's, on failure too. */
+record_fault record_decode_into(const record_in *in, record_env *env,
                                 const dl_model_conf *conf, int64_t in_dim,
                                 int64_t *n, float **x, size_t *cap, dl_err *err);
 
