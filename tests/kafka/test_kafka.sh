@@ -128,6 +128,37 @@ check "Kafka keeps serving after the malformed records" collect $OUT 1650 "$WORK
 $PY "$SRC/tests/py/make_request.py" 0 2 > "$WORK/req.json"
 check "HTTP keeps serving" sh -c "curl -s -o /dev/null -w '%{http_code}' -d @'$WORK/req.json' \
     $URL/v2/models/fashion-mlp/infer | grep -qx 200"
+
+# ---- the OIP binary payload (JSON header, raw tensors) as a record value ------
+# Image 7 twice through kcat: as JSON, and as the binary payload with its
+# header spelled in lower case; both answers must be the same.
+$PY - "$DATA/t10k-images-idx3-ubyte.gz" "$WORK" <<'PYEOF'
+import gzip, json, sys
+img = gzip.open(sys.argv[1]).read()[16:][7 * 784:8 * 784]
+tensor = {"name": "input", "shape": [1, 784], "datatype": "UINT8"}
+text = json.dumps({"id": "oip-json-7", "inputs": [dict(tensor, data=list(img))]})
+head = json.dumps({"id": "oip-bin-7",
+                   "inputs": [dict(tensor, parameters={"binary_data_size": 784})]}).encode()
+open(sys.argv[2] + "/oip.json", "w").write(text)
+open(sys.argv[2] + "/oip.bin", "wb").write(head + img)
+open(sys.argv[2] + "/oip.len", "w").write(str(len(head)))
+PYEOF
+kcat -b "$BOOT" -P -t $IN -k oip-json-7 "$WORK/oip.json"
+kcat -b "$BOOT" -P -t $IN -k oip-bin-7 \
+    -H "inference-header-content-length=$(cat "$WORK/oip.len")" "$WORK/oip.bin"
+same_answers() {
+    collect $OUT 1652 "$WORK/oip.out" --timeout 30 && $PY - "$WORK/oip.out" <<'PYEOF'
+import json, sys
+out = {}
+for line in open(sys.argv[1]):
+    key, part, off, ts, hdrs, value = line.rstrip("\n").split("\t", 5)
+    if key.startswith("oip-"):
+        o = json.loads(value)
+        out[key] = [o[k] for k in ("model", "version", "class", "label", "scores")]
+sys.exit(0 if len(out) == 2 and out["oip-json-7"] == out["oip-bin-7"] else 1)
+PYEOF
+}
+check "an OIP binary payload record is answered as its JSON form is" same_answers
 check "clean stop (exit 0)" stop_daemon
 
 # ---- backpressure: a tiny queue pauses partitions and loses nothing ------------

@@ -1,4 +1,4 @@
-/* test_records.c: Kafka record values on their own: the three forms,
+/* test_records.c: Kafka record values on their own: the four forms,
  * ids, models, every refusal with its fault kind, and the output JSON. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -222,6 +222,118 @@ Test(records, buffers_reused)
     cr_expect_eq(record_decode_into(&in, &env, &conf, 4, &n, &buf, &cap, &err), REC_INPUT);
     cr_expect_eq(buf, kept);
     free(buf);
+}
+
+/* An OIP binary payload record: json_len bytes of JSON, then the values. */
+static char payload[512];
+static record_in payload_in(const char *json, const float *v, size_t nv, const char *hdr)
+{
+    size_t jl = strlen(json);
+    memcpy(payload, json, jl);
+    memcpy(payload + jl, v, nv * sizeof(float));   /* little-endian hosts, as the wire */
+    return (record_in){ .value = payload, .len = jl + nv * sizeof(float), .json_len_hdr = hdr,
+                        .topic = "in", .partition = 1, .offset = 7 };
+}
+
+#define PAYLOAD_JSON(size) "{\"id\": \"p1\", \"model\": \"tiny\", \"inputs\": [{\"name\": " \
+    "\"pixels\", \"shape\": [1, 4], \"datatype\": \"FP32\", \"parameters\": " \
+    "{\"binary_data_size\": " size "}}]}"
+
+Test(records, binary_payload_form)
+{
+    const char *json = PAYLOAD_JSON("16");
+    char hdr[16];
+    snprintf(hdr, sizeof(hdr), "%zu", strlen(json));
+    float v[4] = {1.5f, 2, 3, 250};
+    record_in in = payload_in(json, v, 4, hdr);
+    in.binary = true;   /* content-type octet-stream too: the header decides */
+    int64_t n = 0;
+    cr_assert_eq(take(&in, NULL, &n), REC_OK, "%s", err.msg);
+    cr_expect_str_eq(env.id, "p1");
+    cr_expect_str_eq(env.model, "tiny");
+    cr_assert_eq(n, 1);
+    for (int i = 0; i < 4; i++)
+        cr_expect_eq(x[i], v[i], "x[%d] %g", i, x[i]);
+}
+
+Test(records, binary_payload_refusals)
+{
+    const char *json = PAYLOAD_JSON("16");
+    char hdr[16];
+    snprintf(hdr, sizeof(hdr), "%zu", strlen(json));
+    float v[4] = {1, 2, 3, 4};
+    /* the header is not a byte count, or more than the value holds */
+    record_in in = payload_in(json, v, 4, "12x");
+    refused(&in, "tiny", REC_JSON, "Inference-Header-Content-Length");
+    in = payload_in(json, v, 4, "100000");
+    refused(&in, "tiny", REC_JSON, "Inference-Header-Content-Length");
+    /* sizes that do not add up: 12 bytes follow where 16 are announced, 16
+     * where the JSON ends earlier than the header says, 20 of which 4 are
+     * left over */
+    in = payload_in(json, v, 3, hdr);
+    refused(&in, "tiny", REC_INPUT, "binary_data_size");
+    in = payload_in(json, v, 4, "10");
+    refused(&in, "tiny", REC_JSON, "invalid JSON");
+    float v5[5] = {1, 2, 3, 4, 5};
+    in = payload_in(json, v5, 5, hdr);
+    refused(&in, "tiny", REC_INPUT, "add up to 16");
+    const char *data = "{\"id\": \"d\", \"data\": [1, 2, 3, 4]}";
+    snprintf(hdr, sizeof(hdr), "%zu", strlen(data));
+    in = payload_in(data, v, 1, hdr);
+    refused(&in, "tiny", REC_INPUT, "'data' takes none");
+}
+
+/* {"model": "tiny", "data": [0, 1, ... n - 1 (mod 256)]} into text, with
+ * element bad (if < n) written as true. */
+static void data_text(char *text, int n, int bad)
+{
+    size_t k = (size_t)sprintf(text, "{\"model\": \"tiny\", \"data\": [");
+    for (int i = 0; i < n; i++)
+        k += (size_t)sprintf(text + k, i == bad ? "%strue" : "%s%d", i ? "," : "", i % 256);
+    strcpy(text + k, "]}");
+}
+
+/* The {"data"} form as the scanner reads it: more values than its first
+ * buffer holds, a refused element named by its index, whole samples. */
+Test(records, data_form_scanned)
+{
+    enum { N = 3000 };   /* 750 samples of 4 */
+    static char text[N * 8 + 64];
+    data_text(text, N, N);
+    record_in in = json_in(text);
+    int64_t n = 0;
+    cr_assert_eq(record_open(&in, NULL, sizeof(text), &env, &err), REC_OK, "%s", err.msg);
+    cr_assert_eq(record_decode(&in, &env, &conf, 4, &n, &x, &err), REC_OK, "%s", err.msg);
+    cr_assert_eq(n, N / 4);
+    cr_expect_eq(x[N - 1], (N - 1) % 256);
+    record_env_fini(&env);
+    free(x);
+    x = NULL;
+
+    data_text(text, N, 2500);
+    in = json_in(text);
+    cr_expect_eq(record_open(&in, NULL, sizeof(text), &env, &err), REC_INPUT);
+    cr_expect_not_null(strstr(err.msg, "data[2500] is not a number"), "%s", err.msg);
+    cr_expect_not_null(env.id);
+    record_env_fini(&env);
+
+    /* not whole samples: refused against the model */
+    in = json_in("{\"id\": \"a\", \"data\": [1, 2, 3, 4, 5, 6]}");
+    cr_assert_eq(record_open(&in, "tiny", 1024, &env, &err), REC_OK, "%s", err.msg);
+    cr_expect_eq(record_decode(&in, &env, &conf, 4, &n, &x, &err), REC_INPUT);
+    cr_expect_not_null(strstr(err.msg, "6 values: expected a multiple of 4"), "%s", err.msg);
+    cr_expect_null(x);
+}
+
+/* A record with both "inputs" and "data" is read as its "inputs". */
+Test(records, inputs_win_over_data)
+{
+    record_in in = json_in("{\"data\": [9, 9, 9, 9], \"inputs\": [{\"name\": \"pixels\", "
+                           "\"shape\": [1, 4], \"datatype\": \"FP32\", \"data\": [1, 2, 3, 4]}]}");
+    int64_t n = 0;
+    cr_assert_eq(take(&in, "tiny", &n), REC_OK, "%s", err.msg);
+    cr_assert_eq(n, 1);
+    cr_expect_eq(x[0], 1.0f);
 }
 
 /* What err->code says about a refusal: the record's fault (invalid, too
