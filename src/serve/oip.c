@@ -1170,46 +1170,6 @@ static void put(dl_sbuf *b, const char *s)
     dl_sbuf_add(b, s, strlen(s));
 }
 
-/* s as a JSON string: s is valid UTF-8 (ids come through json_scan,
- * names and labels through jansson); quotes, backslashes and control
- * characters are escaped. */
-static void put_string(dl_sbuf *b, const char *s)
-{
-    static const char hex[] = "0123456789abcdef";
-    dl_sbuf_putc(b, '"');
-    for (const char *run = s;; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c >= 0x20 && c != '"' && c != '\\')
-            continue;
-        dl_sbuf_add(b, run, (size_t)(s - run));
-        if (!c)
-            break;
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            dl_sbuf_add(b, e, 2);
-        } else {
-            char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-            dl_sbuf_add(b, e, 6);
-        }
-        run = s + 1;
-    }
-    dl_sbuf_putc(b, '"');
-}
-
-static void put_int(dl_sbuf *b, int64_t v)
-{
-    char tmp[24];
-    size_t n = 0;
-    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    do {
-        tmp[sizeof(tmp) - 1 - n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0)
-        tmp[sizeof(tmp) - 1 - n++] = '-';
-    dl_sbuf_add(b, tmp + sizeof(tmp) - n, n);
-}
-
 /* Little-endian bytes of v, whatever the host's order. */
 static void put_le(dl_sbuf *b, uint64_t v, int bytes)
 {
@@ -1265,13 +1225,13 @@ static void put_values(dl_sbuf *b, const oip_result *res, unsigned kind, bool bi
         if (kind == OIP_OUT_CLASS && binary) {
             put_le(b, (uint64_t)c, 8);
         } else if (kind == OIP_OUT_CLASS) {
-            put_int(b, c);
+            dl_sbuf_int(b, c);
         } else if (binary) {
             const char *l = label_of(res, c);
             put_le(b, strlen(l), 4);
             put(b, l);
         } else {
-            put_string(b, label_of(res, c));
+            dl_sbuf_json_string(b, label_of(res, c));
         }
     }
 }
@@ -1285,18 +1245,18 @@ static void put_output(dl_sbuf *b, const oip_result *res, oip_output o)
                        : o.kind == OIP_OUT_LABEL ? "BYTES"
                                                  : "INT64";
     put(b, "{\"name\":");
-    put_string(b, name);
+    dl_sbuf_json_string(b, name);
     put(b, ",\"datatype\":\"");
     put(b, type);
     put(b, "\",\"shape\":[");
-    put_int(b, res->batch);
+    dl_sbuf_int(b, res->batch);
     if (o.kind == OIP_OUT_TENSOR) {
         dl_sbuf_putc(b, ',');
-        put_int(b, res->out_dim);
+        dl_sbuf_int(b, res->out_dim);
     }
     if (o.binary) {
         put(b, "],\"parameters\":{\"binary_data_size\":");
-        put_int(b, (int64_t)binary_size(res, o.kind));
+        dl_sbuf_int(b, (int64_t)binary_size(res, o.kind));
         put(b, "}}");
         return;
     }
@@ -1321,13 +1281,13 @@ dl_status oip_write_infer(const oip_result *res, dl_sbuf *b, size_t *json_len, d
     }
     size_t start = b->len;
     put(b, "{\"model_name\":");
-    put_string(b, res->model);
+    dl_sbuf_json_string(b, res->model);
     put(b, ",\"model_version\":\"");
-    put_int(b, res->version);
+    dl_sbuf_int(b, res->version);
     dl_sbuf_putc(b, '"');
     if (res->id) {
         put(b, ",\"id\":");
-        put_string(b, res->id);
+        dl_sbuf_json_string(b, res->id);
     }
     put(b, ",\"outputs\":[");
     for (int i = 0; i < nout; i++) {

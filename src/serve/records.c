@@ -239,49 +239,10 @@ void record_env_fini(record_env *env)
     memset(env, 0, sizeof(*env));
 }
 
-/* s as a JSON string: quotes, backslashes and control characters escaped
- * (s is valid UTF-8: record_open checks ids, names are ASCII). Runs of
- * plain bytes are appended whole. */
-static void put_string(dl_sbuf *b, const char *s)
-{
-    static const char hex[] = "0123456789abcdef";
-    dl_sbuf_putc(b, '"');
-    const char *run = s;
-    for (const char *p = s; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c != '"' && c != '\\' && c >= 0x20)
-            continue;
-        dl_sbuf_add(b, run, (size_t)(p - run));
-        run = p + 1;
-        if (c == '"' || c == '\\') {
-            char esc[2] = {'\\', (char)c};
-            dl_sbuf_add(b, esc, 2);
-        } else {
-            char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-            dl_sbuf_add(b, esc, 6);
-        }
-    }
-    dl_sbuf_add(b, run, strlen(run));
-    dl_sbuf_putc(b, '"');
-}
-
-/* The decimal text of v (no printf: this runs a few times a record). */
-static void put_int(dl_sbuf *b, long long v)
-{
-    char buf[24], *p = buf + sizeof(buf);
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do
-        *--p = (char)('0' + u % 10);
-    while (u /= 10);
-    if (v < 0)
-        *--p = '-';
-    dl_sbuf_add(b, p, (size_t)(buf + sizeof(buf) - p));
-}
-
 static void put_label(dl_sbuf *b, const dl_model_conf *conf, int64_t k)
 {
     if (k < conf->nlabels)
-        put_string(b, conf->labels[k]);
+        dl_sbuf_json_string(b, conf->labels[k]);
     else
         dl_sbuf_add(b, "null", 4);
 }
@@ -308,18 +269,18 @@ bool record_format(const record_out *o, dl_sbuf *b)
      * scores costs less than keeping them. */
     bool one = o->n == 1;
     PUT(b, "{\"id\":");
-    put_string(b, o->id);
+    dl_sbuf_json_string(b, o->id);
     PUT(b, ",\"model\":");
-    put_string(b, o->model);
+    dl_sbuf_json_string(b, o->model);
     PUT(b, ",\"version\":");
-    put_int(b, (long long)o->version);
+    dl_sbuf_int(b, o->version);
     PUT(b, ",\"class\":");
     if (!one)
         PUT(b, "[");
     for (int64_t s = 0; s < o->n; s++) {
         if (s)
             PUT(b, ",");
-        put_int(b, (long long)dl_argmax(o->y + s * o->out_dim, o->out_dim));
+        dl_sbuf_int(b, dl_argmax(o->y + s * o->out_dim, o->out_dim));
     }
     if (!one)
         PUT(b, "]");
@@ -344,11 +305,11 @@ bool record_format(const record_out *o, dl_sbuf *b)
     if (!one)
         PUT(b, "]");
     PUT(b, ",\"source\":{\"topic\":");
-    put_string(b, o->topic);
+    dl_sbuf_json_string(b, o->topic);
     PUT(b, ",\"partition\":");
-    put_int(b, o->partition);
+    dl_sbuf_int(b, o->partition);
     PUT(b, ",\"offset\":");
-    put_int(b, (long long)o->offset);
+    dl_sbuf_int(b, o->offset);
     PUT(b, "}}");
     return !b->oom;
 }

@@ -171,6 +171,13 @@ void dl_sbuf_printf(dl_sbuf *b, const char *fmt, ...)
 /* Frees the text and resets the buffer. */
 void dl_sbuf_free(dl_sbuf *b);
 
+/* Appends s (valid UTF-8) as a JSON string: quotes, backslashes and
+ * control characters escaped, runs of plain bytes copied whole. */
+void dl_sbuf_json_string(dl_sbuf *b, const char *s);
+
+/* Appends the decimal text of v (no printf: hot paths write many). */
+void dl_sbuf_int(dl_sbuf *b, int64_t v);
+
 /* The shortest decimal text that reads back (strtof) as exactly v: at
  * most 9 significant digits, plain notation for 1e-5 <= |v| < 1e15 and
  * exponent notation ("1.5e-07") beyond, "null" for NaN and infinities (a

@@ -83,3 +83,40 @@ size_t dl_utf8_len(const unsigned char *p)
         return 0;
     return n;
 }
+
+void dl_sbuf_json_string(dl_sbuf *b, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    dl_sbuf_putc(b, '"');
+    for (const char *run = s;; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        dl_sbuf_add(b, run, (size_t)(s - run));
+        if (!c)
+            break;
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            dl_sbuf_add(b, e, 2);
+        } else {
+            char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            dl_sbuf_add(b, e, 6);
+        }
+        run = s + 1;
+    }
+    dl_sbuf_putc(b, '"');
+}
+
+void dl_sbuf_int(dl_sbuf *b, int64_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[sizeof(tmp) - 1 - n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        tmp[sizeof(tmp) - 1 - n++] = '-';
+    dl_sbuf_add(b, tmp + sizeof(tmp) - n, n);
+}
