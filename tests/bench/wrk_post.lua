@@ -1,13 +1,19 @@
 -- wrk_post.lua: wrk script for tests/bench/serve_http.
 --
 --   WRK_BODY_FILE=body.json wrk -s tests/bench/wrk_post.lua URL   POST the file as JSON
+--   WRK_BODY_FILE=body.bin WRK_JSON_LEN=N \
+--     WRK_CONTENT_TYPE=application/octet-stream wrk -s ...  URL   POST a binary request
 --   wrk -s tests/bench/wrk_post.lua URL                           plain GET
 --
 -- With WRK_BODY_FILE set, every request is a POST with that file's bytes as
--- body and Content-Type: application/json; without it the requests are
--- wrk's default GET. No request() / response() hook is defined, so wrk's
--- fast path is kept (the request is built once, responses are not handed
--- to Lua). done() prints one machine-readable line after wrk's report:
+-- body and Content-Type: WRK_CONTENT_TYPE (default application/json); with
+-- WRK_JSON_LEN set too, the header Inference-Header-Content-Length: N tells
+-- the server that the body is the Open Inference Protocol's binary tensor
+-- data extension (N bytes of JSON, raw tensors after them). Without
+-- WRK_BODY_FILE the requests are wrk's default GET. No request() /
+-- response() hook is defined, so wrk's fast path is kept (the request is
+-- built once, responses are not handed to Lua). done() prints one
+-- machine-readable line after wrk's report:
 --
 --   WRKSTAT requests=N duration_us=D rps=R p50_us=.. p90_us=.. p99_us=..
 --           max_us=.. mean_us=.. connect=.. read=.. write=.. status=.. timeout=..
@@ -20,7 +26,12 @@ if path and path ~= "" then
     wrk.method = "POST"
     wrk.body = f:read("*a")
     f:close()
-    wrk.headers["Content-Type"] = "application/json"
+    local ctype = os.getenv("WRK_CONTENT_TYPE")
+    wrk.headers["Content-Type"] = (ctype and ctype ~= "") and ctype or "application/json"
+    local json_len = os.getenv("WRK_JSON_LEN")
+    if json_len and json_len ~= "" then
+        wrk.headers["Inference-Header-Content-Length"] = json_len
+    end
 end
 
 function done(summary, latency, requests)
