@@ -34,19 +34,6 @@ struct batcher {
     int64_t          bcap_in, bcap_out;
 };
 
-void infer_req_init(infer_req *q)
-{
-    memset(q, 0, sizeof(*q));
-    pthread_mutex_init(&q->mu, NULL);
-    pthread_cond_init(&q->cv, NULL);
-}
-
-void infer_req_fini(infer_req *q)
-{
-    pthread_mutex_destroy(&q->mu);
-    pthread_cond_destroy(&q->cv);
-}
-
 void infer_req_account(stats *st, const infer_req *q, double t_received, bool ok)
 {
     /* queue: submission to its batch's start; compute: the batch's
@@ -58,24 +45,9 @@ void infer_req_account(stats *st, const infer_req *q, double t_received, bool ok
                   (dl_time_now() - t_received) * 1e6);
 }
 
-void infer_wait(infer_req *q)
-{
-    pthread_mutex_lock(&q->mu);
-    while (!q->done)
-        pthread_cond_wait(&q->cv, &q->mu);
-    pthread_mutex_unlock(&q->mu);
-}
-
 static void complete(infer_req *q)
 {
-    if (q->on_done) {
-        q->on_done(q, q->ctx);
-        return;
-    }
-    pthread_mutex_lock(&q->mu);
-    q->done = true;
-    pthread_cond_signal(&q->cv);
-    pthread_mutex_unlock(&q->mu);
+    q->on_done(q, q->ctx);
 }
 
 /* Samples queued for a model, over all its versions. */
@@ -124,8 +96,8 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
     q->out = st == DL_OK ? malloc((size_t)(q->n * q->sv->out_dim) * sizeof(float)) : NULL;
     if (st == DL_OK && !q->out)
         st = dl_err_set(err, DL_ERR_NOMEM, "outputs");
+    DL_ASSERT(q->on_done);
     q->t_arrival = dl_time_now();
-    q->done = false;
     q->next = NULL;
     pthread_mutex_lock(&b->mu);
     queue *qu = st == DL_OK ? queue_for(b, q->sv) : NULL;

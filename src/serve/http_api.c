@@ -273,8 +273,7 @@ static bool infer_start(http_server *h, struct MHD_Connection *c, request *rq, a
                       (dl_time_now() - rq->arrival) * 1e6);
         return true;
     }
-    infer_req *q = &rq->q;
-    infer_req_init(q);
+    infer_req *q = &rq->q;   /* zeroed with rq */
     snprintf(q->model, sizeof(q->model), "%s", sv->name);
     q->version = sv->version;
     q->n = rq->in.batch;
@@ -535,10 +534,8 @@ static bool take_body(http_server *h, request *rq, const char *data, size_t n)
 /* Frees rq and what it holds (its infer request has completed). */
 static void request_free(request *rq)
 {
-    if (rq->queued) {
+    if (rq->queued)
         free(rq->q.out);
-        infer_req_fini(&rq->q);
-    }
     oip_request_fini(&rq->in);
     served_release(rq->sv);
     free(rq->body);

@@ -70,7 +70,6 @@ static kbuf *buf_get(kafka_srv *k)
 static void rec_destroy(krec *r)
 {
     dl_sbuf_free(&r->result);
-    infer_req_fini(&r->req);
     free(r);
 }
 
@@ -84,7 +83,6 @@ static krec *rec_get(kafka_srv *k)
     } else {
         if (!(r = calloc(1, sizeof(*r))))
             return NULL;
-        infer_req_init(&r->req);
     }
     r->next = r->stale_next = NULL;
     return r;
@@ -105,13 +103,11 @@ static void rec_put(kafka_srv *k, krec *r)
     record_env_fini(&r->env);
     free(r->req.out);
     served_release(r->req.sv);
-    /* infer_req_init once per struct: its mutex and condition stay */
     r->req.model[0] = '\0';
     r->req.version = r->req.n = 0;
     r->req.x = r->req.out = NULL;
     r->req.sv = NULL;
     r->req.err = (dl_err){0};
-    r->req.done = false;
     r->req.next = NULL;
     r->tp = NULL;
     r->fault = REC_OK;

@@ -130,21 +130,15 @@ typedef struct infer_req {
      * DL_ERR_UNAVAILABLE (the device is gone) or DL_ERR_BACKEND */
     dl_err       err;
     double       t_arrival, t_start, t_end;   /* dl_time_now() seconds */
-    /* completion: on_done (when set) is called from the worker thread
-     * instead of waking infer_wait; the request belongs to the submitter
-     * again from that call on. */
+    /* completion (required): called once, from the batcher's worker
+     * thread, when the request's batch has run; the request belongs to
+     * the submitter again from that call on. It must not block: it hands
+     * the request to the transport's own thread (HTTP resumes the
+     * connection, Kafka queues the record for its output stage). */
     void        (*on_done)(struct infer_req *q, void *ctx);
     void         *ctx;
-    pthread_mutex_t mu;
-    pthread_cond_t  cv;
-    bool         done;
     struct infer_req *next;      /* batcher's queue link */
 } infer_req;
-
-/* Initialises / finalises the synchronisation fields of a request
- * (init clears the whole request). */
-void infer_req_init(infer_req *q);
-void infer_req_fini(infer_req *q);
 
 /* Records the outcome of a completed (or refused) request q in st, for
  * q->sv's model and version and q->n samples: the time it queued in the
@@ -163,9 +157,8 @@ dl_status batcher_new(const dl_batching_conf *conf, registry *reg, stats *st,
  * DL_ERR_UNAVAILABLE when intake has stopped (both answer 503: retry);
  * registry_acquire's status for a request that pins no version and names
  * none served; DL_ERR_INVALID for a bad size (400); DL_ERR_NOMEM. On
- * DL_OK the request will complete: wait with infer_wait. */
+ * DL_OK the request will complete through q->on_done. */
 dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err);
-void infer_wait(infer_req *q);
 
 /* Stops intake (submit answers 503), finishes every queued request,
  * then stops the worker. */
