@@ -51,6 +51,7 @@ static void kafka_free(kafka_srv *k)
     dl_redis_link_free(k->sink);
 #endif
     kafka_in_free(k);
+    kafka_health_fini(k);
     dl_sbuf_free(&k->out_text);
     json_decref(k->snap_parts);
     pthread_mutex_destroy(&k->out_mu);

@@ -11,8 +11,11 @@
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
     (void)rk;
-    DL_LOG(level <= 3 ? DL_LOG_ERR : level <= 5 ? DL_LOG_NOTICE : DL_LOG_DEBUG, "kafka",
-           "librdkafka %s: %s", fac, buf);
+    /* A broker connection failing comes once a retry: kafka_health.c logs
+     * the transitions between no broker reachable and some instead. */
+    int prio = strcmp(fac, "FAIL") == 0 ? DL_LOG_DEBUG
+               : level <= 3 ? DL_LOG_ERR : level <= 5 ? DL_LOG_NOTICE : DL_LOG_DEBUG;
+    DL_LOG(prio, "kafka", "librdkafka %s: %s", fac, buf);
 }
 
 static void on_error(rd_kafka_t *rk, int e, const char *reason, void *opaque)
@@ -22,6 +25,11 @@ static void on_error(rd_kafka_t *rk, int e, const char *reason, void *opaque)
     if (e == RD_KAFKA_RESP_ERR__FATAL) {
         rd_kafka_fatal_error(rk, why, sizeof(why));
         kafka_set_fatal(k, why);
+    } else if (e == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || e == RD_KAFKA_RESP_ERR__TRANSPORT) {
+        /* retried by librdkafka: the consumer's health logs transitions only */
+        if (rd_kafka_type(rk) == RD_KAFKA_CONSUMER)
+            kafka_health_on_error(k, e);
+        DL_LOG(DL_LOG_DEBUG, "kafka", "%s", reason);
     } else {
         DL_LOG(DL_LOG_WARNING, "kafka", "%s", reason);
     }
@@ -63,6 +71,9 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
         /* a resumed partition waits for the fetch in flight: keep it short */
         if (st == DL_OK)
             st = set(c, "fetch.wait.max.ms", "100", "dlserve", err);
+        /* each broker's state, for kafka_health.c */
+        if (st == DL_OK)
+            st = set(c, "statistics.interval.ms", "1000", "dlserve", err);
     }
     for (int i = 0; st == DL_OK && i < k->conf.nprops; i++)
         if (k->conf.props[i].producer == producer)
@@ -90,6 +101,7 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
     else {
         rd_kafka_conf_set_rebalance_cb(c, kafka_on_rebalance);
         rd_kafka_conf_set_offset_commit_cb(c, kafka_on_commit);
+        rd_kafka_conf_set_stats_cb(c, kafka_health_on_stats);
     }
     *out = c;
     return DL_OK;

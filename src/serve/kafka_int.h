@@ -145,8 +145,16 @@ typedef struct kcounters {
     atomic_llong consumed, outputs, dead[REC_NFAULTS], redelivered, produce_retries;
     atomic_llong pauses, assigned, revoked, commits, txn_commits, txn_aborts;
     atomic_llong redis_writes, redis_errors, sink_errors, in_flight;
+    atomic_llong brokers_up, brokers_known, broker_outages;
     atomic_bool  paused;
+    atomic_bool  brokers_down;   /* no broker reachable (kafka_health.c) */
 } kcounters;
+
+/* What the consumer knows of its brokers (kafka_health.c; snap_mu). */
+typedef struct khealth {
+    json_t *brokers;   /* [{"name","id","state","up"}] from the last statistics */
+    bool    all_down;  /* the last transition logged */
+} khealth;
 
 struct kafka_srv {
     dl_kafka_conf        conf;
@@ -210,6 +218,7 @@ struct kafka_srv {
     pthread_mutex_t      snap_mu;
     json_t              *snap_parts; /* [{"topic","partition",...}] */
     char                 fatal[256];
+    khealth              health;
     kcounters            c;
 };
 
@@ -274,5 +283,30 @@ dl_status kafka_clients_start(kafka_srv *k, dl_err *err);
 /* Refreshes the per-partition positions and lag that status and metrics
  * show. Consumer thread. */
 void kafka_snapshot(kafka_srv *k);
+
+/* ---- kafka_health.c: broker reachability ------------------------------ */
+
+/* The consumer's statistics callback (consumer thread): each broker's
+ * connection state, the brokers_up gauge, a log line per transition
+ * between no broker reachable and some. Returns 0 (librdkafka frees json). */
+int kafka_health_on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque);
+
+/* Takes the consumer's error e when it concerns reachability (all brokers
+ * down: the state changes at once; a lost connection: the statistics will
+ * say); false for any other error. Consumer thread. */
+bool kafka_health_on_error(kafka_srv *k, int e);
+
+/* Adds "brokers_up", "brokers_reachable", "broker_outages" and "brokers"
+ * to the status object o. Any thread. */
+void kafka_health_status(kafka_srv *k, json_t *o);
+
+/* The dlserve_kafka_brokers_up and _broker_outages_total families. */
+void kafka_health_metrics(kafka_srv *k, dl_sbuf *b);
+
+/* True while no broker is reachable. Any thread. */
+bool kafka_health_all_down(kafka_srv *k);
+
+/* Frees what the health state holds (at kafka_stop). */
+void kafka_health_fini(kafka_srv *k);
 
 #endif /* DL_SERVE_KAFKA_INT_H */

@@ -49,6 +49,8 @@ json_t *kafka_status(kafka_srv *k)
     if (o && k->fatal[0])
         json_object_set_new(o, "fatal", json_string(k->fatal));
     pthread_mutex_unlock(&k->snap_mu);
+    if (o)
+        kafka_health_status(k, o);
 #ifdef DL_HAVE_REDIS
     if (o && k->sink) {
         json_object_set_new(o, "redis_writes", json_integer(atomic_load(&k->c.redis_writes)));
@@ -94,8 +96,11 @@ void kafka_metrics(kafka_srv *k, dl_sbuf *b)
     dl_prom_sample(b, "dlserve_kafka_in_flight", (double)atomic_load(&k->c.in_flight), NULL);
     dl_prom_family(b, "dlserve_kafka_paused", "gauge", "1 while intake is paused.");
     dl_prom_sample(b, "dlserve_kafka_paused", atomic_load(&k->c.paused) ? 1 : 0, NULL);
-    dl_prom_family(b, "dlserve_kafka_up", "gauge", "0 after a fatal Kafka error stopped intake.");
-    dl_prom_sample(b, "dlserve_kafka_up", kafka_is_fatal(k) ? 0 : 1, NULL);
+    dl_prom_family(b, "dlserve_kafka_up", "gauge",
+                   "0 after a fatal Kafka error stopped intake, or while no broker is reachable.");
+    dl_prom_sample(b, "dlserve_kafka_up", kafka_is_fatal(k) || kafka_health_all_down(k) ? 0 : 1,
+                   NULL);
+    kafka_health_metrics(k, b);
     pthread_mutex_lock(&k->snap_mu);
     kafka_lag_metrics(b, k->snap_parts);
     pthread_mutex_unlock(&k->snap_mu);

@@ -7,10 +7,12 @@ KAFKA_TOOL=${KAFKA_TOOL:?set KAFKA_TOOL to the kafka_tool binary}
 PY=/usr/bin/python3
 
 # start_mock TOPIC:PARTITIONS...: sets MOCK_PID and BOOT; commands go
-# through mock_cmd, answers to $WORK/mock.out.
+# through mock_cmd, answers to $WORK/mock.out. MOCK_BROKERS brokers
+# (default 1).
 start_mock() {
     mkfifo "$WORK/mock.in"
-    "$KAFKA_TOOL" mock $(printf -- '--topic %s ' "$@") < "$WORK/mock.in" \
+    "$KAFKA_TOOL" mock --brokers "${MOCK_BROKERS:-1}" $(printf -- '--topic %s ' "$@") \
+        < "$WORK/mock.in" \
         > "$WORK/mock.out" 2> "$WORK/mock.err" &
     MOCK_PID=$!
     exec 7> "$WORK/mock.in"

@@ -36,6 +36,9 @@ static const char usage_text[] =
 "    topic NAME PARTITIONS   create a topic\n"
 "    err API COUNT CODE      fail the next COUNT requests of API with CODE\n"
 "    clear API               drop the errors still queued for API\n"
+"    down ID | all           take broker ID (1..N) or every broker down: its\n"
+"                            connections close and new ones are refused\n"
+"    up ID | all             bring broker ID or every broker back\n"
 "    quit                    stop\n"
 "  API: Produce Fetch ListOffsets Metadata OffsetCommit OffsetFetch\n"
 "  FindCoordinator JoinGroup Heartbeat LeaveGroup SyncGroup InitProducerId\n"
@@ -297,6 +300,27 @@ static bool mock_topic(mock *mk, const char *name, int partitions, char *errbuf,
 }
 
 /* Runs one command line; the answer goes to stdout. Returns false on quit. */
+/* Takes broker `which` (1..N, or "all") down or brings it up. */
+static void mock_broker_state(mock *mk, bool up, const char *which, char *errbuf, size_t cap)
+{
+    long id, lo = 1, hi = mk->brokers;
+    if (strcmp(which, "all") != 0) {
+        if (!parse_long(which, 1, mk->brokers, &id)) {
+            snprintf(errbuf, cap, "broker '%.32s': want 1..%d or all", which, mk->brokers);
+            return;
+        }
+        lo = hi = id;
+    }
+    for (long b = lo; b <= hi; b++) {
+        rd_kafka_resp_err_t err = up ? rd_kafka_mock_broker_set_up(mk->mcluster, (int32_t)b)
+                                     : rd_kafka_mock_broker_set_down(mk->mcluster, (int32_t)b);
+        if (err) {
+            snprintf(errbuf, cap, "broker %ld: %s", b, rd_kafka_err2str(err));
+            return;
+        }
+    }
+}
+
 static bool mock_command(mock *mk, char *line)
 {
     char *save = NULL, *argv[8];
@@ -344,10 +368,12 @@ static bool mock_command(mock *mk, char *line)
             snprintf(errbuf, sizeof(errbuf), "unknown API '%.64s'", argv[1]);
         else
             rd_kafka_mock_clear_request_errors(mk->mcluster, api);
+    } else if ((strcmp(argv[0], "down") == 0 || strcmp(argv[0], "up") == 0) && argc == 2) {
+        mock_broker_state(mk, argv[0][0] == 'u', argv[1], errbuf, sizeof(errbuf));
     } else {
         snprintf(errbuf, sizeof(errbuf),
                  "unknown command or wrong arguments: want 'topic NAME PARTITIONS', "
-                 "'err API COUNT CODE', 'clear API' or 'quit'");
+                 "'err API COUNT CODE', 'clear API', 'down ID|all', 'up ID|all' or 'quit'");
     }
     if (errbuf[0])
         printf("error: %s\n", errbuf);
