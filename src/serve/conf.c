@@ -85,6 +85,8 @@ const dl_opt dl_serve_opts[] = {
     STR(http, tls_cert, "", "PEM certificate file for HTTPS; set with tls_key or not at all"),
     STR(http, tls_key, "", "PEM private key file for HTTPS; set with tls_cert or not at all"),
     INT(http, threads, "0", 0, 256, "threads serving every connection (event loops); 0 = one per core"),
+    INT(http, max_connections, "0", 0, 1000000,
+        "open connections before new ones get 503; 0 = as file descriptors allow"),
     INT(batching, max_batch_size, "64", 1, 65536, "most samples in one inference batch"),
     INT(batching, max_queue_delay_us, "500", 0, 10000000,
         "longest a request waits for a batch to fill, in microseconds"),

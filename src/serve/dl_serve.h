@@ -21,6 +21,7 @@ typedef struct dl_http_conf {
     char    tls_cert[DL_PATH_MAX];
     char    tls_key[DL_PATH_MAX];
     int64_t threads;             /* event-loop threads serving connections; 0: one per core */
+    int64_t max_connections;     /* more get 503; 0: as file descriptors allow */
 } dl_http_conf;
 
 typedef struct dl_batching_conf {

@@ -36,6 +36,11 @@
 /* File descriptors kept from connections for everything else: models,
  * logs, Kafka and Redis sockets, MHD's own epoll and ITC descriptors. */
 #define HTTP_FD_RESERVE 128
+/* Connections past http.max_connections that MHD still accepts, to tell
+ * them 503 (beyond these it closes new ones unanswered). */
+#define HTTP_OVER_CONNS 64
+/* Longer URLs get 414 (MHD itself answers 414 past its 32 KiB buffer). */
+#define HTTP_URL_MAX 8192
 
 #define CT_JSON "application/json"
 #define CT_BINARY "application/octet-stream"   /* JSON then binary tensors */
@@ -52,6 +57,7 @@ struct http_server {
     pthread_cond_t     cv;                   /* inflight or waiting went down */
     int64_t            inflight;             /* requests begun, not completed */
     int64_t            waiting;              /* of which suspended in the batcher */
+    atomic_llong       conns;                /* open connections */
 };
 
 /* One request, from its first access-handler call to its completion
@@ -66,6 +72,10 @@ typedef struct request {
     bool      too_big, nomem;
     const char *json_len;       /* Inference-Header-Content-Length, or NULL
                                    (MHD's copy: valid for the request) */
+    /* An answer given before the body (a refusal), sent once the body has
+     * been read and discarded, so that a client that sends its whole body
+     * before reading gets it (see hold_answer). */
+    struct answer *held;
     /* An infer request handed to the batcher. From its submission until
      * infer_done resumes the connection, q belongs to the batcher; then
      * the access handler, called again, answers from it. */
@@ -455,6 +465,41 @@ static bool authorized(const http_server *h, struct MHD_Connection *c)
     return token_equal(v, token);
 }
 
+static enum MHD_Result add_length(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value)
+{
+    (void)kind;
+    *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 2;
+    return MHD_YES;
+}
+
+/* The request target's length: MHD gives the path, the query apart. */
+static size_t url_length(struct MHD_Connection *c, const char *url)
+{
+    size_t n = strlen(url);
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, add_length, &n);
+    return n;
+}
+
+/* Refusals for the server's limits: connections (503, then close) and URL
+ * length (414). */
+static bool over_limits(http_server *h, struct MHD_Connection *c, const char *url, answer *a)
+{
+    int64_t max = h->deps->conf->max_connections;
+    if (max > 0 && atomic_load(&h->conns) > max) {
+        *a = status_answer(DL_ERR_UNAVAILABLE, "too many connections (http.max_connections %lld)",
+                           (long long)max);
+        a->hname = MHD_HTTP_HEADER_CONNECTION;
+        a->hvalue = "close";
+        return true;
+    }
+    if (url_length(c, url) > HTTP_URL_MAX) {
+        *a = error_answer(414, "the URL is over %d bytes", HTTP_URL_MAX);
+        return true;
+    }
+    return false;
+}
+
 /* An answer due before the body is read (stopping, unknown path, wrong
  * method, no token, declared body too large); false when there is none. */
 static bool early_answer(http_server *h, struct MHD_Connection *c, const char *url,
@@ -466,6 +511,8 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
         *a = status_answer(DL_ERR_UNAVAILABLE, "the server is stopping");
         return true;
     }
+    if (over_limits(h, c, url, a))
+        return true;
     bool open = kind == OIP_ROUTE_LIVE || kind == OIP_ROUTE_READY;
     if (!open && !authorized(h, c)) {
         *a = error_answer(401, "a valid bearer token is required");
@@ -496,9 +543,11 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
     return false;
 }
 
+static size_t drain_limit(const http_server *h);
+
 /* Appends upload data to the request body. Past the limit the rest is
  * read and dropped (a chunked body has no Content-Length to refuse up
- * front), up to the limit again; false then: close the connection. */
+ * front), up to the drain limit; false then: answer 413 at once. */
 static bool take_body(http_server *h, request *rq, const char *data, size_t n)
 {
     size_t max = (size_t)h->deps->conf->max_body_bytes;
@@ -510,7 +559,7 @@ static bool take_body(http_server *h, request *rq, const char *data, size_t n)
     }
     if (rq->too_big || rq->nomem) {
         rq->dropped += n;
-        return rq->dropped <= max;
+        return rq->dropped <= drain_limit(h);
     }
     if (rq->len + n > rq->cap) {
         /* One allocation for a body of the declared length. */
@@ -531,9 +580,60 @@ static bool take_body(http_server *h, request *rq, const char *data, size_t n)
     return true;
 }
 
+/* Body bytes read and discarded after an early answer before it is sent:
+ * twice the body limit. A larger body gets the answer at once (and the
+ * connection closes: a client still sending may see a reset). */
+static size_t drain_limit(const http_server *h)
+{
+    return 2 * (size_t)h->deps->conf->max_body_bytes;
+}
+
+/* Whether a body follows the headers that the client sends without
+ * waiting for an answer: a declared length within the drain limit, or a
+ * chunked body. A client that sent "Expect: 100-continue" waits for
+ * one: it gets the answer at once. */
+static bool body_follows(const http_server *h, struct MHD_Connection *c)
+{
+    const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    if (expect && strncasecmp(expect, "100-continue", 12) == 0)
+        return false;
+    const char *cl =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        unsigned long long n = strtoull(cl, NULL, 10);
+        return n > 0 && n <= drain_limit(h);
+    }
+    const char *te =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    size_t n = te ? strlen(te) : 0;   /* chunked comes last */
+    return n >= 7 && strcasecmp(te + n - 7, "chunked") == 0;
+}
+
+/* Keeps a until the body has been read (the access handler's last call
+ * sends it); false when it cannot be kept (out of memory): send it now. */
+static bool hold_answer(request *rq, answer a)
+{
+    rq->held = malloc(sizeof(*rq->held));
+    if (!rq->held)
+        return false;
+    *rq->held = a;
+    return true;
+}
+
+/* The held answer, taken from rq. */
+static answer take_held(request *rq)
+{
+    answer a = *rq->held;
+    free(rq->held);
+    rq->held = NULL;
+    return a;
+}
+
 /* Frees rq and what it holds (its infer request has completed). */
 static void request_free(request *rq)
 {
+    if (rq->held)
+        free(take_held(rq).body);
     if (rq->queued)
         free(rq->q.out);
     oip_request_fini(&rq->in);
@@ -566,16 +666,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!(rq = *con_cls = begin(h)))
             return MHD_NO;
         answer a;
-        return early_answer(h, c, url, method, rq, &a) ? respond(h, c, rq, method, url, a)
-                                                       : MHD_YES;
+        if (!early_answer(h, c, url, method, rq, &a))
+            return MHD_YES;
+        if (body_follows(h, c) && hold_answer(rq, a))
+            return MHD_YES;
+        return respond(h, c, rq, method, url, a);
     }
     if (*upload_size > 0) {
-        bool keep = take_body(h, rq, upload, *upload_size);
+        size_t n = *upload_size;
         *upload_size = 0;
-        return keep ? MHD_YES : MHD_NO;
+        if (rq->held) {   /* discarded: the answer is already decided */
+            rq->dropped += n;
+            return rq->dropped <= drain_limit(h) ? MHD_YES
+                                                 : respond(h, c, rq, method, url, take_held(rq));
+        }
+        if (take_body(h, rq, upload, n))
+            return MHD_YES;
+        return respond(h, c, rq, method, url,
+                       status_answer(DL_ERR_TOO_LARGE, "the body is over http.max_body_bytes (%lld)",
+                                     (long long)h->deps->conf->max_body_bytes));
     }
     answer a;
-    if (rq->queued)   /* called again: the batcher resumed the connection */
+    if (rq->held)   /* the body was read and discarded */
+        a = take_held(rq);
+    else if (rq->queued)   /* called again: the batcher resumed the connection */
         a = infer_answer(h, rq);
     else if (!dispatch(h, c, rq, &a))
         return MHD_YES;   /* suspended until its batch completes */
@@ -597,6 +711,15 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     h->inflight--;
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    (void)c;
+    (void)socket_context;
+    http_server *h = cls;
+    atomic_fetch_add(&h->conns, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -693,6 +816,7 @@ static struct MHD_Daemon *start_daemon(http_server *h, unsigned flags, struct so
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
                             MHD_OPTION_CONNECTION_LIMIT, h->max_conns,
                             MHD_OPTION_ARRAY, opt, MHD_OPTION_END);
@@ -726,6 +850,8 @@ dl_status http_start(const http_deps *deps, http_server **out, int *port, dl_err
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     h->threads = conf->threads > 0 ? (int)conf->threads : cores > 0 ? (int)cores : 1;
     h->max_conns = connection_limit();
+    if (conf->max_connections > 0 && conf->max_connections + HTTP_OVER_CONNS < h->max_conns)
+        h->max_conns = (unsigned)(conf->max_connections + HTTP_OVER_CONNS);
     /* ITC (inter-thread communication, which MHD_ALLOW_SUSPEND_RESUME
      * implies too): how MHD_resume_connection and MHD_quiesce_daemon
      * (http_stop) wake the event loops. */

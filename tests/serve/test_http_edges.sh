@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# HTTP edges: a refusal decided before the body (413, 404, ...) is sent
+# once the body has been read and discarded, so that clients which send
+# their whole body first (Python's urllib) read it; limits on URL length
+# (414), header size (431) and connections (503, http.max_connections).
+. "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
+. "$SRC/tests/serve/lib_serve.sh"
+trap 'kill -9 ${PID:-} 2>/dev/null; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
+EDGES=$SRC/tests/serve/http_edges.py
+mkdir -p "$WORK/repo"
+check "daemon up" start_daemon edges --models "$WORK/repo" --set http.max_body_bytes=1048576 \
+    --set http.max_connections=8
+edge() { /usr/bin/python3 "$EDGES" "$PORT" "$@"; }
+check "urllib reads the 413 of a body it sent whole" edge urllib_413
+check "urllib reads the 404 of a body it sent whole" edge urllib_404
+check "a chunked body over the limit: 413" edge chunked_413
+check "the connection stays usable after a drained 413" edge keepalive_after_413
+check "a body declared far over the limit: 413 at once" edge huge_declared
+head -c 1500000 /dev/zero > "$WORK/big"
+check "curl (Expect: 100-continue) gets 413 without sending" \
+    test "$(code POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/big")" = 413
+check "URL too long: 414" edge url_414
+check "headers too large: 431" edge header_431
+check "connections over http.max_connections: 503, then served" edge connections_503 8
+check "the log names the connection limit" grep -q "too many connections" "$LOG"
+check "stops cleanly" stop_daemon
+finish
