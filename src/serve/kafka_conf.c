@@ -141,6 +141,12 @@ static dl_status start_embedded(kafka_srv *k, dl_err *err)
     DL_LOG(DL_LOG_NOTICE, "kafka", "embedded Kafka cluster at %s (topics %s, %s, %s; "
            "%lld partitions each)", k->bootstrap, k->conf.input_topics, k->conf.output_topic,
            k->conf.dead_letter_topic, (long long)k->conf.embedded_partitions);
+    /* librdkafka's mock keeps 5 MiB or 100,000 batches a partition and
+     * drops the oldest past that, consumed or not. */
+    DL_LOG(DL_LOG_WARNING, "kafka", "the embedded cluster is for demos and tests: it keeps about "
+           "5 MiB a partition (%lld MiB a topic), in memory, and drops the oldest records past "
+           "that, read or not; give records keys to spread them over the partitions",
+           (long long)k->conf.embedded_partitions * 5);
     return DL_OK;
 }
 
