@@ -342,3 +342,20 @@ json_t *batcher_status(batcher *b)
     pthread_mutex_unlock(&b->mu);
     return res;
 }
+
+void batcher_metrics(batcher *b, dl_sbuf *out)
+{
+    json_t *st = batcher_status(b);
+    dl_prom_family(out, "dlserve_batcher_queued_samples", "gauge",
+                   "Samples queued for inference, by model.");
+    const char *model;
+    json_t *n;
+    json_object_foreach(json_object_get(st, "queued_samples"), model, n)
+        dl_prom_sample(out, "dlserve_batcher_queued_samples", (double)json_integer_value(n),
+                       "model", model, NULL);
+    dl_prom_family(out, "dlserve_batcher_queue_limit_samples", "gauge",
+                   "Samples a model may queue before requests get 503 (max_queue_size).");
+    dl_prom_sample(out, "dlserve_batcher_queue_limit_samples",
+                   (double)json_integer_value(json_object_get(st, "max_queue_size")), NULL);
+    json_decref(st);
+}

@@ -150,6 +150,8 @@ static char *metrics_extra(void *ctx)
         dl_prom_family(&b, "dlserve_gpu_memory_total_bytes", "gauge", "GPU memory of the device.");
         dl_prom_sample(&b, "dlserve_gpu_memory_total_bytes", (double)total, "device", device, NULL);
     }
+    if (d->bat)
+        batcher_metrics(d->bat, &b);
     for (size_t i = 0; i < NCOMPONENTS; i++) {
         void *state = atomic_load(&d->state[i]);
         if (state)

@@ -299,8 +299,10 @@ static void redis_advance(kafka_srv *k)
     if (dl_redis_commit(k->sink, k->conf.group_id, res, (int)nres, offs, (int)noffs,
                         k->rconf.result_ttl_s, &err) != DL_OK) {
         atomic_fetch_add(&k->c.redis_errors, 1);
+        atomic_store(&k->c.redis_pending, (long long)nres);
         goto out;   /* kept: written at a later try */
     }
+    atomic_store(&k->c.redis_pending, 0);
     atomic_fetch_add(&k->c.redis_writes, 1);
     atomic_fetch_add(&k->c.outputs, (long long)nres);
     for (int i = 0; i < k->ntps; i++) {

@@ -94,6 +94,14 @@ void kafka_metrics(kafka_srv *k, dl_sbuf *b)
                    "result", "abort", NULL);
     dl_prom_family(b, "dlserve_kafka_in_flight", "gauge", "Records consumed and not yet committed.");
     dl_prom_sample(b, "dlserve_kafka_in_flight", (double)atomic_load(&k->c.in_flight), NULL);
+    dl_prom_family(b, "dlserve_kafka_max_in_flight", "gauge",
+                   "Records held before intake pauses (max_in_flight): the bound of in_flight.");
+    dl_prom_sample(b, "dlserve_kafka_max_in_flight", (double)k->conf.max_in_flight, NULL);
+    dl_prom_family(b, "dlserve_kafka_redis_pending", "gauge",
+                   "Results waiting for Redis to come back (redis delivery; held records, "
+                   "so within max_in_flight).");
+    dl_prom_sample(b, "dlserve_kafka_redis_pending", (double)atomic_load(&k->c.redis_pending),
+                   NULL);
     dl_prom_family(b, "dlserve_kafka_paused", "gauge", "1 while intake is paused.");
     dl_prom_sample(b, "dlserve_kafka_paused", atomic_load(&k->c.paused) ? 1 : 0, NULL);
     dl_prom_family(b, "dlserve_kafka_up", "gauge",

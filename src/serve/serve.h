@@ -168,6 +168,11 @@ void batcher_free(batcher *b);
 /* Queued samples per model as JSON (new reference), for /status. */
 json_t *batcher_status(batcher *b);
 
+/* The gauges dlserve_batcher_queued_samples{model} (models with nothing
+ * queued have none) and dlserve_batcher_queue_limit_samples (the bound,
+ * max_queue_size per model), appended to out. */
+void batcher_metrics(batcher *b, dl_sbuf *out);
+
 /* ---- http ---------------------------------------------------------------- */
 
 typedef struct http_server http_server;
