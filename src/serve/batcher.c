@@ -2,13 +2,16 @@
  * served version; one worker thread (one per device) takes the queue
  * whose oldest request is oldest, and runs it as one batch once it holds
  * max_batch_size samples or its oldest request has waited
- * max_queue_delay_us. Beyond max_queue_size queued samples per model,
- * submissions are refused (503). Requests carry raw values: the served
+ * max_queue_delay_us; with `eager`, also as soon as no request is on its
+ * way (the transports announce the requests they are receiving: see
+ * batcher_arriving), since waiting could not fill it sooner. Beyond
+ * max_queue_size queued samples per model, submissions are refused (503). Requests carry raw values: the served
  * model's input scaling is applied here, once, to the assembled batch. */
 #define _POSIX_C_SOURCE 200809L
 #include "serve/serve.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,6 +31,7 @@ struct batcher {
     queue           *q;
     int              nq, capq;
     bool             stopping;
+    atomic_int       arriving;  /* requests the transports are receiving */
     pthread_t        worker;
     bool             running;
     float           *bx, *by;   /* batch staging */
@@ -133,6 +137,18 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
         }
     }
     return st;
+}
+
+void batcher_arriving(batcher *b, int delta)
+{
+    /* The last request on its way has arrived: a waiting batch can run.
+     * The lock orders this wake-up after the worker's look at the count. */
+    if (atomic_fetch_add(&b->arriving, delta) + delta == 0 && b->conf.eager) {
+        pthread_mutex_lock(&b->mu);
+        if (b->nq > 0)
+            pthread_cond_signal(&b->cv);
+        pthread_mutex_unlock(&b->mu);
+    }
 }
 
 /* The non-empty queue whose head arrived first, or NULL. */
@@ -261,7 +277,9 @@ static void *worker(void *arg)
             continue;
         }
         double due = qu->head->t_arrival + (double)b->conf.max_queue_delay_us * 1e-6;
-        if (qu->samples < b->conf.max_batch_size && !b->stopping && dl_time_now() < due) {
+        bool more = !b->conf.eager || atomic_load(&b->arriving) > 0;
+        if (qu->samples < b->conf.max_batch_size && more && !b->stopping &&
+            dl_time_now() < due) {
             struct timespec ts;
             deadline(due, &ts);
             int rc = pthread_cond_timedwait(&b->cv, &b->mu, &ts);
@@ -334,11 +352,11 @@ json_t *batcher_status(batcher *b)
         json_int_t n = (cur ? json_integer_value(cur) : 0) + b->q[i].samples;
         json_object_set_new(o, name, json_integer(n));
     }
-    json_t *res = json_pack("{s:o, s:I, s:I, s:I, s:b}", "queued_samples", o,
+    json_t *res = json_pack("{s:o, s:I, s:I, s:I, s:b, s:b}", "queued_samples", o,
                             "max_batch_size", (json_int_t)b->conf.max_batch_size,
                             "max_queue_delay_us", (json_int_t)b->conf.max_queue_delay_us,
                             "max_queue_size", (json_int_t)b->conf.max_queue_size,
-                            "stopping", b->stopping);
+                            "eager", b->conf.eager, "stopping", b->stopping);
     pthread_mutex_unlock(&b->mu);
     return res;
 }

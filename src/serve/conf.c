@@ -90,6 +90,8 @@ const dl_opt dl_serve_opts[] = {
         "longest a request waits for a batch to fill, in microseconds"),
     INT(batching, max_queue_size, "4096", 1, 1 << 24,
         "queued samples per model before requests get 503"),
+    BOOL(batching, eager, "true",
+         "run a batch before the delay when no request is being received"),
     STR(models, dir, "models", "the model repository folder"),
     STR(models, policy, "latest", "versions served: latest, latest:N or versions:1,3,..."),
     BOOL(models, watch, "true", "reload when the model folder changes"),

@@ -27,6 +27,7 @@ typedef struct dl_batching_conf {
     int64_t max_batch_size;
     int64_t max_queue_delay_us;
     int64_t max_queue_size;      /* queued samples per model before 503 */
+    bool    eager;               /* run before the delay when no request is on its way */
 } dl_batching_conf;
 
 /* The inference device, as [models] device names it and parsed once. */

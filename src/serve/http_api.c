@@ -72,6 +72,7 @@ typedef struct request {
     http_server           *h;
     struct MHD_Connection *c;
     bool         queued;        /* q is initialised and was handed over */
+    bool         arriving;      /* announced to the batcher, not yet withdrawn */
     dl_err       refused;       /* why batcher_submit refused q (code DL_OK: it ran) */
     served      *sv;            /* a reference, released with the request */
     oip_request  in;            /* the parsed input; q.x points into it */
@@ -291,8 +292,13 @@ static bool infer_start(http_server *h, struct MHD_Connection *c, request *rq, a
     pthread_mutex_lock(&h->mu);
     h->waiting++;
     pthread_mutex_unlock(&h->mu);
-    if (batcher_submit(h->deps->bat, q, &rq->refused) != DL_OK)
+    /* Withdrawn after the submission, so that its batch waits for it; rq
+     * may be answered by then (bat, not rq, is used). */
+    batcher *bat = h->deps->bat;
+    rq->arriving = false;
+    if (batcher_submit(bat, q, &rq->refused) != DL_OK)
         infer_done(q, rq);
+    batcher_arriving(bat, -1);
     return false;
 }
 
@@ -548,6 +554,8 @@ static request *begin(http_server *h)
     if (!rq)
         return NULL;
     rq->arrival = dl_time_now();
+    rq->arriving = true;   /* withdrawn when queued or answered */
+    batcher_arriving(h->deps->bat, +1);
     pthread_mutex_lock(&h->mu);
     h->inflight++;
     pthread_mutex_unlock(&h->mu);
@@ -592,6 +600,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!rq)
         return;
     *con_cls = NULL;
+    if (rq->arriving)
+        batcher_arriving(h->deps->bat, -1);
     request_free(rq);
     pthread_mutex_lock(&h->mu);
     h->inflight--;

@@ -755,6 +755,7 @@ void *kafka_in_main(void *arg)
          * held (the output thread's progress also ends the wait): a
          * paused consumer sleeps there rather than spinning. Paused
          * partitions deliver nothing; the poll serves rebalances. */
+        batcher_arriving(k->bat, +1);   /* a run's records batch together */
         for (int i = 0; i < POLL_RUN; i++) {
             rd_kafka_message_t *m = rd_kafka_consumer_poll(k->cons, i ? 0 : k->held ? 2 : 100);
             if (!m)
@@ -771,6 +772,7 @@ void *kafka_in_main(void *arg)
             if (k->held >= k->conf.max_in_flight)
                 break;
         }
+        batcher_arriving(k->bat, -1);
     }
     shutdown_intake(k);
     return NULL;

@@ -160,6 +160,12 @@ dl_status batcher_new(const dl_batching_conf *conf, registry *reg, stats *st,
  * DL_OK the request will complete through q->on_done. */
 dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err);
 
+/* A transport announces a request it has begun to receive (delta +1) and
+ * withdraws it once submitted or dropped (-1); Kafka announces a poll run.
+ * With [batching] eager, a batch runs before max_queue_delay_us when none
+ * is on its way. Lock-free but at the last withdrawal. */
+void batcher_arriving(batcher *b, int delta);
+
 /* Stops intake (submit answers 503), finishes every queued request,
  * then stops the worker. */
 void batcher_drain(batcher *b);
