@@ -187,6 +187,7 @@ static void reload(daemon_ctx *d)
             DL_LOG(DL_LOG_ERR, "conf", "reload refused, keeping the running configuration: %s",
                    err.msg);
         } else {
+            dl_log_set_format(fresh.log.format);
             d->conf.log = fresh.log;
             if (memcmp(&fresh.http, &d->conf.http, sizeof(fresh.http)) ||
                 memcmp(&fresh.batching, &d->conf.batching, sizeof(fresh.batching)))
@@ -346,6 +347,8 @@ int dl_serve_main(const char *config_path, const char *const *overrides, int nov
         st = dl_serve_conf_validate(&d.conf, &err);
     if (st == DL_OK)
         st = dl_log_set(d.conf.log.level, d.conf.log.debug, &err);
+    if (st == DL_OK)
+        dl_log_set_format(d.conf.log.format);
     if (st != DL_OK) {
         fprintf(stderr, "dlserve: %s\n", err.msg);
         return 2;

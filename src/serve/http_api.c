@@ -11,6 +11,7 @@
 #define _DEFAULT_SOURCE   /* strncasecmp; the socket types microhttpd.h uses */
 #include "serve/serve.h"
 #include "serve/oip.h"
+#include "serve/trace.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -66,6 +67,7 @@ typedef struct request {
     bool      too_big, nomem;
     const char *json_len;       /* Inference-Header-Content-Length, or NULL
                                    (MHD's copy: valid for the request) */
+    trace_ctx   trace;          /* traceparent / tracestate, echoed on the answer */
     /* An infer request handed to the batcher. From its submission until
      * infer_done resumes the connection, q belongs to the batcher; then
      * the access handler, called again, answers from it. */
@@ -148,6 +150,40 @@ static void log_answer(const request *rq, const char *method, const char *url, c
                a->body ? a->body : "out of memory");
 }
 
+/* ---- trace context -------------------------------------------------------- */
+
+/* The request's traceparent and tracestate headers (an invalid traceparent
+ * is ignored, and its tracestate with it). */
+static void trace_take(struct MHD_Connection *c, request *rq)
+{
+    trace_set(&rq->trace,
+              MHD_lookup_connection_value(c, MHD_HEADER_KIND, TRACE_PARENT_HEADER), (size_t)-1,
+              MHD_lookup_connection_value(c, MHD_HEADER_KIND, TRACE_STATE_HEADER), (size_t)-1);
+}
+
+/* The answer carries the request's trace context back. */
+static void trace_answer(struct MHD_Response *resp, const trace_ctx *t)
+{
+    if (!trace_present(t))
+        return;
+    MHD_add_response_header(resp, TRACE_PARENT_HEADER, t->parent);
+    if (t->state[0])
+        MHD_add_response_header(resp, TRACE_STATE_HEADER, t->state);
+}
+
+/* log_answer with the request's id, model and trace id on the line. */
+static void log_answer_ids(const request *rq, const char *method, const char *url,
+                           const answer *a)
+{
+    char trace_id[33];
+    trace_id_of(&rq->trace, trace_id);
+    dl_log_ids ids = {.request_id = rq->in.id, .model = rq->route.model[0] ? rq->route.model : NULL,
+                      .trace_id = trace_id[0] ? trace_id : NULL};
+    const dl_log_ids *prev = dl_log_ids_push(&ids);
+    log_answer(rq, method, url, a);
+    dl_log_ids_pop(prev);
+}
+
 /* Queues a (taking its body), counts and logs it. */
 static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const request *rq,
                                const char *method, const char *url, answer a)
@@ -164,6 +200,7 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const r
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             a.json_len ? CT_BINARY : a.ctype ? a.ctype : CT_JSON);
+    trace_answer(resp, &rq->trace);
     if (a.hname)
         MHD_add_response_header(resp, a.hname, a.hvalue);
     if (a.json_len) {
@@ -177,7 +214,7 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const r
     enum MHD_Result r = MHD_queue_response(c, (unsigned)a.code, resp);
     MHD_destroy_response(resp);
     stats_http(h->deps->st, a.code);
-    log_answer(rq, method, url, &a);
+    log_answer_ids(rq, method, url, &a);
     return r;
 }
 
@@ -278,6 +315,7 @@ static bool infer_start(http_server *h, struct MHD_Connection *c, request *rq, a
     snprintf(q->model, sizeof(q->model), "%s", sv->name);
     q->version = sv->version;
     q->n = rq->in.batch;
+    q->timeout_us = rq->in.timeout_us;
     q->x = rq->in.x;   /* raw: the batcher scales its batch */
     q->sv = sv;        /* pinned: the version whose input size we checked */
     q->on_done = infer_done;
@@ -358,11 +396,13 @@ static answer repo_index(http_server *h)
 
 static answer server_metadata(http_server *h)
 {
-    return json_answer(200, json_pack("{s:s, s:s, s:[s, s, s, s]}", "name", "dlserve", "version",
+    return json_answer(200, json_pack("{s:s, s:s, s:[s, s, s, s, s, s]}", "name", "dlserve",
+                                      "version",
                                       h->deps->server_version ? h->deps->server_version
                                                               : DL_VERSION_STRING,
                                       "extensions", "model_repository", "metrics", "status",
-                                      "binary_tensor_data"));
+                                      "binary_tensor_data", "statistics",
+                                      "model_configuration"));
 }
 
 static bool server_ready(http_server *h)
@@ -402,6 +442,18 @@ static answer metrics(http_server *h)
     return a;
 }
 
+/* A model's statistics or configuration (http_stats.c). */
+static answer model_json(http_server *h, const oip_route *r,
+                         dl_status (*get)(const http_deps *, const char *, int64_t, json_t **,
+                                          dl_err *))
+{
+    json_t *j;
+    dl_err err = {0};
+    if (get(h->deps, r->model, r->version, &j, &err) != DL_OK)
+        return status_answer(err.code, "%s", err.msg);
+    return json_answer(200, j);
+}
+
 /* The answer to a request whose body is complete, in *a; false when it
  * comes later: an infer request waits in the batcher. */
 static bool dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer *a)
@@ -429,6 +481,8 @@ static bool dispatch(http_server *h, struct MHD_Connection *c, request *rq, answ
     case OIP_ROUTE_REPO_INDEX:  *a = repo_index(h); break;
     case OIP_ROUTE_REPO_LOAD:   *a = repo_change(h, rq, true); break;
     case OIP_ROUTE_REPO_UNLOAD: *a = repo_change(h, rq, false); break;
+    case OIP_ROUTE_MODEL_STATS:  *a = model_json(h, &rq->route, http_model_stats); break;
+    case OIP_ROUTE_MODEL_CONFIG: *a = model_json(h, &rq->route, http_model_config); break;
     case OIP_ROUTE_METRICS:     *a = metrics(h); break;
     case OIP_ROUTE_STATUS:      *a = status(h); break;
     case OIP_ROUTE_NONE:        *a = status_answer(DL_ERR_NOT_FOUND, "not found"); break;
@@ -573,6 +627,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         /* First call: headers only. Refusals go out before any body. */
         if (!(rq = *con_cls = begin(h)))
             return MHD_NO;
+        trace_take(c, rq);
         answer a;
         return early_answer(h, c, url, method, rq, &a) ? respond(h, c, rq, method, url, a)
                                                        : MHD_YES;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
@@ -68,6 +69,8 @@ static const char usage_text[] =
 "  --partition P        produce to partition P (default: the partitioner)\n"
 "  --rate R             records per second, 0 = as fast as possible (default)\n"
 "  --timeout SECONDS    delivery timeout of each record (default 60)\n"
+"  --header NAME=VALUE  a header on every record (up to 8; after the others)\n"
+"  --timestamp MS       the records' CreateTime, ms since the epoch (default now)\n"
 "\n"
 "collect: reads every partition of TOPIC from the beginning, without a\n"
 "  consumer group, until --count distinct keys were seen, --idle seconds\n"
@@ -538,6 +541,9 @@ typedef struct feed_opts {
     feed_format format;
     bad_kind bad;
     bool no_id;
+    int nheaders;
+    const char *header[8];   /* NAME=VALUE */
+    long long timestamp;     /* ms; 0: now */
 } feed_opts;
 
 /* A byte buffer with room for the largest record (checked by the builders'
@@ -730,7 +736,7 @@ static rd_kafka_resp_err_t feed_one(rd_kafka_t *rk, const feed_opts *o, const ch
     for (;;) {
         /* A zero-length value, not a null one (a tombstone): value->p is
          * never NULL. */
-        rd_kafka_vu_t vu[6] = {
+        rd_kafka_vu_t vu[7] = {
             {.vtype = RD_KAFKA_VTYPE_TOPIC, .u.cstr = o->topic},
             {.vtype = RD_KAFKA_VTYPE_MSGFLAGS, .u.i = RD_KAFKA_MSG_F_COPY},
             {.vtype = RD_KAFKA_VTYPE_KEY, .u.mem = {(void *)id, strlen(id)}},
@@ -740,15 +746,23 @@ static rd_kafka_resp_err_t feed_one(rd_kafka_t *rk, const feed_opts *o, const ch
         if (o->partition >= 0)
             vu[n++] = (rd_kafka_vu_t){.vtype = RD_KAFKA_VTYPE_PARTITION,
                                       .u.i32 = (int32_t)o->partition};
+        if (o->timestamp > 0)
+            vu[n++] = (rd_kafka_vu_t){.vtype = RD_KAFKA_VTYPE_TIMESTAMP, .u.i64 = o->timestamp};
         rd_kafka_headers_t *hdrs = NULL;
+        if (o->format == FORMAT_BINARY || o->nheaders > 0)
+            hdrs = rd_kafka_headers_new(3 + (size_t)o->nheaders);
         if (o->format == FORMAT_BINARY) {
-            hdrs = rd_kafka_headers_new(3);
             rd_kafka_header_add(hdrs, "dlserve-model", -1, model, -1);
             rd_kafka_header_add(hdrs, "content-type", -1, "application/octet-stream", -1);
             if (!o->no_id)
                 rd_kafka_header_add(hdrs, "dlserve-id", -1, id, -1);
-            vu[n++] = (rd_kafka_vu_t){.vtype = RD_KAFKA_VTYPE_HEADERS, .u.headers = hdrs};
         }
+        for (int i = 0; i < o->nheaders; i++) {
+            const char *eq = strchr(o->header[i], '=');
+            rd_kafka_header_add(hdrs, o->header[i], eq - o->header[i], eq + 1, -1);
+        }
+        if (hdrs)
+            vu[n++] = (rd_kafka_vu_t){.vtype = RD_KAFKA_VTYPE_HEADERS, .u.headers = hdrs};
         rd_kafka_error_t *error = rd_kafka_produceva(rk, vu, n);
         if (!error)
             return RD_KAFKA_RESP_ERR_NO_ERROR;  /* the record owns the headers */
@@ -805,6 +819,8 @@ static int parse_feed(int argc, char **argv, feed_opts *o)
         {"partition", required_argument, NULL, 'p'},
         {"rate", required_argument, NULL, 'r'},
         {"timeout", required_argument, NULL, 'T'},
+        {"header", required_argument, NULL, 'H'},
+        {"timestamp", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -820,6 +836,18 @@ static int parse_feed(int argc, char **argv, feed_opts *o)
         case 'm': o->model = optarg; break;
         case 'd': o->data_dir = optarg; break;
         case 'I': o->no_id = true; break;
+        case 'H':
+            if (o->nheaders == 8 || !strchr(optarg, '=') || optarg[0] == '=')
+                return bad_value("feed", "--header", optarg, "want NAME=VALUE, at most 8");
+            o->header[o->nheaders++] = optarg;
+            break;
+        case 'S': {
+            long ts;
+            if (!parse_long(optarg, 1, LONG_MAX, &ts))
+                return bad_value("feed", "--timestamp", optarg, "want ms since the epoch");
+            o->timestamp = ts;
+            break;
+        }
         case 'n':
             if (!parse_long(optarg, 0, 1000000000L, &o->count))
                 return bad_value("feed", "--count", optarg, "want 0..1000000000");
