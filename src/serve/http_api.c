@@ -348,6 +348,8 @@ static answer infer_answer(http_server *h, request *rq)
     answer a;
     if (rq->refused.code != DL_OK) {
         a = status_answer(rq->refused.code, "%s", rq->refused.msg);
+    } else if (q->err.code == DL_ERR_TIMEOUT) {
+        a = status_answer(q->err.code, "%s", q->err.msg);   /* queued past its timeout: 503 */
     } else if (q->err.code != DL_OK) {
         /* 503 when the batch may succeed again (it ran short of memory),
          * 500 when the backend failed */
