@@ -12,7 +12,8 @@ IN=in OUT=out DLQ=dlq
 TP=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
 KARGS=(--set kafka.input_topics=$IN --set kafka.output_topic=$OUT
        --set kafka.dead_letter_topic=$DLQ --set kafka.group_id=ops --set models.watch=false
-       --set kafka.max_record_age_ms=600000 --set batching.max_queue_delay_us=1000000)
+       --set kafka.max_record_age_ms=600000 --set batching.max_queue_delay_us=1000000
+       --set batching.eager=false)
 
 make_repo "$WORK/repo"
 check "mock cluster up" start_mock $IN:2 $OUT:2 $DLQ:2

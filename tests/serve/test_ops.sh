@@ -114,9 +114,10 @@ hits = [o for o in map(json.loads, open(sys.argv[1]))
 assert hits and all(h["model"] == "fashion-mlp" and h["subsystem"] == "http" for h in hits), hits
 PYEOF
 
-# ---- deadlines: batches wait 2 s to fill; the default timeout is 20 ms ----
+# ---- deadlines: batches wait 2 s to fill (not eager: a lone request waits
+# too); the default timeout is 20 ms ----
 start_daemon deadline --models "$REPO" --set batching.max_queue_delay_us=2000000 \
-    --set batching.default_timeout_us=20000
+    --set batching.eager=false --set batching.default_timeout_us=20000
 check "daemon starts (deadlines)" test -n "$PORT"
 /usr/bin/python3 - "$WORK/req1.json" "$WORK/req-t.json" <<'PYEOF'
 import json, sys
