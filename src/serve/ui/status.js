@@ -144,6 +144,8 @@ function lineChart(canvas, lines, xfmt) {
       up = true;
     }
     g.stroke();
+    if (l.pts.length <= 40)   // few points (epochs): each as a dot
+      for (const [x, y] of l.pts) if (y !== null) g.fillRect(X(x) - 2, Y(y) - 2, 4, 4);
     if (l.legend !== false) {
       g.fillText(l.label, lx, 12);
       lx += g.measureText(l.label).width + 12;
