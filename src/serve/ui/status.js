@@ -86,7 +86,8 @@ function num(v) {
 function fmt(v) {
   if (typeof v !== 'number') return String(v);
   if (Number.isInteger(v)) return v.toLocaleString('en');
-  return Math.abs(v) >= 100 ? v.toFixed(0) : String(Number(v.toPrecision(3)));
+  return Math.abs(v) >= 100 ? Math.round(v).toLocaleString('en')
+                            : String(Number(v.toPrecision(3)));
 }
 
 function fill(tableId, rows) {
@@ -107,7 +108,7 @@ function surface(canvas) {
   return {g, w, h};
 }
 
-// Lines [{label, color, dash, pts: [[x, y]]}]; xfmt labels the x axis.
+// Lines [{label, color, dash, dots, legend, pts: [[x, y]]}]; xfmt labels the x axis.
 function lineChart(canvas, lines, xfmt) {
   const {g, w, h} = surface(canvas);
   const pts = lines.flatMap((l) => l.pts).filter((p) => p[1] !== null);
@@ -144,7 +145,7 @@ function lineChart(canvas, lines, xfmt) {
       up = true;
     }
     g.stroke();
-    if (l.pts.length <= 40)   // few points (epochs): each as a dot
+    if (l.dots)
       for (const [x, y] of l.pts) if (y !== null) g.fillRect(X(x) - 2, Y(y) - 2, 4, 4);
     if (l.legend !== false) {
       g.fillText(l.label, lx, 12);
@@ -181,10 +182,13 @@ function barChart(canvas, labels, groups) {
 
 const ago = (t) => (t === history.at(-1).t ? 'now' : '-' + Math.round(history.at(-1).t - t) + ' s');
 
+// A model's color, the same in every chart; other keys by their place.
+const color = (models, k, i) => COLORS[(models.includes(k) ? models.indexOf(k) : i) % COLORS.length];
+
 // One line per key of history[i][field], a color per key.
-function seriesOf(field, keys, extra) {
+function seriesOf(field, keys, models, extra) {
   return keys.map((k, i) => Object.assign({
-    label: k, color: COLORS[i % COLORS.length],
+    label: k, color: color(models, k, i),
     pts: history.map((s) => [s.t, s[field][k] === undefined ? null : s[field][k]])}, extra || {}));
 }
 
@@ -267,9 +271,9 @@ function curves(m) {
     const canvas = el('canvas', {class: what});
     card.append(canvas);
     const lines = names.filter((n) => m.columns.includes(n))
-        .map((n, i) => ({label: n, color: COLORS[i], pts: col(n)}));
+        .map((n, i) => ({label: n, color: COLORS[i], dots: true, pts: col(n)}));
     if (progress.length)
-      lines.push({label: 'in progress', color: COLORS[3], dash: [4, 3],
+      lines.push({label: 'in progress', color: COLORS[3], dash: [4, 3], dots: true,
                   pts: progress.map(([e, p]) => [e, p[what] === undefined ? null : p[what]])});
     requestAnimationFrame(() => lineChart(canvas, lines, (x) => 'epoch ' + fmt(x)));
   }
@@ -320,22 +324,22 @@ async function poll() {
 
 function draw(st, prom) {
   const models = st.models.map((m) => m.name);
-  lineChart(document.getElementById('rate-chart'), seriesOf('rate', models), ago);
+  lineChart(document.getElementById('rate-chart'), seriesOf('rate', models, models), ago);
   lineChart(document.getElementById('latency-chart'), [
-    ...seriesOf('p50', models, {dash: [5, 3], legend: false}),
-    ...seriesOf('p90', models, {dash: [1, 2], legend: false}),
-    ...seriesOf('p99', models)], ago);
-  lineChart(document.getElementById('queue-chart'), seriesOf('queue', models), ago);
+    ...seriesOf('p50', models, models, {dash: [5, 3], legend: false}),
+    ...seriesOf('p90', models, models, {dash: [1, 2], legend: false}),
+    ...seriesOf('p99', models, models)], ago);
+  lineChart(document.getElementById('queue-chart'), seriesOf('queue', models, models), ago);
   const sizes = histograms(prom, 'dlserve_batch_size');
   const les = (Object.values(sizes)[0] || []).map((b) => b.le);
   barChart(document.getElementById('batch-chart'),
            les.map((le) => (le === Infinity ? 'more' : '≤' + le)),
            Object.entries(sizes).map(([m, b], i) => ({
-             label: m, color: COLORS[i % COLORS.length],
+             label: m, color: color(models, m, i),
              values: b.map((x, j) => x.n - (j ? b[j - 1].n : 0))})));
   if (st.kafka)
     lineChart(document.getElementById('lag-chart'),
-              seriesOf('lag', Object.keys(history.at(-1).lag)), ago);
+              seriesOf('lag', Object.keys(history.at(-1).lag), []), ago);
 }
 
 poll();
