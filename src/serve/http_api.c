@@ -413,10 +413,11 @@ static answer metrics(http_server *h)
 
 /* ---- the status page ------------------------------------------------------ */
 
-/* An embedded file of the page: GET / is index.html, GET /ui/{file} the rest. */
-static answer page_file(const char *name)
+/* An embedded file of the page: GET / is index.html (only there, where the
+ * token is asked for), GET /ui/{file} the rest. */
+static answer page_file(const char *name, bool top)
 {
-    const ui_asset *f = ui_asset_find(name);
+    const ui_asset *f = top == (strcmp(name, "index.html") == 0) ? ui_asset_find(name) : NULL;
     if (!f)
         return status_answer(DL_ERR_NOT_FOUND, "no such file: /ui/%.100s", name);
     return (answer){.code = 200, .body = (char *)f->data, .len = f->len, .ctype = f->ctype,
@@ -458,8 +459,8 @@ static bool dispatch(http_server *h, struct MHD_Connection *c, request *rq, answ
     case OIP_ROUTE_REPO_UNLOAD: *a = repo_change(h, rq, false); break;
     case OIP_ROUTE_METRICS:     *a = metrics(h); break;
     case OIP_ROUTE_STATUS:      *a = status(h); break;
-    case OIP_ROUTE_PAGE:        *a = page_file("index.html"); break;
-    case OIP_ROUTE_PAGE_FILE:   *a = page_file(rq->route.model); break;
+    case OIP_ROUTE_PAGE:        *a = page_file("index.html", true); break;
+    case OIP_ROUTE_PAGE_FILE:   *a = page_file(rq->route.model, false); break;
     case OIP_ROUTE_TRAINING:    *a = training(h); break;
     case OIP_ROUTE_NONE:        *a = status_answer(DL_ERR_NOT_FOUND, "not found"); break;
     }

@@ -78,6 +78,7 @@ done
 check "/ui/status.js is text/javascript" \
     sh -c "curl -sI $URL/ui/status.js | grep -qi '^content-type: text/javascript; charset=utf-8'"
 check "GET /ui/nosuch.js: 404" test "$(code GET /ui/nosuch.js)" = 404
+check "GET /ui/index.html: 404 (the page is at / only)" test "$(code GET /ui/index.html)" = 404
 
 # ---- GET /status/training: the served version's metrics.csv --------------------
 check "GET /status/training without the token: 401" test "$(code GET /status/training)" = 401
@@ -86,10 +87,14 @@ check "... fashion-mlp version 1, one row an epoch, as in metrics.csv" body_is \
     '[(m["name"], m["version"], [r[0] for r in m["rows"]], m["columns"][0]) for m in d["models"]] == [("fashion-mlp", 1, [1, 2, 3], "epoch")]'
 csv=$WORK/repo/fashion-mlp/1/metrics.csv
 cp "$csv" "$WORK/metrics.csv"
-echo "4,0.5" >> "$csv"
+echo "4,nan,0.1,0.9,0.2,0.8,1000,1" >> "$csv"
+code GET /status/training "${AUTH[@]}" > /dev/null
+check "a value that is not a finite number is null" \
+    body_is 'd["models"][0]["rows"][3][:3] == [4, None, 0.1]'
+echo "5,0.5" >> "$csv"
 code GET /status/training "${AUTH[@]}" > /dev/null
 check "a ragged metrics.csv is reported with its file and line" \
-    body_is '"metrics.csv:5: 2 fields" in d["models"][0]["error"]'
+    body_is '"metrics.csv:6: 2 fields" in d["models"][0]["error"]'
 rm "$csv"
 code GET /status/training "${AUTH[@]}" > /dev/null
 check "a version without metrics.csv is left out" body_is 'd["models"] == []'
