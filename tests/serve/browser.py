@@ -12,7 +12,8 @@ violations) to --console. Exit 0 when --until held, 1 when it never did (the
 files are written anyway), 2 when the browser did not answer.
 
 Chromium runs with --no-sandbox (root has no sandbox) and a temporary
-profile that is removed at the end."""
+profile that is removed at the end; its own messages go to the file named by
+the environment variable BROWSER_LOG, if set."""
 import argparse
 import base64
 import fcntl
