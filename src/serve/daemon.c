@@ -276,6 +276,7 @@ static dl_status start(daemon_ctx *d, dl_err *err)
     static http_deps deps;
     deps = (http_deps){ .conf = &d->conf.http, .reg = d->reg, .bat = d->bat, .st = d->st,
                         .start_time = d->start, .server_version = DL_VERSION_STRING,
+                        .models_dir = d->conf.models.dir,
                         .ready = is_ready, .ctx = d, .status_extra = status_extra,
                         .metrics_extra = metrics_extra };
     st = http_start(&deps, &d->http, &d->port, err);

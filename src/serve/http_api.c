@@ -1,5 +1,6 @@
 /* http_api.c: the HTTP/JSON endpoints (Open Inference Protocol v2, /metrics,
- * /status) on libmicrohttpd, with bearer tokens, TLS and body limits.
+ * /status, the status page) on libmicrohttpd, with bearer tokens, TLS and
+ * body limits.
  *
  * Threads: a small fixed pool of event loops (MHD's internal epoll,
  * http.threads of them) serves every connection. No thread waits for the
@@ -12,6 +13,7 @@
 #include "serve/serve.h"
 #include "serve/oip.h"
 #include "serve/trace.h"
+#include "serve/status_page.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -41,6 +43,10 @@
 #define CT_JSON "application/json"
 #define CT_BINARY "application/octet-stream"   /* JSON then binary tensors */
 #define CT_METRICS "text/plain; version=0.0.4"
+/* The status page's files: same-origin scripts and styles only (no inline
+ * code, nothing fetched elsewhere), revalidated on each load. */
+#define PAGE_CSP "default-src 'self'"
+#define PAGE_CACHE "no-cache"
 
 struct http_server {
     const http_deps   *deps;
@@ -90,6 +96,8 @@ typedef struct answer {
                                    (Inference-Header-Content-Length) */
     const char *ctype;
     const char *hname, *hvalue; /* one extra header, or NULL */
+    bool        page;           /* body is an embedded file of the status page
+                                   (static, not freed), sent with its headers */
 } answer;
 
 /* ---- answers ------------------------------------------------------------ */
@@ -191,12 +199,19 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const r
     static const char oom[] = "{\"error\":\"out of memory\"}";
     size_t len = a.len ? a.len : a.body ? strlen(a.body) : 0;
     struct MHD_Response *resp =
-        a.body ? MHD_create_response_from_buffer(len, a.body, MHD_RESPMEM_MUST_FREE)
+        a.body ? MHD_create_response_from_buffer(len, a.body, a.page ? MHD_RESPMEM_PERSISTENT
+                                                                     : MHD_RESPMEM_MUST_FREE)
                : MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom,
                                                  MHD_RESPMEM_PERSISTENT);
     if (!resp) {
-        free(a.body);
+        if (!a.page)
+            free(a.body);
         return MHD_NO;
+    }
+    if (a.page) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, PAGE_CACHE);
+        MHD_add_response_header(resp, "Content-Security-Policy", PAGE_CSP);
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             a.json_len ? CT_BINARY : a.ctype ? a.ctype : CT_JSON);
@@ -456,6 +471,25 @@ static answer model_json(http_server *h, const oip_route *r,
     return json_answer(200, j);
 }
 
+/* ---- the status page ------------------------------------------------------ */
+
+/* An embedded file of the page: GET / is index.html (only there, where the
+ * token is asked for), GET /ui/{file} the rest. */
+static answer page_file(const char *name, bool top)
+{
+    const ui_asset *f = top == (strcmp(name, "index.html") == 0) ? ui_asset_find(name) : NULL;
+    if (!f)
+        return status_answer(DL_ERR_NOT_FOUND, "no such file: /ui/%.100s", name);
+    return (answer){.code = 200, .body = (char *)f->data, .len = f->len, .ctype = f->ctype,
+                    .page = true};
+}
+
+static answer training(http_server *h)
+{
+    json_t *j = status_training(h->deps->reg, h->deps->models_dir ? h->deps->models_dir : "");
+    return j ? json_answer(200, j) : status_answer(DL_ERR_NOMEM, "out of memory");
+}
+
 /* The answer to a request whose body is complete, in *a; false when it
  * comes later: an infer request waits in the batcher. */
 static bool dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer *a)
@@ -487,6 +521,9 @@ static bool dispatch(http_server *h, struct MHD_Connection *c, request *rq, answ
     case OIP_ROUTE_MODEL_CONFIG: *a = model_json(h, &rq->route, http_model_config); break;
     case OIP_ROUTE_METRICS:     *a = metrics(h); break;
     case OIP_ROUTE_STATUS:      *a = status(h); break;
+    case OIP_ROUTE_PAGE:        *a = page_file("index.html", true); break;
+    case OIP_ROUTE_PAGE_FILE:   *a = page_file(rq->route.model, false); break;
+    case OIP_ROUTE_TRAINING:    *a = training(h); break;
     case OIP_ROUTE_NONE:        *a = status_answer(DL_ERR_NOT_FOUND, "not found"); break;
     }
     return true;
@@ -504,10 +541,18 @@ static bool token_equal(const char *given, const char *want)
     return diff == 0;
 }
 
-static bool authorized(const http_server *h, struct MHD_Connection *c)
+/* The bearer token when http.token is set. The status page also takes it
+ * as ?token=, since a browser sends no header when it opens a link; the
+ * page's own requests carry it as a bearer token. */
+static bool authorized(const http_server *h, struct MHD_Connection *c, oip_route_kind kind)
 {
     const char *token = h->deps->conf->token;
     if (!token[0])
+        return true;
+    const char *q = kind == OIP_ROUTE_PAGE
+                        ? MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "token")
+                        : NULL;
+    if (q && token_equal(q, token))
         return true;
     const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!v || strncasecmp(v, "Bearer ", 7) != 0)
@@ -528,9 +573,13 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
         *a = status_answer(DL_ERR_UNAVAILABLE, "the server is stopping");
         return true;
     }
-    bool open = kind == OIP_ROUTE_LIVE || kind == OIP_ROUTE_READY;
-    if (!open && !authorized(h, c)) {
-        *a = error_answer(401, "a valid bearer token is required");
+    /* The page's scripts and styles are the same in every dlserve and
+     * carry no data: a browser fetches them without the token. */
+    bool open = kind == OIP_ROUTE_LIVE || kind == OIP_ROUTE_READY || kind == OIP_ROUTE_PAGE_FILE;
+    if (!open && !authorized(h, c, kind)) {
+        *a = error_answer(401, kind == OIP_ROUTE_PAGE
+                                   ? "a valid token is required: open /?token=TOKEN"
+                                   : "a valid bearer token is required");
         a->hname = MHD_HTTP_HEADER_WWW_AUTHENTICATE;
         a->hvalue = "Bearer realm=\"dlserve\"";
         return true;

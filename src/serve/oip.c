@@ -110,8 +110,22 @@ static oip_route_kind route_repository(const seg *s, int n, oip_route *r)
     return OIP_ROUTE_NONE;
 }
 
+/* The status page: /, /ui/{file} (the name in r->model), /status/training. */
+static oip_route_kind route_page(const seg *s, int n, oip_route *r)
+{
+    if (n == 0)
+        return OIP_ROUTE_PAGE;
+    if (n == 2 && seg_is(s[0], "ui") && take_name(s[1], r))
+        return OIP_ROUTE_PAGE_FILE;
+    if (n == 2 && seg_is(s[0], "status") && seg_is(s[1], "training"))
+        return OIP_ROUTE_TRAINING;
+    return OIP_ROUTE_NONE;
+}
+
 static oip_route_kind route(const char *path, oip_route *r)
 {
+    if (path && strcmp(path, "/") == 0)
+        return route_page(NULL, 0, r);
     seg s[8];
     int n = split_path(path, s, 8);
     if (n < 1)
@@ -120,6 +134,8 @@ static oip_route_kind route(const char *path, oip_route *r)
         return OIP_ROUTE_METRICS;
     if (n == 1 && seg_is(s[0], "status"))
         return OIP_ROUTE_STATUS;
+    if (n == 2 && (seg_is(s[0], "ui") || seg_is(s[0], "status")))
+        return route_page(s, n, r);
     if (!seg_is(s[0], "v2"))
         return OIP_ROUTE_NONE;
     if (n == 1)

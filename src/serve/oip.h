@@ -31,16 +31,21 @@ typedef enum oip_route_kind {
     OIP_ROUTE_REPO_UNLOAD,   /* POST /v2/repository/models/{m}/unload */
     OIP_ROUTE_METRICS,       /* GET  /metrics */
     OIP_ROUTE_STATUS,        /* GET  /status */
+    OIP_ROUTE_PAGE,          /* GET  / (the status page) */
+    OIP_ROUTE_PAGE_FILE,     /* GET  /ui/{file} (its scripts and styles) */
+    OIP_ROUTE_TRAINING,      /* GET  /status/training */
 } oip_route_kind;
 
 typedef struct oip_route {
     oip_route_kind kind;
-    char           model[DL_NAME_MAX];   /* "" when the path names none */
+    char           model[DL_NAME_MAX];   /* "" when the path names none; the
+                                            file name for OIP_ROUTE_PAGE_FILE */
     int64_t        version;              /* 0: none named (the newest) */
 } oip_route;
 
-/* Parses a decoded URL path strictly: no trailing or doubled slashes, model
- * names of 1..63 characters of [A-Za-z0-9._-] not starting with '.',
+/* Parses a decoded URL path strictly: no trailing or doubled slashes (but
+ * "/" itself), model and file names of 1..63 characters of [A-Za-z0-9._-]
+ * not starting with '.',
  * versions positive decimal integers without leading zeros. Anything else
  * is OIP_ROUTE_NONE. Never reads past the NUL; never writes past r. */
 oip_route_kind oip_route_parse(const char *path, oip_route *r);

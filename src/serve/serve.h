@@ -224,6 +224,7 @@ typedef struct http_deps {
     stats              *st;
     double              start_time;     /* dl_time_now() at start */
     const char         *server_version; /* DL_VERSION_STRING */
+    const char         *models_dir;     /* the repository, for GET /status/training */
     /* true once models are loaded and warmed (for /v2/health/ready) */
     bool              (*ready)(void *ctx);
     void               *ctx;

@@ -66,6 +66,10 @@ Test(oip, routes_every_endpoint)
     cr_expect_eq(oip_route_parse("/v2", &r), OIP_ROUTE_SERVER);
     cr_expect_eq(oip_route_parse("/metrics", &r), OIP_ROUTE_METRICS);
     cr_expect_eq(oip_route_parse("/status", &r), OIP_ROUTE_STATUS);
+    cr_expect_eq(oip_route_parse("/", &r), OIP_ROUTE_PAGE);
+    cr_expect_eq(oip_route_parse("/status/training", &r), OIP_ROUTE_TRAINING);
+    cr_expect_eq(oip_route_parse("/ui/status.js", &r), OIP_ROUTE_PAGE_FILE);
+    cr_expect_str_eq(r.model, "status.js");
     cr_expect_eq(oip_route_parse("/v2/repository/index", &r), OIP_ROUTE_REPO_INDEX);
 
     cr_expect_eq(oip_route_parse("/v2/models/fashion-mlp", &r), OIP_ROUTE_MODEL);
@@ -104,8 +108,9 @@ Test(oip, routes_every_endpoint)
 Test(oip, refuses_loose_paths)
 {
     static const char *const bad[] = {
-        "", "/", "v2", "//v2", "/v2/", "/v2//health/live", "/v2/health/live/",
-        "/v2/health", "/v2/health/dead", "/V2", "/metrics/", "/status/x", "/v1/models/m",
+        "", "v2", "//v2", "/v2/", "/v2//health/live", "/v2/health/live/",
+        "/v2/health", "/v2/health/dead", "/V2", "/metrics/", "/status/x", "/status/training/", "//", "/ui", "/ui/", "/ui/.hidden",
+        "/ui/a/b", "/ui/../x", "/UI/status.js", "/v1/models/m",
         "/v2/models", "/v2/models/", "/v2/models/m/", "/v2/models/m//infer",
         "/v2/models/m/predict", "/v2/models/m/infer/x", "/v2/models/m/versions",
         "/v2/models/m/versions/", "/v2/models/m/versions/0", "/v2/models/m/versions/01",
