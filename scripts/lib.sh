@@ -26,5 +26,5 @@ SERVE_PACKAGES=(libmicrohttpd-dev libinih-dev libsystemd-dev curl librdkafka-dev
 # What the test suites need besides: Criterion, the PyTorch peer, promtool,
 # systemd-analyze, redis-server (each Redis test starts its own
 # redis-server, and each Kafka or Redis test its own Kafka mock cluster, on
-# free ports).
-TEST_PACKAGES=(libcriterion-dev python3-torch prometheus systemd redis-server)
+# free ports), and Chromium, headless, for the status page.
+TEST_PACKAGES=(libcriterion-dev python3-torch prometheus systemd redis-server chromium)

@@ -2,13 +2,20 @@
  * served version; one worker thread (one per device) takes the queue
  * whose oldest request is oldest, and runs it as one batch once it holds
  * max_batch_size samples or its oldest request has waited
- * max_queue_delay_us. Beyond max_queue_size queued samples per model,
- * submissions are refused (503). Requests carry raw values: the served
- * model's input scaling is applied here, once, to the assembled batch. */
+ * max_queue_delay_us; with `eager`, also as soon as no request is on its
+ * way (the transports announce the requests they are receiving: see
+ * batcher_arriving), since waiting could not fill it sooner. Beyond
+ * max_queue_size queued samples per model, submissions are refused (503).
+ * Requests carry raw values: the served model's input scaling is applied
+ * here, once, to the assembled batch. Deadlines follow Triton's queue
+ * policy with REJECT: a request still queued past its timeout ("timeout"
+ * parameter, else default_timeout_us) completes with DL_ERR_TIMEOUT,
+ * without running. */
 #define _POSIX_C_SOURCE 200809L
 #include "serve/serve.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,21 +35,31 @@ struct batcher {
     queue           *q;
     int              nq, capq;
     bool             stopping;
+    atomic_int       arriving;  /* requests the transports are receiving */
     pthread_t        worker;
     bool             running;
     float           *bx, *by;   /* batch staging */
     int64_t          bcap_in, bcap_out;
+    /* The earliest deadline of a queued request (0: none); may be stale
+     * (earlier than any left), which costs one needless scan. */
+    double           next_deadline;
 };
 
 void infer_req_account(stats *st, const infer_req *q, double t_received, bool ok)
 {
-    /* queue: submission to its batch's start; compute: the batch's
-     * inference; total: from the transport's receipt to now. A request
-     * that did not run (or failed) has no queue or compute time. */
-    double queue_us = ok ? (q->t_start - q->t_arrival) * 1e6 : 0;
-    double compute_us = ok ? (q->t_end - q->t_start) * 1e6 : 0;
-    stats_request(st, q->sv->name, q->sv->version, ok, q->n, queue_us, compute_us,
-                  (dl_time_now() - t_received) * 1e6);
+    /* queue: submission to its batch's start; input, infer: the batch's
+     * preparation and inference; output: the answer's writing; total:
+     * from the transport's receipt to now. A request that did not run (or
+     * failed) has only a total. */
+    double now = dl_time_now();
+    req_times t = {.total_us = (now - t_received) * 1e6};
+    if (ok) {
+        t.queue_us = (q->t_start - q->t_arrival) * 1e6;
+        t.input_us = (q->t_infer - q->t_start) * 1e6;
+        t.infer_us = (q->t_end - q->t_infer) * 1e6;
+        t.output_us = (now - q->t_end) * 1e6;
+    }
+    stats_request_times(st, q->sv->name, q->sv->version, ok, q->n, &t);
 }
 
 static void complete(infer_req *q)
@@ -98,6 +115,8 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
         st = dl_err_set(err, DL_ERR_NOMEM, "outputs");
     DL_ASSERT(q->on_done);
     q->t_arrival = dl_time_now();
+    int64_t timeout_us = q->timeout_us > 0 ? q->timeout_us : b->conf.default_timeout_us;
+    q->deadline = timeout_us > 0 ? q->t_arrival + (double)timeout_us * 1e-6 : 0;
     q->next = NULL;
     pthread_mutex_lock(&b->mu);
     queue *qu = st == DL_OK ? queue_for(b, q->sv) : NULL;
@@ -120,7 +139,11 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
         qu->tail = q;
         int64_t before = qu->samples;
         qu->samples += q->n;
-        if (first || (before < b->conf.max_batch_size && qu->samples >= b->conf.max_batch_size))
+        bool sooner = q->deadline > 0 && (b->next_deadline == 0 || q->deadline < b->next_deadline);
+        if (sooner)   /* the worker's wait must end by this deadline */
+            b->next_deadline = q->deadline;
+        if (first || sooner ||
+            (before < b->conf.max_batch_size && qu->samples >= b->conf.max_batch_size))
             pthread_cond_signal(&b->cv);
     }
     pthread_mutex_unlock(&b->mu);
@@ -133,6 +156,18 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
         }
     }
     return st;
+}
+
+void batcher_arriving(batcher *b, int delta)
+{
+    /* The last request on its way has arrived: a waiting batch can run.
+     * The lock orders this wake-up after the worker's look at the count. */
+    if (atomic_fetch_add(&b->arriving, delta) + delta == 0 && b->conf.eager) {
+        pthread_mutex_lock(&b->mu);
+        if (b->nq > 0)
+            pthread_cond_signal(&b->cv);
+        pthread_mutex_unlock(&b->mu);
+    }
 }
 
 /* The non-empty queue whose head arrived first, or NULL. */
@@ -155,6 +190,43 @@ static void deadline(double t, struct timespec *ts)
     long long ns = ts->tv_nsec + (long long)(gap * 1e9);
     ts->tv_sec += (time_t)(ns / 1000000000LL);
     ts->tv_nsec = (long)(ns % 1000000000LL);
+}
+
+/* Unlinks every queued request whose deadline is past `now` onto *expired
+ * (each completed as refused: DL_ERR_TIMEOUT, counted) and recomputes
+ * next_deadline. Called with the lock held. */
+static void expire(batcher *b, double now, infer_req **expired)
+{
+    double next = 0;
+    for (int i = 0; i < b->nq;) {
+        queue *qu = &b->q[i];
+        infer_req **pp = &qu->head, *last = NULL;
+        while (*pp) {
+            infer_req *r = *pp;
+            if (r->deadline > 0 && r->deadline <= now) {
+                *pp = r->next;
+                qu->samples -= r->n;
+                dl_err_set(&r->err, DL_ERR_TIMEOUT,
+                           "request timeout expired: queued %.0f us, over its timeout of %.0f us",
+                           (now - r->t_arrival) * 1e6, (r->deadline - r->t_arrival) * 1e6);
+                r->t_start = r->t_infer = r->t_end = now;
+                stats_timeout(b->st, r->sv->name, r->sv->version);
+                r->next = *expired;
+                *expired = r;
+                continue;
+            }
+            if (r->deadline > 0 && (next == 0 || r->deadline < next))
+                next = r->deadline;
+            last = r;
+            pp = &r->next;
+        }
+        qu->tail = last;
+        if (!qu->head)   /* drop the empty queue, as take does */
+            *qu = b->q[--b->nq];
+        else
+            i++;
+    }
+    b->next_deadline = next;
 }
 
 /* Takes up to max_batch_size samples of whole requests from qu (at least
@@ -222,27 +294,43 @@ static void run(batcher *b, infer_req *list, int64_t samples)
         memcpy(b->bx + off * sv->in_dim, r->x, (size_t)(r->n * sv->in_dim) * sizeof(float));
         off += r->n;
     }
+    double t_in = t0;
     if (st == DL_OK) {
         /* bx: (samples, in_dim) raw values, scaled as the training data was */
         dl_scaling sc = dl_scaling_of(sv->conf);
         dl_scaling_apply(&sc, b->bx, samples * sv->in_dim);
+        t_in = dl_time_now();
         st = dl_model_predict(sv->m, b->bx, samples, samples, b->by, &err);
     }
     double t1 = dl_time_now();
     dl_err outcome = {0};
-    if (st == DL_OK)
-        stats_batch(b->st, sv->name, sv->version, samples);
-    else
+    if (st != DL_OK)
         dl_err_set(&outcome, batch_status(st), "%s", err.msg);
     off = 0;
-    for (infer_req *r = list, *next; r; r = next) {
-        next = r->next;
+    for (infer_req *r = list; r; r = r->next) {
         r->err = outcome;
         if (st == DL_OK)
             memcpy(r->out, b->by + off * sv->out_dim, (size_t)(r->n * sv->out_dim) * sizeof(float));
         off += r->n;
         r->t_start = t0;
+        r->t_infer = t_in;
         r->t_end = t1;
+    }
+    if (st == DL_OK)
+        stats_batch_times(b->st, sv->name, sv->version, samples, (t_in - t0) * 1e6,
+                          (t1 - t_in) * 1e6, (dl_time_now() - t1) * 1e6);
+    for (infer_req *r = list, *next; r; r = next) {
+        next = r->next;
+        r->next = NULL;
+        complete(r);
+    }
+}
+
+/* Completes a list of expired requests (without the lock). */
+static void complete_all(infer_req *list)
+{
+    for (infer_req *r = list, *next; r; r = next) {
+        next = r->next;
         r->next = NULL;
         complete(r);
     }
@@ -253,6 +341,17 @@ static void *worker(void *arg)
     batcher *b = arg;
     pthread_mutex_lock(&b->mu);
     for (;;) {
+        double now = dl_time_now();
+        if (b->next_deadline > 0 && now >= b->next_deadline) {
+            infer_req *expired = NULL;
+            expire(b, now, &expired);
+            if (expired) {
+                pthread_mutex_unlock(&b->mu);
+                complete_all(expired);
+                pthread_mutex_lock(&b->mu);
+                continue;
+            }
+        }
         queue *qu = oldest(b);
         if (!qu) {
             if (b->stopping)
@@ -261,12 +360,14 @@ static void *worker(void *arg)
             continue;
         }
         double due = qu->head->t_arrival + (double)b->conf.max_queue_delay_us * 1e-6;
-        if (qu->samples < b->conf.max_batch_size && !b->stopping && dl_time_now() < due) {
+        bool more = !b->conf.eager || atomic_load(&b->arriving) > 0;
+        if (qu->samples < b->conf.max_batch_size && more && !b->stopping && now < due) {
+            /* until the batch is due or a queued request's deadline */
+            double until = b->next_deadline > 0 && b->next_deadline < due ? b->next_deadline : due;
             struct timespec ts;
-            deadline(due, &ts);
-            int rc = pthread_cond_timedwait(&b->cv, &b->mu, &ts);
-            if (rc != ETIMEDOUT)
-                continue;   /* something arrived: look again */
+            deadline(until, &ts);
+            pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+            continue;   /* something arrived, or a time came: look again */
         }
         int64_t samples;
         infer_req *list = take(b, qu, &samples);
@@ -324,6 +425,11 @@ void batcher_free(batcher *b)
     free(b);
 }
 
+const dl_batching_conf *batcher_conf(const batcher *b)
+{
+    return &b->conf;
+}
+
 json_t *batcher_status(batcher *b)
 {
     json_t *o = json_object();
@@ -334,11 +440,11 @@ json_t *batcher_status(batcher *b)
         json_int_t n = (cur ? json_integer_value(cur) : 0) + b->q[i].samples;
         json_object_set_new(o, name, json_integer(n));
     }
-    json_t *res = json_pack("{s:o, s:I, s:I, s:I, s:b}", "queued_samples", o,
+    json_t *res = json_pack("{s:o, s:I, s:I, s:I, s:b, s:b}", "queued_samples", o,
                             "max_batch_size", (json_int_t)b->conf.max_batch_size,
                             "max_queue_delay_us", (json_int_t)b->conf.max_queue_delay_us,
                             "max_queue_size", (json_int_t)b->conf.max_queue_size,
-                            "stopping", b->stopping);
+                            "eager", b->conf.eager, "stopping", b->stopping);
     pthread_mutex_unlock(&b->mu);
     return res;
 }

@@ -189,6 +189,7 @@ static void reload(daemon_ctx *d)
             DL_LOG(DL_LOG_ERR, "conf", "reload refused, keeping the running configuration: %s",
                    err.msg);
         } else {
+            dl_log_set_format(fresh.log.format);
             d->conf.log = fresh.log;
             if (memcmp(&fresh.http, &d->conf.http, sizeof(fresh.http)) ||
                 memcmp(&fresh.batching, &d->conf.batching, sizeof(fresh.batching)))
@@ -277,6 +278,7 @@ static dl_status start(daemon_ctx *d, dl_err *err)
     static http_deps deps;
     deps = (http_deps){ .conf = &d->conf.http, .reg = d->reg, .bat = d->bat, .st = d->st,
                         .start_time = d->start, .server_version = DL_VERSION_STRING,
+                        .models_dir = d->conf.models.dir,
                         .ready = is_ready, .ctx = d, .status_extra = status_extra,
                         .metrics_extra = metrics_extra };
     st = http_start(&deps, &d->http, &d->port, err);
@@ -348,6 +350,8 @@ int dl_serve_main(const char *config_path, const char *const *overrides, int nov
         st = dl_serve_conf_validate(&d.conf, &err);
     if (st == DL_OK)
         st = dl_log_set(d.conf.log.level, d.conf.log.debug, &err);
+    if (st == DL_OK)
+        dl_log_set_format(d.conf.log.format);
     if (st != DL_OK) {
         fprintf(stderr, "dlserve: %s\n", err.msg);
         return 2;

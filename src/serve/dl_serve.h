@@ -28,6 +28,9 @@ typedef struct dl_batching_conf {
     int64_t max_batch_size;
     int64_t max_queue_delay_us;
     int64_t max_queue_size;      /* queued samples per model before 503 */
+    bool    eager;               /* run before the delay when no request is on its way */
+    int64_t default_timeout_us;  /* longest a request may queue (0: no limit); a request's
+                                    "timeout" parameter overrides it */
 } dl_batching_conf;
 
 /* The inference device, as [models] device names it and parsed once. */
@@ -53,6 +56,7 @@ typedef struct dl_models_conf {
 typedef struct dl_log_conf {
     int     level;               /* DL_LOG_ERR .. DL_LOG_DEBUG */
     char    debug[128];          /* subsystems logged at debug level: "kafka,http" */
+    int     format;              /* DL_LOG_FORMAT_TEXT or DL_LOG_FORMAT_JSON */
 } dl_log_conf;
 
 /* Raw librdkafka properties from [kafka.consumer] / [kafka.producer]. */
@@ -89,6 +93,8 @@ typedef struct dl_kafka_conf {
     int64_t commit_interval_ms;  /* offsets commit / transaction length */
     int64_t max_in_flight;       /* records held before partitions pause */
     int64_t max_record_bytes;    /* larger values go to the dead-letter topic */
+    int64_t max_record_age_ms;   /* older records (by their timestamp) go to the
+                                    dead-letter topic as "expired"; 0: no limit */
     int           nprops;
     dl_kafka_prop props[DL_KAFKA_PROPS_MAX];
 } dl_kafka_conf;

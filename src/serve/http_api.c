@@ -1,5 +1,6 @@
 /* http_api.c: the HTTP/JSON endpoints (Open Inference Protocol v2, /metrics,
- * /status) on libmicrohttpd, with bearer tokens, TLS and body limits.
+ * /status, the status page) on libmicrohttpd, with bearer tokens, TLS and
+ * body limits.
  *
  * Threads: a small fixed pool of event loops (MHD's internal epoll,
  * http.threads of them) serves every connection. No thread waits for the
@@ -11,6 +12,8 @@
 #define _DEFAULT_SOURCE   /* strncasecmp; the socket types microhttpd.h uses */
 #include "serve/serve.h"
 #include "serve/oip.h"
+#include "serve/trace.h"
+#include "serve/status_page.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -45,6 +48,10 @@
 #define CT_JSON "application/json"
 #define CT_BINARY "application/octet-stream"   /* JSON then binary tensors */
 #define CT_METRICS "text/plain; version=0.0.4"
+/* The status page's files: same-origin scripts and styles only (no inline
+ * code, nothing fetched elsewhere), revalidated on each load. */
+#define PAGE_CSP "default-src 'self'"
+#define PAGE_CACHE "no-cache"
 
 struct http_server {
     const http_deps   *deps;
@@ -76,12 +83,14 @@ typedef struct request {
      * been read and discarded, so that a client that sends its whole body
      * before reading gets it (see hold_answer). */
     struct answer *held;
+    trace_ctx   trace;          /* traceparent / tracestate, echoed on the answer */
     /* An infer request handed to the batcher. From its submission until
      * infer_done resumes the connection, q belongs to the batcher; then
      * the access handler, called again, answers from it. */
     http_server           *h;
     struct MHD_Connection *c;
     bool         queued;        /* q is initialised and was handed over */
+    bool         arriving;      /* announced to the batcher, not yet withdrawn */
     dl_err       refused;       /* why batcher_submit refused q (code DL_OK: it ran) */
     served      *sv;            /* a reference, released with the request */
     oip_request  in;            /* the parsed input; q.x points into it */
@@ -97,6 +106,8 @@ typedef struct answer {
                                    (Inference-Header-Content-Length) */
     const char *ctype;
     const char *hname, *hvalue; /* one extra header, or NULL */
+    bool        page;           /* body is an embedded file of the status page
+                                   (static, not freed), sent with its headers */
 } answer;
 
 /* ---- answers ------------------------------------------------------------ */
@@ -157,6 +168,40 @@ static void log_answer(const request *rq, const char *method, const char *url, c
                a->body ? a->body : "out of memory");
 }
 
+/* ---- trace context -------------------------------------------------------- */
+
+/* The request's traceparent and tracestate headers (an invalid traceparent
+ * is ignored, and its tracestate with it). */
+static void trace_take(struct MHD_Connection *c, request *rq)
+{
+    trace_set(&rq->trace,
+              MHD_lookup_connection_value(c, MHD_HEADER_KIND, TRACE_PARENT_HEADER), (size_t)-1,
+              MHD_lookup_connection_value(c, MHD_HEADER_KIND, TRACE_STATE_HEADER), (size_t)-1);
+}
+
+/* The answer carries the request's trace context back. */
+static void trace_answer(struct MHD_Response *resp, const trace_ctx *t)
+{
+    if (!trace_present(t))
+        return;
+    MHD_add_response_header(resp, TRACE_PARENT_HEADER, t->parent);
+    if (t->state[0])
+        MHD_add_response_header(resp, TRACE_STATE_HEADER, t->state);
+}
+
+/* log_answer with the request's id, model and trace id on the line. */
+static void log_answer_ids(const request *rq, const char *method, const char *url,
+                           const answer *a)
+{
+    char trace_id[33];
+    trace_id_of(&rq->trace, trace_id);
+    dl_log_ids ids = {.request_id = rq->in.id, .model = rq->route.model[0] ? rq->route.model : NULL,
+                      .trace_id = trace_id[0] ? trace_id : NULL};
+    const dl_log_ids *prev = dl_log_ids_push(&ids);
+    log_answer(rq, method, url, a);
+    dl_log_ids_pop(prev);
+}
+
 /* Queues a (taking its body), counts and logs it. */
 static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const request *rq,
                                const char *method, const char *url, answer a)
@@ -164,15 +209,23 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const r
     static const char oom[] = "{\"error\":\"out of memory\"}";
     size_t len = a.len ? a.len : a.body ? strlen(a.body) : 0;
     struct MHD_Response *resp =
-        a.body ? MHD_create_response_from_buffer(len, a.body, MHD_RESPMEM_MUST_FREE)
+        a.body ? MHD_create_response_from_buffer(len, a.body, a.page ? MHD_RESPMEM_PERSISTENT
+                                                                     : MHD_RESPMEM_MUST_FREE)
                : MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom,
                                                  MHD_RESPMEM_PERSISTENT);
     if (!resp) {
-        free(a.body);
+        if (!a.page)
+            free(a.body);
         return MHD_NO;
+    }
+    if (a.page) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, PAGE_CACHE);
+        MHD_add_response_header(resp, "Content-Security-Policy", PAGE_CSP);
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             a.json_len ? CT_BINARY : a.ctype ? a.ctype : CT_JSON);
+    trace_answer(resp, &rq->trace);
     if (a.hname)
         MHD_add_response_header(resp, a.hname, a.hvalue);
     if (a.json_len) {
@@ -186,7 +239,7 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const r
     enum MHD_Result r = MHD_queue_response(c, (unsigned)a.code, resp);
     MHD_destroy_response(resp);
     stats_http(h->deps->st, a.code);
-    log_answer(rq, method, url, &a);
+    log_answer_ids(rq, method, url, &a);
     return r;
 }
 
@@ -287,6 +340,7 @@ static bool infer_start(http_server *h, struct MHD_Connection *c, request *rq, a
     snprintf(q->model, sizeof(q->model), "%s", sv->name);
     q->version = sv->version;
     q->n = rq->in.batch;
+    q->timeout_us = rq->in.timeout_us;
     q->x = rq->in.x;   /* raw: the batcher scales its batch */
     q->sv = sv;        /* pinned: the version whose input size we checked */
     q->on_done = infer_done;
@@ -301,8 +355,13 @@ static bool infer_start(http_server *h, struct MHD_Connection *c, request *rq, a
     pthread_mutex_lock(&h->mu);
     h->waiting++;
     pthread_mutex_unlock(&h->mu);
-    if (batcher_submit(h->deps->bat, q, &rq->refused) != DL_OK)
+    /* Withdrawn after the submission, so that its batch waits for it; rq
+     * may be answered by then (bat, not rq, is used). */
+    batcher *bat = h->deps->bat;
+    rq->arriving = false;
+    if (batcher_submit(bat, q, &rq->refused) != DL_OK)
         infer_done(q, rq);
+    batcher_arriving(bat, -1);
     return false;
 }
 
@@ -314,6 +373,8 @@ static answer infer_answer(http_server *h, request *rq)
     answer a;
     if (rq->refused.code != DL_OK) {
         a = status_answer(rq->refused.code, "%s", rq->refused.msg);
+    } else if (q->err.code == DL_ERR_TIMEOUT) {
+        a = status_answer(q->err.code, "%s", q->err.msg);   /* queued past its timeout: 503 */
     } else if (q->err.code != DL_OK) {
         /* 503 when the batch may succeed again (it ran short of memory),
          * 500 when the backend failed */
@@ -362,11 +423,13 @@ static answer repo_index(http_server *h)
 
 static answer server_metadata(http_server *h)
 {
-    return json_answer(200, json_pack("{s:s, s:s, s:[s, s, s, s]}", "name", "dlserve", "version",
+    return json_answer(200, json_pack("{s:s, s:s, s:[s, s, s, s, s, s]}", "name", "dlserve",
+                                      "version",
                                       h->deps->server_version ? h->deps->server_version
                                                               : DL_VERSION_STRING,
                                       "extensions", "model_repository", "metrics", "status",
-                                      "binary_tensor_data"));
+                                      "binary_tensor_data", "statistics",
+                                      "model_configuration"));
 }
 
 static bool server_ready(http_server *h)
@@ -406,6 +469,37 @@ static answer metrics(http_server *h)
     return a;
 }
 
+/* A model's statistics or configuration (http_stats.c). */
+static answer model_json(http_server *h, const oip_route *r,
+                         dl_status (*get)(const http_deps *, const char *, int64_t, json_t **,
+                                          dl_err *))
+{
+    json_t *j;
+    dl_err err = {0};
+    if (get(h->deps, r->model, r->version, &j, &err) != DL_OK)
+        return status_answer(err.code, "%s", err.msg);
+    return json_answer(200, j);
+}
+
+/* ---- the status page ------------------------------------------------------ */
+
+/* An embedded file of the page: GET / is index.html (only there, where the
+ * token is asked for), GET /ui/{file} the rest. */
+static answer page_file(const char *name, bool top)
+{
+    const ui_asset *f = top == (strcmp(name, "index.html") == 0) ? ui_asset_find(name) : NULL;
+    if (!f)
+        return status_answer(DL_ERR_NOT_FOUND, "no such file: /ui/%.100s", name);
+    return (answer){.code = 200, .body = (char *)f->data, .len = f->len, .ctype = f->ctype,
+                    .page = true};
+}
+
+static answer training(http_server *h)
+{
+    json_t *j = status_training(h->deps->reg, h->deps->models_dir ? h->deps->models_dir : "");
+    return j ? json_answer(200, j) : status_answer(DL_ERR_NOMEM, "out of memory");
+}
+
 /* The answer to a request whose body is complete, in *a; false when it
  * comes later: an infer request waits in the batcher. */
 static bool dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer *a)
@@ -433,8 +527,13 @@ static bool dispatch(http_server *h, struct MHD_Connection *c, request *rq, answ
     case OIP_ROUTE_REPO_INDEX:  *a = repo_index(h); break;
     case OIP_ROUTE_REPO_LOAD:   *a = repo_change(h, rq, true); break;
     case OIP_ROUTE_REPO_UNLOAD: *a = repo_change(h, rq, false); break;
+    case OIP_ROUTE_MODEL_STATS:  *a = model_json(h, &rq->route, http_model_stats); break;
+    case OIP_ROUTE_MODEL_CONFIG: *a = model_json(h, &rq->route, http_model_config); break;
     case OIP_ROUTE_METRICS:     *a = metrics(h); break;
     case OIP_ROUTE_STATUS:      *a = status(h); break;
+    case OIP_ROUTE_PAGE:        *a = page_file("index.html", true); break;
+    case OIP_ROUTE_PAGE_FILE:   *a = page_file(rq->route.model, false); break;
+    case OIP_ROUTE_TRAINING:    *a = training(h); break;
     case OIP_ROUTE_NONE:        *a = status_answer(DL_ERR_NOT_FOUND, "not found"); break;
     }
     return true;
@@ -452,10 +551,18 @@ static bool token_equal(const char *given, const char *want)
     return diff == 0;
 }
 
-static bool authorized(const http_server *h, struct MHD_Connection *c)
+/* The bearer token when http.token is set. The status page also takes it
+ * as ?token=, since a browser sends no header when it opens a link; the
+ * page's own requests carry it as a bearer token. */
+static bool authorized(const http_server *h, struct MHD_Connection *c, oip_route_kind kind)
 {
     const char *token = h->deps->conf->token;
     if (!token[0])
+        return true;
+    const char *q = kind == OIP_ROUTE_PAGE
+                        ? MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "token")
+                        : NULL;
+    if (q && token_equal(q, token))
         return true;
     const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!v || strncasecmp(v, "Bearer ", 7) != 0)
@@ -513,9 +620,13 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
     }
     if (over_limits(h, c, url, a))
         return true;
-    bool open = kind == OIP_ROUTE_LIVE || kind == OIP_ROUTE_READY;
-    if (!open && !authorized(h, c)) {
-        *a = error_answer(401, "a valid bearer token is required");
+    /* The page's scripts and styles are the same in every dlserve and
+     * carry no data: a browser fetches them without the token. */
+    bool open = kind == OIP_ROUTE_LIVE || kind == OIP_ROUTE_READY || kind == OIP_ROUTE_PAGE_FILE;
+    if (!open && !authorized(h, c, kind)) {
+        *a = error_answer(401, kind == OIP_ROUTE_PAGE
+                                   ? "a valid token is required: open /?token=TOKEN"
+                                   : "a valid bearer token is required");
         a->hname = MHD_HTTP_HEADER_WWW_AUTHENTICATE;
         a->hvalue = "Bearer realm=\"dlserve\"";
         return true;
@@ -648,6 +759,8 @@ static request *begin(http_server *h)
     if (!rq)
         return NULL;
     rq->arrival = dl_time_now();
+    rq->arriving = true;   /* withdrawn when queued or answered */
+    batcher_arriving(h->deps->bat, +1);
     pthread_mutex_lock(&h->mu);
     h->inflight++;
     pthread_mutex_unlock(&h->mu);
@@ -665,6 +778,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         /* First call: headers only. Refusals go out before any body. */
         if (!(rq = *con_cls = begin(h)))
             return MHD_NO;
+        trace_take(c, rq);
         answer a;
         if (!early_answer(h, c, url, method, rq, &a))
             return MHD_YES;
@@ -706,6 +820,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!rq)
         return;
     *con_cls = NULL;
+    if (rq->arriving)
+        batcher_arriving(h->deps->bat, -1);
     request_free(rq);
     pthread_mutex_lock(&h->mu);
     h->inflight--;

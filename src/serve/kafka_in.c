@@ -105,6 +105,7 @@ static void rec_put(kafka_srv *k, krec *r)
     served_release(r->req.sv);
     r->req.model[0] = '\0';
     r->req.version = r->req.n = 0;
+    r->req.timeout_us = 0;
     r->req.x = r->req.out = NULL;
     r->req.sv = NULL;
     r->req.err = (dl_err){0};
@@ -363,11 +364,38 @@ static void refuse(kafka_srv *k, krec *r, record_fault f, const dl_err *err)
     kafka_handoff(k, r);
 }
 
+/* True when kafka.max_record_age_ms is set and the record's timestamp is
+ * older than that; err says by how much. A record without a timestamp
+ * has no age. */
+static bool expired(const kafka_srv *k, const krec *r, dl_err *err)
+{
+    if (k->conf.max_record_age_ms <= 0)
+        return false;
+    rd_kafka_timestamp_type_t tt;
+    int64_t ts = rd_kafka_message_timestamp(r->msg, &tt);
+    if (ts < 0)
+        return false;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t age = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 - ts;
+    if (age <= k->conf.max_record_age_ms)
+        return false;
+    dl_err_set(err, DL_ERR_TIMEOUT, "the record is %lld ms old (%s timestamp), over "
+               "kafka.max_record_age_ms (%lld)", (long long)age,
+               tt == RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME ? "log append" : "create",
+               (long long)k->conf.max_record_age_ms);
+    return true;
+}
+
 /* Parses the record (once) and gives it to the batcher. False when the
  * batcher is full: the record keeps its decoded inputs and waits. */
 static bool submit(kafka_srv *k, krec *r)
 {
     dl_err err = {0};
+    if (!r->req.x && expired(k, r, &err)) {
+        refuse(k, r, REC_EXPIRED, &err);
+        return true;
+    }
     if (!r->req.x) {
         char model[HDR_MAX], id[HDR_MAX], ctype[HDR_MAX], jlen[HDR_MAX];
         record_in in;
@@ -395,6 +423,7 @@ static bool submit(kafka_srv *k, krec *r)
         r->req.version = sv->version;
         r->req.sv = sv;
         r->req.n = n;
+        r->req.timeout_us = r->env.scanned ? r->env.req.timeout_us : 0;
         r->req.x = r->in->x;
         r->req.on_done = kafka_on_infer_done;
         r->req.ctx = k;
@@ -755,6 +784,7 @@ void *kafka_in_main(void *arg)
          * held (the output thread's progress also ends the wait): a
          * paused consumer sleeps there rather than spinning. Paused
          * partitions deliver nothing; the poll serves rebalances. */
+        batcher_arriving(k->bat, +1);   /* a run's records batch together */
         for (int i = 0; i < POLL_RUN; i++) {
             rd_kafka_message_t *m = rd_kafka_consumer_poll(k->cons, i ? 0 : k->held ? 2 : 100);
             if (!m)
@@ -771,6 +801,7 @@ void *kafka_in_main(void *arg)
             if (k->held >= k->conf.max_in_flight)
                 break;
         }
+        batcher_arriving(k->bat, -1);
     }
     shutdown_intake(k);
     return NULL;

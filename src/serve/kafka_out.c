@@ -9,6 +9,7 @@
  * them), so a steady stream allocates no text. */
 #define _GNU_SOURCE
 #include "serve/kafka_int.h"
+#include "serve/trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,41 @@ static void hdr_source(rd_kafka_headers_t *h, const krec *r)
         hdr_add_int(h, "dlserve-source-timestamp", ts);
 }
 
+/* The input record's header `name` (the last one) as a string in buf
+ * (cap bytes), or NULL when absent or too long. */
+static const char *in_header(rd_kafka_message_t *m, const char *name, char *buf, size_t cap)
+{
+    rd_kafka_headers_t *h;
+    const void *v;
+    size_t len;
+    if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+        rd_kafka_header_get_last(h, name, &v, &len) != RD_KAFKA_RESP_ERR_NO_ERROR || !v ||
+        len >= cap)
+        return NULL;
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    return buf;
+}
+
+/* The input record's trace context (traceparent, when valid, and its
+ * tracestate), into t. */
+static void record_trace(rd_kafka_message_t *m, trace_ctx *t)
+{
+    char parent[TRACE_PARENT_MAX + 1], state[TRACE_STATE_MAX + 1];
+    trace_set(t, in_header(m, TRACE_PARENT_HEADER, parent, sizeof(parent)), (size_t)-1,
+              in_header(m, TRACE_STATE_HEADER, state, sizeof(state)), (size_t)-1);
+}
+
+/* The output carries the input's trace context on. */
+static void hdr_trace(rd_kafka_headers_t *h, const trace_ctx *t)
+{
+    if (!trace_present(t))
+        return;
+    rd_kafka_header_add(h, TRACE_PARENT_HEADER, -1, t->parent, -1);
+    if (t->state[0])
+        rd_kafka_header_add(h, TRACE_STATE_HEADER, -1, t->state, -1);
+}
+
 /* The record's state after a produce: done now when producing is enough
  * (the transaction decides), after the delivery report otherwise. A
  * produce error that is not about room is logged, counted and the record
@@ -120,10 +156,20 @@ static rec_state dead_letter(kafka_srv *k, krec *r, record_fault f, const char *
         rd_kafka_header_add(h, "dlserve-id", -1, r->env.id, -1);
     hdr_source(h, r);
     atomic_fetch_add(&k->c.dead[f], 1);
-    if (k->dead_logged++ < 100)
+    if (k->dead_logged++ < 100) {
+        /* the copied headers carry the trace on; the line names it */
+        trace_ctx t;
+        char trace_id[33];
+        record_trace(m, &t);
+        trace_id_of(&t, trace_id);
+        dl_log_ids ids = {.request_id = r->env.id, .model = r->env.model[0] ? r->env.model : NULL,
+                          .trace_id = trace_id[0] ? trace_id : NULL};
+        const dl_log_ids *prev = dl_log_ids_push(&ids);
         DL_LOG(DL_LOG_NOTICE, "kafka", "dead letter %s/%d@%lld (%s): %s%s", r->tp->topic,
                (int)r->tp->partition, (long long)r->offset, record_fault_name(f), why,
                k->dead_logged == 100 ? " (further dead letters are counted, not logged)" : "");
+        dl_log_ids_pop(prev);
+    }
     rd_kafka_resp_err_t e = produce(k, k->conf.dead_letter_topic, m->key, m->key_len,
                                     m->payload, m->len, h,
                                     k->mode->done_on_produce ? NULL : r);
@@ -149,8 +195,11 @@ static rec_state output(kafka_srv *k, krec *r)
         return R_DONE;
     if (k->mode->on_output)
         k->mode->on_output(k, r, b->s, b->len);
-    rd_kafka_headers_t *h = rd_kafka_headers_new(8);
+    rd_kafka_headers_t *h = rd_kafka_headers_new(10);
+    trace_ctx t;
+    record_trace(r->msg, &t);
     hdr_source(h, r);
+    hdr_trace(h, &t);
     rd_kafka_header_add(h, "dlserve-model", -1, sv->name, -1);
     hdr_add_int(h, "dlserve-version", sv->version);
     rd_kafka_header_add(h, "content-type", -1, "application/json", -1);
@@ -179,7 +228,9 @@ static void write_record(kafka_srv *k, krec *r, kbuf **back)
         } else {
             bool ok = r->req.err.code == DL_OK;
             account(k, r, ok);
-            next = ok ? output(k, r) : dead_letter(k, r, REC_INFERENCE, r->req.err.msg);
+            /* queued past its deadline: "expired"; a failed batch: "inference" */
+            record_fault f = r->req.err.code == DL_ERR_TIMEOUT ? REC_EXPIRED : REC_INFERENCE;
+            next = ok ? output(k, r) : dead_letter(k, r, f, r->req.err.msg);
         }
     }
     rd_kafka_message_destroy(r->msg);

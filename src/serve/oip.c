@@ -70,7 +70,8 @@ static bool take_name(seg s, oip_route *r)
     return true;
 }
 
-/* /v2/models/{m}[/versions/{v}][/ready|/infer]: s[0] is the name. */
+/* /v2/models/{m}[/versions/{v}][/ready|/infer|/stats|/config]: s[0] is
+ * the name. */
 static oip_route_kind route_model(const seg *s, int n, oip_route *r)
 {
     if (!take_name(s[0], r))
@@ -87,6 +88,10 @@ static oip_route_kind route_model(const seg *s, int n, oip_route *r)
         return OIP_ROUTE_MODEL_READY;
     if (n == 1 && seg_is(s[0], "infer"))
         return OIP_ROUTE_INFER;
+    if (n == 1 && seg_is(s[0], "stats"))
+        return OIP_ROUTE_MODEL_STATS;
+    if (n == 1 && seg_is(s[0], "config"))
+        return OIP_ROUTE_MODEL_CONFIG;
     return OIP_ROUTE_NONE;
 }
 
@@ -105,8 +110,22 @@ static oip_route_kind route_repository(const seg *s, int n, oip_route *r)
     return OIP_ROUTE_NONE;
 }
 
+/* The status page: /, /ui/{file} (the name in r->model), /status/training. */
+static oip_route_kind route_page(const seg *s, int n, oip_route *r)
+{
+    if (n == 0)
+        return OIP_ROUTE_PAGE;
+    if (n == 2 && seg_is(s[0], "ui") && take_name(s[1], r))
+        return OIP_ROUTE_PAGE_FILE;
+    if (n == 2 && seg_is(s[0], "status") && seg_is(s[1], "training"))
+        return OIP_ROUTE_TRAINING;
+    return OIP_ROUTE_NONE;
+}
+
 static oip_route_kind route(const char *path, oip_route *r)
 {
+    if (path && strcmp(path, "/") == 0)
+        return route_page(NULL, 0, r);
     seg s[8];
     int n = split_path(path, s, 8);
     if (n < 1)
@@ -115,6 +134,8 @@ static oip_route_kind route(const char *path, oip_route *r)
         return OIP_ROUTE_METRICS;
     if (n == 1 && seg_is(s[0], "status"))
         return OIP_ROUTE_STATUS;
+    if (n == 2 && (seg_is(s[0], "ui") || seg_is(s[0], "status")))
+        return route_page(s, n, r);
     if (!seg_is(s[0], "v2"))
         return OIP_ROUTE_NONE;
     if (n == 1)
@@ -910,6 +931,55 @@ static bool scan_flat(scan_ctx *c)
     req->flat = true;
     return true;
 }
+/* The request's "parameters": binary_data_output (a bool into
+ * *binary_out) and timeout (microseconds the request may queue, an integer
+ * >= 0, into req->timeout_us; 0: the server's default). Other keys are
+ * skipped. */
+static bool scan_request_params(scan_ctx *c, int *binary_out)
+{
+    json_scan *s = &c->js;
+    if (js_peek(s) != JS_OBJECT) {
+        refuse(c, OIP_FAULT_ENVELOPE, "'parameters' must be an object, not %s", js_what(s));
+        return js_skip(s);
+    }
+    js_iter it;
+    const char *k;
+    if (!js_object(s, &it))
+        return false;
+    while (js_member(s, &it, &k, NULL)) {
+        js_kind vk = js_peek(s);
+        bool ok = true;
+        if (c->st != DL_OK) {
+            ok = js_skip(s);
+        } else if (strcmp(k, "binary_data_output") == 0 && (vk == JS_TRUE || vk == JS_FALSE)) {
+            bool v;
+            ok = js_bool(s, &v);
+            *binary_out = v;
+        } else if (strcmp(k, "binary_data_output") == 0) {
+            refuse(c, OIP_FAULT_ENVELOPE,
+                   "'parameters'.binary_data_output must be true or false, not %s", js_what(s));
+            ok = js_skip(s);
+        } else if (strcmp(k, "timeout") == 0 && vk == JS_NUMBER) {
+            js_num n = {0};
+            ok = js_number(s, &n);
+            if (ok && n.fits && n.i >= 0)
+                c->req->timeout_us = n.i;
+            else if (ok)
+                refuse(c, OIP_FAULT_ENVELOPE, "'parameters'.timeout must be microseconds "
+                       "(an integer >= 0)");
+        } else if (strcmp(k, "timeout") == 0) {
+            refuse(c, OIP_FAULT_ENVELOPE, "'parameters'.timeout must be microseconds "
+                   "(an integer >= 0), not %s", js_what(s));
+            ok = js_skip(s);
+        } else {
+            ok = js_skip(s);
+        }
+        if (!ok)
+            return false;
+    }
+    return !s->failed;
+}
+
 
 /* "inputs" after a record's "data": the inputs are the record's values. */
 static void drop_flat(oip_request *req)
@@ -950,8 +1020,7 @@ static bool scan_root(scan_ctx *c)
         } else if (strcmp(key, "outputs") == 0) {
             ok = scan_outputs(c);
         } else if (strcmp(key, "parameters") == 0) {
-            ok = scan_params(c, "'parameters'", OIP_FAULT_ENVELOPE, "binary_data_output",
-                             &binary_out, NULL);
+            ok = scan_request_params(c, &binary_out);
         } else if (strcmp(key, "model") == 0) {
             ok = scan_model(c);
         } else if (strcmp(key, "model_version") == 0) {
@@ -1440,6 +1509,7 @@ int oip_http_code(dl_status st)
     case DL_ERR_TOO_LARGE:   return 413;
     case DL_ERR_UNAVAILABLE: return 503;
     case DL_ERR_BUSY:        return 503;
+    case DL_ERR_TIMEOUT:     return 503;   /* as Triton answers "Request timeout expired" */
     case DL_ERR_NOMEM:       return 500;
     case DL_ERR_IO:          return 500;
     case DL_ERR_BACKEND:     return 500;

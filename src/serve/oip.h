@@ -24,21 +24,28 @@ typedef enum oip_route_kind {
     OIP_ROUTE_MODEL,         /* GET  /v2/models/{m}[/versions/{v}] */
     OIP_ROUTE_MODEL_READY,   /* GET  /v2/models/{m}[/versions/{v}]/ready */
     OIP_ROUTE_INFER,         /* POST /v2/models/{m}[/versions/{v}]/infer */
+    OIP_ROUTE_MODEL_STATS,   /* GET  /v2/models/{m}[/versions/{v}]/stats */
+    OIP_ROUTE_MODEL_CONFIG,  /* GET  /v2/models/{m}[/versions/{v}]/config */
     OIP_ROUTE_REPO_INDEX,    /* POST /v2/repository/index */
     OIP_ROUTE_REPO_LOAD,     /* POST /v2/repository/models/{m}/load */
     OIP_ROUTE_REPO_UNLOAD,   /* POST /v2/repository/models/{m}/unload */
     OIP_ROUTE_METRICS,       /* GET  /metrics */
     OIP_ROUTE_STATUS,        /* GET  /status */
+    OIP_ROUTE_PAGE,          /* GET  / (the status page) */
+    OIP_ROUTE_PAGE_FILE,     /* GET  /ui/{file} (its scripts and styles) */
+    OIP_ROUTE_TRAINING,      /* GET  /status/training */
 } oip_route_kind;
 
 typedef struct oip_route {
     oip_route_kind kind;
-    char           model[DL_NAME_MAX];   /* "" when the path names none */
+    char           model[DL_NAME_MAX];   /* "" when the path names none; the
+                                            file name for OIP_ROUTE_PAGE_FILE */
     int64_t        version;              /* 0: none named (the newest) */
 } oip_route;
 
-/* Parses a decoded URL path strictly: no trailing or doubled slashes, model
- * names of 1..63 characters of [A-Za-z0-9._-] not starting with '.',
+/* Parses a decoded URL path strictly: no trailing or doubled slashes (but
+ * "/" itself), model and file names of 1..63 characters of [A-Za-z0-9._-]
+ * not starting with '.',
  * versions positive decimal integers without leading zeros. Anything else
  * is OIP_ROUTE_NONE. Never reads past the NUL; never writes past r. */
 oip_route_kind oip_route_parse(const char *path, oip_route *r);
@@ -137,6 +144,8 @@ typedef struct oip_request {
     int        nasked;             /* entries of "outputs" (0: every output) */
     oip_asked  asked[OIP_MAX_OUTPUTS];
     bool       binary_out;         /* parameters.binary_data_output */
+    int64_t    timeout_us;         /* parameters.timeout: microseconds it may queue
+                                      (0: the server's default) */
     oip_fault  fault;              /* why the scan failed; OIP_FAULT_NONE on success */
     /* ---- filled by oip_check_infer ---- */
     int64_t    batch;              /* samples */
@@ -153,7 +162,8 @@ typedef struct oip_request {
  * Checks all the request says on its own: strict JSON (as jansson with
  * duplicate keys refused); "id" a string (or an integer, see id_integer);
  * "model" a string; "model_version" an integer >= 0 or digits;
- * "parameters" an object whose binary_data_output is a bool; "inputs" an
+ * "parameters" an object whose binary_data_output is a bool and whose
+ * timeout is an integer >= 0 (microseconds); "inputs" an
  * array whose first entry (the only one read) has a string "name", a
  * "datatype" of "FP32" (numbers) or "UINT8" (integers 0..255), a "shape"
  * of 1..OIP_MAX_DIMS positive integers, and either "data" (flat, or nested
@@ -268,8 +278,8 @@ json_t *oip_versions_of(json_t *status, const char *name);
 json_t *oip_repository_index(json_t *status);
 
 /* The HTTP code that answers a status: the one table from error kinds to
- * codes. 400 invalid, 404 not found, 413 too large, 503 unavailable or
- * busy (retry), 500 for the server's own failures (memory, I/O, backend). */
+ * codes. 400 invalid, 404 not found, 413 too large, 503 unavailable,
+ * busy or timed out in the queue (retry), 500 for the server's own failures (memory, I/O, backend). */
 int oip_http_code(dl_status st);
 
 /* {"error": "<formatted message>"} */

@@ -18,7 +18,7 @@
 #include <string.h>
 
 static const char *const fault_names[REC_NFAULTS] = {
-    "ok", "empty", "oversize", "json", "model", "input", "inference",
+    "ok", "empty", "oversize", "json", "model", "input", "inference", "expired",
 };
 
 const char *record_fault_name(record_fault f)
@@ -32,6 +32,7 @@ record_fault record_fault_of(dl_status st)
     case DL_ERR_INVALID:   return REC_INPUT;
     case DL_ERR_TOO_LARGE: return REC_OVERSIZE;
     case DL_ERR_NOT_FOUND: return REC_MODEL;
+    case DL_ERR_TIMEOUT:   return REC_EXPIRED;
     default:               return REC_INFERENCE;
     }
 }

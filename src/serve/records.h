@@ -29,6 +29,8 @@ typedef enum record_fault {
     REC_MODEL,       /* names no served model (or none and no default) */
     REC_INPUT,       /* wrong shape, datatype, size or a non-finite value */
     REC_INFERENCE,   /* the batch failed (out of memory, ...) */
+    REC_EXPIRED,     /* older than kafka.max_record_age_ms, or queued past its
+                        deadline (its "timeout", batching.default_timeout_us) */
     REC_NFAULTS
 } record_fault;
 
@@ -37,7 +39,8 @@ const char *record_fault_name(record_fault f);
 
 /* The fault of a record refused with status st (st != DL_OK) once its
  * model is known: REC_INPUT for invalid inputs, REC_OVERSIZE over a size
- * limit, REC_MODEL for a model or version not found, REC_INFERENCE for
+ * limit, REC_MODEL for a model or version not found, REC_EXPIRED for a
+ * deadline passed (DL_ERR_TIMEOUT), REC_INFERENCE for
  * the daemon's own failures (memory, backend, ...). */
 record_fault record_fault_of(dl_status st);
 

@@ -87,6 +87,34 @@ void stats_request(stats *st, const char *model, int64_t version, bool ok,
                    double total_us);
 /* One executed batch of `samples` samples. */
 void stats_batch(stats *st, const char *model, int64_t version, int64_t samples);
+
+/* A request's durations in microseconds, as Triton's statistics split
+ * them: queue (in the batcher), compute input (its batch's inputs
+ * assembled and scaled), compute infer (the model's forward pass),
+ * compute output (from the inference's end to the answer written), total
+ * (from arrival to answer). */
+typedef struct req_times {
+    double queue_us, input_us, infer_us, output_us, total_us;
+} req_times;
+
+/* stats_request with every duration: ok requests add all of them, failed
+ * ones their total (Triton's "fail" duration). stats_request(..., queue,
+ * compute, total) is this with compute as the infer time. */
+void stats_request_times(stats *st, const char *model, int64_t version, bool ok,
+                         int64_t samples, const req_times *t);
+/* stats_batch with the batch's compute durations (microseconds), kept per
+ * batch size for Triton's batch_stats. */
+void stats_batch_times(stats *st, const char *model, int64_t version, int64_t samples,
+                       double input_us, double infer_us, double output_us);
+/* A request refused because it was still queued past its deadline
+ * (dlserve_request_timeouts_total); its failure is counted by the
+ * transport's stats_request as any other. */
+void stats_timeout(stats *st, const char *model, int64_t version);
+
+/* Triton's statistics extension: the "model_stats" entries (new array) of
+ * `model`, every version that has statistics (version 0) or that one;
+ * [] when there are none. NULL only when out of memory. */
+json_t *stats_model_stats(stats *st, const char *model, int64_t version);
 /* An HTTP answer with this status code. */
 void stats_http(stats *st, int code);
 
@@ -129,7 +157,14 @@ typedef struct infer_req {
      * DL_ERR_BUSY (out of memory for this batch: retry soon),
      * DL_ERR_UNAVAILABLE (the device is gone) or DL_ERR_BACKEND */
     dl_err       err;
-    double       t_arrival, t_start, t_end;   /* dl_time_now() seconds */
+    /* The longest it may wait in the queue, in microseconds (the request's
+     * "timeout" parameter); 0: batching.default_timeout_us. A request
+     * still queued past it completes with err.code DL_ERR_TIMEOUT. */
+    int64_t      timeout_us;
+    double       deadline;       /* the batcher's: t_arrival + the timeout; 0: none */
+    /* dl_time_now() seconds: submitted, its batch started, the batch's
+     * inputs were ready (inference began), the inference ended */
+    double       t_arrival, t_start, t_infer, t_end;
     /* completion (required): called once, from the batcher's worker
      * thread, when the request's batch has run; the request belongs to
      * the submitter again from that call on. It must not block: it hands
@@ -141,12 +176,13 @@ typedef struct infer_req {
 } infer_req;
 
 /* Records the outcome of a completed (or refused) request q in st, for
- * q->sv's model and version and q->n samples: the time it queued in the
- * batcher (t_arrival to t_start) and its batch's compute time (t_start to
- * t_end) when ok, and the total from t_received (dl_time_now() when the
- * transport received the request) to now. ok: the request was answered
- * with its predictions. q->sv must be set. The one place where HTTP and
- * Kafka turn a request's timestamps into durations. */
+ * q->sv's model and version and q->n samples: when ok, the time it queued
+ * in the batcher (t_arrival to t_start), its batch's input preparation
+ * (t_start to t_infer), inference (t_infer to t_end) and its answer's
+ * writing (t_end to now); and the total from t_received (dl_time_now()
+ * when the transport received the request) to now. ok: the request was
+ * answered with its predictions. q->sv must be set. The one place where
+ * HTTP and Kafka turn a request's timestamps into durations. */
 void infer_req_account(stats *st, const infer_req *q, double t_received, bool ok);
 
 /* Starts the worker (one per device). */
@@ -160,6 +196,12 @@ dl_status batcher_new(const dl_batching_conf *conf, registry *reg, stats *st,
  * DL_OK the request will complete through q->on_done. */
 dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err);
 
+/* A transport announces a request it has begun to receive (delta +1) and
+ * withdraws it once submitted or dropped (-1); Kafka announces a poll run.
+ * With [batching] eager, a batch runs before max_queue_delay_us when none
+ * is on its way. Lock-free but at the last withdrawal. */
+void batcher_arriving(batcher *b, int delta);
+
 /* Stops intake (submit answers 503), finishes every queued request,
  * then stops the worker. */
 void batcher_drain(batcher *b);
@@ -172,6 +214,8 @@ json_t *batcher_status(batcher *b);
  * queued have none) and dlserve_batcher_queue_limit_samples (the bound,
  * max_queue_size per model), appended to out. */
 void batcher_metrics(batcher *b, dl_sbuf *out);
+/* The batching configuration the batcher runs with (borrowed, constant). */
+const dl_batching_conf *batcher_conf(const batcher *b);
 
 /* ---- http ---------------------------------------------------------------- */
 
@@ -184,6 +228,7 @@ typedef struct http_deps {
     stats              *st;
     double              start_time;     /* dl_time_now() at start */
     const char         *server_version; /* DL_VERSION_STRING */
+    const char         *models_dir;     /* the repository, for GET /status/training */
     /* true once models are loaded and warmed (for /v2/health/ready) */
     bool              (*ready)(void *ctx);
     void               *ctx;
@@ -192,6 +237,19 @@ typedef struct http_deps {
     /* extra Prometheus text for /metrics (new string), may be NULL */
     char             *(*metrics_extra)(void *ctx);
 } http_deps;
+
+/* Triton's statistics extension for GET /v2/models/{m}[/versions/{v}]/stats:
+ * {"model_stats": [...]} (*out new), every version with statistics when
+ * version is 0. DL_ERR_NOT_FOUND (404) for a model or version the
+ * registry does not know (http_stats.c). */
+dl_status http_model_stats(const http_deps *d, const char *model, int64_t version, json_t **out,
+                           dl_err *err);
+/* Triton's model configuration (JSON) of a served version for GET
+ * .../config (*out new): name, platform, backend, max_batch_size, input,
+ * output, dynamic_batching with its queue policy. registry_acquire's
+ * status when the version is not served (404, or 503 for nothing ready). */
+dl_status http_model_config(const http_deps *d, const char *model, int64_t version,
+                            json_t **out, dl_err *err);
 
 /* Starts listening (deps must outlive the server) with deps->conf->threads
  * event-loop threads (0: one per core) serving every connection. The

@@ -15,6 +15,7 @@
  *       mean in microseconds).
  *   dlserve_request_duration_seconds          histogram {model}: total of ok requests
  *   dlserve_batch_size                        histogram {model}: samples per batch
+ *   dlserve_request_timeouts_total            counter  {model, version}: stats_timeout
  *   dlserve_http_responses_total              counter  {code}
  *   process_*                                 read from /proc/self at each scrape
  *
@@ -75,6 +76,17 @@ static const double batch_bounds[] = {
 #define HTTP_CODE_MIN 100
 #define HTTP_CODE_MAX 599
 
+/* Distinct batch sizes kept per series for Triton's batch_stats; sizes
+ * past these are counted in the series but get no entry of their own. */
+#define STATS_MAX_BATCH_SIZES 256
+
+/* One batch size's executions and their compute durations (microseconds). */
+typedef struct batch_stat {
+    int64_t  size;
+    uint64_t count;
+    double   input_us, infer_us, output_us;
+} batch_stat;
+
 /* One (model, version): Triton's counters. Durations are summed in
  * microseconds. */
 typedef struct series {
@@ -83,7 +95,12 @@ typedef struct series {
     uint64_t success, failure;
     uint64_t inferences;      /* samples of successful requests */
     uint64_t executions;      /* batches */
-    double   request_us, queue_us, compute_us;
+    uint64_t timeouts;        /* requests refused: queued past their deadline */
+    double   request_us, queue_us, compute_us;   /* compute_us: the infer part */
+    double   input_us, output_us, fail_us;
+    double   last_inference;  /* Unix seconds of the last successful request; 0: none */
+    batch_stat *batches;      /* owned, sorted by size */
+    size_t      nbatches, capbatches;
 } series;
 
 /* One model: its histograms, with per-bucket (not cumulative) counts; the
@@ -186,6 +203,7 @@ void stats_free(stats *st)
         return;
     for (size_t i = 0; i < st->nseries; i++) {
         free(st->series[i]->model);
+        free(st->series[i]->batches);
         free(st->series[i]);
     }
     free(st->series);
@@ -328,11 +346,20 @@ void stats_request(stats *st, const char *model, int64_t version, bool ok,
                    int64_t samples, double queue_us, double compute_us,
                    double total_us)
 {
+    req_times t = {.queue_us = queue_us, .infer_us = compute_us, .total_us = total_us};
+    stats_request_times(st, model, version, ok, samples, &t);
+}
+
+void stats_request_times(stats *st, const char *model, int64_t version, bool ok,
+                         int64_t samples, const req_times *t)
+{
     if (!model)
         model = "";
-    queue_us = nonneg(queue_us);
-    compute_us = nonneg(compute_us);
-    total_us = nonneg(total_us);
+    double queue_us = nonneg(t->queue_us), input_us = nonneg(t->input_us);
+    double compute_us = nonneg(t->infer_us), output_us = nonneg(t->output_us);
+    double total_us = nonneg(t->total_us);
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
 
     pthread_mutex_lock(&st->mu);
     series *s = series_get(st, model, version);
@@ -343,8 +370,12 @@ void stats_request(stats *st, const char *model, int64_t version, bool ok,
             s->request_us += total_us;
             s->queue_us += queue_us;
             s->compute_us += compute_us;
+            s->input_us += input_us;
+            s->output_us += output_us;
+            s->last_inference = (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9;
         } else {
             s->failure++;
+            s->fail_us += total_us;
         }
     }
     if (ok) {
@@ -360,7 +391,48 @@ void stats_request(stats *st, const char *model, int64_t version, bool ok,
     pthread_mutex_unlock(&st->mu);
 }
 
+/* The batch_stat of `size` in s, created if new; NULL past
+ * STATS_MAX_BATCH_SIZES sizes or out of memory. */
+static batch_stat *batch_stat_get(series *s, int64_t size)
+{
+    size_t lo = 0, hi = s->nbatches;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->batches[mid].size == size)
+            return &s->batches[mid];
+        if (size < s->batches[mid].size)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    if (s->nbatches >= STATS_MAX_BATCH_SIZES)
+        return NULL;
+    batch_stat *arr = grow(s->batches, s->nbatches, &s->capbatches, sizeof(*arr));
+    if (!arr)
+        return NULL;
+    s->batches = arr;
+    memmove(&arr[lo + 1], &arr[lo], (s->nbatches - lo) * sizeof(*arr));
+    arr[lo] = (batch_stat){.size = size};
+    s->nbatches++;
+    return &arr[lo];
+}
+
 void stats_batch(stats *st, const char *model, int64_t version, int64_t samples)
+{
+    stats_batch_times(st, model, version, samples, 0, 0, 0);
+}
+
+void stats_timeout(stats *st, const char *model, int64_t version)
+{
+    pthread_mutex_lock(&st->mu);
+    series *s = series_get(st, model ? model : "", version);
+    if (s)
+        s->timeouts++;
+    pthread_mutex_unlock(&st->mu);
+}
+
+void stats_batch_times(stats *st, const char *model, int64_t version, int64_t samples,
+                       double input_us, double infer_us, double output_us)
 {
     if (!model)
         model = "";
@@ -369,8 +441,16 @@ void stats_batch(stats *st, const char *model, int64_t version, int64_t samples)
 
     pthread_mutex_lock(&st->mu);
     series *s = series_get(st, model, version);
-    if (s)
+    if (s) {
         s->executions++;
+        batch_stat *bs = batch_stat_get(s, samples);
+        if (bs) {
+            bs->count++;
+            bs->input_us += nonneg(input_us);
+            bs->infer_us += nonneg(infer_us);
+            bs->output_us += nonneg(output_us);
+        }
+    }
     model_stats *ms = model_get(st, model);
     if (ms) {
         ms->batch_buckets[bucket_of(batch_bounds, N_BATCH_BOUNDS, (double)samples)]++;
@@ -552,6 +632,12 @@ char *stats_prometheus(stats *st, const char *extra)
                          ms->batch_buckets, ms->batch_count, ms->batch_sum);
     }
 
+    dl_prom_family(&b, "dlserve_request_timeouts_total", "counter",
+              "Inference requests refused because they were queued past their timeout.");
+    for (size_t i = 0; i < st->nseries; i++)
+        sample_series(&b, "dlserve_request_timeouts_total", st->series[i],
+                      (double)st->series[i]->timeouts);
+
     dl_prom_family(&b, "dlserve_http_responses_total", "counter",
               "HTTP responses sent, by status code.");
     for (int c = HTTP_CODE_MIN; c <= HTTP_CODE_MAX; c++) {
@@ -664,4 +750,72 @@ json_t *stats_json(stats *st)
                      "executions", jint(exec),
                      "http", http,
                      "models", models);
+}
+
+/* ---- Triton's statistics extension ------------------------------------ */
+
+/* {"count": n, "ns": cumulative nanoseconds} */
+static json_t *duration_stat(uint64_t count, double us)
+{
+    return json_pack("{s:o, s:o}", "count", jint(count), "ns", jint((uint64_t)llround(us * 1e3)));
+}
+
+/* One $model_stat of Triton's statistics extension. */
+static json_t *model_stat(const series *s)
+{
+    json_t *batches = json_array();
+    for (size_t i = 0; batches && i < s->nbatches; i++) {
+        const batch_stat *bs = &s->batches[i];
+        json_t *e = json_pack("{s:I, s:o, s:o, s:o}", "batch_size", (json_int_t)bs->size,
+                              "compute_input", duration_stat(bs->count, bs->input_us),
+                              "compute_infer", duration_stat(bs->count, bs->infer_us),
+                              "compute_output", duration_stat(bs->count, bs->output_us));
+        if (!e || json_array_append_new(batches, e) != 0) {
+            json_decref(batches);
+            return NULL;
+        }
+    }
+    if (!batches)
+        return NULL;
+    char version[24];
+    snprintf(version, sizeof(version), "%" PRId64, s->version);
+    /* last_inference: milliseconds since the epoch, as Triton's */
+    json_t *inference = json_pack(
+        "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+        "success", duration_stat(s->success, s->request_us),
+        "fail", duration_stat(s->failure, s->fail_us),
+        "queue", duration_stat(s->success, s->queue_us),
+        "compute_input", duration_stat(s->success, s->input_us),
+        "compute_infer", duration_stat(s->success, s->compute_us),
+        "compute_output", duration_stat(s->success, s->output_us),
+        "cache_hit", duration_stat(0, 0), "cache_miss", duration_stat(0, 0));
+    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:[]}", "name", s->model,
+                     "version", version, "last_inference",
+                     jint((uint64_t)llround(s->last_inference * 1e3)), "inference_count",
+                     jint(s->inferences), "execution_count", jint(s->executions),
+                     "inference_stats", inference, "batch_stats", batches, "memory_usage");
+}
+
+json_t *stats_model_stats(stats *st, const char *model, int64_t version)
+{
+    json_t *arr = json_array();
+    if (!arr)
+        return NULL;
+    pthread_mutex_lock(&st->mu);
+    bool found;
+    /* the model's series are adjacent, versions ascending */
+    size_t i = version > 0 ? series_find(st, model, version, &found)
+                           : series_find(st, model, INT64_MIN, &found);
+    for (; i < st->nseries && strcmp(st->series[i]->model, model) == 0; i++) {
+        if (version > 0 && st->series[i]->version != version)
+            break;
+        json_t *e = model_stat(st->series[i]);
+        if (!e || json_array_append_new(arr, e) != 0) {
+            json_decref(arr);
+            arr = NULL;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+    return arr;
 }

@@ -30,6 +30,7 @@ typedef enum dl_status {
     DL_ERR_NOT_FOUND,   /* no such model, version or name: do not retry as is */
     DL_ERR_BUSY,        /* a queue is full: retry soon */
     DL_ERR_TOO_LARGE,   /* over a configured size limit: do not retry as is */
+    DL_ERR_TIMEOUT,     /* a deadline passed before the work was done: retry later */
 } dl_status;
 
 typedef struct dl_err {
@@ -99,6 +100,33 @@ dl_status dl_log_set(int level, const char *debug, dl_err *err);
 
 /* True when a debug list is well formed for dl_log_set. */
 bool dl_log_debug_valid(const char *debug);
+
+/* How lines are written: text ("<N>subsys: message", journald's priority
+ * prefix first) or JSON (one object a line: time, level, priority,
+ * subsystem, message and the ids below where known; when stderr is
+ * journald's stream, the "<N>" prefix still leads, so the journal keeps
+ * the priority and stores the object as the message). */
+enum { DL_LOG_FORMAT_TEXT = 0, DL_LOG_FORMAT_JSON = 1 };
+
+/* The formats by name (text, json), for option tables. */
+extern const dl_opt_word dl_log_format_words[];
+
+/* Sets the line format (DL_LOG_FORMAT_*). Same threading rule as dl_log_set. */
+void dl_log_set_format(int format);
+
+/* Ids of what the calling thread is working on, added to its log lines:
+ * JSON lines get "request_id", "model" and "trace_id" members, text lines
+ * " (id=..., trace=...)". Each member may be NULL (not known). */
+typedef struct dl_log_ids {
+    const char *request_id;
+    const char *model;
+    const char *trace_id;
+} dl_log_ids;
+
+/* Makes ids (borrowed: it must live until popped) the calling thread's
+ * and returns the ones it replaces, for dl_log_ids_pop. */
+const dl_log_ids *dl_log_ids_push(const dl_log_ids *ids);
+void dl_log_ids_pop(const dl_log_ids *prev);
 
 /* Writes "<level>subsys: message\n" to stderr (journald keeps the level),
  * unless level is above subsys's own: DL_LOG's test lets through what the

@@ -52,6 +52,7 @@ const char *dl_status_str(dl_status st)
     case DL_ERR_NOT_FOUND:   return "not found";
     case DL_ERR_BUSY:        return "busy";
     case DL_ERR_TOO_LARGE:   return "too large";
+    case DL_ERR_TIMEOUT:     return "timed out";
     }
     return "unknown status";
 }

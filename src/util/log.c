@@ -1,11 +1,17 @@
 /* log.c: leveled logging to stderr with journald "<N>" priority prefixes,
- * a level for all subsystems and a list of subsystems turned up to debug.
+ * a level for all subsystems and a list of subsystems turned up to debug,
+ * as text lines or JSON objects with the ids of the thread's request.
  * Ranks other than 0 tag their lines with "[rN]". */
+#define _POSIX_C_SOURCE 200809L
 #include "util/dl_util.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 int dl_log_level = DL_LOG_INFO;
 int dl_log_rank = 0;
@@ -14,6 +20,16 @@ const dl_opt_word dl_log_level_words[] = {
     {"err", DL_LOG_ERR}, {"warning", DL_LOG_WARNING}, {"notice", DL_LOG_NOTICE},
     {"info", DL_LOG_INFO}, {"debug", DL_LOG_DEBUG}, {NULL, 0},
 };
+
+const dl_opt_word dl_log_format_words[] = {
+    {"text", DL_LOG_FORMAT_TEXT}, {"json", DL_LOG_FORMAT_JSON}, {NULL, 0},
+};
+
+static atomic_int log_format = DL_LOG_FORMAT_TEXT;
+/* JSON lines keep the "<N>" prefix when stderr is journald's stream. */
+static atomic_bool json_prefix;
+
+static _Thread_local const dl_log_ids *thread_ids;
 
 #define TAG_SIZE 16   /* longest tag + 1 */
 
@@ -116,6 +132,132 @@ static bool debug_on(const char *subsys)
     return false;
 }
 
+/* True when stderr is the stream journald reads: $JOURNAL_STREAM names
+ * its device and inode ("dev:ino"), as systemd sets it. */
+static bool stderr_is_journal(void)
+{
+    const char *js = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat st;
+    if (!js || sscanf(js, "%llu:%llu", &dev, &ino) != 2 || fstat(STDERR_FILENO, &st) != 0)
+        return false;
+    return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+void dl_log_set_format(int format)
+{
+    atomic_store(&json_prefix, format == DL_LOG_FORMAT_JSON && stderr_is_journal());
+    atomic_store(&log_format, format);
+}
+
+const dl_log_ids *dl_log_ids_push(const dl_log_ids *ids)
+{
+    const dl_log_ids *prev = thread_ids;
+    thread_ids = ids;
+    return prev;
+}
+
+void dl_log_ids_pop(const dl_log_ids *prev)
+{
+    thread_ids = prev;
+}
+
+/* Appends s as a JSON string (quoted) to buf[*n..cap), cut to fit; bytes
+ * that are not UTF-8 become U+FFFD. Leaves room for the closing brace. */
+static void json_str(char *buf, size_t *n, size_t cap, const char *s)
+{
+    size_t i = *n;
+    const size_t end = cap - 8;   /* room for an escape, the quote, "}\n" */
+    buf[i++] = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p && i < end;) {
+        unsigned char c = *p;
+        if (c == '"' || c == '\\') {
+            buf[i++] = '\\';
+            buf[i++] = (char)c;
+            p++;
+        } else if (c < 0x20) {
+            i += (size_t)snprintf(buf + i, cap - i, "\\u%04x", c);
+            p++;
+        } else if (c < 0x80) {
+            buf[i++] = (char)c;
+            p++;
+        } else {
+            size_t len = dl_utf8_len(p);
+            const char *src = len ? (const char *)p : "\xEF\xBF\xBD";
+            size_t m = len ? len : 3;
+            if (i + m >= end)
+                break;
+            memcpy(buf + i, src, m);
+            i += m;
+            p += len ? len : 1;
+        }
+    }
+    buf[i++] = '"';
+    *n = i;
+}
+
+/* ,"key":"value" when value is known. */
+static void json_member(char *buf, size_t *n, size_t cap, const char *key, const char *value)
+{
+    if (!value || *n + strlen(key) + 16 >= cap)
+        return;
+    *n += (size_t)snprintf(buf + *n, cap - *n, ",\"%s\":", key);
+    json_str(buf, n, cap, value);
+}
+
+static const char *level_name(int level)
+{
+    for (const dl_opt_word *w = dl_log_level_words; w->word; w++)
+        if (w->value == level)
+            return w->word;
+    return level < DL_LOG_ERR ? "err" : "debug";
+}
+
+/* One JSON object a line: {"time","level","priority","subsystem",
+ * "rank"?,"message","request_id"?,"model"?,"trace_id"?}. */
+static void write_json(int level, const char *subsys, const char *msg)
+{
+    char line[4096];
+    size_t n = 0;
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    if (atomic_load(&json_prefix))
+        n += (size_t)snprintf(line, sizeof(line), "<%d>", level);
+    n += strftime(line + n, sizeof(line) - n, "{\"time\":\"%Y-%m-%dT%H:%M:%S", &tm);
+    n += (size_t)snprintf(line + n, sizeof(line) - n, ".%06ldZ\",\"level\":\"%s\","
+                          "\"priority\":%d,\"subsystem\":", ts.tv_nsec / 1000, level_name(level),
+                          level);
+    json_str(line, &n, sizeof(line), subsys);
+    if (dl_log_rank > 0)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, ",\"rank\":%d", dl_log_rank);
+    n += (size_t)snprintf(line + n, sizeof(line) - n, ",\"message\":");
+    json_str(line, &n, sizeof(line), msg);
+    const dl_log_ids *ids = thread_ids;
+    if (ids) {
+        json_member(line, &n, sizeof(line), "request_id", ids->request_id);
+        json_member(line, &n, sizeof(line), "model", ids->model);
+        json_member(line, &n, sizeof(line), "trace_id", ids->trace_id);
+    }
+    line[n++] = '}';
+    line[n++] = '\n';
+    fwrite(line, 1, n, stderr);
+}
+
+/* " (id=..., trace=...)" for a text line, or "" when no id is known. */
+static void text_ids(char *buf, size_t cap)
+{
+    const dl_log_ids *ids = thread_ids;
+    buf[0] = '\0';
+    if (!ids || (!ids->request_id && !ids->trace_id))
+        return;
+    snprintf(buf, cap, " (%s%.200s%s%s%.40s)", ids->request_id ? "id=" : "",
+             ids->request_id ? ids->request_id : "",
+             ids->request_id && ids->trace_id ? ", " : "", ids->trace_id ? "trace=" : "",
+             ids->trace_id ? ids->trace_id : "");
+}
+
 void dl_log_write(int level, const char *subsys, const char *fmt, ...)
 {
     if (level > atomic_load_explicit(&base_level, memory_order_relaxed) && !debug_on(subsys))
@@ -125,8 +267,14 @@ void dl_log_write(int level, const char *subsys, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
+    if (atomic_load_explicit(&log_format, memory_order_relaxed) == DL_LOG_FORMAT_JSON) {
+        write_json(level, subsys, line);
+        return;
+    }
+    char ids[280];
+    text_ids(ids, sizeof(ids));
     if (dl_log_rank > 0)
-        fprintf(stderr, "<%d>[r%d] %s: %s\n", level, dl_log_rank, subsys, line);
+        fprintf(stderr, "<%d>[r%d] %s: %s%s\n", level, dl_log_rank, subsys, line, ids);
     else
-        fprintf(stderr, "<%d>%s: %s\n", level, subsys, line);
+        fprintf(stderr, "<%d>%s: %s%s\n", level, subsys, line, ids);
 }

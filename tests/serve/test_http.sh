@@ -10,7 +10,7 @@ REPO=$WORK/models
 make_repo "$REPO"
 check "a trained version to serve" test -s "$REPO/fashion-mlp/1/model.safetensors"
 
-start_daemon main --models "$REPO" --set batching.max_queue_delay_us=2000
+start_daemon main --models "$REPO" --set batching.max_queue_delay_us=2000 --set batching.eager=false
 check "daemon starts and logs its port" test -n "$PORT"
 
 # ---- health and metadata ----
@@ -152,7 +152,7 @@ check "log.debug=http: the other subsystems log at warning and above only" \
     bash -c '! grep -v -e "^<[0-4]>" -e "^<[0-7]>http: " "$1"' _ "$LOG"
 
 # ---- 503: a full queue ----
-start_daemon full --models "$REPO" --set batching.max_queue_size=4 \
+start_daemon full --models "$REPO" --set batching.max_queue_size=4 --set batching.eager=false \
     --set batching.max_queue_delay_us=3000000 --set batching.max_batch_size=64
 /usr/bin/python3 "$REQ" 0 4 > "$WORK/req4.json"
 curl -s -o /dev/null "$URL/v2/models/fashion-mlp/infer" --data-binary @"$WORK/req4.json" &
@@ -160,6 +160,17 @@ filler=$!
 sleep 0.5
 errcase "queue full" 503 POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req1.json"
 wait $filler
+stop_daemon
+
+# ---- eager batching: a lone request does not wait out the delay ----
+# With a 10 s delay, an answer within 5 s comes from the eager rule (no
+# other request on its way), not from the delay.
+start_daemon eager --models "$REPO" --set batching.max_queue_delay_us=10000000 \
+    --set batching.max_batch_size=64
+check "eager (default): a lone request runs before the 10 s delay" \
+    curl -sf -o /dev/null --max-time 5 "$URL/v2/models/fashion-mlp/infer" --data-binary @"$WORK/req1.json"
+code GET /status > /dev/null
+check "/status shows eager batching" test "$(jq_get 'd["batcher"]["eager"]')" = True
 stop_daemon
 
 # ---- version policy: latest:N and specific versions ----

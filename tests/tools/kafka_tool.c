@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
@@ -25,7 +26,7 @@
 #define MAX_NAME        128                 /* --model, ids */
 #define MAX_LINE        4096                /* mock: one command line */
 
-static const char usage_text[] =
+static const char usage_text1[] =
 "usage: kafka_tool mock [--brokers N] [--topic NAME[:PARTITIONS]]...\n"
 "       kafka_tool feed -b BOOTSTRAP -t TOPIC [feed options]\n"
 "       kafka_tool collect -b BOOTSTRAP -t TOPIC [collect options]\n"
@@ -49,7 +50,9 @@ static const char usage_text[] =
 "  until SIGTERM or SIGINT; 'quit' and the signals exit 0. When stdin is a\n"
 "  FIFO, writers may come and go ('echo CMD > fifo' per command): it holds\n"
 "  a write end itself, so the FIFO does not end.\n"
-"\n"
+"\n";
+/* In two parts: C99 compilers need not take string literals over 4095 bytes. */
+static const char usage_text2[] =
 "feed: produces Fashion-MNIST test images as records, image (START+k) mod\n"
 "  10000 with id and key 'img-<START+k>', and prints\n"
 "  {\"produced\": N, \"seconds\": S, \"rate\": R}; exit 1 if a delivery failed.\n"
@@ -71,6 +74,8 @@ static const char usage_text[] =
 "  --partition P        produce to partition P (default: the partitioner)\n"
 "  --rate R             records per second, 0 = as fast as possible (default)\n"
 "  --timeout SECONDS    delivery timeout of each record (default 60)\n"
+"  --header NAME=VALUE  a header on every record (up to 8; after the others)\n"
+"  --timestamp MS       the records' CreateTime, ms since the epoch (default now)\n"
 "\n"
 "collect: reads every partition of TOPIC from the beginning, without a\n"
 "  consumer group, until --count distinct keys were seen, --idle seconds\n"
@@ -91,6 +96,12 @@ static const char usage_text[] =
 "                       (and ; = in headers) \\xHH\n"
 "\n"
 "Exit status 2 for a usage error. Errors go to stderr, prefixed 'kafka_tool: '.\n";
+
+static void usage(FILE *f)
+{
+    fputs(usage_text1, f);
+    fputs(usage_text2, f);
+}
 
 /* ---- common ------------------------------------------------------------ */
 
@@ -453,7 +464,7 @@ static int cmd_mock(int argc, char **argv)
     /* Topics are created once the cluster runs: parse the count first. */
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'h') {
-            fputs(usage_text, stdout);
+            usage(stdout);
             return 0;
         }
         if (c == '?')
@@ -564,6 +575,9 @@ typedef struct feed_opts {
     feed_format format;
     bad_kind bad;
     bool no_id;
+    int nheaders;
+    const char *header[8];   /* NAME=VALUE */
+    long long timestamp;     /* ms; 0: now */
 } feed_opts;
 
 /* A byte buffer with room for the largest record (checked by the builders'
@@ -756,7 +770,7 @@ static rd_kafka_resp_err_t feed_one(rd_kafka_t *rk, const feed_opts *o, const ch
     for (;;) {
         /* A zero-length value, not a null one (a tombstone): value->p is
          * never NULL. */
-        rd_kafka_vu_t vu[6] = {
+        rd_kafka_vu_t vu[7] = {
             {.vtype = RD_KAFKA_VTYPE_TOPIC, .u.cstr = o->topic},
             {.vtype = RD_KAFKA_VTYPE_MSGFLAGS, .u.i = RD_KAFKA_MSG_F_COPY},
             {.vtype = RD_KAFKA_VTYPE_KEY, .u.mem = {(void *)id, strlen(id)}},
@@ -766,15 +780,23 @@ static rd_kafka_resp_err_t feed_one(rd_kafka_t *rk, const feed_opts *o, const ch
         if (o->partition >= 0)
             vu[n++] = (rd_kafka_vu_t){.vtype = RD_KAFKA_VTYPE_PARTITION,
                                       .u.i32 = (int32_t)o->partition};
+        if (o->timestamp > 0)
+            vu[n++] = (rd_kafka_vu_t){.vtype = RD_KAFKA_VTYPE_TIMESTAMP, .u.i64 = o->timestamp};
         rd_kafka_headers_t *hdrs = NULL;
+        if (o->format == FORMAT_BINARY || o->nheaders > 0)
+            hdrs = rd_kafka_headers_new(3 + (size_t)o->nheaders);
         if (o->format == FORMAT_BINARY) {
-            hdrs = rd_kafka_headers_new(3);
             rd_kafka_header_add(hdrs, "dlserve-model", -1, model, -1);
             rd_kafka_header_add(hdrs, "content-type", -1, "application/octet-stream", -1);
             if (!o->no_id)
                 rd_kafka_header_add(hdrs, "dlserve-id", -1, id, -1);
-            vu[n++] = (rd_kafka_vu_t){.vtype = RD_KAFKA_VTYPE_HEADERS, .u.headers = hdrs};
         }
+        for (int i = 0; i < o->nheaders; i++) {
+            const char *eq = strchr(o->header[i], '=');
+            rd_kafka_header_add(hdrs, o->header[i], eq - o->header[i], eq + 1, -1);
+        }
+        if (hdrs)
+            vu[n++] = (rd_kafka_vu_t){.vtype = RD_KAFKA_VTYPE_HEADERS, .u.headers = hdrs};
         rd_kafka_error_t *error = rd_kafka_produceva(rk, vu, n);
         if (!error)
             return RD_KAFKA_RESP_ERR_NO_ERROR;  /* the record owns the headers */
@@ -831,6 +853,8 @@ static int parse_feed(int argc, char **argv, feed_opts *o)
         {"partition", required_argument, NULL, 'p'},
         {"rate", required_argument, NULL, 'r'},
         {"timeout", required_argument, NULL, 'T'},
+        {"header", required_argument, NULL, 'H'},
+        {"timestamp", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -846,6 +870,18 @@ static int parse_feed(int argc, char **argv, feed_opts *o)
         case 'm': o->model = optarg; break;
         case 'd': o->data_dir = optarg; break;
         case 'I': o->no_id = true; break;
+        case 'H':
+            if (o->nheaders == 8 || !strchr(optarg, '=') || optarg[0] == '=')
+                return bad_value("feed", "--header", optarg, "want NAME=VALUE, at most 8");
+            o->header[o->nheaders++] = optarg;
+            break;
+        case 'S': {
+            long ts;
+            if (!parse_long(optarg, 1, LONG_MAX, &ts))
+                return bad_value("feed", "--timestamp", optarg, "want ms since the epoch");
+            o->timestamp = ts;
+            break;
+        }
         case 'n':
             if (!parse_long(optarg, 0, 1000000000L, &o->count))
                 return bad_value("feed", "--count", optarg, "want 0..1000000000");
@@ -886,7 +922,7 @@ static int parse_feed(int argc, char **argv, feed_opts *o)
                                  "want badjson, shape, datatype, model, nan, oversize or empty");
             break;
         case 'h':
-            fputs(usage_text, stdout);
+            usage(stdout);
             return 0;
         default:
             return bad_option("feed", argv);
@@ -1153,7 +1189,7 @@ static int parse_collect(int argc, char **argv, collect_opts *o)
                 return bad_value("collect", "--idle", optarg, "want 0..86400 seconds");
             break;
         case 'h':
-            fputs(usage_text, stdout);
+            usage(stdout);
             return 0;
         default:
             return bad_option("collect", argv);
@@ -1352,12 +1388,12 @@ static int cmd_collect(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fputs(usage_text, stderr);
+        usage(stderr);
         return 2;
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
-        fputs(usage_text, stdout);
+        usage(stdout);
         return 0;
     }
     install_signals();

@@ -66,6 +66,10 @@ Test(oip, routes_every_endpoint)
     cr_expect_eq(oip_route_parse("/v2", &r), OIP_ROUTE_SERVER);
     cr_expect_eq(oip_route_parse("/metrics", &r), OIP_ROUTE_METRICS);
     cr_expect_eq(oip_route_parse("/status", &r), OIP_ROUTE_STATUS);
+    cr_expect_eq(oip_route_parse("/", &r), OIP_ROUTE_PAGE);
+    cr_expect_eq(oip_route_parse("/status/training", &r), OIP_ROUTE_TRAINING);
+    cr_expect_eq(oip_route_parse("/ui/status.js", &r), OIP_ROUTE_PAGE_FILE);
+    cr_expect_str_eq(r.model, "status.js");
     cr_expect_eq(oip_route_parse("/v2/repository/index", &r), OIP_ROUTE_REPO_INDEX);
 
     cr_expect_eq(oip_route_parse("/v2/models/fashion-mlp", &r), OIP_ROUTE_MODEL);
@@ -86,6 +90,16 @@ Test(oip, routes_every_endpoint)
     cr_expect_eq(oip_route_parse("/v2/models/versions/infer", &r), OIP_ROUTE_INFER);
     cr_expect_str_eq(r.model, "versions");
 
+    cr_expect_eq(oip_route_parse("/v2/models/m/stats", &r), OIP_ROUTE_MODEL_STATS);
+    cr_expect_eq(oip_route_parse("/v2/models/m/versions/2/stats", &r), OIP_ROUTE_MODEL_STATS);
+    cr_expect_eq(r.version, 2);
+    cr_expect_eq(oip_route_parse("/v2/models/m/config", &r), OIP_ROUTE_MODEL_CONFIG);
+    cr_expect_str_eq(r.model, "m");
+    cr_expect_eq(oip_route_parse("/v2/models/m/versions/4/config", &r), OIP_ROUTE_MODEL_CONFIG);
+    cr_expect_eq(r.version, 4);
+    cr_expect(oip_route_method_ok(OIP_ROUTE_MODEL_STATS, "GET"));
+    cr_expect_not(oip_route_method_ok(OIP_ROUTE_MODEL_CONFIG, "POST"));
+
     cr_expect_eq(oip_route_parse("/v2/repository/models/m/load", &r), OIP_ROUTE_REPO_LOAD);
     cr_expect_str_eq(r.model, "m");
     cr_expect_eq(oip_route_parse("/v2/repository/models/m/unload", &r), OIP_ROUTE_REPO_UNLOAD);
@@ -94,8 +108,9 @@ Test(oip, routes_every_endpoint)
 Test(oip, refuses_loose_paths)
 {
     static const char *const bad[] = {
-        "", "/", "v2", "//v2", "/v2/", "/v2//health/live", "/v2/health/live/",
-        "/v2/health", "/v2/health/dead", "/V2", "/metrics/", "/status/x", "/v1/models/m",
+        "", "v2", "//v2", "/v2/", "/v2//health/live", "/v2/health/live/",
+        "/v2/health", "/v2/health/dead", "/V2", "/metrics/", "/status/x", "/status/training/", "//", "/ui", "/ui/", "/ui/.hidden",
+        "/ui/a/b", "/ui/../x", "/UI/status.js", "/v1/models/m",
         "/v2/models", "/v2/models/", "/v2/models/m/", "/v2/models/m//infer",
         "/v2/models/m/predict", "/v2/models/m/infer/x", "/v2/models/m/versions",
         "/v2/models/m/versions/", "/v2/models/m/versions/0", "/v2/models/m/versions/01",
@@ -239,6 +254,18 @@ Test(oip, echoes_the_id_and_takes_extras)
                        "'datatype':'FP32','parameters':{},'data':[1,2,3,4]}]}"),
                  DL_OK, "%s", err.msg);
     cr_expect_str_eq(req.id, "req-42");
+    cr_expect_eq(req.timeout_us, 0);
+}
+
+Test(oip, reads_the_timeout_parameter)
+{
+    cr_assert_eq(parse("{'parameters':{'binary_data_output':false,'timeout':2500},"
+                       "'inputs':[{'name':'pixels','shape':[1,4],'datatype':'FP32',"
+                       "'data':[1,2,3,4]}]}"),
+                 DL_OK, "%s", err.msg);
+    cr_expect_eq(req.timeout_us, 2500);
+    refused("{'parameters':{'timeout':-5},'inputs':[{'name':'pixels','shape':[1,4],"
+            "'datatype':'FP32','data':[1,2,3,4]}]}", "'parameters'.timeout must be microseconds");
 }
 
 Test(oip, selects_outputs)
@@ -850,6 +877,9 @@ Test(oip, scans_ids_and_model_keys)
         {"'model_version':true", "'model_version' must be"},
         {"'parameters':[]", "'parameters' must be an object, not an array"},
         {"'parameters':{'binary_data_output':1}", "binary_data_output must be true or false"},
+        {"'parameters':{'timeout':-1}", "'parameters'.timeout must be microseconds"},
+        {"'parameters':{'timeout':1.5}", "'parameters'.timeout must be microseconds"},
+        {"'parameters':{'timeout':'1000'}", "'parameters'.timeout must be microseconds"},
         {"'outputs':{}", "'outputs' must be an array, not an object"},
     };
     for (size_t i = 0; i < sizeof(envelope) / sizeof(envelope[0]); i++) {

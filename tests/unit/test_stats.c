@@ -394,3 +394,69 @@ Test(stats, passes_promtool)
     stats_http(st, 404);
     check_with_promtool();
 }
+
+/* ---- Triton's statistics extension ---------------------------------------- */
+
+static json_int_t dur(json_t *o, const char *key, const char *field)
+{
+    return json_integer_value(json_object_get(json_object_get(o, key), field));
+}
+
+Test(stats, model_stats_in_tritons_form)
+{
+    req_times ok = {.queue_us = 10, .input_us = 2, .infer_us = 30, .output_us = 4,
+                    .total_us = 50};
+    req_times bad = {.total_us = 7};
+    stats_request_times(st, "m", 1, true, 3, &ok);
+    stats_request_times(st, "m", 1, true, 2, &ok);
+    stats_request_times(st, "m", 1, false, 1, &bad);
+    stats_batch_times(st, "m", 1, 5, 2, 30, 1);
+    stats_batch_times(st, "m", 1, 1, 1, 10, 1);
+    stats_batch_times(st, "m", 1, 5, 2, 30, 1);
+    stats_request_times(st, "m", 2, true, 1, &ok);
+    stats_request_times(st, "other", 1, true, 1, &ok);
+    stats_timeout(st, "m", 1);
+
+    json_t *all = stats_model_stats(st, "m", 0);
+    cr_assert_eq(json_array_size(all), 2);
+    json_t *v1 = json_array_get(all, 0);
+    cr_expect_str_eq(json_string_value(json_object_get(v1, "name")), "m");
+    cr_expect_str_eq(json_string_value(json_object_get(v1, "version")), "1");
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(all, 1), "version")), "2");
+    cr_expect_eq(json_integer_value(json_object_get(v1, "inference_count")), 5);
+    cr_expect_eq(json_integer_value(json_object_get(v1, "execution_count")), 3);
+    cr_expect_gt(json_integer_value(json_object_get(v1, "last_inference")), 1700000000000LL);
+    json_t *is = json_object_get(v1, "inference_stats");
+    cr_expect_eq(dur(is, "success", "count"), 2);
+    cr_expect_eq(dur(is, "success", "ns"), 100000);
+    cr_expect_eq(dur(is, "fail", "count"), 1);
+    cr_expect_eq(dur(is, "fail", "ns"), 7000);
+    cr_expect_eq(dur(is, "queue", "ns"), 20000);
+    cr_expect_eq(dur(is, "compute_input", "ns"), 4000);
+    cr_expect_eq(dur(is, "compute_infer", "ns"), 60000);
+    cr_expect_eq(dur(is, "compute_output", "ns"), 8000);
+    json_t *bs = json_object_get(v1, "batch_stats");
+    cr_assert_eq(json_array_size(bs), 2);   /* sizes 1 and 5, ascending */
+    cr_expect_eq(json_integer_value(json_object_get(json_array_get(bs, 0), "batch_size")), 1);
+    json_t *b5 = json_array_get(bs, 1);
+    cr_expect_eq(json_integer_value(json_object_get(b5, "batch_size")), 5);
+    cr_expect_eq(dur(b5, "compute_infer", "count"), 2);
+    cr_expect_eq(dur(b5, "compute_infer", "ns"), 60000);
+    json_decref(all);
+
+    json_t *one = stats_model_stats(st, "m", 2);
+    cr_expect_eq(json_array_size(one), 1);
+    json_decref(one);
+    json_t *none = stats_model_stats(st, "m", 3);
+    cr_expect_eq(json_array_size(none), 0);
+    json_decref(none);
+    none = stats_model_stats(st, "nosuch", 0);
+    cr_expect_eq(json_array_size(none), 0);
+    json_decref(none);
+
+    char *text = stats_prometheus(st, NULL);
+    cr_assert_not_null(text);
+    cr_expect_eq(sample(text, "dlserve_request_timeouts_total{model=\"m\",version=\"1\"}"), 1);
+    cr_expect_eq(sample(text, "dlserve_request_timeouts_total{model=\"m\",version=\"2\"}"), 0);
+    free(text);
+}
