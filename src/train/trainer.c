@@ -739,11 +739,11 @@ dl_status dl_bench_run(const dl_run_opts *o, dl_err *err)
         st = dl_model_predict(t.s.m, t.test->x, n, 256, probs, err);
     double infer_rate = (double)n / (dl_time_now() - t1);
     if (st == DL_OK)
-        printf("{\"model\":\"%s\",\"threads\":%d,\"batch_size\":%lld,\"steps\":%lld,"
-               "\"train_samples_per_sec\":%.1f,\"infer_batch_size\":256,"
+        printf("{\"model\":\"%s\",\"threads\":%d,\"conv\":\"%s\",\"batch_size\":%lld,"
+               "\"steps\":%lld,\"train_samples_per_sec\":%.1f,\"infer_batch_size\":256,"
                "\"infer_samples_per_sec\":%.1f}\n",
-               t.s.conf->name, t.s.be->threads, (long long)t.hp.batch_size,
-               (long long)steps, train_rate, infer_rate);
+               t.s.conf->name, t.s.be->threads, dl_backend_conv_engine(t.s.be),
+               (long long)t.hp.batch_size, (long long)steps, train_rate, infer_rate);
     free(probs);
     trainer_close(&t);
     dl_dist_free(d);
