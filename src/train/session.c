@@ -24,9 +24,6 @@ dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, dl_err *
     dl_backend_params bp = { .threads = o->threads, .tf32 = o->tf32 };
     if (st == DL_OK)
         st = dl_backend_new(o->device, &bp, &s->be, err);
-    if (st == DL_OK && s->be->device < 0)
-        DL_LOG0(DL_LOG_INFO, "train", "cpu: %d threads, convolution and pooling through %s",
-                s->be->threads, dl_backend_conv_engine(s->be));
     if (st == DL_OK && o->tf32 && s->be->device < 0)
         DL_LOG0(DL_LOG_NOTICE, "train", "--math tf32 applies to CUDA devices only; the CPU "
                 "computes in fp32");

@@ -42,7 +42,7 @@ for e in "${engines[@]}"; do
                --limit 2048 --epochs 1 --threads "$t" --no-progress); rc=$?
         check "$e, --threads $t: training exits 0" test $rc -eq 0
         check "$e, --threads $t: the log names the engine" \
-            grep -q "cpu: $t threads, convolution and pooling through $e" "$WORK/$e-$t.err"
+            grep -q "$t threads\? per rank, convolution through $e" "$WORK/$e-$t.err"
         # main + the pool's t-1 workers + the loader; oneDNN adds its
         # OpenMP team (t-1) and one runtime thread.
         bound=$((t + 2))
