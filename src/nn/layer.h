@@ -56,6 +56,8 @@ struct layer {
     dl_act               post_act;
     bool                 folded;
     bool                 generic;                /* the engine declined: im2col */
+    bool                 cols_kept;              /* conv2d: aux holds the last training
+                                                  * forward's im2col matrices */
 };
 
 /* Output shape of a layer for a per-sample input shape; errors say what
