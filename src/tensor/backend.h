@@ -35,6 +35,8 @@ extern const dl_backend_reg dl_backend_cuda_reg;
  * implementation for this geometry (the caller then uses im2col). */
 typedef struct dl_dnnl dl_dnnl;
 dl_status dl_dnnl_new(int threads, dl_dnnl **out, dl_err *err);
+/* Hands dl_parallel_for's loops to oneDNN's OpenMP team (process-wide). */
+void      dl_dnnl_own_loops(void);
 void      dl_dnnl_free(dl_dnnl *d);
 dl_status dl_dnnl_conv_fwd(dl_dnnl *d, const dl_conv_geom *g, const float *x,
                            const float *w, const float *b, const dl_act *post, float *y,

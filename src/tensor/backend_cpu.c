@@ -1112,11 +1112,13 @@ static dl_status cpu_new(int threads, dl_conv_engine asked, dl_backend **out, dl
         }
         be->ctx = d;
         be->ops = &cpu_dnnl_ops;
+        dl_dnnl_own_loops();
     }
 #endif
-    /* Our pool runs the loops, OpenBLAS single-threaded inside its tasks,
-     * oneDNN on an OpenMP team of `threads`: one of them computes at a
-     * time, and the pool's threads sleep when idle. */
+    /* One team owns the cores: our pool's (OpenBLAS single-threaded inside
+     * its tasks), or with oneDNN its OpenMP team of `threads`, which then
+     * runs our loops too (an idle OpenMP thread spins, and would starve
+     * the pool's workers). */
     openblas_set_num_threads(1);
     dl_pool_set_threads(threads);
     *out = be;

@@ -535,6 +535,20 @@ static dl_status call(dl_dnnl *d, op_kind kind, const dl_conv_geom *g, int varia
     return st;
 }
 
+/* ---- dlserve's loops on the same OpenMP team ------------------------------ */
+
+static void omp_run(int chunks, int64_t n, dl_task_fn fn, void *ctx)
+{
+#pragma omp parallel for num_threads(chunks) schedule(static, 1)
+    for (int c = 0; c < chunks; c++)
+        fn(ctx, n * c / chunks, n * (c + 1) / chunks);
+}
+
+void dl_dnnl_own_loops(void)
+{
+    dl_pool_set_runner(omp_run);
+}
+
 /* ---- the interface (backend.h) ---------------------------------------------- */
 
 dl_status dl_dnnl_new(int threads, dl_dnnl **out, dl_err *err)
