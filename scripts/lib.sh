@@ -18,7 +18,7 @@ need_packages() {
 
 # The packages the core build and its tests need.
 CORE_PACKAGES=(gcc meson ninja-build pkg-config libopenblas-dev libjansson-dev
-               zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin)
+               zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libdnnl-dev)
 # The daemon: HTTP, configuration files, systemd, Kafka, Redis; curl and
 # kcat for the demo.
 SERVE_PACKAGES=(libmicrohttpd-dev libinih-dev libsystemd-dev curl librdkafka-dev kcat

@@ -120,8 +120,8 @@ static const cli_opt opts[] = {
     {"seed", .group = G_RUN, .arg = "N", COUNT(run.seed, 0, COUNT_MAX),
      .doc = "initialisation and shuffle seed; the same seed gives the same run"},
     {"threads", .group = G_RUN, .arg = "N", COUNT(run.threads, 1, 1024),
-     .doc = "CPU threads for everything: OpenBLAS and dlserve's own loops, never both at "
-            "once (default: all cores)"},
+     .doc = "CPU threads for everything: OpenBLAS, oneDNN and dlserve's own loops, one at "
+            "a time (default: all cores)"},
     {"device", .group = G_RUN, .kind = OPT_TEXT, .arg = "D", FIELD(run.device),
      .words = device_forms, .doc = "backend; cpu by default"},
     {"math", .group = G_RUN, .kind = OPT_WORD, .arg = "M", FIELD(run.tf32), .words = math_words,

@@ -48,6 +48,16 @@ struct layer {
     void                *aux;                    /* backend memory */
     float               *work;                   /* shared scratch */
     uint64_t             seed, calls;            /* dropout: mask stream and pass */
+    /* Fusion (model.c): a conv2d or dense layer followed by an activation
+     * applies it itself (post points at post_act), and that activation
+     * layer is `folded`: its forward does nothing, its output is the
+     * previous layer's, and its backward runs as usual. */
+    const dl_act        *post;
+    dl_act               post_act;
+    bool                 folded;
+    bool                 generic;                /* the engine declined: im2col */
+    bool                 cols_kept;              /* conv2d: aux holds the last training
+                                                  * forward's im2col matrices */
 };
 
 /* Output shape of a layer for a per-sample input shape; errors say what
@@ -60,6 +70,9 @@ const layer_ops *layer_ops_for(dl_layer_type t);
 /* Adds a parameter slot to l. */
 void layer_declare(layer *l, const char *suffix, bool trainable, int ndim,
                    int64_t d0, int64_t d1, int64_t d2, int64_t d3);
+
+/* The activation of a relu, tanh or sigmoid layer. */
+dl_act layer_act(const dl_layer_conf *c);
 
 /* Uniform(-bound, bound) fill of a host/CPU-visible buffer. */
 void layer_fill_uniform(layer *l, float *dst, int64_t n, float bound, dl_rng *rng);

@@ -44,6 +44,15 @@ static int64_t chunk_of(const layer *l, int64_t n)
     return c < 1 ? 1 : c > n ? n : c;
 }
 
+/* A training forward through im2col keeps each chunk's cols (K, B*OHW)
+ * for the backward, which then skips its own im2col: K * OHW floats a
+ * sample (never touched, so never resident, when the engine runs or in
+ * inference). */
+static size_t conv_aux(const layer *l, int64_t n)
+{
+    return (size_t)(fan_in(l) * n * l->out_shape[1] * l->out_shape[2]) * sizeof(float);
+}
+
 /* cols (K, B*OHW) then the (OC, B*OHW) product, for a chunk of B. */
 static int64_t conv_work(const layer *l, int64_t n)
 {
@@ -51,25 +60,109 @@ static int64_t conv_work(const layer *l, int64_t n)
     return (fan_in(l) + l->out_shape[0]) * chunk_of(l, n) * ohw;
 }
 
+/* A call to the backend's convolution engine answered DL_ERR_UNAVAILABLE
+ * (no kernel for this geometry): the layer keeps to im2col from now on. */
+static bool engine_declined(layer *l, dl_status st, dl_err *err)
+{
+    if (st != DL_ERR_UNAVAILABLE)
+        return false;
+    DL_LOG(DL_LOG_INFO, "nn", "layer '%s': %s; im2col instead", l->conf->name,
+           err ? err->msg : "no engine kernel");
+    if (err)
+        *err = (dl_err){0};
+    l->generic = true;
+    return true;
+}
+
+static bool use_engine(const layer *l, bool has_op) { return has_op && !l->generic; }
+
+static dl_status conv_forward_im2col(layer *l, const float *x, float *y, int64_t n,
+                                     bool train, dl_err *err);
+
 static dl_status conv_forward(layer *l, const float *x, float *y, int64_t n,
                               bool train, dl_err *err)
 {
-    (void)train;
-    int64_t chunk = chunk_of(l, n), k = fan_in(l);
+    const dl_backend_ops *ops = l->be->ops;
+    l->cols_kept = false;
+    if (use_engine(l, ops->conv_fwd != NULL)) {
+        dl_conv_geom g = geom(l, n);
+        dl_status st = ops->conv_fwd(l->be, &g, x, l->p[0].data,
+                                     l->conf->bias ? l->p[1].data : NULL, l->post, y, err);
+        if (!engine_declined(l, st, err))
+            return st;
+    }
+    return conv_forward_im2col(l, x, y, n, train, err);
+}
+
+static dl_status conv_forward_im2col(layer *l, const float *x, float *y, int64_t n,
+                                     bool train, dl_err *err)
+{
+    int64_t chunk = chunk_of(l, n), k = fan_in(l), ohw = l->out_shape[1] * l->out_shape[2];
     for (int64_t i = 0; i < n; i += chunk) {
         int64_t b = n - i < chunk ? n - i : chunk;
         dl_conv_geom g = geom(l, b);
         int64_t cols_n = b * g.oh * g.ow;
-        float *cols = l->work, *tmp = l->work + k * cols_n, *yb = y + i * l->out_dim;
+        float *cols = train ? (float *)l->aux + i * k * ohw : l->work;
+        float *tmp = l->work + k * cols_n, *yb = y + i * l->out_dim;
         l->be->ops->im2col(l->be, &g, x + i * l->in_dim, cols);
         /* tmp (OC, B*OHW) = W (OC, K) x cols (K, B*OHW) */
         dl_status st = l->be->ops->gemm(l->be, false, false, g.oc, cols_n, k, 1.0f,
                                         l->p[0].data, cols, 0.0f, tmp, err);
         if (st != DL_OK)
             return st;
+        const float *bias = l->conf->bias ? l->p[1].data : NULL;
+        if (l->be->ops->swap_bias_act) {
+            l->be->ops->swap_bias_act(l->be, tmp, yb, g.oc, b, g.oh * g.ow, bias, l->post);
+            continue;
+        }
         l->be->ops->swap_outer(l->be, tmp, yb, g.oc, b, g.oh * g.ow);
-        if (l->conf->bias)
-            l->be->ops->bias_add_nchw(l->be, yb, l->p[1].data, b, g.oc, g.oh * g.ow);
+        if (bias)
+            l->be->ops->bias_add_nchw(l->be, yb, bias, b, g.oc, g.oh * g.ow);
+        if (l->post)
+            l->be->ops->act_fwd(l->be, *l->post, yb, yb, b * l->out_dim);
+    }
+    l->cols_kept = train;
+    return DL_OK;
+}
+
+/* The gradients through im2col: the weight gradient (with want_dw) and dx. */
+static dl_status conv_backward_im2col(layer *l, const float *x, const float *dy,
+                                      float *dx, int64_t n, bool want_dw, dl_err *err)
+{
+    int64_t chunk = chunk_of(l, n), k = fan_in(l), ohw = l->out_shape[1] * l->out_shape[2];
+    if (want_dw && l->conf->bias)
+        l->be->ops->bias_grad_nchw(l->be, l->p[1].grad, dy, n, l->out_shape[0],
+                                   l->out_dim / l->out_shape[0]);
+    for (int64_t i = 0; i < n; i += chunk) {
+        int64_t b = n - i < chunk ? n - i : chunk;
+        dl_conv_geom g = geom(l, b);
+        int64_t cols_n = b * g.oh * g.ow;
+        /* cols: this chunk's im2col matrix, kept by the forward or made
+         * here in the work buffer, which then also takes dcols */
+        float *cols = l->cols_kept ? (float *)l->aux + i * k * ohw : l->work;
+        float *dcols = l->work, *dyt = l->work + k * cols_n;
+        const float *xb = x + i * l->in_dim;
+        l->be->ops->swap_outer(l->be, dy + i * l->out_dim, dyt, b, g.oc, g.oh * g.ow);
+        dl_status st = DL_OK;
+        if (want_dw) {
+            if (!l->cols_kept)
+                l->be->ops->im2col(l->be, &g, xb, cols);
+            /* dW (OC, K) += dyt (OC, B*OHW) x cols^T */
+            st = l->be->ops->gemm(l->be, false, true, g.oc, k, cols_n, 1.0f, dyt, cols,
+                                  1.0f, l->p[0].grad, err);
+        }
+        if (st != DL_OK)
+            return st;
+        if (!dx)
+            continue;
+        /* dcols (K, B*OHW) = W^T (K, OC) x dyt (OC, B*OHW) */
+        st = l->be->ops->gemm(l->be, true, false, k, cols_n, g.oc, 1.0f,
+                              l->p[0].data, dyt, 0.0f, dcols, err);
+        if (st != DL_OK)
+            return st;
+        float *dxb = dx + i * l->in_dim;
+        l->be->ops->fill(l->be, dxb, b * l->in_dim, 0.0f);
+        l->be->ops->col2im(l->be, &g, dcols, dxb);
     }
     return DL_OK;
 }
@@ -78,40 +171,28 @@ static dl_status conv_backward(layer *l, const float *x, const float *y,
                                const float *dy, float *dx, int64_t n, dl_err *err)
 {
     (void)y;
-    int64_t chunk = chunk_of(l, n), k = fan_in(l);
-    if (l->conf->bias)
-        l->be->ops->bias_grad_nchw(l->be, l->p[1].grad, dy, n, l->out_shape[0],
-                                   l->out_dim / l->out_shape[0]);
-    for (int64_t i = 0; i < n; i += chunk) {
-        int64_t b = n - i < chunk ? n - i : chunk;
-        dl_conv_geom g = geom(l, b);
-        int64_t cols_n = b * g.oh * g.ow;
-        float *cols = l->work, *dyt = l->work + k * cols_n;
-        const float *xb = x + i * l->in_dim;
-        l->be->ops->swap_outer(l->be, dy + i * l->out_dim, dyt, b, g.oc, g.oh * g.ow);
-        l->be->ops->im2col(l->be, &g, xb, cols);
-        /* dW (OC, K) += dyt (OC, B*OHW) x cols^T */
-        dl_status st = l->be->ops->gemm(l->be, false, true, g.oc, k, cols_n, 1.0f,
-                                        dyt, cols, 1.0f, l->p[0].grad, err);
-        if (st != DL_OK)
+    const dl_backend_ops *ops = l->be->ops;
+    bool want_dw = true;
+    if (use_engine(l, ops->conv_bwd_weights != NULL) && use_engine(l, ops->conv_bwd_data != NULL)) {
+        dl_conv_geom g = geom(l, n);
+        dl_status st = ops->conv_bwd_weights(l->be, &g, x, dy, l->p[0].grad,
+                                             l->conf->bias ? l->p[1].grad : NULL, err);
+        if (engine_declined(l, st, err))
+            return conv_backward_im2col(l, x, dy, dx, n, true, err);
+        if (st != DL_OK || !dx)
             return st;
-        if (!dx)
-            continue;
-        /* dcols (K, B*OHW) = W^T (K, OC) x dyt (OC, B*OHW), reusing cols */
-        st = l->be->ops->gemm(l->be, true, false, k, cols_n, g.oc, 1.0f,
-                              l->p[0].data, dyt, 0.0f, cols, err);
-        if (st != DL_OK)
+        st = ops->conv_bwd_data(l->be, &g, dy, l->p[0].data, dx, err);
+        if (!engine_declined(l, st, err))
             return st;
-        float *dxb = dx + i * l->in_dim;
-        l->be->ops->fill(l->be, dxb, b * l->in_dim, 0.0f);
-        l->be->ops->col2im(l->be, &g, cols, dxb);
+        want_dw = false;     /* added already: only dx is left */
     }
-    return DL_OK;
+    return conv_backward_im2col(l, x, dy, dx, n, want_dw, err);
 }
 
 const layer_ops layer_conv2d_ops = {
     .declare     = conv_declare,
     .init        = conv_init,
+    .aux_bytes   = conv_aux,
     .work_floats = conv_work,
     .forward     = conv_forward,
     .backward    = conv_backward,
@@ -129,13 +210,21 @@ static size_t pool_aux(const layer *l, int64_t n)
     return pool_kind(l) == DL_POOL_MAX ? (size_t)(n * l->out_dim) * sizeof(int32_t) : 0;
 }
 
+/* Which kernels filled aux in the last forward: the backward must read it
+ * with the same ones. */
 static dl_status pool_forward(layer *l, const float *x, float *y, int64_t n,
                               bool train, dl_err *err)
 {
-    (void)train;
-    (void)err;
+    const dl_backend_ops *ops = l->be->ops;
     dl_conv_geom g = geom(l, n);
-    l->be->ops->pool_fwd(l->be, pool_kind(l), &g, x, y, l->aux);
+    if (use_engine(l, ops->pool2d_fwd != NULL) && ops->pool2d_bwd != NULL) {
+        /* aux is kept for the backward of a training pass only */
+        dl_status st = ops->pool2d_fwd(l->be, pool_kind(l), &g, x, y, train ? l->aux : NULL,
+                                       err);
+        if (!engine_declined(l, st, err))
+            return st;
+    }
+    ops->pool_fwd(l->be, pool_kind(l), &g, x, y, l->aux);
     return DL_OK;
 }
 
@@ -144,12 +233,14 @@ static dl_status pool_backward(layer *l, const float *x, const float *y,
 {
     (void)x;
     (void)y;
-    (void)err;
     if (!dx)
         return DL_OK;
+    const dl_backend_ops *ops = l->be->ops;
     dl_conv_geom g = geom(l, n);
-    l->be->ops->fill(l->be, dx, n * l->in_dim, 0.0f);
-    l->be->ops->pool_bwd(l->be, pool_kind(l), &g, dy, l->aux, dx);
+    if (use_engine(l, ops->pool2d_bwd != NULL))   /* the forward used the engine too */
+        return ops->pool2d_bwd(l->be, pool_kind(l), &g, dy, l->aux, dx, err);
+    ops->fill(l->be, dx, n * l->in_dim, 0.0f);
+    ops->pool_bwd(l->be, pool_kind(l), &g, dy, l->aux, dx);
     return DL_OK;
 }
 

@@ -29,11 +29,17 @@ static dl_status dense_forward(layer *l, const float *x, float *y, int64_t n,
 {
     (void)train;
     int64_t r = rows(l, n), in = in_features(l), out = l->conf->units;
-    /* x: (r, in), W: (out, in), y: (r, out) */
-    dl_status st = l->be->ops->gemm(l->be, false, true, r, out, in, 1.0f, x,
-                                    l->p[0].data, 0.0f, y, err);
-    if (st == DL_OK && l->conf->bias)
-        l->be->ops->bias_add(l->be, y, l->p[1].data, r, out);
+    const dl_backend_ops *ops = l->be->ops;
+    const float *b = l->conf->bias ? l->p[1].data : NULL;
+    /* x: (r, in), W: (out, in), y: (r, out) = post(x W^T + b) */
+    if (ops->gemm_bias_act)
+        return ops->gemm_bias_act(l->be, r, out, in, x, l->p[0].data, b, l->post, y, err);
+    dl_status st = ops->gemm(l->be, false, true, r, out, in, 1.0f, x, l->p[0].data, 0.0f,
+                             y, err);
+    if (st == DL_OK && b)
+        ops->bias_add(l->be, y, b, r, out);
+    if (st == DL_OK && l->post)
+        ops->act_fwd(l->be, *l->post, y, y, r * out);
     return st;
 }
 

@@ -67,21 +67,24 @@ const layer_ops layer_embedding_ops = {
 
 /* ---- activations ------------------------------------------------------- */
 
-static dl_act act_of(const layer *l)
+dl_act layer_act(const dl_layer_conf *c)
 {
-    switch (l->conf->type) {
+    switch (c->type) {
     case DL_LAYER_TANH:    return DL_ACT_TANH;
     case DL_LAYER_SIGMOID: return DL_ACT_SIGMOID;
     default:               return DL_ACT_RELU;
     }
 }
 
+static dl_act act_of(const layer *l) { return layer_act(l->conf); }
+
 static dl_status act_forward(layer *l, const float *x, float *y, int64_t n,
                              bool train, dl_err *err)
 {
     (void)train;
     (void)err;
-    l->be->ops->act_fwd(l->be, act_of(l), x, y, n * l->in_dim);
+    if (!l->folded)      /* else the previous layer applied it: x is y */
+        l->be->ops->act_fwd(l->be, act_of(l), x, y, n * l->in_dim);
     return DL_OK;
 }
 

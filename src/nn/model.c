@@ -50,7 +50,8 @@ static void be_release(dl_backend *be, void *p)
 static void free_batch_buffers(dl_model *m)
 {
     for (int i = 0; m->act && i < m->nlayers; i++) {
-        be_release(m->be, m->act[i]);
+        if (!m->layers[i].folded)
+            be_release(m->be, m->act[i]);
         be_release(m->be, m->layers[i].aux);
         m->layers[i].aux = NULL;
     }
@@ -79,7 +80,10 @@ static dl_status ensure_capacity(dl_model *m, int64_t n, dl_err *err)
         maxdim = l->out_dim > maxdim ? l->out_dim : maxdim;
         if (l->ops->work_floats && l->ops->work_floats(l, n) > work)
             work = l->ops->work_floats(l, n);
-        st = be_alloc(m->be, n * l->out_dim, &m->act[i], err);
+        if (l->folded)
+            m->act[i] = m->act[i - 1];
+        else
+            st = be_alloc(m->be, n * l->out_dim, &m->act[i], err);
         size_t aux = l->ops->aux_bytes ? l->ops->aux_bytes(l, n) : 0;
         if (st == DL_OK && aux)
             st = m->be->ops->alloc(m->be, aux, &l->aux, err);
@@ -166,6 +170,30 @@ static dl_status build_layers(dl_model *m, dl_err *err)
     return DL_OK;
 }
 
+static bool is_act(dl_layer_type t)
+{
+    return t == DL_LAYER_RELU || t == DL_LAYER_TANH || t == DL_LAYER_SIGMOID;
+}
+
+/* Folds each activation that follows a conv2d or dense layer into it: the
+ * layer applies it to its output in the same pass (a post-op of the
+ * convolution engine, the GEMM's epilogue), and the activation layer's
+ * output is that same buffer. Its backward is unchanged: it reads only
+ * that output. */
+static void fuse_activations(dl_model *m)
+{
+    for (int i = 1; i < m->nlayers; i++) {
+        layer *prev = &m->layers[i - 1], *l = &m->layers[i];
+        dl_layer_type pt = prev->conf->type;
+        if (!is_act(l->conf->type) || prev->folded ||
+            (pt != DL_LAYER_CONV2D && pt != DL_LAYER_DENSE))
+            continue;
+        prev->post_act = layer_act(l->conf);
+        prev->post = &prev->post_act;
+        l->folded = true;
+    }
+}
+
 /* Initialises parameters on the host, then uploads them. */
 static dl_status init_params(dl_model *m, uint64_t seed, dl_err *err)
 {
@@ -206,6 +234,8 @@ dl_status dl_model_new(dl_backend *be, const dl_model_conf *conf, uint64_t seed,
     m->layers = calloc((size_t)conf->nlayers, sizeof(*m->layers));
     dl_status st = m->layers ? build_layers(m, err)
                              : dl_err_set(err, DL_ERR_NOMEM, "layers");
+    if (st == DL_OK)
+        fuse_activations(m);
     if (st == DL_OK)
         st = be_alloc(be, m->nparams, &m->params, err);
     if (st == DL_OK)

@@ -27,6 +27,30 @@ extern const dl_backend_reg dl_backend_cpu_reg;
  * than "unknown device" on a machine without it. */
 extern const dl_backend_reg dl_backend_cuda_reg;
 
+/* backend_dnnl.c, in a build with oneDNN: convolution and pooling
+ * primitives for the CPU backend, over plain NCHW / OIHW buffers, each
+ * created on the first call with its geometry and kept (up to a bound).
+ * Calls are serialised on the context's mutex; they run on oneDNN's OpenMP
+ * team of `threads` threads. DL_ERR_UNAVAILABLE means oneDNN has no
+ * implementation for this geometry (the caller then uses im2col). */
+typedef struct dl_dnnl dl_dnnl;
+dl_status dl_dnnl_new(int threads, dl_dnnl **out, dl_err *err);
+/* Hands dl_parallel_for's loops to oneDNN's OpenMP team (process-wide). */
+void      dl_dnnl_own_loops(void);
+void      dl_dnnl_free(dl_dnnl *d);
+dl_status dl_dnnl_conv_fwd(dl_dnnl *d, const dl_conv_geom *g, const float *x,
+                           const float *w, const float *b, const dl_act *post, float *y,
+                           dl_err *err);
+dl_status dl_dnnl_conv_bwd_data(dl_dnnl *d, const dl_conv_geom *g, const float *dy,
+                                const float *w, float *dx, dl_err *err);
+dl_status dl_dnnl_conv_bwd_weights(dl_dnnl *d, const dl_conv_geom *g, const float *x,
+                                   const float *dy, float *dw, float *db, dl_err *err);
+dl_status dl_dnnl_pool_fwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
+                           const float *x, float *y, void *ws, size_t ws_bytes, dl_err *err);
+dl_status dl_dnnl_pool_bwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
+                           const float *dy, const void *ws, size_t ws_bytes, float *dx,
+                           dl_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -74,7 +74,11 @@ typedef struct gemm_job {
     float alpha, beta;
     const float *a, *b;
     float *c;
+    const float *bias;     /* epilogue: c[i, j] += bias[j], NULL for none */
+    const dl_act *post;    /* then c = post(c), NULL for none */
 } gemm_job;
+
+static void act_rows(dl_act act, float *restrict y, int64_t n);
 
 #define GEMM_BLOCK 16   /* rows or columns per unit of work */
 
@@ -85,10 +89,28 @@ static void gemm_block(const gemm_job *j, int64_t r0, int64_t r1, int64_t c0, in
     blasint ldb = j->tb ? (blasint)j->k : (blasint)j->n;
     const float *a = j->ta ? j->a + r0 : j->a + r0 * j->k;
     const float *b = j->tb ? j->b + c0 * j->k : j->b + c0;
-    cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans,
+    if (j->k == 0) {
+        for (int64_t r = r0; r < r1; r++)
+            memset(j->c + r * j->n + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+    } else {
+        cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans,
                 j->tb ? CblasTrans : CblasNoTrans, (blasint)(r1 - r0),
                 (blasint)(c1 - c0), (blasint)j->k, j->alpha, a, lda, b, ldb,
                 j->beta, j->c + r0 * j->n + c0, (blasint)j->n);
+    }
+    if (!j->bias && !j->post)
+        return;
+    /* The epilogue, while the block is still in cache. */
+    for (int64_t r = r0; r < r1; r++) {
+        float *restrict row = j->c + r * j->n + c0;
+        if (j->bias) {
+            const float *restrict bias = j->bias + c0;
+            for (int64_t i = 0; i < c1 - c0; i++)
+                row[i] += bias[i];
+        }
+        if (j->post)
+            act_rows(*j->post, row, c1 - c0);
+    }
 }
 
 static void gemm_task(void *ctx, int64_t u0, int64_t u1)
@@ -121,6 +143,27 @@ static dl_status cpu_gemm(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n
     int64_t units = ((j.by_rows ? m : n) + GEMM_BLOCK - 1) / GEMM_BLOCK;
     /* About 2 MFLOP per task at least: smaller GEMMs stay on one thread. */
     int64_t per_unit = 2 * GEMM_BLOCK * (j.by_rows ? n : m) * k;
+    int64_t grain = (2 << 20) / (per_unit > 0 ? per_unit : 1) + 1;
+    dl_parallel_for(units, grain, gemm_task, &j);
+    return DL_OK;
+}
+
+/* C = post(A B^T + bias): the dense layer's forward in one pass over C. */
+static dl_status cpu_gemm_bias_act(dl_backend *be, int64_t m, int64_t n, int64_t k,
+                                   const float *a, const float *b, const float *bias,
+                                   const dl_act *post, float *c, dl_err *err)
+{
+    (void)be;
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+        return dl_err_set(err, DL_ERR_INVALID, "gemm of %lldx%lldx%lld is too large",
+                          (long long)m, (long long)n, (long long)k);
+    if (m == 0 || n == 0)
+        return DL_OK;
+    gemm_job j = { .ta = false, .tb = true, .by_rows = m >= n, .m = m, .n = n, .k = k,
+                   .alpha = 1.0f, .beta = 0.0f, .a = a, .b = b, .c = c,
+                   .bias = bias, .post = post };
+    int64_t units = ((j.by_rows ? m : n) + GEMM_BLOCK - 1) / GEMM_BLOCK;
+    int64_t per_unit = 2 * GEMM_BLOCK * (j.by_rows ? n : m) * (k > 0 ? k : 1);
     int64_t grain = (2 << 20) / (per_unit > 0 ? per_unit : 1) + 1;
     dl_parallel_for(units, grain, gemm_task, &j);
     return DL_OK;
@@ -218,10 +261,33 @@ typedef struct act_job {
     float *out;
 } act_job;
 
+/* y = act(y) in place. */
+static void act_rows(dl_act act, float *restrict y, int64_t n)
+{
+    switch (act) {
+    case DL_ACT_RELU:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+        break;
+    case DL_ACT_TANH:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = tanhf(y[i]);
+        break;
+    case DL_ACT_SIGMOID:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = 1.0f / (1.0f + expf(-y[i]));
+        break;
+    }
+}
+
 /* Local restrict copies let the compiler vectorize these loops. */
 static void act_fwd_task(void *ctx, int64_t b, int64_t e)
 {
     const act_job *j = ctx;
+    if (j->x == j->out) {          /* in place: restrict would not hold */
+        act_rows(j->act, j->out + b, e - b);
+        return;
+    }
     const float *restrict x = j->x;
     float *restrict y = j->out;
     switch (j->act) {
@@ -319,6 +385,8 @@ typedef struct conv_job {
     const float *src;
     float *dst;
     int64_t a, b, hw;
+    const float *bias;
+    const dl_act *post;
 } conv_job;
 
 /* Output columns [*lo, *hi) whose input column ox * sw - pw + kj lies
@@ -440,6 +508,31 @@ static void cpu_swap_outer(dl_backend *be, const float *x, float *y, int64_t a,
     dl_parallel_for(b, 1, swap_task, &j);
 }
 
+/* swap_task with the bias and the activation applied to each plane as it
+ * is copied. */
+static void swap_bias_act_task(void *ctx, int64_t i0, int64_t i1)
+{
+    const conv_job *j = ctx;
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t k = 0; k < j->a; k++) {
+            float *restrict d = j->dst + (i * j->a + k) * j->hw;
+            const float *restrict s = j->src + (k * j->b + i) * j->hw;
+            float v = j->bias ? j->bias[k] : 0.0f;
+            for (int64_t e = 0; e < j->hw; e++)
+                d[e] = s[e] + v;
+            if (j->post)
+                act_rows(*j->post, d, j->hw);
+        }
+}
+
+static void cpu_swap_bias_act(dl_backend *be, const float *x, float *y, int64_t a,
+                              int64_t b, int64_t hw, const float *bias, const dl_act *post)
+{
+    (void)be;
+    conv_job j = { .src = x, .dst = y, .a = a, .b = b, .hw = hw, .bias = bias, .post = post };
+    dl_parallel_for(b, 1, swap_bias_act_task, &j);
+}
+
 /* ---- pooling ---------------------------------------------------------- */
 
 typedef struct pool_job {
@@ -451,20 +544,26 @@ typedef struct pool_job {
     const int32_t *argmax_in;
 } pool_job;
 
-/* The common 2x2, stride 2 case, first maximum wins as in the general loop. */
-static void maxpool_2x2(const dl_conv_geom *g, const float *x, float *y, int32_t *am)
+/* The common 2x2, stride 2 case, first maximum wins as in the general
+ * loop. Selects rather than branches: after a ReLU, ties and near-random
+ * winners would make every branch a coin toss. */
+static void maxpool_2x2(const dl_conv_geom *g, const float *x, float *restrict y,
+                        int32_t *restrict am)
 {
+    int32_t w = (int32_t)g->w;
     for (int64_t oy = 0; oy < g->oh; oy++) {
-        const float *r0 = x + 2 * oy * g->w, *r1 = r0 + g->w;
+        const float *restrict r0 = x + 2 * oy * g->w, *restrict r1 = r0 + g->w;
+        float *restrict yr = y + oy * g->ow;
+        int32_t base = (int32_t)(2 * oy * g->w);
         for (int64_t ox = 0; ox < g->ow; ox++) {
-            int64_t c = 2 * ox, arg = c;
-            float best = r0[c];
-            if (r0[c + 1] > best) { best = r0[c + 1]; arg = c + 1; }
-            if (r1[c] > best)     { best = r1[c];     arg = g->w + c; }
-            if (r1[c + 1] > best) { best = r1[c + 1]; arg = g->w + c + 1; }
-            y[oy * g->ow + ox] = best;
+            int32_t c = (int32_t)(2 * ox), arg = c;
+            float best = r0[c], v;
+            v = r0[c + 1]; arg = v > best ? c + 1 : arg;     best = v > best ? v : best;
+            v = r1[c];     arg = v > best ? w + c : arg;     best = v > best ? v : best;
+            v = r1[c + 1]; arg = v > best ? w + c + 1 : arg; best = v > best ? v : best;
+            yr[ox] = best;
             if (am)
-                am[oy * g->ow + ox] = (int32_t)(2 * oy * g->w + arg);
+                am[oy * g->ow + ox] = base + arg;
         }
     }
 }
@@ -846,8 +945,55 @@ static void cpu_axpy(dl_backend *be, float alpha, const float *x, float *y,
     cblas_saxpy((blasint)n, alpha, x, 1, y, 1);
 }
 
+#ifdef DL_HAVE_DNNL
+/* ---- oneDNN (backend_dnnl.c): be->ctx is the dl_dnnl context ------------- */
+
+static dl_status dnnl_conv_fwd(dl_backend *be, const dl_conv_geom *g, const float *x,
+                               const float *w, const float *b, const dl_act *post,
+                               float *y, dl_err *err)
+{
+    return dl_dnnl_conv_fwd(be->ctx, g, x, w, b, post, y, err);
+}
+
+static dl_status dnnl_conv_bwd_data(dl_backend *be, const dl_conv_geom *g,
+                                    const float *dy, const float *w, float *dx, dl_err *err)
+{
+    return dl_dnnl_conv_bwd_data(be->ctx, g, dy, w, dx, err);
+}
+
+static dl_status dnnl_conv_bwd_weights(dl_backend *be, const dl_conv_geom *g,
+                                       const float *x, const float *dy, float *dw,
+                                       float *db, dl_err *err)
+{
+    return dl_dnnl_conv_bwd_weights(be->ctx, g, x, dy, dw, db, err);
+}
+
+/* The room the layers give: one int32 per output. */
+static size_t ws_room(const dl_conv_geom *g)
+{
+    return (size_t)(g->n * g->c * g->oh * g->ow) * sizeof(int32_t);
+}
+
+static dl_status dnnl_pool_fwd(dl_backend *be, dl_pool_kind kind, const dl_conv_geom *g,
+                               const float *x, float *y, void *ws, dl_err *err)
+{
+    return dl_dnnl_pool_fwd(be->ctx, kind, g, x, y, ws, ws_room(g), err);
+}
+
+static dl_status dnnl_pool_bwd(dl_backend *be, dl_pool_kind kind, const dl_conv_geom *g,
+                               const float *dy, const void *ws, float *dx, dl_err *err)
+{
+    return dl_dnnl_pool_bwd(be->ctx, kind, g, dy, ws, ws_room(g), dx, err);
+}
+#endif
+
 static void cpu_free(dl_backend *be)
 {
+    if (!be)
+        return;
+#ifdef DL_HAVE_DNNL
+    dl_dnnl_free(be->ctx);
+#endif
     free(be);
 }
 
@@ -859,47 +1005,93 @@ static dl_status cpu_sync(dl_backend *be, dl_err *err)
     return DL_OK;
 }
 
-static const dl_backend_ops cpu_ops = {
-    .name           = "cpu",
-    .free           = cpu_free,
-    .sync           = cpu_sync,
-    .alloc          = cpu_alloc,
-    .release        = cpu_release,
-    .upload         = cpu_copy,
-    .download       = cpu_copy,
-    .fill           = cpu_fill,
-    .copy           = cpu_copy_f32,
-    .gemm           = cpu_gemm,
-    .bias_add       = cpu_bias_add,
-    .bias_grad      = cpu_bias_grad,
-    .bias_add_nchw  = cpu_bias_add_nchw,
-    .bias_grad_nchw = cpu_bias_grad_nchw,
-    .act_fwd        = cpu_act_fwd,
-    .act_bwd        = cpu_act_bwd,
-    .softmax_fwd    = cpu_softmax_fwd,
-    .softmax_bwd    = cpu_softmax_bwd,
-    .im2col         = cpu_im2col,
-    .col2im         = cpu_col2im,
-    .swap_outer     = cpu_swap_outer,
-    .pool_fwd       = cpu_pool_fwd,
-    .pool_bwd       = cpu_pool_bwd,
-    .bn_fwd_train   = cpu_bn_fwd_train,
-    .bn_fwd_infer   = cpu_bn_fwd_infer,
-    .bn_bwd         = cpu_bn_bwd,
-    .dropout_fwd    = cpu_dropout_fwd,
-    .mul            = cpu_mul,
-    .embed_fwd      = cpu_embed_fwd,
-    .embed_bwd      = cpu_embed_bwd,
-    .xent           = cpu_xent,
-    .mse            = cpu_mse,
-    .sgd_step       = cpu_sgd_step,
-    .adam_step      = cpu_adam_step,
+/* The kernels both CPU tables share. */
+#define CPU_OPS \
+    .name           = "cpu", \
+    .free           = cpu_free, \
+    .sync           = cpu_sync, \
+    .alloc          = cpu_alloc, \
+    .release        = cpu_release, \
+    .upload         = cpu_copy, \
+    .download       = cpu_copy, \
+    .fill           = cpu_fill, \
+    .copy           = cpu_copy_f32, \
+    .gemm           = cpu_gemm, \
+    .gemm_bias_act  = cpu_gemm_bias_act, \
+    .bias_add       = cpu_bias_add, \
+    .bias_grad      = cpu_bias_grad, \
+    .bias_add_nchw  = cpu_bias_add_nchw, \
+    .bias_grad_nchw = cpu_bias_grad_nchw, \
+    .act_fwd        = cpu_act_fwd, \
+    .act_bwd        = cpu_act_bwd, \
+    .softmax_fwd    = cpu_softmax_fwd, \
+    .softmax_bwd    = cpu_softmax_bwd, \
+    .im2col         = cpu_im2col, \
+    .col2im         = cpu_col2im, \
+    .swap_outer     = cpu_swap_outer, \
+    .swap_bias_act  = cpu_swap_bias_act, \
+    .pool_fwd       = cpu_pool_fwd, \
+    .pool_bwd       = cpu_pool_bwd, \
+    .bn_fwd_train   = cpu_bn_fwd_train, \
+    .bn_fwd_infer   = cpu_bn_fwd_infer, \
+    .bn_bwd         = cpu_bn_bwd, \
+    .dropout_fwd    = cpu_dropout_fwd, \
+    .mul            = cpu_mul, \
+    .embed_fwd      = cpu_embed_fwd, \
+    .embed_bwd      = cpu_embed_bwd, \
+    .xent           = cpu_xent, \
+    .mse            = cpu_mse, \
+    .sgd_step       = cpu_sgd_step, \
+    .adam_step      = cpu_adam_step, \
     .axpy           = cpu_axpy,
+
+/* im2col + OpenBLAS and plain loops for convolution and pooling. */
+static const dl_backend_ops cpu_ops = {
+    CPU_OPS
 };
 
-dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err)
+#ifdef DL_HAVE_DNNL
+/* The same, with oneDNN's convolution and pooling. */
+static const dl_backend_ops cpu_dnnl_ops = {
+    CPU_OPS
+    .conv_fwd         = dnnl_conv_fwd,
+    .conv_bwd_data    = dnnl_conv_bwd_data,
+    .conv_bwd_weights = dnnl_conv_bwd_weights,
+    .pool2d_fwd       = dnnl_pool_fwd,
+    .pool2d_bwd       = dnnl_pool_bwd,
+};
+#endif
+
+/* The engine asked for: the caller's, else DLSERVE_CPU_CONV's, else
+ * im2col. DL_ERR_INVALID for an unknown word in the environment. */
+static dl_status pick_engine(dl_conv_engine asked, dl_conv_engine *out, dl_err *err)
+{
+    *out = asked;
+    if (asked != DL_CONV_DEFAULT)
+        return DL_OK;
+    const char *env = getenv("DLSERVE_CPU_CONV");
+    *out = DL_CONV_IM2COL;
+    if (!env || !*env || strcmp(env, "im2col") == 0)
+        return DL_OK;
+    if (strcmp(env, "onednn") == 0) {
+        *out = DL_CONV_ONEDNN;
+        return DL_OK;
+    }
+    return dl_err_set(err, DL_ERR_INVALID, "DLSERVE_CPU_CONV=%s: expected im2col or onednn",
+                      env);
+}
+
+static dl_status cpu_new(int threads, dl_conv_engine asked, dl_backend **out, dl_err *err)
 {
     *out = NULL;
+    dl_conv_engine engine;
+    if (pick_engine(asked, &engine, err) != DL_OK)
+        return DL_ERR_INVALID;
+#ifndef DL_HAVE_DNNL
+    if (engine == DL_CONV_ONEDNN)
+        return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN is not built in "
+                          "(meson -Ddnnl=enabled with libdnnl-dev)");
+#endif
     if (threads <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         threads = n > 0 ? (int)n : 1;
@@ -910,12 +1102,32 @@ dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err)
     be->ops = &cpu_ops;
     be->device = -1;
     be->threads = threads;
-    /* All parallelism is the pool's: OpenBLAS runs single-threaded inside
-     * its tasks, and the pool's threads sleep when idle. */
+#ifdef DL_HAVE_DNNL
+    if (engine == DL_CONV_ONEDNN) {
+        dl_dnnl *d;
+        dl_status st = dl_dnnl_new(threads, &d, err);
+        if (st != DL_OK) {
+            free(be);
+            return st;
+        }
+        be->ctx = d;
+        be->ops = &cpu_dnnl_ops;
+        dl_dnnl_own_loops();
+    }
+#endif
+    /* One team owns the cores: our pool's (OpenBLAS single-threaded inside
+     * its tasks), or with oneDNN its OpenMP team of `threads`, which then
+     * runs our loops too (an idle OpenMP thread spins, and would starve
+     * the pool's workers). */
     openblas_set_num_threads(1);
     dl_pool_set_threads(threads);
     *out = be;
     return DL_OK;
+}
+
+dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err)
+{
+    return cpu_new(threads, DL_CONV_DEFAULT, out, err);
 }
 
 /* The backend registration: "cpu" has no device index. */
@@ -923,7 +1135,7 @@ static dl_status cpu_create(int index, const dl_backend_params *p, dl_backend **
                             dl_err *err)
 {
     (void)index;
-    return dl_backend_cpu_new(p->threads, out, err);
+    return cpu_new(p->threads, p->conv, out, err);
 }
 
 const dl_backend_reg dl_backend_cpu_reg = {

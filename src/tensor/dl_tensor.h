@@ -103,12 +103,49 @@ typedef struct dl_backend_ops {
     /* (A, B, HW) <-> (B, A, HW): swaps the two outer axes. */
     void (*swap_outer)(dl_backend *be, const float *x, float *y, int64_t a, int64_t b, int64_t hw);
 
+    /* Optional: swap_outer, then y[., k, .] += bias[k] (bias may be NULL),
+     * then y = post(y) (post may be NULL), in one pass: the epilogue of
+     * an im2col convolution. NULL: the three ops one after the other. */
+    void (*swap_bias_act)(dl_backend *be, const float *x, float *y, int64_t a, int64_t b,
+                          int64_t hw, const float *bias, const dl_act *post);
+
     /* Pooling; max pooling records the winning input index in argmax. */
     void (*pool_fwd)(dl_backend *be, dl_pool_kind kind, const dl_conv_geom *g,
                      const float *x, float *y, int32_t *argmax);
     /* Accumulates into dx. */
     void (*pool_bwd)(dl_backend *be, dl_pool_kind kind, const dl_conv_geom *g,
                      const float *dy, const int32_t *argmax, float *dx);
+
+    /* ---- optional kernels of a convolution engine (oneDNN on the CPU) ----
+     * NULL in a backend without one: the layers then use im2col + gemm and
+     * pool_fwd / pool_bwd above. Every buffer is plain: x and dx (N, C, H, W),
+     * y and dy (N, OC, OH, OW), w and dw (OC, C, KH, KW). A call answering
+     * DL_ERR_UNAVAILABLE has no kernel for that geometry and changed nothing:
+     * the caller falls back to the generic path. */
+    /* y = post(conv(x, w) + b); b may be NULL (no bias), post NULL (none). */
+    dl_status (*conv_fwd)(dl_backend *be, const dl_conv_geom *g, const float *x,
+                          const float *w, const float *b, const dl_act *post,
+                          float *y, dl_err *err);
+    /* dx is overwritten. */
+    dl_status (*conv_bwd_data)(dl_backend *be, const dl_conv_geom *g, const float *dy,
+                               const float *w, float *dx, dl_err *err);
+    /* dw and db accumulate; db may be NULL (no bias). */
+    dl_status (*conv_bwd_weights)(dl_backend *be, const dl_conv_geom *g, const float *x,
+                                  const float *dy, float *dw, float *db, dl_err *err);
+    /* Pooling as pool_fwd / pool_bwd, except that ws (room for N*C*OH*OW
+     * int32) holds what the backward needs in the engine's own form (NULL:
+     * inference, no backward follows) and that pool2d_bwd overwrites dx. */
+    dl_status (*pool2d_fwd)(dl_backend *be, dl_pool_kind kind, const dl_conv_geom *g,
+                            const float *x, float *y, void *ws, dl_err *err);
+    dl_status (*pool2d_bwd)(dl_backend *be, dl_pool_kind kind, const dl_conv_geom *g,
+                            const float *dy, const void *ws, float *dx, dl_err *err);
+
+    /* Optional fused dense epilogue: C (m x n) = post(A B^T + bias[j]) with
+     * A (m x k), B (n x k) row-major; bias may be NULL, post NULL (none).
+     * NULL in a backend without it: gemm, bias_add and act_fwd instead. */
+    dl_status (*gemm_bias_act)(dl_backend *be, int64_t m, int64_t n, int64_t k,
+                               const float *a, const float *b, const float *bias,
+                               const dl_act *post, float *c, dl_err *err);
 
     /* Batch normalisation over (N, C, HW) per channel. Training mode uses
      * the batch statistics, saves mean and inverse std, and updates the
@@ -181,6 +218,14 @@ struct dl_backend {
 
 #define DL_CHUNK_FLOATS (512 * 1024)   /* ~2 MB: still in cache for the GEMM */
 
+/* The CPU's kernels for convolution and pooling: im2col + OpenBLAS with
+ * plain loops, or oneDNN's primitives (a build with -Ddnnl). DEFAULT is
+ * the environment's DLSERVE_CPU_CONV ("im2col" or "onednn"), else im2col:
+ * measured faster on the machines this project runs on (tests/bench/RESULTS.md). */
+typedef enum dl_conv_engine {
+    DL_CONV_DEFAULT = 0, DL_CONV_IM2COL, DL_CONV_ONEDNN,
+} dl_conv_engine;
+
 /* How a backend is created. Zero-initialised means: all online CPUs,
  * fp32 GEMMs. */
 typedef struct dl_backend_params {
@@ -188,12 +233,18 @@ typedef struct dl_backend_params {
     bool tf32;         /* TF32 tensor-core GEMMs where the device has them:
                         * the products keep 10 mantissa bits (relative
                         * error ~1e-3 instead of ~1e-6); the CPU ignores it */
+    dl_conv_engine conv;   /* CPU: the kernels of convolution and pooling */
 } dl_backend_params;
 
-/* CPU backend with `threads` threads for OpenBLAS and for our own loops
- * (both run one at a time, so the process never uses more than `threads`
- * cores). threads <= 0 means the number of online CPUs. New. */
+/* CPU backend with `threads` threads for OpenBLAS, oneDNN and our own
+ * loops (they run one at a time, so the process never computes on more
+ * than `threads` cores). threads <= 0 means the number of online CPUs.
+ * Convolution and pooling as DL_CONV_DEFAULT says. New. */
 dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err);
+
+/* The kernels behind convolution and pooling: "onednn" when the backend
+ * has a convolution engine (ops->conv_fwd), else "im2col". Static string. */
+const char *dl_backend_conv_engine(const dl_backend *be);
 
 /* Creates the backend named by a device string: "NAME" or "NAME:N" for
  * device N of that kind ("cpu", "cuda", "cuda:1"; a bare "cuda" is the GPU

@@ -153,6 +153,11 @@ dl_status dl_backend_memory(dl_backend *be, size_t *used, size_t *total)
     return DL_ERR_INVALID;
 }
 
+const char *dl_backend_conv_engine(const dl_backend *be)
+{
+    return be->ops->conv_fwd ? "onednn" : "im2col";
+}
+
 bool dl_backend_can_record(const dl_backend *be)
 {
     return be->ops->graph_begin != NULL;

@@ -651,11 +651,13 @@ static dl_status train_job(trainer *t, dl_err *err)
              (o->progress == 1 || (o->progress < 0 && isatty(STDERR_FILENO)));
     DL_LOG0(DL_LOG_INFO, "train",
             "%s: %lld train / %lld test samples, %lld epochs of %lld steps, batch %lld x %d "
-            "trainer%s, %s lr %g, %d thread%s per rank", t->s.conf->name,
+            "trainer%s, %s lr %g, %d thread%s per rank, convolution through %s",
+            t->s.conf->name,
             (long long)t->train->n, (long long)t->test->n, (long long)t->hp.epochs,
             (long long)t->steps_per_epoch, (long long)t->hp.batch_size, t->T,
             t->T > 1 ? "s" : "", dl_optim_name(t->hp.optimizer), t->hp.lr,
-            t->s.be->threads, t->s.be->threads > 1 ? "s" : "");
+            t->s.be->threads, t->s.be->threads > 1 ? "s" : "",
+            dl_backend_conv_engine(t->s.be));
     dl_epoch_stats *es = calloc((size_t)t->hp.epochs, sizeof(*es));
     if (!es)
         return dl_err_set(err, DL_ERR_NOMEM, "epoch table");
@@ -739,11 +741,11 @@ dl_status dl_bench_run(const dl_run_opts *o, dl_err *err)
         st = dl_model_predict(t.s.m, t.test->x, n, 256, probs, err);
     double infer_rate = (double)n / (dl_time_now() - t1);
     if (st == DL_OK)
-        printf("{\"model\":\"%s\",\"threads\":%d,\"batch_size\":%lld,\"steps\":%lld,"
-               "\"train_samples_per_sec\":%.1f,\"infer_batch_size\":256,"
+        printf("{\"model\":\"%s\",\"threads\":%d,\"conv\":\"%s\",\"batch_size\":%lld,"
+               "\"steps\":%lld,\"train_samples_per_sec\":%.1f,\"infer_batch_size\":256,"
                "\"infer_samples_per_sec\":%.1f}\n",
-               t.s.conf->name, t.s.be->threads, (long long)t.hp.batch_size,
-               (long long)steps, train_rate, infer_rate);
+               t.s.conf->name, t.s.be->threads, dl_backend_conv_engine(t.s.be),
+               (long long)t.hp.batch_size, (long long)steps, train_rate, infer_rate);
     free(probs);
     trainer_close(&t);
     dl_dist_free(d);

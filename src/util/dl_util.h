@@ -272,6 +272,17 @@ int  dl_pool_threads(void);
  * sets 0. */
 void dl_pool_set_spin(int polls);
 
+/* Another owner for the pool's loops: runs fn over [0, n) in `chunks`
+ * contiguous chunks (chunk c is [n c / chunks, n (c + 1) / chunks)) on its
+ * own threads and returns when all are done. With a runner set, the pool
+ * starts no workers of its own: the CPU backend with oneDNN hands every
+ * loop to oneDNN's OpenMP team, so one team owns the cores (OpenMP's idle
+ * threads spin, and would starve a second set of workers). Process-wide;
+ * not thread-safe: call at start-up, before dl_pool_set_threads. NULL
+ * gives the loops back to the pool. */
+typedef void (*dl_pool_runner)(int chunks, int64_t n, dl_task_fn fn, void *ctx);
+void dl_pool_set_runner(dl_pool_runner run);
+
 /* Runs fn over [0, n) split in contiguous chunks, one per thread, and
  * returns when all are done. Runs inline when n < grain * 2 or with one
  * thread. Calls from inside a task, or while another thread's loop holds

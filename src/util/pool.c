@@ -1,4 +1,5 @@
-/* pool.c: a fixed pool of worker threads for data-parallel loops. Idle
+/* pool.c: a fixed pool of worker threads for data-parallel loops (or
+ * another runner's threads, dl_pool_set_runner). Idle
  * workers spin for a few microseconds (a training step runs many short
  * loops back to back), then sleep on a condition variable, so the pool
  * never holds cores between jobs. OpenBLAS runs single-threaded inside
@@ -32,6 +33,8 @@ static struct {
            PTHREAD_COND_INITIALIZER, 1, 0, 0, 0, 0, NULL, NULL, 0, 0 };
 
 static _Thread_local int in_task;
+
+static dl_pool_runner runner;   /* another owner of the loops, or NULL */
 
 /* One caller at a time uses the workers; a concurrent caller (another
  * thread's loop) runs its loop inline. */
@@ -95,15 +98,20 @@ void dl_pool_set_threads(int n)
     if (n > POOL_MAX)
         n = POOL_MAX;
     pthread_mutex_lock(&pool.mu);
-    while (pool.started < n - 1) {
+    while (!runner && pool.started < n - 1) {
         pthread_t tid;
         if (pthread_create(&tid, NULL, worker, (void *)(intptr_t)(pool.started + 1)) != 0)
             break;
         pthread_detach(tid);
         pool.started++;
     }
-    pool.nthreads = pool.started + 1 < n ? pool.started + 1 : n;
+    pool.nthreads = runner || pool.started + 1 >= n ? n : pool.started + 1;
     pthread_mutex_unlock(&pool.mu);
+}
+
+void dl_pool_set_runner(dl_pool_runner run)
+{
+    runner = run;
 }
 
 void dl_pool_set_spin(int polls)
@@ -127,6 +135,13 @@ void dl_parallel_for(int64_t n, int64_t grain, dl_task_fn fn, void *ctx)
         chunks = pool.nthreads;
     if (chunks < 2 || in_task || pthread_mutex_trylock(&caller) != 0) {
         fn(ctx, 0, n);
+        return;
+    }
+    if (runner) {
+        in_task = 1;
+        runner((int)chunks, n, fn, ctx);
+        in_task = 0;
+        pthread_mutex_unlock(&caller);
         return;
     }
     pool.fn = fn;

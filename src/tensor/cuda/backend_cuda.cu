@@ -907,8 +907,16 @@ const dl_backend_ops cuda_ops = {
     .im2col         = cu_im2col,
     .col2im         = cu_col2im,
     .swap_outer     = cu_swap_outer,
+    .swap_bias_act  = NULL,   /* swap_outer, bias_add_nchw, act_fwd */
     .pool_fwd       = cu_pool_fwd,
     .pool_bwd       = cu_pool_bwd,
+    /* no convolution engine, no fused dense epilogue: the generic paths */
+    .conv_fwd         = NULL,
+    .conv_bwd_data    = NULL,
+    .conv_bwd_weights = NULL,
+    .pool2d_fwd       = NULL,
+    .pool2d_bwd       = NULL,
+    .gemm_bias_act    = NULL,
     .bn_fwd_train   = cu_bn_fwd_train,
     .bn_fwd_infer   = cu_bn_fwd_infer,
     .bn_bwd         = cu_bn_bwd,

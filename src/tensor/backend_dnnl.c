@@ -1,0 +1,627 @@
+/* backend_dnnl.c: the CPU backend's convolution and pooling through oneDNN:
+ * one primitive per geometry, created on first use and kept for the next. */
+#define _POSIX_C_SOURCE 200809L
+#include "tensor/backend.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Maps a failed oneDNN call to DL_ERR_BACKEND with the library's word for it. */
+#define DNNL_CHECK(call, err)                                                     \
+    do {                                                                          \
+        dnnl_status_t s_ = (call);                                                \
+        if (s_ != dnnl_success)                                                   \
+            return dl_err_set((err), DL_ERR_BACKEND, "oneDNN: %s: %s", #call,     \
+                              dnnl_status2str(s_));                               \
+    } while (0)
+
+#define CACHE_MAX 32    /* primitives kept; the least recently used goes first */
+#define SLOTS_MAX 4
+
+typedef enum op_kind {
+    OP_CONV_FWD, OP_CONV_BWD_DATA, OP_CONV_BWD_WEIGHTS, OP_POOL_FWD, OP_POOL_BWD,
+} op_kind;
+
+/* One tensor argument. The caller's memory is always plain (NCHW, OIHW,
+ * a vector); when the primitive picked another layout, `inner` holds the
+ * tensor in that layout and `reorder` converts at the edge. Accumulating
+ * outputs (weight gradients) always go through `inner`, and their reorder
+ * adds into the caller's buffer. */
+typedef struct arg_slot {
+    int              arg;        /* DNNL_ARG_* */
+    bool             output;
+    dnnl_memory_t    user;       /* plain layout, data handle set per call */
+    dnnl_memory_t    inner;      /* NULL when the primitive takes `user` itself */
+    dnnl_primitive_t reorder;
+} arg_slot;
+
+typedef struct entry {
+    op_kind          kind;
+    dl_conv_geom     g;
+    int              variant;    /* conv: post-op and bias; pool: kind and training */
+    dnnl_primitive_t prim;
+    int              nslots;
+    arg_slot         slot[SLOTS_MAX];
+    dnnl_memory_t    ws;         /* pooling workspace, data handle set per call */
+    size_t           ws_bytes;
+    uint64_t         used;
+} entry;
+
+struct dl_dnnl {
+    pthread_mutex_t mu;          /* one execution at a time: the scratchpads are per primitive */
+    dnnl_engine_t   eng;
+    dnnl_stream_t   stream;
+    int             threads;
+    int             n;
+    uint64_t        clock;
+    entry          *cache[CACHE_MAX];
+};
+
+/* ---- descriptors ------------------------------------------------------- */
+
+static void md_plain(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims,
+                     dnnl_format_tag_t tag)
+{
+    dnnl_memory_desc_init_by_tag(md, ndims, dims, dnnl_f32, tag);
+}
+
+static void md_any(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims)
+{
+    dnnl_memory_desc_init_by_tag(md, ndims, dims, dnnl_f32, dnnl_format_tag_any);
+}
+
+/* Right padding that gives our output size (which rounds down): oneDNN
+ * wants it explicit. DL_ERR_UNAVAILABLE when negative: the caller then
+ * uses im2col. */
+static dl_status pads(const dl_conv_geom *g, dnnl_dims_t l, dnnl_dims_t r, dl_err *err)
+{
+    l[0] = g->ph;
+    l[1] = g->pw;
+    r[0] = (g->oh - 1) * g->sh + g->kh - g->h - g->ph;
+    r[1] = (g->ow - 1) * g->sw + g->kw - g->w - g->pw;
+    if (r[0] < 0 || r[1] < 0)
+        return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN: window does not reach the edge");
+    return DL_OK;
+}
+
+static void dims_src(const dl_conv_geom *g, dnnl_dims_t d)
+{
+    d[0] = g->n; d[1] = g->c; d[2] = g->h; d[3] = g->w;
+}
+
+static void dims_dst(const dl_conv_geom *g, dnnl_dims_t d)
+{
+    d[0] = g->n; d[1] = g->oc; d[2] = g->oh; d[3] = g->ow;
+}
+
+static void dims_wei(const dl_conv_geom *g, dnnl_dims_t d)
+{
+    d[0] = g->oc; d[1] = g->c; d[2] = g->kh; d[3] = g->kw;
+}
+
+/* ---- entries ------------------------------------------------------------- */
+
+static void entry_free(entry *e)
+{
+    if (!e)
+        return;
+    for (int i = 0; i < e->nslots; i++) {
+        arg_slot *s = &e->slot[i];
+        if (s->reorder)
+            dnnl_primitive_destroy(s->reorder);
+        if (s->inner)
+            dnnl_memory_destroy(s->inner);
+        if (s->user)
+            dnnl_memory_destroy(s->user);
+    }
+    if (e->ws)
+        dnnl_memory_destroy(e->ws);
+    if (e->prim)
+        dnnl_primitive_destroy(e->prim);
+    free(e);
+}
+
+/* A reorder from src to dst; with `accumulate`, dst += src. */
+static dl_status make_reorder(dl_dnnl *d, const dnnl_memory_desc_t *src,
+                              const dnnl_memory_desc_t *dst, bool accumulate,
+                              dnnl_primitive_t *out, dl_err *err)
+{
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t s = dnnl_primitive_attr_create(&attr);
+    if (s == dnnl_success && accumulate) {
+        s = dnnl_post_ops_create(&po);
+        if (s == dnnl_success)
+            s = dnnl_post_ops_append_sum(po, 1.0f);
+        if (s == dnnl_success)
+            s = dnnl_primitive_attr_set_post_ops(attr, po);
+    }
+    if (s == dnnl_success)
+        s = dnnl_reorder_primitive_desc_create(&pd, src, d->eng, dst, d->eng, attr);
+    if (s == dnnl_success)
+        s = dnnl_primitive_create(out, pd);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    if (s != dnnl_success)
+        return dl_err_set(err, DL_ERR_BACKEND, "oneDNN: reorder: %s", dnnl_status2str(s));
+    return DL_OK;
+}
+
+/* Adds an argument: the caller's plain layout `user` against the layout the
+ * primitive chose (queried from pd with `what`). */
+static dl_status add_slot(dl_dnnl *d, entry *e, const_dnnl_primitive_desc_t pd,
+                          dnnl_query_t what, int index, int arg,
+                          const dnnl_memory_desc_t *user, bool output, bool accumulate,
+                          dl_err *err)
+{
+    DL_ASSERT(e->nslots < SLOTS_MAX);
+    arg_slot *s = &e->slot[e->nslots++];
+    s->arg = arg;
+    s->output = output;
+    const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(pd, what, index);
+    DNNL_CHECK(dnnl_memory_create(&s->user, user, d->eng, DNNL_MEMORY_NONE), err);
+    if (!accumulate && dnnl_memory_desc_equal(want, user))
+        return DL_OK;
+    DNNL_CHECK(dnnl_memory_create(&s->inner, want, d->eng, DNNL_MEMORY_ALLOCATE), err);
+    return output ? make_reorder(d, want, user, accumulate, &s->reorder, err)
+                  : make_reorder(d, user, want, false, &s->reorder, err);
+}
+
+static dl_status make_prim(dl_dnnl *d, entry *e, const_dnnl_op_desc_t desc,
+                           const_dnnl_primitive_attr_t attr,
+                           const_dnnl_primitive_desc_t hint,
+                           dnnl_primitive_desc_t *pd, dl_err *err)
+{
+    dnnl_status_t s = dnnl_primitive_desc_create(pd, desc, attr, d->eng, hint);
+    if (s == dnnl_unimplemented)
+        return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN: no implementation");
+    DNNL_CHECK(s, err);
+    DNNL_CHECK(dnnl_primitive_create(&e->prim, *pd), err);
+    return DL_OK;
+}
+
+/* The forward convolution descriptor, for the forward primitive and as the
+ * hint the backward ones need. */
+static dl_status conv_fwd_desc(const dl_conv_geom *g, bool bias, dnnl_convolution_desc_t *cd,
+                               dl_err *err)
+{
+    dnnl_dims_t ds, dw, dd, db = { g->oc }, st = { g->sh, g->sw }, pl, pr;
+    dnnl_memory_desc_t src, wei, dst, b;
+    dims_src(g, ds);
+    dims_wei(g, dw);
+    dims_dst(g, dd);
+    if (pads(g, pl, pr, err) != DL_OK)
+        return DL_ERR_UNAVAILABLE;
+    md_any(&src, 4, ds);
+    md_any(&wei, 4, dw);
+    md_any(&dst, 4, dd);
+    md_plain(&b, 1, db, dnnl_a);
+    DNNL_CHECK(dnnl_convolution_forward_desc_init(cd, dnnl_forward_training,
+                                                  dnnl_convolution_direct, &src, &wei,
+                                                  bias ? &b : NULL, &dst, st, pl, pr), err);
+    return DL_OK;
+}
+
+static dl_status hint_pd(dl_dnnl *d, const dl_conv_geom *g, dnnl_primitive_desc_t *pd,
+                         dl_err *err)
+{
+    dnnl_convolution_desc_t cd;
+    dl_status st = conv_fwd_desc(g, false, &cd, err);
+    if (st != DL_OK)
+        return st;
+    dnnl_status_t s = dnnl_primitive_desc_create(pd, &cd, NULL, d->eng, NULL);
+    if (s == dnnl_unimplemented)
+        return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN: no implementation");
+    DNNL_CHECK(s, err);
+    return DL_OK;
+}
+
+/* variant for the forward convolution: bit 0 bias, bits 1.. the post-op + 1. */
+static dl_status build_conv_fwd(dl_dnnl *d, entry *e, dl_err *err)
+{
+    const dl_conv_geom *g = &e->g;
+    bool bias = e->variant & 1;
+    int post = e->variant >> 1;          /* 0: none, else dl_act + 1 */
+    dnnl_convolution_desc_t cd;
+    dl_status st = conv_fwd_desc(g, bias, &cd, err);
+    if (st != DL_OK)
+        return st;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    DNNL_CHECK(dnnl_primitive_attr_create(&attr), err);
+    if (post) {
+        static const dnnl_alg_kind_t alg[] = { dnnl_eltwise_relu, dnnl_eltwise_tanh,
+                                               dnnl_eltwise_logistic };
+        dnnl_post_ops_create(&po);
+        dnnl_post_ops_append_eltwise(po, 1.0f, alg[post - 1], 0.0f, 0.0f);
+        dnnl_primitive_attr_set_post_ops(attr, po);
+        dnnl_post_ops_destroy(po);
+    }
+    dnnl_primitive_desc_t pd = NULL;
+    st = make_prim(d, e, &cd, attr, NULL, &pd, err);
+    dnnl_primitive_attr_destroy(attr);
+    dnnl_dims_t ds, dw, dd, db = { g->oc };
+    dnnl_memory_desc_t src, wei, dst, b;
+    dims_src(g, ds);
+    dims_wei(g, dw);
+    dims_dst(g, dd);
+    md_plain(&src, 4, ds, dnnl_nchw);
+    md_plain(&wei, 4, dw, dnnl_oihw);
+    md_plain(&dst, 4, dd, dnnl_nchw);
+    md_plain(&b, 1, db, dnnl_a);
+    if (st == DL_OK)
+        st = add_slot(d, e, pd, dnnl_query_src_md, 0, DNNL_ARG_SRC, &src, false, false, err);
+    if (st == DL_OK)
+        st = add_slot(d, e, pd, dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, &wei, false, false, err);
+    if (st == DL_OK && bias)
+        st = add_slot(d, e, pd, dnnl_query_weights_md, 1, DNNL_ARG_BIAS, &b, false, false, err);
+    if (st == DL_OK)
+        st = add_slot(d, e, pd, dnnl_query_dst_md, 0, DNNL_ARG_DST, &dst, true, false, err);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
+static dl_status build_conv_bwd_data(dl_dnnl *d, entry *e, dl_err *err)
+{
+    const dl_conv_geom *g = &e->g;
+    dnnl_dims_t ds, dw, dd, st = { g->sh, g->sw }, pl, pr;
+    dnnl_memory_desc_t src, wei, dst;
+    dims_src(g, ds);
+    dims_wei(g, dw);
+    dims_dst(g, dd);
+    if (pads(g, pl, pr, err) != DL_OK)
+        return DL_ERR_UNAVAILABLE;
+    md_any(&src, 4, ds);
+    md_any(&wei, 4, dw);
+    md_any(&dst, 4, dd);
+    dnnl_convolution_desc_t cd;
+    DNNL_CHECK(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &src,
+                                                        &wei, &dst, st, pl, pr), err);
+    dnnl_primitive_desc_t hint = NULL, pd = NULL;
+    dl_status s = hint_pd(d, g, &hint, err);
+    if (s == DL_OK)
+        s = make_prim(d, e, &cd, NULL, hint, &pd, err);
+    md_plain(&src, 4, ds, dnnl_nchw);
+    md_plain(&wei, 4, dw, dnnl_oihw);
+    md_plain(&dst, 4, dd, dnnl_nchw);
+    if (s == DL_OK)
+        s = add_slot(d, e, pd, dnnl_query_diff_dst_md, 0, DNNL_ARG_DIFF_DST, &dst, false, false, err);
+    if (s == DL_OK)
+        s = add_slot(d, e, pd, dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, &wei, false, false, err);
+    if (s == DL_OK)
+        s = add_slot(d, e, pd, dnnl_query_diff_src_md, 0, DNNL_ARG_DIFF_SRC, &src, true, false, err);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (hint)
+        dnnl_primitive_desc_destroy(hint);
+    return s;
+}
+
+/* variant: bit 0 bias. The weight (and bias) gradients accumulate. */
+static dl_status build_conv_bwd_weights(dl_dnnl *d, entry *e, dl_err *err)
+{
+    const dl_conv_geom *g = &e->g;
+    bool bias = e->variant & 1;
+    dnnl_dims_t ds, dw, dd, db = { g->oc }, st = { g->sh, g->sw }, pl, pr;
+    dnnl_memory_desc_t src, wei, dst, b;
+    dims_src(g, ds);
+    dims_wei(g, dw);
+    dims_dst(g, dd);
+    if (pads(g, pl, pr, err) != DL_OK)
+        return DL_ERR_UNAVAILABLE;
+    md_any(&src, 4, ds);
+    md_any(&wei, 4, dw);
+    md_any(&dst, 4, dd);
+    md_plain(&b, 1, db, dnnl_a);
+    dnnl_convolution_desc_t cd;
+    DNNL_CHECK(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &src,
+                                                           &wei, bias ? &b : NULL, &dst,
+                                                           st, pl, pr), err);
+    dnnl_primitive_desc_t hint = NULL, pd = NULL;
+    dl_status s = hint_pd(d, g, &hint, err);
+    if (s == DL_OK)
+        s = make_prim(d, e, &cd, NULL, hint, &pd, err);
+    md_plain(&src, 4, ds, dnnl_nchw);
+    md_plain(&wei, 4, dw, dnnl_oihw);
+    md_plain(&dst, 4, dd, dnnl_nchw);
+    if (s == DL_OK)
+        s = add_slot(d, e, pd, dnnl_query_src_md, 0, DNNL_ARG_SRC, &src, false, false, err);
+    if (s == DL_OK)
+        s = add_slot(d, e, pd, dnnl_query_diff_dst_md, 0, DNNL_ARG_DIFF_DST, &dst, false, false, err);
+    if (s == DL_OK)
+        s = add_slot(d, e, pd, dnnl_query_diff_weights_md, 0, DNNL_ARG_DIFF_WEIGHTS, &wei,
+                     true, true, err);
+    if (s == DL_OK && bias)
+        s = add_slot(d, e, pd, dnnl_query_diff_weights_md, 1, DNNL_ARG_DIFF_BIAS, &b,
+                     true, true, err);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (hint)
+        dnnl_primitive_desc_destroy(hint);
+    return s;
+}
+
+/* Pooling over plain NCHW. variant: bit 0 max (else average, padding
+ * counted), bit 1 training (max pooling then keeps a workspace). */
+static dl_status pool_desc(const dl_conv_geom *g, int variant, bool backward,
+                           dnnl_pooling_desc_t *pd, dl_err *err)
+{
+    dnnl_dims_t ds, dd, st = { g->sh, g->sw }, k = { g->kh, g->kw }, pl, pr;
+    dnnl_memory_desc_t src, dst;
+    dims_src(g, ds);
+    dims_dst(g, dd);
+    if (pads(g, pl, pr, err) != DL_OK)
+        return DL_ERR_UNAVAILABLE;
+    md_plain(&src, 4, ds, dnnl_nchw);
+    md_plain(&dst, 4, dd, dnnl_nchw);
+    dnnl_alg_kind_t alg = variant & 1 ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
+    if (backward)
+        DNNL_CHECK(dnnl_pooling_backward_desc_init(pd, alg, &src, &dst, st, k, pl, pr), err);
+    else
+        DNNL_CHECK(dnnl_pooling_forward_desc_init(pd, variant & 2 ? dnnl_forward_training
+                                                                  : dnnl_forward_inference,
+                                                  alg, &src, &dst, st, k, pl, pr), err);
+    return DL_OK;
+}
+
+static dl_status build_pool(dl_dnnl *d, entry *e, bool backward, dl_err *err)
+{
+    const dl_conv_geom *g = &e->g;
+    dnnl_pooling_desc_t fwd, bwd;
+    dnnl_primitive_desc_t hint = NULL, pd = NULL;
+    dl_status s = pool_desc(g, e->variant | (backward ? 2 : 0), false, &fwd, err);
+    if (s == DL_OK && backward)
+        s = pool_desc(g, e->variant, true, &bwd, err);
+    if (s == DL_OK && backward) {
+        dnnl_status_t ds = dnnl_primitive_desc_create(&hint, &fwd, NULL, d->eng, NULL);
+        if (ds != dnnl_success)
+            s = dl_err_set(err, ds == dnnl_unimplemented ? DL_ERR_UNAVAILABLE : DL_ERR_BACKEND,
+                           "oneDNN: pooling: %s", dnnl_status2str(ds));
+    }
+    if (s == DL_OK)
+        s = make_prim(d, e, backward ? (const_dnnl_op_desc_t)&bwd : (const_dnnl_op_desc_t)&fwd,
+                      NULL, hint, &pd, err);
+    dnnl_dims_t ds, dd;
+    dnnl_memory_desc_t src, dst;
+    dims_src(g, ds);
+    dims_dst(g, dd);
+    md_plain(&src, 4, ds, dnnl_nchw);
+    md_plain(&dst, 4, dd, dnnl_nchw);
+    if (s == DL_OK && !backward) {
+        s = add_slot(d, e, pd, dnnl_query_src_md, 0, DNNL_ARG_SRC, &src, false, false, err);
+        if (s == DL_OK)
+            s = add_slot(d, e, pd, dnnl_query_dst_md, 0, DNNL_ARG_DST, &dst, true, false, err);
+    } else if (s == DL_OK) {
+        s = add_slot(d, e, pd, dnnl_query_diff_dst_md, 0, DNNL_ARG_DIFF_DST, &dst, false,
+                     false, err);
+        if (s == DL_OK)
+            s = add_slot(d, e, pd, dnnl_query_diff_src_md, 0, DNNL_ARG_DIFF_SRC, &src, true,
+                         false, err);
+    }
+    const dnnl_memory_desc_t *ws = s == DL_OK ? dnnl_primitive_desc_query_md(
+                                                    pd, dnnl_query_workspace_md, 0) : NULL;
+    if (ws && ws->ndims > 0) {
+        e->ws_bytes = dnnl_memory_desc_get_size(ws);
+        dnnl_status_t ms = dnnl_memory_create(&e->ws, ws, d->eng, DNNL_MEMORY_NONE);
+        if (ms != dnnl_success)
+            s = dl_err_set(err, DL_ERR_BACKEND, "oneDNN: workspace: %s", dnnl_status2str(ms));
+    }
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (hint)
+        dnnl_primitive_desc_destroy(hint);
+    return s;
+}
+
+/* ---- the cache ------------------------------------------------------------ */
+
+static dl_status build(dl_dnnl *d, entry *e, dl_err *err)
+{
+    switch (e->kind) {
+    case OP_CONV_FWD:         return build_conv_fwd(d, e, err);
+    case OP_CONV_BWD_DATA:    return build_conv_bwd_data(d, e, err);
+    case OP_CONV_BWD_WEIGHTS: return build_conv_bwd_weights(d, e, err);
+    case OP_POOL_FWD:         return build_pool(d, e, false, err);
+    case OP_POOL_BWD:         return build_pool(d, e, true, err);
+    }
+    return dl_err_set(err, DL_ERR_INVALID, "oneDNN: unknown op");
+}
+
+/* The entry for (kind, g, variant): found, or created in place of the
+ * least recently used one. Called with d->mu held. */
+static dl_status lookup(dl_dnnl *d, op_kind kind, const dl_conv_geom *g, int variant,
+                        entry **out, dl_err *err)
+{
+    *out = NULL;
+    int victim = 0;
+    for (int i = 0; i < d->n; i++) {
+        entry *e = d->cache[i];
+        if (e->kind == kind && e->variant == variant && memcmp(&e->g, g, sizeof(*g)) == 0) {
+            e->used = ++d->clock;
+            *out = e;
+            return DL_OK;
+        }
+        if (e->used < d->cache[victim]->used)
+            victim = i;
+    }
+    entry *e = calloc(1, sizeof(*e));
+    if (!e)
+        return dl_err_set(err, DL_ERR_NOMEM, "oneDNN: primitive cache entry");
+    e->kind = kind;
+    e->g = *g;
+    e->variant = variant;
+    dl_status st = build(d, e, err);
+    if (st != DL_OK) {
+        entry_free(e);
+        return st;
+    }
+    e->used = ++d->clock;
+    if (d->n < CACHE_MAX) {
+        d->cache[d->n++] = e;
+    } else {
+        entry_free(d->cache[victim]);
+        d->cache[victim] = e;
+    }
+    *out = e;
+    return DL_OK;
+}
+
+static dl_status exec(dl_dnnl *d, const_dnnl_primitive_t p, int nargs,
+                      const dnnl_exec_arg_t *args, dl_err *err)
+{
+    DNNL_CHECK(dnnl_primitive_execute(p, d->stream, nargs, args), err);
+    return DL_OK;
+}
+
+/* Runs e with ptr[i] as slot i's caller memory and ws as the workspace:
+ * inputs reordered in, the primitive, outputs reordered (or added) out. */
+static dl_status run(dl_dnnl *d, entry *e, void *const *ptr, void *ws, dl_err *err)
+{
+    dnnl_exec_arg_t args[SLOTS_MAX + 1];
+    int nargs = 0;
+    dl_status st = DL_OK;
+    /* oneDNN's OpenMP team follows the calling thread's setting. */
+    if (omp_get_max_threads() != d->threads)
+        omp_set_num_threads(d->threads);
+    for (int i = 0; i < e->nslots && st == DL_OK; i++) {
+        arg_slot *s = &e->slot[i];
+        DNNL_CHECK(dnnl_memory_set_data_handle_v2(s->user, ptr[i], d->stream), err);
+        args[nargs++] = (dnnl_exec_arg_t){ s->arg, s->inner ? s->inner : s->user };
+        if (s->inner && !s->output) {
+            dnnl_exec_arg_t r[2] = { { DNNL_ARG_FROM, s->user }, { DNNL_ARG_TO, s->inner } };
+            st = exec(d, s->reorder, 2, r, err);
+        }
+    }
+    if (st == DL_OK && e->ws) {
+        DNNL_CHECK(dnnl_memory_set_data_handle_v2(e->ws, ws, d->stream), err);
+        args[nargs++] = (dnnl_exec_arg_t){ DNNL_ARG_WORKSPACE, e->ws };
+    }
+    if (st == DL_OK)
+        st = exec(d, e->prim, nargs, args, err);
+    for (int i = 0; i < e->nslots && st == DL_OK; i++) {
+        arg_slot *s = &e->slot[i];
+        if (s->inner && s->output) {
+            dnnl_exec_arg_t r[2] = { { DNNL_ARG_FROM, s->inner }, { DNNL_ARG_TO, s->user } };
+            st = exec(d, s->reorder, 2, r, err);
+        }
+    }
+    if (st == DL_OK)
+        DNNL_CHECK(dnnl_stream_wait(d->stream), err);
+    return st;
+}
+
+static dl_status call(dl_dnnl *d, op_kind kind, const dl_conv_geom *g, int variant,
+                      void *const *ptr, void *ws, size_t ws_room, dl_err *err)
+{
+    pthread_mutex_lock(&d->mu);
+    entry *e;
+    dl_status st = lookup(d, kind, g, variant, &e, err);
+    if (st == DL_OK && e->ws && (!ws || e->ws_bytes > ws_room))
+        st = dl_err_set(err, DL_ERR_INVALID, "oneDNN: pooling needs %zu bytes of workspace, "
+                        "got %zu", e->ws_bytes, ws ? ws_room : 0);
+    if (st == DL_OK)
+        st = run(d, e, ptr, ws, err);
+    pthread_mutex_unlock(&d->mu);
+    return st;
+}
+
+/* ---- dlserve's loops on the same OpenMP team ------------------------------ */
+
+static void omp_run(int chunks, int64_t n, dl_task_fn fn, void *ctx)
+{
+#pragma omp parallel for num_threads(chunks) schedule(static, 1)
+    for (int c = 0; c < chunks; c++)
+        fn(ctx, n * c / chunks, n * (c + 1) / chunks);
+}
+
+void dl_dnnl_own_loops(void)
+{
+    dl_pool_set_runner(omp_run);
+}
+
+/* ---- the interface (backend.h) ---------------------------------------------- */
+
+dl_status dl_dnnl_new(int threads, dl_dnnl **out, dl_err *err)
+{
+    *out = NULL;
+    dl_dnnl *d = calloc(1, sizeof(*d));
+    if (!d)
+        return dl_err_set(err, DL_ERR_NOMEM, "oneDNN context");
+    pthread_mutex_init(&d->mu, NULL);
+    d->threads = threads > 0 ? threads : 1;
+    dnnl_status_t s = dnnl_engine_create(&d->eng, dnnl_cpu, 0);
+    if (s == dnnl_success)
+        s = dnnl_stream_create(&d->stream, d->eng, dnnl_stream_default_flags);
+    if (s != dnnl_success) {
+        dl_dnnl_free(d);
+        return dl_err_set(err, DL_ERR_BACKEND, "oneDNN: CPU engine: %s", dnnl_status2str(s));
+    }
+    *out = d;
+    return DL_OK;
+}
+
+void dl_dnnl_free(dl_dnnl *d)
+{
+    if (!d)
+        return;
+    for (int i = 0; i < d->n; i++)
+        entry_free(d->cache[i]);
+    if (d->stream)
+        dnnl_stream_destroy(d->stream);
+    if (d->eng)
+        dnnl_engine_destroy(d->eng);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+dl_status dl_dnnl_conv_fwd(dl_dnnl *d, const dl_conv_geom *g, const float *x,
+                           const float *w, const float *b, const dl_act *post, float *y,
+                           dl_err *err)
+{
+    int variant = (b ? 1 : 0) | (post ? ((int)*post + 1) << 1 : 0);
+    /* slots: src, weights, [bias,] dst */
+    void *with_bias[4] = { (void *)x, (void *)w, (void *)b, y };
+    void *without[3] = { (void *)x, (void *)w, y };
+    return call(d, OP_CONV_FWD, g, variant, b ? with_bias : without, NULL, 0, err);
+}
+
+dl_status dl_dnnl_conv_bwd_data(dl_dnnl *d, const dl_conv_geom *g, const float *dy,
+                                const float *w, float *dx, dl_err *err)
+{
+    void *ptr[3] = { (void *)dy, (void *)w, dx };
+    return call(d, OP_CONV_BWD_DATA, g, 0, ptr, NULL, 0, err);
+}
+
+dl_status dl_dnnl_conv_bwd_weights(dl_dnnl *d, const dl_conv_geom *g, const float *x,
+                                   const float *dy, float *dw, float *db, dl_err *err)
+{
+    void *ptr[4] = { (void *)x, (void *)dy, dw, db };
+    return call(d, OP_CONV_BWD_WEIGHTS, g, db ? 1 : 0, ptr, NULL, 0, err);
+}
+
+dl_status dl_dnnl_pool_fwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
+                           const float *x, float *y, void *ws, size_t ws_bytes, dl_err *err)
+{
+    int variant = (kind == DL_POOL_MAX ? 1 : 0) | (ws ? 2 : 0);
+    void *ptr[2] = { (void *)x, y };
+    return call(d, OP_POOL_FWD, g, variant, ptr, ws, ws_bytes, err);
+}
+
+dl_status dl_dnnl_pool_bwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
+                           const float *dy, const void *ws, size_t ws_bytes, float *dx,
+                           dl_err *err)
+{
+    int variant = kind == DL_POOL_MAX ? 1 : 0;
+    void *ptr[2] = { (void *)dy, dx };
+    return call(d, OP_POOL_BWD, g, variant, ptr, (void *)ws, ws_bytes, err);
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The CPU's convolution engines end to end: DLSERVE_CPU_CONV picks im2col or
+# oneDNN (a wrong word stops dlserve with one clear line), the log and
+# --bench name the engine in use, and --threads N bounds the process's
+# threads on either engine: one team computes (the pool's workers, or
+# oneDNN's OpenMP team running dlserve's loops as well), OpenBLAS inside it.
+. "$(dirname "$0")/lib.sh"
+
+M=$(model_copy fashion-cnn)
+engines=(im2col onednn)
+DLSERVE_CPU_CONV=onednn "$DLSERVE" --train "$M" --limit 64 --epochs 1 --no-progress \
+    > /dev/null 2> "$WORK/probe.err"
+if grep -q "oneDNN is not built in" "$WORK/probe.err"; then
+    echo "skip - oneDNN is not built in: im2col only"
+    engines=(im2col)
+fi
+
+DLSERVE_CPU_CONV=fast "$DLSERVE" --train "$M" --limit 256 --epochs 1 --no-progress \
+    > "$WORK/bad.out" 2> "$WORK/bad.err"; rc=$?
+cat "$WORK/bad.err"
+check "DLSERVE_CPU_CONV=fast is refused in one line" \
+    fails_with "$WORK/bad.err" $rc "DLSERVE_CPU_CONV=fast: expected im2col or onednn"
+
+# peak_threads LOG CMD...: runs CMD, sampling /proc/PID/status every 50 ms;
+# prints the largest thread count seen and returns CMD's exit status.
+peak_threads() {
+    local log=$1; shift
+    "$@" > "$log.out" 2> "$log.err" &
+    local pid=$! peak=0 n
+    while kill -0 "$pid" 2> /dev/null; do
+        n=$(awk '/^Threads:/ {print $2}' "/proc/$pid/status" 2> /dev/null)
+        if [[ -n $n && $n -gt $peak ]]; then peak=$n; fi
+        sleep 0.05
+    done
+    wait "$pid"; local rc=$?
+    echo "$peak"
+    return $rc
+}
+
+for e in "${engines[@]}"; do
+    for t in 1 3; do
+        peak=$(DLSERVE_CPU_CONV=$e peak_threads "$WORK/$e-$t" "$DLSERVE" --train "$M" \
+               --limit 2048 --epochs 1 --threads "$t" --no-progress); rc=$?
+        check "$e, --threads $t: training exits 0" test $rc -eq 0
+        check "$e, --threads $t: the log names the engine" \
+            grep -q "$t threads\? per rank, convolution through $e" "$WORK/$e-$t.err"
+        # main, the loader and t-1 workers: the pool's, or with oneDNN its
+        # OpenMP team's (which then runs dlserve's loops too), plus one
+        # OpenMP runtime thread.
+        bound=$((t + 1))
+        if [[ $e == onednn ]]; then bound=$((t + 2)); fi
+        check "$e, --threads $t: at most $bound threads (peak $peak)" test "$peak" -le "$bound"
+    done
+    DLSERVE_CPU_CONV=$e "$DLSERVE" --bench "$M" --threads 1 --steps 3 > "$WORK/bench-$e.json" \
+        2> "$WORK/bench-$e.err"; rc=$?
+    check "$e: --bench exits 0" test $rc -eq 0
+    check "$e: --bench reports \"conv\": \"$e\"" test "$(json_get "$WORK/bench-$e.json" conv)" = "$e"
+done
+finish

@@ -1,0 +1,222 @@
+/* test_conv_engines.c: the CPU's two convolution and pooling engines (im2col
+ * + OpenBLAS, and oneDNN) against each other: the same model, weights and
+ * batch give the same outputs and parameter gradients to 1e-5, for strides,
+ * padding, rectangular windows, fused activations and both pooling kinds. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <criterion/criterion.h>
+
+#include "fixture.h"
+#include "nn/dl_nn.h"
+
+#define TOL 1e-5     /* per element, relative to the tensor's largest magnitude (>= 1) */
+#define BATCH 5
+
+typedef struct side {
+    dl_backend    *be;
+    dl_model_conf *conf;
+    dl_model      *m;
+} side;
+
+static side im2col, onednn;
+
+static void side_free(side *s)
+{
+    dl_model_free(s->m);
+    dl_model_conf_free(s->conf);
+    dl_backend_free(s->be);
+    memset(s, 0, sizeof(*s));
+}
+
+static void teardown(void)
+{
+    side_free(&im2col);
+    side_free(&onednn);
+}
+
+TestSuite(conv_engines, .fini = teardown, .timeout = 60);
+
+/* A backend with the given engine; the oneDNN one is skipped (not failed)
+ * only in a build without it. */
+static void open_side(side *s, dl_conv_engine engine)
+{
+    dl_backend_params p = { .threads = 2, .conv = engine };
+    dl_err err = {0};
+    dl_status st = dl_backend_new("cpu", &p, &s->be, &err);
+#ifndef DL_HAVE_DNNL
+    if (engine == DL_CONV_ONEDNN) {
+        cr_assert_eq(st, DL_ERR_UNAVAILABLE, "%s", err.msg);
+        cr_skip_test("oneDNN is not built in");
+    }
+#endif
+    cr_assert_eq(st, DL_OK, "%s", err.msg);
+    cr_assert_str_eq(dl_backend_conv_engine(s->be),
+                     engine == DL_CONV_ONEDNN ? "onednn" : "im2col");
+}
+
+static void build(side *s, const char *shape, const char *layers)
+{
+    char text[4096];
+    int len = snprintf(text, sizeof(text),
+                       "{'name': 't', 'input': {'shape': %s}, 'layers': [%s], "
+                       "'loss': 'softmax_cross_entropy'}", shape, layers);
+    cr_assert(len > 0 && len < (int)sizeof(text));
+    dl_err err = {0};
+    cr_assert_eq(dl_model_conf_parse(fx_dq(text), (size_t)len, "test.json", &s->conf, &err),
+                 DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_model_new(s->be, s->conf, 11, &s->m, &err), DL_OK, "%s", err.msg);
+}
+
+/* Largest |a - b| over n values, relative to max(1, largest |b|). */
+static double rel_gap(const float *a, const float *b, int64_t n)
+{
+    double gap = 0.0, big = 1.0;
+    for (int64_t i = 0; i < n; i++) {
+        gap = fmax(gap, fabs((double)a[i] - b[i]));
+        big = fmax(big, fabs((double)b[i]));
+    }
+    return gap / big;
+}
+
+/* One training step's forward and backward on side s: its outputs (copied
+ * into out) and its gradient buffer (borrowed). */
+static const float *step(side *s, const float *x, const int32_t *labels, float *out)
+{
+    dl_err err = {0};
+    const float *y = NULL;
+    double loss = 0.0;
+    int64_t correct = 0;
+    dl_model_zero_grad(s->m);
+    cr_assert_eq(dl_model_forward(s->m, x, BATCH, true, &y, &err), DL_OK, "%s", err.msg);
+    memcpy(out, y, (size_t)(BATCH * dl_model_out_dim(s->m)) * sizeof(float));
+    cr_assert_eq(dl_model_loss(s->m, labels, NULL, 1.0f / BATCH, true, &loss, &correct, &err),
+                 DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_model_backward(s->m, &err), DL_OK, "%s", err.msg);
+    int64_t n;
+    return dl_model_grads(s->m, &n);
+}
+
+/* Builds the model on both engines, runs a training step and an inference
+ * pass on each, and compares outputs and every parameter gradient. */
+static void compare(const char *shape, const char *layers)
+{
+    open_side(&im2col, DL_CONV_IM2COL);
+    open_side(&onednn, DL_CONV_ONEDNN);
+    build(&im2col, shape, layers);
+    build(&onednn, shape, layers);
+    int64_t din = dl_model_in_dim(im2col.m), dout = dl_model_out_dim(im2col.m), np, np2;
+    float *x = malloc((size_t)(BATCH * din) * sizeof(float));
+    float *y1 = malloc((size_t)(BATCH * dout) * sizeof(float));
+    float *y2 = malloc((size_t)(BATCH * dout) * sizeof(float));
+    cr_assert(x && y1 && y2);
+    dl_rng rng;
+    dl_rng_seed(&rng, 99);
+    for (int64_t i = 0; i < BATCH * din; i++)
+        x[i] = 2.0f * dl_rng_uniform(&rng) - 1.0f;
+    int32_t labels[BATCH];
+    for (int i = 0; i < BATCH; i++)
+        labels[i] = (int32_t)dl_rng_below(&rng, (uint64_t)dout);
+
+    /* Same initial weights on both (same seed), checked rather than assumed. */
+    const float *p1 = dl_model_params(im2col.m, &np), *p2 = dl_model_params(onednn.m, &np2);
+    cr_assert_eq(np, np2);
+    cr_assert_eq(memcmp(p1, p2, (size_t)np * sizeof(float)), 0);
+
+    const float *g1 = step(&im2col, x, labels, y1), *g2 = step(&onednn, x, labels, y2);
+    double gy = rel_gap(y2, y1, BATCH * dout);
+    cr_expect(gy <= TOL, "training outputs differ by %g", gy);
+    int bad = 0;
+    for (int t = 0; t < dl_model_tensor_count(im2col.m); t++) {
+        const char *name;
+        int ndim;
+        const int64_t *shp;
+        float *data;
+        dl_model_tensor_at(im2col.m, t, &name, &ndim, &shp, &data);
+        int64_t off = data - p1, n = dl_shape_numel(ndim, shp);
+        if (off < 0 || off >= np)
+            continue;                    /* state, not a parameter */
+        double norm = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            norm += fabs(g1[off + i]);
+        cr_expect(norm > 0.0, "%s: zero gradient proves nothing", name);
+        double gap = rel_gap(g2 + off, g1 + off, n);
+        if (gap > TOL && bad++ < 8)
+            cr_expect_fail("gradient of %s differs by %g", name, gap);
+    }
+    cr_expect_eq(bad, 0);
+
+    float *q1 = malloc((size_t)(BATCH * dout) * sizeof(float));
+    float *q2 = malloc((size_t)(BATCH * dout) * sizeof(float));
+    cr_assert(q1 && q2);
+    dl_err err = {0};
+    cr_assert_eq(dl_model_predict(im2col.m, x, BATCH, 2, q1, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_model_predict(onednn.m, x, BATCH, 2, q2, &err), DL_OK, "%s", err.msg);
+    double gp = rel_gap(q2, q1, BATCH * dout);
+    cr_expect(gp <= TOL, "inference outputs differ by %g", gp);
+    free(q1);
+    free(q2);
+    free(x);
+    free(y1);
+    free(y2);
+}
+
+Test(conv_engines, fashion_cnn_shape)
+{
+    /* conv+relu (fused), max pool, conv+relu, max pool, dense+relu, dense */
+    compare("[1, 28, 28]",
+            "{'name': 'c1', 'type': 'conv2d', 'filters': 8, 'kernel_size': 5},"
+            "{'name': 'r1', 'type': 'relu'},"
+            "{'name': 'p1', 'type': 'maxpool2d', 'kernel_size': 2, 'stride': 2},"
+            "{'name': 'c2', 'type': 'conv2d', 'filters': 16, 'kernel_size': 5},"
+            "{'name': 'r2', 'type': 'relu'},"
+            "{'name': 'p2', 'type': 'maxpool2d', 'kernel_size': 2, 'stride': 2},"
+            "{'name': 'f', 'type': 'flatten'},"
+            "{'name': 'fc1', 'type': 'dense', 'units': 32},"
+            "{'name': 'r3', 'type': 'relu'},"
+            "{'name': 'fc2', 'type': 'dense', 'units': 10}");
+}
+
+Test(conv_engines, stride_padding_no_bias)
+{
+    compare("[3, 9, 9]",
+            "{'name': 'c1', 'type': 'conv2d', 'filters': 4, 'kernel_size': 3, 'padding': 1,"
+            " 'bias': false},"
+            "{'name': 't1', 'type': 'tanh'},"
+            "{'name': 'c2', 'type': 'conv2d', 'filters': 5, 'kernel_size': 3, 'stride': 2,"
+            " 'padding': 1},"
+            "{'name': 's2', 'type': 'sigmoid'},"
+            "{'name': 'f', 'type': 'flatten'},"
+            "{'name': 'fc', 'type': 'dense', 'units': 4}");
+}
+
+Test(conv_engines, rectangular_windows_and_pooling)
+{
+    /* c1 [2,8,7] -> [3,8,6]; max 3x3 s2 p1 -> [3,4,3]; c2 -> [4,4,3];
+     * avg 2x2 s1 p1 (padding counted) -> [4,5,4] */
+    compare("[2, 8, 7]",
+            "{'name': 'c1', 'type': 'conv2d', 'filters': 3, 'kernel_size': [3, 2],"
+            " 'padding': [1, 0]},"
+            "{'name': 'p1', 'type': 'maxpool2d', 'kernel_size': 3, 'stride': 2, 'padding': 1},"
+            "{'name': 'c2', 'type': 'conv2d', 'filters': 4, 'kernel_size': [1, 3],"
+            " 'padding': [0, 1]},"
+            "{'name': 'p2', 'type': 'avgpool2d', 'kernel_size': 2, 'stride': 1, 'padding': 1},"
+            "{'name': 'f', 'type': 'flatten'},"
+            "{'name': 'fc', 'type': 'dense', 'units': 3}");
+}
+
+Test(conv_engines, unknown_engine_word_is_refused)
+{
+    setenv("DLSERVE_CPU_CONV", "fast", 1);
+    dl_backend *be = NULL;
+    dl_err err = {0};
+    cr_assert_eq(dl_backend_cpu_new(1, &be, &err), DL_ERR_INVALID);
+    cr_expect_null(be);
+    cr_expect_not_null(strstr(err.msg, "DLSERVE_CPU_CONV=fast"), "message was: %s", err.msg);
+    setenv("DLSERVE_CPU_CONV", "im2col", 1);
+    cr_assert_eq(dl_backend_cpu_new(1, &be, &err), DL_OK, "%s", err.msg);
+    cr_expect_str_eq(dl_backend_conv_engine(be), "im2col");
+    dl_backend_free(be);
+}
