@@ -127,6 +127,9 @@ def slope_of(ts, ys):   # least squares, KiB a minute
     return sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / den if den else 0.0
 slope = slope_of(ts, rss)
 late = slope_of(ts[n // 2:], rss[n // 2:])   # without the warm-up
+last = slope_of(ts[3 * n // 4:], rss[3 * n // 4:])
+# RSS at each whole minute (and at the end): where it steps, and whether it settles
+by_minute = [r[1] for r in rows if r[0] % 60 == 0] + [rows[-1][1]]
 bad = sum(v for k, v in http["codes"].items() if k not in ("200", "503"))
 # fds and threads: the first sample after the clients connected (5 s in)
 start = next((r for r in rows if r[0] >= 5), rows[0])
@@ -139,7 +142,9 @@ print(json.dumps({
               "duplicates": out["duplicates"]},
     "rss_kib": {"start": start[1], "end": rows[-1][1], "max": max(rss),
                 "slope_kib_per_min": round(slope, 1),
-                "slope_kib_per_min_second_half": round(late, 1)},
+                "slope_kib_per_min_second_half": round(late, 1),
+                "slope_kib_per_min_last_quarter": round(last, 1),
+                "by_minute": by_minute},
     "fds": {"start": start[2], "end": rows[-1][2]},
     "threads": {"start": start[3], "end": rows[-1][3]},
 }, indent=1))
