@@ -64,7 +64,8 @@ static inline void fz_quiet(void)
     dl_log_set(DL_LOG_ERR - 1, NULL, NULL);
 }
 
-/* The harness's own folder under $TMPDIR (or /tmp), made once. */
+/* The harness's own folder under $TMPDIR (else /dev/shm or /tmp), made
+ * once, removed at exit. */
 static char fz_dir[512];
 
 static inline void fz_rmdir(void)
@@ -79,8 +80,11 @@ static inline const char *fz_tmpdir(void)
 {
     if (fz_dir[0])
         return fz_dir;
+    /* Memory-backed when the machine has it: every input is a file write. */
     const char *tmp = getenv("TMPDIR");
-    snprintf(fz_dir, sizeof(fz_dir), "%s/dl_fuzz.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!tmp || !*tmp)
+        tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    snprintf(fz_dir, sizeof(fz_dir), "%s/dl_fuzz.XXXXXX", tmp);
     if (!mkdtemp(fz_dir)) {
         perror(fz_dir);
         abort();
