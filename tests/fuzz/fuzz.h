@@ -144,4 +144,29 @@ static inline bool fz_split_line(const uint8_t **data, size_t *size, char *line,
     return true;
 }
 
+/* A safetensors file from an input: taken as it is, unless it starts with
+ * '{': then the header is the input up to its first '\n' (or all of it)
+ * and the data the rest, framed with the 8-byte length, so that mutations
+ * of the header keep a length that fits. *out is new; *len its bytes. */
+static inline uint8_t *fz_safetensors(const uint8_t *data, size_t size, size_t *len)
+{
+    bool framed = size > 0 && data[0] == '{';
+    const uint8_t *nl = framed ? memchr(data, '\n', size) : NULL;
+    size_t hlen = nl ? (size_t)(nl - data) : size;
+    *len = framed ? 8 + size - (nl ? 1 : 0) : size;
+    uint8_t *f = malloc(*len ? *len : 1);
+    FZ_CHECK(f != NULL, "out of memory");
+    if (!framed) {
+        if (size)
+            memcpy(f, data, size);
+        return f;
+    }
+    for (int i = 0; i < 8; i++)
+        f[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
+    memcpy(f + 8, data, hlen);
+    if (nl)
+        memcpy(f + 8 + hlen, nl + 1, size - hlen - 1);
+    return f;
+}
+
 #endif /* DL_FUZZ_H */

@@ -2,7 +2,9 @@
  * as a resumed run reads them: the newest step-<N>.safetensors of a model
  * folder, its run position in the metadata and three flat F32 buffers of
  * the sizes the run expects (15 parameters, no state, 30 optimizer
- * values: the 2x2-input model under Adam). */
+ * values: the 2x2-input model under Adam).
+ *
+ * Input: as fuzz_safetensors's (a file, or '{' header '\n' data). */
 #include "fuzz.h"
 #include "train/checkpoint.h"
 
@@ -21,9 +23,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+int LLVMFuzzerTestOneInput(const uint8_t *input, size_t isize)
 {
+    size_t size;
+    uint8_t *data = fz_safetensors(input, isize, &size);
     fz_write(path, data, size);
+    free(data);
     float params[15], optim[30], state[1];
     ckpt_pos pos;
     char at[700];

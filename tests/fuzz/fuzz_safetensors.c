@@ -1,7 +1,10 @@
 /* fuzz_safetensors.c: safetensors files (src/nn/safetensors.c), as model
  * weights and checkpoints are read: the whole file parsed from memory,
  * every tensor and the metadata looked at, and a file that parses loaded
- * as the weights of a small model (src/nn/model_io.c). */
+ * as the weights of a small model (src/nn/model_io.c).
+ *
+ * Input: a file; or, starting with '{', its JSON header, '\n', its data
+ * (the harness adds the length: fz_safetensors). */
 #include "fuzz.h"
 
 static dl_model_conf *conf;
@@ -22,14 +25,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+int LLVMFuzzerTestOneInput(const uint8_t *input, size_t isize)
 {
+    size_t size;
+    uint8_t *data = fz_safetensors(input, isize, &size);
     dl_st_file *f = NULL;
     dl_err err = {0};
     dl_status st = dl_st_parse(data, size, "fuzz.safetensors", &f, &err);
     if (st != DL_OK) {
         fz_check_failure(st, &err);
         FZ_CHECK(f == NULL, "a refused file came back");
+        free(data);
         return 0;
     }
     for (int i = 0; i < dl_st_count(f); i++) {
@@ -47,5 +53,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_write(path, data, size);
     st = dl_model_load(model, path, &err);
     fz_check_failure(st, &err);
+    free(data);
     return 0;
 }

@@ -70,6 +70,12 @@ def safetensors(tensors, meta):
     return struct.pack("<Q", len(h)) + h + buf
 
 
+def framed(st):
+    """A safetensors file as fz_safetensors reads '{' inputs: header, '\\n', data."""
+    hlen = struct.unpack("<Q", st[:8])[0]
+    return st[8:8 + hlen].rstrip(b" ") + b"\n" + st[8 + hlen:]
+
+
 def idx(magic_dims, dims, data):
     return struct.pack(">BBBB", 0, 0, 8, magic_dims) + \
         b"".join(struct.pack(">I", d) for d in dims) + data
@@ -174,7 +180,11 @@ def main():
                                 ("c", "U8", [0], b""), ("d", "F16", [1], b"\0<")], {})),
         ("mlp_header_only", mlp_header),
         ("bn_extra", safetensors(weights + [("bn.num_batches_tracked", "I64", [], bytes(8))],
-                                 {"format": "pt"}))])
+                                 {"format": "pt"})),
+        ("framed_tiny", framed(safetensors(weights, {"format": "pt"}))),
+        ("framed_dtypes", framed(safetensors([("a", "BF16", [2], b"\0\0\0\0"),
+                                              ("b", "BOOL", [1], b"\1"),
+                                              ("c", "F64", [1], bytes(8))], None)))])
     write_dict("safetensors", JSON_TOKENS + ['"dtype"', '"shape"', '"data_offsets"',
                                              '"__metadata__"', '"F32"', '"F16"', '"BF16"',
                                              '"F64"', '"I64"', '"I32"', '"I16"', '"I8"', '"U8"',
@@ -188,6 +198,7 @@ def main():
          ("optimizer", "F32", [30], f32(*range(30)))],
         {"dlserve.checkpoint": json.dumps(p, separators=(",", ":"))} if meta else {})
     write_corpus("checkpoint", [("step12", ckpt(pos, True)), ("no_position", ckpt(pos, False)),
+                                ("framed_step12", framed(ckpt(pos, True))),
                                 ("wrong_sizes", safetensors([("params", "F32", [2], f32(1, 2))],
                                                             {"dlserve.checkpoint": "{}"}))])
     write_dict("checkpoint", JSON_TOKENS + ['"params"', '"state"', '"optimizer"', '"F32"',
