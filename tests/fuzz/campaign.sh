@@ -40,7 +40,7 @@ for ((round = 1; round <= rounds; round++)); do
             -print_final_stats=1 "${dict[@]}" -artifact_prefix="$out/artifacts/$name-" \
             "$out/corpus/$name" "$here/corpus/$name" >"$log" 2>&1 || rc=$?
         execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-        last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -1)
+        last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -1 || true)
         cov=$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' <<<"$last")
         ft=$(sed -n 's/.*ft: \([0-9]*\).*/\1/p' <<<"$last")
         printf '%s\t%d\t%s\t%s\t%s\t%d\n' "$name" "$round" "${execs:-0}" "${cov:-?}" \
