@@ -26,5 +26,7 @@ SERVE_PACKAGES=(libmicrohttpd-dev libinih-dev libsystemd-dev curl librdkafka-dev
 # What the test suites need besides: Criterion, the PyTorch peer, promtool,
 # systemd-analyze, redis-server (each Redis test starts its own
 # redis-server, and each Kafka or Redis test its own Kafka mock cluster, on
-# free ports), and Chromium, headless, for the status page.
-TEST_PACKAGES=(libcriterion-dev python3-torch prometheus systemd redis-server chromium)
+# free ports), Chromium, headless, for the status page, and clang with
+# libFuzzer for the fuzz harnesses.
+TEST_PACKAGES=(libcriterion-dev python3-torch prometheus systemd redis-server chromium
+               clang-14 libclang-rt-14-dev)

@@ -482,37 +482,24 @@ static int64_t count_lines(const char *p, size_t len)
     return n;
 }
 
-dl_status dl_dataset_load_csv(const char *path, int64_t dim, bool has_label,
-                              const dl_scaling *sc, dl_dataset **out,
-                              dl_err *err)
+/* Parses text[0..len), NUL-terminated at text[len]: strtod stops there. */
+static dl_status csv_parse_text(const char *text, size_t len, const char *what,
+                                int64_t dim, bool has_label, const dl_scaling *sc,
+                                dl_dataset **out, dl_err *err)
 {
-    *out = NULL;
-    if (!sc)
-        sc = &identity;
-    if (dim < 1 || dim > MAX_VALUES)
-        return dl_err_set(err, DL_ERR_INVALID, "%s: dim %lld must be >= 1",
-                          path, (long long)dim);
-    dl_status st = check_scaling(sc, err);
-    if (st != DL_OK)
-        return st;
-    char *buf;
-    size_t len;
-    st = dl_file_read(path, &buf, &len, err);
-    if (st != DL_OK)
-        return st;
     /* Every line is at most one sample; a sample needs >= 2 chars a field. */
-    int64_t cap = count_lines(buf, len);
+    int64_t cap = count_lines(text, len);
     int64_t by_size = (int64_t)(len / (size_t)(2 * dim)) + 1;
     cap = cap < by_size ? cap : by_size;
-    csv_ctx c = {path, dim, has_label, sc, NULL};
+    csv_ctx c = {what, dim, has_label, sc, NULL};
     int64_t n = 0;
+    dl_status st = DL_OK;
     if (cap > MAX_VALUES / dim)
-        st = dl_err_set(err, DL_ERR_NOMEM, "%s: too large", path);
+        st = dl_err_set(err, DL_ERR_NOMEM, "%s: too large", what);
     if (st == DL_OK)
         st = dataset_new(cap, 1, &dim, has_label, &c.ds, err);
     if (st == DL_OK)
-        st = parse_csv(&c, buf, len, &n, err);
-    free(buf);
+        st = parse_csv(&c, text, len, &n, err);
     if (st != DL_OK) {
         dl_dataset_free(c.ds);
         return st;
@@ -520,6 +507,56 @@ dl_status dl_dataset_load_csv(const char *path, int64_t dim, bool has_label,
     dl_dataset_truncate(c.ds, n);
     *out = c.ds;
     return DL_OK;
+}
+
+/* The arguments both CSV entry points check. */
+static dl_status csv_args(const char *what, int64_t dim, const dl_scaling *sc, dl_err *err)
+{
+    if (dim < 1 || dim > MAX_VALUES)
+        return dl_err_set(err, DL_ERR_INVALID, "%s: dim %lld must be >= 1",
+                          what, (long long)dim);
+    return check_scaling(sc, err);
+}
+
+dl_status dl_dataset_load_csv(const char *path, int64_t dim, bool has_label,
+                              const dl_scaling *sc, dl_dataset **out,
+                              dl_err *err)
+{
+    *out = NULL;
+    if (!sc)
+        sc = &identity;
+    dl_status st = csv_args(path, dim, sc, err);
+    if (st != DL_OK)
+        return st;
+    char *buf;
+    size_t len;
+    st = dl_file_read(path, &buf, &len, err);   /* NUL-terminated */
+    if (st != DL_OK)
+        return st;
+    st = csv_parse_text(buf, len, path, dim, has_label, sc, out, err);
+    free(buf);
+    return st;
+}
+
+dl_status dl_dataset_parse_csv(const char *text, size_t len, const char *what,
+                               int64_t dim, bool has_label, const dl_scaling *sc,
+                               dl_dataset **out, dl_err *err)
+{
+    *out = NULL;
+    if (!sc)
+        sc = &identity;
+    dl_status st = csv_args(what, dim, sc, err);
+    if (st != DL_OK)
+        return st;
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return dl_err_set(err, DL_ERR_NOMEM, "%s: out of memory", what);
+    if (len)
+        memcpy(copy, text, len);
+    copy[len] = '\0';
+    st = csv_parse_text(copy, len, what, dim, has_label, sc, out, err);
+    free(copy);
+    return st;
 }
 
 /* ---- data folder ---------------------------------------------------- */

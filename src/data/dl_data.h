@@ -40,6 +40,12 @@ dl_status dl_dataset_load_csv(const char *path, int64_t dim, bool has_label,
                               const dl_scaling *sc, dl_dataset **out,
                               dl_err *err);
 
+/* dl_dataset_load_csv from memory: text[0..len) (need not be
+ * NUL-terminated; copied while parsing), `what` naming it in errors. */
+dl_status dl_dataset_parse_csv(const char *text, size_t len, const char *what,
+                               int64_t dim, bool has_label, const dl_scaling *sc,
+                               dl_dataset **out, dl_err *err);
+
 /* Loads a split ("train" or "test") from a data folder: the IDX pair
  * (train-images-idx3-ubyte[.gz] + train-labels-idx1-ubyte[.gz], or
  * t10k-... for "test") if present, else <split>.csv with labels, where

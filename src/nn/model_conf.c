@@ -355,12 +355,51 @@ static dl_status parse_training(ctx *c, json_t *t, dl_hparams *h)
     return get_num(c, s, "gamma", 0.0, 1.0, &h->gamma);
 }
 
+/* Most values a sample may have at any layer (the input included), and most
+ * parameters a model may have: 2^34 floats (64 GiB), past any model that
+ * fits in memory and low enough that no size computed from them overflows. */
+#define MAX_COUNT (INT64_C(1) << 34)
+
+/* a * b when both are >= 0 and the product at most MAX_COUNT; else -1. */
+static int64_t mul_capped(int64_t a, int64_t b)
+{
+    if (a < 0 || b < 0 || (a != 0 && b > MAX_COUNT / a))
+        return -1;
+    return a * b;
+}
+
+static int64_t numel_capped(int nd, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++)
+        n = mul_capped(n, shape[i]);
+    return n;
+}
+
+/* Parameters (and running statistics) of layer l on a sample of shape
+ * in[0..nd), which layer_shape accepted; -1 past MAX_COUNT. */
+static int64_t layer_params(const dl_layer_conf *l, int nd, const int64_t *in)
+{
+    switch (l->type) {
+    case DL_LAYER_DENSE:     return mul_capped(in[nd - 1] + 1, l->units);
+    case DL_LAYER_CONV2D:    return mul_capped(mul_capped(in[0], l->kh * l->kw) + 1, l->filters);
+    case DL_LAYER_BATCHNORM: return mul_capped(in[0], 4);
+    case DL_LAYER_EMBEDDING: return mul_capped(l->num_embeddings, l->dim);
+    default:                 return 0;
+    }
+}
+
 /* Walks the layer shapes and checks the whole chain. */
 static dl_status check_chain(ctx *c, dl_model_conf *m)
 {
     int nd = m->in_ndim;
     int64_t shape[DL_MAX_DIMS];
     memcpy(shape, m->in_shape, sizeof(shape));
+    if (numel_capped(nd, shape) < 0)
+        return dl_err_set(c->err, DL_ERR_INVALID,
+                          "%s: input: 'shape' has more than %lld values a sample", c->what,
+                          (long long)MAX_COUNT);
+    int64_t params = 0;
     for (int i = 0; i < m->nlayers; i++) {
         const dl_layer_conf *l = &m->layers[i];
         for (int k = 0; k < i; k++)
@@ -374,6 +413,14 @@ static dl_status check_chain(ctx *c, dl_model_conf *m)
         int64_t out[DL_MAX_DIMS];
         if (layer_shape(l, nd, shape, &ond, out, c->err) != DL_OK)
             return dl_err_prefix(c->err, "%s", c->what);
+        int64_t lp = layer_params(l, nd, shape);
+        params = lp < 0 ? -1 : mul_capped(params + lp, 1);
+        if (params < 0)
+            return dl_err_set(c->err, DL_ERR_INVALID, "%s: layer '%s': the model has more "
+                              "than %lld parameters", c->what, l->name, (long long)MAX_COUNT);
+        if (numel_capped(ond, out) < 0)
+            return dl_err_set(c->err, DL_ERR_INVALID, "%s: layer '%s' gives more than %lld "
+                              "values a sample", c->what, l->name, (long long)MAX_COUNT);
         nd = ond;
         memcpy(shape, out, sizeof(out));
     }
@@ -402,6 +449,9 @@ static dl_status parse_root(ctx *c, json_t *root, dl_model_conf *m)
     dl_status st = check_keys(c, root, keys);
     if (st || (st = get_name(c, root, "name", true, m->name)))
         return st;
+    /* The model's name is also a folder, a URL part and a Redis key. */
+    if (m->name[0] == '.')
+        return bad(c, "name", "must not start with '.'");
     if (json_object_get(root, "description") && !json_is_string(json_object_get(root, "description")))
         return bad(c, "description", "must be a string");
     if (!json_object_get(root, "input"))

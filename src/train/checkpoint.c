@@ -59,6 +59,19 @@ static dl_status copy_tensor(const dl_st_file *f, const char *name, float *dst,
     return DL_OK;
 }
 
+/* The position's `key`, an integer >= min, into *out. */
+static dl_status pos_int(json_t *j, const char *key, int64_t min, const char *path,
+                         int64_t *out, dl_err *err)
+{
+    json_t *v = json_object_get(j, key);
+    if (!json_is_integer(v) || json_integer_value(v) < min)
+        return dl_err_set(err, DL_ERR_INVALID,
+                          "%s: dlserve.checkpoint metadata: '%s' is not an integer >= %lld",
+                          path, key, (long long)min);
+    *out = json_integer_value(v);
+    return DL_OK;
+}
+
 static dl_status read_pos(const dl_st_file *f, const char *path, ckpt_pos *pos,
                           dl_err *err)
 {
@@ -68,14 +81,23 @@ static dl_status read_pos(const dl_st_file *f, const char *path, ckpt_pos *pos,
         json_decref(j);
         return dl_err_set(err, DL_ERR_INVALID, "%s: no dlserve.checkpoint metadata", path);
     }
-    pos->step = json_integer_value(json_object_get(j, "step"));
-    pos->optim_steps = json_integer_value(json_object_get(j, "optim_steps"));
-    pos->rng_counter = (uint64_t)json_integer_value(json_object_get(j, "rng_counter"));
-    pos->seed = (uint64_t)json_integer_value(json_object_get(j, "seed"));
-    pos->batch_size = json_integer_value(json_object_get(j, "batch_size"));
-    pos->ranks = json_integer_value(json_object_get(j, "ranks"));
+    /* Written by ckpt_write; a position out of these bounds is a damaged file. */
+    int64_t rng = 0, seed = 0;
+    dl_status st = pos_int(j, "step", 0, path, &pos->step, err);
+    if (st == DL_OK)
+        st = pos_int(j, "optim_steps", 0, path, &pos->optim_steps, err);
+    if (st == DL_OK)
+        st = pos_int(j, "rng_counter", 0, path, &rng, err);
+    if (st == DL_OK)
+        st = pos_int(j, "seed", 0, path, &seed, err);
+    if (st == DL_OK)
+        st = pos_int(j, "batch_size", 1, path, &pos->batch_size, err);
+    if (st == DL_OK)
+        st = pos_int(j, "ranks", 1, path, &pos->ranks, err);
+    pos->rng_counter = (uint64_t)rng;
+    pos->seed = (uint64_t)seed;
     json_decref(j);
-    return DL_OK;
+    return st;
 }
 
 dl_status ckpt_read_latest(const char *model_dir, ckpt_pos *pos, float *params,

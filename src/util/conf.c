@@ -40,6 +40,13 @@
 /* "path:line" or a variable name; paths are at most a few hundred bytes. */
 #define ORIGIN_MAX 1280
 
+/* The characters of a file line: inih's buffer less the '\n' and the NUL. */
+#ifdef INI_MAX_LINE
+#define LINE_TEXT_MAX (INI_MAX_LINE - 2)
+#else
+#define LINE_TEXT_MAX 198
+#endif
+
 /* ---- values -------------------------------------------------------------- */
 
 static size_t opt_size(const dl_opt *o)
@@ -541,8 +548,11 @@ void dl_conf_print(const dl_opt *opts, const void *conf, FILE *f)
             char words[160] = "";
             if (o->type == DL_OPT_ENUM || o->type == DL_OPT_CUSTOM)
                 dl_opt_words_str(o->words, words, sizeof(words));
-            fprintf(f, "# %s%s%s%s\n%s =%s%s\n", o->doc, *words ? " (" : "", words,
-                    *words ? ")" : "", o->key, *value ? " " : "", value);
+            /* A value read from a file line fits one again: without the
+             * blanks around '=' when they would make the line too long. */
+            bool tight = strlen(o->key) + 3 + strlen(value) > LINE_TEXT_MAX;
+            fprintf(f, "# %s%s%s%s\n%s%s%s\n", o->doc, *words ? " (" : "", words,
+                    *words ? ")" : "", o->key, tight ? "=" : *value ? " = " : " =", value);
         }
     }
 }

@@ -331,6 +331,24 @@ Test(conf, print_round_trip)
     expect_same(&want, &got);
 }
 
+Test(conf, print_round_trip_of_the_longest_lines)
+{
+    /* "brokers=" and 190 characters: 198, the most a line holds. */
+    char text[512];
+    snprintf(text, sizeof(text), "[kafka]\nbrokers=%0190d\n", 7);
+    loads(text);
+    dl_serve_conf want = conf;
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    dl_conf_print(dl_serve_opts, &want, f);
+    fclose(f);
+    dl_serve_conf got;
+    dl_err err = {0};
+    cr_assert_eq(dl_serve_conf_load(&got, path, &err), DL_OK, "%s", err.msg);
+    cr_expect_str_eq(got.kafka.brokers, want.kafka.brokers);
+    expect_same(&want, &got);
+}
+
 Test(conf, markdown_has_every_key)
 {
     char *text = NULL;

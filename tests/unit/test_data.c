@@ -374,6 +374,26 @@ Test(data, csv_round_trip)
     dl_dataset_free(ds);
 }
 
+Test(data, csv_parses_from_memory_within_its_length)
+{
+    /* The text is not NUL-terminated: the last field is "4", not "45". */
+    const char text[] = {'1', ',', '2', '\n', '3', ',', '4', '5'};
+    dl_dataset *ds = NULL;
+    dl_err err = {0};
+    cr_assert_eq(dl_dataset_parse_csv(text, 7, "mem.csv", 1, true, NULL, &ds, &err), DL_OK,
+                 "%s", err.msg);
+    cr_assert_eq(ds->n, 2);
+    cr_expect(ds->y[0] == 1 && ds->y[1] == 3);
+    cr_expect_float_eq(ds->x[0], 2, 0);
+    cr_expect_float_eq(ds->x[1], 4, 0);
+    dl_dataset_free(ds);
+
+    cr_assert_eq(dl_dataset_parse_csv("1,x\n", 4, "mem.csv", 1, true, NULL, &ds, &err),
+                 DL_ERR_INVALID);
+    cr_expect_null(ds);
+    cr_expect_not_null(strstr(err.msg, "mem.csv:1: field 2 is not a number"), "%s", err.msg);
+}
+
 Test(data, csv_scaling_and_no_labels)
 {
     fx_write_text(fx("f.csv"), "10,20\n30,40");

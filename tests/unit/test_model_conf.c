@@ -228,6 +228,27 @@ Test(model_conf, bad_input_shape)
     REFUSED(model("[]", FC("fc", 2), ""), "input", "'shape'");
 }
 
+Test(model_conf, sizes_past_int64_are_refused)
+{
+    /* 2^72 values a sample: the product would overflow int64. */
+    REFUSED(model("[16777216, 16777216, 16777216]", "{'name': 'f', 'type': 'flatten'}",
+                  ""), "input", "'shape' has more than 17179869184 values a sample");
+    /* 65536 filters of 4096 channels x 64x64 kernels: 2^40 weights. */
+    REFUSED(model("[4096, 64, 64]",
+                  "{'name': 'c', 'type': 'conv2d', 'filters': 65536, 'kernel_size': 64}",
+                  ""), "layer 'c'", "more than 17179869184 parameters");
+    /* 1024 x 4096 x 4096 values with padding 4095 each side: 2^37 outputs. */
+    REFUSED(model("[1024, 4096, 4096]", "{'name': 'p', 'type': 'maxpool2d', 'kernel_size': "
+                  "4096, 'stride': 1, 'padding': 4095}", ""),
+            "layer 'p'", "values a sample");
+}
+
+Test(model_conf, name_starting_with_a_dot)
+{
+    REFUSED("{'name': '..', 'input': {'shape': [4]}, 'layers': [" FC("fc", 2) "]}",
+            "'name'", "must not start with '.'");
+}
+
 Test(model_conf, unknown_top_level_key)
 {
     REFUSED(model("[4]", FC("fc", 2), ", 'optimiser': 'adam'"), "'optimiser'",

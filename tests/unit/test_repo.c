@@ -5,6 +5,7 @@
 #include "fixture.h"
 
 #include "nn/dl_nn.h"
+#include "train/checkpoint.h"
 
 static char dir[64];
 
@@ -182,4 +183,64 @@ Test(repo, checkpoint_path_is_listed)
     fclose(f);
     int64_t s[2];
     expect_list(s, dl_repo_checkpoints(dir, s, 2), (int64_t[]){42}, 1);
+}
+
+/* Writes DIR/checkpoints/step-000000005.safetensors with one float a buffer
+ * and `meta` as its run position. */
+static void write_checkpoint(const char *meta)
+{
+    char path[256];
+    make_dir("checkpoints");
+    dl_repo_checkpoint_path(dir, 5, path, sizeof(path));
+    float v[3] = {1, 2, 3};
+    dl_st_tensor t[3] = {
+        {.name = "params", .dtype = DL_ST_F32, .ndim = 1, .shape = {1}, .data = v, .nbytes = 4},
+        {.name = "state", .dtype = DL_ST_F32, .ndim = 1, .shape = {1}, .data = v + 1, .nbytes = 4},
+        {.name = "optimizer", .dtype = DL_ST_F32, .ndim = 1, .shape = {1}, .data = v + 2,
+         .nbytes = 4},
+    };
+    const char *kv[2] = {"dlserve.checkpoint", meta};
+    dl_err err = {0};
+    cr_assert_eq(dl_st_write(path, t, 3, kv, 1, &err), DL_OK, "%s", err.msg);
+}
+
+static dl_status read_checkpoint(ckpt_pos *pos, dl_err *err)
+{
+    float p, s, o;
+    char path[256];
+    return ckpt_read_latest(dir, pos, &p, 1, &s, 1, &o, 1, path, sizeof(path), err);
+}
+
+Test(repo, checkpoint_position_read_back)
+{
+    write_checkpoint("{\"step\":5,\"optim_steps\":4,\"rng_counter\":3,\"seed\":42,"
+                     "\"batch_size\":64,\"ranks\":2}");
+    ckpt_pos pos;
+    dl_err err = {0};
+    cr_assert_eq(read_checkpoint(&pos, &err), DL_OK, "%s", err.msg);
+    cr_expect(pos.step == 5 && pos.optim_steps == 4 && pos.rng_counter == 3 &&
+              pos.seed == 42 && pos.batch_size == 64 && pos.ranks == 2);
+}
+
+Test(repo, checkpoint_position_refused_when_damaged)
+{
+    static const struct { const char *meta, *key; } cases[] = {
+        {"{\"step\":-1,\"optim_steps\":0,\"rng_counter\":0,\"seed\":1,\"batch_size\":8,"
+         "\"ranks\":1}", "'step'"},
+        {"{\"step\":1,\"optim_steps\":0,\"rng_counter\":0,\"seed\":1,\"batch_size\":0,"
+         "\"ranks\":1}", "'batch_size'"},
+        {"{\"step\":1,\"optim_steps\":0,\"rng_counter\":0,\"seed\":1,\"batch_size\":8}",
+         "'ranks'"},
+        {"{\"step\":\"1\",\"optim_steps\":0,\"rng_counter\":0,\"seed\":1,"
+         "\"batch_size\":8,\"ranks\":1}", "'step'"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        fx_rmtree(dir);
+        cr_assert_eq(mkdir(dir, 0755), 0);
+        write_checkpoint(cases[i].meta);
+        ckpt_pos pos;
+        dl_err err = {0};
+        cr_expect_eq(read_checkpoint(&pos, &err), DL_ERR_INVALID, "case %zu", i);
+        cr_expect_not_null(strstr(err.msg, cases[i].key), "case %zu: %s", i, err.msg);
+    }
 }

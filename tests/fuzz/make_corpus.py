@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""make_corpus.py: writes the fuzz harnesses' seed corpora (corpus/<name>/)
+and dictionaries (dict/<name>.dict) from the repository's real files: the
+shipped model.json files, conf/dlserve.conf, the first Fashion-MNIST test
+images, and the request and record forms the unit tests use. Each input
+is in its harness's format (the comment at the top of fuzz_<name>.c).
+Run from anywhere; rerun after changing a format. Python 3 standard
+library only."""
+import gzip
+import json
+import os
+import shutil
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+TINY = json.loads(
+    '{"name": "tiny", "input": {"name": "input", "shape": [2, 2],'
+    ' "scaling": {"scale": 1, "mean": 0, "std": 1}},'
+    ' "layers": [{"name": "flatten", "type": "flatten"},'
+    ' {"name": "fc", "type": "dense", "units": 3}],'
+    ' "loss": "softmax_cross_entropy",'
+    ' "output": {"name": "probabilities", "labels": ["a", "b", "c"]}}')
+
+
+def read(path):
+    with open(os.path.join(ROOT, path), "rb") as f:
+        return f.read()
+
+
+def write_corpus(name, seeds):
+    d = os.path.join(HERE, "corpus", name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    for label, data in seeds:
+        if isinstance(data, str):
+            data = data.encode()
+        with open(os.path.join(d, label), "wb") as f:
+            f.write(data)
+
+
+def write_dict(name, tokens):
+    os.makedirs(os.path.join(HERE, "dict"), exist_ok=True)
+    with open(os.path.join(HERE, "dict", name + ".dict"), "w") as f:
+        f.write("# %s: tokens for libFuzzer's mutations (make_corpus.py)\n" % name)
+        for i, t in enumerate(tokens):
+            esc = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else
+                          "\\x%02x" % ord(c) for c in t)
+            f.write('t%d="%s"\n' % (i, esc))
+
+
+def f32(*v):
+    return struct.pack("<%df" % len(v), *v)
+
+
+def safetensors(tensors, meta):
+    """tensors: [(name, dtype, shape, bytes)], laid out in order."""
+    header, off, buf = {}, 0, b""
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [off, off + len(data)]}
+        off += len(data)
+        buf += data
+    if meta is not None:
+        header["__metadata__"] = meta
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + buf
+
+
+def framed(st):
+    """A safetensors file as fz_safetensors reads '{' inputs: header, '\\n', data."""
+    hlen = struct.unpack("<Q", st[:8])[0]
+    return st[8:8 + hlen].rstrip(b" ") + b"\n" + st[8 + hlen:]
+
+
+def idx(magic_dims, dims, data):
+    return struct.pack(">BBBB", 0, 0, 8, magic_dims) + \
+        b"".join(struct.pack(">I", d) for d in dims) + data
+
+
+JSON_TOKENS = ['{', '}', '[', ']', ':', ',', '"', 'true', 'false', 'null', '-0',
+               '1e308', '1e-400', '0.1', '\\u0000', '\\ud83d\\ude00', '\\"', '\\\\',
+               '\\n', '\\u00e9', '\xc3\xa9', '\xf0\x9f\x98\x80', '123456789012345678901']
+OIP_KEYS = ['"id"', '"model"', '"model_version"', '"inputs"', '"outputs"', '"name"',
+            '"shape"', '"datatype"', '"data"', '"parameters"', '"binary_data"',
+            '"binary_data_size"', '"binary_data_output"', '"FP32"', '"UINT8"',
+            '"BYTES"', '"INT64"', '"input"', '"probabilities"', '"label"', '"class"',
+            '"timeout"']
+
+
+def oip_seeds():
+    one = {"id": "1", "inputs": [{"name": "input", "shape": [1, 2, 2], "datatype": "FP32",
+                                  "data": [[1, 2], [3, 4]]}]}
+    two = {"id": "two", "inputs": [{"name": "input", "shape": [2, 4], "datatype": "FP32",
+                                    "data": [0.5, -1, 2e-3, 4, 5, 6, 7, 8]}],
+           "outputs": [{"name": "label"}, {"name": "class", "parameters": {"binary_data": True}},
+                       {"name": "probabilities"}]}
+    u8 = {"inputs": [{"name": "input", "shape": [4], "datatype": "UINT8",
+                      "data": [0, 1, 254, 255]}], "parameters": {"binary_data_output": True}}
+    bin_req = {"id": "b", "inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32",
+                                      "parameters": {"binary_data_size": 16}}],
+               "outputs": [{"name": "probabilities", "parameters": {"binary_data": True}},
+                           {"name": "label", "parameters": {"binary_data": True}}]}
+    bin_u8 = {"inputs": [{"name": "input", "shape": [2, 2, 2], "datatype": "UINT8",
+                          "parameters": {"binary_data_size": 8}}]}
+    js = lambda o: json.dumps(o, separators=(",", ":"))
+    b1, b2 = js(bin_req).encode(), js(bin_u8).encode()
+    return [("json_one", js(one)), ("json_two", json.dumps(two, indent=1)), ("json_u8", js(u8)),
+            ("json_bad_name", js({"inputs": [{"name": "pixels", "shape": [1, 4],
+                                             "datatype": "FP32", "data": [1, 2, 3, 4]}]})),
+            ("binary_fp32", b"B%d\n" % len(b1) + b1 + f32(1, 2, 3, 4)),
+            ("binary_u8", b"B%d\n" % len(b2) + b2 + bytes(range(8))),
+            ("route_infer", "R/v2/models/tiny/versions/2/infer"),
+            ("route_ready", "R/v2/models/fashion-mlp/ready"),
+            ("route_health", "R/v2/health/live"),
+            ("route_load", "R/v2/repository/models/tiny/load"),
+            ("route_metrics", "R/metrics")]
+
+
+def record_seeds():
+    js = lambda o: json.dumps(o, separators=(",", ":"))
+    req = {"id": "r1", "model": "tiny", "model_version": "3",
+           "inputs": [{"name": "input", "shape": [1, 2, 2], "datatype": "FP32",
+                       "data": [1, 2, 3, 4]}]}
+    payload = js({"id": "p", "inputs": [{"name": "input", "shape": [2, 4], "datatype": "FP32",
+                                         "parameters": {"binary_data_size": 32}}]}).encode()
+    return [("inputs", "0 - - -\n" + js(req)),
+            ("data", "0 - - -\n" + js({"id": 17, "data": [2, 4, 6, 8, 10, 12, 14, 16]})),
+            ("data_model", "0 - tiny k1\n" + js({"model": "tiny", "model_version": 1,
+                                                  "data": [0.25, 0.5, 0.75, 1]})),
+            ("payload", b"0 %d tiny -\n" % len(payload) + payload + f32(*range(8))),
+            ("raw_f32", b"1 - tiny raw\n" + f32(1, 2, 3, 4, 5, 6, 7, 8)),
+            ("raw_nan", b"1 - - -\n" + f32(1, 2, 3, float("nan"))),
+            ("no_headers", js({"data": [1, 2, 3, 4]})),
+            ("bad_json", "0 - - hdr-id\n{\"id\": \"x\", \"data\": [1, 2,")]
+
+
+def main():
+    mlp = read("models/fashion-mlp/model.json")
+    cnn = read("models/fashion-cnn/model.json")
+    tiny = json.dumps(TINY).encode()
+
+    write_corpus("json", [("model_mlp", mlp), ("model_cnn", cnn),
+                          ("request", json.dumps(oip_seeds()[1][1] and json.loads(oip_seeds()[1][1]))),
+                          ("numbers", "[0,-0,-0.0,1e308,1E-320,123456789012345678,"
+                                      "1234567890123456789,0.1,3.4028235e38,-12.5e+3]"),
+                          ("strings", '{"a":"\\ud83d\\ude00\\u00e9\\n\\"","b":["\xc3\xa9",""],'
+                                      '"c":{"d":{}}}'),
+                          ("nested", "[[[[[[{\"x\":[null,true,false]}]]]]]]"),
+                          ("scalar", ' "text" ')])
+    write_dict("json", JSON_TOKENS)
+    write_corpus("oip", oip_seeds())
+    write_dict("oip", JSON_TOKENS + OIP_KEYS + ["R/v2/models/", "/versions/", "/infer",
+                                                "/ready", "/v2/repository/"])
+    write_corpus("records", record_seeds())
+    write_dict("records", JSON_TOKENS + OIP_KEYS)
+
+    model_keys = ['"name"', '"input"', '"shape"', '"scaling"', '"scale"', '"mean"', '"std"',
+                  '"layers"', '"type"', '"dense"', '"conv2d"', '"maxpool2d"', '"avgpool2d"',
+                  '"batchnorm"', '"dropout"', '"flatten"', '"embedding"', '"relu"', '"tanh"',
+                  '"sigmoid"', '"softmax"', '"units"', '"filters"', '"kernel"', '"stride"',
+                  '"padding"', '"bias"', '"rate"', '"eps"', '"momentum"', '"num_embeddings"',
+                  '"dim"', '"loss"', '"softmax_cross_entropy"', '"mse"', '"output"', '"labels"',
+                  '"training"', '"epochs"', '"batch_size"', '"optimizer"', '"adam"', '"sgd"',
+                  '"lr"', '"schedule"', '"cosine"', '"step"', '"seed"', '"datatype"']
+    write_corpus("model_conf", [("fashion_mlp", mlp), ("fashion_cnn", cnn), ("tiny", tiny)])
+    write_dict("model_conf", JSON_TOKENS + model_keys)
+
+    weights = [("fc.weight", "F32", [3, 4], f32(*[i / 10 for i in range(12)])),
+               ("fc.bias", "F32", [3], f32(0.1, -0.2, 0.3))]
+    mlp_header = safetensors([("fc1.weight", "F32", [256, 784], b""),
+                              ("fc1.bias", "F32", [256], b"")], {"format": "pt"})
+    write_corpus("safetensors", [
+        ("tiny_weights", safetensors(weights, {"format": "pt", "dlserve.model": tiny.decode()})),
+        ("tiny_no_meta", safetensors(weights, None)),
+        ("dtypes", safetensors([("a", "BF16", [2], b"\0\0\0\0"), ("b", "I64", [1, 1], bytes(8)),
+                                ("c", "U8", [0], b""), ("d", "F16", [1], b"\0<")], {})),
+        ("mlp_header_only", mlp_header),
+        ("bn_extra", safetensors(weights + [("bn.num_batches_tracked", "I64", [], bytes(8))],
+                                 {"format": "pt"})),
+        ("framed_tiny", framed(safetensors(weights, {"format": "pt"}))),
+        ("framed_dtypes", framed(safetensors([("a", "BF16", [2], b"\0\0\0\0"),
+                                              ("b", "BOOL", [1], b"\1"),
+                                              ("c", "F64", [1], bytes(8))], None)))])
+    write_dict("safetensors", JSON_TOKENS + ['"dtype"', '"shape"', '"data_offsets"',
+                                             '"__metadata__"', '"F32"', '"F16"', '"BF16"',
+                                             '"F64"', '"I64"', '"I32"', '"I16"', '"I8"', '"U8"',
+                                             '"BOOL"', '"fc.weight"', '"fc.bias"', '"format"',
+                                             '"pt"'])
+
+    pos = {"step": 12, "optim_steps": 12, "rng_counter": 3, "seed": 42, "batch_size": 64,
+           "ranks": 1}
+    ckpt = lambda p, meta: safetensors(
+        [("params", "F32", [15], f32(*range(15))), ("state", "F32", [0], b""),
+         ("optimizer", "F32", [30], f32(*range(30)))],
+        {"dlserve.checkpoint": json.dumps(p, separators=(",", ":"))} if meta else {})
+    write_corpus("checkpoint", [("step12", ckpt(pos, True)), ("no_position", ckpt(pos, False)),
+                                ("framed_step12", framed(ckpt(pos, True))),
+                                ("wrong_sizes", safetensors([("params", "F32", [2], f32(1, 2))],
+                                                            {"dlserve.checkpoint": "{}"}))])
+    write_dict("checkpoint", JSON_TOKENS + ['"params"', '"state"', '"optimizer"', '"F32"',
+                                            '"dlserve.checkpoint"', '"step"', '"optim_steps"',
+                                            '"rng_counter"', '"seed"', '"batch_size"',
+                                            '"ranks"', '"dtype"', '"shape"', '"data_offsets"',
+                                            '"__metadata__"'])
+
+    # Two real test images and their labels; a 2x3x3 file, gzip'd and not.
+    with gzip.open(os.path.join(FASHION, "t10k-images-idx3-ubyte.gz")) as f:
+        pixels = f.read(16 + 2 * 784)[16:]
+    with gzip.open(os.path.join(FASHION, "t10k-labels-idx1-ubyte.gz")) as f:
+        labels = f.read(8 + 2)[8:]
+    img, lab = idx(3, [2, 28, 28], pixels), idx(1, [2], labels)
+    small = idx(3, [2, 3, 3], bytes(range(18)))
+    pair = lambda i, l: b"\x01" + struct.pack("<H", len(i)) + i + l
+    write_corpus("idx", [("fashion_pair", pair(img, lab)), ("fashion_images", b"\x00" + img),
+                         ("small_pair", pair(small, idx(1, [2], b"\x03\x07"))),
+                         ("small_gz", b"\x00" + gzip.compress(small, mtime=0)),
+                         ("vectors", b"\x00" + idx(2, [3, 2], bytes(6))),
+                         ("channels", b"\x00" + idx(4, [1, 2, 2, 2], bytes(8)))])
+
+    row = lambda v: ",".join(str(x) for x in v)
+    csv_rows = "\n".join(row([labels[i]] + list(pixels[i * 784 + 300:i * 784 + 304]))
+                         for i in range(2))
+    write_corpus("csv", [("fashion_label_dim4", b"\x0b" + ("label,a,b,c,d\n" + csv_rows +
+                                                           "\n").encode()),
+                         ("floats_dim3", b"\x02" + b"0.5,-1e-3, 2\r\n1,2,3.25\r\n\n"),
+                         ("label_dim1", b"\x08" + b"9,0.1\n0,+7\n"),
+                         ("dim8", b"\x07" + b"1,2,3,4,5,6,7,8")])
+    write_dict("csv", [",", "\n", "\r\n", "e", "E-", ".", "-", "+", "inf", "nan", "0x1p3",
+                       "2147483648", "label"])
+
+    conf = read("conf/dlserve.conf")
+    write_corpus("ini", [("dlserve_conf", conf),
+                         ("kafka", "[kafka]\nbrokers = localhost:9092\ndelivery = exactly-once\n"
+                                   "[kafka.consumer]\nsession.timeout.ms = 10000\n"
+                                   "[kafka.producer]\nlinger.ms = 5 ; comment\n"),
+                         ("models", "\xef\xbb\xbf# models\n[models]\npolicy = versions:1,3\n"
+                                    "device = cuda:1\n  threads = 2\n[http]\nmax_body_bytes = 8M\n"),
+                         ("log", "[log]\nlevel = debug\ndebug = kafka,http\n")])
+    ini_words = ["[http]", "[batching]", "[models]", "[log]", "[kafka]", "[redis]",
+                 "[kafka.consumer]", "[kafka.producer]", " = ", " ;", "#", "\n", "true", "off",
+                 "8M", "1k", "latest:2", "versions:", "cuda:", "exactly-once", "redis"]
+    write_dict("ini", ini_words)
+    write_corpus("set", [("overrides", "http.port=9000\nmodels.policy=versions:1,3\n"
+                                       "kafka.consumer.session.timeout.ms=10000\n"
+                                       "log.debug=kafka,http\nmodels.device=cuda:1"),
+                         ("delivery", "kafka.delivery=redis\nredis.host=localhost"),
+                         ("tls", "http.tls_cert=/c.pem\nhttp.tls_key=/k.pem\nhttp.token=s3cret"),
+                         ("bad", "http.port=70000")])
+    write_dict("set", ["http.", "batching.", "models.", "log.", "kafka.", "redis.",
+                       "kafka.consumer.", "kafka.producer.", "=", "\n", "port", "policy",
+                       "device", "delivery", "latest:", "versions:", "cuda:", "1G"])
+
+
+if __name__ == "__main__":
+    main()
