@@ -273,8 +273,7 @@ void kafka_in_free(kafka_srv *k)
 
 /* ---- parsing and the batcher ---------------------------------------------- */
 
-/* The value of the last header `name` as a string in buf, or NULL. */
-static const char *header(rd_kafka_message_t *m, const char *name, char *buf, size_t cap)
+const char *kafka_header(rd_kafka_message_t *m, const char *name, char *buf, size_t cap)
 {
     rd_kafka_headers_t *h;
     const void *v;
@@ -321,13 +320,13 @@ static void record_in_of(const krec *r, record_in *in, char *model, char *id, ch
 {
     const size_t cap = HDR_MAX;
     rd_kafka_message_t *m = r->msg;
-    const char *ct = header(m, "content-type", ctype, cap);
+    const char *ct = kafka_header(m, "content-type", ctype, cap);
     *in = (record_in){
         .value = m->payload, .len = m->len,
         .binary = ct && strcmp(ct, "application/octet-stream") == 0,
         .json_len_hdr = header_nocase(m, OIP_HEADER_JSON_LEN, jlen, cap),
-        .model_hdr = header(m, "dlserve-model", model, cap),
-        .id_hdr = header(m, "dlserve-id", id, cap),
+        .model_hdr = kafka_header(m, "dlserve-model", model, cap),
+        .id_hdr = kafka_header(m, "dlserve-id", id, cap),
         .topic = r->tp->topic, .partition = r->tp->partition, .offset = r->offset,
     };
 }

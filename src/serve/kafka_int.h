@@ -240,6 +240,10 @@ void kafka_in_free(kafka_srv *k);
 /* The partition's state, or NULL when it was never assigned. */
 tpart *kafka_tp_find(kafka_srv *k, const char *topic, int32_t partition);
 
+/* The value of a record's last header `name` as a string in buf (cap
+ * bytes), or NULL when absent or too long. */
+const char *kafka_header(rd_kafka_message_t *m, const char *name, char *buf, size_t cap);
+
 /* Forgets every record of tp (not committed: Kafka delivers them again);
  * those busy elsewhere become stale. Consumer thread, with out_mu held. */
 void kafka_tp_drop(kafka_srv *k, tpart *tp);

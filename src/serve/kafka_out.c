@@ -85,29 +85,13 @@ static void hdr_source(rd_kafka_headers_t *h, const krec *r)
         hdr_add_int(h, "dlserve-source-timestamp", ts);
 }
 
-/* The input record's header `name` (the last one) as a string in buf
- * (cap bytes), or NULL when absent or too long. */
-static const char *in_header(rd_kafka_message_t *m, const char *name, char *buf, size_t cap)
-{
-    rd_kafka_headers_t *h;
-    const void *v;
-    size_t len;
-    if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-        rd_kafka_header_get_last(h, name, &v, &len) != RD_KAFKA_RESP_ERR_NO_ERROR || !v ||
-        len >= cap)
-        return NULL;
-    memcpy(buf, v, len);
-    buf[len] = '\0';
-    return buf;
-}
-
 /* The input record's trace context (traceparent, when valid, and its
  * tracestate), into t. */
 static void record_trace(rd_kafka_message_t *m, trace_ctx *t)
 {
     char parent[TRACE_PARENT_MAX + 1], state[TRACE_STATE_MAX + 1];
-    trace_set(t, in_header(m, TRACE_PARENT_HEADER, parent, sizeof(parent)), (size_t)-1,
-              in_header(m, TRACE_STATE_HEADER, state, sizeof(state)), (size_t)-1);
+    trace_set(t, kafka_header(m, TRACE_PARENT_HEADER, parent, sizeof(parent)), (size_t)-1,
+              kafka_header(m, TRACE_STATE_HEADER, state, sizeof(state)), (size_t)-1);
 }
 
 /* The output carries the input's trace context on. */
