@@ -548,9 +548,10 @@ void dl_conf_print(const dl_opt *opts, const void *conf, FILE *f)
             char words[160] = "";
             if (o->type == DL_OPT_ENUM || o->type == DL_OPT_CUSTOM)
                 dl_opt_words_str(o->words, words, sizeof(words));
-            /* A value read from a file line fits one again: without the
-             * blanks around '=' when they would make the line too long. */
-            bool tight = strlen(o->key) + 3 + strlen(value) > LINE_TEXT_MAX;
+            /* A value read from a file line reads back the same: without
+             * the blanks around '=' when they would make the line too long,
+             * or turn a leading ';' into a comment's " ;". */
+            bool tight = strlen(o->key) + 3 + strlen(value) > LINE_TEXT_MAX || *value == ';';
             fprintf(f, "# %s%s%s%s\n%s%s%s\n", o->doc, *words ? " (" : "", words,
                     *words ? ")" : "", o->key, tight ? "=" : *value ? " = " : " =", value);
         }
