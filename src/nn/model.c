@@ -407,19 +407,27 @@ dl_status dl_model_predict(dl_model *m, const float *x, int64_t n, int64_t batch
     dl_status st = ensure_capacity(m, n < batch ? (n > 0 ? n : 1) : batch, err);
     if (st != DL_OK)
         return st;
-    /* Inputs are staged in dbuf[1]: it is at least cap * in_dim. */
+    /* A device's inputs are staged in dbuf[1] (at least cap * in_dim);
+     * host memory is read and written where it is. */
+    bool host = m->be->device < 0;
     for (int64_t i = 0; i < n && st == DL_OK; i += batch) {
         int64_t b = n - i < batch ? n - i : batch;
-        m->be->ops->upload(m->be, m->dbuf[1], x + i * din, (size_t)(b * din) * sizeof(float));
-        const float *y;
-        st = dl_model_forward(m, m->dbuf[1], b, false, &y, err);
+        const float *xb = x + i * din, *y;
+        float *ob = out + i * dout;
+        if (!host) {
+            m->be->ops->upload(m->be, m->dbuf[1], xb, (size_t)(b * din) * sizeof(float));
+            xb = m->dbuf[1];
+        }
+        st = dl_model_forward(m, xb, b, false, &y, err);
         if (st != DL_OK)
             break;
         if (m->conf->loss == DL_LOSS_XENT) {
-            m->be->ops->softmax_fwd(m->be, y, m->dbuf[0], b, dout);
-            y = m->dbuf[0];
+            float *p = host ? ob : m->dbuf[0];
+            m->be->ops->softmax_fwd(m->be, y, p, b, dout);
+            y = p;
         }
-        m->be->ops->download(m->be, out + i * dout, y, (size_t)(b * dout) * sizeof(float));
+        if (y != ob)
+            m->be->ops->download(m->be, ob, y, (size_t)(b * dout) * sizeof(float));
     }
     m->input = NULL;
     return st;

@@ -1062,26 +1062,48 @@ static const dl_backend_ops cpu_dnnl_ops = {
 };
 #endif
 
-/* The engine asked for: the caller's, else DLSERVE_CPU_CONV's, else
- * im2col. DL_ERR_INVALID for an unknown word in the environment. */
+/* The engine for this CPU: oneDNN's kernels where it has AVX-512 (its
+ * avx512_core convolutions trained fashion-cnn 1.3x and inferred 1.3x
+ * faster than im2col + OpenBLAS there), im2col + OpenBLAS on AVX2 only,
+ * where oneDNN's kernels measured no faster and its reorders cost more
+ * (tests/bench/RESULTS.md, "CPU engine"). */
+static dl_conv_engine auto_engine(void)
+{
+#if defined(DL_HAVE_DNNL) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return DL_CONV_ONEDNN;
+#endif
+    return DL_CONV_IM2COL;
+}
+
+/* The engine asked for: the caller's, else DLSERVE_CPU_CONV's (auto,
+ * im2col or onednn), else auto. DL_ERR_INVALID for an unknown word in the
+ * environment. */
 static dl_status pick_engine(dl_conv_engine asked, dl_conv_engine *out, dl_err *err)
 {
     *out = asked;
     if (asked != DL_CONV_DEFAULT)
         return DL_OK;
     const char *env = getenv("DLSERVE_CPU_CONV");
-    *out = DL_CONV_IM2COL;
-    if (!env || !*env || strcmp(env, "im2col") == 0)
+    if (!env || !*env || strcmp(env, "auto") == 0) {
+        *out = auto_engine();
         return DL_OK;
+    }
+    if (strcmp(env, "im2col") == 0) {
+        *out = DL_CONV_IM2COL;
+        return DL_OK;
+    }
     if (strcmp(env, "onednn") == 0) {
         *out = DL_CONV_ONEDNN;
         return DL_OK;
     }
-    return dl_err_set(err, DL_ERR_INVALID, "DLSERVE_CPU_CONV=%s: expected im2col or onednn",
-                      env);
+    return dl_err_set(err, DL_ERR_INVALID,
+                      "DLSERVE_CPU_CONV=%s: expected auto, im2col or onednn", env);
 }
 
-static dl_status cpu_new(int threads, dl_conv_engine asked, dl_backend **out, dl_err *err)
+static dl_status cpu_new(int threads, dl_conv_engine asked, bool keep_pool, dl_backend **out,
+                         dl_err *err)
 {
     *out = NULL;
     dl_conv_engine engine;
@@ -1112,13 +1134,17 @@ static dl_status cpu_new(int threads, dl_conv_engine asked, dl_backend **out, dl
         }
         be->ctx = d;
         be->ops = &cpu_dnnl_ops;
-        dl_dnnl_own_loops();
+        if (!keep_pool)
+            dl_dnnl_own_loops();
     }
 #endif
     /* One team owns the cores: our pool's (OpenBLAS single-threaded inside
      * its tasks), or with oneDNN its OpenMP team of `threads`, which then
      * runs our loops too (an idle OpenMP thread spins, and would starve
-     * the pool's workers). */
+     * the pool's workers), unless keep_pool: in the daemon a spinning
+     * team would starve the connection threads instead (fashion-mlp
+     * served 25-40% fewer requests), and its convolutions still run on
+     * oneDNN's team. */
     openblas_set_num_threads(1);
     dl_pool_set_threads(threads);
     *out = be;
@@ -1127,7 +1153,7 @@ static dl_status cpu_new(int threads, dl_conv_engine asked, dl_backend **out, dl
 
 dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err)
 {
-    return cpu_new(threads, DL_CONV_DEFAULT, out, err);
+    return cpu_new(threads, DL_CONV_DEFAULT, false, out, err);
 }
 
 /* The backend registration: "cpu" has no device index. */
@@ -1135,7 +1161,7 @@ static dl_status cpu_create(int index, const dl_backend_params *p, dl_backend **
                             dl_err *err)
 {
     (void)index;
-    return cpu_new(p->threads, p->conv, out, err);
+    return cpu_new(p->threads, p->conv, p->keep_pool, out, err);
 }
 
 const dl_backend_reg dl_backend_cpu_reg = {

@@ -220,8 +220,9 @@ struct dl_backend {
 
 /* The CPU's kernels for convolution and pooling: im2col + OpenBLAS with
  * plain loops, or oneDNN's primitives (a build with -Ddnnl). DEFAULT is
- * the environment's DLSERVE_CPU_CONV ("im2col" or "onednn"), else im2col:
- * measured faster on the machines this project runs on (tests/bench/RESULTS.md). */
+ * the environment's DLSERVE_CPU_CONV ("auto", "im2col" or "onednn"), else
+ * auto: oneDNN on a CPU with AVX-512, im2col + OpenBLAS otherwise, the
+ * faster of the two on each (tests/bench/RESULTS.md, "CPU engine"). */
 typedef enum dl_conv_engine {
     DL_CONV_DEFAULT = 0, DL_CONV_IM2COL, DL_CONV_ONEDNN,
 } dl_conv_engine;
@@ -234,6 +235,11 @@ typedef struct dl_backend_params {
                         * the products keep 10 mantissa bits (relative
                         * error ~1e-3 instead of ~1e-6); the CPU ignores it */
     dl_conv_engine conv;   /* CPU: the kernels of convolution and pooling */
+    /* CPU with oneDNN: dlserve's loops stay on its own pool, whose idle
+     * workers sleep, instead of running on oneDNN's OpenMP team, whose
+     * idle threads spin. For a process whose other threads need the
+     * cores between computations (the daemon's connection threads). */
+    bool keep_pool;
 } dl_backend_params;
 
 /* CPU backend with `threads` threads for OpenBLAS, oneDNN and our own

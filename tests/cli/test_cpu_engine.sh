@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The CPU's convolution engines end to end: DLSERVE_CPU_CONV picks im2col or
-# oneDNN (a wrong word stops dlserve with one clear line), the log and
-# --bench name the engine in use, and --threads N bounds the process's
-# threads on either engine: one team computes (the pool's workers, or
-# oneDNN's OpenMP team running dlserve's loops as well), OpenBLAS inside it.
+# oneDNN, or auto (the default) the faster one for the CPU (a wrong word
+# stops dlserve with one clear line), the log and --bench name the engine
+# in use, and --threads N bounds the process's threads on either engine:
+# one team computes (the pool's workers, or oneDNN's OpenMP team running
+# dlserve's loops as well), OpenBLAS inside it.
 . "$(dirname "$0")/lib.sh"
 
 M=$(model_copy fashion-cnn)
@@ -19,7 +20,19 @@ DLSERVE_CPU_CONV=fast "$DLSERVE" --train "$M" --limit 256 --epochs 1 --no-progre
     > "$WORK/bad.out" 2> "$WORK/bad.err"; rc=$?
 cat "$WORK/bad.err"
 check "DLSERVE_CPU_CONV=fast is refused in one line" \
-    fails_with "$WORK/bad.err" $rc "DLSERVE_CPU_CONV=fast: expected im2col or onednn"
+    fails_with "$WORK/bad.err" $rc "DLSERVE_CPU_CONV=fast: expected auto, im2col or onednn"
+
+# Unset (or auto): oneDNN on a CPU with AVX-512, where it measured faster;
+# im2col + OpenBLAS otherwise.
+want=im2col
+if [[ ${engines[*]} == *onednn* ]] && grep -qw avx512f /proc/cpuinfo; then want=onednn; fi
+for word in "" auto; do
+    env -u DLSERVE_CPU_CONV ${word:+DLSERVE_CPU_CONV=$word} "$DLSERVE" --bench "$M" \
+        --threads 1 --steps 1 > "$WORK/auto.json" 2> "$WORK/auto.err"; rc=$?
+    check "DLSERVE_CPU_CONV='$word': --bench exits 0" test $rc -eq 0
+    check "DLSERVE_CPU_CONV='$word' chooses $want on this CPU" \
+        test "$(json_get "$WORK/auto.json" conv)" = "$want"
+done
 
 # peak_threads LOG CMD...: runs CMD, sampling /proc/PID/status every 50 ms;
 # prints the largest thread count seen and returns CMD's exit status.

@@ -220,3 +220,19 @@ Test(conv_engines, unknown_engine_word_is_refused)
     cr_expect_str_eq(dl_backend_conv_engine(be), "im2col");
     dl_backend_free(be);
 }
+
+/* "auto" and no word at all choose the same engine. */
+Test(conv_engines, auto_is_the_default)
+{
+    dl_backend *be = NULL;
+    dl_err err = {0};
+    unsetenv("DLSERVE_CPU_CONV");
+    cr_assert_eq(dl_backend_cpu_new(1, &be, &err), DL_OK, "%s", err.msg);
+    const char *unset = dl_backend_conv_engine(be);
+    dl_backend_free(be);
+    setenv("DLSERVE_CPU_CONV", "auto", 1);
+    cr_assert_eq(dl_backend_cpu_new(1, &be, &err), DL_OK, "%s", err.msg);
+    cr_expect_str_eq(dl_backend_conv_engine(be), unset);
+    dl_backend_free(be);
+    unsetenv("DLSERVE_CPU_CONV");
+}
