@@ -68,6 +68,10 @@ struct cli_opt {
 /* Counts: at most this, so that sums of two stay in range. */
 #define COUNT_MAX ((double)(INT64_MAX / 2))
 
+/* A macro's value as a string literal, for defaults in the docs. */
+#define STR(x) #x
+#define XSTR(x) STR(x)
+
 #define FIELD(f) .offset = offsetof(cli, f), .size = sizeof(((cli *)0)->f)
 #define COUNT(f, lo, hi) .kind = OPT_NUM, FIELD(f), .min = lo, .max = hi, .what = "a valid count"
 #define REAL(f, lo, hi, text) .kind = OPT_REAL, FIELD(f), .min = lo, .max = hi, .what = text
@@ -148,6 +152,10 @@ static const cli_opt opts[] = {
      .doc = "ps-async: steps a trainer may run ahead (default 4)"},
     {"stall-timeout", .group = G_DIST, .arg = "SEC", REAL(run.dist.stall_timeout, 0.1, 1e7, "a number of seconds >= 0.1"),
      .doc = "give up a wait after SEC seconds, naming the missing ranks (default 300)"},
+    {"bucket-kb", .group = G_DIST, .kind = OPT_NUM, .arg = "N", FIELD(run.dist.bucket_kb),
+     .min = 0, .max = 1 << 20, .what = "a bucket size in KiB from 0 to 1048576",
+     .doc = "allreduce on the CPU: sum the gradients in buckets of at least N KiB while "
+            "backward still runs (default " XSTR(DL_DIST_BUCKET_KB) "); 0: one sum after backward"},
     {"deterministic", .group = G_DIST, .kind = OPT_FLAG, FIELD(run.dist.deterministic),
      .value = 1, .doc = "reduce in a fixed order (reproducible to the bit)"},
     {"checkpoint-every", .group = G_DIST, .arg = "N", COUNT(run.checkpoint_every, 1, 1 << 20),

@@ -159,6 +159,31 @@ dl_status dl_model_loss(dl_model *m, const int32_t *labels, const float *targets
  * buffer. */
 dl_status dl_model_backward(dl_model *m, dl_err *err);
 
+/* Layers of the model, and where layer i's gradients lie in the gradient
+ * buffer (dl_model_grads): [*begin, *end), empty for a layer without
+ * trainable parameters. Parameters (and gradients) are laid out layer
+ * after layer, in model.json's order, so layer i's range starts where
+ * layer i-1's ends and the ranges tile [0, nparams). */
+int  dl_model_layer_count(const dl_model *m);
+void dl_model_grad_range(const dl_model *m, int layer, int64_t *begin, int64_t *end);
+
+/* Called by dl_model_backward_hooked after each layer's backward (last
+ * layer first, every layer, empty ranges included) with that layer's
+ * gradient range [begin, end), as dl_model_grad_range gives it: those
+ * gradients are final for this pass and, since backward runs from the
+ * last layer to the first, so is all of [begin, nparams). The values are
+ * in memory at once on a host backend (device -1); a backend that queues
+ * work (CUDA) has them once it is synced. A status other than DL_OK
+ * (with err filled) stops the pass and is returned. */
+typedef dl_status (*dl_grad_hook)(void *ctx, int layer, int64_t begin, int64_t end,
+                                  dl_err *err);
+
+/* dl_model_backward, calling fn(ctx, ...) after each layer (fn may be
+ * NULL): for callers that start work on the finished gradients while the
+ * earlier layers' backward runs (gradient allreduce in buckets). */
+dl_status dl_model_backward_hooked(dl_model *m, dl_grad_hook fn, void *ctx,
+                                   dl_err *err);
+
 /* Inference on host data: x (n * in_dim) to out (n * out_dim), in chunks
  * of at most `batch`. For softmax cross-entropy models the outputs are
  * class probabilities (softmax of the logits). */

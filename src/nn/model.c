@@ -20,6 +20,8 @@ struct dl_model {
     layer               *layers;
     float               *params, *grads, *state;   /* backend memory */
     int64_t              nparams, nstate;
+    int64_t             *grad_at;                   /* nlayers + 1: layer i's gradients
+                                                       are [grad_at[i], grad_at[i + 1]) */
     int                  ntensors;
     named               *tensors;
     /* per-batch buffers, sized for `cap` samples */
@@ -132,6 +134,9 @@ static dl_status build_layers(dl_model *m, dl_err *err)
     int ndim = c->in_ndim;
     int64_t shape[DL_MAX_DIMS];
     memcpy(shape, c->in_shape, sizeof(shape));
+    m->grad_at = calloc((size_t)m->nlayers + 1, sizeof(*m->grad_at));
+    if (!m->grad_at)
+        return dl_err_set(err, DL_ERR_NOMEM, "gradient ranges");
     for (int i = 0; i < m->nlayers; i++) {
         layer *l = &m->layers[i];
         l->conf = &c->layers[i];
@@ -154,6 +159,7 @@ static dl_status build_layers(dl_model *m, dl_err *err)
                 m->nstate += n;
             m->ntensors++;
         }
+        m->grad_at[i + 1] = m->nparams;   /* point_slots lays them out in this order */
         ndim = l->out_ndim;
         memcpy(shape, l->out_shape, sizeof(shape));
     }
@@ -263,6 +269,7 @@ void dl_model_free(dl_model *m)
     be_release(m->be, m->state);
     free(m->layers);
     free(m->tensors);
+    free(m->grad_at);
     free(m);
 }
 
@@ -380,7 +387,21 @@ dl_status dl_model_loss(dl_model *m, const int32_t *labels, const float *targets
     return DL_OK;
 }
 
+int dl_model_layer_count(const dl_model *m) { return m->nlayers; }
+
+void dl_model_grad_range(const dl_model *m, int layer, int64_t *begin, int64_t *end)
+{
+    DL_ASSERT(layer >= 0 && layer < m->nlayers);
+    *begin = m->grad_at[layer];
+    *end = m->grad_at[layer + 1];
+}
+
 dl_status dl_model_backward(dl_model *m, dl_err *err)
+{
+    return dl_model_backward_hooked(m, NULL, NULL, err);
+}
+
+dl_status dl_model_backward_hooked(dl_model *m, dl_grad_hook fn, void *ctx, dl_err *err)
 {
     if (!m->have_dout)
         return dl_err_set(err, DL_ERR_INVALID, "backward without a loss gradient");
@@ -393,6 +414,11 @@ dl_status dl_model_backward(dl_model *m, dl_err *err)
         if (st != DL_OK)
             return dl_err_prefix(err, "layer '%s'", l->conf->name);
         cur = 1 - cur;
+        /* The layer wrote its own gradients and no later step touches them. */
+        if (fn && (st = fn(ctx, i, m->grad_at[i], m->grad_at[i + 1], err)) != DL_OK) {
+            m->have_dout = false;
+            return st;
+        }
     }
     m->have_dout = false;
     return DL_OK;

@@ -14,7 +14,8 @@ void dl_run_opts_init(dl_run_opts *o)
     o->lr = o->momentum = o->weight_decay = -1.0;
     o->optimizer = o->nesterov = o->progress = -1;
     o->dist = (dl_dist_conf){ .mode = DL_DIST_ALLREDUCE, .avg_k = 1, .servers = 1,
-                              .max_staleness = 4, .stall_timeout = 300.0 };
+                              .max_staleness = 4, .stall_timeout = 300.0,
+                              .bucket_kb = DL_DIST_BUCKET_KB };
 }
 
 dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, dl_err *err)

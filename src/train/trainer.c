@@ -26,6 +26,9 @@ typedef struct trainer {
     float      *hx, *x;          /* host batch and backend batch */
     int32_t    *hy;
     float      *host;            /* host staging for exchanges */
+    /* allreduce on the CPU: the gradient sum in buckets, started while
+     * backward runs (NULL: one sum after backward) */
+    dl_dist_buckets *buckets;
     /* avg:K: the parameters at the last averaging point and this
      * trainer's update since then (backend memory); the parameters the
      * model computes with are anchor + delta. */
@@ -76,12 +79,37 @@ static void trainer_close(trainer *t)
     free(t->hy);
     free(t->host);
     free(t->ids);
+    dl_dist_buckets_free(t->buckets);
     dl_backend *be = t->s.be;
     float *bufs[] = { t->x, t->anchor, t->delta };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
             be->ops->release(be, bufs[i]);
     session_close(&t->s);
+}
+
+/* --dist allreduce on the CPU with --bucket-kb > 0: plans the gradient
+ * buckets along the layers' gradient ranges. The GPU path keeps its one
+ * NCCL sum after backward (dl_dist_sum_device). */
+static dl_status open_buckets(trainer *t, dl_err *err)
+{
+    int64_t kb = dl_dist_conf_of(t->d)->bucket_kb;
+    if (t->mode != DL_DIST_ALLREDUCE || t->T <= 1 || kb == 0 || t->s.be->device != -1)
+        return DL_OK;
+    int nl = dl_model_layer_count(t->s.m);
+    int64_t *cuts = malloc((size_t)nl * sizeof(*cuts)), end;
+    if (!cuts)
+        return dl_err_set(err, DL_ERR_NOMEM, "bucket plan");
+    for (int i = 0; i < nl; i++)
+        dl_model_grad_range(t->s.m, i, &cuts[i], &end);
+    dl_status st = dl_dist_buckets_new(t->d, t->np, cuts, nl, (size_t)kb * 1024,
+                                       &t->buckets, err);
+    free(cuts);
+    if (st == DL_OK)
+        DL_LOG0(DL_LOG_INFO, "dist", "gradient allreduce in %d bucket%s of at least %lld KiB, "
+                "started during backward", dl_dist_buckets_count(t->buckets),
+                dl_dist_buckets_count(t->buckets) > 1 ? "s" : "", (long long)kb);
+    return st;
 }
 
 static dl_status trainer_open(trainer *t, const dl_run_opts *o, dl_dist *d,
@@ -151,7 +179,9 @@ static dl_status trainer_open(trainer *t, const dl_run_opts *o, dl_dist *d,
     t->steps_per_epoch = dl_data_steps(t->train->n, b * t->T);
     t->total_steps = t->steps_per_epoch * t->hp.epochs;
     dl_model_set_rng(t->s.m, (uint64_t)(t->me > 0 ? t->me : 0), 0);
-    return DL_OK;
+    if ((st = open_buckets(t, err)) != DL_OK)
+        trainer_close(t);
+    return st;
 }
 
 /* Sums a backend buffer over the trainers, then scales it: on the GPUs
@@ -254,6 +284,15 @@ static void gather(trainer *t, int64_t s, int64_t *count, int64_t *global)
             t->ids[t->nids++] = t->ids[i];
 }
 
+/* Backward's hook: layers [layer, last] are done, so are the gradients
+ * from `begin` to the end of the buffer. */
+static dl_status grads_ready(void *ctx, int layer, int64_t begin, int64_t end, dl_err *err)
+{
+    (void)layer;
+    (void)end;
+    return dl_dist_buckets_ready(ctx, begin, err);
+}
+
 /* Forward, loss and backward on the gathered share. Adds the share's
  * summed loss, correct count and size. */
 static dl_status compute(trainer *t, int64_t count, int64_t global, double *loss,
@@ -275,7 +314,8 @@ static dl_status compute(trainer *t, int64_t count, int64_t global, double *loss
     if (st == DL_OK)
         st = dl_model_loss(t->s.m, t->hy, NULL, scale, true, &l, &c, err);
     if (st == DL_OK)
-        st = dl_model_backward(t->s.m, err);
+        st = t->buckets ? dl_model_backward_hooked(t->s.m, grads_ready, t->buckets, err)
+                        : dl_model_backward(t->s.m, err);
     *loss += l;
     *correct += c;
     *seen += count;
@@ -286,20 +326,23 @@ static dl_status compute(trainer *t, int64_t count, int64_t global, double *loss
 static dl_status train_step(trainer *t, int64_t s, double *loss, int64_t *correct,
                             int64_t *seen, dl_err *err)
 {
-    int64_t count, global;
+    int64_t count, global, n;
+    float *p = dl_model_params(t->s.m, &n), *g = dl_model_grads(t->s.m, &n);
     gather(t, s, &count, &global);
     dl_status st = is_ps(t) ? ps_pull(t, false, err) : DL_OK;
+    if (t->buckets)   /* a trainer left no samples starts every bucket in finish */
+        dl_dist_buckets_begin(t->buckets, g);
     if (st == DL_OK)
         st = compute(t, count, global, loss, correct, seen, err);
     if (st != DL_OK)
         return st;
-    int64_t n;
-    float *p = dl_model_params(t->s.m, &n), *g = dl_model_grads(t->s.m, &n);
     double lr = dl_lr_at(&t->hp, t->step, t->steps_per_epoch, t->total_steps);
     t->step++;
     switch (t->mode) {
     case DL_DIST_ALLREDUCE:
-        if ((st = reduce(t, g, n, 1.0f, "gradient allreduce", err)) == DL_OK)
+        st = t->buckets ? dl_dist_buckets_finish(t->buckets, "gradient allreduce", err)
+                        : reduce(t, g, n, 1.0f, "gradient allreduce", err);
+        if (st == DL_OK)
             dl_optim_step(t->opt, p, g, lr);
         return st;
     case DL_DIST_AVG:
@@ -412,7 +455,19 @@ typedef struct epoch_ctx {
     int64_t first;           /* first step of the epoch to run (resume) */
     double  train_seconds;   /* accumulated over the run */
     double  bytes_start;
+    double  inflight_start, exposed_start;   /* dl_dist_overlap at the epoch's start */
 } epoch_ctx;
+
+/* The share of the bucketed reductions' time that ran under backward:
+ * 1 - exposed wait after backward / time while any bucket was in flight
+ * (0 when none was). */
+static double hidden_share(double inflight, double exposed)
+{
+    if (inflight <= 0.0)
+        return 0.0;
+    double h = 1.0 - exposed / inflight;
+    return h < 0.0 ? 0.0 : h > 1.0 ? 1.0 : h;
+}
 
 static dl_status run_epoch(trainer *t, epoch_ctx *ec, dl_epoch_stats *es, bool *stop,
                            dl_err *err)
@@ -420,6 +475,7 @@ static dl_status run_epoch(trainer *t, epoch_ctx *ec, dl_epoch_stats *es, bool *
     const dl_run_opts *o = t->o;
     dl_data_permutation(t->hp.seed, ec->epoch, t->train->n, t->perm);
     ec->bytes_start = (double)dl_dist_bytes(t->d);
+    dl_dist_overlap(t->d, &ec->inflight_start, &ec->exposed_start);
     double loss = 0.0, t0 = dl_time_now(), last_draw = 0.0;
     int64_t correct = 0, seen = 0, G = t->hp.batch_size * t->T;
     dl_status st = DL_OK;
@@ -478,12 +534,20 @@ static dl_status run_epoch(trainer *t, epoch_ctx *ec, dl_epoch_stats *es, bool *
             "%.0f samples/s %.1fs", es->epoch, (long long)t->hp.epochs, es->train_loss,
             es->train_accuracy, es->test_loss, es->test_accuracy, es->lr,
             es->samples_per_sec, es->seconds);
+    double inflight, exposed;
+    dl_dist_overlap(t->d, &inflight, &exposed);
+    char hidden[64] = "";
+    if (t->mode == DL_DIST_ALLREDUCE)
+        snprintf(hidden, sizeof(hidden), ", %.0f%% of the reduction hidden under backward",
+                 100.0 * hidden_share(inflight - ec->inflight_start,
+                                      exposed - ec->exposed_start));
     if (t->T > 1 || is_ps(t))
         DL_LOG0(DL_LOG_INFO, "dist",
                 "epoch %d: step time %.2f-%.2f ms across trainers, %.0f bytes/step, "
-                "comm %.0f%% of rank 0's time", es->epoch, tmin * 1e3, tmax * 1e3,
+                "comm %.0f%% of rank 0's time%s", es->epoch, tmin * 1e3, tmax * 1e3,
                 steps ? bytes / (double)(s - ec->first) : 0.0,
-                100.0 * dl_dist_comm_seconds(t->d) / (ec->train_seconds > 0 ? ec->train_seconds : 1));
+                100.0 * dl_dist_comm_seconds(t->d) / (ec->train_seconds > 0 ? ec->train_seconds : 1),
+                hidden);
     ec->first = 0;
     return DL_OK;
 }
@@ -533,17 +597,19 @@ static void summary_json(trainer *t, const dl_epoch_stats *last, int64_t version
 {
     const dl_dist_conf *dc = dl_dist_conf_of(t->d);
     int ranks = dl_dist_size(t->d);
-    double steps = t->step > 0 ? (double)t->step : 1.0;
+    double steps = t->step > 0 ? (double)t->step : 1.0, inflight, exposed;
+    dl_dist_overlap(t->d, &inflight, &exposed);
     int n = snprintf(out, len,
                      "{\"model\":\"%s\",\"version\":%lld,\"path\":\"%s\",\"epochs\":%lld,"
                      "\"train_loss\":%.4f,\"test_accuracy\":%.4f,\"samples_per_sec\":%.0f,"
                      "\"seconds\":%.1f,\"dist\":\"%s\",\"ranks\":%d,\"servers\":%d,"
-                     "\"bytes_per_step\":%.0f,\"comm_fraction\":%.3f",
+                     "\"bytes_per_step\":%.0f,\"comm_fraction\":%.3f,\"comm_hidden\":%.3f",
                      t->s.conf->name, (long long)version, path, (long long)t->hp.epochs,
                      last->train_loss, last->test_accuracy, rate, seconds,
                      ranks > 1 ? dl_dist_mode_name(dc->mode) : "none", ranks,
                      is_ps(t) ? dc->servers : 0, (double)dl_dist_bytes(t->d) / steps,
-                     train_seconds > 0 ? dl_dist_comm_seconds(t->d) / train_seconds : 0.0);
+                     train_seconds > 0 ? dl_dist_comm_seconds(t->d) / train_seconds : 0.0,
+                     hidden_share(inflight, exposed));
     if (full && (size_t)n < len)
         n += snprintf(out + n, len - (size_t)n,
                       ",\"batch_size\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"seed\":%llu",

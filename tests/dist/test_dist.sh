@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Distributed training with real mpirun on loopback (oversubscribed):
 # equivalence of the synchronous modes with one process of batch N*b (on
-# the whole training set at 4 trainers too),
+# the whole training set at 4 trainers too), the gradient buckets of
+# allreduce (deterministic: bit-identical to one sum after backward; the
+# hidden share reported; bad --bucket-kb refused),
 # parameter servers with S = 1, 2, 3, unequal shards, checkpoint/resume
 # equality, and stalls: a stopped rank and a killed rank end the job with
 # the missing rank named.
@@ -52,6 +54,34 @@ ref=$(fresh ref "$SMOOTH")
 check "reference run" test -s "$ref/1/model.safetensors"
 equivalent allreduce-2 "$ref" 2 --dist allreduce --batch-size 32
 equivalent allreduce-4 "$ref" 4 --dist allreduce --batch-size 16
+# Gradient buckets (allreduce-4 runs with the default size: 2 buckets for
+# fashion-mlp): 4 KiB cuts at every layer (3 buckets), 0 is one sum after
+# backward; deterministic sums must agree to the bit whatever the cut.
+equivalent allreduce-4-kb4 "$ref" 4 --dist allreduce --batch-size 16 --bucket-kb 4
+equivalent allreduce-4-kb0 "$ref" 4 --dist allreduce --batch-size 16 --bucket-kb 0
+check "deterministic buckets of the default size equal --bucket-kb 0 bit for bit" \
+    /usr/bin/python3 "$CMP" "$WORK/allreduce-4/1/model.safetensors" \
+    "$WORK/allreduce-4-kb0/1/model.safetensors" 0
+check "deterministic buckets of 4 KiB equal --bucket-kb 0 bit for bit" \
+    /usr/bin/python3 "$CMP" "$WORK/allreduce-4-kb4/1/model.safetensors" \
+    "$WORK/allreduce-4-kb0/1/model.safetensors" 0
+check "buckets: the plan is logged" grep -q "gradient allreduce in 3 buckets of at least 4 KiB" \
+    "$WORK/allreduce-4-kb4.log"
+check "buckets: the dist: line shows the hidden share" \
+    grep -Eq "dist: epoch 1: .*, [0-9]+% of the reduction hidden under backward" \
+    "$WORK/allreduce-4.log"
+check "buckets: comm_hidden in [0, 1], 0 without buckets" /usr/bin/python3 - \
+    "$WORK/allreduce-4.json" "$WORK/allreduce-4-kb0.json" <<'PY'
+import json, sys
+on, off = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:3])
+print("comm_hidden %.3f with buckets, %.3f without" % (on["comm_hidden"], off["comm_hidden"]))
+sys.exit(not (0 <= on["comm_hidden"] <= 1 and off["comm_hidden"] == 0
+              and on["bytes_per_step"] == off["bytes_per_step"]))
+PY
+for v in -1 abc 1048577 ""; do
+    "$DLSERVE" --train "$ref" --bucket-kb "$v" > /dev/null 2> "$WORK/badkb.err"
+    check "--bucket-kb '$v' is refused" fails_with "$WORK/badkb.err" $? "bucket size in KiB"
+done
 equivalent ps-sync-s1 "$ref" 3 --dist ps-sync --ps-servers 1 --batch-size 32
 equivalent ps-sync-s2 "$ref" 4 --dist ps-sync --ps-servers 2 --batch-size 32
 equivalent ps-sync-s3 "$ref" 5 --dist ps-sync --ps-servers 3 --batch-size 32

@@ -336,6 +336,77 @@ Test(layers, backward_accumulates)
     free(once);
 }
 
+/* What backward's hook saw: each call's layer and range, and a copy of
+ * the gradients in that range at that moment. */
+typedef struct hook_log {
+    int     calls, layer[8];
+    int64_t begin[8], end[8];
+    float   seen[256];
+    int     fail_at;           /* layer whose call fails; -1: none */
+} hook_log;
+
+static dl_status record_hook(void *ctx, int layer, int64_t begin, int64_t end, dl_err *err)
+{
+    hook_log *h = ctx;
+    cr_assert(h->calls < 8 && end <= 256);
+    h->layer[h->calls] = layer;
+    h->begin[h->calls] = begin;
+    h->end[h->calls] = end;
+    int64_t n;
+    const float *g = dl_model_grads(m, &n);
+    memcpy(h->seen + begin, g + begin, (size_t)(end - begin) * sizeof(float));
+    h->calls++;
+    if (layer == h->fail_at)
+        return dl_err_set(err, DL_ERR_UNAVAILABLE, "hook refused layer %d", layer);
+    return DL_OK;
+}
+
+Test(layers, backward_hook_ranges_tile_the_gradients_last_layer_first)
+{
+    build("[6]", "{'name': 'fc1', 'type': 'dense', 'units': 5},"
+                 "{'name': 'act', 'type': 'tanh'},"
+                 "{'name': 'fc2', 'type': 'dense', 'units': 4},"
+                 "{'name': 'fc3', 'type': 'dense', 'units': 3}", "softmax_cross_entropy");
+    make_batch(3, -1.0f, 1.0f);
+    int nl = dl_model_layer_count(m);
+    cr_assert_eq(nl, 4);
+    hook_log h = { .fail_at = -1 };
+    dl_err err = {0};
+    int64_t n;
+    dl_model_zero_grad(m);
+    forward(true);
+    loss(true);
+    cr_assert_eq(dl_model_backward_hooked(m, record_hook, &h, &err), DL_OK, "%s", err.msg);
+    const float *g = dl_model_grads(m, &n);
+    cr_assert_eq(n, (6 * 5 + 5) + (5 * 4 + 4) + (4 * 3 + 3));
+    cr_assert_eq(h.calls, nl, "one call per layer");
+    for (int c = 0; c < nl; c++) {
+        int i = nl - 1 - c;
+        int64_t b, e;
+        dl_model_grad_range(m, i, &b, &e);
+        cr_expect_eq(h.layer[c], i, "call %d: layer %d, want %d (last first)", c, h.layer[c], i);
+        cr_expect(h.begin[c] == b && h.end[c] == e, "layer %d: [%lld, %lld) vs range [%lld, %lld)",
+                  i, (long long)h.begin[c], (long long)h.end[c], (long long)b, (long long)e);
+        /* layer order: each range starts where the previous layer's ends */
+        int64_t pb, pe;
+        if (i > 0)
+            dl_model_grad_range(m, i - 1, &pb, &pe);
+        cr_expect_eq(b, i > 0 ? pe : 0, "layer %d starts at %lld", i, (long long)b);
+    }
+    cr_expect_eq(h.end[0], n, "the last layer ends the buffer");
+    cr_expect_eq(h.begin[2], h.end[2], "tanh has no parameters: an empty range");
+    for (int64_t k = 0; k < n; k++)
+        cr_expect_eq(h.seen[k], g[k], "grad[%lld] changed after its layer's hook", (long long)k);
+
+    /* A failing hook stops the pass with its error. */
+    hook_log stop = { .fail_at = 2 };
+    forward(true);
+    loss(true);
+    cr_expect_eq(dl_model_backward_hooked(m, record_hook, &stop, &err), DL_ERR_UNAVAILABLE);
+    cr_expect_eq(stop.calls, 2, "no call after the failing one");
+    cr_expect_not_null(strstr(err.msg, "hook refused layer 2"), "message was: %s", err.msg);
+}
+
 /* input [6] -> fc1 dense 5 -> <act> -> fc2 dense 3, MSE on random targets. */
 static void activation_case(const char *type)
 {

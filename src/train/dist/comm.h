@@ -18,8 +18,11 @@ struct dl_dist {
     MPI_Comm     trainers;   /* trainers only (MPI_COMM_NULL on servers) */
     MPI_Comm     ctl;        /* stall queries */
     MPI_Comm     ps;         /* parameter-server traffic */
+    MPI_Comm     bcasts;     /* trainers: the broadcasts of deterministic buckets,
+                                which are posted in an order of their own */
     uint64_t     bytes;
     double       comm_seconds;
+    double       overlap_inflight, overlap_exposed;   /* buckets.c, seconds */
     int64_t      seq;        /* operations waited on so far */
     const char  *what;       /* the operation being waited on */
     float       *scratch;    /* deterministic sums */
@@ -38,6 +41,22 @@ dl_status comm_wait(dl_dist *d, MPI_Request *req, const char *what, dl_err *err)
 /* Same for several requests. */
 dl_status comm_wait_all(dl_dist *d, int n, MPI_Request *reqs, const char *what,
                         dl_err *err);
+
+/* The loop under both: calls poll(d, ctx, &done, err) until it sets done
+ * (or fails), answering stall queries and giving up after the stall
+ * timeout in between. Adds the time to comm_seconds. */
+typedef dl_status (*comm_poll_fn)(dl_dist *d, void *ctx, bool *done, dl_err *err);
+dl_status comm_wait_until(dl_dist *d, comm_poll_fn poll, void *ctx, const char *what,
+                          dl_err *err);
+
+/* Bytes a rank moves summing n floats over the trainers: 2 (N-1)/N n
+ * floats for the ring allreduce; gather plus broadcast (2 n) when
+ * deterministic. */
+uint64_t comm_sum_bytes(const dl_dist *d, int64_t n);
+
+/* Deterministic sums: gathered holds nt slices of n floats, rank after
+ * rank; out[i] = the slices' i-th values added in rank order. */
+void comm_sum_rank_order(const float *gathered, int nt, int64_t n, float *out);
 
 /* Answers pending stall queries (called from every wait loop). */
 void comm_serve_queries(dl_dist *d);

@@ -58,7 +58,7 @@ dl_status dl_dist_new(const dl_dist_conf *conf, int *argc, char ***argv,
         return dl_err_set(err, DL_ERR_NOMEM, "dist");
     d->conf = *conf;
     d->size = 1;
-    d->trainers = d->ctl = d->ps = MPI_COMM_NULL;
+    d->trainers = d->ctl = d->ps = d->bcasts = MPI_COMM_NULL;
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited && under_launcher()) {
@@ -95,6 +95,8 @@ dl_status dl_dist_new(const dl_dist_conf *conf, int *argc, char ***argv,
                        &d->trainers);
         MPI_Comm_dup(MPI_COMM_WORLD, &d->ctl);
         MPI_Comm_dup(MPI_COMM_WORLD, &d->ps);
+        if (d->trainers != MPI_COMM_NULL)
+            MPI_Comm_dup(d->trainers, &d->bcasts);
     }
     dl_log_rank = d->rank;
     *out = d;
@@ -111,6 +113,8 @@ void dl_dist_free(dl_dist *d)
         MPI_Comm_free(&d->ctl);
     if (d->ps != MPI_COMM_NULL)
         MPI_Comm_free(&d->ps);
+    if (d->bcasts != MPI_COMM_NULL)
+        MPI_Comm_free(&d->bcasts);
     if (d->own_mpi)
         MPI_Finalize();
     free(d->scratch);
@@ -133,6 +137,12 @@ int  dl_dist_trainer(const dl_dist *d) { return d->trainer; }
 int  dl_dist_trainers(const dl_dist *d) { return d->ntrainers; }
 uint64_t dl_dist_bytes(const dl_dist *d) { return d->bytes; }
 double dl_dist_comm_seconds(const dl_dist *d) { return d->comm_seconds; }
+
+void dl_dist_overlap(const dl_dist *d, double *inflight, double *exposed)
+{
+    *inflight = d->overlap_inflight;
+    *exposed = d->overlap_exposed;
+}
 
 /* ---- waiting with a stall timeout ------------------------------------- */
 
@@ -207,18 +217,18 @@ _Noreturn void comm_stalled(dl_dist *d, const char *what, double waited)
     exit(3);   /* not reached */
 }
 
-dl_status comm_wait_all(dl_dist *d, int n, MPI_Request *reqs, const char *what,
-                        dl_err *err)
+dl_status comm_wait_until(dl_dist *d, comm_poll_fn poll, void *ctx, const char *what,
+                          dl_err *err)
 {
     double t0 = MPI_Wtime();
     d->what = what;
     d->seq++;
     for (int spins = 0;; spins++) {
-        int done = 0;
-        int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
-        if (rc != MPI_SUCCESS) {
+        bool done = false;
+        dl_status st = poll(d, ctx, &done, err);
+        if (st != DL_OK) {
             d->what = NULL;
-            return dl_err_set(err, DL_ERR_BACKEND, "MPI %s failed", what);
+            return st;
         }
         if (done)
             break;
@@ -231,6 +241,28 @@ dl_status comm_wait_all(dl_dist *d, int n, MPI_Request *reqs, const char *what,
     d->what = NULL;
     d->comm_seconds += MPI_Wtime() - t0;
     return DL_OK;
+}
+
+typedef struct request_set {
+    int          n;
+    MPI_Request *reqs;
+} request_set;
+
+static dl_status test_all(dl_dist *d, void *ctx, bool *done, dl_err *err)
+{
+    request_set *rs = ctx;
+    int flag = 0;
+    if (MPI_Testall(rs->n, rs->reqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+        return dl_err_set(err, DL_ERR_BACKEND, "MPI %s failed", d->what);
+    *done = flag != 0;
+    return DL_OK;
+}
+
+dl_status comm_wait_all(dl_dist *d, int n, MPI_Request *reqs, const char *what,
+                        dl_err *err)
+{
+    request_set rs = { n, reqs };
+    return comm_wait_until(d, test_all, &rs, what, err);
 }
 
 dl_status comm_wait(dl_dist *d, MPI_Request *req, const char *what, dl_err *err)
@@ -257,16 +289,30 @@ static dl_status sum_ordered(dl_dist *d, float *buf, int64_t n, const char *what
     dl_status st = comm_wait(d, &req, what, err);
     if (st != DL_OK)
         return st;
-    if (d->trainer == 0)   /* rank order, whatever the arrival order */
-        for (int64_t i = 0; i < n; i++) {
-            float s = d->scratch[i];
-            for (int r = 1; r < nt; r++)
-                s += d->scratch[(int64_t)r * n + i];
-            buf[i] = s;
-        }
+    if (d->trainer == 0)
+        comm_sum_rank_order(d->scratch, nt, n, buf);
     MPI_CHECK(MPI_Ibcast(buf, (int)n, MPI_FLOAT, 0, d->trainers, &req), err, what);
-    d->bytes += (uint64_t)n * sizeof(float) * 2;
+    d->bytes += comm_sum_bytes(d, n);
     return comm_wait(d, &req, what, err);
+}
+
+void comm_sum_rank_order(const float *gathered, int nt, int64_t n, float *out)
+{
+    /* rank order, whatever the arrival order */
+    for (int64_t i = 0; i < n; i++) {
+        float s = gathered[i];
+        for (int r = 1; r < nt; r++)
+            s += gathered[(int64_t)r * n + i];
+        out[i] = s;
+    }
+}
+
+uint64_t comm_sum_bytes(const dl_dist *d, int64_t n)
+{
+    if (d->conf.deterministic)
+        return (uint64_t)n * sizeof(float) * 2;
+    /* A ring allreduce moves 2 (N-1)/N of the buffer per rank. */
+    return (uint64_t)(2.0 * (d->ntrainers - 1) / d->ntrainers * (double)n * sizeof(float));
 }
 
 dl_status dl_dist_sum(dl_dist *d, float *buf, int64_t n, const char *what,
@@ -282,8 +328,7 @@ dl_status dl_dist_sum(dl_dist *d, float *buf, int64_t n, const char *what,
     MPI_Request req;
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, d->trainers,
                              &req), err, what);
-    /* A ring allreduce moves 2 (N-1)/N of the buffer per rank. */
-    d->bytes += (uint64_t)(2.0 * (d->ntrainers - 1) / d->ntrainers * (double)n * sizeof(float));
+    d->bytes += comm_sum_bytes(d, n);
     return comm_wait(d, &req, what, err);
 }
 

@@ -1,5 +1,6 @@
 /* comm_none.c: distributed training in a build without MPI: every job is
- * a job of one, collectives are no-ops and parameter servers are refused. */
+ * a job of one, collectives (bucketed sums included) are no-ops and
+ * parameter servers are refused. */
 #include "train/dist/dl_dist.h"
 
 #include <stdlib.h>
@@ -62,6 +63,44 @@ dl_status dl_dist_minmax(dl_dist *d, double v, double *min, double *max, dl_err 
     (void)d; (void)err;
     *min = *max = v;
     return DL_OK;
+}
+
+/* A job of one has nothing to sum: the buckets only remember their count. */
+struct dl_dist_buckets {
+    int nb;
+};
+
+dl_status dl_dist_buckets_new(dl_dist *d, int64_t n, const int64_t *cuts, int ncuts,
+                              size_t bucket_bytes, dl_dist_buckets **out, dl_err *err)
+{
+    (void)d; (void)n; (void)cuts; (void)bucket_bytes;
+    *out = calloc(1, sizeof(**out));
+    if (!*out)
+        return dl_err_set(err, DL_ERR_NOMEM, "gradient buckets");
+    (*out)->nb = ncuts > 0 ? 1 : 0;
+    return DL_OK;
+}
+
+void dl_dist_buckets_free(dl_dist_buckets *bk) { free(bk); }
+int  dl_dist_buckets_count(const dl_dist_buckets *bk) { return bk->nb; }
+void dl_dist_buckets_begin(dl_dist_buckets *bk, float *buf) { (void)bk; (void)buf; }
+
+dl_status dl_dist_buckets_ready(dl_dist_buckets *bk, int64_t from, dl_err *err)
+{
+    (void)bk; (void)from; (void)err;
+    return DL_OK;
+}
+
+dl_status dl_dist_buckets_finish(dl_dist_buckets *bk, const char *what, dl_err *err)
+{
+    (void)bk; (void)what; (void)err;
+    return DL_OK;
+}
+
+void dl_dist_overlap(const dl_dist *d, double *inflight, double *exposed)
+{
+    (void)d;
+    *inflight = *exposed = 0.0;
 }
 
 static dl_status no_ps(dl_err *err)

@@ -19,6 +19,9 @@ typedef enum dl_dist_mode {
     DL_DIST_PS_ASYNC,    /* parameter servers, bounded staleness */
 } dl_dist_mode;
 
+/* Default gradient bucket size in KiB (--bucket-kb): see README. */
+#define DL_DIST_BUCKET_KB 128
+
 typedef struct dl_dist_conf {
     dl_dist_mode mode;
     int          avg_k;           /* DL_DIST_AVG: local steps between averages */
@@ -26,6 +29,9 @@ typedef struct dl_dist_conf {
     int          max_staleness;   /* PS async: steps a trainer may run ahead */
     double       stall_timeout;   /* seconds before a wait gives up */
     bool         deterministic;   /* reductions in a fixed order */
+    int64_t      bucket_kb;       /* allreduce on the CPU: gradient buckets of at
+                                     least this many KiB, reduced during backward;
+                                     0: one reduction after backward */
 } dl_dist_conf;
 
 /* Parses "--dist" values: allreduce, avg, avg:K, ps-sync, ps-async. */
@@ -91,6 +97,54 @@ dl_status dl_dist_minmax(dl_dist *d, double v, double *min, double *max,
  * dl_dist_sum instead. The communicator lives until the process exits. */
 dl_status dl_dist_sum_device(dl_dist *d, dl_backend *be, float *buf, int64_t n,
                              float scale, const char *what, dl_err *err);
+
+/* ---- gradient sum in buckets, overlapped with backward ---------------- */
+
+/* A sum over the trainers of one host buffer of n floats, cut into
+ * buckets that are reduced with non-blocking collectives as soon as
+ * their part of the buffer is final (the gradients of the layers that
+ * backward has finished), while the rest is still being computed.
+ * Buckets are contiguous ranges gathered from the end of the buffer
+ * toward the start; every trainer plans the same ones and starts them in
+ * the same order. Deterministic mode gathers each bucket to trainer 0,
+ * sums it in rank order and broadcasts it: the result is bit-identical
+ * to dl_dist_sum's. Not thread-safe: the calls come from the thread that
+ * joined MPI. */
+typedef struct dl_dist_buckets dl_dist_buckets;
+
+/* Plans the buckets: cuts[0..ncuts) are the offsets where a bucket may
+ * begin (the layers' gradient starts, dl_model_grad_range), in any order;
+ * going from n down, a bucket closes at the first cut that makes it at
+ * least bucket_bytes long, and whatever is left at the start is the last
+ * bucket. Every trainer must call it with the same arguments. *out is new;
+ * it borrows d. DL_ERR_INVALID for n beyond one MPI count. */
+dl_status dl_dist_buckets_new(dl_dist *d, int64_t n, const int64_t *cuts, int ncuts,
+                              size_t bucket_bytes, dl_dist_buckets **out, dl_err *err);
+void dl_dist_buckets_free(dl_dist_buckets *bk);
+/* Planned buckets (for the log). */
+int  dl_dist_buckets_count(const dl_dist_buckets *bk);
+
+/* Starts a new sum over buf (host memory, n floats, borrowed until
+ * dl_dist_buckets_finish returns); nothing travels yet. */
+void dl_dist_buckets_begin(dl_dist_buckets *bk, float *buf);
+/* [from, n) of the buffer is final: starts each planned bucket inside it
+ * not yet started, then advances the reductions in flight (MPI makes
+ * progress on non-blocking collectives only inside its calls). Never
+ * waits. */
+dl_status dl_dist_buckets_ready(dl_dist_buckets *bk, int64_t from, dl_err *err);
+/* The whole buffer is final: starts the buckets left and waits for all of
+ * them (with the stall timeout, answering stall queries); buf then holds
+ * the sum. Counts the bytes as dl_dist_sum does. `what` names the
+ * operation in stall messages. */
+dl_status dl_dist_buckets_finish(dl_dist_buckets *bk, const char *what, dl_err *err);
+
+/* How much of the bucketed reductions ran under backward, cumulative over
+ * the run: *inflight, seconds during which at least one bucket was in
+ * flight (a bucket's end is seen at the next layer boundary or in
+ * finish); *exposed, the part of those spent waiting in
+ * dl_dist_buckets_finish after backward. The hidden share is
+ * 1 - exposed / inflight. Zeros without buckets. */
+void dl_dist_overlap(const dl_dist *d, double *inflight, double *exposed);
 
 /* ---- parameter server ------------------------------------------------- */
 
