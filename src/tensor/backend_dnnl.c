@@ -490,9 +490,6 @@ static dl_status run(dl_dnnl *d, entry *e, void *const *ptr, void *ws, dl_err *e
     dnnl_exec_arg_t args[SLOTS_MAX + 1];
     int nargs = 0;
     dl_status st = DL_OK;
-    /* oneDNN's OpenMP team follows the calling thread's setting. */
-    if (omp_get_max_threads() != d->threads)
-        omp_set_num_threads(d->threads);
     for (int i = 0; i < e->nslots && st == DL_OK; i++) {
         arg_slot *s = &e->slot[i];
         DNNL_CHECK(dnnl_memory_set_data_handle_v2(s->user, ptr[i], d->stream), err);
@@ -524,6 +521,13 @@ static dl_status call(dl_dnnl *d, op_kind kind, const dl_conv_geom *g, int varia
                       void *const *ptr, void *ws, size_t ws_room, dl_err *err)
 {
     pthread_mutex_lock(&d->mu);
+    /* oneDNN's OpenMP team follows the calling thread's setting, when it
+     * creates a primitive as when it runs one: a creation with the
+     * default team (every core) left an extra OpenMP thread spinning
+     * beside --threads 1 (two such processes on two cores trained 1.3x,
+     * not 2x, one's rate). */
+    if (omp_get_max_threads() != d->threads)
+        omp_set_num_threads(d->threads);
     entry *e;
     dl_status st = lookup(d, kind, g, variant, &e, err);
     if (st == DL_OK && e->ws && (!ws || e->ws_bytes > ws_room))
