@@ -357,11 +357,56 @@ static bool scan_version(scan_ctx *c)
     return true;
 }
 
-/* A "parameters" object (`what` names it in messages) of which one key
- * matters here: `key`, a bool into *flag or (flag NULL) a byte count into
- * *size. The others are skipped. */
-static bool scan_params(scan_ctx *c, const char *what, oip_fault kind, const char *key,
-                        int *flag, int64_t *size)
+/* One key of a "parameters" object that matters here; the others are
+ * skipped. */
+typedef enum param_kind {
+    PARAM_BOOL,    /* true or false into *to.flag (1 or 0) */
+    PARAM_COUNT,   /* an integer >= 0 into *to.count */
+} param_kind;
+
+typedef struct param_spec {
+    const char *key;
+    param_kind  kind;
+    const char *unit;   /* PARAM_COUNT: what the integer is, in messages ("a byte count") */
+    union {
+        int     *flag;
+        int64_t *count;
+    } to;
+} param_spec;
+
+/* The value of p's key, in "parameters" object `what`. */
+static bool scan_param(scan_ctx *c, const char *what, oip_fault kind, const param_spec *p)
+{
+    json_scan *s = &c->js;
+    js_kind vk = js_peek(s);
+    if (p->kind == PARAM_BOOL && (vk == JS_TRUE || vk == JS_FALSE)) {
+        bool v;
+        bool ok = js_bool(s, &v);
+        *p->to.flag = v;
+        return ok;
+    }
+    if (p->kind == PARAM_COUNT && vk == JS_NUMBER) {
+        js_num n = {0};
+        if (!js_number(s, &n))
+            return false;   /* not JSON: the syntax error is what the caller reports */
+        if (n.fits && n.i >= 0)
+            *p->to.count = n.i;
+        else
+            refuse(c, kind, "%s.%s must be %s (an integer >= 0)", what, p->key, p->unit);
+        return true;
+    }
+    if (p->kind == PARAM_BOOL)
+        refuse(c, kind, "%s.%s must be true or false, not %s", what, p->key, js_what(s));
+    else
+        refuse(c, kind, "%s.%s must be %s (an integer >= 0), not %s", what, p->key, p->unit,
+               js_what(s));
+    return js_skip(s);
+}
+
+/* A "parameters" object (`what` names it in messages, `kind` is the fault
+ * of a refusal) read against the nspec keys of spec. */
+static bool scan_params(scan_ctx *c, const char *what, oip_fault kind, const param_spec *spec,
+                        size_t nspec)
 {
     json_scan *s = &c->js;
     if (js_peek(s) != JS_OBJECT) {
@@ -373,27 +418,11 @@ static bool scan_params(scan_ctx *c, const char *what, oip_fault kind, const cha
     if (!js_object(s, &it))
         return false;
     while (js_member(s, &it, &k, NULL)) {
-        js_kind vk = js_peek(s);
-        bool ok = true;
-        if (c->st != DL_OK || strcmp(k, key) != 0) {
-            ok = js_skip(s);
-        } else if (flag && (vk == JS_TRUE || vk == JS_FALSE)) {
-            bool v;
-            ok = js_bool(s, &v);
-            *flag = v;
-        } else if (!flag && vk == JS_NUMBER) {
-            js_num n = {0};
-            ok = js_number(s, &n);
-            if (n.fits && n.i >= 0)
-                *size = n.i;
-            else
-                refuse(c, kind, "%s.%s must be a byte count (an integer >= 0)", what, key);
-        } else {
-            refuse(c, kind, "%s.%s must be %s, not %s", what, key,
-                   flag ? "true or false" : "a byte count (an integer >= 0)", js_what(s));
-            ok = js_skip(s);
-        }
-        if (!ok)
+        const param_spec *p = NULL;
+        for (size_t i = 0; i < nspec && !p && c->st == DL_OK; i++)
+            if (strcmp(k, spec[i].key) == 0)
+                p = &spec[i];
+        if (!(p ? scan_param(c, what, kind, p) : js_skip(s)))
             return false;
     }
     return !s->failed;
@@ -763,8 +792,9 @@ static bool scan_input(scan_ctx *c)
             ok = scan_shape(c);
             shape = true;
         } else if (strcmp(key, "parameters") == 0) {
-            ok = scan_params(c, "inputs[0].parameters", OIP_FAULT_TENSOR, "binary_data_size",
-                             NULL, &size);
+            const param_spec p = {"binary_data_size", PARAM_COUNT, "a byte count",
+                                  {.count = &size}};
+            ok = scan_params(c, "inputs[0].parameters", OIP_FAULT_TENSOR, &p, 1);
         } else if (strcmp(key, "data") == 0) {
             data = true;
             deferred = !dtype || !shape;
@@ -842,7 +872,8 @@ static bool scan_output(scan_ctx *c, size_t i, oip_asked *o)
             ok = scan_name(c, w, &o->name);
         } else if (strcmp(key, "parameters") == 0) {
             snprintf(w, sizeof(w), "outputs[%zu].parameters", i);
-            ok = scan_params(c, w, OIP_FAULT_TENSOR, "binary_data", &o->binary, NULL);
+            const param_spec p = {"binary_data", PARAM_BOOL, NULL, {.flag = &o->binary}};
+            ok = scan_params(c, w, OIP_FAULT_TENSOR, &p, 1);
         } else {
             ok = js_skip(s);
         }
@@ -931,55 +962,6 @@ static bool scan_flat(scan_ctx *c)
     req->flat = true;
     return true;
 }
-/* The request's "parameters": binary_data_output (a bool into
- * *binary_out) and timeout (microseconds the request may queue, an integer
- * >= 0, into req->timeout_us; 0: the server's default). Other keys are
- * skipped. */
-static bool scan_request_params(scan_ctx *c, int *binary_out)
-{
-    json_scan *s = &c->js;
-    if (js_peek(s) != JS_OBJECT) {
-        refuse(c, OIP_FAULT_ENVELOPE, "'parameters' must be an object, not %s", js_what(s));
-        return js_skip(s);
-    }
-    js_iter it;
-    const char *k;
-    if (!js_object(s, &it))
-        return false;
-    while (js_member(s, &it, &k, NULL)) {
-        js_kind vk = js_peek(s);
-        bool ok = true;
-        if (c->st != DL_OK) {
-            ok = js_skip(s);
-        } else if (strcmp(k, "binary_data_output") == 0 && (vk == JS_TRUE || vk == JS_FALSE)) {
-            bool v;
-            ok = js_bool(s, &v);
-            *binary_out = v;
-        } else if (strcmp(k, "binary_data_output") == 0) {
-            refuse(c, OIP_FAULT_ENVELOPE,
-                   "'parameters'.binary_data_output must be true or false, not %s", js_what(s));
-            ok = js_skip(s);
-        } else if (strcmp(k, "timeout") == 0 && vk == JS_NUMBER) {
-            js_num n = {0};
-            ok = js_number(s, &n);
-            if (ok && n.fits && n.i >= 0)
-                c->req->timeout_us = n.i;
-            else if (ok)
-                refuse(c, OIP_FAULT_ENVELOPE, "'parameters'.timeout must be microseconds "
-                       "(an integer >= 0)");
-        } else if (strcmp(k, "timeout") == 0) {
-            refuse(c, OIP_FAULT_ENVELOPE, "'parameters'.timeout must be microseconds "
-                   "(an integer >= 0), not %s", js_what(s));
-            ok = js_skip(s);
-        } else {
-            ok = js_skip(s);
-        }
-        if (!ok)
-            return false;
-    }
-    return !s->failed;
-}
-
 
 /* "inputs" after a record's "data": the inputs are the record's values. */
 static void drop_flat(oip_request *req)
@@ -998,6 +980,11 @@ static bool scan_root(scan_ctx *c)
     js_iter it;
     const char *key;
     int binary_out = 0;
+    /* timeout: microseconds the request may queue (0: the server's default) */
+    const param_spec params[] = {
+        {"binary_data_output", PARAM_BOOL, NULL, {.flag = &binary_out}},
+        {"timeout", PARAM_COUNT, "microseconds", {.count = &c->req->timeout_us}},
+    };
     if (js_peek(s) != JS_OBJECT) {
         if (js_peek(s) != JS_NONE)
             refuse(c, OIP_FAULT_ENVELOPE, "the %s must be a JSON object, not %s",
@@ -1020,7 +1007,8 @@ static bool scan_root(scan_ctx *c)
         } else if (strcmp(key, "outputs") == 0) {
             ok = scan_outputs(c);
         } else if (strcmp(key, "parameters") == 0) {
-            ok = scan_request_params(c, &binary_out);
+            ok = scan_params(c, "'parameters'", OIP_FAULT_ENVELOPE, params,
+                             sizeof(params) / sizeof(params[0]));
         } else if (strcmp(key, "model") == 0) {
             ok = scan_model(c);
         } else if (strcmp(key, "model_version") == 0) {

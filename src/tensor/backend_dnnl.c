@@ -189,25 +189,68 @@ static dl_status make_prim(dl_dnnl *d, entry *e, const_dnnl_op_desc_t desc,
     return DL_OK;
 }
 
+/* A convolution's tensors, as indices into the slots' plain layouts. */
+enum { CONV_SRC, CONV_WEI, CONV_DST, CONV_BIAS, CONV_TENSORS };
+
+/* The convolution's tensors: with `any`, in the layouts oneDNN picks (for
+ * the descriptors); else in the caller's plain NCHW and OIHW (for the
+ * slots). The bias is a plain vector either way. */
+static void conv_mds(const dl_conv_geom *g, bool any, dnnl_memory_desc_t *src,
+                     dnnl_memory_desc_t *wei, dnnl_memory_desc_t *dst, dnnl_memory_desc_t *b)
+{
+    dnnl_dims_t ds, dw, dd, db = { g->oc };
+    dims_src(g, ds);
+    dims_wei(g, dw);
+    dims_dst(g, dd);
+    if (any) {
+        md_any(src, 4, ds);
+        md_any(wei, 4, dw);
+        md_any(dst, 4, dd);
+    } else {
+        md_plain(src, 4, ds, dnnl_nchw);
+        md_plain(wei, 4, dw, dnnl_oihw);
+        md_plain(dst, 4, dd, dnnl_nchw);
+    }
+    md_plain(b, 1, db, dnnl_a);
+}
+
+/* The descriptors below keep the names src, wei, dst, b and cd in their
+ * oneDNN calls: DNNL_CHECK's message quotes the call. */
+
 /* The forward convolution descriptor, for the forward primitive and as the
  * hint the backward ones need. */
 static dl_status conv_fwd_desc(const dl_conv_geom *g, bool bias, dnnl_convolution_desc_t *cd,
                                dl_err *err)
 {
-    dnnl_dims_t ds, dw, dd, db = { g->oc }, st = { g->sh, g->sw }, pl, pr;
+    dnnl_dims_t st = { g->sh, g->sw }, pl, pr;
     dnnl_memory_desc_t src, wei, dst, b;
-    dims_src(g, ds);
-    dims_wei(g, dw);
-    dims_dst(g, dd);
     if (pads(g, pl, pr, err) != DL_OK)
         return DL_ERR_UNAVAILABLE;
-    md_any(&src, 4, ds);
-    md_any(&wei, 4, dw);
-    md_any(&dst, 4, dd);
-    md_plain(&b, 1, db, dnnl_a);
+    conv_mds(g, true, &src, &wei, &dst, &b);
     DNNL_CHECK(dnnl_convolution_forward_desc_init(cd, dnnl_forward_training,
                                                   dnnl_convolution_direct, &src, &wei,
                                                   bias ? &b : NULL, &dst, st, pl, pr), err);
+    return DL_OK;
+}
+
+/* The backward descriptor of `kind`: data, or weights (with the bias). */
+static dl_status conv_bwd_desc(const dl_conv_geom *g, op_kind kind, bool bias,
+                               dnnl_convolution_desc_t *out, dl_err *err)
+{
+    dnnl_dims_t st = { g->sh, g->sw }, pl, pr;
+    dnnl_memory_desc_t src, wei, dst, b;
+    if (pads(g, pl, pr, err) != DL_OK)
+        return DL_ERR_UNAVAILABLE;
+    conv_mds(g, true, &src, &wei, &dst, &b);
+    dnnl_convolution_desc_t cd;
+    if (kind == OP_CONV_BWD_DATA)
+        DNNL_CHECK(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &src,
+                                                            &wei, &dst, st, pl, pr), err);
+    else
+        DNNL_CHECK(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct,
+                                                               &src, &wei, bias ? &b : NULL,
+                                                               &dst, st, pl, pr), err);
+    *out = cd;
     return DL_OK;
 }
 
@@ -225,14 +268,61 @@ static dl_status hint_pd(dl_dnnl *d, const dl_conv_geom *g, dnnl_primitive_desc_
     return DL_OK;
 }
 
+#define SLOT_OUT  1   /* written by the primitive */
+#define SLOT_ADD  2   /* with SLOT_OUT: added into the caller's buffer (gradients) */
+#define SLOT_BIAS 4   /* present only when the variant has a bias (bit 0) */
+#define NSLOTS(slot) ((int)(sizeof(slot) / sizeof((slot)[0])))
+
+/* One argument of a convolution, in the order the caller's pointers come. */
+typedef struct conv_slot {
+    dnnl_query_t what;     /* the layout the primitive chose for it, at index */
+    int          index;
+    int          arg;      /* DNNL_ARG_* */
+    int          tensor;   /* CONV_*: which plain layout the caller's memory has */
+    int          flags;    /* SLOT_* */
+} conv_slot;
+
+/* The convolution primitive for desc (with attr; with `hinted`, against
+ * the forward one, as the backward ones must be), then its slots against
+ * the caller's plain layouts. */
+static dl_status build_conv(dl_dnnl *d, entry *e, const_dnnl_op_desc_t desc,
+                            const_dnnl_primitive_attr_t attr, bool hinted,
+                            const conv_slot *slot, int nslots, dl_err *err)
+{
+    const dl_conv_geom *g = &e->g;
+    dnnl_primitive_desc_t hint = NULL, pd = NULL;
+    dl_status st = hinted ? hint_pd(d, g, &hint, err) : DL_OK;
+    if (st == DL_OK)
+        st = make_prim(d, e, desc, attr, hint, &pd, err);
+    dnnl_memory_desc_t md[CONV_TENSORS];
+    conv_mds(g, false, &md[CONV_SRC], &md[CONV_WEI], &md[CONV_DST], &md[CONV_BIAS]);
+    for (int i = 0; i < nslots && st == DL_OK; i++) {
+        const conv_slot *s = &slot[i];
+        if ((s->flags & SLOT_BIAS) && !(e->variant & 1))
+            continue;
+        st = add_slot(d, e, pd, s->what, s->index, s->arg, &md[s->tensor],
+                      s->flags & SLOT_OUT, s->flags & SLOT_ADD, err);
+    }
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (hint)
+        dnnl_primitive_desc_destroy(hint);
+    return st;
+}
+
 /* variant for the forward convolution: bit 0 bias, bits 1.. the post-op + 1. */
 static dl_status build_conv_fwd(dl_dnnl *d, entry *e, dl_err *err)
 {
-    const dl_conv_geom *g = &e->g;
+    static const conv_slot slot[] = {
+        { dnnl_query_src_md,     0, DNNL_ARG_SRC,     CONV_SRC,  0 },
+        { dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, CONV_WEI,  0 },
+        { dnnl_query_weights_md, 1, DNNL_ARG_BIAS,    CONV_BIAS, SLOT_BIAS },
+        { dnnl_query_dst_md,     0, DNNL_ARG_DST,     CONV_DST,  SLOT_OUT },
+    };
     bool bias = e->variant & 1;
     int post = e->variant >> 1;          /* 0: none, else dl_act + 1 */
     dnnl_convolution_desc_t cd;
-    dl_status st = conv_fwd_desc(g, bias, &cd, err);
+    dl_status st = conv_fwd_desc(&e->g, bias, &cd, err);
     if (st != DL_OK)
         return st;
     dnnl_primitive_attr_t attr = NULL;
@@ -246,109 +336,34 @@ static dl_status build_conv_fwd(dl_dnnl *d, entry *e, dl_err *err)
         dnnl_primitive_attr_set_post_ops(attr, po);
         dnnl_post_ops_destroy(po);
     }
-    dnnl_primitive_desc_t pd = NULL;
-    st = make_prim(d, e, &cd, attr, NULL, &pd, err);
+    st = build_conv(d, e, &cd, attr, false, slot, NSLOTS(slot), err);
     dnnl_primitive_attr_destroy(attr);
-    dnnl_dims_t ds, dw, dd, db = { g->oc };
-    dnnl_memory_desc_t src, wei, dst, b;
-    dims_src(g, ds);
-    dims_wei(g, dw);
-    dims_dst(g, dd);
-    md_plain(&src, 4, ds, dnnl_nchw);
-    md_plain(&wei, 4, dw, dnnl_oihw);
-    md_plain(&dst, 4, dd, dnnl_nchw);
-    md_plain(&b, 1, db, dnnl_a);
-    if (st == DL_OK)
-        st = add_slot(d, e, pd, dnnl_query_src_md, 0, DNNL_ARG_SRC, &src, false, false, err);
-    if (st == DL_OK)
-        st = add_slot(d, e, pd, dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, &wei, false, false, err);
-    if (st == DL_OK && bias)
-        st = add_slot(d, e, pd, dnnl_query_weights_md, 1, DNNL_ARG_BIAS, &b, false, false, err);
-    if (st == DL_OK)
-        st = add_slot(d, e, pd, dnnl_query_dst_md, 0, DNNL_ARG_DST, &dst, true, false, err);
-    if (pd)
-        dnnl_primitive_desc_destroy(pd);
     return st;
 }
 
-static dl_status build_conv_bwd_data(dl_dnnl *d, entry *e, dl_err *err)
+/* Backward data, or backward weights (variant: bit 0 bias), whose weight
+ * (and bias) gradients accumulate. */
+static dl_status build_conv_bwd(dl_dnnl *d, entry *e, dl_err *err)
 {
-    const dl_conv_geom *g = &e->g;
-    dnnl_dims_t ds, dw, dd, st = { g->sh, g->sw }, pl, pr;
-    dnnl_memory_desc_t src, wei, dst;
-    dims_src(g, ds);
-    dims_wei(g, dw);
-    dims_dst(g, dd);
-    if (pads(g, pl, pr, err) != DL_OK)
-        return DL_ERR_UNAVAILABLE;
-    md_any(&src, 4, ds);
-    md_any(&wei, 4, dw);
-    md_any(&dst, 4, dd);
+    static const conv_slot data[] = {
+        { dnnl_query_diff_dst_md, 0, DNNL_ARG_DIFF_DST, CONV_DST, 0 },
+        { dnnl_query_weights_md,  0, DNNL_ARG_WEIGHTS,  CONV_WEI, 0 },
+        { dnnl_query_diff_src_md, 0, DNNL_ARG_DIFF_SRC, CONV_SRC, SLOT_OUT },
+    };
+    static const conv_slot weights[] = {
+        { dnnl_query_src_md,          0, DNNL_ARG_SRC,          CONV_SRC, 0 },
+        { dnnl_query_diff_dst_md,     0, DNNL_ARG_DIFF_DST,     CONV_DST, 0 },
+        { dnnl_query_diff_weights_md, 0, DNNL_ARG_DIFF_WEIGHTS, CONV_WEI, SLOT_OUT | SLOT_ADD },
+        { dnnl_query_diff_weights_md, 1, DNNL_ARG_DIFF_BIAS,    CONV_BIAS,
+          SLOT_OUT | SLOT_ADD | SLOT_BIAS },
+    };
     dnnl_convolution_desc_t cd;
-    DNNL_CHECK(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &src,
-                                                        &wei, &dst, st, pl, pr), err);
-    dnnl_primitive_desc_t hint = NULL, pd = NULL;
-    dl_status s = hint_pd(d, g, &hint, err);
-    if (s == DL_OK)
-        s = make_prim(d, e, &cd, NULL, hint, &pd, err);
-    md_plain(&src, 4, ds, dnnl_nchw);
-    md_plain(&wei, 4, dw, dnnl_oihw);
-    md_plain(&dst, 4, dd, dnnl_nchw);
-    if (s == DL_OK)
-        s = add_slot(d, e, pd, dnnl_query_diff_dst_md, 0, DNNL_ARG_DIFF_DST, &dst, false, false, err);
-    if (s == DL_OK)
-        s = add_slot(d, e, pd, dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, &wei, false, false, err);
-    if (s == DL_OK)
-        s = add_slot(d, e, pd, dnnl_query_diff_src_md, 0, DNNL_ARG_DIFF_SRC, &src, true, false, err);
-    if (pd)
-        dnnl_primitive_desc_destroy(pd);
-    if (hint)
-        dnnl_primitive_desc_destroy(hint);
-    return s;
-}
-
-/* variant: bit 0 bias. The weight (and bias) gradients accumulate. */
-static dl_status build_conv_bwd_weights(dl_dnnl *d, entry *e, dl_err *err)
-{
-    const dl_conv_geom *g = &e->g;
-    bool bias = e->variant & 1;
-    dnnl_dims_t ds, dw, dd, db = { g->oc }, st = { g->sh, g->sw }, pl, pr;
-    dnnl_memory_desc_t src, wei, dst, b;
-    dims_src(g, ds);
-    dims_wei(g, dw);
-    dims_dst(g, dd);
-    if (pads(g, pl, pr, err) != DL_OK)
-        return DL_ERR_UNAVAILABLE;
-    md_any(&src, 4, ds);
-    md_any(&wei, 4, dw);
-    md_any(&dst, 4, dd);
-    md_plain(&b, 1, db, dnnl_a);
-    dnnl_convolution_desc_t cd;
-    DNNL_CHECK(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &src,
-                                                           &wei, bias ? &b : NULL, &dst,
-                                                           st, pl, pr), err);
-    dnnl_primitive_desc_t hint = NULL, pd = NULL;
-    dl_status s = hint_pd(d, g, &hint, err);
-    if (s == DL_OK)
-        s = make_prim(d, e, &cd, NULL, hint, &pd, err);
-    md_plain(&src, 4, ds, dnnl_nchw);
-    md_plain(&wei, 4, dw, dnnl_oihw);
-    md_plain(&dst, 4, dd, dnnl_nchw);
-    if (s == DL_OK)
-        s = add_slot(d, e, pd, dnnl_query_src_md, 0, DNNL_ARG_SRC, &src, false, false, err);
-    if (s == DL_OK)
-        s = add_slot(d, e, pd, dnnl_query_diff_dst_md, 0, DNNL_ARG_DIFF_DST, &dst, false, false, err);
-    if (s == DL_OK)
-        s = add_slot(d, e, pd, dnnl_query_diff_weights_md, 0, DNNL_ARG_DIFF_WEIGHTS, &wei,
-                     true, true, err);
-    if (s == DL_OK && bias)
-        s = add_slot(d, e, pd, dnnl_query_diff_weights_md, 1, DNNL_ARG_DIFF_BIAS, &b,
-                     true, true, err);
-    if (pd)
-        dnnl_primitive_desc_destroy(pd);
-    if (hint)
-        dnnl_primitive_desc_destroy(hint);
-    return s;
+    dl_status st = conv_bwd_desc(&e->g, e->kind, e->variant & 1, &cd, err);
+    if (st != DL_OK)
+        return st;
+    if (e->kind == OP_CONV_BWD_DATA)
+        return build_conv(d, e, &cd, NULL, true, data, NSLOTS(data), err);
+    return build_conv(d, e, &cd, NULL, true, weights, NSLOTS(weights), err);
 }
 
 /* Pooling over plain NCHW. variant: bit 0 max (else average, padding
@@ -429,8 +444,8 @@ static dl_status build(dl_dnnl *d, entry *e, dl_err *err)
 {
     switch (e->kind) {
     case OP_CONV_FWD:         return build_conv_fwd(d, e, err);
-    case OP_CONV_BWD_DATA:    return build_conv_bwd_data(d, e, err);
-    case OP_CONV_BWD_WEIGHTS: return build_conv_bwd_weights(d, e, err);
+    case OP_CONV_BWD_DATA:
+    case OP_CONV_BWD_WEIGHTS: return build_conv_bwd(d, e, err);
     case OP_POOL_FWD:         return build_pool(d, e, false, err);
     case OP_POOL_BWD:         return build_pool(d, e, true, err);
     }
