@@ -5,17 +5,6 @@
 
 #include <stdlib.h>
 
-#define MPI_START(call, err)                                                \
-    do {                                                                    \
-        int rc_ = (call);                                                   \
-        if (rc_ != MPI_SUCCESS) {                                           \
-            char msg_[MPI_MAX_ERROR_STRING];                                \
-            int len_ = 0;                                                   \
-            MPI_Error_string(rc_, msg_, &len_);                             \
-            return dl_err_set((err), DL_ERR_BACKEND, "MPI gradient bucket: %s", msg_); \
-        }                                                                   \
-    } while (0)
-
 /* A bucket's way: IDLE -> SUM -> DONE (Iallreduce), or, deterministic,
  * IDLE -> GATHER -> GATHERED -> BCAST -> DONE. */
 typedef enum bucket_state {
@@ -130,12 +119,12 @@ static dl_status start(dl_dist_buckets *bk, bucket *b, dl_err *err)
     if (d->conf.deterministic) {
         /* Trainer 0 receives the bucket's nt slices at nt x begin. */
         float *into = bk->gathered ? bk->gathered + b->begin * d->ntrainers : NULL;
-        MPI_START(MPI_Igather(p, len, MPI_FLOAT, into, len, MPI_FLOAT, 0, d->trainers,
-                              &b->req), err);
+        MPI_CHECK(MPI_Igather(p, len, MPI_FLOAT, into, len, MPI_FLOAT, 0, d->trainers,
+                              &b->req), err, "gradient bucket");
         b->state = B_GATHER;
     } else {
-        MPI_START(MPI_Iallreduce(MPI_IN_PLACE, p, len, MPI_FLOAT, MPI_SUM, d->trainers,
-                                 &b->req), err);
+        MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p, len, MPI_FLOAT, MPI_SUM, d->trainers,
+                                 &b->req), err, "gradient bucket");
         b->state = B_SUM;
     }
     if (bk->inflight++ == 0)
@@ -154,8 +143,8 @@ static dl_status broadcast(dl_dist_buckets *bk, bucket *b, dl_err *err)
     if (bk->gathered)
         comm_sum_rank_order(bk->gathered + b->begin * d->ntrainers, d->ntrainers, len,
                             bk->buf + b->begin);
-    MPI_START(MPI_Ibcast(bk->buf + b->begin, (int)len, MPI_FLOAT, 0, d->bcasts, &b->req),
-              err);
+    MPI_CHECK(MPI_Ibcast(bk->buf + b->begin, (int)len, MPI_FLOAT, 0, d->bcasts, &b->req),
+              err, "gradient bucket");
     b->state = B_BCAST;
     bk->bcasts++;
     return DL_OK;

@@ -7,6 +7,18 @@
 
 #include <mpi.h>
 
+/* Returns DL_ERR_BACKEND, with MPI's words, when an MPI call fails. */
+#define MPI_CHECK(call, err, what)                                          \
+    do {                                                                    \
+        int rc_ = (call);                                                   \
+        if (rc_ != MPI_SUCCESS) {                                           \
+            char msg_[MPI_MAX_ERROR_STRING];                                \
+            int len_ = 0;                                                   \
+            MPI_Error_string(rc_, msg_, &len_);                             \
+            return dl_err_set((err), DL_ERR_BACKEND, "MPI %s: %s", (what), msg_); \
+        }                                                                   \
+    } while (0)
+
 /* Tags on the control communicator. */
 enum { TAG_QUERY = 7001, TAG_REPLY = 7002 };
 

@@ -9,17 +9,6 @@
 #include <string.h>
 #include <time.h>
 
-#define MPI_CHECK(call, err, what)                                          \
-    do {                                                                    \
-        int rc_ = (call);                                                   \
-        if (rc_ != MPI_SUCCESS) {                                           \
-            char msg_[MPI_MAX_ERROR_STRING];                                \
-            int len_ = 0;                                                   \
-            MPI_Error_string(rc_, msg_, &len_);                             \
-            return dl_err_set((err), DL_ERR_BACKEND, "MPI %s: %s", (what), msg_); \
-        }                                                                   \
-    } while (0)
-
 /* What a rank answers to a stall query. */
 typedef struct status_reply {
     int64_t seq;
