@@ -1110,6 +1110,7 @@ static dl_status cpu_new(int threads, dl_conv_engine asked, bool keep_pool, dl_b
     if (pick_engine(asked, &engine, err) != DL_OK)
         return DL_ERR_INVALID;
 #ifndef DL_HAVE_DNNL
+    (void)keep_pool;   /* no other team than the pool */
     if (engine == DL_CONV_ONEDNN)
         return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN is not built in "
                           "(meson -Ddnnl=enabled with libdnnl-dev)");
