@@ -265,7 +265,9 @@ static dl_status start(daemon_ctx *d, dl_err *err)
 {
     /* The connection threads share the cores: idle workers must sleep. */
     dl_pool_set_spin(0);
-    dl_backend_params bp = { .threads = (int)d->conf.models.threads, .keep_pool = true };
+    /* Models come and go: any may have convolutions. */
+    dl_backend_params bp = { .threads = (int)d->conf.models.threads, .keep_pool = true,
+                             .conv_layers = true };
     dl_status st = dl_backend_new(d->conf.models.device.name, &bp, &d->be, err);
     if (st == DL_OK)
         st = registry_new(&d->conf.models, d->be, &d->reg, err);

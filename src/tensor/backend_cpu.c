@@ -1062,17 +1062,22 @@ static const dl_backend_ops cpu_dnnl_ops = {
 };
 #endif
 
-/* The engine for this CPU: oneDNN's kernels where it has AVX-512 (its
- * avx512_core convolutions trained fashion-cnn 1.3x and inferred 1.3x
- * faster than im2col + OpenBLAS there), im2col + OpenBLAS on AVX2 only,
- * where oneDNN's kernels measured no faster and its reorders cost more
- * (tests/bench/RESULTS.md, "CPU engine"). */
-static dl_conv_engine auto_engine(void)
+/* The engine for this CPU and these models: oneDNN's kernels for models
+ * with convolutions where the CPU has AVX-512 (its avx512_core
+ * convolutions trained fashion-cnn 1.3x and inferred 1.3x faster than
+ * im2col + OpenBLAS there), im2col + OpenBLAS on AVX2 only, where
+ * oneDNN's kernels measured no faster and its reorders cost more
+ * (tests/bench/RESULTS.md, "CPU engine"), and for models without
+ * convolutions, to which oneDNN would bring only its spinning OpenMP
+ * team. */
+static dl_conv_engine auto_engine(bool conv_layers)
 {
 #if defined(DL_HAVE_DNNL) && (defined(__x86_64__) || defined(__i386__))
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
+    if (conv_layers && __builtin_cpu_supports("avx512f"))
         return DL_CONV_ONEDNN;
+#else
+    (void)conv_layers;
 #endif
     return DL_CONV_IM2COL;
 }
@@ -1080,14 +1085,15 @@ static dl_conv_engine auto_engine(void)
 /* The engine asked for: the caller's, else DLSERVE_CPU_CONV's (auto,
  * im2col or onednn), else auto. DL_ERR_INVALID for an unknown word in the
  * environment. */
-static dl_status pick_engine(dl_conv_engine asked, dl_conv_engine *out, dl_err *err)
+static dl_status pick_engine(dl_conv_engine asked, bool conv_layers, dl_conv_engine *out,
+                             dl_err *err)
 {
     *out = asked;
     if (asked != DL_CONV_DEFAULT)
         return DL_OK;
     const char *env = getenv("DLSERVE_CPU_CONV");
     if (!env || !*env || strcmp(env, "auto") == 0) {
-        *out = auto_engine();
+        *out = auto_engine(conv_layers);
         return DL_OK;
     }
     if (strcmp(env, "im2col") == 0) {
@@ -1102,12 +1108,13 @@ static dl_status pick_engine(dl_conv_engine asked, dl_conv_engine *out, dl_err *
                       "DLSERVE_CPU_CONV=%s: expected auto, im2col or onednn", env);
 }
 
-static dl_status cpu_new(int threads, dl_conv_engine asked, bool keep_pool, dl_backend **out,
+static dl_status cpu_new(int threads, const dl_backend_params *p, dl_backend **out,
                          dl_err *err)
 {
     *out = NULL;
     dl_conv_engine engine;
-    if (pick_engine(asked, &engine, err) != DL_OK)
+    bool keep_pool = p->keep_pool;
+    if (pick_engine(p->conv, p->conv_layers, &engine, err) != DL_OK)
         return DL_ERR_INVALID;
 #ifndef DL_HAVE_DNNL
     (void)keep_pool;   /* no other team than the pool */
@@ -1154,7 +1161,8 @@ static dl_status cpu_new(int threads, dl_conv_engine asked, bool keep_pool, dl_b
 
 dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err)
 {
-    return cpu_new(threads, DL_CONV_DEFAULT, false, out, err);
+    dl_backend_params p = { .conv_layers = true };
+    return cpu_new(threads, &p, out, err);
 }
 
 /* The backend registration: "cpu" has no device index. */
@@ -1162,7 +1170,7 @@ static dl_status cpu_create(int index, const dl_backend_params *p, dl_backend **
                             dl_err *err)
 {
     (void)index;
-    return cpu_new(p->threads, p->conv, p->keep_pool, out, err);
+    return cpu_new(p->threads, p, out, err);
 }
 
 const dl_backend_reg dl_backend_cpu_reg = {

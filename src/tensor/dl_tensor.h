@@ -221,8 +221,9 @@ struct dl_backend {
 /* The CPU's kernels for convolution and pooling: im2col + OpenBLAS with
  * plain loops, or oneDNN's primitives (a build with -Ddnnl). DEFAULT is
  * the environment's DLSERVE_CPU_CONV ("auto", "im2col" or "onednn"), else
- * auto: oneDNN on a CPU with AVX-512, im2col + OpenBLAS otherwise, the
- * faster of the two on each (tests/bench/RESULTS.md, "CPU engine"). */
+ * auto: oneDNN for models with convolutions on a CPU with AVX-512,
+ * im2col + OpenBLAS otherwise, the faster of the two on each
+ * (tests/bench/RESULTS.md, "CPU engine"). */
 typedef enum dl_conv_engine {
     DL_CONV_DEFAULT = 0, DL_CONV_IM2COL, DL_CONV_ONEDNN,
 } dl_conv_engine;
@@ -235,6 +236,10 @@ typedef struct dl_backend_params {
                         * the products keep 10 mantissa bits (relative
                         * error ~1e-3 instead of ~1e-6); the CPU ignores it */
     dl_conv_engine conv;   /* CPU: the kernels of convolution and pooling */
+    /* The models have convolution or pooling layers (or may have: the
+     * daemon): only then does DL_CONV_DEFAULT's auto choose oneDNN, which
+     * brings a model without them nothing but its OpenMP team. */
+    bool conv_layers;
     /* CPU with oneDNN: dlserve's loops stay on its own pool, whose idle
      * workers sleep, instead of running on oneDNN's OpenMP team, whose
      * idle threads spin. For a process whose other threads need the
@@ -245,7 +250,8 @@ typedef struct dl_backend_params {
 /* CPU backend with `threads` threads for OpenBLAS, oneDNN and our own
  * loops (they run one at a time, so the process never computes on more
  * than `threads` cores). threads <= 0 means the number of online CPUs.
- * Convolution and pooling as DL_CONV_DEFAULT says. New. */
+ * Convolution and pooling as DL_CONV_DEFAULT says for models with
+ * convolutions. New. */
 dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err);
 
 /* The kernels behind convolution and pooling: "onednn" when the backend

@@ -18,11 +18,23 @@ void dl_run_opts_init(dl_run_opts *o)
                               .bucket_kb = DL_DIST_BUCKET_KB };
 }
 
+/* Convolution or pooling layers: what the CPU's convolution engine runs. */
+static bool has_conv_layers(const dl_model_conf *c)
+{
+    for (int i = 0; i < c->nlayers; i++) {
+        dl_layer_type t = c->layers[i].type;
+        if (t == DL_LAYER_CONV2D || t == DL_LAYER_MAXPOOL2D || t == DL_LAYER_AVGPOOL2D)
+            return true;
+    }
+    return false;
+}
+
 dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, dl_err *err)
 {
     memset(s, 0, sizeof(*s));
     dl_status st = dl_model_conf_load(o->model_dir, &s->conf, err);
-    dl_backend_params bp = { .threads = o->threads, .tf32 = o->tf32 };
+    dl_backend_params bp = { .threads = o->threads, .tf32 = o->tf32,
+                             .conv_layers = st == DL_OK && has_conv_layers(s->conf) };
     if (st == DL_OK)
         st = dl_backend_new(o->device, &bp, &s->be, err);
     if (st == DL_OK && o->tf32 && s->be->device < 0)

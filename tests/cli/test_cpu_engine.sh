@@ -22,16 +22,22 @@ cat "$WORK/bad.err"
 check "DLSERVE_CPU_CONV=fast is refused in one line" \
     fails_with "$WORK/bad.err" $rc "DLSERVE_CPU_CONV=fast: expected auto, im2col or onednn"
 
-# Unset (or auto): oneDNN on a CPU with AVX-512, where it measured faster;
-# im2col + OpenBLAS otherwise.
+# Unset (or auto): oneDNN for a model with convolutions on a CPU with
+# AVX-512, where it measured faster; im2col + OpenBLAS otherwise, and for a
+# model without convolutions (oneDNN would bring it only its OpenMP team).
 want=im2col
 if [[ ${engines[*]} == *onednn* ]] && grep -qw avx512f /proc/cpuinfo; then want=onednn; fi
+MLP=$(model_copy fashion-mlp)
 for word in "" auto; do
-    env -u DLSERVE_CPU_CONV ${word:+DLSERVE_CPU_CONV=$word} "$DLSERVE" --bench "$M" \
-        --threads 1 --steps 1 > "$WORK/auto.json" 2> "$WORK/auto.err"; rc=$?
-    check "DLSERVE_CPU_CONV='$word': --bench exits 0" test $rc -eq 0
-    check "DLSERVE_CPU_CONV='$word' chooses $want on this CPU" \
-        test "$(json_get "$WORK/auto.json" conv)" = "$want"
+    for m in "$M" "$MLP"; do
+        env -u DLSERVE_CPU_CONV ${word:+DLSERVE_CPU_CONV=$word} "$DLSERVE" --bench "$m" \
+            --threads 1 --steps 1 > "$WORK/auto.json" 2> "$WORK/auto.err"; rc=$?
+        w=$want name=fashion-cnn
+        if [[ $m == "$MLP" ]]; then w=im2col name=fashion-mlp; fi
+        check "DLSERVE_CPU_CONV='$word', $name: --bench exits 0" test $rc -eq 0
+        check "DLSERVE_CPU_CONV='$word' chooses $w for $name on this CPU" \
+            test "$(json_get "$WORK/auto.json" conv)" = "$w"
+    done
 done
 
 # peak_threads LOG CMD...: runs CMD, sampling /proc/PID/status every 50 ms;
