@@ -1113,11 +1113,9 @@ static dl_status cpu_new(int threads, const dl_backend_params *p, dl_backend **o
 {
     *out = NULL;
     dl_conv_engine engine;
-    bool keep_pool = p->keep_pool;
     if (pick_engine(p->conv, p->conv_layers, &engine, err) != DL_OK)
         return DL_ERR_INVALID;
 #ifndef DL_HAVE_DNNL
-    (void)keep_pool;   /* no other team than the pool */
     if (engine == DL_CONV_ONEDNN)
         return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN is not built in "
                           "(meson -Ddnnl=enabled with libdnnl-dev)");
@@ -1142,7 +1140,7 @@ static dl_status cpu_new(int threads, const dl_backend_params *p, dl_backend **o
         }
         be->ctx = d;
         be->ops = &cpu_dnnl_ops;
-        if (!keep_pool)
+        if (!p->keep_pool)
             dl_dnnl_own_loops();
     }
 #endif

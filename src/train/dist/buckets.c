@@ -30,19 +30,13 @@ struct dl_dist_buckets {
     double   busy_since;  /* MPI_Wtime when inflight last left 0 */
 };
 
-static int cmp_desc(const void *a, const void *b)
+/* Fills bk->b going down from n over the ascending cuts; returns the
+ * number of buckets. */
+static int plan(dl_dist_buckets *bk, const int64_t *cuts, int ncuts, int64_t min_floats)
 {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x < y) - (x > y);
-}
-
-/* Fills bk->b going down from n; returns the number of buckets. */
-static int plan(dl_dist_buckets *bk, int64_t *cuts, int ncuts, int64_t min_floats)
-{
-    qsort(cuts, (size_t)ncuts, sizeof(*cuts), cmp_desc);
     int nb = 0;
     int64_t hi = bk->n;
-    for (int i = 0; i < ncuts; i++)
+    for (int i = ncuts - 1; i >= 0; i--)
         if (cuts[i] > 0 && cuts[i] < hi && hi - cuts[i] >= min_floats) {
             bk->b[nb++] = (bucket){ .begin = cuts[i], .end = hi };
             hi = cuts[i];
@@ -59,22 +53,19 @@ dl_status dl_dist_buckets_new(dl_dist *d, int64_t n, const int64_t *cuts, int nc
     if (n < 0 || n > INT32_MAX || ncuts < 0)
         return dl_err_set(err, DL_ERR_INVALID, "gradient buckets: %lld values",
                           (long long)n);
+    for (int i = 1; i < ncuts; i++)
+        DL_ASSERT(cuts[i - 1] <= cuts[i]);
     dl_dist_buckets *bk = calloc(1, sizeof(*bk));
-    int64_t *sorted = malloc((size_t)(ncuts + 1) * sizeof(*sorted));
     if (bk)
         bk->b = calloc((size_t)ncuts + 1, sizeof(*bk->b));
-    if (!bk || !sorted || !bk->b) {
-        free(sorted);
+    if (!bk || !bk->b) {
         dl_dist_buckets_free(bk);
         return dl_err_set(err, DL_ERR_NOMEM, "gradient buckets");
     }
     bk->d = d;
     bk->n = n;
-    for (int i = 0; i < ncuts; i++)
-        sorted[i] = cuts[i];
     int64_t min_floats = (int64_t)(bucket_bytes / sizeof(float));
-    bk->nb = plan(bk, sorted, ncuts, min_floats > 0 ? min_floats : 1);
-    free(sorted);
+    bk->nb = plan(bk, cuts, ncuts, min_floats > 0 ? min_floats : 1);
     bool root = d->trainer == 0 && d->ntrainers > 1;
     if (d->conf.deterministic && root &&
         !(bk->gathered = malloc((size_t)(n * d->ntrainers + 1) * sizeof(float)))) {

@@ -113,8 +113,9 @@ dl_status dl_dist_sum_device(dl_dist *d, dl_backend *be, float *buf, int64_t n,
 typedef struct dl_dist_buckets dl_dist_buckets;
 
 /* Plans the buckets: cuts[0..ncuts) are the offsets where a bucket may
- * begin (the layers' gradient starts, dl_model_grad_range), in any order;
- * going from n down, a bucket closes at the first cut that makes it at
+ * begin (the layers' gradient starts, dl_model_grad_range), in ascending
+ * order (equal neighbours allowed: layers without parameters); going from
+ * n down, a bucket closes at the first cut that makes it at
  * least bucket_bytes long, and whatever is left at the start is the last
  * bucket. Every trainer must call it with the same arguments. *out is new;
  * it borrows d. DL_ERR_INVALID for n beyond one MPI count. */
