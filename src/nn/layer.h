@@ -56,6 +56,10 @@ struct layer {
     dl_act               post_act;
     bool                 folded;
     bool                 generic;                /* the engine declined: im2col */
+    /* DL_BLOCKED_* (model.c's plan_layouts): which of this layer's
+     * activations stay in the engine's blocked layout. Such a layer has
+     * no generic fallback. */
+    int64_t              blocked;
     bool                 cols_kept;              /* conv2d: aux holds the last training
                                                   * forward's im2col matrices */
 };
@@ -76,6 +80,10 @@ dl_act layer_act(const dl_layer_conf *c);
 
 /* Uniform(-bound, bound) fill of a host/CPU-visible buffer. */
 void layer_fill_uniform(layer *l, float *dst, int64_t n, float bound, dl_rng *rng);
+
+/* Whether l is a conv2d or pooling layer whose activations the backend's
+ * convolution engine can keep blocked (layer_conv.c). */
+bool layer_engine_layout(const layer *l);
 
 /* The ops tables: dense in layer_dense.c; conv2d, max and average pooling
  * in layer_conv.c; batchnorm and dropout in layer_norm.c; flatten,

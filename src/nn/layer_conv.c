@@ -11,7 +11,7 @@ static dl_conv_geom geom(const layer *l, int64_t n)
                        .w = l->in_shape[2], .oc = l->out_shape[0],
                        .oh = l->out_shape[1], .ow = l->out_shape[2],
                        .kh = c->kh, .kw = c->kw, .sh = c->sh, .sw = c->sw,
-                       .ph = c->ph, .pw = c->pw };
+                       .ph = c->ph, .pw = c->pw, .blocked = l->blocked };
     return g;
 }
 
@@ -61,10 +61,12 @@ static int64_t conv_work(const layer *l, int64_t n)
 }
 
 /* A call to the backend's convolution engine answered DL_ERR_UNAVAILABLE
- * (no kernel for this geometry): the layer keeps to im2col from now on. */
+ * (no kernel for this geometry): the layer keeps to im2col from now on.
+ * Not a layer with blocked activations, which its neighbours share: its
+ * error stands (layer_engine_layout makes it unlikely). */
 static bool engine_declined(layer *l, dl_status st, dl_err *err)
 {
-    if (st != DL_ERR_UNAVAILABLE)
+    if (st != DL_ERR_UNAVAILABLE || l->blocked)
         return false;
     DL_LOG(DL_LOG_INFO, "nn", "layer '%s': %s; im2col instead", l->conf->name,
            err ? err->msg : "no engine kernel");
@@ -75,6 +77,21 @@ static bool engine_declined(layer *l, dl_status st, dl_err *err)
 }
 
 static bool use_engine(const layer *l, bool has_op) { return has_op && !l->generic; }
+
+bool layer_engine_layout(const layer *l)
+{
+    const dl_backend_ops *ops = l->be->ops;
+    dl_layer_type t = l->conf->type;
+    bool conv = t == DL_LAYER_CONV2D, pool = t == DL_LAYER_MAXPOOL2D || t == DL_LAYER_AVGPOOL2D;
+    if (l->be->engine_block <= 0 || l->generic || !(conv || pool) ||
+        !(conv ? ops->conv_fwd && ops->conv_bwd_data && ops->conv_bwd_weights
+               : ops->pool2d_fwd && ops->pool2d_bwd))
+        return false;
+    /* oneDNN declines a window that stops short of the right or bottom
+     * edge (padding there would be negative) */
+    dl_conv_geom g = geom(l, 1);
+    return (g.oh - 1) * g.sh + g.kh >= g.h + g.ph && (g.ow - 1) * g.sw + g.kw >= g.w + g.pw;
+}
 
 static dl_status conv_forward_im2col(layer *l, const float *x, float *y, int64_t n,
                                      bool train, dl_err *err);

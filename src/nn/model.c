@@ -200,6 +200,30 @@ static void fuse_activations(dl_model *m)
     }
 }
 
+/* Keeps activations in the convolution engine's blocked layout from one
+ * engine layer (conv2d or pooling) to the next when their channel count
+ * is a multiple of the block and only activation layers (elementwise, so
+ * indifferent to the layout) lie between them: the engine then reorders
+ * at the edges of such a run only, not around every layer. */
+static void plan_layouts(dl_model *m)
+{
+    int block = m->be->engine_block;
+    for (int i = 0; block > 0 && i < m->nlayers; i++) {
+        layer *l = &m->layers[i];
+        if (!layer_engine_layout(l) || l->out_shape[0] % block != 0)
+            continue;
+        int j = i + 1;
+        while (j < m->nlayers && is_act(m->layers[j].conf->type))
+            j++;
+        if (j == m->nlayers || !layer_engine_layout(&m->layers[j]))
+            continue;
+        l->blocked |= DL_BLOCKED_Y;
+        m->layers[j].blocked |= DL_BLOCKED_X;
+        DL_LOG(DL_LOG_DEBUG, "nn", "'%s' -> '%s': activations stay blocked by %d channels",
+               l->conf->name, m->layers[j].conf->name, block);
+    }
+}
+
 /* Initialises parameters on the host, then uploads them. */
 static dl_status init_params(dl_model *m, uint64_t seed, dl_err *err)
 {
@@ -240,8 +264,10 @@ dl_status dl_model_new(dl_backend *be, const dl_model_conf *conf, uint64_t seed,
     m->layers = calloc((size_t)conf->nlayers, sizeof(*m->layers));
     dl_status st = m->layers ? build_layers(m, err)
                              : dl_err_set(err, DL_ERR_NOMEM, "layers");
-    if (st == DL_OK)
+    if (st == DL_OK) {
         fuse_activations(m);
+        plan_layouts(m);
+    }
     if (st == DL_OK)
         st = be_alloc(be, m->nparams, &m->params, err);
     if (st == DL_OK)

@@ -28,7 +28,8 @@ extern const dl_backend_reg dl_backend_cpu_reg;
 extern const dl_backend_reg dl_backend_cuda_reg;
 
 /* backend_dnnl.c, in a build with oneDNN: convolution and pooling
- * primitives for the CPU backend, over plain NCHW / OIHW buffers, each
+ * primitives for the CPU backend, over NCHW (or blocked, as g->blocked
+ * says) and OIHW buffers, each
  * created on the first call with its geometry and kept (up to a bound).
  * Calls are serialised on the context's mutex; they run on oneDNN's OpenMP
  * team of `threads` threads. DL_ERR_UNAVAILABLE means oneDNN has no
@@ -38,6 +39,8 @@ dl_status dl_dnnl_new(int threads, dl_dnnl **out, dl_err *err);
 /* Hands dl_parallel_for's loops to oneDNN's OpenMP team (process-wide). */
 void      dl_dnnl_own_loops(void);
 void      dl_dnnl_free(dl_dnnl *d);
+/* The channel block of the blocked activation layout (be->engine_block). */
+int       dl_dnnl_block(const dl_dnnl *d);
 dl_status dl_dnnl_conv_fwd(dl_dnnl *d, const dl_conv_geom *g, const float *x,
                            const float *w, const float *b, const dl_act *post, float *y,
                            dl_err *err);

@@ -1140,6 +1140,7 @@ static dl_status cpu_new(int threads, const dl_backend_params *p, dl_backend **o
         }
         be->ctx = d;
         be->ops = &cpu_dnnl_ops;
+        be->engine_block = dl_dnnl_block(d);
         if (!p->keep_pool)
             dl_dnnl_own_loops();
     }

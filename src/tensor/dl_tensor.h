@@ -26,12 +26,21 @@ typedef enum dl_act { DL_ACT_RELU, DL_ACT_TANH, DL_ACT_SIGMOID } dl_act;
 typedef enum dl_pool_kind { DL_POOL_MAX, DL_POOL_AVG } dl_pool_kind;
 
 /* Geometry of a 2-D convolution or pooling over an NCHW batch. For pooling
- * oc == c and kh, kw are the window. */
+ * oc == c and kh, kw are the window. `blocked` (DL_BLOCKED_* bits, 0 for
+ * plain NCHW) says which activations are in the convolution engine's own
+ * layout: channels in blocks of be->engine_block, the block innermost
+ * (oneDNN's nChw16c or nChw8c; the same size as NCHW, since only channel
+ * counts that are multiples of the block are kept so). Only the engine's
+ * kernels (conv_fwd .. pool2d_bwd) take blocked activations. */
 typedef struct dl_conv_geom {
     int64_t n, c, h, w;        /* input */
     int64_t oc, oh, ow;        /* output channels and size */
     int64_t kh, kw, sh, sw, ph, pw;
+    int64_t blocked;
 } dl_conv_geom;
+
+#define DL_BLOCKED_X 1         /* x and dx */
+#define DL_BLOCKED_Y 2         /* y and dy */
 
 /* Fills the output size of g from the input, window, stride and padding;
  * DL_ERR_INVALID if the window does not fit. */
@@ -118,8 +127,9 @@ typedef struct dl_backend_ops {
 
     /* ---- optional kernels of a convolution engine (oneDNN on the CPU) ----
      * NULL in a backend without one: the layers then use im2col + gemm and
-     * pool_fwd / pool_bwd above. Every buffer is plain: x and dx (N, C, H, W),
-     * y and dy (N, OC, OH, OW), w and dw (OC, C, KH, KW). A call answering
+     * pool_fwd / pool_bwd above. Weights are plain (OC, C, KH, KW); x and dx
+     * are (N, C, H, W), y and dy (N, OC, OH, OW), plain or blocked as
+     * g->blocked says. A call answering
      * DL_ERR_UNAVAILABLE has no kernel for that geometry and changed nothing:
      * the caller falls back to the generic path. */
     /* y = post(conv(x, w) + b); b may be NULL (no bias), post NULL (none). */
@@ -214,6 +224,9 @@ struct dl_backend {
      * (im2col): cache-sized on the CPU; 0 means DL_CHUNK_FLOATS. A GPU
      * wants whole batches (a kernel launch per chunk). */
     int64_t chunk_floats;
+    /* The channel block of the convolution engine's own layout (see
+     * dl_conv_geom.blocked); 0 for a backend that keeps none. */
+    int engine_block;
 };
 
 #define DL_CHUNK_FLOATS (512 * 1024)   /* ~2 MB: still in cache for the GEMM */

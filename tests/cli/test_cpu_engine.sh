@@ -2,7 +2,8 @@
 # The CPU's convolution engines end to end: DLSERVE_CPU_CONV picks im2col or
 # oneDNN, or auto (the default) the faster one for the CPU (a wrong word
 # stops dlserve with one clear line), the log and --bench name the engine
-# in use, and --threads N bounds the process's threads on either engine:
+# in use, oneDNN reorders activations only where its blocked layout ends,
+# and --threads N bounds the process's threads on either engine:
 # one team computes (the pool's workers, or oneDNN's OpenMP team running
 # dlserve's loops as well), OpenBLAS inside it.
 . "$(dirname "$0")/lib.sh"
@@ -75,4 +76,20 @@ for e in "${engines[@]}"; do
     check "$e: --bench exits 0" test $rc -eq 0
     check "$e: --bench reports \"conv\": \"$e\"" test "$(json_get "$WORK/bench-$e.json" conv)" = "$e"
 done
+
+# oneDNN keeps fashion-cnn's activations in its blocked layout from conv1
+# to pool2: in training the only reorders of activations (the tensors whose
+# first dimension is the batch, 50) are those at the flatten edge, one each
+# way per step, where there were eight a step around every layer.
+if [[ ${engines[*]} == *onednn* ]]; then
+    DNNL_VERBOSE=1 DLSERVE_CPU_CONV=onednn "$DLSERVE" --train "$M" --limit 100 --batch-size 50 \
+        --epochs 1 --threads 1 --no-progress > "$WORK/verbose.out" 2> "$WORK/verbose.err"; rc=$?
+    check "DNNL_VERBOSE training run exits 0" test $rc -eq 0
+    grep ',exec,cpu,reorder,' "$WORK/verbose.out" | awk -F, '{print $(NF-1)}' | grep '^50x' \
+        > "$WORK/act-reorders"
+    echo "activation reorders in 2 steps: $(sort "$WORK/act-reorders" | uniq -c | tr '\n' ' ')"
+    check "2 steps reorder activations 4 times" test "$(wc -l < "$WORK/act-reorders")" -eq 4
+    check "only at the flatten edge (50x64x4x4)" \
+        test "$(grep -cvx '50x64x4x4' "$WORK/act-reorders")" -eq 0
+fi
 finish

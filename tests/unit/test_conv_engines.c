@@ -1,7 +1,8 @@
 /* test_conv_engines.c: the CPU's two convolution and pooling engines (im2col
  * + OpenBLAS, and oneDNN) against each other: the same model, weights and
  * batch give the same outputs and parameter gradients to 1e-5, for strides,
- * padding, rectangular windows, fused activations and both pooling kinds. */
+ * padding, rectangular windows, fused activations, both pooling kinds and
+ * the blocked layouts oneDNN keeps between layers. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -177,6 +178,25 @@ Test(conv_engines, fashion_cnn_shape)
             "{'name': 'fc1', 'type': 'dense', 'units': 32},"
             "{'name': 'r3', 'type': 'relu'},"
             "{'name': 'fc2', 'type': 'dense', 'units': 10}");
+}
+
+/* Channel counts that oneDNN keeps in its blocked layout from layer to
+ * layer (multiples of 16, and so of 8): conv+relu -> max pool -> relu (a
+ * layer of its own) -> conv -> average pool, then a conv with 20 output
+ * channels (not a multiple of the block: back to NCHW) before the flatten. */
+Test(conv_engines, blocked_layouts_between_layers)
+{
+    compare("[3, 14, 14]",
+            "{'name': 'c1', 'type': 'conv2d', 'filters': 32, 'kernel_size': 3, 'padding': 1},"
+            "{'name': 'r1', 'type': 'relu'},"
+            "{'name': 'p1', 'type': 'maxpool2d', 'kernel_size': 2, 'stride': 2},"
+            "{'name': 'r2', 'type': 'relu'},"
+            "{'name': 'c2', 'type': 'conv2d', 'filters': 48, 'kernel_size': 3},"
+            "{'name': 'p2', 'type': 'avgpool2d', 'kernel_size': 2, 'stride': 1},"
+            "{'name': 'c3', 'type': 'conv2d', 'filters': 20, 'kernel_size': 1},"
+            "{'name': 't3', 'type': 'tanh'},"
+            "{'name': 'f', 'type': 'flatten'},"
+            "{'name': 'fc', 'type': 'dense', 'units': 10}");
 }
 
 Test(conv_engines, stride_padding_no_bias)
