@@ -35,6 +35,18 @@ static void on_error(rd_kafka_t *rk, int e, const char *reason, void *opaque)
     }
 }
 
+/* An integer property of a client as configured, or def when unreadable. */
+static int64_t conf_int(rd_kafka_t *rk, const char *key, int64_t def)
+{
+    char buf[32];
+    size_t n = sizeof(buf);
+    if (rd_kafka_conf_get(rd_kafka_conf(rk), key, buf, &n) != RD_KAFKA_CONF_OK)
+        return def;
+    char *end;
+    long long v = strtoll(buf, &end, 10);
+    return end != buf && v > 0 ? v : def;
+}
+
 static dl_status set(rd_kafka_conf_t *c, const char *key, const char *value, const char *origin,
                      dl_err *err)
 {
@@ -182,6 +194,8 @@ dl_status kafka_clients_start(kafka_srv *k, dl_err *err)
     }
     rd_kafka_poll_set_consumer(k->cons);
     k->cq = rd_kafka_queue_get_consumer(k->cons);
+    k->queue_max_bytes = conf_int(k->cons, "queued.max.messages.kbytes", 65536) * 1024;
+    k->queue_max_msgs = conf_int(k->cons, "queued.min.messages", 100000);
     if (k->mode->start && (st = k->mode->start(k, err)) != DL_OK)
         return st;
     rd_kafka_topic_partition_list_t *l = kafka_topic_list(k->conf.input_topics);

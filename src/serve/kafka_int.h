@@ -142,7 +142,8 @@ const kafka_mode *kafka_mode_of(dl_delivery d);
 
 /* Counters, read by the HTTP threads. */
 typedef struct kcounters {
-    atomic_llong consumed, outputs, dead[REC_NFAULTS], redelivered, produce_retries;
+    atomic_llong consumed, outputs, dead[REC_NFAULTS], redelivered, produce_retries,
+                 fetch_wakeups;
     atomic_llong pauses, assigned, revoked, commits, txn_commits, txn_aborts;
     atomic_llong redis_writes, redis_errors, sink_errors, in_flight;
     atomic_llong brokers_up, brokers_known, broker_outages;
@@ -193,6 +194,13 @@ struct kafka_srv {
     int64_t              nstale;
     int64_t              held;       /* records in rings */
     bool                 paused;
+    /* librdkafka's bounds on its prefetch queue (queued.max.messages.kbytes
+     * in bytes, queued.min.messages), the bytes and records consumed so far
+     * (their mean sizes the queue), and whether the queue was seen near a
+     * bound since the fetcher was last woken (see wake_if_stalled). */
+    int64_t              queue_max_bytes, queue_max_msgs;
+    int64_t              taken, taken_bytes;
+    bool                 queue_near_full;
     bool                 txn_open;
     char                 def_model[DL_NAME_MAX];
     double               last_commit;

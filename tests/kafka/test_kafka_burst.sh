@@ -3,7 +3,9 @@
 # partitions, with low bounds: the queues stay within them (sampled from
 # /metrics throughout: dlserve_kafka_in_flight <= dlserve_kafka_max_in_flight,
 # dlserve_batcher_queued_samples <= dlserve_batcher_queue_limit_samples),
-# intake pauses at its bound, and every record is answered.
+# intake pauses at its bound, and every record is answered; then read again
+# through a small librdkafka prefetch queue, whose stalled fetcher the
+# daemon wakes.
 . "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
 . "$SRC/tests/serve/lib_serve.sh"
 . "$SRC/tests/kafka/lib_kafka.sh"
@@ -28,7 +30,7 @@ PYEOF
 "$DLSERVE" --train "$WORK/repo/tiny" --data "$WORK/data" --no-progress > /dev/null 2>&1
 check "the tiny model trained" test -f "$WORK/repo/tiny/1/model.safetensors"
 
-check "mock cluster up (16 partitions)" start_mock bin:16 bout:16 bdlq:2
+check "mock cluster up (16 partitions)" start_mock bin:16 bout:16 bout2:16 bdlq:2
 trap 'kill -9 ${PID:-} ${SAMPLER:-} 2>/dev/null; stop_mock; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 check "daemon joins the group" start_kafka_daemon burst --set models.watch=false \
     --set kafka.input_topics=bin --set kafka.output_topic=bout --set kafka.dead_letter_topic=bdlq \
@@ -75,5 +77,24 @@ sys.exit(0 if n > 5 and 0 < flight <= int(sys.argv[2]) and queued <= int(sys.arg
 PYEOF
 }
 check "sampled gauges never over their bounds" within_bounds
+check "stops cleanly" stop_daemon
+
+# The same backlog again, read by a new group with librdkafka's prefetch
+# queue bounded at 32 KB and fetches of 4 KB a partition (64 KB in all): its fetcher stops
+# after nearly every fetch (queued.max.messages.kbytes exceeded) and, left
+# alone, would look again only at its broker thread's next tick, up to a
+# second later, about a hundred times over. The daemon wakes it once the
+# queue it saw near that bound is drained.
+check "daemon with a small prefetch queue joins" start_kafka_daemon refill \
+    --set models.watch=false --set kafka.input_topics=bin --set kafka.output_topic=bout2 \
+    --set kafka.dead_letter_topic=bdlq --set kafka.group_id=refill \
+    --set kafka.consumer.queued.max.messages.kbytes=32 --set kafka.consumer.max.partition.fetch.bytes=4096
+check "every one of $N records answered again" collect bout2 $N "$WORK/out2" --timeout 120
+curl -s "$URL/metrics" > "$WORK/metrics2.txt"
+grep '^dlserve_kafka_fetch_wakeups_total' "$WORK/metrics2.txt"
+check "the fetcher was woken after its queue neared the bound" \
+    awk '/^dlserve_kafka_fetch_wakeups_total / { found = $2 > 0 } END { exit !found }' \
+    "$WORK/metrics2.txt"
+check "no dead letters the second time" kstatus 'sum(k["dead_letters"].values()) == 0'
 check "stops cleanly" stop_daemon
 finish
