@@ -110,7 +110,9 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
     else if (q->n > b->conf.max_queue_size)
         st = dl_err_set(err, DL_ERR_INVALID, "batch of %lld exceeds max_queue_size %lld",
                         (long long)q->n, (long long)b->conf.max_queue_size);
-    q->out = st == DL_OK ? malloc((size_t)(q->n * q->sv->out_dim) * sizeof(float)) : NULL;
+    bool given = q->out != NULL;
+    if (st == DL_OK && !given)
+        q->out = malloc((size_t)(q->n * q->sv->out_dim) * sizeof(float));
     if (st == DL_OK && !q->out)
         st = dl_err_set(err, DL_ERR_NOMEM, "outputs");
     DL_ASSERT(q->on_done);
@@ -148,8 +150,10 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
     }
     pthread_mutex_unlock(&b->mu);
     if (st != DL_OK) {
-        free(q->out);
-        q->out = NULL;
+        if (!given) {
+            free(q->out);
+            q->out = NULL;
+        }
         if (!pinned) {
             served_release(q->sv);
             q->sv = NULL;

@@ -25,8 +25,10 @@
 
 static void buf_free(kbuf *b)
 {
-    if (b)
+    if (b) {
         free(b->x);
+        free(b->y);
+    }
     free(b);
 }
 
@@ -101,7 +103,6 @@ static void rec_put(kafka_srv *k, krec *r)
         buf_put(k, r->in);
     r->in = NULL;
     record_env_fini(&r->env);
-    free(r->req.out);
     served_release(r->req.sv);
     r->req.model[0] = '\0';
     r->req.version = r->req.n = 0;
@@ -413,6 +414,8 @@ static bool submit(kafka_srv *k, krec *r)
         if (f == REC_OK)
             f = record_decode_into(&in, &r->env, sv->conf, sv->in_dim, &n, &r->in->x,
                                    &r->in->cap, &err);
+        if (f == REC_OK && !record_reserve(&r->in->y, &r->in->ycap, (size_t)(n * sv->out_dim)))
+            f = record_fault_of(dl_err_set(&err, DL_ERR_NOMEM, "out of memory"));
         if (f != REC_OK) {
             served_release(sv);
             refuse(k, r, f, &err);
@@ -424,6 +427,7 @@ static bool submit(kafka_srv *k, krec *r)
         r->req.n = n;
         r->req.timeout_us = r->env.scanned ? r->env.req.timeout_us : 0;
         r->req.x = r->in->x;
+        r->req.out = r->in->y;
         r->req.on_done = kafka_on_infer_done;
         r->req.ctx = k;
     }

@@ -47,12 +47,15 @@ typedef enum rec_state {
 
 struct tpart;
 
-/* Decoded inputs: a record's from parsing until the batcher has run it,
- * then back to the consumer's pool, so buffers live only while inputs
- * are queued for inference, not while records wait for commits. */
+/* Decoded inputs and room for their outputs: a record's from parsing
+ * until its output is written, then back to the consumer's pool, so
+ * buffers live only while inputs are queued for inference, not while
+ * records wait for commits. */
 typedef struct kbuf {
     float       *x;
     size_t       cap;              /* floats */
+    float       *y;                /* the outputs (req.out) */
+    size_t       ycap;             /* floats */
     struct kbuf *next;             /* pool or return list */
 } kbuf;
 

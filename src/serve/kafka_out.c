@@ -219,8 +219,7 @@ static void write_record(kafka_srv *k, krec *r, kbuf **back)
     }
     rd_kafka_message_destroy(r->msg);
     r->msg = NULL;
-    free(r->req.out);
-    r->req.out = NULL;
+    r->req.out = NULL;   /* the input buffer's, which goes back below */
     served_release(r->req.sv);
     r->req.sv = NULL;
     if (r->in) {

@@ -149,9 +149,7 @@ record_fault record_open(const record_in *in, const char *default_model,
     return f;
 }
 
-/* Makes *x hold at least need floats; false when out of memory (*x is
- * kept as it was). */
-static bool reserve(float **x, size_t *cap, size_t need)
+bool record_reserve(float **x, size_t *cap, size_t need)
 {
     if (need <= *cap)
         return true;
@@ -173,7 +171,7 @@ static record_fault decode_binary(const record_in *in, int64_t in_dim, int64_t *
                                      "(%lld float32 values a sample)", in->len, sample,
                      (long long)in_dim);
     size_t cnt = in->len / sizeof(float);
-    if (!reserve(x, cap, cnt))
+    if (!record_reserve(x, cap, cnt))
         return out_of_memory(err);
     float *v = *x;
     memcpy(v, in->value, in->len);   /* little-endian hosts only, as the wire */

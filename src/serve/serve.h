@@ -147,7 +147,10 @@ typedef struct infer_req {
      * model's input scaling to its batch; x is left as it is), owned by
      * the submitter */
     float       *x;
-    float       *out;            /* n * out_dim, allocated by the batcher, owned by the submitter after completion */
+    /* n * out_dim: the submitter's room (Kafka: pooled with the input
+     * buffer), or NULL, and the batcher allocates it; either way the
+     * submitter's after completion */
+    float       *out;
     /* The version that answers, as a reference the submitter releases
      * after completion: set it before submitting to pin a version (the
      * caller's own reference), or leave it NULL and the batcher acquires
