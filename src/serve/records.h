@@ -95,15 +95,15 @@ record_fault record_decode(const record_in *in, record_env *env,
                            const dl_model_conf *conf, int64_t in_dim,
                            int64_t *n, float **x, dl_err *err);
 
+/* Makes *x (of *cap floats) hold at least need floats; false when out of
+ * memory (*x is kept as it was). */
+bool record_reserve(float **x, size_t *cap, size_t need);
+
 /* record_decode into a buffer the caller reuses: *x holds *cap floats
  * (NULL and 0 at first). Raw float32 values are copied into it, grown
  * (realloc) when the record needs more; a scanned record's values replace
  * it (the old buffer is freed, *x and *cap are the scanner's). *x stays
  * the caller's, on failure too. */
-/* Makes *x (of *cap floats) hold at least need floats; false when out of
- * memory (*x is kept as it was). */
-bool record_reserve(float **x, size_t *cap, size_t need);
-
 record_fault record_decode_into(const record_in *in, record_env *env,
                                 const dl_model_conf *conf, int64_t in_dim,
                                 int64_t *n, float **x, size_t *cap, dl_err *err);
