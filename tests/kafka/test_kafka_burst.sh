@@ -80,15 +80,16 @@ check "sampled gauges never over their bounds" within_bounds
 check "stops cleanly" stop_daemon
 
 # The same backlog again, read by a new group with librdkafka's prefetch
-# queue bounded at 32 KB and fetches of 4 KB a partition (64 KB in all): its fetcher stops
-# after nearly every fetch (queued.max.messages.kbytes exceeded) and, left
-# alone, would look again only at its broker thread's next tick, up to a
-# second later, about a hundred times over. The daemon wakes it once the
-# queue it saw near that bound is drained.
+# queue bounded at 32 KB and fetches of 4 KB a partition (64 KB in all):
+# its fetcher stops after nearly every fetch (queued.max.messages.kbytes
+# exceeded) and, left alone, would look again only at its broker thread's
+# next tick, up to a second later, many times over. The daemon wakes it
+# once the queue it saw near that bound is drained.
 check "daemon with a small prefetch queue joins" start_kafka_daemon refill \
     --set models.watch=false --set kafka.input_topics=bin --set kafka.output_topic=bout2 \
     --set kafka.dead_letter_topic=bdlq --set kafka.group_id=refill \
-    --set kafka.consumer.queued.max.messages.kbytes=32 --set kafka.consumer.max.partition.fetch.bytes=4096
+    --set kafka.consumer.queued.max.messages.kbytes=32 \
+    --set kafka.consumer.max.partition.fetch.bytes=4096
 check "every one of $N records answered again" collect bout2 $N "$WORK/out2" --timeout 120
 curl -s "$URL/metrics" > "$WORK/metrics2.txt"
 grep '^dlserve_kafka_fetch_wakeups_total' "$WORK/metrics2.txt"
