@@ -496,8 +496,7 @@ static void take(kafka_srv *k, rd_kafka_message_t *m)
         return;
     }
     tp->next_expected = m->offset + 1;
-    k->taken++;
-    k->taken_bytes += (int64_t)m->len;
+    k->consumed_bytes += (int64_t)m->len;
     r->tp = tp;
     r->offset = m->offset;
     r->msg = m;
@@ -618,7 +617,8 @@ static void wake_fetcher(kafka_srv *k)
 static void note_queue(kafka_srv *k)
 {
     int64_t n = (int64_t)rd_kafka_queue_length(k->cq);
-    int64_t mean = k->taken > 0 ? k->taken_bytes / k->taken : 0;
+    int64_t taken = atomic_load(&k->c.consumed);
+    int64_t mean = taken > 0 ? k->consumed_bytes / taken : 0;
     if (2 * n >= k->queue_max_msgs || 2 * n * mean >= k->queue_max_bytes)
         k->queue_near_full = true;
 }

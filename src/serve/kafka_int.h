@@ -198,11 +198,12 @@ struct kafka_srv {
     int64_t              held;       /* records in rings */
     bool                 paused;
     /* librdkafka's bounds on its prefetch queue (queued.max.messages.kbytes
-     * in bytes, queued.min.messages), the bytes and records consumed so far
-     * (their mean sizes the queue), and whether the queue was seen near a
-     * bound since the fetcher was last woken (see wake_if_stalled). */
+     * in bytes, queued.min.messages), the bytes of the records consumed so
+     * far (their mean, with c.consumed, sizes the queue), and whether the
+     * queue was seen near a bound since the fetcher was last woken (see
+     * wake_if_stalled). */
     int64_t              queue_max_bytes, queue_max_msgs;
-    int64_t              taken, taken_bytes;
+    int64_t              consumed_bytes;
     bool                 queue_near_full;
     bool                 txn_open;
     char                 def_model[DL_NAME_MAX];
