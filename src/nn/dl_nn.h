@@ -85,6 +85,9 @@ bool dl_model_name_valid(const char *s, size_t len);
 
 const char *dl_layer_type_name(dl_layer_type t);
 
+/* conv2d, maxpool2d or avgpool2d: the layers a convolution engine runs. */
+bool dl_layer_is_conv_or_pool(dl_layer_type t);
+
 /* ---- input scaling --------------------------------------------------- */
 
 /* How raw values become inputs: x = (raw * scale - mean) / std. Plain

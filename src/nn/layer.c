@@ -100,6 +100,11 @@ const char *dl_layer_type_name(dl_layer_type t)
     return (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
 }
 
+bool dl_layer_is_conv_or_pool(dl_layer_type t)
+{
+    return t == DL_LAYER_CONV2D || t == DL_LAYER_MAXPOOL2D || t == DL_LAYER_AVGPOOL2D;
+}
+
 void layer_declare(layer *l, const char *suffix, bool trainable, int ndim,
                    int64_t d0, int64_t d1, int64_t d2, int64_t d3)
 {

@@ -81,9 +81,8 @@ static bool use_engine(const layer *l, bool has_op) { return has_op && !l->gener
 bool layer_engine_layout(const layer *l)
 {
     const dl_backend_ops *ops = l->be->ops;
-    dl_layer_type t = l->conf->type;
-    bool conv = t == DL_LAYER_CONV2D, pool = t == DL_LAYER_MAXPOOL2D || t == DL_LAYER_AVGPOOL2D;
-    if (l->be->engine_block <= 0 || l->generic || !(conv || pool) ||
+    bool conv = l->conf->type == DL_LAYER_CONV2D;
+    if (l->be->engine_block <= 0 || l->generic || !dl_layer_is_conv_or_pool(l->conf->type) ||
         !(conv ? ops->conv_fwd && ops->conv_bwd_data && ops->conv_bwd_weights
                : ops->pool2d_fwd && ops->pool2d_bwd))
         return false;

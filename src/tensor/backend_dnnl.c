@@ -192,7 +192,7 @@ static dl_status make_prim(dl_dnnl *d, entry *e, const_dnnl_op_desc_t desc,
     return DL_OK;
 }
 
-/* A convolution's tensors, as indices into the slots' plain layouts. */
+/* A convolution's tensors, as indices into the caller's layouts. */
 enum { CONV_SRC, CONV_WEI, CONV_DST, CONV_BIAS, CONV_TENSORS };
 
 /* The layout of the caller's activations: blocked when g->blocked has
@@ -290,13 +290,13 @@ typedef struct conv_slot {
     dnnl_query_t what;     /* the layout the primitive chose for it, at index */
     int          index;
     int          arg;      /* DNNL_ARG_* */
-    int          tensor;   /* CONV_*: which plain layout the caller's memory has */
+    int          tensor;   /* CONV_*: which layout the caller's memory has */
     int          flags;    /* SLOT_* */
 } conv_slot;
 
 /* The convolution primitive for desc (with attr; with `hinted`, against
  * the forward one, as the backward ones must be), then its slots against
- * the caller's plain layouts. */
+ * the caller's layouts (conv_mds). */
 static dl_status build_conv(dl_dnnl *d, entry *e, const_dnnl_op_desc_t desc,
                             const_dnnl_primitive_attr_t attr, bool hinted,
                             const conv_slot *slot, int nslots, dl_err *err)

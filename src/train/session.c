@@ -21,11 +21,9 @@ void dl_run_opts_init(dl_run_opts *o)
 /* Convolution or pooling layers: what the CPU's convolution engine runs. */
 static bool has_conv_layers(const dl_model_conf *c)
 {
-    for (int i = 0; i < c->nlayers; i++) {
-        dl_layer_type t = c->layers[i].type;
-        if (t == DL_LAYER_CONV2D || t == DL_LAYER_MAXPOOL2D || t == DL_LAYER_AVGPOOL2D)
+    for (int i = 0; i < c->nlayers; i++)
+        if (dl_layer_is_conv_or_pool(c->layers[i].type))
             return true;
-    }
     return false;
 }
 
