@@ -298,16 +298,11 @@ static int replication_factor(const mock *mk)
     return mk->brokers < 3 ? mk->brokers : 3;
 }
 
-/* Creates a topic whose partition p is led by broker p % N + 1: the mock
- * would pick each leader at random, and a broker leading none of a topic
- * stays unconnected (a test expecting every broker up failed about one
- * run in six). Fills errbuf and returns false on failure. */
+/* Creates a topic; fills errbuf and returns false on failure. */
 static bool mock_topic(mock *mk, const char *name, int partitions, char *errbuf, size_t cap)
 {
     rd_kafka_resp_err_t err = rd_kafka_mock_topic_create(mk->mcluster, name, partitions,
                                                          replication_factor(mk));
-    for (int p = 0; !err && p < partitions; p++)
-        err = rd_kafka_mock_partition_set_leader(mk->mcluster, name, p, p % mk->brokers + 1);
     if (err) {
         snprintf(errbuf, cap, "topic %.200s: %s", name, rd_kafka_err2str(err));
         return false;
