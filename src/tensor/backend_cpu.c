@@ -82,21 +82,41 @@ static void act_rows(dl_act act, float *restrict y, int64_t n);
 
 #define GEMM_BLOCK 16   /* rows or columns per unit of work */
 
+/* Thin GEMMs of the dense layers' forward shape, A (rows, k) times B
+ * (n, k) transposed, at the batches of a few requests that the daemon
+ * runs, go to OpenBLAS in column chunks of at most THIN_MNK
+ * multiply-adds: OpenBLAS (0.3.16 on, AVX-512 kernels) runs a GEMM of
+ * M*N*K <= 1e6 in its "small matrix" kernels, which read the operands
+ * where they are, and packs both operands into its own layout first above
+ * that, which at a few rows costs as much as the multiply. fashion-mlp's
+ * inference, one thread, batch 8: 90k -> 214k samples/s; batch 64: 176k
+ * -> 193k; batch 128 and over are faster packed (tests/bench/RESULTS.md,
+ * "HTTP serving"). Without small kernels, the chunks are packed as the
+ * whole was, A once a chunk (a few rows: some KB). */
+#define THIN_ROWS 64
+#define THIN_MNK 600000
+
 static void gemm_block(const gemm_job *j, int64_t r0, int64_t r1, int64_t c0, int64_t c1)
 {
     /* Row-major leading dimensions of the full operands. */
     blasint lda = j->ta ? (blasint)j->m : (blasint)j->k;
     blasint ldb = j->tb ? (blasint)j->k : (blasint)j->n;
     const float *a = j->ta ? j->a + r0 : j->a + r0 * j->k;
-    const float *b = j->tb ? j->b + c0 * j->k : j->b + c0;
     if (j->k == 0) {
         for (int64_t r = r0; r < r1; r++)
             memset(j->c + r * j->n + c0, 0, (size_t)(c1 - c0) * sizeof(float));
     } else {
-        cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans,
-                j->tb ? CblasTrans : CblasNoTrans, (blasint)(r1 - r0),
-                (blasint)(c1 - c0), (blasint)j->k, j->alpha, a, lda, b, ldb,
-                j->beta, j->c + r0 * j->n + c0, (blasint)j->n);
+        int64_t rows = r1 - r0, step = c1 - c0;
+        if (!j->ta && j->tb && rows <= THIN_ROWS && rows * step * j->k > THIN_MNK)
+            step = THIN_MNK / (rows * j->k) > 0 ? THIN_MNK / (rows * j->k) : 1;
+        for (int64_t c = c0; c < c1; c += step) {
+            int64_t cols = c + step < c1 ? step : c1 - c;
+            const float *b = j->tb ? j->b + c * j->k : j->b + c;
+            cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans,
+                        j->tb ? CblasTrans : CblasNoTrans, (blasint)rows, (blasint)cols,
+                        (blasint)j->k, j->alpha, a, lda, b, ldb, j->beta,
+                        j->c + r0 * j->n + c, (blasint)j->n);
+        }
     }
     if (!j->bias && !j->post)
         return;

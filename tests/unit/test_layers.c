@@ -313,6 +313,37 @@ Test(layers, dense_chain)
     check_grads();
 }
 
+/* Inference batches from 1 to 130 samples through a 784 -> 300 dense
+ * layer and ReLU, against a direct sum: thin batches go to the GEMM in
+ * column chunks (the last one narrower; 300 columns leave one), wider ones
+ * whole, and every column of every sample must be there. */
+Test(layers, dense_forward_every_batch_width)
+{
+    build("[784]", "{'name': 'fc', 'type': 'dense', 'units': 300}, {'name': 'r', 'type': 'relu'}",
+          "mse");
+    const float *wt = tensor("fc.weight", NULL), *b = tensor("fc.bias", NULL);
+    static const int64_t batches[] = {1, 2, 3, 5, 8, 13, 16, 17, 31, 64, 65, 130};
+    for (size_t t = 0; t < sizeof(batches) / sizeof(batches[0]); t++) {
+        nb = batches[t];
+        for (int64_t i = 0; i < nb * 784; i++)
+            x[i] = uniform(-1.0f, 1.0f);
+        const float *y = forward(false);
+        int bad = 0;
+        for (int64_t n = 0; n < nb; n++)
+            for (int64_t o = 0; o < 300; o++) {
+                double s = b[o];
+                for (int64_t k = 0; k < 784; k++)
+                    s += (double)wt[o * 784 + k] * x[n * 784 + k];
+                s = s > 0 ? s : 0;
+                float got = y[n * 300 + o];
+                if (fabs(got - s) > 1e-4 * (1 + fabs(s)) && bad++ < 5)
+                    cr_expect_fail("batch %lld: y[%lld,%lld] = %g, want %g", (long long)nb,
+                                   (long long)n, (long long)o, got, s);
+            }
+        cr_expect_eq(bad, 0, "batch %lld: %d outputs differ", (long long)nb, bad);
+    }
+}
+
 Test(layers, backward_accumulates)
 {
     build("[6]", "{'name': 'fc1', 'type': 'dense', 'units': 5},"
