@@ -112,3 +112,20 @@ Test(numfmt, probabilities, .timeout = 120)
         check(v);
     }
 }
+
+/* Every power of two (its interval is narrower below than above, and the
+ * digits are tried one by one there) and the floats beside it (symmetric
+ * intervals: the binary search over the digit count). */
+Test(numfmt, powers_of_two_and_neighbours)
+{
+    for (uint32_t e = 0; e < 255; e++)
+        for (int d = -3; d <= 3; d++) {
+            uint32_t bits = (e << 23) + (uint32_t)d;
+            if ((e == 0 && d < 0) || (e == 254 && d > 0))
+                continue;
+            float v;
+            memcpy(&v, &bits, sizeof(v));
+            check(v);
+            check(-v);
+        }
+}
