@@ -119,7 +119,7 @@ const dl_opt dl_serve_opts[] = {
     INT(kafka, commit_interval_ms, "100", 1, 3600000,
         "how often offsets commit (the transaction length in exactly-once)"),
     INT(kafka, max_in_flight, "8192", 1, 1 << 24,
-        "records consumed and not yet committed before partitions pause"),
+        "records consumed and not yet committed before intake stops"),
     INT(kafka, max_record_bytes, "1048576", 16, 1 << 30,
         "larger records go to the dead-letter topic"),
     INT(kafka, max_record_age_ms, "0", 0, 31536000000LL,

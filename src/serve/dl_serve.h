@@ -91,7 +91,7 @@ typedef struct dl_kafka_conf {
     char    default_model[DL_NAME_MAX]; /* for {"id","data"} and binary records without a model */
     char    transactional_id[128];      /* exactly-once; empty: dlserve-<group_id> */
     int64_t commit_interval_ms;  /* offsets commit / transaction length */
-    int64_t max_in_flight;       /* records held before partitions pause */
+    int64_t max_in_flight;       /* records held before intake stops */
     int64_t max_record_bytes;    /* larger values go to the dead-letter topic */
     int64_t max_record_age_ms;   /* older records (by their timestamp) go to the
                                     dead-letter topic as "expired"; 0: no limit */

@@ -34,6 +34,7 @@
 
 #define KAFKA_TOPIC_MAX        256
 #define KAFKA_FLUSH_TIMEOUT_MS 30000
+#define KAFKA_PAUSE_AFTER_MS   1000   /* intake stopped this long: partitions pause */
 #define KAFKA_TXN_TIMEOUT_MS   30000
 
 /* ---- records ------------------------------------------------------------ */
@@ -147,7 +148,7 @@ const kafka_mode *kafka_mode_of(dl_delivery d);
 typedef struct kcounters {
     atomic_llong consumed, outputs, dead[REC_NFAULTS], redelivered, produce_retries,
                  fetch_wakeups;
-    atomic_llong pauses, assigned, revoked, commits, txn_commits, txn_aborts;
+    atomic_llong pauses, partition_pauses, assigned, revoked, commits, txn_commits, txn_aborts;
     atomic_llong redis_writes, redis_errors, sink_errors, in_flight;
     atomic_llong brokers_up, brokers_known, broker_outages;
     atomic_llong redis_pending;  /* results waiting for their MULTI/EXEC (redis delivery) */
@@ -196,6 +197,11 @@ struct kafka_srv {
     krec                *stale;      /* forgotten records still busy elsewhere */
     int64_t              nstale;
     int64_t              held;       /* records in rings */
+    /* Intake stopped at max_in_flight (not polling) since full_since;
+     * paused: its partitions paused too, after KAFKA_PAUSE_AFTER_MS
+     * stopped or when intake is fatal (see backpressure). */
+    bool                 full;
+    double               full_since;
     bool                 paused;
     /* librdkafka's bounds on its prefetch queue (queued.max.messages.kbytes
      * in bytes, queued.min.messages), the bytes of the records consumed so

@@ -32,7 +32,8 @@ json_t *kafka_status(kafka_srv *k)
         json_object_set_new(dead, record_fault_name(f), json_integer(atomic_load(&k->c.dead[f])));
     pthread_mutex_lock(&k->snap_mu);
     json_t *o = json_pack(
-        "{s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:O}",
+        "{s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+        "s:O}",
         "bootstrap", k->bootstrap, "delivery", k->mode->name, "group_id", k->conf.group_id,
         "input_topics", k->conf.input_topics, "paused", atomic_load(&k->c.paused),
         "in_flight", (json_int_t)atomic_load(&k->c.in_flight),
@@ -40,6 +41,7 @@ json_t *kafka_status(kafka_srv *k)
         "outputs", (json_int_t)atomic_load(&k->c.outputs), "dead_letters", dead,
         "redelivered_skipped", (json_int_t)atomic_load(&k->c.redelivered),
         "pauses", (json_int_t)atomic_load(&k->c.pauses),
+        "partition_pauses", (json_int_t)atomic_load(&k->c.partition_pauses),
         "partitions_assigned", (json_int_t)atomic_load(&k->c.assigned),
         "partitions_revoked", (json_int_t)atomic_load(&k->c.revoked),
         "commits", (json_int_t)atomic_load(&k->c.commits),
@@ -68,7 +70,12 @@ void kafka_metrics(kafka_srv *k, dl_sbuf *b)
         {"dlserve_kafka_records_total", "Records consumed from the input topics.", &k->c.consumed},
         {"dlserve_kafka_outputs_total", "Predictions written (acknowledged by Kafka or Redis).",
          &k->c.outputs},
-        {"dlserve_kafka_pauses_total", "Times intake paused for backpressure.", &k->c.pauses},
+        {"dlserve_kafka_pauses_total",
+         "Times intake stopped for backpressure (max_in_flight records held).", &k->c.pauses},
+        {"dlserve_kafka_partition_pauses_total",
+         "Times intake stayed stopped for a second (or stopped on a fatal error) and its "
+         "partitions were paused; they fetch again what was prefetched when they resume.",
+         &k->c.partition_pauses},
         {"dlserve_kafka_fetch_wakeups_total",
          "Times the fetcher was woken after librdkafka's prefetch queue had neared its bound.",
          &k->c.fetch_wakeups},
@@ -98,14 +105,15 @@ void kafka_metrics(kafka_srv *k, dl_sbuf *b)
     dl_prom_family(b, "dlserve_kafka_in_flight", "gauge", "Records consumed and not yet committed.");
     dl_prom_sample(b, "dlserve_kafka_in_flight", (double)atomic_load(&k->c.in_flight), NULL);
     dl_prom_family(b, "dlserve_kafka_max_in_flight", "gauge",
-                   "Records held before intake pauses (max_in_flight): the bound of in_flight.");
+                   "Records held before intake stops (max_in_flight): the bound of in_flight.");
     dl_prom_sample(b, "dlserve_kafka_max_in_flight", (double)k->conf.max_in_flight, NULL);
     dl_prom_family(b, "dlserve_kafka_redis_pending", "gauge",
                    "Results waiting for Redis to come back (redis delivery; held records, "
                    "so within max_in_flight).");
     dl_prom_sample(b, "dlserve_kafka_redis_pending", (double)atomic_load(&k->c.redis_pending),
                    NULL);
-    dl_prom_family(b, "dlserve_kafka_paused", "gauge", "1 while intake is paused.");
+    dl_prom_family(b, "dlserve_kafka_paused", "gauge",
+                   "1 while intake is stopped for backpressure or paused.");
     dl_prom_sample(b, "dlserve_kafka_paused", atomic_load(&k->c.paused) ? 1 : 0, NULL);
     dl_prom_family(b, "dlserve_kafka_up", "gauge",
                    "0 after a fatal Kafka error stopped intake, or while no broker is reachable.");

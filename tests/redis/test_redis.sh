@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Redis with a real redis-server: the effectively-once sink (results and
 # consumed offsets in one MULTI/EXEC) through a kill -9, counted with
-# MONITOR; Redis stopped and restarted while the daemon serves HTTP and
-# Kafka; a version published by `dlserve --train --publish` afterwards is
-# loaded; training progress in /status.
+# MONITOR; intake stopped, then its partitions paused, while Redis is away
+# with redis delivery; Redis stopped and restarted while the daemon serves
+# HTTP and Kafka; a version published by `dlserve --train --publish`
+# afterwards is loaded; training progress in /status.
 . "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
 . "$SRC/tests/serve/lib_serve.sh"
 . "$SRC/tests/kafka/lib_kafka.sh"
@@ -16,6 +17,7 @@ trap 'kill -9 ${PID:-} ${MON:-} 2>/dev/null; stop_redis; stop_mock; [ -n "${KEEP
 R=(--set redis.host=127.0.0.1 --set redis.port=$RPORT --set models.watch=false
    --set kafka.consumer.session.timeout.ms=6000 --set kafka.consumer.heartbeat.interval.ms=500)
 results() { redis-cli -p $RPORT --scan --pattern 'dlserve:result:*' | wc -l; }
+results_are() { [ "$(results)" -eq "$1" ]; }
 
 # ---- redis delivery: kill -9 mid-stream, every result written once ----------
 redis-cli -p $RPORT monitor > "$WORK/monitor.log" &
@@ -58,6 +60,23 @@ check "results and offsets went together (MULTI/EXEC)" grep -q '"MULTI"' "$WORK/
 check "a result holds the prediction" sh -c \
     "redis-cli -p $RPORT get dlserve:result:img-7 | grep -q '\"model\":\"fashion-mlp\"'"
 check "results expire (TTL set)" sh -c "[ \$(redis-cli -p $RPORT ttl dlserve:result:img-7) -gt 0 ]"
+
+# ---- backpressure: with redis delivery and Redis away, intake stops at ---------
+# max_in_flight and its partitions pause after a second; once Redis is back
+# every record is answered.
+check "topic pin" mock_cmd topic pin 4
+PB=(--set kafka.delivery=redis --set kafka.input_topics=pin --set kafka.output_topic=rout
+    --set kafka.dead_letter_topic=rdlq --set kafka.group_id=pg --set kafka.max_in_flight=200
+    "${R[@]}")
+check "daemon with redis delivery, 200 records in flight" start_kafka_daemon pb "${PB[@]}"
+check "Redis away" stop_redis
+"$KAFKA_TOOL" feed -b "$BOOT" -t pin --count 2000 --format binary > /dev/null
+check "intake stops at 200 records held" wait_for 30 kstatus 'k["in_flight"] == 200 and k["paused"]'
+check "its partitions pause after a second" wait_for 20 kstatus 'k["partition_pauses"] >= 1'
+check "Redis back (empty: it keeps nothing on disk)" start_redis
+check "2,000 results in Redis" wait_for 60 results_are 2000
+check "intake resumed" wait_for 10 kstatus 'not k["paused"] and k["in_flight"] == 0'
+check "stops cleanly" stop_daemon
 
 # ---- Redis goes away and comes back while the daemon serves --------------------
 AL=(--set kafka.input_topics=ain --set kafka.output_topic=aout --set kafka.dead_letter_topic=rdlq
