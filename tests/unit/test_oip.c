@@ -717,6 +717,53 @@ Test(oip, scanner_reads_numbers_as_strtod_does)
     }
 }
 
+/* Thousands of numbers of every length up to 18 digits, with and without
+ * a sign, a fraction and an exponent, at every offset from the end of the
+ * body (the scanner reads digits eight bytes at a time where eight
+ * remain): each as strtod reads it. */
+Test(oip, scanner_reads_numbers_of_every_length_as_strtod_does)
+{
+    enum { N = 4000 };
+    static char body[N * 32 + 256], nums[N][32];
+    uint64_t s = 0x2545F4914F6CDD1Dull;
+#define NEXT() (s ^= s << 13, s ^= s >> 7, s ^= s << 17, s)
+    size_t k = (size_t)snprintf(body, sizeof(body), "{\"inputs\":[{\"name\":\"pixels\","
+                                "\"shape\":[%d],\"datatype\":\"FP32\",\"data\":[", N);
+    for (int i = 0; i < N; i++) {
+        char *p = nums[i];
+        int whole = (int)(NEXT() % 13), frac = (int)(NEXT() % 3 ? NEXT() % 15 : 0);
+        if (NEXT() % 5 == 0)
+            *p++ = '-';
+        if (whole == 0)
+            *p++ = '0';
+        for (int d = 0; d < whole; d++)
+            *p++ = (char)('0' + (d == 0 ? 1 + NEXT() % 9 : NEXT() % 10));
+        if (frac) {
+            *p++ = '.';
+            for (int d = 0; d < frac; d++)
+                *p++ = (char)('0' + NEXT() % 10);
+        }
+        if (NEXT() % 10 == 0)
+            p += sprintf(p, "e%d", (int)(NEXT() % 30) - 15);
+        *p = '\0';
+        if (strcmp(nums[i], "-0") == 0)   /* an integer: read as 0, tested above */
+            strcpy(nums[i], "0");
+        k += (size_t)snprintf(body + k, sizeof(body) - k, "%s%s", i ? "," : "", nums[i]);
+    }
+#undef NEXT
+    k += (size_t)snprintf(body + k, sizeof(body) - k, "]}]}");
+    cr_assert_eq(scan_raw(body, k, k), DL_OK, "%s", err.msg);
+    cr_assert_eq(req.count, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        float want = (float)strtod(nums[i], NULL);
+        if (memcmp(&req.x[i], &want, sizeof(float)) != 0 && bad++ < 5)
+            cr_expect_fail("%s read as %.9g, not %.9g", nums[i], (double)req.x[i],
+                           (double)want);
+    }
+    cr_expect_eq(bad, 0, "%d of %d numbers read wrong", bad, N);
+}
+
 Test(oip, scanner_survives_huge_numbers_and_deep_nesting)
 {
     /* A number of 5000 digits: read (then too large for FP32). */
