@@ -1,6 +1,9 @@
 /* batcher.c: dynamic batching with Triton's semantics. Requests queue per
- * served version; one worker thread (one per device) takes the queue
- * whose oldest request is oldest, and runs it as one batch once it holds
+ * served version; a worker thread per instance of the models
+ * (models.instances, Triton's instance_group count: worker i computes on
+ * the served version's copy i, so that as many batches compute at once)
+ * takes the queue whose oldest request is oldest, and runs it as one batch
+ * once it holds
  * max_batch_size samples or its oldest request has waited
  * max_queue_delay_us; with `eager`, also as soon as no request is on its
  * way (the transports announce the requests they are receiving: see
@@ -26,6 +29,17 @@ typedef struct queue {
     int64_t    samples;
 } queue;
 
+/* A worker: its thread, its instance of the models, its batch staging. */
+typedef struct worker_ctx {
+    struct batcher *b;
+    int             instance;
+    pthread_t       thread;
+    bool            running;
+    atomic_llong    batches;    /* run so far, for /status */
+    float          *bx, *by;
+    int64_t         bcap_in, bcap_out;
+} worker_ctx;
+
 struct batcher {
     dl_batching_conf conf;
     registry        *reg;
@@ -36,10 +50,8 @@ struct batcher {
     int              nq, capq;
     bool             stopping;
     atomic_int       arriving;  /* requests the transports are receiving */
-    pthread_t        worker;
-    bool             running;
-    float           *bx, *by;   /* batch staging */
-    int64_t          bcap_in, bcap_out;
+    worker_ctx       workers[DL_MAX_INSTANCES];
+    int              nworkers;
     /* The earliest deadline of a queued request (0: none); may be stale
      * (earlier than any left), which costs one needless scan. */
     double           next_deadline;
@@ -283,28 +295,29 @@ static dl_status batch_status(dl_status st)
     }
 }
 
-/* Runs one batch of requests (a list) on their served version. */
-static void run(batcher *b, infer_req *list, int64_t samples)
+/* Runs one batch of requests (a list) on w's copy of their served
+ * version. */
+static void run(batcher *b, worker_ctx *w, infer_req *list, int64_t samples)
 {
     served *sv = list->sv;
     double t0 = dl_time_now();
     dl_err err = {0};
     dl_status st = DL_OK;
-    if (!grow(&b->bx, &b->bcap_in, samples * sv->in_dim) ||
-        !grow(&b->by, &b->bcap_out, samples * sv->out_dim))
+    if (!grow(&w->bx, &w->bcap_in, samples * sv->in_dim) ||
+        !grow(&w->by, &w->bcap_out, samples * sv->out_dim))
         st = dl_err_set(&err, DL_ERR_NOMEM, "batch buffers");
     int64_t off = 0;
     for (infer_req *r = list; st == DL_OK && r; r = r->next) {
-        memcpy(b->bx + off * sv->in_dim, r->x, (size_t)(r->n * sv->in_dim) * sizeof(float));
+        memcpy(w->bx + off * sv->in_dim, r->x, (size_t)(r->n * sv->in_dim) * sizeof(float));
         off += r->n;
     }
     double t_in = t0;
     if (st == DL_OK) {
         /* bx: (samples, in_dim) raw values, scaled as the training data was */
         dl_scaling sc = dl_scaling_of(sv->conf);
-        dl_scaling_apply(&sc, b->bx, samples * sv->in_dim);
+        dl_scaling_apply(&sc, w->bx, samples * sv->in_dim);
         t_in = dl_time_now();
-        st = dl_model_predict(sv->m, b->bx, samples, samples, b->by, &err);
+        st = dl_model_predict(sv->m[w->instance], w->bx, samples, samples, w->by, &err);
     }
     double t1 = dl_time_now();
     dl_err outcome = {0};
@@ -314,7 +327,7 @@ static void run(batcher *b, infer_req *list, int64_t samples)
     for (infer_req *r = list; r; r = r->next) {
         r->err = outcome;
         if (st == DL_OK)
-            memcpy(r->out, b->by + off * sv->out_dim, (size_t)(r->n * sv->out_dim) * sizeof(float));
+            memcpy(r->out, w->by + off * sv->out_dim, (size_t)(r->n * sv->out_dim) * sizeof(float));
         off += r->n;
         r->t_start = t0;
         r->t_infer = t_in;
@@ -342,7 +355,8 @@ static void complete_all(infer_req *list)
 
 static void *worker(void *arg)
 {
-    batcher *b = arg;
+    worker_ctx *w = arg;
+    batcher *b = w->b;
     pthread_mutex_lock(&b->mu);
     for (;;) {
         double now = dl_time_now();
@@ -375,18 +389,22 @@ static void *worker(void *arg)
         }
         int64_t samples;
         infer_req *list = take(b, qu, &samples);
+        if (b->nworkers > 1 && b->nq > 0)   /* what is left is another worker's */
+            pthread_cond_signal(&b->cv);
         pthread_mutex_unlock(&b->mu);
-        run(b, list, samples);
+        run(b, w, list, samples);
+        atomic_fetch_add(&w->batches, 1);
         pthread_mutex_lock(&b->mu);
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;
 }
 
-dl_status batcher_new(const dl_batching_conf *conf, registry *reg, stats *st,
+dl_status batcher_new(const dl_batching_conf *conf, int instances, registry *reg, stats *st,
                       batcher **out, dl_err *err)
 {
     *out = NULL;
+    DL_ASSERT(instances >= 1 && instances <= DL_MAX_INSTANCES);
     batcher *b = calloc(1, sizeof(*b));
     if (!b)
         return dl_err_set(err, DL_ERR_NOMEM, "batcher");
@@ -395,25 +413,34 @@ dl_status batcher_new(const dl_batching_conf *conf, registry *reg, stats *st,
     b->st = st;
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
-    if (pthread_create(&b->worker, NULL, worker, b) != 0) {
-        free(b);
-        return dl_err_set(err, DL_ERR_NOMEM, "cannot start the inference worker");
+    for (int i = 0; i < instances; i++) {
+        worker_ctx *w = &b->workers[i];
+        w->b = b;
+        w->instance = i;
+        if (pthread_create(&w->thread, NULL, worker, w) != 0) {
+            batcher_free(b);
+            return dl_err_set(err, DL_ERR_NOMEM, "cannot start inference worker %d", i);
+        }
+        w->running = true;
+        b->nworkers++;
     }
-    b->running = true;
     *out = b;
     return DL_OK;
 }
 
 void batcher_drain(batcher *b)
 {
-    if (!b || !b->running)
+    if (!b)
         return;
     pthread_mutex_lock(&b->mu);
     b->stopping = true;
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);
-    pthread_join(b->worker, NULL);
-    b->running = false;
+    for (int i = 0; i < b->nworkers; i++) {
+        if (b->workers[i].running)
+            pthread_join(b->workers[i].thread, NULL);
+        b->workers[i].running = false;
+    }
 }
 
 void batcher_free(batcher *b)
@@ -422,8 +449,10 @@ void batcher_free(batcher *b)
         return;
     batcher_drain(b);
     free(b->q);
-    free(b->bx);
-    free(b->by);
+    for (int i = 0; i < b->nworkers; i++) {
+        free(b->workers[i].bx);
+        free(b->workers[i].by);
+    }
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->cv);
     free(b);
@@ -444,7 +473,11 @@ json_t *batcher_status(batcher *b)
         json_int_t n = (cur ? json_integer_value(cur) : 0) + b->q[i].samples;
         json_object_set_new(o, name, json_integer(n));
     }
-    json_t *res = json_pack("{s:o, s:I, s:I, s:I, s:b, s:b}", "queued_samples", o,
+    json_t *batches = json_array();
+    for (int i = 0; i < b->nworkers; i++)
+        json_array_append_new(batches, json_integer(atomic_load(&b->workers[i].batches)));
+    json_t *res = json_pack("{s:o, s:i, s:o, s:I, s:I, s:I, s:b, s:b}", "queued_samples", o,
+                            "instances", b->nworkers, "batches_by_instance", batches,
                             "max_batch_size", (json_int_t)b->conf.max_batch_size,
                             "max_queue_delay_us", (json_int_t)b->conf.max_queue_delay_us,
                             "max_queue_size", (json_int_t)b->conf.max_queue_size,

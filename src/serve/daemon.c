@@ -102,7 +102,8 @@ static const component *const components[] = {
 typedef struct daemon_ctx {
     dl_serve_conf conf;
     const char   *config_path;
-    dl_backend   *be;
+    dl_backend   *be[DL_MAX_INSTANCES];   /* one an instance (models.instances) */
+    int           nbe;
     registry     *reg;
     stats        *st;
     batcher      *bat;
@@ -142,7 +143,7 @@ static char *metrics_extra(void *ctx)
     daemon_ctx *d = ctx;
     dl_sbuf b = {0};
     size_t used, total;
-    if (dl_backend_memory(d->be, &used, &total) == DL_OK) {
+    if (dl_backend_memory(d->be[0], &used, &total) == DL_OK) {
         const char *device = d->conf.models.device.name;
         dl_prom_family(&b, "dlserve_gpu_memory_used_bytes", "gauge",
                        "GPU memory held by dlserve's pool.");
@@ -265,16 +266,27 @@ static dl_status start(daemon_ctx *d, dl_err *err)
 {
     /* The connection threads share the cores: idle workers must sleep. */
     dl_pool_set_spin(0);
-    /* Models come and go: any may have convolutions. */
-    dl_backend_params bp = { .threads = (int)d->conf.models.threads, .keep_pool = true,
-                             .conv_layers = true };
-    dl_status st = dl_backend_new(d->conf.models.device.name, &bp, &d->be, err);
+    /* Models come and go: any may have convolutions. A backend an
+     * instance, each with its share of the cores unless models.threads
+     * says how many. */
+    int instances = (int)d->conf.models.instances;
+    if (instances > 1 && d->conf.models.device.kind != DL_DEVICE_CPU)
+        return dl_err_set(err, DL_ERR_INVALID, "models.instances = %d: instances are for the "
+                          "CPU; %s runs one", instances, d->conf.models.device.name);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = d->conf.models.threads > 0 ? (int)d->conf.models.threads
+                  : instances > 1 ? (int)(cores > instances ? cores / instances : 1) : 0;
+    dl_backend_params bp = { .threads = threads, .keep_pool = true, .conv_layers = true };
+    dl_status st = DL_OK;
+    for (int i = 0; st == DL_OK && i < instances; i++)
+        if ((st = dl_backend_new(d->conf.models.device.name, &bp, &d->be[i], err)) == DL_OK)
+            d->nbe++;
     if (st == DL_OK)
-        st = registry_new(&d->conf.models, d->be, &d->reg, err);
+        st = registry_new(&d->conf.models, d->be, d->nbe, &d->reg, err);
     if (st == DL_OK)
         st = stats_new(&d->st, err);
     if (st == DL_OK)
-        st = batcher_new(&d->conf.batching, d->reg, d->st, &d->bat, err);
+        st = batcher_new(&d->conf.batching, instances, d->reg, d->st, &d->bat, err);
     if (st != DL_OK)
         return st;
     static http_deps deps;
@@ -326,7 +338,8 @@ static void stop(daemon_ctx *d)
     batcher_free(d->bat);
     registry_free(d->reg);
     stats_free(d->st);
-    dl_backend_free(d->be);
+    for (int i = 0; i < d->nbe; i++)
+        dl_backend_free(d->be[i]);
     /* Nothing reads the components any more: Redis's status link goes last. */
     for (size_t i = NCOMPONENTS; i-- > 0;) {
         void *state = atomic_exchange(&d->state[i], NULL);

@@ -12,6 +12,7 @@ extern "C" {
 #endif
 
 #define DL_PATH_MAX 1024
+#define DL_MAX_INSTANCES 16   /* models.instances: copies of each model */
 
 typedef struct dl_http_conf {
     char    address[64];         /* bind address; 127.0.0.1 by default */
@@ -51,6 +52,7 @@ typedef struct dl_models_conf {
     bool    watch;               /* reload on changes in the folder (inotify) */
     dl_device device;
     int64_t threads;             /* CPU threads for inference (0: all cores) */
+    int64_t instances;           /* copies of each model, batches computed at once */
 } dl_models_conf;
 
 typedef struct dl_log_conf {

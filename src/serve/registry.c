@@ -34,7 +34,8 @@ struct registry {
     pthread_mutex_t mu;             /* the entries */
     pthread_mutex_t load_mu;        /* one loader at a time */
     dl_models_conf  conf;
-    dl_backend     *be;
+    dl_backend     *be[DL_MAX_INSTANCES];   /* one a copy of each model */
+    int             nbe;
     entry          *e;
     int             n, cap;
 };
@@ -43,7 +44,8 @@ struct registry {
 
 static void served_free(served_impl *s)
 {
-    dl_model_free(s->pub.m);
+    for (int i = 0; i < DL_MAX_INSTANCES; i++)
+        dl_model_free(s->pub.m[i]);
     dl_model_conf_free(s->pub.conf);
     free(s);
 }
@@ -69,27 +71,28 @@ static dl_status load_version(registry *r, const char *name, int64_t version,
     if (st == DL_OK && strcmp(s->pub.conf->name, name) != 0)
         st = dl_err_set(err, DL_ERR_INVALID, "%s: name '%s' differs from the folder '%s'",
                         path, s->pub.conf->name, name);
-    if (st == DL_OK)
-        st = dl_model_new(r->be, s->pub.conf, 1, &s->pub.m, err);
     snprintf(path, sizeof(path), "%s/%s/%lld/model.safetensors", r->conf.dir, name,
              (long long)version);
-    if (st == DL_OK)
-        st = dl_model_load(s->pub.m, path, err);
-    if (st == DL_OK) {
-        s->pub.in_dim = dl_model_in_dim(s->pub.m);
-        s->pub.out_dim = dl_model_out_dim(s->pub.m);
+    for (int i = 0; st == DL_OK && i < r->nbe; i++) {   /* a copy an instance */
+        dl_model *m = NULL;
+        st = dl_model_new(r->be[i], s->pub.conf, 1, &m, err);
+        s->pub.m[i] = m;
+        if (st == DL_OK)
+            st = dl_model_load(m, path, err);
+        if (st != DL_OK)
+            break;
+        s->pub.in_dim = dl_model_in_dim(m);
+        s->pub.out_dim = dl_model_out_dim(m);
         /* Warm-up: one pass sizes the buffers before the first request. */
         float *x = calloc((size_t)s->pub.in_dim, sizeof(float));
         float *y = malloc((size_t)s->pub.out_dim * sizeof(float));
-        st = x && y ? dl_model_predict(s->pub.m, x, 1, 1, y, err)
+        st = x && y ? dl_model_predict(m, x, 1, 1, y, err)
                     : dl_err_set(err, DL_ERR_NOMEM, "warm-up");
         free(x);
         free(y);
     }
     if (st != DL_OK) {
-        dl_model_free(s->pub.m);
-        dl_model_conf_free(s->pub.conf);
-        free(s);
+        served_free(s);
         return st;
     }
     snprintf(s->pub.name, sizeof(s->pub.name), "%s", name);
@@ -269,17 +272,19 @@ int registry_rescan(registry *r)
     return changes;
 }
 
-dl_status registry_new(const dl_models_conf *conf, dl_backend *be, registry **out,
-                       dl_err *err)
+dl_status registry_new(const dl_models_conf *conf, dl_backend *const *be, int nbe,
+                       registry **out, dl_err *err)
 {
     *out = NULL;
+    DL_ASSERT(nbe >= 1 && nbe <= DL_MAX_INSTANCES);
     registry *r = calloc(1, sizeof(*r));
     if (!r)
         return dl_err_set(err, DL_ERR_NOMEM, "registry");
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->load_mu, NULL);
     r->conf = *conf;
-    r->be = be;
+    memcpy(r->be, be, (size_t)nbe * sizeof(*be));
+    r->nbe = nbe;
     struct stat sb;
     if (stat(conf->dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         pthread_mutex_destroy(&r->mu);

@@ -25,15 +25,17 @@ typedef struct served {
     char                 name[DL_NAME_MAX];
     int64_t              version;
     dl_model_conf       *conf;        /* owned */
-    dl_model            *m;           /* owned; used by the worker only */
+    /* Owned: one copy a backend of the registry (models.instances), m[i]
+     * used by batcher worker i only. */
+    dl_model            *m[DL_MAX_INSTANCES];
     int64_t              in_dim, out_dim;
 } served;
 
 /* Scans conf->dir and loads what the version policy selects. *out is new.
  * A model that fails to load is logged and recorded (see
  * registry_status), not fatal. */
-dl_status registry_new(const dl_models_conf *conf, dl_backend *be, registry **out,
-                       dl_err *err);
+dl_status registry_new(const dl_models_conf *conf, dl_backend *const *be, int nbe,
+                       registry **out, dl_err *err);
 void registry_free(registry *r);
 
 /* Rescans the folder: loads, validates and warms up new versions, swaps
@@ -188,8 +190,9 @@ typedef struct infer_req {
  * HTTP and Kafka turn a request's timestamps into durations. */
 void infer_req_account(stats *st, const infer_req *q, double t_received, bool ok);
 
-/* Starts the worker (one per device). */
-dl_status batcher_new(const dl_batching_conf *conf, registry *reg, stats *st,
+/* Starts the workers: one per instance of the models (models.instances),
+ * worker i running its batches on served->m[i]. */
+dl_status batcher_new(const dl_batching_conf *conf, int instances, registry *reg, stats *st,
                       batcher **out, dl_err *err);
 
 /* Queues a request. DL_ERR_BUSY when the model's queue is full,

@@ -135,6 +135,39 @@ PY
 
 check "SIGTERM: exit 0 within 10 s" stop_daemon
 
+# ---- two instances: two workers, each on its own copy of the model ----
+start_daemon inst --models "$REPO" --set models.instances=2 --set batching.max_batch_size=4
+code GET /status > /dev/null
+check "two instances: /status says 2" test "$(jq_get 'd["batcher"]["instances"]')" = 2
+# instances_used: 32 concurrent clients (up to 5 rounds) until both workers
+# have run batches; every answer is its own and equals dlserve --predict.
+instances_used() {
+    sed "s|^url = \"[^\"]*/v2/|url = \"$URL/v2/|" "$WORK/parallel.cfg" > "$WORK/parallel2.cfg"
+    for _ in 1 2 3 4 5; do
+        rm -f "$WORK"/r[0-9]*.json
+        curl -s -S --no-progress-meter --parallel --parallel-immediate --parallel-max 32 \
+            -K "$WORK/parallel2.cfg"
+        /usr/bin/python3 - "$WORK" <<'PY' || return 1
+import json, sys
+w = sys.argv[1]
+pred = [json.loads(l) for l in open(w + "/predict32.jsonl")]
+for i in range(32):
+    r = json.load(open("%s/r%d.json" % (w, i)))
+    assert r["id"] == "c%d" % i, r.get("id")
+    assert r["outputs"][2]["data"] == [pred[i]["class"]], (i, r["outputs"][2]["data"], pred[i])
+PY
+        code GET /status > /dev/null
+        [ "$(jq_get 'min(d["batcher"]["batches_by_instance"]) > 0')" = True ] && return 0
+    done
+    return 1
+}
+check "two instances: both run batches, every answer its own and right" instances_used
+check "two instances: SIGTERM, exit 0" stop_daemon
+"$DLSERVE" --models "$REPO" --set http.port=0 --set models.device=cuda \
+    --set models.instances=2 > /dev/null 2> "$WORK/inst-cuda.err"; rc=$?
+check "instances on a GPU: refused at start" test $rc -ne 0
+check "instances on a GPU: the error names models.instances" grep -q "models.instances" "$WORK/inst-cuda.err"
+
 # ---- bearer token ----
 start_daemon token --models "$REPO" --set http.token=s3cret
 errcase "missing token" 401 POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req1.json"

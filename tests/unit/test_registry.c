@@ -56,7 +56,7 @@ static void setup(void)
     dl_models_conf conf = {0};
     snprintf(conf.dir, sizeof(conf.dir), "%s", dir);
     snprintf(conf.policy, sizeof(conf.policy), "latest");
-    cr_assert_eq(registry_new(&conf, be, &reg, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(registry_new(&conf, &be, 1, &reg, &err), DL_OK, "%s", err.msg);
 }
 
 static void teardown(void)
@@ -95,6 +95,32 @@ Test(registry, acquires_served_versions)
     cr_assert_eq(registry_acquire(reg, "tiny", 1, &sv, NULL), DL_OK);
     cr_expect_str_eq(sv->name, "tiny");
     served_release(sv);
+}
+
+/* models.instances = 2: a copy of the version a backend, with the same
+ * weights (the same predictions), and nothing past them. */
+Test(registry, loads_a_copy_an_instance)
+{
+    dl_backend *two[2] = {be, fx_cpu_backend()};
+    dl_models_conf conf = {0};
+    snprintf(conf.dir, sizeof(conf.dir), "%s", dir);
+    snprintf(conf.policy, sizeof(conf.policy), "latest");
+    registry *r2 = NULL;
+    dl_err err = {0};
+    cr_assert_eq(registry_new(&conf, two, 2, &r2, &err), DL_OK, "%s", err.msg);
+    served *sv = NULL;
+    cr_assert_eq(registry_acquire(r2, "tiny", 0, &sv, &err), DL_OK, "%s", err.msg);
+    cr_assert(sv->m[0] && sv->m[1] && sv->m[0] != sv->m[1]);
+    cr_expect_null(sv->m[2]);
+    const float x[4] = {0.5f, -1.0f, 2.0f, 0.25f};
+    float y0[16], y1[16];
+    cr_assert_leq(sv->out_dim, 16);
+    cr_assert_eq(dl_model_predict(sv->m[0], x, 1, 1, y0, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_model_predict(sv->m[1], x, 1, 1, y1, &err), DL_OK, "%s", err.msg);
+    cr_expect_arr_eq(y0, y1, (size_t)sv->out_dim * sizeof(float));
+    served_release(sv);
+    registry_free(r2);
+    dl_backend_free(two[1]);
 }
 
 Test(registry, tells_not_found_from_unavailable)
