@@ -114,7 +114,10 @@ done
 curl -s -S --no-progress-meter --parallel --parallel-immediate --parallel-max 32 -K "$WORK/parallel.cfg"
 "$DLSERVE" --predict "$REPO/fashion-mlp" --version 1 "$DATA/t10k-images-idx3-ubyte.gz" --limit 32 \
     > "$WORK/predict32.jsonl"
-check "32 concurrent clients each get their own answer" /usr/bin/python3 - "$WORK" <<'PY'
+# own_answers: each of the 32 answers (r0..r31.json) has its client's id
+# and the class dlserve --predict gives its image.
+own_answers() {
+    /usr/bin/python3 - "$WORK" <<'PY'
 import json, sys
 w = sys.argv[1]
 pred = [json.loads(l) for l in open(w + "/predict32.jsonl")]
@@ -123,6 +126,8 @@ for i in range(32):
     assert r["id"] == "c%d" % i, r.get("id")
     assert r["outputs"][2]["data"] == [pred[i]["class"]], (i, r["outputs"][2]["data"], pred[i])
 PY
+}
+check "32 concurrent clients each get their own answer" own_answers
 code GET /metrics > /dev/null
 check "achieved batch size exceeds 1" /usr/bin/python3 - "$WORK/body" <<'PY'
 import re, sys
@@ -147,15 +152,7 @@ instances_used() {
         rm -f "$WORK"/r[0-9]*.json
         curl -s -S --no-progress-meter --parallel --parallel-immediate --parallel-max 32 \
             -K "$WORK/parallel2.cfg"
-        /usr/bin/python3 - "$WORK" <<'PY' || return 1
-import json, sys
-w = sys.argv[1]
-pred = [json.loads(l) for l in open(w + "/predict32.jsonl")]
-for i in range(32):
-    r = json.load(open("%s/r%d.json" % (w, i)))
-    assert r["id"] == "c%d" % i, r.get("id")
-    assert r["outputs"][2]["data"] == [pred[i]["class"]], (i, r["outputs"][2]["data"], pred[i])
-PY
+        own_answers || return 1
         code GET /status > /dev/null
         [ "$(jq_get 'min(d["batcher"]["batches_by_instance"]) > 0')" = True ] && return 0
     done
