@@ -1,10 +1,9 @@
 /* batcher.c: dynamic batching with Triton's semantics. Requests queue per
- * served version; a worker thread per instance of the models
+ * served version. A worker thread per instance of the models
  * (models.instances, Triton's instance_group count: worker i computes on
- * the served version's copy i, so that as many batches compute at once)
+ * copy i of a served version, so that as many batches compute at once)
  * takes the queue whose oldest request is oldest, and runs it as one batch
- * once it holds
- * max_batch_size samples or its oldest request has waited
+ * once it holds max_batch_size samples or its oldest request has waited
  * max_queue_delay_us; with `eager`, also as soon as no request is on its
  * way (the transports announce the requests they are receiving: see
  * batcher_arriving), since waiting could not fill it sooner. Beyond
