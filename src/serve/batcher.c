@@ -33,7 +33,6 @@ typedef struct worker_ctx {
     struct batcher *b;
     int             instance;
     pthread_t       thread;
-    bool            running;
     atomic_llong    batches;    /* run so far, for /status */
     float          *bx, *by;
     int64_t         bcap_in, bcap_out;
@@ -50,7 +49,8 @@ struct batcher {
     bool             stopping;
     atomic_int       arriving;  /* requests the transports are receiving */
     worker_ctx       workers[DL_MAX_INSTANCES];
-    int              nworkers;
+    int              nworkers;  /* started */
+    bool             joined;    /* drained: every worker has ended */
     /* The earliest deadline of a queued request (0: none); may be stale
      * (earlier than any left), which costs one needless scan. */
     double           next_deadline;
@@ -420,7 +420,6 @@ dl_status batcher_new(const dl_batching_conf *conf, int instances, registry *reg
             batcher_free(b);
             return dl_err_set(err, DL_ERR_NOMEM, "cannot start inference worker %d", i);
         }
-        w->running = true;
         b->nworkers++;
     }
     *out = b;
@@ -429,17 +428,15 @@ dl_status batcher_new(const dl_batching_conf *conf, int instances, registry *reg
 
 void batcher_drain(batcher *b)
 {
-    if (!b)
+    if (!b || b->joined)
         return;
     pthread_mutex_lock(&b->mu);
     b->stopping = true;
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);
-    for (int i = 0; i < b->nworkers; i++) {
-        if (b->workers[i].running)
-            pthread_join(b->workers[i].thread, NULL);
-        b->workers[i].running = false;
-    }
+    for (int i = 0; i < b->nworkers; i++)
+        pthread_join(b->workers[i].thread, NULL);
+    b->joined = true;
 }
 
 void batcher_free(batcher *b)

@@ -666,13 +666,11 @@ static void backpressure(kafka_srv *k, bool fatal)
     double now = dl_time_now();
     bool full = fatal || k->held >= k->conf.max_in_flight;
     if (full && !k->full) {
-        k->full = true;
         k->full_since = now;
         atomic_fetch_add(&k->c.pauses, 1);
-    } else if (!full && k->full) {
-        k->full = false;
     }
-    atomic_store(&k->c.paused, k->full);
+    k->full = full;
+    atomic_store(&k->c.paused, full);
     bool pause = fatal || (k->full && now - k->full_since >= KAFKA_PAUSE_AFTER_MS * 1e-3);
     if (pause && !k->paused)
         pause_all(k, true);
