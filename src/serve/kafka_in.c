@@ -409,11 +409,12 @@ static bool submit(kafka_srv *k, krec *r)
             registry_acquire(k->reg, r->env.model, r->env.version, &sv, &err) != DL_OK)
             f = REC_MODEL;
         int64_t n = 0;
+        const void *values = NULL;
         if (f == REC_OK && !r->in && !(r->in = buf_get(k)))
             f = record_fault_of(dl_err_set(&err, DL_ERR_NOMEM, "out of memory"));
         if (f == REC_OK)
             f = record_decode_into(&in, &r->env, sv->conf, sv->in_dim, &n, &r->in->x,
-                                   &r->in->cap, &err);
+                                   &r->in->cap, &values, &err);
         if (f == REC_OK && !record_reserve(&r->in->y, &r->in->ycap, (size_t)(n * sv->out_dim)))
             f = record_fault_of(dl_err_set(&err, DL_ERR_NOMEM, "out of memory"));
         if (f != REC_OK) {
@@ -426,7 +427,7 @@ static bool submit(kafka_srv *k, krec *r)
         r->req.sv = sv;
         r->req.n = n;
         r->req.timeout_us = r->env.scanned ? r->env.req.timeout_us : 0;
-        r->req.x = r->in->x;
+        r->req.x = values;   /* raw float32: the message's own bytes (r->msg) */
         r->req.out = r->in->y;
         r->req.on_done = kafka_on_infer_done;
         r->req.ctx = k;

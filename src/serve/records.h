@@ -100,13 +100,16 @@ record_fault record_decode(const record_in *in, record_env *env,
 bool record_reserve(float **x, size_t *cap, size_t need);
 
 /* record_decode into a buffer the caller reuses: *x holds *cap floats
- * (NULL and 0 at first). Raw float32 values are copied into it, grown
- * (realloc) when the record needs more; a scanned record's values replace
- * it (the old buffer is freed, *x and *cap are the scanner's). *x stays
- * the caller's, on failure too. */
+ * (NULL and 0 at first); *values says where the n * in_dim values are. A
+ * scanned record's values replace *x (the old buffer is freed, *x and
+ * *cap are the scanner's) and *values is *x. Raw float32 values are
+ * checked where they lie and not copied: *values is in->value, which must
+ * outlive their use (any alignment: read them with memcpy). *x stays the
+ * caller's, on failure too. */
 record_fault record_decode_into(const record_in *in, record_env *env,
                                 const dl_model_conf *conf, int64_t in_dim,
-                                int64_t *n, float **x, size_t *cap, dl_err *err);
+                                int64_t *n, float **x, size_t *cap, const void **values,
+                                dl_err *err);
 
 void record_env_fini(record_env *env);
 

@@ -186,8 +186,8 @@ Test(records, output_json)
     free(text);
 }
 
-/* The pipeline's reuse: outputs formatted into one buffer, inputs decoded
- * into one buffer that grows only when a record needs more. */
+/* The pipeline's reuse: outputs formatted into one buffer, raw float32
+ * inputs read where they lie. */
 Test(records, buffers_reused)
 {
     float y[3] = {0.25f, 0.5f, 0.25f};
@@ -204,24 +204,36 @@ Test(records, buffers_reused)
     free(first);
     dl_sbuf_free(&b);
 
+    /* Raw float32 values are checked where they lie, at any alignment,
+     * and not copied: the caller's buffer stays as it was. */
     float eight[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    record_in in = { .value = eight, .len = sizeof(eight), .binary = true, .id_hdr = "b" };
+    static unsigned char raw[1 + sizeof(eight)];
+    memcpy(raw + 1, eight, sizeof(eight));
+    record_in in = { .value = raw + 1, .len = sizeof(eight), .binary = true, .id_hdr = "b" };
     float *buf = NULL;
     size_t cap = 0;
     int64_t n = 0;
+    const void *values = NULL;
     cr_assert_eq(record_open(&in, "tiny", 1024, &env, &err), REC_OK, "%s", err.msg);
-    cr_assert_eq(record_decode_into(&in, &env, &conf, 4, &n, &buf, &cap, &err), REC_OK);
+    cr_assert_eq(record_decode_into(&in, &env, &conf, 4, &n, &buf, &cap, &values, &err), REC_OK);
     cr_expect_eq(n, 2);
-    cr_expect_eq(cap, 8);
-    float *kept = buf;
-    in.len = 4 * sizeof(float);   /* one sample: fits */
-    cr_assert_eq(record_decode_into(&in, &env, &conf, 4, &n, &buf, &cap, &err), REC_OK);
-    cr_expect_eq(n, 1);
-    cr_expect_eq(buf, kept, "the buffer was not reused");
-    in.len = 6;   /* refused: the buffer stays the caller's */
-    cr_expect_eq(record_decode_into(&in, &env, &conf, 4, &n, &buf, &cap, &err), REC_INPUT);
-    cr_expect_eq(buf, kept);
-    free(buf);
+    cr_expect_eq(values, raw + 1, "raw values were copied");
+    cr_expect_null(buf);
+    cr_expect_eq(cap, 0);
+    float v7;
+    memcpy(&v7, (const unsigned char *)values + 7 * sizeof(float), sizeof(v7));
+    cr_expect_eq(v7, 8.0f);
+    in.len = 6;   /* refused: not whole samples */
+    cr_expect_eq(record_decode_into(&in, &env, &conf, 4, &n, &buf, &cap, &values, &err),
+                 REC_INPUT);
+    cr_expect_null(values);
+    in.len = sizeof(eight);
+    float nan = NAN;   /* the sixth value, unaligned */
+    memcpy(raw + 1 + 5 * sizeof(float), &nan, sizeof(nan));
+    cr_expect_eq(record_decode_into(&in, &env, &conf, 4, &n, &buf, &cap, &values, &err),
+                 REC_INPUT);
+    cr_expect_not_null(strstr(err.msg, "value 5 is not finite"), "%s", err.msg);
+    cr_expect_null(buf);
 }
 
 /* An OIP binary payload record: json_len bytes of JSON, then the values. */
