@@ -39,6 +39,29 @@ static size_t put_uint(char *buf, uint64_t u)
     return n;
 }
 
+/* "00" to "99". */
+static const char two_digits[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* The p decimal digits of u (u < 10^p), two at a time from the end. */
+static void put_digits(char *buf, uint32_t u, int p)
+{
+    char *e = buf + p;
+    while (u >= 100) {
+        e -= 2;
+        memcpy(e, two_digits + 2 * (u % 100), 2);
+        u /= 100;
+    }
+    if (u >= 10) {
+        e -= 2;
+        memcpy(e, two_digits + 2 * u, 2);
+    } else {
+        *--e = (char)('0' + u);
+    }
+}
+
 /* True when strtof reads d * 10^e back as v: the slow, exact check for a
  * candidate on the edge of v's interval. */
 static bool exact_reads_back(double d, int e, float v)
@@ -97,27 +120,37 @@ size_t dl_fmt_float(char *buf, float v)
      * candidate that close to an edge is settled by strtof (rare). At 9
      * digits the interval is at least 3 units wide, so the loop ends. */
     const double eps = 4e-6;
-    double d = V;
-    for (int p = 1; p <= 9; p++) {
-        double unit = pow10_tab[9 - p];
-        d = (double)(uint64_t)(V / unit + 0.5) * unit;   /* V > 0: round half up */
+    /* The candidate of p digits is V rounded to a multiple of 10^(9-p):
+     * from N = floor(V), (N + 10^(9-p) / 2) / 10^(9-p) is that quotient
+     * for p < 9 (V's fraction cannot carry it further). The loop over the
+     * constant table unrolls, so that each division is a multiplication. */
+    static const uint32_t unit[9] = {100000000, 10000000, 1000000, 100000, 10000,
+                                     1000, 100, 10, 1};
+    uint64_t N = (uint64_t)V, q = 0;
+    int p = 1;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 9
+#endif
+    for (int i = 0; i < 9; i++) {
+        q = i < 8 ? (N + unit[i] / 2) / unit[i] : (uint64_t)(V + 0.5);   /* round half up */
+        double d = (double)(q * unit[i]);
+        p = i + 1;
         if (d > L + eps && d < H - eps)
             break;
         if (d > L - eps && d < H + eps && exact_reads_back(d, e10 - 8, av))
             break;
     }
-    if (d >= 1e9) {   /* 9.99.. rounded up to 10.0.. */
-        d /= 10;
+    if (q * unit[p - 1] >= 1000000000u) {   /* 9.99.. rounded up to 10.0.. */
+        q /= 10;   /* a power of ten: p digits again after the strip below */
         e10++;
     }
-    uint64_t digits = (uint64_t)d;
-    int de10 = e10, p = 9;
-    while (p > 1 && digits % 10 == 0) {   /* 1.50 -> 1.5 */
-        digits /= 10;
+    while (p > 1 && q % 10 == 0) {   /* 1.50 -> 1.5 */
+        q /= 10;
         p--;
     }
+    int de10 = e10;
     char ds[12];
-    put_uint(ds, digits);   /* p digits */
+    put_digits(ds, (uint32_t)q, p);
     if (de10 >= -5 && de10 < 15) {
         if (de10 < 0) {                          /* 0.000ddd */
             buf[n++] = '0';

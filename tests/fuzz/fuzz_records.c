@@ -89,12 +89,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         float *x = NULL;
         size_t cap = 0;
         int64_t n = 0;
-        f = record_decode_into(&in, &env, conf, 4, &n, &x, &cap, &err);
+        const void *values = NULL;
+        f = record_decode_into(&in, &env, conf, 4, &n, &x, &cap, &values, &err);
         if (f != REC_OK) {
             fz_check_failure(err.code, &err);
         } else {
-            FZ_CHECK(n >= 1 && x && cap >= (size_t)n * 4, "n %lld, cap %zu", (long long)n, cap);
-            fz_touch(x, (size_t)(n * 4) * sizeof(float));
+            /* scanned: the values are x's; raw float32: the record's own */
+            bool in_x = values == x && x && cap >= (size_t)n * 4;
+            bool in_value = values == in.value && in.len == (size_t)n * 4 * sizeof(float);
+            FZ_CHECK(n >= 1 && (in_x || in_value), "n %lld, cap %zu", (long long)n, cap);
+            fz_touch(values, (size_t)(n * 4) * sizeof(float));
             check_output(&env, n);
         }
         free(x);
