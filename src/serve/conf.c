@@ -102,7 +102,8 @@ const dl_opt dl_serve_opts[] = {
     CUSTOM(models, device, "cpu", device_words, parse_device, format_device,
            "inference device"),
     INT(models, threads, "0", 0, 1024,
-        "CPU threads for inference, of each instance; 0 = the cores split between them"),
+        "CPU threads for inference, of each instance; 0 = the cores less one, or split "
+        "between instances"),
     INT(models, instances, "1", 1, DL_MAX_INSTANCES,
         "copies of each model, each computing its own batches at the same time (CPU only)"),
     ENUM(log, level, "info", dl_log_level_words, "least severe messages logged"),

@@ -28,6 +28,9 @@ check "GET .../versions/1/ready is 200" test "$(code GET /v2/models/fashion-mlp/
 check "POST /v2/repository/index lists the model" \
     test "$(code POST /v2/repository/index)" = 200 -a "$(jq_get 'd[0]["name"]')" = fashion-mlp
 check "GET /status is 200 with models" test "$(code GET /status)" = 200 -a "$(jq_get 'len(d["models"])')" = 1
+cores=$(nproc)
+check "one instance computes on the cores less one (/status inference_threads)" \
+    test "$(jq_get 'd["inference_threads"]')" = $(( cores > 1 ? cores - 1 : 1 ))
 
 # ---- inference: the same answers as dlserve --predict ----
 "$DLSERVE" --predict "$REPO/fashion-mlp" --version 1 "$DATA/t10k-images-idx3-ubyte.gz" --limit 8 \
@@ -144,6 +147,8 @@ check "SIGTERM: exit 0 within 10 s" stop_daemon
 start_daemon inst --models "$REPO" --set models.instances=2 --set batching.max_batch_size=4
 code GET /status > /dev/null
 check "two instances: /status says 2" test "$(jq_get 'd["batcher"]["instances"]')" = 2
+check "two instances: each on its half of the cores" \
+    test "$(jq_get 'd["inference_threads"]')" = $(( cores > 2 ? cores / 2 : 1 ))
 # instances_used: 32 concurrent clients (up to 5 rounds) until both workers
 # have run batches; every answer is its own and equals dlserve --predict.
 instances_used() {
