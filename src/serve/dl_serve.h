@@ -51,7 +51,8 @@ typedef struct dl_models_conf {
     char    policy[128];         /* "latest", "latest:N" or "versions:1,3" */
     bool    watch;               /* reload on changes in the folder (inotify) */
     dl_device device;
-    int64_t threads;             /* CPU threads for inference (0: all cores) */
+    int64_t threads;             /* CPU threads for inference, of each instance (0: the
+                                    cores less one, or split between instances) */
     int64_t instances;           /* copies of each model, batches computed at once */
 } dl_models_conf;
 

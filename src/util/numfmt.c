@@ -148,28 +148,27 @@ size_t dl_fmt_float(char *buf, float v)
         q /= 10;
         p--;
     }
-    int de10 = e10;
     char ds[12];
     put_digits(ds, (uint32_t)q, p);
-    if (de10 >= -5 && de10 < 15) {
-        if (de10 < 0) {                          /* 0.000ddd */
+    if (e10 >= -5 && e10 < 15) {
+        if (e10 < 0) {                          /* 0.000ddd */
             buf[n++] = '0';
             buf[n++] = '.';
-            for (int i = -1; i > de10; i--)
+            for (int i = -1; i > e10; i--)
                 buf[n++] = '0';
             memcpy(buf + n, ds, (size_t)p);
             n += (size_t)p;
-        } else if (de10 + 1 >= p) {              /* ddd000 */
+        } else if (e10 + 1 >= p) {              /* ddd000 */
             memcpy(buf + n, ds, (size_t)p);
             n += (size_t)p;
-            for (int i = p; i <= de10; i++)
+            for (int i = p; i <= e10; i++)
                 buf[n++] = '0';
         } else {                                 /* dd.ddd */
-            memcpy(buf + n, ds, (size_t)de10 + 1);
-            n += (size_t)de10 + 1;
+            memcpy(buf + n, ds, (size_t)e10 + 1);
+            n += (size_t)e10 + 1;
             buf[n++] = '.';
-            memcpy(buf + n, ds + de10 + 1, (size_t)(p - de10 - 1));
-            n += (size_t)(p - de10 - 1);
+            memcpy(buf + n, ds + e10 + 1, (size_t)(p - e10 - 1));
+            n += (size_t)(p - e10 - 1);
         }
     } else {                                     /* d.ddde-XX */
         buf[n++] = ds[0];
@@ -179,8 +178,8 @@ size_t dl_fmt_float(char *buf, float v)
             n += (size_t)p - 1;
         }
         buf[n++] = 'e';
-        buf[n++] = de10 < 0 ? '-' : '+';
-        int ae = de10 < 0 ? -de10 : de10;
+        buf[n++] = e10 < 0 ? '-' : '+';
+        int ae = e10 < 0 ? -e10 : e10;
         if (ae < 10)
             buf[n++] = '0';
         n += put_uint(buf + n, (uint64_t)ae);
