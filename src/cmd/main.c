@@ -10,6 +10,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef DL_HAVE_JEMALLOC
+/* jemalloc's options, read at its start (MALLOC_CONF adds to them).
+ * Allocations of 8 MiB and more (librdkafka's fetch buffers among them)
+ * otherwise go to an arena that gives their pages back to the kernel as
+ * soon as they are freed, so that every fetch faults its buffer in again
+ * (about one page fault a Kafka record, a tenth of its CPU); here they keep
+ * the common decay (pages kept 10 s after their last use). */
+const char *malloc_conf = "oversize_threshold:0";
+#endif
+
 static int fail(const char *fmt, const char *a, const char *b)
 {
     fprintf(stderr, "dlserve: ");

@@ -9,6 +9,14 @@ M=$(model_copy fashion-mlp)
 "$DLSERVE" --help > "$WORK/help" ; rc=$?
 check "--help exits 0 and lists --train" test $rc -eq 0 -a -n "$(grep -- --train "$WORK/help")"
 check "--version prints the version" test "$("$DLSERVE" --version)" = "dlserve 0.1.0"
+# Linked with jemalloc (not in sanitizer builds), the binary sets its
+# options: big buffers keep their pages after free (main.c, malloc_conf).
+if ldd "$DLSERVE" | grep -q libjemalloc; then
+    MALLOC_CONF=stats_print:true "$DLSERVE" --version > /dev/null 2> "$WORK/jemalloc"
+    check "jemalloc runs with oversize_threshold 0" grep -q 'opt.oversize_threshold: 0$' "$WORK/jemalloc"
+else
+    echo "# not linked with jemalloc: its options are not checked"
+fi
 
 # ---- training writes version 1, then version 2 ----
 "$DLSERVE" --train "$M" --epochs 2 --limit 3000 --threads 2 --no-progress \
