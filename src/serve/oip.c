@@ -743,19 +743,22 @@ static void take_binary(scan_ctx *c, int64_t size)
         out_of_memory(c, "the input values");
         return;
     }
-    for (int64_t i = 0; i < req->count; i++) {
-        if (req->uint8) {
+    size_t cnt = (size_t)req->count, bad = cnt;
+    if (req->uint8) {
+        for (size_t i = 0; i < cnt; i++)
             x[i] = b[i];
-            continue;
+    } else {
+        for (size_t i = 0; i < cnt; i++) {
+            uint32_t u = le32(b + 4 * i);
+            memcpy(&x[i], &u, sizeof(float));
         }
-        uint32_t u = le32(b + 4 * i);
-        memcpy(&x[i], &u, sizeof(float));
-        if (!isfinite(x[i])) {
-            refuse(c, OIP_FAULT_TENSOR, "inputs[0] binary data: value %lld is not a finite "
-                   "FP32 number", (long long)i);
-            free(x);
-            return;
-        }
+        bad = dl_first_nonfinite(x, cnt);
+    }
+    if (bad < cnt) {
+        refuse(c, OIP_FAULT_TENSOR, "inputs[0] binary data: value %zu is not a finite "
+               "FP32 number", bad);
+        free(x);
+        return;
     }
     req->x = x;
     req->binary_in = true;

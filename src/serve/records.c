@@ -161,15 +161,6 @@ bool record_reserve(float **x, size_t *cap, size_t need)
     return true;
 }
 
-/* Whether the float32 at p (little-endian hosts only, as the wire; any
- * alignment) is an infinity or a NaN: all its exponent bits set. */
-static bool not_finite(const unsigned char *p)
-{
-    uint32_t u;
-    memcpy(&u, p, sizeof(u));
-    return (u & 0x7f800000u) == 0x7f800000u;
-}
-
 /* Raw float32 values, whole samples, checked where they lie: the batcher
  * copies them from the record into its batch. */
 static record_fault check_binary(const record_in *in, int64_t in_dim, int64_t *n, dl_err *err)
@@ -179,14 +170,9 @@ static record_fault check_binary(const record_in *in, int64_t in_dim, int64_t *n
         return fault(err, REC_INPUT, "binary record of %zu bytes: expected a multiple of %zu "
                                      "(%lld float32 values a sample)", in->len, sample,
                      (long long)in_dim);
-    const unsigned char *p = in->value;
-    size_t cnt = in->len / sizeof(float);
-    bool finite = true;   /* one pass without branches; the culprit looked for after */
-    for (size_t i = 0; i < cnt; i++)
-        finite &= !not_finite(p + 4 * i);
-    for (size_t i = 0; !finite && i < cnt; i++)
-        if (not_finite(p + 4 * i))
-            return fault(err, REC_INPUT, "value %zu is not finite", i);
+    size_t bad = dl_first_nonfinite(in->value, in->len / sizeof(float));
+    if (bad < in->len / sizeof(float))
+        return fault(err, REC_INPUT, "value %zu is not finite", bad);
     *n = (int64_t)(in->len / sample);
     return REC_OK;
 }

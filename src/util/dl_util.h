@@ -215,6 +215,11 @@ void dl_sbuf_int(dl_sbuf *b, int64_t v);
 #define DL_FLOAT_CHARS 24
 size_t dl_fmt_float(char *buf, float v);
 
+/* The index of the first of n float32 values at p (host order, any
+ * alignment) that is Inf or NaN, or n when all are finite. One pass
+ * without branches over all n (vectorized), the culprit looked for after. */
+size_t dl_first_nonfinite(const void *p, size_t n);
+
 /* Length of the valid UTF-8 sequence at p (1..4), or 0 when the bytes
  * there are not one (overlong, surrogate, past U+10FFFF, truncated by a
  * NUL). */

@@ -187,3 +187,26 @@ size_t dl_fmt_float(char *buf, float v)
     buf[n] = '\0';
     return n;
 }
+
+/* Without its sign a value is Inf or NaN when it is 0x7f800000 or more,
+ * which adding 0x00800000 carries into bit 31: and, add and or over every
+ * value, which the compiler vectorizes. */
+size_t dl_first_nonfinite(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint32_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, b + 4 * i, sizeof(u));
+        acc |= (u & 0x7fffffffu) + 0x00800000u;
+    }
+    if (!(acc & 0x80000000u))
+        return n;
+    size_t i = 0;
+    for (uint32_t u; i < n; i++) {
+        memcpy(&u, b + 4 * i, sizeof(u));
+        if ((u & 0x7f800000u) == 0x7f800000u)
+            break;
+    }
+    return i;
+}

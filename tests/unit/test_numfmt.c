@@ -1,6 +1,6 @@
 /* test_numfmt.c: dl_fmt_float reads back exactly (strtof) and is as short
  * as the shortest %.Ng that does, over special values and millions of
- * random bit patterns. */
+ * random bit patterns; dl_first_nonfinite agrees with isfinite. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <float.h>
@@ -128,4 +128,32 @@ Test(numfmt, powers_of_two_and_neighbours)
             check(v);
             check(-v);
         }
+}
+
+/* dl_first_nonfinite agrees with isfinite on random bit patterns at any
+ * alignment, and finds the first culprit of several. */
+Test(numfmt, first_nonfinite)
+{
+    uint64_t s = 0x243F6A8885A308D3ull;
+    unsigned char buf[4 * 67 + 3];
+    for (int round = 0; round < 20000; round++) {
+        size_t off = (size_t)round % 4, n = (size_t)round % 68, want = n;
+        for (size_t i = 0; i < n; i++) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            uint32_t bits = (uint32_t)(s >> 16);
+            if (round % 3)   /* mostly finite: a culprit far into the values */
+                bits &= 0xbfffffffu;
+            float v;
+            memcpy(&v, &bits, sizeof(v));
+            if (want == n && !isfinite(v))
+                want = i;
+            memcpy(buf + off + 4 * i, &bits, sizeof(bits));
+        }
+        cr_assert_eq(dl_first_nonfinite(buf + off, n), want, "round %d: n %zu", round, n);
+    }
+    const float edges[] = {FLT_MAX, -FLT_MAX, FLT_MIN, -0.0f, 1e-45f, INFINITY};
+    cr_expect_eq(dl_first_nonfinite(edges, 6), 5);
+    cr_expect_eq(dl_first_nonfinite(edges, 5), 5);
 }

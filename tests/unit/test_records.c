@@ -236,6 +236,38 @@ Test(records, buffers_reused)
     cr_expect_null(buf);
 }
 
+/* Raw float32: every Inf and NaN bit pattern is refused by its index, the
+ * largest, smallest and negative finite values are taken. */
+Test(records, binary_finite_edges)
+{
+    const uint32_t bad[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u,
+                            0x7f800001u, 0x7fffffffu, 0xffffffffu};
+    const uint32_t good[] = {0x7f7fffffu, 0xff7fffffu, 0x00000001u, 0x80000000u,
+                             0x00800000u, 0x3f800000u, 0xbf800000u, 0x00000000u};
+    uint32_t v[12];
+    record_in in = { .value = v, .len = sizeof(v), .binary = true, .id_hdr = "e" };
+    int64_t n = 0;
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        v[i] = good[i];
+    for (size_t i = 8; i < 12; i++)
+        v[i] = good[i - 8];
+    cr_assert_eq(take(&in, "tiny", &n), REC_OK, "%s", err.msg);
+    cr_expect_eq(n, 3);
+    for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+        size_t at = (b * 5 + 3) % 12;
+        uint32_t keep = v[at];
+        v[at] = bad[b];
+        free(x);
+        x = NULL;
+        record_env_fini(&env);
+        char want[32];
+        snprintf(want, sizeof(want), "value %zu is not finite", at);
+        cr_expect_eq(take(&in, "tiny", &n), REC_INPUT, "0x%08x taken", bad[b]);
+        cr_expect_not_null(strstr(err.msg, want), "0x%08x: %s", bad[b], err.msg);
+        v[at] = keep;
+    }
+}
+
 /* An OIP binary payload record: json_len bytes of JSON, then the values. */
 static char payload[512];
 static record_in payload_in(const char *json, const float *v, size_t nv, const char *hdr)
