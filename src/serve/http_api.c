@@ -337,7 +337,7 @@ static bool infer_start(http_server *h, struct MHD_Connection *c, request *rq, a
         return true;
     }
     infer_req *q = &rq->q;   /* zeroed with rq */
-    snprintf(q->model, sizeof(q->model), "%s", sv->name);
+    dl_strlcpy(q->model, sv->name, sizeof(q->model));
     q->version = sv->version;
     q->n = rq->in.batch;
     q->timeout_us = rq->in.timeout_us;

@@ -422,7 +422,7 @@ static bool submit(kafka_srv *k, krec *r)
             refuse(k, r, f, &err);
             return true;
         }
-        snprintf(r->req.model, sizeof(r->req.model), "%s", sv->name);
+        dl_strlcpy(r->req.model, sv->name, sizeof(r->req.model));
         r->req.version = sv->version;
         r->req.sv = sv;
         r->req.n = n;

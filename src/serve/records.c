@@ -103,7 +103,7 @@ static record_fault find_model(const record_in *in, const char *default_model,
                                      "is not set");
     if (!dl_model_name_valid(name, strlen(name)))
         return fault(err, REC_MODEL, "'%.64s' is not a valid model name", name);
-    snprintf(env->model, sizeof(env->model), "%s", name);
+    dl_strlcpy(env->model, name, sizeof(env->model));
     env->version = env->req.model_version;
     return REC_OK;
 }

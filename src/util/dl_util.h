@@ -192,6 +192,11 @@ typedef struct dl_sbuf {
     bool   oom;
 } dl_sbuf;
 
+/* Copies src into dst of cap bytes (cap >= 1), cut to cap - 1 bytes and
+ * NUL-terminated, as snprintf "%s" does without its format parsing (hot
+ * paths copy model names). */
+void dl_strlcpy(char *dst, const char *src, size_t cap);
+
 void dl_sbuf_add(dl_sbuf *b, const char *s, size_t n);
 void dl_sbuf_putc(dl_sbuf *b, char c);
 void dl_sbuf_printf(dl_sbuf *b, const char *fmt, ...)

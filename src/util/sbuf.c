@@ -1,5 +1,7 @@
 /* sbuf.c: a growable, NUL-terminated string buffer for text built piece
- * by piece (Prometheus exposition, CSV, SVG) and a UTF-8 check for it. */
+ * by piece (Prometheus exposition, CSV, SVG), a UTF-8 check for it, and a
+ * bounded string copy. */
+#define _POSIX_C_SOURCE 200809L   /* strnlen */
 #include "util/dl_util.h"
 
 #include <stdlib.h>
@@ -119,4 +121,11 @@ void dl_sbuf_int(dl_sbuf *b, int64_t v)
     if (v < 0)
         tmp[sizeof(tmp) - 1 - n++] = '-';
     dl_sbuf_add(b, tmp + sizeof(tmp) - n, n);
+}
+
+void dl_strlcpy(char *dst, const char *src, size_t cap)
+{
+    size_t n = strnlen(src, cap - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
 }

@@ -411,3 +411,19 @@ Test(records, fault_of_status)
     cr_expect_eq(record_fault_of(DL_ERR_BACKEND), REC_INFERENCE);
     cr_expect_eq(record_fault_of(DL_ERR_UNAVAILABLE), REC_INFERENCE);
 }
+
+/* dl_strlcpy, which copies model names on the hot paths: whole when they
+ * fit, cut and terminated when they do not. */
+Test(records, strlcpy)
+{
+    char b[6];
+    memset(b, 'x', sizeof(b));
+    dl_strlcpy(b, "tiny", sizeof(b));
+    cr_expect_str_eq(b, "tiny");
+    dl_strlcpy(b, "fashion", sizeof(b));
+    cr_expect_str_eq(b, "fashi");
+    dl_strlcpy(b, "", sizeof(b));
+    cr_expect_str_eq(b, "");
+    dl_strlcpy(b, "abc", 1);
+    cr_expect_str_eq(b, "");
+}
