@@ -170,8 +170,8 @@ static record_fault check_binary(const record_in *in, int64_t in_dim, int64_t *n
         return fault(err, REC_INPUT, "binary record of %zu bytes: expected a multiple of %zu "
                                      "(%lld float32 values a sample)", in->len, sample,
                      (long long)in_dim);
-    size_t bad = dl_first_nonfinite(in->value, in->len / sizeof(float));
-    if (bad < in->len / sizeof(float))
+    size_t cnt = in->len / sizeof(float), bad = dl_first_nonfinite(in->value, cnt);
+    if (bad < cnt)
         return fault(err, REC_INPUT, "value %zu is not finite", bad);
     *n = (int64_t)(in->len / sample);
     return REC_OK;
