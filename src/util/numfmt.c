@@ -6,25 +6,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Exact powers of ten in a double (10^22 is the last one). */
+/* 10^k for k in [-45, 53], each the double nearest to it: every float's
+ * decimal exponent (-45 to 38) and the factors that bring any float to 9
+ * digits before the point (10^-30 to 10^53). */
 static const double pow10_tab[] = {
-    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
-    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+    1e-45, 1e-44, 1e-43, 1e-42, 1e-41, 1e-40, 1e-39, 1e-38, 1e-37, 1e-36,
+    1e-35, 1e-34, 1e-33, 1e-32, 1e-31, 1e-30, 1e-29, 1e-28, 1e-27, 1e-26,
+    1e-25, 1e-24, 1e-23, 1e-22, 1e-21, 1e-20, 1e-19, 1e-18, 1e-17, 1e-16,
+    1e-15, 1e-14, 1e-13, 1e-12, 1e-11, 1e-10, 1e-9, 1e-8, 1e-7, 1e-6,
+    1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1e0, 1e1, 1e2, 1e3, 1e4,
+    1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14,
+    1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22, 1e23, 1e24,
+    1e25, 1e26, 1e27, 1e28, 1e29, 1e30, 1e31, 1e32, 1e33, 1e34,
+    1e35, 1e36, 1e37, 1e38, 1e39, 1e40, 1e41, 1e42, 1e43, 1e44,
+    1e45, 1e46, 1e47, 1e48, 1e49, 1e50, 1e51, 1e52, 1e53,
 };
-
-/* d * 10^k with at most two roundings (|k| <= 66 covers every float). */
-static double scale10(double d, int k)
-{
-    while (k > 22) {
-        d *= 1e22;
-        k -= 22;
-    }
-    while (k < -22) {
-        d /= 1e22;
-        k += 22;
-    }
-    return k >= 0 ? d * pow10_tab[k] : d / pow10_tab[-k];
-}
+#define POW10(k) pow10_tab[(k) + 45]
 
 static size_t put_uint(char *buf, uint64_t u)
 {
@@ -105,51 +102,67 @@ size_t dl_fmt_float(char *buf, float v)
     memcpy(&fup, &up, sizeof(fup));
     double lo = (a + (double)fdown) / 2;
     double hi = isinf(fup) ? a + (a - lo) : (a + (double)fup) / 2;
-    /* Scaled by 10^k so that v has 9 digits before the point: V in
-     * [1e8, 1e9). The decimal exponent comes from the binary one (its
-     * estimate is off by at most one). */
-    int e2 = (int)(bits >> 23) - 127;
-    int e10 = (int)floor(e2 * 0.30102999566398120);
-    double V = scale10(a, 8 - e10);
-    while (V >= 1e9)
-        V = scale10(a, 8 - ++e10);
-    while (V < 1e8)
-        V = scale10(a, 8 - --e10);
-    double L = scale10(lo, 8 - e10), H = scale10(hi, 8 - e10);
-    /* V, L and H are within a few ulps (~1e-7) of the exact values: a
-     * candidate that close to an edge is settled by strtof (rare). At 9
-     * digits the interval is at least 3 units wide, so the loop ends. */
+    /* The decimal exponent e10 = floor(log10(a)): floor(e2 * log10(2))
+     * from the binary one (78913 / 2^18 is log10(2) closely enough for
+     * |e2| < 1650) is that or one less. No float lies within a rounding of
+     * a power of ten without being one, so the comparison is exact. */
+    int e2 = bits >= 0x00800000u ? (int)(bits >> 23) - 127 : ilogb(a);   /* denormals */
+    int e10 = e2 >= 0 ? (e2 * 78913) >> 18 : -((-e2 * 78913 + (1 << 18) - 1) >> 18);
+    if (a >= POW10(e10 + 1))
+        e10++;
+    /* Scaled so that v has 9 digits before the point: V in [1e8, 1e9),
+     * and L, H its interval, each off the exact value by a rounding or
+     * two (~1e-7). An integer inside (L + eps, H - eps) is surely inside
+     * the interval; the interval is at least 5.9 units wide, so there is
+     * one. */
+    double s = POW10(8 - e10);
+    double V = a * s, L = lo * s, H = hi * s;
     const double eps = 4e-6;
-    /* The candidate of p digits is V rounded to a multiple of 10^(9-p):
-     * from N = floor(V), (N + 10^(9-p) / 2) / 10^(9-p) is that quotient
-     * for p < 9 (V's fraction cannot carry it further). The loop over the
-     * constant table unrolls, so that each division is a multiplication. */
-    static const uint32_t unit[9] = {100000000, 10000000, 1000000, 100000, 10000,
-                                     1000, 100, 10, 1};
-    uint64_t N = (uint64_t)V, q = 0;
-    int p = 1;
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC unroll 9
-#endif
-    for (int i = 0; i < 9; i++) {
-        q = i < 8 ? (N + unit[i] / 2) / unit[i] : (uint64_t)(V + 0.5);   /* round half up */
-        double d = (double)(q * unit[i]);
-        p = i + 1;
-        if (d > L + eps && d < H - eps)
-            break;
-        if (d > L - eps && d < H + eps && exact_reads_back(d, e10 - 8, av))
-            break;
+    uint32_t in_lo = (uint32_t)(L + eps) + 1;   /* the first integer above L + eps */
+    uint32_t in_hi = (uint32_t)(H - eps);       /* the last one below H - eps */
+    if ((double)in_hi == H - eps)
+        in_hi--;
+    /* The shortest: the largest j with a multiple of 10^j in [in_lo,
+     * in_hi]. The multiples' quotients are [qlo, qhi], none of them a
+     * multiple of 10 (j would be larger). Of those, the nearest to V. */
+    uint32_t qlo = in_lo, qhi = in_hi;
+    int j = 0;
+    while ((qlo + 9) / 10 <= qhi / 10) {
+        qlo = (qlo + 9) / 10;
+        qhi /= 10;
+        j++;
     }
-    if (q * unit[p - 1] >= 1000000000u) {   /* 9.99.. rounded up to 10.0.. */
-        q /= 10;   /* a power of ten: p digits again after the strip below */
+    static const uint32_t unit[10] = {1, 10, 100, 1000, 10000, 100000, 1000000,
+                                      10000000, 100000000, 1000000000};
+    uint32_t q = qlo;
+    if (qlo < qhi) {
+        q = ((uint32_t)(2 * V) + unit[j]) / (2 * unit[j]);   /* V / 10^j rounded half up */
+        q = q < qlo ? qlo : q > qhi ? qhi : q;
+    }
+    /* An integer within eps of an edge may or may not read back as v
+     * (a midpoint reads back when v's last bit is 0): strtof settles it,
+     * when that integer would be shorter. Rare: the edge zones are 1e-5
+     * units wide. */
+    uint32_t edge[2] = {(uint32_t)(L + eps), in_hi + 1};
+    bool in_zone[2] = {(double)edge[0] > L - eps, (double)edge[1] < H + eps};
+    for (int i = 0; i < 2; i++) {
+        if (!in_zone[i] || j >= 9 || edge[i] % unit[j + 1] != 0 ||
+            !exact_reads_back((double)edge[i], e10 - 8, av))
+            continue;
+        int tz = j + 1;
+        while (tz < 9 && edge[i] % unit[tz + 1] == 0)
+            tz++;
+        q = edge[i] / unit[tz];
+        j = tz;
+    }
+    /* q * 10^j has 9 digits, or is 10^9 (9.99.. rounded up to 10.0..). */
+    int p = 9 - j;
+    if (j == 9) {
+        p = 1;
         e10++;
     }
-    while (p > 1 && q % 10 == 0) {   /* 1.50 -> 1.5 */
-        q /= 10;
-        p--;
-    }
     char ds[12];
-    put_digits(ds, (uint32_t)q, p);
+    put_digits(ds, q, p);
     if (e10 >= -5 && e10 < 15) {
         if (e10 < 0) {                          /* 0.000ddd */
             buf[n++] = '0';
