@@ -271,7 +271,7 @@ static dl_status idx_to_dataset(const idx_header *ih, const unsigned char *img,
     float lut[256];
     for (int v = 0; v < 256; v++)
         lut[v] = (float)v;
-    dl_scaling_apply(sc, lut, 256);
+    dl_scaling_apply(sc, lut, lut, 256);
     const unsigned char *px = img + ih->offset;
     size_t total = (size_t)ds->n * (size_t)ds->dim;
     for (size_t i = 0; i < total; i++)
@@ -433,7 +433,7 @@ static dl_status parse_line(const csv_ctx *c, const char *p, const char *end,
             *x++ = (float)v;
         p = fe + 1;
     }
-    dl_scaling_apply(c->sc, c->ds->x + row * c->dim, c->dim);
+    dl_scaling_apply(c->sc, c->ds->x + row * c->dim, c->ds->x + row * c->dim, c->dim);
     return DL_OK;
 }
 

@@ -348,6 +348,12 @@ dl_status dl_model_forward(dl_model *m, const float *x, int64_t batch,
     for (int i = 0; i < m->nlayers; i++) {
         layer *l = &m->layers[i];
         l->calls = m->counter;
+        /* Outside training a flatten passes its input on as it is, not a
+         * copy: only backward reads act[i] of a layer before the last
+         * (and the layer after, were it folded into it). */
+        if (!train && l->conf->type == DL_LAYER_FLATTEN && i < m->nlayers - 1 &&
+            !m->layers[i + 1].folded)
+            continue;
         st = l->ops->forward(l, in, m->act[i], batch, train, err);
         if (st != DL_OK)
             return dl_err_prefix(err, "layer '%s'", l->conf->name);

@@ -544,10 +544,10 @@ dl_scaling dl_scaling_of(const dl_model_conf *conf)
     return (dl_scaling){ conf->scale, conf->mean, conf->std };
 }
 
-void dl_scaling_apply(const dl_scaling *sc, float *x, int64_t n)
+void dl_scaling_apply(const dl_scaling *sc, float *dst, const float *src, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
-        x[i] = (x[i] * sc->scale - sc->mean) / sc->std;
+        dst[i] = (src[i] * sc->scale - sc->mean) / sc->std;
 }
 
 bool dl_model_name_valid(const char *s, size_t len)

@@ -305,16 +305,16 @@ static void run(batcher *b, worker_ctx *w, infer_req *list, int64_t samples)
     if (!grow(&w->bx, &w->bcap_in, samples * sv->in_dim) ||
         !grow(&w->by, &w->bcap_out, samples * sv->out_dim))
         st = dl_err_set(&err, DL_ERR_NOMEM, "batch buffers");
+    /* bx: (samples, in_dim), each request's raw values scaled as the
+     * training data was, in the one pass that gathers them */
+    dl_scaling sc = dl_scaling_of(sv->conf);
     int64_t off = 0;
     for (infer_req *r = list; st == DL_OK && r; r = r->next) {
-        memcpy(w->bx + off * sv->in_dim, r->x, (size_t)(r->n * sv->in_dim) * sizeof(float));
+        dl_scaling_apply(&sc, w->bx + off * sv->in_dim, r->x, r->n * sv->in_dim);
         off += r->n;
     }
     double t_in = t0;
     if (st == DL_OK) {
-        /* bx: (samples, in_dim) raw values, scaled as the training data was */
-        dl_scaling sc = dl_scaling_of(sv->conf);
-        dl_scaling_apply(&sc, w->bx, samples * sv->in_dim);
         t_in = dl_time_now();
         st = dl_model_predict(sv->m[w->instance], w->bx, samples, samples, w->by, &err);
     }
