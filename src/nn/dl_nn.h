@@ -101,11 +101,12 @@ typedef struct dl_scaling {
 /* The input scaling that model.json declares. */
 dl_scaling dl_scaling_of(const dl_model_conf *conf);
 
-/* Scales n raw values from src into dst (src itself, or an array that does
- * not overlap it): (x * scale - mean) / std, in float. The data loader and
- * the daemon both scale through it, so a sample served over HTTP or Kafka
- * gets bit-identical inputs to one read from a file. Thread-safe. */
-void dl_scaling_apply(const dl_scaling *sc, float *dst, const float *src, int64_t n);
+/* Scales n raw float32 values from src (any alignment: a Kafka record's
+ * bytes) into dst (src itself, or an array that does not overlap it):
+ * (x * scale - mean) / std, in float. The data loader and the daemon both
+ * scale through it, so a sample served over HTTP or Kafka gets
+ * bit-identical inputs to one read from a file. Thread-safe. */
+void dl_scaling_apply(const dl_scaling *sc, float *dst, const void *src, int64_t n);
 
 /* ---- models ------------------------------------------------------------ */
 

@@ -544,10 +544,14 @@ dl_scaling dl_scaling_of(const dl_model_conf *conf)
     return (dl_scaling){ conf->scale, conf->mean, conf->std };
 }
 
-void dl_scaling_apply(const dl_scaling *sc, float *dst, const float *src, int64_t n)
+void dl_scaling_apply(const dl_scaling *sc, float *dst, const void *src, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = (src[i] * sc->scale - sc->mean) / sc->std;
+    const unsigned char *s = src;
+    for (int64_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, s + 4 * i, sizeof(v));
+        dst[i] = (v * sc->scale - sc->mean) / sc->std;
+    }
 }
 
 bool dl_model_name_valid(const char *s, size_t len)

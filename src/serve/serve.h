@@ -146,9 +146,9 @@ typedef struct infer_req {
     int64_t      version;        /* 0: newest */
     int64_t      n;
     /* n * in_dim RAW float32 values (unscaled: the batcher applies the
-     * served model's input scaling to its batch; x is left as it is),
-     * owned by the submitter; any alignment (Kafka: raw float32 records
-     * are read where they lie): the batcher copies them with memcpy */
+     * served model's input scaling as it gathers them into its batch; x
+     * is left as it is), owned by the submitter; any alignment (Kafka: raw
+     * float32 records are read where they lie; dl_scaling_apply takes any) */
     const void  *x;
     /* n * out_dim: the submitter's room (Kafka: pooled with the input
      * buffer), or NULL, and the batcher allocates it; either way the

@@ -404,14 +404,18 @@ Test(oip, refuses_bad_ids_and_outputs)
 Test(oip, scales_like_the_data_loader)
 {
     const float raw[3] = {0, 127.5f, 255};
-    float x[3] = {0, 127.5f, 255}, y[3] = {0};
+    float x[3] = {0, 127.5f, 255}, y[3] = {0}, z[3] = {0};
+    unsigned char odd[1 + sizeof(raw)];   /* a Kafka record's bytes: any alignment */
+    memcpy(odd + 1, raw, sizeof(raw));
     dl_scaling sc = dl_scaling_of(&conf);
-    dl_scaling_apply(&sc, x, x, 3);   /* in place, as the data loader does */
-    dl_scaling_apply(&sc, y, raw, 3); /* into the batch, as the batcher does */
+    dl_scaling_apply(&sc, x, x, 3);       /* in place, as the data loader does */
+    dl_scaling_apply(&sc, y, raw, 3);     /* into the batch, as the batcher does */
+    dl_scaling_apply(&sc, z, odd + 1, 3); /* UBSan checks the reads' alignment */
     for (int i = 0; i < 3; i++) {
         float want = (raw[i] * conf.scale - conf.mean) / conf.std;
         cr_expect_eq(x[i], want, "x[%d] = %g", i, (double)x[i]);
         cr_expect_eq(y[i], want, "y[%d] = %g", i, (double)y[i]);
+        cr_expect_eq(z[i], want, "z[%d] = %g", i, (double)z[i]);
     }
     cr_expect_float_eq(x[0], -2.0f, 1e-6);
     cr_expect_float_eq(x[2], 2.0f, 1e-6);
