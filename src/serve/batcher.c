@@ -131,6 +131,7 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
     int64_t timeout_us = q->timeout_us > 0 ? q->timeout_us : b->conf.default_timeout_us;
     q->deadline = timeout_us > 0 ? q->t_arrival + (double)timeout_us * 1e-6 : 0;
     q->next = NULL;
+    bool wake = false;
     pthread_mutex_lock(&b->mu);
     queue *qu = st == DL_OK ? queue_for(b, q->sv) : NULL;
     if (st == DL_OK && b->stopping)
@@ -143,7 +144,9 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
     if (st == DL_OK) {
         /* The worker needs waking only for a queue's first request (to
          * start its delay) or a full batch (to run it now); in between it
-         * sleeps until the oldest request's deadline. */
+         * sleeps until the oldest request's deadline. The wake-up comes
+         * after the unlock: a worker woken inside the lock would only wait
+         * for it again. */
         bool first = qu->head == NULL;
         if (qu->tail)
             qu->tail->next = q;
@@ -155,11 +158,12 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
         bool sooner = q->deadline > 0 && (b->next_deadline == 0 || q->deadline < b->next_deadline);
         if (sooner)   /* the worker's wait must end by this deadline */
             b->next_deadline = q->deadline;
-        if (first || sooner ||
-            (before < b->conf.max_batch_size && qu->samples >= b->conf.max_batch_size))
-            pthread_cond_signal(&b->cv);
+        wake = first || sooner ||
+               (before < b->conf.max_batch_size && qu->samples >= b->conf.max_batch_size);
     }
     pthread_mutex_unlock(&b->mu);
+    if (wake)
+        pthread_cond_signal(&b->cv);
     if (st != DL_OK) {
         if (!given) {
             free(q->out);
