@@ -3,13 +3,14 @@
  * body limits.
  *
  * Threads: a small fixed pool of event loops (MHD's internal epoll,
- * http.threads of them) serves every connection. No thread waits for the
+ * http.threads of them) serves every connection, which an acceptor
+ * thread deals out to them (MHD_add_connection). No thread waits for the
  * batcher: an infer request's connection is suspended before the request
  * is queued, the batch's completion (on the batcher's worker thread)
  * resumes it, and the access handler, called again, formats and queues
  * the answer. Idle keep-alive connections cost a socket and a little
  * memory, not a thread. */
-#define _DEFAULT_SOURCE   /* strncasecmp; the socket types microhttpd.h uses */
+#define _GNU_SOURCE   /* accept4, pthread_setname_np; strncasecmp; microhttpd.h's socket types */
 #include "serve/serve.h"
 #include "serve/oip.h"
 #include "serve/trace.h"
@@ -18,6 +19,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -56,6 +58,8 @@
 struct http_server {
     const http_deps   *deps;
     struct MHD_Daemon *d;
+    int                listen_fd;
+    pthread_t          acceptor;             /* accepts for MHD's event loops */
     char              *tls_cert, *tls_key;   /* PEM text, kept while MHD runs */
     atomic_bool        stopping;
     int                threads;              /* event loops */
@@ -901,6 +905,8 @@ static void server_free(http_server *h)
 {
     if (!h)
         return;
+    if (h->listen_fd >= 0)
+        close(h->listen_fd);
     free(h->tls_cert);
     if (h->tls_key) {
         /* The private key does not outlive its use. */
@@ -912,11 +918,8 @@ static void server_free(http_server *h)
     free(h);
 }
 
-static struct MHD_Daemon *start_daemon(http_server *h, unsigned flags, struct sockaddr_storage *ss)
+static struct MHD_Daemon *start_daemon(http_server *h, unsigned flags)
 {
-    /* The port argument is ignored with MHD_OPTION_SOCK_ADDR, but MHD's
-     * messages name it. */
-    uint16_t port = (uint16_t)h->deps->conf->port;
     struct MHD_OptionItem opt[4];
     int n = 0;
     if (flags & MHD_USE_TLS) {
@@ -928,14 +931,74 @@ static struct MHD_Daemon *start_daemon(http_server *h, unsigned flags, struct so
     opt[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
     /* The logger first, so that MHD's own messages about later options
      * reach it. */
-    return MHD_start_daemon(flags, port, NULL, NULL, on_request, h,
+    return MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
                             MHD_OPTION_CONNECTION_LIMIT, h->max_conns,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(16 * 1024),
                             MHD_OPTION_ARRAY, opt, MHD_OPTION_END);
+}
+
+/* The listening socket at ss (SO_REUSEADDR, and IPv6 only for an IPv6
+ * address, as libmicrohttpd would set them); its port into *port. */
+static dl_status listen_on(const struct sockaddr_storage *ss, int *fd, int *port, dl_err *err)
+{
+    bool v6 = ss->ss_family == AF_INET6;
+    socklen_t len = v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    int on = 1, s = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_storage at;
+    socklen_t atlen = sizeof(at);
+    if (s < 0 || setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0 ||
+        (v6 && setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on)) != 0) ||
+        bind(s, (const struct sockaddr *)ss, len) != 0 || listen(s, SOMAXCONN) != 0 ||
+        getsockname(s, (struct sockaddr *)&at, &atlen) != 0) {
+        dl_err_set(err, DL_ERR_IO, "%s", strerror(errno));
+        if (s >= 0)
+            close(s);
+        return DL_ERR_IO;
+    }
+    *fd = s;
+    *port = ntohs(v6 ? ((struct sockaddr_in6 *)&at)->sin6_port
+                     : ((struct sockaddr_in *)&at)->sin_port);
+    return DL_OK;
+}
+
+/* Accepts connections and gives them to MHD's pool, which spreads them
+ * over its event loops. Left to accept for themselves, the loops raced for
+ * the listening socket, and one of them often took every connection of a
+ * burst (all 32 of a benchmark's) while the others stayed idle. */
+static void *acceptor_main(void *arg)
+{
+    http_server *h = arg;
+    pthread_setname_np(pthread_self(), "http-accept");
+    bool short_of_fds = false;
+    for (;;) {
+        struct sockaddr_storage a;
+        socklen_t alen = sizeof(a);
+        int fd = accept4(h->listen_fd, (struct sockaddr *)&a, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            short_of_fds = false;
+            MHD_add_connection(h->d, fd, (struct sockaddr *)&a, alen);   /* closes fd if refused */
+            continue;
+        }
+        if (atomic_load(&h->stopping))   /* http_stop shut the socket down */
+            break;
+        if (errno == EINTR || errno == ECONNABORTED)
+            continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            if (!short_of_fds)
+                DL_LOG(DL_LOG_WARNING, "http", "cannot accept a connection (%s): retrying",
+                       strerror(errno));
+            short_of_fds = true;
+            nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+            continue;
+        }
+        DL_LOG(DL_LOG_ERR, "http", "accept: %s; no more connections are taken", strerror(errno));
+        break;
+    }
+    return NULL;
 }
 
 /* As many connections as file descriptors allow, less a reserve (MHD's
@@ -960,6 +1023,7 @@ dl_status http_start(const http_deps *deps, http_server **out, int *port, dl_err
     if (!h)
         return dl_err_set(err, DL_ERR_NOMEM, "http server");
     h->deps = deps;
+    h->listen_fd = -1;
     atomic_init(&h->stopping, false);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
@@ -969,28 +1033,33 @@ dl_status http_start(const http_deps *deps, http_server **out, int *port, dl_err
     if (conf->max_connections > 0 && conf->max_connections + HTTP_OVER_CONNS < h->max_conns)
         h->max_conns = (unsigned)(conf->max_connections + HTTP_OVER_CONNS);
     /* ITC (inter-thread communication, which MHD_ALLOW_SUSPEND_RESUME
-     * implies too): how MHD_resume_connection and MHD_quiesce_daemon
-     * (http_stop) wake the event loops. */
+     * implies too): how MHD_resume_connection and MHD_add_connection wake
+     * the event loops. The listening socket is the acceptor's. */
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG | MHD_USE_ITC;
+                     MHD_USE_ERROR_LOG | MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET;
     struct sockaddr_storage ss;
+    int bound = 0;
     dl_status st = bind_address(conf, &ss, &flags, err);
     if (st == DL_OK)
         st = load_tls(h, conf, &flags, err);
+    if (st == DL_OK && listen_on(&ss, &h->listen_fd, &bound, err) != DL_OK)
+        st = dl_err_prefix(err, "cannot listen on %s port %lld", conf->address,
+                           (long long)conf->port);
     if (st == DL_OK) {
         errno = 0;
-        h->d = start_daemon(h, flags, &ss);
+        h->d = start_daemon(h, flags);
         if (!h->d)
-            st = dl_err_set(err, DL_ERR_IO, "cannot listen on %s port %lld%s%s", conf->address,
-                            (long long)conf->port, errno ? ": " : "",
-                            errno ? strerror(errno) : " (see the log)");
+            st = dl_err_set(err, DL_ERR_IO, "cannot start the HTTP event loops%s%s",
+                            errno ? ": " : "", errno ? strerror(errno) : " (see the log)");
     }
+    if (st == DL_OK && pthread_create(&h->acceptor, NULL, acceptor_main, h) != 0)
+        st = dl_err_set(err, DL_ERR_IO, "cannot start the HTTP acceptor thread");
     if (st != DL_OK) {
+        if (h->d)
+            MHD_stop_daemon(h->d);
         server_free(h);
         return st;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-    int bound = info ? (int)info->port : (int)conf->port;
     if (port)
         *port = bound;
     DL_LOG(DL_LOG_NOTICE, "http",
@@ -1007,7 +1076,8 @@ void http_stop(http_server *h)
     if (!h)
         return;
     atomic_store(&h->stopping, true);
-    MHD_socket listen_fd = MHD_quiesce_daemon(h->d);
+    shutdown(h->listen_fd, SHUT_RDWR);   /* accept returns: no new connections */
+    pthread_join(h->acceptor, NULL);
     /* Requests already begun are answered (with Connection: close); new
      * ones on open connections get 503. */
     struct timespec until;
@@ -1031,7 +1101,5 @@ void http_stop(http_server *h)
         DL_LOG(DL_LOG_WARNING, "http", "stopping with %lld requests unanswered after %d s",
                (long long)left, HTTP_DRAIN_S);
     MHD_stop_daemon(h->d);
-    if (listen_fd != MHD_INVALID_SOCKET)
-        close(listen_fd);
     server_free(h);
 }

@@ -9,9 +9,9 @@ CONNS=1000
 SECOND=10          # a second request on every 10th connection: 100
 HTTP_THREADS=2
 # The bound: the HTTP event loops plus a fixed allowance for the rest of
-# the daemon (main thread, batcher worker, model watcher, and room for
-# library helper threads); the daemon runs 5 in all on 2 loops. Before the
-# event loops it was one thread per connection: over 1,000 here.
+# the daemon (main thread, acceptor, batcher worker, model watcher, and
+# room for library helper threads); the daemon runs 6 in all on 2 loops.
+# Before the event loops it was one thread per connection: over 1,000 here.
 MAX_THREADS=$((HTTP_THREADS + 8))
 
 # The client, and the daemon it starts, each need a descriptor a connection.
