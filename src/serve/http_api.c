@@ -975,6 +975,10 @@ static void *acceptor_main(void *arg)
     pthread_setname_np(pthread_self(), "http-accept");
     bool short_of_fds = false;
     for (;;) {
+        /* At the connection limit new ones wait in the listen backlog (as
+         * they did when MHD accepted), not accepted only to be closed. */
+        while (atomic_load(&h->conns) >= (long long)h->max_conns && !atomic_load(&h->stopping))
+            nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
         struct sockaddr_storage a;
         socklen_t alen = sizeof(a);
         int fd = accept4(h->listen_fd, (struct sockaddr *)&a, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);

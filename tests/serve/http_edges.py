@@ -137,4 +137,27 @@ def case_connections_503():
     expect(r.status == 200, "served again once connections closed: %d" % r.status)
 
 
+def case_connections_backlog():
+    """Past the daemon's hard limit (max_connections + 64, the room for
+    503 answers) a connection waits to be accepted: it is not closed, and
+    is served once others go."""
+    limit = int(sys.argv[3]) + 64
+    held = [socket.create_connection(("127.0.0.1", PORT)) for _ in range(limit)]
+    time.sleep(0.5)
+    extra = socket.create_connection(("127.0.0.1", PORT))   # the kernel's backlog takes it
+    extra.settimeout(1.0)
+    extra.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+    try:
+        got = extra.recv(100)
+        expect(False, "connection %d of %d: %r before any other closed" % (limit + 1, limit, got[:60]))
+    except socket.timeout:
+        expect(True, "connection %d of %d waits" % (limit + 1, limit))
+    for s in held:
+        s.close()
+    extra.settimeout(10.0)
+    got = extra.recv(100)
+    expect(got.startswith(b"HTTP/1.1 200"), "then served: %r" % got[:60])
+    extra.close()
+
+
 globals()["case_" + sys.argv[2]]()

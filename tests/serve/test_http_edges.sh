@@ -2,7 +2,8 @@
 # HTTP edges: a refusal decided before the body (413, 404, ...) is sent
 # once the body has been read and discarded, so that clients which send
 # their whole body first (Python's urllib) read it; limits on URL length
-# (414), header size (431) and connections (503, http.max_connections).
+# (414), header size (431) and connections (503, http.max_connections;
+# past that and its 64 for answers, the listen backlog).
 . "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
 . "$SRC/tests/serve/lib_serve.sh"
 trap 'kill -9 ${PID:-} 2>/dev/null; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
@@ -23,5 +24,8 @@ check "URL too long: 414" edge url_414
 check "headers too large: 431" edge header_431
 check "connections over http.max_connections: 503, then served" edge connections_503 8
 check "the log names the connection limit" grep -q "too many connections" "$LOG"
+check "past the hard limit a connection waits, then is served" edge connections_backlog 8
+check "no connection was accepted only to be closed" \
+    sh -c "! grep -q 'reached connection limit' '$LOG'"
 check "stops cleanly" stop_daemon
 finish
