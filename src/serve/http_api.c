@@ -937,7 +937,6 @@ static struct MHD_Daemon *start_daemon(http_server *h, unsigned flags)
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
                             MHD_OPTION_CONNECTION_LIMIT, h->max_conns,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(16 * 1024),
                             MHD_OPTION_ARRAY, opt, MHD_OPTION_END);
 }
 
