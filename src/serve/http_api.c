@@ -41,9 +41,12 @@
 /* File descriptors kept from connections for everything else: models,
  * logs, Kafka and Redis sockets, MHD's own epoll and ITC descriptors. */
 #define HTTP_FD_RESERVE 128
-/* Connections past http.max_connections that MHD still accepts, to tell
- * them 503 (beyond these it closes new ones unanswered). */
+/* Connections past http.max_connections that are still accepted, to tell
+ * them 503 (beyond these new ones wait in the listen backlog). */
 #define HTTP_OVER_CONNS 64
+/* Room in MHD's own limit above max_conns: the acceptor counts open
+ * connections from MHD's notifications, which trail a burst of accepts. */
+#define HTTP_ACCEPT_SLACK 32
 /* Longer URLs get 414 (MHD itself answers 414 past its 32 KiB buffer). */
 #define HTTP_URL_MAX 8192
 
@@ -63,7 +66,7 @@ struct http_server {
     char              *tls_cert, *tls_key;   /* PEM text, kept while MHD runs */
     atomic_bool        stopping;
     int                threads;              /* event loops */
-    unsigned           max_conns;            /* MHD's connection limit */
+    unsigned           max_conns;            /* connections the acceptor lets in */
     pthread_mutex_t    mu;
     pthread_cond_t     cv;                   /* inflight or waiting went down */
     int64_t            inflight;             /* requests begun, not completed */
@@ -936,7 +939,7 @@ static struct MHD_Daemon *start_daemon(http_server *h, unsigned flags)
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
-                            MHD_OPTION_CONNECTION_LIMIT, h->max_conns,
+                            MHD_OPTION_CONNECTION_LIMIT, h->max_conns + HTTP_ACCEPT_SLACK,
                             MHD_OPTION_ARRAY, opt, MHD_OPTION_END);
 }
 
@@ -974,15 +977,21 @@ static void *acceptor_main(void *arg)
     pthread_setname_np(pthread_self(), "http-accept");
     bool short_of_fds = false;
     for (;;) {
-        /* At the connection limit new ones wait in the listen backlog (as
-         * they did when MHD accepted), not accepted only to be closed. */
-        while (atomic_load(&h->conns) >= (long long)h->max_conns && !atomic_load(&h->stopping))
-            nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
         struct sockaddr_storage a;
         socklen_t alen = sizeof(a);
         int fd = accept4(h->listen_fd, (struct sockaddr *)&a, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
             short_of_fds = false;
+            /* At the limit this one waits here unread and the next ones in
+             * the listen backlog (as when MHD accepted), rather than be
+             * accepted only to be closed. */
+            while (atomic_load(&h->conns) >= (long long)h->max_conns &&
+                   !atomic_load(&h->stopping))
+                nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+            if (atomic_load(&h->stopping)) {
+                close(fd);
+                break;
+            }
             MHD_add_connection(h->d, fd, (struct sockaddr *)&a, alen);   /* closes fd if refused */
             continue;
         }

@@ -24,7 +24,7 @@ check "URL too long: 414" edge url_414
 check "headers too large: 431" edge header_431
 check "connections over http.max_connections: 503, then served" edge connections_503 8
 check "the log names the connection limit" grep -q "too many connections" "$LOG"
-check "past the hard limit a connection waits, then is served" edge connections_backlog 8
+check "past the hard limit a connection waits, then is answered" edge connections_backlog 8
 check "no connection was accepted only to be closed" \
     sh -c "! grep -q 'reached connection limit' '$LOG'"
 check "stops cleanly" stop_daemon
