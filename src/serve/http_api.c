@@ -997,18 +997,20 @@ static void *acceptor_main(void *arg)
         }
         if (atomic_load(&h->stopping))   /* http_stop shut the socket down */
             break;
-        if (errno == EINTR || errno == ECONNABORTED)
-            continue;
+        if (errno == EBADF || errno == ENOTSOCK || errno == EINVAL) {   /* not a socket now */
+            DL_LOG(DL_LOG_ERR, "http", "accept: %s; no more connections are taken",
+                   strerror(errno));
+            break;
+        }
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
             if (!short_of_fds)
                 DL_LOG(DL_LOG_WARNING, "http", "cannot accept a connection (%s): retrying",
                        strerror(errno));
             short_of_fds = true;
             nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
-            continue;
         }
-        DL_LOG(DL_LOG_ERR, "http", "accept: %s; no more connections are taken", strerror(errno));
-        break;
+        /* else EINTR, or an error of that one connection (ECONNABORTED,
+         * EPROTO, EPERM, ...), which accept(2) says to take as EAGAIN */
     }
     return NULL;
 }
