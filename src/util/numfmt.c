@@ -143,7 +143,7 @@ size_t dl_fmt_float(char *buf, float v)
      * (a midpoint reads back when v's last bit is 0): strtof settles it,
      * when that integer would be shorter. Rare: the edge zones are 1e-5
      * units wide. */
-    uint32_t edge[2] = {(uint32_t)(L + eps), in_hi + 1};
+    uint32_t edge[2] = {in_lo - 1, in_hi + 1};
     bool in_zone[2] = {(double)edge[0] > L - eps, (double)edge[1] < H + eps};
     for (int i = 0; i < 2; i++) {
         if (!in_zone[i] || j >= 9 || edge[i] % unit[j + 1] != 0 ||
