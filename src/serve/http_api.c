@@ -975,6 +975,7 @@ static void *acceptor_main(void *arg)
 {
     http_server *h = arg;
     pthread_setname_np(pthread_self(), "http-accept");
+    const struct timespec retry_pause = {.tv_nsec = 10 * 1000 * 1000};   /* before a retry */
     bool short_of_fds = false;
     for (;;) {
         struct sockaddr_storage a;
@@ -987,7 +988,7 @@ static void *acceptor_main(void *arg)
              * accepted only to be closed. */
             while (atomic_load(&h->conns) >= (long long)h->max_conns &&
                    !atomic_load(&h->stopping))
-                nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+                nanosleep(&retry_pause, NULL);
             if (atomic_load(&h->stopping)) {
                 close(fd);
                 break;
@@ -1007,7 +1008,7 @@ static void *acceptor_main(void *arg)
                 DL_LOG(DL_LOG_WARNING, "http", "cannot accept a connection (%s): retrying",
                        strerror(errno));
             short_of_fds = true;
-            nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+            nanosleep(&retry_pause, NULL);
         }
         /* else EINTR, or an error of that one connection (ECONNABORTED,
          * EPROTO, EPERM, ...), which accept(2) says to take as EAGAIN */
