@@ -27,6 +27,16 @@ extern const dl_backend_reg dl_backend_cpu_reg;
  * than "unknown device" on a machine without it. */
 extern const dl_backend_reg dl_backend_cuda_reg;
 
+/* gemm_thin.c: C (m, n) = A (m, k) B (n, k)^T, row-major with these
+ * leading dimensions, reading both where they lie. dl_gemm_thin_usable:
+ * whether this CPU has the AVX2 and FMA the kernel runs on (without them
+ * dl_gemm_thin is a plain loop); _preferred: usable and no AVX-512, whose
+ * OpenBLAS kernels read thin operands in place themselves. */
+bool dl_gemm_thin_usable(void);
+bool dl_gemm_thin_preferred(void);
+void dl_gemm_thin(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                  const float *b, int64_t ldb, float *c, int64_t ldc);
+
 /* backend_dnnl.c, in a build with oneDNN: convolution and pooling
  * primitives for the CPU backend, over NCHW (or blocked, as g->blocked
  * says) and OIHW buffers, each

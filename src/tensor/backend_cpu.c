@@ -70,6 +70,7 @@ static void cpu_fill(dl_backend *be, float *x, int64_t n, float value)
  * spins next to our own workers. */
 typedef struct gemm_job {
     bool ta, tb, by_rows;
+    bool thin;             /* be->gemm_thin */
     int64_t m, n, k;
     float alpha, beta;
     const float *a, *b;
@@ -91,8 +92,11 @@ static void act_rows(dl_act act, float *restrict y, int64_t n);
  * that, which at a few rows costs as much as the multiply. fashion-mlp's
  * inference, one thread, batch 8: 90k -> 214k samples/s; batch 64: 176k
  * -> 193k; batch 128 and over are faster packed (tests/bench/RESULTS.md,
- * "HTTP serving"). Without small kernels, the chunks are packed as the
- * whole was, A once a chunk (a few rows: some KB). */
+ * "HTTP serving"). Without small kernels (OpenBLAS's AVX2 builds) the
+ * chunks are packed as the whole was, the weights on every call, which at
+ * a batch of one costs 5x the multiply: there (be->gemm_thin) the thin
+ * GEMMs run in dlserve's own kernel instead (gemm_thin.c), which reads
+ * both operands in place. */
 #define THIN_ROWS 64
 #define THIN_MNK 600000
 
@@ -105,6 +109,10 @@ static void gemm_block(const gemm_job *j, int64_t r0, int64_t r1, int64_t c0, in
     if (j->k == 0) {
         for (int64_t r = r0; r < r1; r++)
             memset(j->c + r * j->n + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+    } else if (j->thin && !j->ta && j->tb && r1 - r0 <= THIN_ROWS && j->alpha == 1.0f &&
+               j->beta == 0.0f) {
+        dl_gemm_thin(r1 - r0, c1 - c0, j->k, a, lda, j->b + c0 * j->k, ldb,
+                     j->c + r0 * j->n + c0, (int64_t)j->n);
     } else {
         int64_t rows = r1 - r0, step = c1 - c0;
         if (!j->ta && j->tb && rows <= THIN_ROWS && rows * step * j->k > THIN_MNK)
@@ -158,7 +166,8 @@ static dl_status cpu_gemm(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n
             c[i] = beta == 0.0f ? 0.0f : beta * c[i];
         return DL_OK;
     }
-    gemm_job j = { .ta = ta, .tb = tb, .by_rows = m >= n, .m = m, .n = n, .k = k,
+    gemm_job j = { .ta = ta, .tb = tb, .by_rows = m >= n, .thin = be->gemm_thin,
+                   .m = m, .n = n, .k = k,
                    .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c };
     int64_t units = ((j.by_rows ? m : n) + GEMM_BLOCK - 1) / GEMM_BLOCK;
     /* About 2 MFLOP per task at least: smaller GEMMs stay on one thread. */
@@ -179,7 +188,8 @@ static dl_status cpu_gemm_bias_act(dl_backend *be, int64_t m, int64_t n, int64_t
                           (long long)m, (long long)n, (long long)k);
     if (m == 0 || n == 0)
         return DL_OK;
-    gemm_job j = { .ta = false, .tb = true, .by_rows = m >= n, .m = m, .n = n, .k = k,
+    gemm_job j = { .ta = false, .tb = true, .by_rows = m >= n, .thin = be->gemm_thin,
+                   .m = m, .n = n, .k = k,
                    .alpha = 1.0f, .beta = 0.0f, .a = a, .b = b, .c = c,
                    .bias = bias, .post = post };
     int64_t units = ((j.by_rows ? m : n) + GEMM_BLOCK - 1) / GEMM_BLOCK;
@@ -1128,12 +1138,31 @@ static dl_status pick_engine(dl_conv_engine asked, bool conv_layers, dl_conv_eng
                       "DLSERVE_CPU_CONV=%s: expected auto, im2col or onednn", env);
 }
 
+/* be->gemm_thin from DLSERVE_CPU_GEMM: auto (or unset), thin or openblas.
+ * DL_ERR_INVALID for another word. */
+static dl_status pick_gemm(bool *thin, dl_err *err)
+{
+    const char *env = getenv("DLSERVE_CPU_GEMM");
+    if (!env || !*env || strcmp(env, "auto") == 0)
+        *thin = dl_gemm_thin_preferred();
+    else if (strcmp(env, "thin") == 0)
+        *thin = true;
+    else if (strcmp(env, "openblas") == 0)
+        *thin = false;
+    else
+        return dl_err_set(err, DL_ERR_INVALID,
+                          "DLSERVE_CPU_GEMM=%s: expected auto, thin or openblas", env);
+    return DL_OK;
+}
+
 static dl_status cpu_new(int threads, const dl_backend_params *p, dl_backend **out,
                          dl_err *err)
 {
     *out = NULL;
     dl_conv_engine engine;
-    if (pick_engine(p->conv, p->conv_layers, &engine, err) != DL_OK)
+    bool thin = false;
+    if (pick_engine(p->conv, p->conv_layers, &engine, err) != DL_OK ||
+        pick_gemm(&thin, err) != DL_OK)
         return DL_ERR_INVALID;
 #ifndef DL_HAVE_DNNL
     if (engine == DL_CONV_ONEDNN)
@@ -1150,6 +1179,7 @@ static dl_status cpu_new(int threads, const dl_backend_params *p, dl_backend **o
     be->ops = &cpu_ops;
     be->device = -1;
     be->threads = threads;
+    be->gemm_thin = thin;
 #ifdef DL_HAVE_DNNL
     if (engine == DL_CONV_ONEDNN) {
         dl_dnnl *d;

@@ -11,6 +11,7 @@
 
 #include "fixture.h"
 #include "nn/dl_nn.h"
+#include "tensor/backend.h"
 
 /* Per element: |analytic - numeric| <= ATOL + RTOL * max(|analytic|, |numeric|).
  * Gradients here are about 0.01 to 1; a wrong sign on any element above 2e-4
@@ -42,13 +43,20 @@ static void setup(void)
     dl_rng_seed(&rng, 20240611);
 }
 
-static void teardown(void)
+/* Frees the model of the case, so that a case can build another. */
+static void drop_model(void)
 {
     dl_model_free(m);
     dl_model_conf_free(conf);
-    dl_backend_free(be);
     m = NULL;
     conf = NULL;
+}
+
+static void teardown(void)
+{
+    drop_model();
+    dl_backend_free(be);
+    be = NULL;
 }
 
 TestSuite(layers, .init = setup, .fini = teardown, .timeout = 60);
@@ -313,35 +321,114 @@ Test(layers, dense_chain)
     check_grads();
 }
 
-/* Inference batches from 1 to 130 samples through a 784 -> 300 dense
- * layer and ReLU, against a direct sum: thin batches go to the GEMM in
- * column chunks (the last one narrower; 300 columns leave one), wider ones
- * whole, and every column of every sample must be there. */
-Test(layers, dense_forward_every_batch_width)
+/* Inference batches from 1 to 130 samples through a dense layer and ReLU,
+ * against a direct sum. 784 -> 300: thin batches go to the GEMM in column
+ * chunks (the last one narrower; 300 columns leave one) or to the thin
+ * kernel in blocks of 3 x 3, wider ones whole, and every column of every
+ * sample must be there. 13 -> 7: the thin kernel's last k % 8 values and
+ * its narrower blocks at both edges. meson runs this file with
+ * DLSERVE_CPU_GEMM=thin and (on oneDNN) =openblas. */
+static void dense_batches(int64_t in, int64_t units)
 {
-    build("[784]", "{'name': 'fc', 'type': 'dense', 'units': 300}, {'name': 'r', 'type': 'relu'}",
-          "mse");
+    char layers[160];
+    snprintf(layers, sizeof(layers),
+             "{'name': 'fc', 'type': 'dense', 'units': %lld}, {'name': 'r', 'type': 'relu'}",
+             (long long)units);
+    char shape[32];
+    snprintf(shape, sizeof(shape), "[%lld]", (long long)in);
+    build(shape, layers, "mse");
     const float *wt = tensor("fc.weight", NULL), *b = tensor("fc.bias", NULL);
-    static const int64_t batches[] = {1, 2, 3, 5, 8, 13, 16, 17, 31, 64, 65, 130};
+    static const int64_t batches[] = {1, 2, 3, 4, 5, 8, 13, 16, 17, 31, 64, 65, 130};
     for (size_t t = 0; t < sizeof(batches) / sizeof(batches[0]); t++) {
         nb = batches[t];
-        for (int64_t i = 0; i < nb * 784; i++)
+        for (int64_t i = 0; i < nb * in; i++)
             x[i] = uniform(-1.0f, 1.0f);
         const float *y = forward(false);
         int bad = 0;
         for (int64_t n = 0; n < nb; n++)
-            for (int64_t o = 0; o < 300; o++) {
+            for (int64_t o = 0; o < units; o++) {
                 double s = b[o];
-                for (int64_t k = 0; k < 784; k++)
-                    s += (double)wt[o * 784 + k] * x[n * 784 + k];
+                for (int64_t k = 0; k < in; k++)
+                    s += (double)wt[o * in + k] * x[n * in + k];
                 s = s > 0 ? s : 0;
-                float got = y[n * 300 + o];
+                float got = y[n * units + o];
                 if (fabs(got - s) > 1e-4 * (1 + fabs(s)) && bad++ < 5)
-                    cr_expect_fail("batch %lld: y[%lld,%lld] = %g, want %g", (long long)nb,
+                    cr_expect_fail("%lld -> %lld, batch %lld: y[%lld,%lld] = %g, want %g",
+                                   (long long)in, (long long)units, (long long)nb,
                                    (long long)n, (long long)o, got, s);
             }
-        cr_expect_eq(bad, 0, "batch %lld: %d outputs differ", (long long)nb, bad);
+        cr_expect_eq(bad, 0, "%lld -> %lld, batch %lld: %d outputs differ", (long long)in,
+                     (long long)units, (long long)nb, bad);
     }
+}
+
+Test(layers, dense_forward_every_batch_width)
+{
+    dense_batches(784, 300);
+    drop_model();
+    dense_batches(13, 7);
+}
+
+/* The thin kernel itself, on every edge: m and n 1 to 7 (each count of
+ * 3 x 3 blocks and leftovers), k from 1 to 17 (with and without the
+ * masked tail), operands inside wider rows, and C written in two column
+ * halves through offset pointers as the backend's tasks do. Cells around
+ * each C must stay untouched. */
+Test(layers, thin_gemm_every_edge)
+{
+    enum { LD = 24, PAD = -7 };
+    static float a[8 * LD], bw[8 * LD], c[8 * LD];
+    for (int i = 0; i < 8 * LD; i++) {
+        a[i] = uniform(-1.0f, 1.0f);
+        bw[i] = uniform(-1.0f, 1.0f);
+    }
+    static const int64_t ks[] = {1, 3, 7, 8, 9, 16, 17};
+    for (int64_t rows = 1; rows <= 7; rows++)
+        for (int64_t cols = 1; cols <= 7; cols++)
+            for (size_t t = 0; t < sizeof(ks) / sizeof(ks[0]); t++) {
+                int64_t k = ks[t], half = cols / 2;
+                for (int i = 0; i < 8 * LD; i++)
+                    c[i] = PAD;
+                dl_gemm_thin(rows, half, k, a, LD, bw, LD, c, LD);
+                dl_gemm_thin(rows, cols - half, k, a, LD, bw + half * LD, LD, c + half, LD);
+                for (int64_t i = 0; i < 8; i++)
+                    for (int64_t j = 0; j < LD; j++) {
+                        double want = PAD;
+                        if (i < rows && j < cols) {
+                            want = 0;
+                            for (int64_t p = 0; p < k; p++)
+                                want += (double)a[i * LD + p] * bw[j * LD + p];
+                        }
+                        float got = c[i * LD + j];
+                        cr_assert(fabs(got - want) <= 1e-5 * (1 + fabs(want)),
+                                  "m %lld n %lld k %lld: c[%lld,%lld] = %g, want %g",
+                                  (long long)rows, (long long)cols, (long long)k, (long long)i,
+                                  (long long)j, got, want);
+                    }
+            }
+}
+
+/* DLSERVE_CPU_GEMM: thin and openblas force a kernel, auto (or nothing)
+ * leaves it to the CPU, another word stops the backend with its name. */
+Test(layers, gemm_word_chooses_the_thin_kernel)
+{
+    static const struct { const char *word; int thin; } cases[] = {
+        {"thin", 1}, {"openblas", 0}, {"auto", -1}, {"", -1},
+    };
+    dl_err err = {0};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        setenv("DLSERVE_CPU_GEMM", cases[i].word, 1);
+        dl_backend *b = NULL;
+        cr_assert_eq(dl_backend_cpu_new(1, &b, &err), DL_OK, "%s", err.msg);
+        bool want = cases[i].thin < 0 ? dl_gemm_thin_preferred() : cases[i].thin;
+        cr_expect_eq(b->gemm_thin, want, "DLSERVE_CPU_GEMM=%s", cases[i].word);
+        dl_backend_free(b);
+    }
+    setenv("DLSERVE_CPU_GEMM", "fast", 1);
+    dl_backend *b = NULL;
+    cr_assert_eq(dl_backend_cpu_new(1, &b, &err), DL_ERR_INVALID);
+    cr_expect_null(b);
+    cr_expect_not_null(strstr(err.msg, "DLSERVE_CPU_GEMM=fast"), "message was: %s", err.msg);
 }
 
 Test(layers, backward_accumulates)
