@@ -5,7 +5,8 @@
  * batch of a few requests the packing costs more than the multiply
  * (fashion-mlp, batch 1, AVX2: 9k samples/s packed; tests/bench/RESULTS.md,
  * "HTTP serving"). Here each output is a dot product over k, computed in
- * blocks of 3 x 3 so that every load feeds three FMAs; a block of B rows
+ * blocks of 3 x 4: twelve accumulators, the three rows of A and one of B
+ * in the 16 AVX registers, seven loads for twelve FMAs. A block of B rows
  * stays in L1 while the rows of A stream past it from L2. */
 #include "tensor/backend.h"
 
@@ -13,7 +14,7 @@
 #include <immintrin.h>
 
 #define MR 3
-#define NR 3
+#define NR 4
 #define TARGET __attribute__((target("avx2,fma")))
 
 bool dl_gemm_thin_usable(void)
@@ -34,7 +35,7 @@ TARGET static inline float hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* An mr x nr block of C (mr, nr <= 3, constants where it is inlined):
+/* An mr x nr block of C (mr <= 3, nr <= 4, constants where it is inlined):
  * C[i, j] = dot(A row i, B row j) over k; the last k % 8 values through
  * the mask `tail`. */
 TARGET static inline __attribute__((always_inline)) void
@@ -83,11 +84,11 @@ TARGET void dl_gemm_thin(int64_t m, int64_t n, int64_t k, const float *a, int64_
             int mr = m - i < MR ? (int)(m - i) : MR;
             const float *ai = a + i * lda;
             float *cij = c + i * ldc + j;
-#define BLOCK(R, C) case (R) * 4 + (C): block(R, C, k, ai, lda, bj, ldb, cij, ldc, tail); break
-            switch (mr * 4 + nr) {
-            BLOCK(3, 3); BLOCK(3, 2); BLOCK(3, 1);
-            BLOCK(2, 3); BLOCK(2, 2); BLOCK(2, 1);
-            BLOCK(1, 3); BLOCK(1, 2); BLOCK(1, 1);
+#define BLOCK(R, C) case (R) * 8 + (C): block(R, C, k, ai, lda, bj, ldb, cij, ldc, tail); break
+            switch (mr * 8 + nr) {
+            BLOCK(3, 4); BLOCK(3, 3); BLOCK(3, 2); BLOCK(3, 1);
+            BLOCK(2, 4); BLOCK(2, 3); BLOCK(2, 2); BLOCK(2, 1);
+            BLOCK(1, 4); BLOCK(1, 3); BLOCK(1, 2); BLOCK(1, 1);
             }
 #undef BLOCK
         }

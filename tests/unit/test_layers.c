@@ -324,7 +324,7 @@ Test(layers, dense_chain)
 /* Inference batches from 1 to 130 samples through a dense layer and ReLU,
  * against a direct sum. 784 -> 300: thin batches go to the GEMM in column
  * chunks (the last one narrower; 300 columns leave one) or to the thin
- * kernel in blocks of 3 x 3, wider ones whole, and every column of every
+ * kernel in blocks of 3 x 4, wider ones whole, and every column of every
  * sample must be there. 13 -> 7: the thin kernel's last k % 8 values and
  * its narrower blocks at both edges. meson runs this file with
  * DLSERVE_CPU_GEMM=thin and (on oneDNN) =openblas. */
@@ -370,7 +370,7 @@ Test(layers, dense_forward_every_batch_width)
 }
 
 /* The thin kernel itself, on every edge: m and n 1 to 7 (each count of
- * 3 x 3 blocks and leftovers), k from 1 to 17 (with and without the
+ * 3 x 4 blocks and leftovers), k from 1 to 17 (with and without the
  * masked tail), operands inside wider rows, and C written in two column
  * halves through offset pointers as the backend's tasks do. Cells around
  * each C must stay untouched. */
