@@ -44,14 +44,18 @@ stop_mock() {
 
 # start_kafka_daemon NAME ARGS...: the daemon on $BOOT with the test's
 # repository, ready once it has joined the group (partitions assigned).
+# A join that makes a member of the group rejoin waits for it, up to
+# session.timeout.ms less a second on the mock: 30 s leaves room for a
+# slow sanitizer build. When it fails, the daemon's log tail is shown.
 start_kafka_daemon() {
     local name=$1; shift
     start_daemon "$name" --models "$WORK/repo" --set kafka.brokers="$BOOT" "$@" || return 1
-    for _ in $(seq 150); do
+    for _ in $(seq 300); do
         grep -q "assigned [1-9]" "$LOG" && return 0
-        kill -0 "$PID" 2>/dev/null || return 1
+        kill -0 "$PID" 2>/dev/null || break
         sleep 0.1
     done
+    tail -n 20 "$LOG" | sed 's/^/# /'
     return 1
 }
 
