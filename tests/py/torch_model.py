@@ -327,6 +327,8 @@ def cmd_bench(args):
     bs = args.batch_size or int(tr.get("batch_size", 64))
     torch.manual_seed(int(tr.get("seed", 42)))
     xtr, ytr, xte, yte = load_fashion(args.data, spec)
+    if args.train_samples > 0:
+        xtr, ytr = xtr[:args.train_samples], ytr[:args.train_samples]
     model = build_model(spec)
     loss_fn = make_loss(spec)
     opt = make_optimizer(spec, model.parameters())
@@ -391,6 +393,8 @@ def cmd_train(args):
     seed = int(args.seed if args.seed is not None else tr.get("seed", 42))
     torch.manual_seed(seed)
     xtr, ytr, xte, yte = load_fashion(args.data, spec)
+    if args.train_samples > 0:
+        xtr, ytr = xtr[:args.train_samples], ytr[:args.train_samples]
     model = build_model(spec)
     loss_fn = make_loss(spec)
     opt = make_optimizer(spec, model.parameters(), lr=base_lr)
@@ -465,6 +469,8 @@ def main(argv=None):
                            help="default: model.json")
             s.add_argument("--lr", type=float, default=None)
             s.add_argument("--seed", type=int, default=None)
+            s.add_argument("--train-samples", type=int, default=0,
+                           help="train on the first N training images (default: all)")
             s.add_argument("--out", default=None,
                            help="write the state_dict here (safetensors)")
     args = p.parse_args(argv)
