@@ -44,9 +44,11 @@ stop_mock() {
 
 # start_kafka_daemon NAME ARGS...: the daemon on $BOOT with the test's
 # repository, ready once it has joined the group (partitions assigned).
-# A join that makes a member of the group rejoin waits for it, up to
-# session.timeout.ms less a second on the mock: 30 s leaves room for a
-# slow sanitizer build. When it fails, the daemon's log tail is shown.
+# Joining a group that has members takes two cooperative rebalances (the
+# first assigns the newcomer nothing while the others give partitions up),
+# each of which the mock holds until every member has rejoined or
+# session.timeout.ms less a second has passed: 30 s leaves room for a slow
+# sanitizer build. When it fails, the daemon's log tail is shown.
 start_kafka_daemon() {
     local name=$1; shift
     start_daemon "$name" --models "$WORK/repo" --set kafka.brokers="$BOOT" "$@" || return 1
