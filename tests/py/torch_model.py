@@ -327,8 +327,6 @@ def cmd_bench(args):
     bs = args.batch_size or int(tr.get("batch_size", 64))
     torch.manual_seed(int(tr.get("seed", 42)))
     xtr, ytr, xte, yte = load_fashion(args.data, spec)
-    if args.train_samples > 0:
-        xtr, ytr = xtr[:args.train_samples], ytr[:args.train_samples]
     model = build_model(spec)
     loss_fn = make_loss(spec)
     opt = make_optimizer(spec, model.parameters())
