@@ -1144,18 +1144,19 @@ static dl_status pick_engine(dl_conv_engine asked, bool conv_layers, dl_conv_eng
 static dl_status pick_gemm(bool *thin, dl_err *err)
 {
     const char *env = getenv("DLSERVE_CPU_GEMM");
-    if (!env || !*env || strcmp(env, "auto") == 0)
+    if (!env || !*env || strcmp(env, "auto") == 0) {
         *thin = dl_gemm_thin_preferred();
-    else if (strcmp(env, "thin") == 0 && dl_gemm_thin_usable())
+    } else if (strcmp(env, "thin") == 0) {
+        if (!dl_gemm_thin_usable())
+            return dl_err_set(err, DL_ERR_UNAVAILABLE,
+                              "DLSERVE_CPU_GEMM=thin: this CPU lacks the AVX2 and FMA it needs");
         *thin = true;
-    else if (strcmp(env, "thin") == 0)
-        return dl_err_set(err, DL_ERR_UNAVAILABLE,
-                          "DLSERVE_CPU_GEMM=thin: this CPU lacks the AVX2 and FMA it needs");
-    else if (strcmp(env, "openblas") == 0)
+    } else if (strcmp(env, "openblas") == 0) {
         *thin = false;
-    else
+    } else {
         return dl_err_set(err, DL_ERR_INVALID,
                           "DLSERVE_CPU_GEMM=%s: expected auto, thin or openblas", env);
+    }
     return DL_OK;
 }
 
