@@ -1,5 +1,5 @@
 /* mhd_floor.c: the least an infer request over libmicrohttpd can cost, for
- * tests/bench/http_floor: a server set up as dlserve's HTTP side is (MHD's
+ * tests/bench/serve_http: a server set up as dlserve's HTTP side is (MHD's
  * internal epoll, a pool of event loops fed by an acceptor thread through
  * MHD_add_connection, suspend and resume allowed) that reads each POST
  * body and answers it with a fixed body, doing no other work.
