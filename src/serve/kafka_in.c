@@ -780,6 +780,33 @@ void kafka_on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 
 /* ---- the thread -------------------------------------------------------- */
 
+/* Leaves the group, serving the revocation (kafka_on_rebalance), for
+ * KAFKA_CLOSE_TIMEOUT_MS at most: librdkafka's own close waits for the
+ * group coordinator, forever when no broker answers. Given up, the group
+ * learns of the departure at the session timeout, and what was not
+ * committed is consumed again by the member that takes the partitions
+ * (at-least-once); kafka_free then destroys the consumer without a
+ * second close. */
+static void close_consumer(kafka_srv *k)
+{
+    rd_kafka_queue_t *q = rd_kafka_queue_new(k->cons);
+    rd_kafka_error_t *e = rd_kafka_consumer_close_queue(k->cons, q);
+    if (e) {
+        DL_LOG(DL_LOG_WARNING, "kafka", "leaving the group: %s", rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+    }
+    for (double t0 = dl_time_now(); !e && !rd_kafka_consumer_closed(k->cons);) {
+        if (dl_time_now() - t0 > KAFKA_CLOSE_TIMEOUT_MS * 1e-3) {
+            DL_LOG(DL_LOG_WARNING, "kafka", "group %s not left after %d ms (no broker answers): "
+                   "its partitions move at the session timeout", k->conf.group_id,
+                   KAFKA_CLOSE_TIMEOUT_MS);
+            break;
+        }
+        rd_kafka_queue_poll_callback(q, 100);
+    }
+    rd_kafka_queue_destroy(q);
+}
+
 /* Shutdown: records not yet in the batcher stay uncommitted; the rest
  * finish, are delivered and committed before the group is left. */
 static void shutdown_intake(kafka_srv *k)
@@ -799,7 +826,7 @@ static void shutdown_intake(kafka_srv *k)
     }
     if (!kafka_is_fatal(k))
         settle(k, NULL);
-    rd_kafka_consumer_close(k->cons);
+    close_consumer(k);
     pthread_mutex_lock(&k->out_mu);
     for (int i = 0; i < k->ntps; i++)
         kafka_tp_drop(k, k->tps[i]);
