@@ -791,11 +791,12 @@ static void close_consumer(kafka_srv *k)
 {
     rd_kafka_queue_t *q = rd_kafka_queue_new(k->cons);
     rd_kafka_error_t *e = rd_kafka_consumer_close_queue(k->cons, q);
+    bool closing = e == NULL;
     if (e) {
         DL_LOG(DL_LOG_WARNING, "kafka", "leaving the group: %s", rd_kafka_error_string(e));
         rd_kafka_error_destroy(e);
     }
-    for (double t0 = dl_time_now(); !e && !rd_kafka_consumer_closed(k->cons);) {
+    for (double t0 = dl_time_now(); closing && !rd_kafka_consumer_closed(k->cons);) {
         if (dl_time_now() - t0 > KAFKA_CLOSE_TIMEOUT_MS * 1e-3) {
             DL_LOG(DL_LOG_WARNING, "kafka", "group %s not left after %d ms (no broker answers): "
                    "its partitions move at the session timeout", k->conf.group_id,
