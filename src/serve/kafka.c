@@ -36,7 +36,9 @@ static void kafka_free(kafka_srv *k)
         rd_kafka_topic_destroy(k->out_rkt);
     if (k->dlq_rkt)
         rd_kafka_topic_destroy(k->dlq_rkt);
-    if (k->cons)   /* closed by the consumer thread, or never joined */
+    /* closed by the consumer thread (close_consumer), else start-up
+     * failed before it ran: the group drops it at the session timeout */
+    if (k->cons)
         rd_kafka_destroy_flags(k->cons, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
     if (k->prod) {
         if (!k->mode->done_on_produce)
