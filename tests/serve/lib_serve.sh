@@ -27,11 +27,12 @@ start_daemon() {
     [ -n "$PORT" ]
 }
 
-# stop_daemon: SIGTERM, and the exit code within 10 s (124 if it hangs).
+# stop_daemon [SECONDS]: SIGTERM, and the exit code within SECONDS (default
+# 10; 124 if it hangs).
 stop_daemon() {
     kill -TERM $PID 2>/dev/null
     local t0=$SECONDS
-    while kill -0 $PID 2>/dev/null && [ $((SECONDS - t0)) -lt 10 ]; do sleep 0.1; done
+    while kill -0 $PID 2>/dev/null && [ $((SECONDS - t0)) -lt "${1:-10}" ]; do sleep 0.1; done
     if kill -0 $PID 2>/dev/null; then
         kill -9 $PID
         wait $PID 2>/dev/null
