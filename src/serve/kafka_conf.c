@@ -98,7 +98,8 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
         /* A prefetch that stays in the cache: librdkafka's 64 MB queue
          * and 50 MB fetches outgrow it, so a record is read from memory
          * and each fetch's buffer faults its pages in again. With 16 MB
-         * and 4 MB a backlog streamed about a quarter faster (RESULTS.md).
+         * and 4 MB a backlog of binary records streamed about a quarter
+         * faster (RESULTS.md).
          * librdkafka wants a fetch to hold the largest message: a
          * message.max.bytes of the user's leaves the fetch size to it. */
         if (st == DL_OK)
