@@ -71,8 +71,9 @@ static bool user_sets(const kafka_srv *k, bool producer, const char *key)
 static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out, dl_err *err)
 {
     rd_kafka_conf_t *c = rd_kafka_conf_new();
-    char interval[32];
+    char interval[32], prefetch[32];
     snprintf(interval, sizeof(interval), "%lld", (long long)k->conf.commit_interval_ms);
+    snprintf(prefetch, sizeof(prefetch), "%d", KAFKA_PREFETCH_KB);
     dl_status st = set(c, "bootstrap.servers", k->bootstrap, "[kafka] brokers", err);
     if (st == DL_OK && producer) {
         st = set(c, "enable.idempotence", "true", "dlserve", err);
@@ -103,7 +104,7 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
          * librdkafka wants a fetch to hold the largest message: a
          * message.max.bytes of the user's leaves the fetch size to it. */
         if (st == DL_OK)
-            st = set(c, "queued.max.messages.kbytes", "16384", "dlserve", err);
+            st = set(c, "queued.max.messages.kbytes", prefetch, "dlserve", err);
         if (st == DL_OK && !user_sets(k, false, "message.max.bytes"))
             st = set(c, "fetch.max.bytes", "4194304", "dlserve", err);
     }
@@ -214,7 +215,7 @@ dl_status kafka_clients_start(kafka_srv *k, dl_err *err)
     }
     rd_kafka_poll_set_consumer(k->cons);
     k->cq = rd_kafka_queue_get_consumer(k->cons);
-    k->queue_max_bytes = conf_int(k->cons, "queued.max.messages.kbytes", 16384) * 1024;
+    k->queue_max_bytes = conf_int(k->cons, "queued.max.messages.kbytes", KAFKA_PREFETCH_KB) * 1024;
     k->queue_max_msgs = conf_int(k->cons, "queued.min.messages", 100000);
     if (k->mode->start && (st = k->mode->start(k, err)) != DL_OK)
         return st;

@@ -35,6 +35,7 @@
 #define KAFKA_TOPIC_MAX        256
 #define KAFKA_FLUSH_TIMEOUT_MS 30000
 #define KAFKA_CLOSE_TIMEOUT_MS 5000    /* leaving the group at shutdown */
+#define KAFKA_PREFETCH_KB      16384  /* queued.max.messages.kbytes unless set (kafka_conf.c) */
 #define KAFKA_PAUSE_AFTER_MS   1000   /* intake stopped this long: partitions pause */
 #define KAFKA_TXN_TIMEOUT_MS   30000
 
