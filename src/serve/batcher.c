@@ -8,6 +8,11 @@
  * way (the transports announce the requests they are receiving: see
  * batcher_arriving), since waiting could not fill it sooner. Beyond
  * max_queue_size queued samples per model, submissions are refused (503).
+ * When eager batching would run a request alone and at once (nothing
+ * queued, no other request on its way, an instance idle), the transport's
+ * thread runs it instead (batcher_run_now): the same batch of one, without
+ * the hand-off to a worker and back, provided that its inference is
+ * short (DIRECT_MAX_US): that thread answers other connections too.
  * Requests carry raw values: the served model's input scaling is applied
  * here, once, to the assembled batch. Deadlines follow Triton's queue
  * policy with REJECT: a request still queued past its timeout ("timeout"
@@ -22,6 +27,10 @@
 #include <string.h>
 #include <time.h>
 
+/* The longest inference a transport's thread runs itself, by the model's
+ * last batch. */
+#define DIRECT_MAX_US 1000
+
 typedef struct queue {
     served    *sv;              /* the version these requests run on */
     infer_req *head, *tail;
@@ -34,6 +43,7 @@ typedef struct worker_ctx {
     int             instance;
     pthread_t       thread;
     atomic_llong    batches;    /* run so far, for /status */
+    bool            busy;       /* its instance computes (under the lock) */
     float          *bx, *by;
     int64_t         bcap_in, bcap_out;
 } worker_ctx;
@@ -50,6 +60,8 @@ struct batcher {
     atomic_int       arriving;  /* requests the transports are receiving */
     worker_ctx       workers[DL_MAX_INSTANCES];
     int              nworkers;  /* started */
+    int              next_now;  /* the instance batcher_run_now tries first */
+    atomic_llong     direct;    /* requests batcher_run_now ran */
     bool             joined;    /* drained: every worker has ended */
     /* The earliest deadline of a queued request (0: none); may be stale
      * (earlier than any left), which costs one needless scan. */
@@ -299,7 +311,7 @@ static dl_status batch_status(dl_status st)
 }
 
 /* Runs one batch of requests (a list) on w's copy of their served
- * version. */
+ * version; the caller completes them. */
 static void run(batcher *b, worker_ctx *w, infer_req *list, int64_t samples)
 {
     served *sv = list->sv;
@@ -336,17 +348,15 @@ static void run(batcher *b, worker_ctx *w, infer_req *list, int64_t samples)
         r->t_infer = t_in;
         r->t_end = t1;
     }
-    if (st == DL_OK)
+    if (st == DL_OK) {
         stats_batch_times(b->st, sv->name, sv->version, samples, (t_in - t0) * 1e6,
                           (t1 - t_in) * 1e6, (dl_time_now() - t1) * 1e6);
-    for (infer_req *r = list, *next; r; r = next) {
-        next = r->next;
-        r->next = NULL;
-        complete(r);
+        atomic_store(&sv->sample_us, (long long)((t1 - t_in) * 1e6 / (double)samples));
     }
+    atomic_fetch_add(&w->batches, 1);
 }
 
-/* Completes a list of expired requests (without the lock). */
+/* Completes a list of requests (without the lock). */
 static void complete_all(infer_req *list)
 {
     for (infer_req *r = list, *next; r; r = next) {
@@ -374,8 +384,8 @@ static void *worker(void *arg)
             }
         }
         queue *qu = oldest(b);
-        if (!qu) {
-            if (b->stopping)
+        if (w->busy || !qu) {   /* busy: a transport's thread runs a request on it */
+            if (!w->busy && b->stopping)
                 break;
             pthread_cond_wait(&b->cv, &b->mu);
             continue;
@@ -394,13 +404,55 @@ static void *worker(void *arg)
         infer_req *list = take(b, qu, &samples);
         if (b->nworkers > 1 && b->nq > 0)   /* what is left is another worker's */
             pthread_cond_signal(&b->cv);
+        w->busy = true;
         pthread_mutex_unlock(&b->mu);
         run(b, w, list, samples);
-        atomic_fetch_add(&w->batches, 1);
+        complete_all(list);
         pthread_mutex_lock(&b->mu);
+        w->busy = false;
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;
+}
+
+bool batcher_run_now(batcher *b, infer_req *q)
+{
+    if (!b->conf.eager || !q->sv || q->n < 1 || q->n > b->conf.max_batch_size ||
+        atomic_load(&q->sv->sample_us) * q->n > DIRECT_MAX_US)
+        return false;
+    worker_ctx *w = NULL;
+    pthread_mutex_lock(&b->mu);
+    if (!b->stopping && b->nq == 0 && atomic_load(&b->arriving) <= 1)
+        for (int i = 0; i < b->nworkers && !w; i++) {
+            worker_ctx *c = &b->workers[(b->next_now + i) % b->nworkers];
+            if (!c->busy)
+                w = c;
+        }
+    if (w) {   /* the instances take turns, as the workers do */
+        w->busy = true;
+        b->next_now = (w->instance + 1) % b->nworkers;
+    }
+    pthread_mutex_unlock(&b->mu);
+    if (!w)
+        return false;
+    if (!q->out)
+        q->out = malloc((size_t)(q->n * q->sv->out_dim) * sizeof(float));
+    if (q->out) {
+        q->t_arrival = dl_time_now();
+        q->deadline = 0;
+        q->next = NULL;
+        run(b, w, q, q->n);
+        atomic_fetch_add(&b->direct, 1);
+    }
+    /* Requests queued meanwhile wait for this instance; a drain waits for
+     * it too. Otherwise the workers sleep on: no wake-up. */
+    pthread_mutex_lock(&b->mu);
+    w->busy = false;
+    bool wake = b->nq > 0 || b->stopping;
+    pthread_mutex_unlock(&b->mu);
+    if (wake)
+        pthread_cond_broadcast(&b->cv);
+    return q->out != NULL;
 }
 
 dl_status batcher_new(const dl_batching_conf *conf, int instances, registry *reg, stats *st,
@@ -476,8 +528,9 @@ json_t *batcher_status(batcher *b)
     json_t *batches = json_array();
     for (int i = 0; i < b->nworkers; i++)
         json_array_append_new(batches, json_integer(atomic_load(&b->workers[i].batches)));
-    json_t *res = json_pack("{s:o, s:i, s:o, s:I, s:I, s:I, s:b, s:b}", "queued_samples", o,
+    json_t *res = json_pack("{s:o, s:i, s:o, s:I, s:I, s:I, s:I, s:b, s:b}", "queued_samples", o,
                             "instances", b->nworkers, "batches_by_instance", batches,
+                            "direct_runs", (json_int_t)atomic_load(&b->direct),
                             "max_batch_size", (json_int_t)b->conf.max_batch_size,
                             "max_queue_delay_us", (json_int_t)b->conf.max_queue_delay_us,
                             "max_queue_size", (json_int_t)b->conf.max_queue_size,

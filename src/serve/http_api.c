@@ -321,6 +321,31 @@ static void infer_done(infer_req *q, void *ctx)
     pthread_mutex_unlock(&h->mu);
 }
 
+/* The answer to a request that infer_start queued, once resumed (or once
+ * run on this thread). */
+static answer infer_answer(http_server *h, request *rq)
+{
+    const infer_req *q = &rq->q;
+    served *sv = rq->sv;
+    answer a;
+    if (rq->refused.code != DL_OK) {
+        a = status_answer(rq->refused.code, "%s", rq->refused.msg);
+    } else if (q->err.code == DL_ERR_TIMEOUT) {
+        a = status_answer(q->err.code, "%s", q->err.msg);   /* queued past its timeout: 503 */
+    } else if (q->err.code != DL_OK) {
+        /* 503 when the batch may succeed again (it ran short of memory),
+         * 500 when the backend failed */
+        a = status_answer(q->err.code, "inference failed: %s", q->err.msg);
+    } else {
+        oip_result res = {.model = sv->name, .version = sv->version, .id = rq->in.id,
+                          .conf = sv->conf, .batch = rq->in.batch, .out_dim = sv->out_dim,
+                          .y = q->out, .nout = rq->in.nout, .out = rq->in.out};
+        a = result_answer(&res);
+    }
+    infer_req_account(h->deps->st, q, rq->arrival, a.code == 200);
+    return a;
+}
+
 /* Parses an infer request and hands it to the batcher. False when it
  * waits there with its connection suspended (infer_answer answers it
  * once resumed); true with the answer in *a when it cannot be run. */
@@ -355,6 +380,13 @@ static bool infer_start(http_server *h, struct MHD_Connection *c, request *rq, a
     rq->h = h;
     rq->c = c;
     rq->queued = true;
+    batcher *bat = h->deps->bat;
+    if (batcher_run_now(bat, q)) {   /* answered on this thread: nothing to wait for */
+        rq->arriving = false;
+        batcher_arriving(bat, -1);
+        *a = infer_answer(h, rq);
+        return true;
+    }
     /* Suspended before it is queued, so that the completion always finds
      * the connection suspended. A refusal (queue full: 503; sizes: 400)
      * resumes it at once, and the next call answers it the same way. */
@@ -364,36 +396,11 @@ static bool infer_start(http_server *h, struct MHD_Connection *c, request *rq, a
     pthread_mutex_unlock(&h->mu);
     /* Withdrawn after the submission, so that its batch waits for it; rq
      * may be answered by then (bat, not rq, is used). */
-    batcher *bat = h->deps->bat;
     rq->arriving = false;
     if (batcher_submit(bat, q, &rq->refused) != DL_OK)
         infer_done(q, rq);
     batcher_arriving(bat, -1);
     return false;
-}
-
-/* The answer to a request that infer_start queued, once resumed. */
-static answer infer_answer(http_server *h, request *rq)
-{
-    const infer_req *q = &rq->q;
-    served *sv = rq->sv;
-    answer a;
-    if (rq->refused.code != DL_OK) {
-        a = status_answer(rq->refused.code, "%s", rq->refused.msg);
-    } else if (q->err.code == DL_ERR_TIMEOUT) {
-        a = status_answer(q->err.code, "%s", q->err.msg);   /* queued past its timeout: 503 */
-    } else if (q->err.code != DL_OK) {
-        /* 503 when the batch may succeed again (it ran short of memory),
-         * 500 when the backend failed */
-        a = status_answer(q->err.code, "inference failed: %s", q->err.msg);
-    } else {
-        oip_result res = {.model = sv->name, .version = sv->version, .id = rq->in.id,
-                          .conf = sv->conf, .batch = rq->in.batch, .out_dim = sv->out_dim,
-                          .y = q->out, .nout = rq->in.nout, .out = rq->in.out};
-        a = result_answer(&res);
-    }
-    infer_req_account(h->deps->st, q, rq->arrival, a.code == 200);
-    return a;
 }
 
 /* ---- repository, server, status ----------------------------------------- */

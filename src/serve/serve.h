@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 /* ---- registry: the model repository and version lifecycle ------------- */
 
@@ -26,9 +27,12 @@ typedef struct served {
     int64_t              version;
     dl_model_conf       *conf;        /* owned */
     /* Owned: one copy a backend of the registry (models.instances), m[i]
-     * used by batcher worker i only. */
+     * used by whoever holds the batcher's instance i: its worker, or a
+     * transport's thread (batcher_run_now). */
     dl_model            *m[DL_MAX_INSTANCES];
     int64_t              in_dim, out_dim;
+    /* Inference us a sample in the last batch run (0: none yet). */
+    atomic_llong         sample_us;
 } served;
 
 /* Scans conf->dir and loads what the version policy selects. *out is new.
@@ -208,6 +212,15 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err);
  * With [batching] eager, a batch runs before max_queue_delay_us when none
  * is on its way. Lock-free but at the last withdrawal. */
 void batcher_arriving(batcher *b, int delta);
+
+/* Runs q at once on the calling thread when eager batching would run it
+ * alone without waiting: nothing queued, no request on its way but the
+ * caller's own, an instance idle; and its inference is short (under 1 ms
+ * at the model's last rate). q pins its served version (q->sv) and
+ * holds at most max_batch_size samples. True with q done (its outputs,
+ * q->err and times set; on_done is not called); false, q not run, when it
+ * is to be submitted. */
+bool batcher_run_now(batcher *b, infer_req *q);
 
 /* Stops intake (submit answers 503), finishes every queued request,
  * then stops the worker. */

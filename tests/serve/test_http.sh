@@ -195,6 +195,9 @@ filler=$!
 sleep 0.5
 errcase "queue full" 503 POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req1.json"
 wait $filler
+code GET /status > /dev/null
+check "eager=false: no request runs on the HTTP thread (direct_runs 0)" \
+    test "$(jq_get 'd["batcher"]["direct_runs"]')" = 0
 stop_daemon
 
 # ---- eager batching: a lone request does not wait out the delay ----
@@ -206,6 +209,8 @@ check "eager (default): a lone request runs before the 10 s delay" \
     curl -sf -o /dev/null --max-time 5 "$URL/v2/models/fashion-mlp/infer" --data-binary @"$WORK/req1.json"
 code GET /status > /dev/null
 check "/status shows eager batching" test "$(jq_get 'd["batcher"]["eager"]')" = True
+check "eager: the lone request ran on the HTTP thread (direct_runs 1)" \
+    test "$(jq_get 'd["batcher"]["direct_runs"]')" = 1
 stop_daemon
 
 # ---- version policy: latest:N and specific versions ----
