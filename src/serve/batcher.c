@@ -12,7 +12,9 @@
  * queued, no other request on its way, an instance idle), the transport's
  * thread runs it instead (batcher_run_now): the same batch of one, without
  * the hand-off to a worker and back, provided that its inference is
- * short (DIRECT_MAX_US): that thread answers other connections too.
+ * short (DIRECT_MAX_US: that thread answers other connections too) and
+ * that the workers' batches are of one too (the last one taken): under
+ * more load, requests that could join a batch keep going to the queue.
  * Requests carry raw values: the served model's input scaling is applied
  * here, once, to the assembled batch. Deadlines follow Triton's queue
  * policy with REJECT: a request still queued past its timeout ("timeout"
@@ -61,6 +63,7 @@ struct batcher {
     worker_ctx       workers[DL_MAX_INSTANCES];
     int              nworkers;  /* started */
     int              next_now;  /* the instance batcher_run_now tries first */
+    int64_t          last_take; /* samples of the last batch a worker took */
     atomic_llong     direct;    /* requests batcher_run_now ran */
     bool             joined;    /* drained: every worker has ended */
     /* The earliest deadline of a queued request (0: none); may be stale
@@ -402,6 +405,7 @@ static void *worker(void *arg)
         }
         int64_t samples;
         infer_req *list = take(b, qu, &samples);
+        b->last_take = samples;
         if (b->nworkers > 1 && b->nq > 0)   /* what is left is another worker's */
             pthread_cond_signal(&b->cv);
         w->busy = true;
@@ -422,7 +426,7 @@ bool batcher_run_now(batcher *b, infer_req *q)
         return false;
     worker_ctx *w = NULL;
     pthread_mutex_lock(&b->mu);
-    if (!b->stopping && b->nq == 0 && atomic_load(&b->arriving) <= 1)
+    if (!b->stopping && b->nq == 0 && b->last_take <= 1 && atomic_load(&b->arriving) <= 1)
         for (int i = 0; i < b->nworkers && !w; i++) {
             worker_ctx *c = &b->workers[(b->next_now + i) % b->nworkers];
             if (!c->busy)
