@@ -206,11 +206,19 @@ stop_daemon
 start_daemon eager --models "$REPO" --set batching.max_queue_delay_us=10000000 \
     --set batching.max_batch_size=64
 check "eager (default): a lone request runs before the 10 s delay" \
-    curl -sf -o /dev/null --max-time 5 "$URL/v2/models/fashion-mlp/infer" --data-binary @"$WORK/req1.json"
+    curl -sf -o "$WORK/lone.json" --max-time 5 "$URL/v2/models/fashion-mlp/infer" --data-binary @"$WORK/req1.json"
 code GET /status > /dev/null
 check "/status shows eager batching" test "$(jq_get 'd["batcher"]["eager"]')" = True
 check "eager: the lone request ran on the HTTP thread (direct_runs 1)" \
     test "$(jq_get 'd["batcher"]["direct_runs"]')" = 1
+check "eager: its answer is dlserve --predict's class" /usr/bin/python3 - "$WORK" <<'PY'
+import json, sys
+w = sys.argv[1]
+want = json.loads(open(w + "/predict.jsonl").readlines()[3])["class"]   # image 3
+got = json.load(open(w + "/lone.json"))["outputs"][2]["data"]
+print("class", got, "predict", want)
+sys.exit(got != [want])
+PY
 stop_daemon
 
 # ---- version policy: latest:N and specific versions ----
