@@ -31,7 +31,8 @@ typedef struct served {
      * transport's thread (batcher_run_now). */
     dl_model            *m[DL_MAX_INSTANCES];
     int64_t              in_dim, out_dim;
-    /* Inference us a sample in the last batch run (0: none yet). */
+    /* Inference us a sample in the last batch run (at first, the
+     * warm-up's single sample). */
     atomic_llong         sample_us;
 } served;
 
