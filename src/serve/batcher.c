@@ -12,7 +12,7 @@
  * queued, no other request on its way, an instance idle), the transport's
  * thread runs it instead (batcher_run_now): the same batch of one, without
  * the hand-off to a worker and back, provided that its inference is
- * short (DIRECT_MAX_US: that thread answers other connections too) and
+ * short (direct_max_us: that thread answers other connections too) and
  * that the workers' batches are of one too (the last one taken): under
  * more load, requests that could join a batch keep going to the queue.
  * Requests carry raw values: the served model's input scaling is applied
@@ -28,10 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* The longest inference a transport's thread runs itself, by the model's
- * last batch. */
-#define DIRECT_MAX_US 1000
 
 typedef struct queue {
     served    *sv;              /* the version these requests run on */
@@ -422,7 +418,8 @@ static void *worker(void *arg)
 bool batcher_run_now(batcher *b, infer_req *q)
 {
     if (!b->conf.eager || !q->sv || q->n < 1 || q->n > b->conf.max_batch_size ||
-        atomic_load(&q->sv->sample_us) * q->n > DIRECT_MAX_US)
+        atomic_load(&q->sv->sample_us) * q->n > b->conf.direct_max_us ||
+        b->conf.direct_max_us == 0)
         return false;
     worker_ctx *w = NULL;
     pthread_mutex_lock(&b->mu);
@@ -532,9 +529,11 @@ json_t *batcher_status(batcher *b)
     json_t *batches = json_array();
     for (int i = 0; i < b->nworkers; i++)
         json_array_append_new(batches, json_integer(atomic_load(&b->workers[i].batches)));
-    json_t *res = json_pack("{s:o, s:i, s:o, s:I, s:I, s:I, s:I, s:b, s:b}", "queued_samples", o,
+    json_t *res = json_pack("{s:o, s:i, s:o, s:I, s:I, s:I, s:I, s:I, s:b, s:b}",
+                            "queued_samples", o,
                             "instances", b->nworkers, "batches_by_instance", batches,
                             "direct_runs", (json_int_t)atomic_load(&b->direct),
+                            "direct_max_us", (json_int_t)b->conf.direct_max_us,
                             "max_batch_size", (json_int_t)b->conf.max_batch_size,
                             "max_queue_delay_us", (json_int_t)b->conf.max_queue_delay_us,
                             "max_queue_size", (json_int_t)b->conf.max_queue_size,

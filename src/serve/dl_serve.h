@@ -30,6 +30,8 @@ typedef struct dl_batching_conf {
     int64_t max_queue_delay_us;
     int64_t max_queue_size;      /* queued samples per model before 503 */
     bool    eager;               /* run before the delay when no request is on its way */
+    int64_t direct_max_us;       /* a lone request runs on its transport's thread when a
+                                    sample takes at most this (0: never) */
     int64_t default_timeout_us;  /* longest a request may queue (0: no limit); a request's
                                     "timeout" parameter overrides it */
 } dl_batching_conf;

@@ -216,8 +216,9 @@ void batcher_arriving(batcher *b, int delta);
 
 /* Runs q at once on the calling thread when eager batching would run it
  * alone without waiting: nothing queued, no request on its way but the
- * caller's own, an instance idle; and its inference is short (under 1 ms
- * at the model's last rate). q pins its served version (q->sv) and
+ * caller's own, an instance idle, the workers' last batch of one; and its
+ * inference is short ([batching] direct_max_us at the model's last rate
+ * a sample). q pins its served version (q->sv) and
  * holds at most max_batch_size samples. True with q done (its outputs,
  * q->err and times set; on_done is not called); false, q not run, when it
  * is to be submitted. */

@@ -220,6 +220,13 @@ print("class", got, "predict", want)
 sys.exit(got != [want])
 PY
 stop_daemon
+start_daemon nodirect --models "$REPO" --set batching.direct_max_us=0
+check "direct_max_us=0: a lone request is answered" \
+    test "$(code POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req1.json")" = 200
+code GET /status > /dev/null
+check "direct_max_us=0: it ran on the batcher's worker (direct_runs 0)" \
+    test "$(jq_get 'd["batcher"]["direct_runs"]')" = 0
+stop_daemon
 
 # ---- version policy: latest:N and specific versions ----
 mkdir -p "$REPO/fashion-mlp/2"

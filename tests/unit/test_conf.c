@@ -83,6 +83,7 @@ static void expect_defaults(const dl_serve_conf *c)
     cr_expect_eq(c->batching.max_queue_delay_us, 500);
     cr_expect_eq(c->batching.max_queue_size, 4096);
     cr_expect(c->batching.eager);
+    cr_expect_eq(c->batching.direct_max_us, 1000);
     cr_expect_str_eq(c->models.dir, "models");
     cr_expect_str_eq(c->models.policy, "latest");
     cr_expect(c->models.watch);
