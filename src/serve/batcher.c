@@ -417,9 +417,9 @@ static void *worker(void *arg)
 
 bool batcher_run_now(batcher *b, infer_req *q)
 {
-    if (!b->conf.eager || !q->sv || q->n < 1 || q->n > b->conf.max_batch_size ||
-        atomic_load(&q->sv->sample_us) * q->n > b->conf.direct_max_us ||
-        b->conf.direct_max_us == 0)
+    if (!b->conf.eager || b->conf.direct_max_us == 0 || !q->sv || q->n < 1 ||
+        q->n > b->conf.max_batch_size ||
+        atomic_load(&q->sv->sample_us) * q->n > b->conf.direct_max_us)
         return false;
     worker_ctx *w = NULL;
     pthread_mutex_lock(&b->mu);
