@@ -118,6 +118,15 @@ static queue *queue_for(batcher *b, served *sv)
     return q;
 }
 
+/* Whether q has room for its outputs, allocated here unless the caller
+ * gave it. */
+static bool has_outputs(infer_req *q)
+{
+    if (!q->out)
+        q->out = malloc((size_t)(q->n * q->sv->out_dim) * sizeof(float));
+    return q->out != NULL;
+}
+
 dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
 {
     bool pinned = q->sv != NULL;
@@ -133,9 +142,7 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
         st = dl_err_set(err, DL_ERR_INVALID, "batch of %lld exceeds max_queue_size %lld",
                         (long long)q->n, (long long)b->conf.max_queue_size);
     bool given = q->out != NULL;
-    if (st == DL_OK && !given)
-        q->out = malloc((size_t)(q->n * q->sv->out_dim) * sizeof(float));
-    if (st == DL_OK && !q->out)
+    if (st == DL_OK && !has_outputs(q))
         st = dl_err_set(err, DL_ERR_NOMEM, "outputs");
     DL_ASSERT(q->on_done);
     q->t_arrival = dl_time_now();
@@ -436,9 +443,8 @@ bool batcher_run_now(batcher *b, infer_req *q)
     pthread_mutex_unlock(&b->mu);
     if (!w)
         return false;
-    if (!q->out)
-        q->out = malloc((size_t)(q->n * q->sv->out_dim) * sizeof(float));
-    if (q->out) {
+    bool ran = has_outputs(q);
+    if (ran) {
         q->t_arrival = dl_time_now();
         q->deadline = 0;
         q->next = NULL;
@@ -453,7 +459,7 @@ bool batcher_run_now(batcher *b, infer_req *q)
     pthread_mutex_unlock(&b->mu);
     if (wake)
         pthread_cond_broadcast(&b->cv);
-    return q->out != NULL;
+    return ran;
 }
 
 dl_status batcher_new(const dl_batching_conf *conf, int instances, registry *reg, stats *st,
