@@ -15,18 +15,22 @@
  * short (direct_max_us: that thread answers other connections too) and
  * that the workers' batches are of one too (the last one taken): under
  * more load, requests that could join a batch keep going to the queue.
+ * A thread's direct runs come in streaks, each after it slept, so that
+ * one event loop reading requests back to back hands them to a worker
+ * (which computes while the loop reads) instead of computing them all.
  * Requests carry raw values: the served model's input scaling is applied
  * here, once, to the assembled batch. Deadlines follow Triton's queue
  * policy with REJECT: a request still queued past its timeout ("timeout"
  * parameter, else default_timeout_us) completes with DL_ERR_TIMEOUT,
  * without running. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE   /* RUSAGE_THREAD */
 #include "serve/serve.h"
 
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 typedef struct queue {
@@ -422,12 +426,37 @@ static void *worker(void *arg)
     return NULL;
 }
 
+/* How often the calling thread has slept (its voluntary context
+ * switches): an event loop sleeps in epoll_wait when it has nothing to
+ * read. */
+static long thread_sleeps(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nvcsw : -1;
+}
+
+/* The calling thread's direct runs in its streak, and thread_sleeps() at
+ * the streak's end (BATCHER_DIRECT_STREAK runs). */
+static _Thread_local int  direct_streak;
+static _Thread_local long sleeps_at_streak;
+
 bool batcher_run_now(batcher *b, infer_req *q)
 {
     if (!b->conf.eager || b->conf.direct_max_us == 0 || !q->sv || q->n < 1 ||
         q->n > b->conf.max_batch_size ||
         atomic_load(&q->sv->sample_us) * q->n > b->conf.direct_max_us)
         return false;
+    /* An event loop that has not slept since its streak ended read this
+     * request right behind the others: requests are arriving back to
+     * back. They go to the queue, where a worker computes while this loop
+     * goes on reading, and batches them as they build up. (With one event
+     * loop nothing else would end the streak: nothing is ever queued while
+     * the loop computes.) */
+    if (direct_streak == BATCHER_DIRECT_STREAK) {
+        if (thread_sleeps() == sleeps_at_streak)
+            return false;
+        direct_streak = 0;
+    }
     worker_ctx *w = NULL;
     pthread_mutex_lock(&b->mu);
     if (!b->stopping && b->nq == 0 && b->last_take <= 1 && atomic_load(&b->arriving) <= 1)
@@ -450,6 +479,8 @@ bool batcher_run_now(batcher *b, infer_req *q)
         q->next = NULL;
         run(b, w, q, q->n);
         atomic_fetch_add(&b->direct, 1);
+        if (++direct_streak == BATCHER_DIRECT_STREAK)
+            sleeps_at_streak = thread_sleeps();
     }
     /* Requests queued meanwhile wait for this instance; a drain waits for
      * it too. Otherwise the workers sleep on: no wake-up. */

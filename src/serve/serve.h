@@ -221,7 +221,11 @@ void batcher_arriving(batcher *b, int delta);
  * a sample). q pins its served version (q->sv) and
  * holds at most max_batch_size samples. True with q done (its outputs,
  * q->err and times set; on_done is not called); false, q not run, when it
- * is to be submitted. */
+ * is to be submitted. A thread's direct runs come in streaks of at most
+ * BATCHER_DIRECT_STREAK: the next streak waits until the thread has slept
+ * (an event loop does when it has nothing to read), so that requests read
+ * back to back go to a worker, which computes while the loop reads. */
+#define BATCHER_DIRECT_STREAK 32
 bool batcher_run_now(batcher *b, infer_req *q);
 
 /* Stops intake (submit answers 503), finishes every queued request,

@@ -1,13 +1,16 @@
 /* test_registry.c: the served model repository's lookups and what their
  * failures say: an unknown model, version or unloaded model is
  * DL_ERR_NOT_FOUND (404), a known model with no version ready is
- * DL_ERR_UNAVAILABLE (503). A real repository in a temporary folder. */
+ * DL_ERR_UNAVAILABLE (503); and the batcher's direct runs on a transport's
+ * thread over it. A real repository in a temporary folder. */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 #include "fixture.h"
 
 #include "serve/oip.h"
 #include "serve/serve.h"
+
+#include <time.h>
 
 /* A tiny classifier: 4 inputs, 3 classes. */
 #define TINY_JSON                                                                   \
@@ -155,4 +158,46 @@ Test(registry, load_and_unload_refusals)
     cr_expect_eq(registry_load(reg, "empty", &err), DL_ERR_INVALID);
     cr_expect_not_null(strstr(err.msg, "cannot be loaded"), "%s", err.msg);
     cr_expect_eq(oip_http_code(err.code), 400);
+}
+
+static void not_queued(infer_req *q, void *ctx)
+{
+    (void)ctx;
+    cr_assert_fail("request %p completed through the queue", (void *)q);
+}
+
+/* batcher_run_now: a thread runs lone requests itself in streaks of
+ * BATCHER_DIRECT_STREAK. Without a sleep since the streak ended (requests
+ * read back to back), it leaves them to the queue; after one (as an event
+ * loop sleeps with nothing to read), a new streak starts. */
+Test(registry, direct_runs_come_in_streaks)
+{
+    dl_err err = {0};
+    stats *st = NULL;
+    batcher *b = NULL;
+    cr_assert_eq(stats_new(&st, &err), DL_OK, "%s", err.msg);
+    dl_batching_conf conf = {.max_batch_size = 8, .max_queue_delay_us = 1000, .max_queue_size = 64,
+                             .eager = true, .direct_max_us = 10000000};
+    cr_assert_eq(batcher_new(&conf, 1, reg, st, &b, &err), DL_OK, "%s", err.msg);
+    const float x[4] = {0.5f, -1.0f, 2.0f, 0.25f};
+    float y[3], want[3];
+    infer_req q = {.n = 1, .x = x, .out = y, .on_done = not_queued};
+    cr_assert_eq(registry_acquire(reg, "tiny", 0, &q.sv, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_model_predict(q.sv->m[0], x, 1, 1, want, &err), DL_OK, "%s", err.msg);
+    int ran = 0;
+    for (int i = 0; i < BATCHER_DIRECT_STREAK + 8; i++) {
+        memset(y, 0, sizeof(y));
+        if (batcher_run_now(b, &q)) {
+            ran++;
+            cr_expect_eq(q.err.code, DL_OK, "%s", q.err.msg);
+            cr_expect_arr_eq(y, want, sizeof(y));
+        }
+    }
+    cr_expect_eq(ran, BATCHER_DIRECT_STREAK, "back to back: %d direct runs", ran);
+    nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    cr_expect(batcher_run_now(b, &q), "after a sleep, a new streak");
+    served_release(q.sv);
+    batcher_drain(b);
+    batcher_free(b);
+    stats_free(st);
 }
