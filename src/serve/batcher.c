@@ -593,5 +593,10 @@ void batcher_metrics(batcher *b, dl_sbuf *out)
                    "Samples a model may queue before requests get 503 (max_queue_size).");
     dl_prom_sample(out, "dlserve_batcher_queue_limit_samples",
                    (double)json_integer_value(json_object_get(st, "max_queue_size")), NULL);
+    dl_prom_family(out, "dlserve_batcher_direct_runs_total", "counter",
+                   "Requests computed on the HTTP thread that read them, without the hand-off "
+                   "to the batcher's worker (batching.direct_max_us).");
+    dl_prom_sample(out, "dlserve_batcher_direct_runs_total",
+                   (double)json_integer_value(json_object_get(st, "direct_runs")), NULL);
     json_decref(st);
 }

@@ -255,6 +255,9 @@ code GET /status > /dev/null
 check "/status shows eager batching" test "$(jq_get 'd["batcher"]["eager"]')" = True
 check "eager: the lone request ran on the HTTP thread (direct_runs 1)" \
     test "$(jq_get 'd["batcher"]["direct_runs"]')" = 1
+code GET /metrics > /dev/null
+check "eager: /metrics counts it (dlserve_batcher_direct_runs_total 1)" \
+    grep -qx 'dlserve_batcher_direct_runs_total 1' "$WORK/body"
 check "eager: its answer is dlserve --predict's class" /usr/bin/python3 - "$WORK" <<'PY'
 import json, sys
 w = sys.argv[1]
