@@ -4,7 +4,7 @@
  * MHD_add_connection, suspend and resume allowed) that reads each POST
  * body and answers it with a fixed body, doing no other work.
  *
- *   mhd_floor -p PORT [-t THREADS] [-a ANSWER_BYTES] [-j JSON_LEN] [-s]
+ *   mhd_floor -p PORT [-t THREADS] [-a ANSWER_BYTES] [-j JSON_LEN] [-s | -r]
  *
  * -t: event loops (default 2); -a: the answer's body size (default 64);
  * -j: sent back as header Inference-Header-Content-Length (as a binary
@@ -12,7 +12,10 @@
  * request is handed off as dlserve hands it to its batcher: the connection
  * is suspended, a worker thread woken through a condition variable takes
  * every request waiting and resumes their connections, and the access
- * handler, called again, answers. Without -s the handler answers at once.
+ * handler, called again, answers. -r: the connection is suspended and
+ * resumed at once by the event loop itself, and the handler, called again,
+ * answers: libmicrohttpd's part of the hand-off, without a second thread.
+ * Without -s or -r the handler answers at once.
  * Runs until SIGINT or SIGTERM. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -37,7 +40,8 @@ typedef struct request {
 static struct {
     struct MHD_Daemon *d;
     int listen_fd;
-    bool handoff;
+    bool handoff;      /* -s */
+    bool resume_now;   /* -r */
     char *answer;
     size_t answer_len;
     char json_len[24];
@@ -77,8 +81,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (!srv.handoff || rq->done)
+    if (!(srv.handoff || srv.resume_now) || rq->done)
         return answer(c);
+    if (srv.resume_now) {
+        rq->done = true;
+        MHD_suspend_connection(c);
+        MHD_resume_connection(c);
+        return MHD_YES;
+    }
     if (!rq->queued) {
         rq->queued = true;
         MHD_suspend_connection(c);
@@ -143,20 +153,21 @@ int main(int argc, char **argv)
 {
     int port = 0, threads = 2, opt;
     long answer_len = 64, json_len = -1;
-    while ((opt = getopt(argc, argv, "p:t:a:j:s")) != -1) {
+    while ((opt = getopt(argc, argv, "p:t:a:j:sr")) != -1) {
         switch (opt) {
         case 'p': port = atoi(optarg); break;
         case 't': threads = atoi(optarg); break;
         case 'a': answer_len = atol(optarg); break;
         case 'j': json_len = atol(optarg); break;
         case 's': srv.handoff = true; break;
+        case 'r': srv.resume_now = true; break;
         default:
-            fprintf(stderr, "usage: mhd_floor -p PORT [-t THREADS] [-a BYTES] [-j JSON_LEN] [-s]\n");
+            fprintf(stderr, "usage: mhd_floor -p PORT [-t THREADS] [-a BYTES] [-j JSON_LEN] [-s | -r]\n");
             return 2;
         }
     }
-    if (port <= 0 || threads < 1 || answer_len < 0) {
-        fprintf(stderr, "mhd_floor: -p PORT is needed; -t >= 1, -a >= 0\n");
+    if (port <= 0 || threads < 1 || answer_len < 0 || (srv.handoff && srv.resume_now)) {
+        fprintf(stderr, "mhd_floor: -p PORT is needed; -t >= 1, -a >= 0; -s or -r, not both\n");
         return 2;
     }
     srv.answer_len = (size_t)answer_len;
@@ -190,7 +201,7 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("listening on 127.0.0.1:%d, %d threads, %s\n", port, threads,
-           srv.handoff ? "hand-off" : "direct");
+           srv.handoff ? "hand-off" : srv.resume_now ? "suspend and resume at once" : "direct");
     fflush(stdout);
     for (;;)   /* until SIGINT or SIGTERM ends the process */
         pause();
