@@ -65,6 +65,7 @@ struct batcher {
     int              next_now;  /* the instance batcher_run_now tries first */
     int64_t          last_take; /* samples of the last batch a worker took */
     atomic_llong     direct;    /* requests batcher_run_now ran */
+    atomic_llong     held;      /* batches batcher_run_batch ran */
     bool             joined;    /* drained: every worker has ended */
     /* The earliest deadline of a queued request (0: none); may be stale
      * (earlier than any left), which costs one needless scan. */
@@ -440,6 +441,51 @@ static long thread_sleeps(void)
 static _Thread_local int  direct_streak;
 static _Thread_local long sleeps_at_streak;
 
+/* Claims an idle instance for a run on the calling thread (the instances
+ * take turns, as the workers do), or NULL. With `lone`, only when eager
+ * batching would run a request alone: nothing queued, the workers' last
+ * batch of one, no other request on its way; and not once stopping. */
+static worker_ctx *claim(batcher *b, bool lone)
+{
+    worker_ctx *w = NULL;
+    pthread_mutex_lock(&b->mu);
+    if (!lone || (!b->stopping && b->nq == 0 && b->last_take <= 1 &&
+                  atomic_load(&b->arriving) <= 1))
+        for (int i = 0; i < b->nworkers && !w; i++) {
+            worker_ctx *c = &b->workers[(b->next_now + i) % b->nworkers];
+            if (!c->busy)
+                w = c;
+        }
+    if (w) {
+        w->busy = true;
+        b->next_now = (w->instance + 1) % b->nworkers;
+    }
+    pthread_mutex_unlock(&b->mu);
+    return w;
+}
+
+bool batcher_stopping(batcher *b)
+{
+    pthread_mutex_lock(&b->mu);
+    bool stopping = b->stopping;
+    pthread_mutex_unlock(&b->mu);
+    return stopping;
+}
+
+/* Gives w back. Requests queued meanwhile wait for this instance; a drain
+ * waits for it too. Otherwise the workers sleep on: no wake-up. */
+static void release(batcher *b, worker_ctx *w, int64_t samples)
+{
+    pthread_mutex_lock(&b->mu);
+    w->busy = false;
+    if (samples > 0)
+        b->last_take = samples;
+    bool wake = b->nq > 0 || b->stopping;
+    pthread_mutex_unlock(&b->mu);
+    if (wake)
+        pthread_cond_broadcast(&b->cv);
+}
+
 bool batcher_run_now(batcher *b, infer_req *q)
 {
     if (!b->conf.eager || b->conf.direct_max_us == 0 || !q->sv || q->n < 1 ||
@@ -457,19 +503,7 @@ bool batcher_run_now(batcher *b, infer_req *q)
             return false;
         direct_streak = 0;
     }
-    worker_ctx *w = NULL;
-    pthread_mutex_lock(&b->mu);
-    if (!b->stopping && b->nq == 0 && b->last_take <= 1 && atomic_load(&b->arriving) <= 1)
-        for (int i = 0; i < b->nworkers && !w; i++) {
-            worker_ctx *c = &b->workers[(b->next_now + i) % b->nworkers];
-            if (!c->busy)
-                w = c;
-        }
-    if (w) {   /* the instances take turns, as the workers do */
-        w->busy = true;
-        b->next_now = (w->instance + 1) % b->nworkers;
-    }
-    pthread_mutex_unlock(&b->mu);
+    worker_ctx *w = claim(b, true);
     if (!w)
         return false;
     bool ran = has_outputs(q);
@@ -482,15 +516,33 @@ bool batcher_run_now(batcher *b, infer_req *q)
         if (++direct_streak == BATCHER_DIRECT_STREAK)
             sleeps_at_streak = thread_sleeps();
     }
-    /* Requests queued meanwhile wait for this instance; a drain waits for
-     * it too. Otherwise the workers sleep on: no wake-up. */
-    pthread_mutex_lock(&b->mu);
-    w->busy = false;
-    bool wake = b->nq > 0 || b->stopping;
-    pthread_mutex_unlock(&b->mu);
-    if (wake)
-        pthread_cond_broadcast(&b->cv);
+    release(b, w, 0);
     return ran;
+}
+
+bool batcher_run_batch(batcher *b, infer_req *list)
+{
+    int64_t samples = 0;
+    for (infer_req *r = list; r; r = r->next) {
+        if (!has_outputs(r))
+            return false;
+        r->deadline = 0;
+        samples += r->n;
+    }
+    worker_ctx *w = claim(b, false);
+    /* Once stopping, the queue takes nothing more, and the batch was
+     * accepted: it waits for an instance (the workers are draining). */
+    while (!w && batcher_stopping(b)) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        w = claim(b, false);
+    }
+    if (!w)
+        return false;
+    run(b, w, list, samples);
+    atomic_fetch_add(&b->held, 1);
+    release(b, w, samples);
+    return true;
 }
 
 dl_status batcher_new(const dl_batching_conf *conf, int instances, registry *reg, stats *st,
@@ -566,10 +618,11 @@ json_t *batcher_status(batcher *b)
     json_t *batches = json_array();
     for (int i = 0; i < b->nworkers; i++)
         json_array_append_new(batches, json_integer(atomic_load(&b->workers[i].batches)));
-    json_t *res = json_pack("{s:o, s:i, s:o, s:I, s:I, s:I, s:I, s:I, s:b, s:b}",
+    json_t *res = json_pack("{s:o, s:i, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b}",
                             "queued_samples", o,
                             "instances", b->nworkers, "batches_by_instance", batches,
                             "direct_runs", (json_int_t)atomic_load(&b->direct),
+                            "held_batches", (json_int_t)atomic_load(&b->held),
                             "direct_max_us", (json_int_t)b->conf.direct_max_us,
                             "max_batch_size", (json_int_t)b->conf.max_batch_size,
                             "max_queue_delay_us", (json_int_t)b->conf.max_queue_delay_us,
@@ -598,5 +651,10 @@ void batcher_metrics(batcher *b, dl_sbuf *out)
                    "to the batcher's worker (batching.direct_max_us).");
     dl_prom_sample(out, "dlserve_batcher_direct_runs_total",
                    (double)json_integer_value(json_object_get(st, "direct_runs")), NULL);
+    dl_prom_family(out, "dlserve_batcher_held_batches_total", "counter",
+                   "Batches computed on the HTTP thread that read their requests in one pass "
+                   "(batching.direct_max_us).");
+    dl_prom_sample(out, "dlserve_batcher_held_batches_total",
+                   (double)json_integer_value(json_object_get(st, "held_batches")), NULL);
     json_decref(st);
 }

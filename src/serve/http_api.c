@@ -102,7 +102,18 @@ typedef struct request {
     served      *sv;            /* a reference, released with the request */
     oip_request  in;            /* the parsed input; q.x points into it */
     infer_req    q;
+    /* A held batch: the infer requests an event loop read in one pass,
+     * suspended, then run on that loop once the pass has ended. Its first
+     * request holds the list; its connection, resumed at once, comes back
+     * to the access handler after the pass's other requests. */
+    struct request *batch_next;   /* the next request of the batch */
+    struct request *batch_tail;   /* (first request) the last one */
+    int64_t      batch_samples;   /* (first request) samples in all */
+    bool         holds_batch;     /* first request, its batch not run yet */
 } request;
+
+/* The first request of the calling event loop's open held batch, or NULL. */
+static _Thread_local struct request *open_batch;
 
 /* An answer ready to queue. */
 typedef struct answer {
@@ -346,6 +357,81 @@ static answer infer_answer(http_server *h, request *rq)
     return a;
 }
 
+/* Adds rq (suspended) to the calling event loop's held batch, opening one
+ * if none is: with eager batching, while the batch fits max_batch_size
+ * and its inference direct_max_us (what an event loop may compute). False
+ * when rq is to be queued instead. */
+static bool hold(batcher *bat, struct MHD_Connection *c, request *rq)
+{
+    const dl_batching_conf *bc = batcher_conf(bat);
+    request *first = open_batch;
+    int64_t samples = (first ? first->batch_samples : 0) + rq->q.n;
+    if (!bc->eager || bc->direct_max_us == 0 || (first && first->sv != rq->sv) ||
+        samples > bc->max_batch_size ||
+        atomic_load(&rq->sv->sample_us) * samples > bc->direct_max_us ||
+        (!first && batcher_stopping(bat)))   /* intake stopped: no new batch */
+        return false;
+    rq->q.t_arrival = dl_time_now();
+    if (first) {
+        first->batch_tail->batch_next = rq;
+        first->batch_tail = rq;
+        first->batch_samples = samples;
+    } else {
+        rq->holds_batch = true;
+        rq->batch_tail = rq;
+        rq->batch_samples = samples;
+        open_batch = rq;
+        MHD_resume_connection(c);   /* back once the loop's pass has ended */
+    }
+    return true;
+}
+
+/* Queues the held batch that starts at first (its connections
+ * suspended). */
+static void submit_held(batcher *bat, request *first)
+{
+    for (request *r = first, *next; r; r = next) {
+        next = r->batch_next;   /* r may be answered once submitted */
+        r->q.next = NULL;
+        if (batcher_submit(bat, &r->q, &r->refused) != DL_OK)
+            infer_done(&r->q, r);
+    }
+}
+
+/* Closes the held batch that rq holds. */
+static void close_batch(request *rq)
+{
+    rq->holds_batch = false;
+    if (open_batch == rq)
+        open_batch = NULL;
+}
+
+/* rq's held batch, its loop's pass ended: run here when an instance is
+ * idle (true, with rq's answer in *a: the others are resumed), else queued,
+ * rq suspended again. */
+static bool run_held(http_server *h, struct MHD_Connection *c, request *rq, answer *a)
+{
+    batcher *bat = h->deps->bat;
+    close_batch(rq);
+    for (request *r = rq; r; r = r->batch_next)
+        r->q.next = r->batch_next ? &r->batch_next->q : NULL;
+    if (!batcher_run_batch(bat, &rq->q)) {
+        MHD_suspend_connection(c);
+        submit_held(bat, rq);
+        return false;
+    }
+    for (request *r = rq->batch_next, *next; r; r = next) {
+        next = r->batch_next;
+        infer_done(&r->q, r);
+    }
+    pthread_mutex_lock(&h->mu);
+    h->waiting--;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    *a = infer_answer(h, rq);
+    return true;
+}
+
 /* Parses an infer request and hands it to the batcher. False when it
  * waits there with its connection suspended (infer_answer answers it
  * once resumed); true with the answer in *a when it cannot be run. */
@@ -381,7 +467,7 @@ static bool infer_start(http_server *h, struct MHD_Connection *c, request *rq, a
     rq->c = c;
     rq->queued = true;
     batcher *bat = h->deps->bat;
-    if (batcher_run_now(bat, q)) {   /* answered on this thread: nothing to wait for */
+    if (!open_batch && batcher_run_now(bat, q)) {   /* answered on this thread: nothing to wait for */
         rq->arriving = false;
         batcher_arriving(bat, -1);
         *a = infer_answer(h, rq);
@@ -397,7 +483,7 @@ static bool infer_start(http_server *h, struct MHD_Connection *c, request *rq, a
     /* Withdrawn after the submission, so that its batch waits for it; rq
      * may be answered by then (bat, not rq, is used). */
     rq->arriving = false;
-    if (batcher_submit(bat, q, &rq->refused) != DL_OK)
+    if (!hold(bat, c, rq) && batcher_submit(bat, q, &rq->refused) != DL_OK)
         infer_done(q, rq);
     batcher_arriving(bat, -1);
     return false;
@@ -817,7 +903,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     answer a;
     if (rq->held)   /* the body was read and discarded */
         a = take_held(rq);
-    else if (rq->queued)   /* called again: the batcher resumed the connection */
+    else if (rq->holds_batch) {   /* called again: its loop's pass has ended */
+        if (!run_held(h, c, rq, &a))
+            return MHD_YES;   /* queued, suspended until its batch completes */
+    } else if (rq->queued)   /* called again: the batcher resumed the connection */
         a = infer_answer(h, rq);
     else if (!dispatch(h, c, rq, &a))
         return MHD_YES;   /* suspended until its batch completes */
@@ -836,6 +925,14 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
     if (rq->arriving)
         batcher_arriving(h->deps->bat, -1);
+    if (rq->holds_batch) {   /* gone before its batch ran: the others are queued */
+        close_batch(rq);
+        submit_held(h->deps->bat, rq->batch_next);
+        pthread_mutex_lock(&h->mu);
+        h->waiting--;
+        pthread_cond_broadcast(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+    }
     request_free(rq);
     pthread_mutex_lock(&h->mu);
     h->inflight--;

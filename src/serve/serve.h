@@ -228,6 +228,18 @@ void batcher_arriving(batcher *b, int delta);
 #define BATCHER_DIRECT_STREAK 32
 bool batcher_run_now(batcher *b, infer_req *q);
 
+/* Runs a list of requests (linked by next, one served version, at most
+ * max_batch_size samples, each with its t_arrival set) as one batch on
+ * the calling thread, when an instance is idle: an HTTP event loop's
+ * held batch (the requests it read in one pass). True with every request
+ * done (outputs, err and times set; on_done is not called); false, none
+ * run, when they are to be submitted. Once stopping, it waits for an
+ * instance instead: the batch was accepted before. */
+bool batcher_run_batch(batcher *b, infer_req *list);
+
+/* Whether intake has stopped (batcher_drain). */
+bool batcher_stopping(batcher *b);
+
 /* Stops intake (submit answers 503), finishes every queued request,
  * then stops the worker. */
 void batcher_drain(batcher *b);

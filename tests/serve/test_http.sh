@@ -153,10 +153,12 @@ check "SIGTERM: exit 0 within 10 s" stop_daemon
 # A lone request runs on the event loop that read it (batcher_run_now).
 # With one event loop nothing is ever queued while it computes, so only
 # the loop's own sign of load (it did not sleep between two requests)
-# sends requests back to the batcher's worker: without it, once one ran
-# on the loop, all the rest could too, one by one (test_registry checks
-# the rule itself). The model is fashion-cnn (~0.1 ms a sample on one
-# core), so that the loop computes more slowly than curl sends.
+# stops those runs: without it, once one ran on the loop, all the rest
+# could too, one by one (test_registry checks the rule itself). The
+# requests the loop then reads in one pass run together as a held batch
+# on the loop (within direct_max_us), or go to the batcher's worker. The
+# model is fashion-cnn (~0.1 ms a sample on one core), so that the loop
+# computes more slowly than curl sends.
 mkdir -p "$WORK/cnn/fashion-cnn" "$WORK/oneloop"
 cp "$SRC/models/fashion-cnn/model.json" "$WORK/cnn/fashion-cnn/"
 "$DLSERVE" --train "$WORK/cnn/fashion-cnn" --epochs 1 --limit 256 --threads 1 --no-progress \
@@ -181,10 +183,15 @@ sys.exit(not all(g == [want] for g in got))
 PY
 code GET /status > /dev/null
 direct=$(jq_get 'd["batcher"]["direct_runs"]')
-check "one event loop: half of the requests or more went to the worker (direct_runs $direct of 640)" \
+check "one event loop: fewer than half of the requests ran alone on it (direct_runs $direct of 640)" \
     test "$direct" -lt 320
+held=$(jq_get 'd["batcher"]["held_batches"]')
+check "one event loop: it batched requests it read in one pass itself (held_batches $held)" \
+    test "$held" -gt 0
 code GET /metrics > /dev/null
-check "one event loop: the worker batched them (mean batch over 1.2)" batched 640 1.2
+check "one event loop: they ran in batches (mean batch over 1.2)" batched 640 1.2
+check "one event loop: /metrics counts the held batches (dlserve_batcher_held_batches_total $held)" \
+    grep -qx "dlserve_batcher_held_batches_total $held" "$WORK/body"
 stop_daemon
 
 # ---- two instances: two workers, each on its own copy of the model ----
