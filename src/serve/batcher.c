@@ -16,8 +16,10 @@
  * that the workers' batches are of one too (the last one taken): under
  * more load, requests that could join a batch keep going to the queue.
  * A thread's direct runs come in streaks, each after it slept, so that
- * one event loop reading requests back to back hands them to a worker
- * (which computes while the loop reads) instead of computing them all.
+ * one event loop reading requests back to back batches them instead of
+ * computing them one by one. An event loop may also run the requests it
+ * read in one pass as one batch (batcher_run_batch, an idle instance
+ * claimed as batcher_run_now claims one), without the hand-off either.
  * Requests carry raw values: the served model's input scaling is applied
  * here, once, to the assembled batch. Deadlines follow Triton's queue
  * policy with REJECT: a request still queued past its timeout ("timeout"
