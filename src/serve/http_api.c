@@ -318,6 +318,15 @@ static answer result_answer(const oip_result *res)
                     .json_len = json_len < b.len ? json_len : 0};
 }
 
+/* A suspended infer request is done waiting (http_stop counts them). */
+static void waiting_end(http_server *h)
+{
+    pthread_mutex_lock(&h->mu);
+    h->waiting--;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
 /* The batch's completion, on the batcher's worker thread: wakes the
  * connection so that the access handler answers. */
 static void infer_done(infer_req *q, void *ctx)
@@ -326,10 +335,7 @@ static void infer_done(infer_req *q, void *ctx)
     request *rq = ctx;
     http_server *h = rq->h;
     MHD_resume_connection(rq->c);   /* rq belongs to MHD's thread from here on */
-    pthread_mutex_lock(&h->mu);
-    h->waiting--;
-    pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu);
+    waiting_end(h);
 }
 
 /* The answer to a request that infer_start queued, once resumed (or once
@@ -424,10 +430,7 @@ static bool run_held(http_server *h, struct MHD_Connection *c, request *rq, answ
         next = r->batch_next;
         infer_done(&r->q, r);
     }
-    pthread_mutex_lock(&h->mu);
-    h->waiting--;
-    pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu);
+    waiting_end(h);
     *a = infer_answer(h, rq);
     return true;
 }
@@ -928,10 +931,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (rq->holds_batch) {   /* gone before its batch ran: the others are queued */
         close_batch(rq);
         submit_held(h->deps->bat, rq->batch_next);
-        pthread_mutex_lock(&h->mu);
-        h->waiting--;
-        pthread_cond_broadcast(&h->cv);
-        pthread_mutex_unlock(&h->mu);
+        waiting_end(h);
     }
     request_free(rq);
     pthread_mutex_lock(&h->mu);
