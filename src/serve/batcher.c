@@ -488,18 +488,23 @@ static void release(batcher *b, worker_ctx *w, int64_t samples)
         pthread_cond_broadcast(&b->cv);
 }
 
+bool batcher_fits_thread(batcher *b, served *sv, int64_t samples)
+{
+    return b->conf.eager && b->conf.direct_max_us > 0 && sv && samples >= 1 &&
+           samples <= b->conf.max_batch_size &&
+           atomic_load(&sv->sample_us) * samples <= b->conf.direct_max_us;
+}
+
 bool batcher_run_now(batcher *b, infer_req *q)
 {
-    if (!b->conf.eager || b->conf.direct_max_us == 0 || !q->sv || q->n < 1 ||
-        q->n > b->conf.max_batch_size ||
-        atomic_load(&q->sv->sample_us) * q->n > b->conf.direct_max_us)
+    if (!batcher_fits_thread(b, q->sv, q->n))
         return false;
     /* An event loop that has not slept since its streak ended read this
      * request right behind the others: requests are arriving back to
-     * back. They go to the queue, where a worker computes while this loop
-     * goes on reading, and batches them as they build up. (With one event
-     * loop nothing else would end the streak: nothing is ever queued while
-     * the loop computes.) */
+     * back. They are batched (held by the loop, or queued for a worker
+     * that computes while the loop goes on reading). (With one event loop
+     * nothing else would end the streak: nothing is ever queued while the
+     * loop computes.) */
     if (direct_streak == BATCHER_DIRECT_STREAK) {
         if (thread_sleeps() == sleeps_at_streak)
             return false;

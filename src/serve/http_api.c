@@ -369,12 +369,9 @@ static answer infer_answer(http_server *h, request *rq)
  * when rq is to be queued instead. */
 static bool hold(batcher *bat, struct MHD_Connection *c, request *rq)
 {
-    const dl_batching_conf *bc = batcher_conf(bat);
     request *first = open_batch;
     int64_t samples = (first ? first->batch_samples : 0) + rq->q.n;
-    if (!bc->eager || bc->direct_max_us == 0 || (first && first->sv != rq->sv) ||
-        samples > bc->max_batch_size ||
-        atomic_load(&rq->sv->sample_us) * samples > bc->direct_max_us ||
+    if ((first && first->sv != rq->sv) || !batcher_fits_thread(bat, rq->sv, samples) ||
         (!first && batcher_stopping(bat)))   /* intake stopped: no new batch */
         return false;
     rq->q.t_arrival = dl_time_now();

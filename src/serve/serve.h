@@ -224,9 +224,14 @@ void batcher_arriving(batcher *b, int delta);
  * is to be submitted. A thread's direct runs come in streaks of at most
  * BATCHER_DIRECT_STREAK: the next streak waits until the thread has slept
  * (an event loop does when it has nothing to read), so that requests read
- * back to back go to a worker, which computes while the loop reads. */
+ * back to back are batched instead. */
 #define BATCHER_DIRECT_STREAK 32
 bool batcher_run_now(batcher *b, infer_req *q);
+
+/* Whether `samples` samples of sv may run on a transport's thread as one
+ * batch: eager batching, at most max_batch_size, and an inference of at
+ * most direct_max_us at the version's last rate a sample. */
+bool batcher_fits_thread(batcher *b, served *sv, int64_t samples);
 
 /* Runs a list of requests (linked by next, one served version, at most
  * max_batch_size samples, each with its t_arrival set) as one batch on
