@@ -8,8 +8,11 @@
  * batcher: an infer request's connection is suspended before the request
  * is queued, the batch's completion (on the batcher's worker thread)
  * resumes it, and the access handler, called again, formats and queues
- * the answer. Idle keep-alive connections cost a socket and a little
- * memory, not a thread. */
+ * the answer. The infer requests an event loop reads in one pass are
+ * held instead (not suspended: MHD calls the handler of a request with
+ * no answer again on its next pass) and run as one batch by that loop
+ * on its next pass. Idle keep-alive connections cost a socket and a
+ * little memory, not a thread. */
 #define _GNU_SOURCE   /* accept4, pthread_setname_np; strncasecmp; microhttpd.h's socket types */
 #include "serve/serve.h"
 #include "serve/oip.h"
@@ -74,6 +77,14 @@ struct http_server {
     atomic_llong       conns;                /* open connections */
 };
 
+/* Where a request of a held batch stands; all on its event loop. */
+typedef enum hold_state {
+    HOLD_NONE,      /* not held, or its batch has run: q holds the answer */
+    HOLD_WAITING,   /* its batch has not run yet */
+    HOLD_QUEUE,     /* its batch found no idle instance: it queues itself
+                       on its next access-handler call */
+} hold_state;
+
 /* One request, from its first access-handler call to its completion
  * (on_completed frees it). */
 typedef struct request {
@@ -103,14 +114,19 @@ typedef struct request {
     oip_request  in;            /* the parsed input; q.x points into it */
     infer_req    q;
     /* A held batch: the infer requests an event loop read in one pass,
-     * suspended, then run on that loop once the pass has ended. Its first
-     * request holds the list; its connection, resumed at once, comes back
-     * to the access handler after the pass's other requests. */
+     * their connections not suspended, run on that loop by the first
+     * one's next access-handler call, which comes after the pass's other
+     * requests. The first request holds the list. */
     struct request *batch_next;   /* the next request of the batch */
     struct request *batch_tail;   /* (first request) the last one */
     int64_t      batch_samples;   /* (first request) samples in all */
     bool         holds_batch;     /* first request, its batch not run yet */
+    hold_state   hold;            /* (every request of a held batch) */
+    bool         gone;            /* completed (closed) while held: the first
+                                     request frees it */
 } request;
+
+static void request_free(request *rq);
 
 /* The first request of the calling event loop's open held batch, or NULL. */
 static _Thread_local struct request *open_batch;
@@ -318,15 +334,6 @@ static answer result_answer(const oip_result *res)
                     .json_len = json_len < b.len ? json_len : 0};
 }
 
-/* A suspended infer request is done waiting (http_stop counts them). */
-static void waiting_end(http_server *h)
-{
-    pthread_mutex_lock(&h->mu);
-    h->waiting--;
-    pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu);
-}
-
 /* The batch's completion, on the batcher's worker thread: wakes the
  * connection so that the access handler answers. */
 static void infer_done(infer_req *q, void *ctx)
@@ -335,7 +342,10 @@ static void infer_done(infer_req *q, void *ctx)
     request *rq = ctx;
     http_server *h = rq->h;
     MHD_resume_connection(rq->c);   /* rq belongs to MHD's thread from here on */
-    waiting_end(h);
+    pthread_mutex_lock(&h->mu);
+    h->waiting--;   /* http_stop counts the suspended requests */
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
 }
 
 /* The answer to a request that infer_start queued, once resumed (or once
@@ -363,11 +373,11 @@ static answer infer_answer(http_server *h, request *rq)
     return a;
 }
 
-/* Adds rq (suspended) to the calling event loop's held batch, opening one
- * if none is: with eager batching, while the batch fits max_batch_size
- * and its inference direct_max_us (what an event loop may compute). False
- * when rq is to be queued instead. */
-static bool hold(batcher *bat, struct MHD_Connection *c, request *rq)
+/* Adds rq to the calling event loop's held batch, opening one if none
+ * is: with eager batching, while the batch fits max_batch_size and its
+ * inference direct_max_us (what an event loop may compute). False when
+ * rq is to be queued instead. */
+static bool hold(batcher *bat, request *rq)
 {
     request *first = open_batch;
     int64_t samples = (first ? first->batch_samples : 0) + rq->q.n;
@@ -375,6 +385,7 @@ static bool hold(batcher *bat, struct MHD_Connection *c, request *rq)
         (!first && batcher_stopping(bat)))   /* intake stopped: no new batch */
         return false;
     rq->q.t_arrival = dl_time_now();
+    rq->hold = HOLD_WAITING;
     if (first) {
         first->batch_tail->batch_next = rq;
         first->batch_tail = rq;
@@ -384,57 +395,68 @@ static bool hold(batcher *bat, struct MHD_Connection *c, request *rq)
         rq->batch_tail = rq;
         rq->batch_samples = samples;
         open_batch = rq;
-        MHD_resume_connection(c);   /* back once the loop's pass has ended */
     }
     return true;
 }
 
-/* Queues the held batch that starts at first (its connections
- * suspended). */
-static void submit_held(batcher *bat, request *first)
+/* Suspends rq's connection and queues rq; the batch's completion
+ * resumes it (at once when refused). */
+static void queue_suspended(http_server *h, struct MHD_Connection *c, request *rq)
 {
-    for (request *r = first, *next; r; r = next) {
-        next = r->batch_next;   /* r may be answered once submitted */
-        r->q.next = NULL;
-        if (batcher_submit(bat, &r->q, &r->refused) != DL_OK)
-            infer_done(&r->q, r);
-    }
+    /* Suspended before it is queued, so that the completion always finds
+     * the connection suspended. A refusal (queue full: 503; sizes: 400)
+     * resumes it at once, and the next call answers it the same way. */
+    MHD_suspend_connection(c);
+    pthread_mutex_lock(&h->mu);
+    h->waiting++;
+    pthread_mutex_unlock(&h->mu);
+    rq->q.next = NULL;
+    if (batcher_submit(h->deps->bat, &rq->q, &rq->refused) != DL_OK)
+        infer_done(&rq->q, rq);
 }
 
-/* Closes the held batch that rq holds. */
-static void close_batch(request *rq)
+/* Closes the held batch that first holds, dropping from it the requests
+ * completed since they were held, and leaves the others `hold`. */
+static void close_batch(request *first, hold_state hold)
 {
-    rq->holds_batch = false;
-    if (open_batch == rq)
+    first->holds_batch = false;
+    first->hold = HOLD_NONE;
+    if (open_batch == first)
         open_batch = NULL;
+    request **link = &first->batch_next;
+    for (request *r = first->batch_next; r; r = *link) {
+        if (r->gone) {
+            *link = r->batch_next;
+            request_free(r);
+            continue;
+        }
+        r->hold = hold;
+        link = &r->batch_next;
+    }
 }
 
 /* rq's held batch, its loop's pass ended: run here when an instance is
- * idle (true, with rq's answer in *a: the others are resumed), else queued,
- * rq suspended again. */
+ * idle (true, with rq's answer in *a: the others answer on their next
+ * call), else queued (rq now, the others on their next call). */
 static bool run_held(http_server *h, struct MHD_Connection *c, request *rq, answer *a)
 {
-    batcher *bat = h->deps->bat;
-    close_batch(rq);
+    close_batch(rq, HOLD_NONE);   /* the others' next calls come after this one */
     for (request *r = rq; r; r = r->batch_next)
         r->q.next = r->batch_next ? &r->batch_next->q : NULL;
-    if (!batcher_run_batch(bat, &rq->q)) {
-        MHD_suspend_connection(c);
-        submit_held(bat, rq);
+    if (!batcher_run_batch(h->deps->bat, &rq->q)) {
+        for (request *r = rq->batch_next; r; r = r->batch_next)
+            r->hold = HOLD_QUEUE;
+        queue_suspended(h, c, rq);
         return false;
     }
-    for (request *r = rq->batch_next, *next; r; r = next) {
-        next = r->batch_next;
-        infer_done(&r->q, r);
-    }
-    waiting_end(h);
     *a = infer_answer(h, rq);
     return true;
 }
 
 /* Parses an infer request and hands it to the batcher. False when it
- * waits there with its connection suspended (infer_answer answers it
- * once resumed); true with the answer in *a when it cannot be run. */
+ * waits, held by its event loop or queued with its connection suspended
+ * (infer_answer answers it on a later call); true with the answer in *a
+ * when it ran on this thread or cannot be run. */
 static bool infer_start(http_server *h, struct MHD_Connection *c, request *rq, answer *a)
 {
     dl_err err = {0};
@@ -473,18 +495,11 @@ static bool infer_start(http_server *h, struct MHD_Connection *c, request *rq, a
         *a = infer_answer(h, rq);
         return true;
     }
-    /* Suspended before it is queued, so that the completion always finds
-     * the connection suspended. A refusal (queue full: 503; sizes: 400)
-     * resumes it at once, and the next call answers it the same way. */
-    MHD_suspend_connection(c);
-    pthread_mutex_lock(&h->mu);
-    h->waiting++;
-    pthread_mutex_unlock(&h->mu);
     /* Withdrawn after the submission, so that its batch waits for it; rq
      * may be answered by then (bat, not rq, is used). */
     rq->arriving = false;
-    if (!hold(bat, c, rq) && batcher_submit(bat, q, &rq->refused) != DL_OK)
-        infer_done(q, rq);
+    if (!hold(bat, rq))
+        queue_suspended(h, c, rq);
     batcher_arriving(bat, -1);
     return false;
 }
@@ -906,7 +921,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     else if (rq->holds_batch) {   /* called again: its loop's pass has ended */
         if (!run_held(h, c, rq, &a))
             return MHD_YES;   /* queued, suspended until its batch completes */
-    } else if (rq->queued)   /* called again: the batcher resumed the connection */
+    } else if (rq->hold == HOLD_WAITING)
+        return MHD_YES;   /* its batch has not run yet: called again */
+    else if (rq->hold == HOLD_QUEUE) {
+        rq->hold = HOLD_NONE;
+        queue_suspended(h, c, rq);
+        return MHD_YES;
+    } else if (rq->queued)   /* called again: its batch has run */
         a = infer_answer(h, rq);
     else if (!dispatch(h, c, rq, &a))
         return MHD_YES;   /* suspended until its batch completes */
@@ -925,12 +946,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
     if (rq->arriving)
         batcher_arriving(h->deps->bat, -1);
-    if (rq->holds_batch) {   /* gone before its batch ran: the others are queued */
-        close_batch(rq);
-        submit_held(h->deps->bat, rq->batch_next);
-        waiting_end(h);
-    }
-    request_free(rq);
+    if (rq->holds_batch)   /* gone before its batch ran: the others queue themselves */
+        close_batch(rq, HOLD_QUEUE);
+    if (rq->hold == HOLD_WAITING)
+        rq->gone = true;   /* in its held batch's list: freed when that closes */
+    else
+        request_free(rq);
     pthread_mutex_lock(&h->mu);
     h->inflight--;
     pthread_cond_broadcast(&h->cv);

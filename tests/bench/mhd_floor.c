@@ -4,7 +4,7 @@
  * MHD_add_connection, suspend and resume allowed) that reads each POST
  * body and answers it with a fixed body, doing no other work.
  *
- *   mhd_floor -p PORT [-t THREADS] [-a ANSWER_BYTES] [-j JSON_LEN] [-s | -r]
+ *   mhd_floor -p PORT [-t THREADS] [-a ANSWER_BYTES] [-j JSON_LEN] [-s | -r | -n]
  *
  * -t: event loops (default 2); -a: the answer's body size (default 64);
  * -j: sent back as header Inference-Header-Content-Length (as a binary
@@ -15,7 +15,10 @@
  * handler, called again, answers. -r: the connection is suspended and
  * resumed at once by the event loop itself, and the handler, called again,
  * answers: libmicrohttpd's part of the hand-off, without a second thread.
- * Without -s or -r the handler answers at once.
+ * -n: the handler returns without an answer and without suspending, and
+ * answers when libmicrohttpd calls it again on the event loop's next pass
+ * (as dlserve answers a held batch's requests). Without -s, -r or -n the
+ * handler answers at once.
  * Runs until SIGINT or SIGTERM. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -40,8 +43,7 @@ typedef struct request {
 static struct {
     struct MHD_Daemon *d;
     int listen_fd;
-    bool handoff;      /* -s */
-    bool resume_now;   /* -r */
+    char mode;         /* 's', 'r', 'n', or 0: answered at once */
     char *answer;
     size_t answer_len;
     char json_len[24];
@@ -81,12 +83,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (!(srv.handoff || srv.resume_now) || rq->done)
+    if (!srv.mode || rq->done)
         return answer(c);
-    if (srv.resume_now) {
+    if (srv.mode == 'n' || srv.mode == 'r') {
         rq->done = true;
-        MHD_suspend_connection(c);
-        MHD_resume_connection(c);
+        if (srv.mode == 'r') {
+            MHD_suspend_connection(c);
+            MHD_resume_connection(c);
+        }
         return MHD_YES;
     }
     if (!rq->queued) {
@@ -153,21 +157,29 @@ int main(int argc, char **argv)
 {
     int port = 0, threads = 2, opt;
     long answer_len = 64, json_len = -1;
-    while ((opt = getopt(argc, argv, "p:t:a:j:sr")) != -1) {
+    while ((opt = getopt(argc, argv, "p:t:a:j:srn")) != -1) {
         switch (opt) {
         case 'p': port = atoi(optarg); break;
         case 't': threads = atoi(optarg); break;
         case 'a': answer_len = atol(optarg); break;
         case 'j': json_len = atol(optarg); break;
-        case 's': srv.handoff = true; break;
-        case 'r': srv.resume_now = true; break;
+        case 's':
+        case 'r':
+        case 'n':
+            if (srv.mode && srv.mode != opt) {
+                fprintf(stderr, "mhd_floor: one of -s, -r and -n\n");
+                return 2;
+            }
+            srv.mode = (char)opt;
+            break;
         default:
-            fprintf(stderr, "usage: mhd_floor -p PORT [-t THREADS] [-a BYTES] [-j JSON_LEN] [-s | -r]\n");
+            fprintf(stderr,
+                    "usage: mhd_floor -p PORT [-t THREADS] [-a BYTES] [-j JSON_LEN] [-s | -r | -n]\n");
             return 2;
         }
     }
-    if (port <= 0 || threads < 1 || answer_len < 0 || (srv.handoff && srv.resume_now)) {
-        fprintf(stderr, "mhd_floor: -p PORT is needed; -t >= 1, -a >= 0; -s or -r, not both\n");
+    if (port <= 0 || threads < 1 || answer_len < 0) {
+        fprintf(stderr, "mhd_floor: -p PORT is needed; -t >= 1, -a >= 0\n");
         return 2;
     }
     srv.answer_len = (size_t)answer_len;
@@ -196,12 +208,15 @@ int main(int argc, char **argv)
                              MHD_OPTION_ARRAY, pool, MHD_OPTION_END);
     pthread_t at, wt;
     if (!srv.d || pthread_create(&at, NULL, acceptor, NULL) != 0 ||
-        (srv.handoff && pthread_create(&wt, NULL, worker, NULL) != 0)) {
+        (srv.mode == 's' && pthread_create(&wt, NULL, worker, NULL) != 0)) {
         fprintf(stderr, "mhd_floor: cannot start\n");
         return 1;
     }
     printf("listening on 127.0.0.1:%d, %d threads, %s\n", port, threads,
-           srv.handoff ? "hand-off" : srv.resume_now ? "suspend and resume at once" : "direct");
+           srv.mode == 's'   ? "hand-off"
+           : srv.mode == 'r' ? "suspend and resume at once"
+           : srv.mode == 'n' ? "answered on the next pass, not suspended"
+                             : "direct");
     fflush(stdout);
     for (;;)   /* until SIGINT or SIGTERM ends the process */
         pause();

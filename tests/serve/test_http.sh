@@ -165,6 +165,16 @@ cp "$SRC/models/fashion-cnn/model.json" "$WORK/cnn/fashion-cnn/"
     > /dev/null 2>&1
 "$DLSERVE" --predict "$WORK/cnn/fashion-cnn" "$DATA/t10k-images-idx3-ubyte.gz" --limit 4 \
     > "$WORK/predict-cnn.jsonl"
+# all_class3: each of the 640 answers in $WORK/oneloop is image 3's class.
+all_class3() {
+    /usr/bin/python3 - "$WORK" <<'PY'
+import json, sys
+w = sys.argv[1]
+want = json.loads(open(w + "/predict-cnn.jsonl").readlines()[3])["class"]
+got = [json.load(open("%s/oneloop/r%d.json" % (w, i)))["outputs"][2]["data"] for i in range(1, 641)]
+sys.exit(not all(g == [want] for g in got))
+PY
+}
 start_daemon oneloop --models "$WORK/cnn" --set http.threads=1 --set batching.max_batch_size=64
 for i in $(seq 640); do
     [ "$i" -gt 1 ] && echo next
@@ -173,14 +183,7 @@ for i in $(seq 640); do
     echo "output = \"$WORK/oneloop/r$i.json\""
 done > "$WORK/oneloop.cfg"
 curl -s -S --no-progress-meter --parallel --parallel-immediate --parallel-max 128 -K "$WORK/oneloop.cfg"
-check "one event loop: 640 requests from 128 clients all answered with image 3's class" \
-    /usr/bin/python3 - "$WORK" <<'PY'
-import json, sys
-w = sys.argv[1]
-want = json.loads(open(w + "/predict-cnn.jsonl").readlines()[3])["class"]
-got = [json.load(open("%s/oneloop/r%d.json" % (w, i)))["outputs"][2]["data"] for i in range(1, 641)]
-sys.exit(not all(g == [want] for g in got))
-PY
+check "one event loop: 640 requests from 128 clients all answered with image 3's class" all_class3
 code GET /status > /dev/null
 direct=$(jq_get 'd["batcher"]["direct_runs"]')
 check "one event loop: fewer than half of the requests ran alone on it (direct_runs $direct of 640)" \
@@ -192,7 +195,19 @@ code GET /metrics > /dev/null
 check "one event loop: they ran in batches (mean batch over 1.2)" batched 640 1.2
 check "one event loop: /metrics counts the held batches (dlserve_batcher_held_batches_total $held)" \
     grep -qx "dlserve_batcher_held_batches_total $held" "$WORK/body"
-stop_daemon
+# The same load again, while 16 clients send 480 requests and reset their
+# connections unread: some while the loop holds or queues their request.
+rm -f "$WORK"/oneloop/r*.json
+/usr/bin/python3 "$SRC/tests/serve/vanish.py" "$PORT" /v2/models/fashion-cnn/infer "$WORK/req1.json" \
+    480 16 > "$WORK/vanish.out" 2>&1 &
+vanish=$!
+curl -s -S --no-progress-meter --parallel --parallel-immediate --parallel-max 128 -K "$WORK/oneloop.cfg"
+vrc=0
+wait $vanish || vrc=$?
+check "one event loop: 480 requests sent on connections reset unread ($(cat "$WORK/vanish.out"))" \
+    test $vrc = 0
+check "one event loop: beside them, 640 requests all answered with image 3's class" all_class3
+check "one event loop: SIGTERM, exit 0 (no request left in flight)" stop_daemon
 
 # ---- two instances: two workers, each on its own copy of the model ----
 start_daemon inst --models "$REPO" --set models.instances=2 --set batching.max_batch_size=4
