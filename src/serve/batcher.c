@@ -495,6 +495,11 @@ bool batcher_fits_thread(batcher *b, served *sv, int64_t samples)
            atomic_load(&sv->sample_us) * samples <= b->conf.direct_max_us;
 }
 
+bool batcher_may_wait(batcher *b, double waited)
+{
+    return waited * 1e6 < (double)b->conf.direct_max_us;
+}
+
 bool batcher_run_now(batcher *b, infer_req *q)
 {
     if (!batcher_fits_thread(b, q->sv, q->n))

@@ -121,6 +121,8 @@ typedef struct request {
     struct request *batch_tail;   /* (first request) the last one */
     int64_t      batch_samples;   /* (first request) samples in all */
     bool         holds_batch;     /* first request, its batch not run yet */
+    double       busy_since;      /* (first request) when its batch first found
+                                     no idle instance, or 0 */
     hold_state   hold;            /* (every request of a held batch) */
     bool         gone;            /* completed (closed) while held: the first
                                      request frees it */
@@ -415,42 +417,57 @@ static void queue_suspended(http_server *h, struct MHD_Connection *c, request *r
         infer_done(&rq->q, rq);
 }
 
-/* Closes the held batch that first holds, dropping from it the requests
- * completed since they were held, and leaves the others `hold`. */
-static void close_batch(request *first, hold_state hold)
+/* Drops from first's held batch the requests completed (their
+ * connections closed) since they were held. */
+static void drop_gone(request *first)
 {
-    first->holds_batch = false;
-    first->hold = HOLD_NONE;
-    if (open_batch == first)
-        open_batch = NULL;
     request **link = &first->batch_next;
     for (request *r = first->batch_next; r; r = *link) {
         if (r->gone) {
             *link = r->batch_next;
             request_free(r);
-            continue;
+        } else {
+            link = &r->batch_next;
         }
-        r->hold = hold;
-        link = &r->batch_next;
     }
+}
+
+/* Closes the held batch that first holds; the others are left `hold`. */
+static void close_batch(request *first, hold_state hold)
+{
+    drop_gone(first);
+    first->holds_batch = false;
+    first->hold = HOLD_NONE;
+    if (open_batch == first)
+        open_batch = NULL;
+    for (request *r = first->batch_next; r; r = r->batch_next)
+        r->hold = hold;
 }
 
 /* rq's held batch, its loop's pass ended: run here when an instance is
  * idle (true, with rq's answer in *a: the others answer on their next
- * call), else queued (rq now, the others on their next call). */
+ * call). Else it stays open, to be tried again on the loop's next pass,
+ * while it has waited at most direct_max_us; then it is queued (rq now,
+ * the others on their next call). */
 static bool run_held(http_server *h, struct MHD_Connection *c, request *rq, answer *a)
 {
-    close_batch(rq, HOLD_NONE);   /* the others' next calls come after this one */
+    batcher *bat = h->deps->bat;
+    drop_gone(rq);
     for (request *r = rq; r; r = r->batch_next)
         r->q.next = r->batch_next ? &r->batch_next->q : NULL;
-    if (!batcher_run_batch(h->deps->bat, &rq->q)) {
-        for (request *r = rq->batch_next; r; r = r->batch_next)
-            r->hold = HOLD_QUEUE;
-        queue_suspended(h, c, rq);
-        return false;
+    if (batcher_run_batch(bat, &rq->q)) {
+        close_batch(rq, HOLD_NONE);   /* the others' next calls come after this one */
+        *a = infer_answer(h, rq);
+        return true;
     }
-    *a = infer_answer(h, rq);
-    return true;
+    double now = dl_time_now();
+    if (rq->busy_since == 0)
+        rq->busy_since = now;
+    if (batcher_may_wait(bat, now - rq->busy_since))
+        return false;
+    close_batch(rq, HOLD_QUEUE);
+    queue_suspended(h, c, rq);
+    return false;
 }
 
 /* Parses an infer request and hands it to the batcher. False when it
@@ -920,7 +937,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         a = take_held(rq);
     else if (rq->holds_batch) {   /* called again: its loop's pass has ended */
         if (!run_held(h, c, rq, &a))
-            return MHD_YES;   /* queued, suspended until its batch completes */
+            return MHD_YES;   /* waiting for an instance, or queued */
     } else if (rq->hold == HOLD_WAITING)
         return MHD_YES;   /* its batch has not run yet: called again */
     else if (rq->hold == HOLD_QUEUE) {

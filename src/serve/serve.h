@@ -242,6 +242,11 @@ bool batcher_fits_thread(batcher *b, served *sv, int64_t samples);
  * instance instead: the batch was accepted before. */
 bool batcher_run_batch(batcher *b, infer_req *list);
 
+/* Whether a batch that an HTTP event loop holds and that has found no
+ * idle instance for `waited` seconds may wait on (retried on the loop's
+ * next pass) rather than be queued: up to direct_max_us. */
+bool batcher_may_wait(batcher *b, double waited);
+
 /* Whether intake has stopped (batcher_drain). */
 bool batcher_stopping(batcher *b);
 
