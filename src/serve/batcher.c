@@ -497,7 +497,9 @@ bool batcher_fits_thread(batcher *b, served *sv, int64_t samples)
 
 bool batcher_may_wait(batcher *b, double waited)
 {
-    return waited * 1e6 < (double)b->conf.direct_max_us;
+    int64_t most = b->conf.direct_max_us < BATCHER_HOLD_WAIT_US ? b->conf.direct_max_us
+                                                                : BATCHER_HOLD_WAIT_US;
+    return waited * 1e6 < (double)most;
 }
 
 bool batcher_run_now(batcher *b, infer_req *q)

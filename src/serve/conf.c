@@ -95,9 +95,9 @@ const dl_opt dl_serve_opts[] = {
     BOOL(batching, eager, "true",
          "run a batch before the delay when no request is being received"),
     INT(batching, direct_max_us, "1000", 0, 10000000,
-        "with eager, requests run on the HTTP thread that read them (alone, or a batch "
-        "read in one pass) while their inference, or a wait for an instance, takes at most "
-        "this long (microseconds); 0 = never"),
+        "with eager, requests run on the HTTP thread that read them (alone at low load, "
+        "or those read in one pass as a batch) while their inference takes at most this "
+        "long, in microseconds; 0 = never"),
     INT(batching, default_timeout_us, "0", 0, 3600000000LL,
         "longest a request may queue before it is refused, in microseconds; 0 = no limit"),
     STR(models, dir, "models", "the model repository folder"),

@@ -447,8 +447,8 @@ static void close_batch(request *first, hold_state hold)
 /* rq's held batch, its loop's pass ended: run here when an instance is
  * idle (true, with rq's answer in *a: the others answer on their next
  * call). Else it stays open, to be tried again on the loop's next pass,
- * while it has waited at most direct_max_us; then it is queued (rq now,
- * the others on their next call). */
+ * while batcher_may_wait allows; then it is queued (rq now, the others on
+ * their next call). */
 static bool run_held(http_server *h, struct MHD_Connection *c, request *rq, answer *a)
 {
     batcher *bat = h->deps->bat;

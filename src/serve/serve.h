@@ -244,7 +244,11 @@ bool batcher_run_batch(batcher *b, infer_req *list);
 
 /* Whether a batch that an HTTP event loop holds and that has found no
  * idle instance for `waited` seconds may wait on (retried on the loop's
- * next pass) rather than be queued: up to direct_max_us. */
+ * next pass) rather than be queued: up to BATCHER_HOLD_WAIT_US (at most
+ * direct_max_us), about what the hand-off to a worker and back costs a
+ * small batch's requests. Waiting longer spins the loop while an
+ * instance computes a big batch (tests/bench/RESULTS.md). */
+#define BATCHER_HOLD_WAIT_US 50
 bool batcher_may_wait(batcher *b, double waited);
 
 /* Whether intake has stopped (batcher_drain). */
