@@ -495,11 +495,12 @@ bool batcher_fits_thread(batcher *b, served *sv, int64_t samples)
            atomic_load(&sv->sample_us) * samples <= b->conf.direct_max_us;
 }
 
-bool batcher_may_wait(batcher *b, double waited)
+bool batcher_may_wait(batcher *b, double waited, int requests)
 {
-    int64_t most = b->conf.direct_max_us < BATCHER_HOLD_WAIT_US ? b->conf.direct_max_us
-                                                                : BATCHER_HOLD_WAIT_US;
-    return waited * 1e6 < (double)most;
+    double most = (double)requests * BATCHER_HANDOFF_US;
+    if (most > (double)b->conf.direct_max_us)
+        most = (double)b->conf.direct_max_us;
+    return waited * 1e6 < most;
 }
 
 bool batcher_run_now(batcher *b, infer_req *q)

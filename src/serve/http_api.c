@@ -453,7 +453,8 @@ static bool run_held(http_server *h, struct MHD_Connection *c, request *rq, answ
 {
     batcher *bat = h->deps->bat;
     drop_gone(rq);
-    for (request *r = rq; r; r = r->batch_next)
+    int requests = 0;
+    for (request *r = rq; r; r = r->batch_next, requests++)
         r->q.next = r->batch_next ? &r->batch_next->q : NULL;
     if (batcher_run_batch(bat, &rq->q)) {
         close_batch(rq, HOLD_NONE);   /* the others' next calls come after this one */
@@ -463,7 +464,7 @@ static bool run_held(http_server *h, struct MHD_Connection *c, request *rq, answ
     double now = dl_time_now();
     if (rq->busy_since == 0)
         rq->busy_since = now;
-    if (batcher_may_wait(bat, now - rq->busy_since))
+    if (batcher_may_wait(bat, now - rq->busy_since, requests))
         return false;
     close_batch(rq, HOLD_QUEUE);
     queue_suspended(h, c, rq);

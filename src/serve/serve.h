@@ -242,14 +242,15 @@ bool batcher_fits_thread(batcher *b, served *sv, int64_t samples);
  * instance instead: the batch was accepted before. */
 bool batcher_run_batch(batcher *b, infer_req *list);
 
-/* Whether a batch that an HTTP event loop holds and that has found no
- * idle instance for `waited` seconds may wait on (retried on the loop's
- * next pass) rather than be queued: up to BATCHER_HOLD_WAIT_US (at most
- * direct_max_us), about what the hand-off to a worker and back costs a
- * small batch's requests. Waiting longer spins the loop while an
- * instance computes a big batch (tests/bench/RESULTS.md). */
-#define BATCHER_HOLD_WAIT_US 50
-bool batcher_may_wait(batcher *b, double waited);
+/* Whether a batch of `requests` requests that an HTTP event loop holds
+ * and that has found no idle instance for `waited` seconds may wait on
+ * (retried on the loop's next passes) rather than be queued: while the
+ * wait costs less than the hand-off to a worker and back would cost its
+ * requests, BATCHER_HANDOFF_US a request (tests/bench/RESULTS.md), and
+ * at most direct_max_us. A longer wait spins the loop while an instance
+ * computes a big batch. */
+#define BATCHER_HANDOFF_US 10
+bool batcher_may_wait(batcher *b, double waited, int requests);
 
 /* Whether intake has stopped (batcher_drain). */
 bool batcher_stopping(batcher *b);
