@@ -201,3 +201,28 @@ Test(registry, direct_runs_come_in_streaks)
     batcher_free(b);
     stats_free(st);
 }
+
+/* batcher_may_wait: a held batch waits for an instance while the wait
+ * costs less than the hand-off would cost its requests (BATCHER_HANDOFF_US
+ * a request), never past direct_max_us. */
+Test(registry, a_held_batch_waits_what_its_hand_off_would_cost)
+{
+    dl_err err = {0};
+    stats *st = NULL;
+    batcher *b = NULL;
+    cr_assert_eq(stats_new(&st, &err), DL_OK, "%s", err.msg);
+    dl_batching_conf conf = {.max_batch_size = 64, .max_queue_delay_us = 1000,
+                             .max_queue_size = 64, .eager = true, .direct_max_us = 100};
+    cr_assert_eq(batcher_new(&conf, 1, reg, st, &b, &err), DL_OK, "%s", err.msg);
+    double us = 1e-6, a_request = BATCHER_HANDOFF_US * us;
+    cr_expect(batcher_may_wait(b, 0, 1), "a batch that has just found none waits");
+    cr_expect(batcher_may_wait(b, 0.9 * a_request, 1), "one request: under its hand-off");
+    cr_expect_not(batcher_may_wait(b, 1.1 * a_request, 1), "one request: past its hand-off");
+    cr_expect(batcher_may_wait(b, 3.9 * a_request, 4), "four requests: four times as long");
+    cr_expect_not(batcher_may_wait(b, 4.1 * a_request, 4), "four requests: not longer");
+    cr_expect(batcher_may_wait(b, 99 * us, 64), "64 requests: up to direct_max_us");
+    cr_expect_not(batcher_may_wait(b, 101 * us, 64), "64 requests: not past direct_max_us");
+    batcher_drain(b);
+    batcher_free(b);
+    stats_free(st);
+}
