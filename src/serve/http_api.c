@@ -432,10 +432,10 @@ static void drop_gone(request *first)
     }
 }
 
-/* Closes the held batch that first holds; the others are left `hold`. */
+/* Closes the held batch that first holds (its completed requests
+ * dropped); the others are left `hold`. */
 static void close_batch(request *first, hold_state hold)
 {
-    drop_gone(first);
     first->holds_batch = false;
     first->hold = HOLD_NONE;
     if (open_batch == first)
@@ -964,8 +964,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
     if (rq->arriving)
         batcher_arriving(h->deps->bat, -1);
-    if (rq->holds_batch)   /* gone before its batch ran: the others queue themselves */
+    if (rq->holds_batch) {   /* gone before its batch ran: the others queue themselves */
+        drop_gone(rq);
         close_batch(rq, HOLD_QUEUE);
+    }
     if (rq->hold == HOLD_WAITING)
         rq->gone = true;   /* in its held batch's list: freed when that closes */
     else

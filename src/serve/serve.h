@@ -238,8 +238,9 @@ bool batcher_fits_thread(batcher *b, served *sv, int64_t samples);
  * the calling thread, when an instance is idle: an HTTP event loop's
  * held batch (the requests it read in one pass). True with every request
  * done (outputs, err and times set; on_done is not called); false, none
- * run, when they are to be submitted. Once stopping, it waits for an
- * instance instead: the batch was accepted before. */
+ * run, when no instance is idle (the caller tries again or submits them).
+ * Once stopping, it waits for an instance instead: the batch was accepted
+ * before. */
 bool batcher_run_batch(batcher *b, infer_req *list);
 
 /* Whether a batch of `requests` requests that an HTTP event loop holds
