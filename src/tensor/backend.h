@@ -31,8 +31,8 @@ extern const dl_backend_reg dl_backend_cuda_reg;
  * leading dimensions, reading both where they lie. dl_gemm_thin_usable:
  * whether this CPU has the AVX2 and FMA the kernel runs on (call it only
  * then; off x86 it is a plain loop, never chosen); _preferred: usable and
- * no AVX-512, whose OpenBLAS kernels read thin operands in place
- * themselves. */
+ * OpenBLAS runs a core without its small-matrix kernels (SkylakeX and
+ * its successors), which read thin operands in place themselves. */
 bool dl_gemm_thin_usable(void);
 bool dl_gemm_thin_preferred(void);
 void dl_gemm_thin(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,

@@ -10,6 +10,9 @@
  * stays in L1 while the rows of A stream past it from L2. */
 #include "tensor/backend.h"
 
+#include <cblas.h>
+#include <strings.h>
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
@@ -22,9 +25,20 @@ bool dl_gemm_thin_usable(void)
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
+/* OpenBLAS's small-matrix kernels are its SkylakeX kernels' (which the
+ * Cooperlake and SapphireRapids cores use too): other cores, AVX-512 ones
+ * included that its CPU table does not know (OpenBLAS 0.3.21 runs AMD's
+ * Zen 5 as Haswell), pack the weights on every call. */
 bool dl_gemm_thin_preferred(void)
 {
-    return dl_gemm_thin_usable() && !__builtin_cpu_supports("avx512f");
+    static const char *const small[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    if (!dl_gemm_thin_usable())
+        return false;
+    const char *core = openblas_get_corename();
+    for (size_t i = 0; core && i < sizeof(small) / sizeof(small[0]); i++)
+        if (strcasecmp(core, small[i]) == 0)
+            return false;
+    return true;
 }
 
 TARGET static inline float hsum(__m256 v)

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <cblas.h>
 #include <criterion/criterion.h>
 
 #include "fixture.h"
@@ -434,6 +436,18 @@ Test(layers, gemm_word_chooses_the_thin_kernel)
     cr_assert_eq(dl_backend_cpu_new(1, &b, &err), DL_ERR_INVALID);
     cr_expect_null(b);
     cr_expect_not_null(strstr(err.msg, "DLSERVE_CPU_GEMM=fast"), "message was: %s", err.msg);
+}
+
+/* auto picks the thin kernel wherever OpenBLAS would pack the weights:
+ * every core but the SkylakeX family's, AVX-512 ones included (OpenBLAS
+ * 0.3.21 runs AMD's Zen 5 as Haswell, and packs there). */
+Test(layers, thin_kernel_preferred_where_openblas_packs)
+{
+    const char *core = openblas_get_corename();
+    bool small = strcasecmp(core, "skylakex") == 0 || strcasecmp(core, "cooperlake") == 0 ||
+                 strcasecmp(core, "sapphirerapids") == 0;
+    cr_expect_eq(dl_gemm_thin_preferred(), dl_gemm_thin_usable() && !small,
+                 "OpenBLAS core %s, AVX2+FMA %d", core, dl_gemm_thin_usable());
 }
 
 Test(layers, backward_accumulates)
