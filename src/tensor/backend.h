@@ -37,6 +37,12 @@ bool dl_gemm_thin_usable(void);
 bool dl_gemm_thin_preferred(void);
 void dl_gemm_thin(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                   const float *b, int64_t ldb, float *c, int64_t ldc);
+/* dl_gemm_thin runs the AVX-512 kernel where the CPU has AVX-512
+ * (dl_gemm_thin_avx512_usable), the AVX2 one otherwise;
+ * dl_gemm_thin_avx2 is always the AVX2 one (the tests check both). */
+bool dl_gemm_thin_avx512_usable(void);
+void dl_gemm_thin_avx2(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                       const float *b, int64_t ldb, float *c, int64_t ldc);
 
 /* backend_dnnl.c, in a build with oneDNN: convolution and pooling
  * primitives for the CPU backend, over NCHW (or blocked, as g->blocked

@@ -228,11 +228,12 @@ struct dl_backend {
      * dl_conv_geom.blocked); 0 for a backend that keeps none. */
     int engine_block;
     /* CPU: thin GEMMs of the dense layers' forward shape (a batch of at
-     * most 64 rows against the weights, C = A B^T) run in dlserve's own
-     * kernel, which reads the weights where they lie, instead of
-     * OpenBLAS: DLSERVE_CPU_GEMM's "thin" or "openblas", else (auto) on
-     * a CPU with AVX2 and FMA but no AVX-512, where OpenBLAS has no
-     * small-matrix kernels and packs the weights on every call. */
+     * most 64 rows against the weights, C = A B^T; any batch with the
+     * AVX-512 kernel) run in dlserve's own kernel, which reads the weights
+     * where they lie, instead of OpenBLAS: DLSERVE_CPU_GEMM's "thin" or
+     * "openblas", else (auto) on a CPU with AVX2 and FMA where OpenBLAS
+     * runs a core without small-matrix kernels (all but SkylakeX and its
+     * successors), and packs the weights on every call. */
     bool gemm_thin;
 };
 

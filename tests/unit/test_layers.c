@@ -371,29 +371,32 @@ Test(layers, dense_forward_every_batch_width)
     dense_batches(13, 7);
 }
 
-/* The thin kernel itself, on every edge: m and n 1 to 7 (each count of
- * 3 x 4 blocks and leftovers), k from 1 to 17 (with and without the
- * masked tail), operands inside wider rows, and C written in two column
- * halves through offset pointers as the backend's tasks do. Cells around
- * each C must stay untouched. */
-Test(layers, thin_gemm_every_edge)
+typedef void thin_kernel(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                         const float *b, int64_t ldb, float *c, int64_t ldc);
+
+/* A thin kernel on every edge: m and n 1 to 9 (each count of 3 x 4 and
+ * 4 x 4 blocks and leftovers), k from 1 to 33 (with and without the
+ * masked tails of 8 and 16), operands inside wider rows, and C written in
+ * two column halves through offset pointers as the backend's tasks do.
+ * Cells around each C must stay untouched. */
+static void thin_edges(thin_kernel *gemm, const char *name)
 {
-    enum { LD = 24, PAD = -7 };
-    static float a[8 * LD], bw[8 * LD], c[8 * LD];
-    for (int i = 0; i < 8 * LD; i++) {
+    enum { LD = 40, PAD = -7 };
+    static float a[10 * LD], bw[10 * LD], c[10 * LD];
+    for (int i = 0; i < 10 * LD; i++) {
         a[i] = uniform(-1.0f, 1.0f);
         bw[i] = uniform(-1.0f, 1.0f);
     }
-    static const int64_t ks[] = {1, 3, 7, 8, 9, 16, 17};
-    for (int64_t rows = 1; rows <= 7; rows++)
-        for (int64_t cols = 1; cols <= 7; cols++)
+    static const int64_t ks[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33};
+    for (int64_t rows = 1; rows <= 9; rows++)
+        for (int64_t cols = 1; cols <= 9; cols++)
             for (size_t t = 0; t < sizeof(ks) / sizeof(ks[0]); t++) {
                 int64_t k = ks[t], half = cols / 2;
-                for (int i = 0; i < 8 * LD; i++)
+                for (int i = 0; i < 10 * LD; i++)
                     c[i] = PAD;
-                dl_gemm_thin(rows, half, k, a, LD, bw, LD, c, LD);
-                dl_gemm_thin(rows, cols - half, k, a, LD, bw + half * LD, LD, c + half, LD);
-                for (int64_t i = 0; i < 8; i++)
+                gemm(rows, half, k, a, LD, bw, LD, c, LD);
+                gemm(rows, cols - half, k, a, LD, bw + half * LD, LD, c + half, LD);
+                for (int64_t i = 0; i < 10; i++)
                     for (int64_t j = 0; j < LD; j++) {
                         double want = PAD;
                         if (i < rows && j < cols) {
@@ -403,11 +406,20 @@ Test(layers, thin_gemm_every_edge)
                         }
                         float got = c[i * LD + j];
                         cr_assert(fabs(got - want) <= 1e-5 * (1 + fabs(want)),
-                                  "m %lld n %lld k %lld: c[%lld,%lld] = %g, want %g",
+                                  "%s: m %lld n %lld k %lld: c[%lld,%lld] = %g, want %g", name,
                                   (long long)rows, (long long)cols, (long long)k, (long long)i,
                                   (long long)j, got, want);
                     }
             }
+}
+
+/* dl_gemm_thin (the AVX-512 kernel where the CPU has it) and the AVX2
+ * kernel, which an AVX-512 CPU would otherwise never run here. */
+Test(layers, thin_gemm_every_edge)
+{
+    thin_edges(dl_gemm_thin, dl_gemm_thin_avx512_usable() ? "avx512" : "thin");
+    if (dl_gemm_thin_usable())
+        thin_edges(dl_gemm_thin_avx2, "avx2");
 }
 
 /* DLSERVE_CPU_GEMM: thin and openblas force a kernel, auto (or nothing)
