@@ -153,8 +153,8 @@ block5(int mr, int nr, int64_t k, const float *a, int64_t lda, const float *b, i
             c[i * ldc + j] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
-TARGET5 void dl_gemm_thin_avx512(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                                 const float *b, int64_t ldb, float *c, int64_t ldc)
+TARGET5 static void dl_gemm_thin_avx512(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                                        const float *b, int64_t ldb, float *c, int64_t ldc)
 {
     __mmask16 tail = (__mmask16)((1u << (k % 16)) - 1);
     for (int64_t j = 0; j < n; j += NR5) {
