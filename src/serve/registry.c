@@ -84,16 +84,21 @@ static dl_status load_version(registry *r, const char *name, int64_t version,
         s->pub.in_dim = dl_model_in_dim(m);
         s->pub.out_dim = dl_model_out_dim(m);
         /* Warm-up: one pass sizes the buffers before the first request;
-         * a second times a sample until the first batch does (the
-         * batcher's bound on running a request on a transport's thread). */
+         * the fastest of three more times a sample until the first batch
+         * does (the batcher's bound on running a request on a transport's
+         * thread; one pass alone may be preempted on a busy machine). */
         float *x = calloc((size_t)s->pub.in_dim, sizeof(float));
         float *y = malloc((size_t)s->pub.out_dim * sizeof(float));
         st = x && y ? dl_model_predict(m, x, 1, 1, y, err)
                     : dl_err_set(err, DL_ERR_NOMEM, "warm-up");
-        double t0 = dl_time_now();
-        if (st == DL_OK)
+        double best = 0;
+        for (int i = 0; i < 3 && st == DL_OK; i++) {
+            double t0 = dl_time_now();
             st = dl_model_predict(m, x, 1, 1, y, err);
-        atomic_store(&s->pub.sample_us, (long long)((dl_time_now() - t0) * 1e6));
+            double t = dl_time_now() - t0;
+            best = i == 0 || t < best ? t : best;
+        }
+        atomic_store(&s->pub.sample_us, (long long)(best * 1e6));
         free(x);
         free(y);
     }
