@@ -3,8 +3,12 @@
 #include "serve/json_scan.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* ---- failures and buffers ------------------------------------------------ */
 
@@ -531,9 +535,85 @@ static bool short_number(const char **pp, const char *end, double *v, bool *inte
     return true;
 }
 
+#if defined(__SSE2__)
+/* Bit i set where p[i] (i < 64) is c, or a digit for c == 0. */
+static uint64_t mask64(const char *p, char c)
+{
+    uint64_t m = 0;
+    for (int i = 0; i < 4; i++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i)), hit;
+        if (c) {
+            hit = _mm_cmpeq_epi8(v, _mm_set1_epi8(c));
+        } else {   /* '0'..'9': v - '0' below 10, as signed bytes from -128 */
+            __m128i d = _mm_sub_epi8(v, _mm_set1_epi8((char)('0' - 128)));
+            hit = _mm_cmplt_epi8(d, _mm_set1_epi8(-128 + 10));
+        }
+        m |= (uint64_t)(uint16_t)_mm_movemask_epi8(hit) << (16 * i);
+    }
+    return m;
+}
+
+/* The value of the len (1..8) digits at p, from one 8-byte load. */
+static uint32_t digits8(const char *p, unsigned len)
+{
+    uint64_t w;
+    memcpy(&w, p, sizeof(w));
+    /* bytes past the digits are shifted out: no borrow reaches a digit */
+    w = (w - 0x3030303030303030ULL) << (8 * (8 - len));
+    w = w * 10 + (w >> 8);
+    w = ((w & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32)) +
+         ((w >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32))) >> 32;
+    return (uint32_t)w;
+}
+
+/* Compact runs of unsigned integers, "12,0,255,...", 64 bytes of text at
+ * a time: the digits and commas of each block found at once, then each
+ * number ended by a comma read from one 8-byte load, none waiting for the
+ * one before (a byte loop's branches mispredict on every change of
+ * length). p is on the first digit of an element; takes up to max
+ * elements of at most 8 digits (bytes: up to 255) while 72 bytes remain,
+ * and returns how many, *next on the element after the last taken. The
+ * rest is the byte loop's, which also reports any error. */
+static size_t int_run(const char *p, const char *end, float *x, size_t max, bool bytes,
+                      const char **next)
+{
+    size_t got = 0;
+    while (got < max && end - p >= 64 + 8) {
+        uint64_t d = mask64(p, 0), c = mask64(p, ','), z = mask64(p, '0');
+        uint64_t starts = c << 1 | 1;
+        uint64_t valid = ~(d | c);   /* the block's form holds up to its first other byte */
+        uint64_t stop = valid ? (1ULL << __builtin_ctzll(valid)) - 1 : ~0ULL;
+        /* no empty element, no leading zero (a 0 and then a digit) */
+        uint64_t bad = (starts & c) | (z & starts & d >> 1);
+        if (bad)
+            stop &= (1ULL << __builtin_ctzll(bad)) - 1;
+        uint64_t ends = c & stop;
+        if (!ends)
+            break;
+        unsigned at = 0;
+        for (; ends && got < max; ends &= ends - 1) {
+            unsigned e = (unsigned)__builtin_ctzll(ends), len = e - at;
+            if (len > 8)
+                break;
+            uint32_t v = digits8(p + at, len);
+            if (bytes && v > 255)
+                break;
+            x[got++] = (float)v;
+            at = e + 1;
+        }
+        p += at;
+        if (ends)
+            break;
+    }
+    *next = p;
+    return got;
+}
+#endif
+
 size_t js_floats(json_scan *s, js_iter *it, float *x, size_t max, bool bytes)
 {
     size_t got = 0;
+    bool run = true;   /* until int_run takes nothing */
     while (got < max && !s->failed) {
         /* s->p stays after the last element taken: the caller goes on
          * from there. */
@@ -547,6 +627,19 @@ size_t js_floats(json_scan *s, js_iter *it, float *x, size_t max, bool bytes)
             while (p < end && is_ws(*p))
                 p++;
         }
+#if defined(__SSE2__)
+        if (run) {
+            const char *next;
+            size_t k = int_run(p, end, x + got, max - got, bytes, &next);
+            run = k > 0;
+            if (k) {
+                got += k;
+                it->n += k;
+                s->p = next - 1;   /* after the last element taken, on its comma */
+                continue;
+            }
+        }
+#endif
         const char *q = p;
         double v;
         bool integer;

@@ -15,6 +15,9 @@ import struct
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 FASHION = "/usr/share/datasets/fashion-mnist"
+# A compact array of pixel-like integers, 64 bytes of it and more: the
+# form json_scan.c reads a block at a time.
+PIXELS = "[" + ",".join(str(i * 37 % 256 if i % 3 else 0) for i in range(120)) + "]"
 
 TINY = json.loads(
     '{"name": "tiny", "input": {"name": "input", "shape": [2, 2],'
@@ -135,6 +138,7 @@ def record_seeds():
             ("raw_f32", b"1 - tiny raw\n" + f32(1, 2, 3, 4, 5, 6, 7, 8)),
             ("raw_nan", b"1 - - -\n" + f32(1, 2, 3, float("nan"))),
             ("no_headers", js({"data": [1, 2, 3, 4]})),
+            ("data_pixels", '0 - - -\n{"id":"p","data":%s}' % PIXELS),
             ("bad_json", "0 - - hdr-id\n{\"id\": \"x\", \"data\": [1, 2,")]
 
 
@@ -150,6 +154,7 @@ def main():
                           ("strings", '{"a":"\\ud83d\\ude00\\u00e9\\n\\"","b":["\xc3\xa9",""],'
                                       '"c":{"d":{}}}'),
                           ("nested", "[[[[[[{\"x\":[null,true,false]}]]]]]]"),
+                          ("pixels", PIXELS),
                           ("scalar", ' "text" ')])
     write_dict("json", JSON_TOKENS)
     write_corpus("oip", oip_seeds())
