@@ -184,7 +184,7 @@ bool dl_gemm_thin_avx512_usable(void)
 void dl_gemm_thin(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                   const float *b, int64_t ldb, float *c, int64_t ldc)
 {
-    if (__builtin_cpu_supports("avx512f"))
+    if (dl_gemm_thin_avx512_usable())
         dl_gemm_thin_avx512(m, n, k, a, lda, b, ldb, c, ldc);
     else
         dl_gemm_thin_avx2(m, n, k, a, lda, b, ldb, c, ldc);
