@@ -50,9 +50,9 @@ check "a bad [kafka.consumer] property stops start-up ($rc)" test $rc -ne 0
 check "... naming the file, the line and the property" \
     grep -q "bad.conf:5: Kafka property 'session.timeout.ms'" "$WORK/bad.err"
 
-# ---- dlserve bounds librdkafka's fetches at 4 MB; a larger message.max.bytes
+# ---- dlserve bounds librdkafka's fetches at 1 MB; a larger message.max.bytes
 # (librdkafka wants a fetch to hold the largest message) is still taken -----
-check "a [kafka.consumer] message.max.bytes over 4 MB is taken" start_kafka_daemon big \
+check "a [kafka.consumer] message.max.bytes over 1 MB is taken" start_kafka_daemon big \
     "${KARGS[@]}" --set kafka.group_id=big --set kafka.consumer.message.max.bytes=8000000
 check "... and that daemon stops cleanly" stop_daemon
 
