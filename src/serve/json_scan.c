@@ -566,28 +566,45 @@ static uint32_t digits8(const char *p, unsigned len)
     return (uint32_t)w;
 }
 
-/* Compact runs of unsigned integers, "12,0,255,...", 64 bytes of text at
- * a time: the digits and commas of each block found at once, then each
- * number ended by a comma read from one 8-byte load, none waiting for the
- * one before (a byte loop's branches mispredict on every change of
- * length). p is on the first digit of an element; takes up to max
- * elements of at most 8 digits (bytes: up to 255) while 72 bytes remain,
- * and returns how many, *next on the element after the last taken. The
- * rest is the byte loop's, which also reports any error. */
+/* Bits 0..n-1 (n < 64). */
+static uint64_t below(unsigned n)
+{
+    return (1ULL << n) - 1;
+}
+
+/* Runs of unsigned integers, "12,0,255,..." or "12, 0, 255, ...", 64
+ * bytes of text at a time: the digits, commas and blanks of each block
+ * found at once, then each number ended by a comma read from one 8-byte
+ * load, none waiting for the one before (a byte loop's branches
+ * mispredict on every change of length). p is on the first digit of an
+ * element; takes up to max elements of at most 8 digits (bytes: up to
+ * 255) while 72 bytes remain, and returns how many, *after on the comma
+ * after the last taken. The rest is the byte loop's, which also reports
+ * any error. */
 static size_t int_run(const char *p, const char *end, float *x, size_t max, bool bytes,
-                      const char **next)
+                      const char **after)
 {
     size_t got = 0;
     while (got < max && end - p >= 64 + 8) {
-        uint64_t d = mask64(p, 0), c = mask64(p, ','), z = mask64(p, '0');
-        uint64_t starts = c << 1 | 1;
-        uint64_t valid = ~(d | c);   /* the block's form holds up to its first other byte */
-        uint64_t stop = valid ? (1ULL << __builtin_ctzll(valid)) - 1 : ~0ULL;
+        uint64_t d = mask64(p, 0), c = mask64(p, ','), z = mask64(p, '0'), sp = mask64(p, ' ');
+        /* the block's form holds up to its first other byte */
+        uint64_t other = ~(d | c | sp);
+        uint64_t stop = other ? below((unsigned)__builtin_ctzll(other)) : ~0ULL;
+        /* Each comma followed by one blank (", "), else none: the elements
+         * up to the first blank. */
+        unsigned gap = 1;
+        sp &= stop;
+        if (sp && sp == (c << 1 & stop))
+            gap = 2;
+        else if (sp)
+            stop &= below((unsigned)__builtin_ctzll(sp));
+        uint64_t starts = c << gap | 1;
         /* no empty element, no leading zero (a 0 and then a digit) */
         uint64_t bad = (starts & c) | (z & starts & d >> 1);
         if (bad)
-            stop &= (1ULL << __builtin_ctzll(bad)) - 1;
-        uint64_t ends = c & stop;
+            stop &= below((unsigned)__builtin_ctzll(bad));
+        /* elements ended by a comma (and its blank) inside the block */
+        uint64_t ends = c & stop & (gap == 2 ? sp >> 1 : ~0ULL);
         if (!ends)
             break;
         unsigned at = 0;
@@ -599,13 +616,13 @@ static size_t int_run(const char *p, const char *end, float *x, size_t max, bool
             if (bytes && v > 255)
                 break;
             x[got++] = (float)v;
-            at = e + 1;
+            *after = p + e;
+            at = e + gap;
         }
         p += at;
         if (ends)
             break;
     }
-    *next = p;
     return got;
 }
 #endif
@@ -617,7 +634,7 @@ static __attribute__((noinline)) size_t int_run_at(json_scan *s, js_iter *it, fl
                                                    size_t max, bool bytes)
 {
 #if defined(__SSE2__)
-    const char *p = s->p, *end = s->end, *next;
+    const char *p = s->p, *end = s->end, *after = p;
     while (p < end && is_ws(*p))
         p++;
     if (it->n > 0) {
@@ -627,10 +644,10 @@ static __attribute__((noinline)) size_t int_run_at(json_scan *s, js_iter *it, fl
         while (p < end && is_ws(*p))
             p++;
     }
-    size_t got = int_run(p, end, x, max, bytes, &next);
+    size_t got = int_run(p, end, x, max, bytes, &after);
     if (got) {
         it->n += got;
-        s->p = next - 1;   /* after the last element taken, on its comma */
+        s->p = after;
     }
     return got;
 #else

@@ -11,9 +11,10 @@
  * Reads the first N images (default 1000) of a Fashion-MNIST idx file and
  * writes each one's 784 pixels as the two array forms dlserve is sent:
  * HTTP's FP32 JSON (`[0.0, 12.0, ...]`, as tests/py/make_request.py
- * writes it) and the Kafka `data` form (`[0,12,...]`, UINT8), plus a
- * third of mixed decimals (`[0.0471, -1.5, 255, ...]`, values / 255 to 4
- * places, some negative). Each form is read with js_floats ROUNDS times
+ * writes it) and the Kafka `data` form (`[0,12,...]`, UINT8), plus the
+ * same integers as Python's json writes them (`[0, 12, ...]`) and mixed
+ * decimals (`[0.0471, -1.5, 255, ...]`, values / 255 to 4 places, some
+ * negative). Each form is read with js_floats ROUNDS times
  * (default 30) over all N arrays; the best round is printed as ns a number.
  * Every value read is checked against strtod's (exits 1 on a difference). */
 #include "serve/json_scan.h"
@@ -118,10 +119,12 @@ int main(int argc, char **argv)
     }
     int n = argc > 2 ? atoi(argv[2]) : 1000, rounds = argc > 3 ? atoi(argv[3]) : 30;
     unsigned char *img = read_images(argv[1], n);
-    form forms[3] = {{"http-fp32", NULL, NULL, false},
-                     {"kafka-uint8", NULL, NULL, true},
-                     {"decimals", NULL, NULL, false}};
-    for (int k = 0; k < 3; k++) {
+    enum { NFORMS = 4 };
+    form forms[NFORMS] = {{"http-fp32", NULL, NULL, false},
+                          {"kafka-uint8", NULL, NULL, true},
+                          {"decimals", NULL, NULL, false},
+                          {"python-uint8", NULL, NULL, true}};
+    for (int k = 0; k < NFORMS; k++) {
         forms[k].text = calloc((size_t)n, sizeof(char *));
         forms[k].len = calloc((size_t)n, sizeof(size_t));
         for (int i = 0; i < n; i++) {
@@ -132,7 +135,7 @@ int main(int argc, char **argv)
                 const char *sep = j ? (k == 1 ? "," : ", ") : "";
                 if (k == 0)
                     o += sprintf(o, "%s%u.0", sep, v);
-                else if (k == 1)
+                else if (k == 1 || k == 3)
                     o += sprintf(o, "%s%u", sep, v);
                 else if (v % 7 == 0)
                     o += sprintf(o, "%s%u", sep, v);
@@ -146,7 +149,7 @@ int main(int argc, char **argv)
         check(&forms[k], n);
     }
     printf("%-12s %10s\n", "form", "ns/number");
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < NFORMS; k++)
         printf("%-12s %10.2f\n", forms[k].name, best_ns(&forms[k], n, rounds));
     return 0;
 }

@@ -15,8 +15,8 @@ import struct
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 FASHION = "/usr/share/datasets/fashion-mnist"
-# A compact array of pixel-like integers, 64 bytes of it and more: the
-# form json_scan.c reads a block at a time.
+# A compact array of pixel-like integers, 64 bytes of it and more: a form
+# json_scan.c reads a block at a time (as it does with ", " between them).
 PIXELS = "[" + ",".join(str(i * 37 % 256 if i % 3 else 0) for i in range(120)) + "]"
 
 TINY = json.loads(
@@ -155,6 +155,7 @@ def main():
                                       '"c":{"d":{}}}'),
                           ("nested", "[[[[[[{\"x\":[null,true,false]}]]]]]]"),
                           ("pixels", PIXELS),
+                          ("pixels_spaced", PIXELS.replace(",", ", ")),
                           ("scalar", ' "text" ')])
     write_dict("json", JSON_TOKENS)
     write_corpus("oip", oip_seeds())

@@ -3,9 +3,9 @@
  * takes is strtod's, it stops exactly where the first element that is
  * not a finite float (bytes: an integer 0..255) begins, and the whole
  * array is accepted exactly when jansson accepts it. The arrays are
- * mostly compact runs of unsigned integers ("12,0,255"), read 64 bytes
- * at a time, with faults and other forms at random places, block edges
- * among them. */
+ * mostly runs of unsigned integers ("12,0,255" or "12, 0, 255"), read 64
+ * bytes at a time, with faults and other forms at random places, block
+ * edges among them. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -88,16 +88,17 @@ static bool taken(const elem *e, bool bytes)
     return isfinite((float)v);
 }
 
-/* One array of n elements into text; returns its length. */
-static size_t make_array(char *text, elem *el, size_t n, bool faults)
+/* One array of n elements into text, their separator sep but now and
+ * then another; returns its length. */
+static size_t make_array(char *text, elem *el, size_t n, const char *sep, bool faults)
 {
-    static const char *seps[] = {",", ", ", " ,", ",\n"};
+    static const char *seps[] = {",", ", ", " ,", ",\n", ",  ", " , "};
     size_t len = 0;
     text[len++] = '[';
     for (size_t i = 0; i < n; i++) {
         make_elem(&el[i], faults);
         if (i)
-            len += (size_t)sprintf(text + len, "%s", rnd(100) < 2 ? seps[rnd(4)] : ",");
+            len += (size_t)sprintf(text + len, "%s", rnd(100) < 2 ? seps[rnd(6)] : sep);
         len += (size_t)sprintf(text + len, "%s", el[i].text);
     }
     text[len++] = ']';
@@ -158,39 +159,89 @@ Test(json_scan, floats_of_random_arrays)
     static elem el[MAX_ELEMS];
     for (int round = 0; round < 4000; round++) {
         size_t n = 1 + rnd(MAX_ELEMS);
-        size_t len = make_array(text, el, n, round % 4 != 0);
+        /* compact, as most serializers write; ", " as Python's json does */
+        size_t len = make_array(text, el, n, round % 5 < 3 ? "," : ", ", round % 4 != 0);
         size_t max = rnd(4) == 0 ? rnd((unsigned)n + 3) : n;
         check_array(text, len, el, n, max, round % 3 == 0);
     }
 }
 
 /* Elements that end on the last bytes of a 64-byte block, or cross into
- * the next, with a fault at each place in turn. */
+ * the next, compact or with ", ", with one fault at each place in turn:
+ * a bad element, or a separator other than the array's. */
 Test(json_scan, floats_across_block_edges)
 {
     static char text[4096];
     static elem el[MAX_ELEMS];
-    for (unsigned fault_at = 0; fault_at < 120; fault_at++) {
-        for (unsigned width = 1; width <= 9; width++) {
-            size_t n = 150, len = 0;
-            text[len++] = '[';
-            for (size_t i = 0; i < n; i++) {
-                if (i)
-                    text[len++] = ',';
-                elem *e = &el[i];
-                if (i == fault_at) {
-                    e->k = fault_at % 3 == 0 ? LEADING_ZERO : fault_at % 3 == 1 ? EMPTY : BROKEN;
-                    snprintf(e->text, sizeof(e->text), "%s",
-                             e->k == LEADING_ZERO ? "07" : e->k == EMPTY ? "" : "1.");
-                } else {
-                    e->k = UINT;
-                    /* widths vary so that commas fall on every offset */
-                    unsigned w = (unsigned)(1 + (i * width) % 9);
-                    for (unsigned d = 0; d < w; d++)
-                        e->text[d] = (char)('1' + (i + d) % 9);
-                    e->text[w] = '\0';
+    static const char *other_sep[] = {",", ", ", ",  ", " ,"};
+    for (unsigned fault_at = 1; fault_at < 120; fault_at++) {
+        for (unsigned width = 1; width <= 18; width++) {
+            for (int sep_fault = 0; sep_fault < 5; sep_fault++) {
+                const char *sep = width > 9 ? ", " : ",";
+                size_t n = 150, len = 0;
+                text[len++] = '[';
+                for (size_t i = 0; i < n; i++) {
+                    if (i)
+                        len += (size_t)sprintf(text + len, "%s",
+                                               sep_fault && i == fault_at
+                                                   ? other_sep[sep_fault - 1] : sep);
+                    elem *e = &el[i];
+                    if (!sep_fault && i == fault_at) {
+                        e->k = i % 3 == 0 ? LEADING_ZERO : i % 3 == 1 ? EMPTY : BROKEN;
+                        snprintf(e->text, sizeof(e->text), "%s",
+                                 e->k == LEADING_ZERO ? "07" : e->k == EMPTY ? "" : "1.");
+                    } else {
+                        e->k = UINT;
+                        /* widths vary so that commas fall on every offset */
+                        unsigned w = (unsigned)(1 + (i * width) % 9);
+                        for (unsigned d = 0; d < w; d++)
+                            e->text[d] = (char)('1' + (i + d) % 9);
+                        e->text[w] = '\0';
+                    }
+                    len += (size_t)sprintf(text + len, "%s", e->text);
                 }
-                len += (size_t)sprintf(text + len, "%s", e->text);
+                text[len++] = ']';
+                text[len] = '\0';
+                check_array(text, len, el, n, n, false);
+                check_array(text, len, el, n, n, true);
+            }
+        }
+    }
+}
+
+/* An array of ", " with one separator of another form, its comma at each
+ * offset of the first two 64-byte blocks in turn (the last byte of a
+ * block among them), the element after it of each kind. */
+Test(json_scan, floats_separator_changes)
+{
+    static char text[4096];
+    static elem el[MAX_ELEMS];
+    static const char *seps[] = {",", ",\n", ",  ", " ,", ","};
+    static const char *next[] = {"5", "23", "5", "7", "-7"};
+    for (unsigned at = 1; at < 140; at++) {
+        for (int v = 0; v < 5; v++) {
+            /* the first element's width puts a comma at offset `at` */
+            unsigned w0 = 1 + (at - 1) % 3;
+            size_t n = 0, len = 0;
+            text[len++] = '[';
+            for (unsigned i = 0; i < w0; i++)
+                el[n].text[i] = (char)('1' + i);
+            el[n].text[w0] = '\0';
+            el[n++].k = UINT;
+            len += (size_t)sprintf(text + len, "%s", el[0].text);
+            for (unsigned k = 0; k < (at - w0) / 3; k++) {
+                snprintf(el[n].text, sizeof(el[n].text), "%zu", n % 10);
+                el[n].k = UINT;
+                len += (size_t)sprintf(text + len, ", %s", el[n++].text);
+            }
+            cr_assert_eq(len - 1, at);   /* the other separator's comma at `at` */
+            snprintf(el[n].text, sizeof(el[n].text), "%s", next[v]);
+            el[n].k = next[v][0] == '-' ? OTHER_NUMBER : UINT;
+            len += (size_t)sprintf(text + len, "%s%s", seps[v], el[n++].text);
+            for (int i = 0; i < 60; i++) {
+                snprintf(el[n].text, sizeof(el[n].text), "%d", 10 + i);
+                el[n].k = UINT;
+                len += (size_t)sprintf(text + len, ", %s", el[n++].text);
             }
             text[len++] = ']';
             text[len] = '\0';
