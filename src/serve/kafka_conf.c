@@ -101,7 +101,7 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
          * and each fetch's buffer faults its pages in again. With 16 MB
          * and 4 MB a backlog of binary records streamed about a quarter
          * faster, and with 1 MB fetches (librdkafka's default
-         * message.max.bytes, 1,000,000, fits) a fifth faster again, the
+         * message.max.bytes, 1,000,000, fits) a quarter faster again, the
          * broker's work a record halved (RESULTS.md).
          * librdkafka wants a fetch to hold the largest message: a
          * message.max.bytes of the user's leaves the fetch size to it. */
