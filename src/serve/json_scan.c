@@ -498,6 +498,23 @@ static bool is_ws(char c)
     return c == ' ' || c == '\n' || c == '\r' || c == '\t';
 }
 
+/* Where an array's next element starts, from p just after the last one
+ * read (n read so far): past blanks, and past the comma and its blanks
+ * after an element; NULL when no comma follows the element. */
+static const char *next_element(const char *p, const char *end, size_t n)
+{
+    while (p < end && is_ws(*p))
+        p++;
+    if (n > 0) {
+        if (p >= end || *p != ',')
+            return NULL;
+        p++;
+        while (p < end && is_ws(*p))
+            p++;
+    }
+    return p;
+}
+
 /* The common number forms, [-]digits[.digits] with at most 15 digits in
  * all, read inline: the digits over an exact power of ten, one rounding,
  * so exactly strtod's value. False for any other form (read_number's). */
@@ -634,16 +651,9 @@ static __attribute__((noinline)) size_t int_run_at(json_scan *s, js_iter *it, fl
                                                    size_t max, bool bytes)
 {
 #if defined(__SSE2__)
-    const char *p = s->p, *end = s->end, *after = p;
-    while (p < end && is_ws(*p))
-        p++;
-    if (it->n > 0) {
-        if (p >= end || *p != ',')
-            return 0;
-        p++;
-        while (p < end && is_ws(*p))
-            p++;
-    }
+    const char *end = s->end, *p = next_element(s->p, end, it->n), *after = p;
+    if (!p)
+        return 0;
     size_t got = int_run(p, end, x, max, bytes, &after);
     if (got) {
         it->n += got;
@@ -662,16 +672,9 @@ size_t js_floats(json_scan *s, js_iter *it, float *x, size_t max, bool bytes)
     while (got < max && !s->failed) {
         /* s->p stays after the last element taken: the caller goes on
          * from there. */
-        const char *p = s->p, *end = s->end;
-        while (p < end && is_ws(*p))
-            p++;
-        if (it->n > 0) {
-            if (p >= end || *p != ',')
-                break;
-            p++;
-            while (p < end && is_ws(*p))
-                p++;
-        }
+        const char *end = s->end, *p = next_element(s->p, end, it->n);
+        if (!p)
+            break;
         const char *q = p;
         double v;
         bool integer;
