@@ -59,8 +59,12 @@ static kbuf *buf_get(kafka_srv *k)
         }
     }
     kbuf *b = k->bufs;
-    if (!b)
-        return calloc(1, sizeof(*b));
+    if (!b) {
+        if (!(b = calloc(1, sizeof(*b))))
+            return NULL;
+        atomic_fetch_add(&k->c.buffers_allocated, 1);
+        return b;
+    }
     k->bufs = b->next;
     k->nbufs--;
     b->next = NULL;
@@ -85,6 +89,7 @@ static krec *rec_get(kafka_srv *k)
     } else {
         if (!(r = calloc(1, sizeof(*r))))
             return NULL;
+        atomic_fetch_add(&k->c.records_allocated, 1);
     }
     r->next = r->stale_next = NULL;
     return r;

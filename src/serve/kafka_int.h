@@ -154,6 +154,7 @@ typedef struct kcounters {
     atomic_llong redis_writes, redis_errors, sink_errors, in_flight;
     atomic_llong brokers_up, brokers_known, broker_outages;
     atomic_llong redis_pending;  /* results waiting for their MULTI/EXEC (redis delivery) */
+    atomic_llong records_allocated, buffers_allocated;  /* pool misses (kafka_in.c) */
     atomic_bool  paused;
     atomic_bool  brokers_down;   /* no broker reachable (kafka_health.c) */
 } kcounters;

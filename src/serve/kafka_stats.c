@@ -86,6 +86,12 @@ void kafka_metrics(kafka_srv *k, dl_sbuf *b)
          &k->c.redis_writes},
         {"dlserve_kafka_redis_errors_total", "Failed Redis writes of results (retried).",
          &k->c.redis_errors},
+        {"dlserve_kafka_records_allocated_total",
+         "Record slots allocated because the pool was empty (flat in a steady stream).",
+         &k->c.records_allocated},
+        {"dlserve_kafka_buffers_allocated_total",
+         "Input buffers allocated because the pool was empty (flat in a steady stream).",
+         &k->c.buffers_allocated},
     };
     for (size_t i = 0; i < sizeof(counters) / sizeof(*counters); i++) {
         dl_prom_family(b, counters[i].name, "counter", counters[i].help);

@@ -3,8 +3,10 @@
 # partitions, with low bounds: the queues stay within them (sampled from
 # /metrics throughout: dlserve_kafka_in_flight <= dlserve_kafka_max_in_flight,
 # dlserve_batcher_queued_samples <= dlserve_batcher_queue_limit_samples),
-# intake stops at its bound without pausing its partitions, and every
-# record is answered; then read again through a small librdkafka prefetch
+# intake stops at its bound without pausing its partitions, every
+# record is answered, the record and buffer pools keep allocations within
+# the intake bound, and consuming and producing run on threads of their
+# own; then read again through a small librdkafka prefetch
 # queue, whose stalled fetcher the daemon wakes.
 . "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
 . "$SRC/tests/serve/lib_serve.sh"
@@ -80,6 +82,27 @@ sys.exit(0 if n > 5 and 0 < flight <= int(sys.argv[2]) and queued <= int(sys.arg
 PYEOF
 }
 check "sampled gauges never over their bounds" within_bounds
+
+# The pipeline: records and input buffers come from pools, so the whole
+# burst allocates no more of them than intake may hold at once (one per
+# record without the pools); and consuming and producing ran on threads
+# of their own, each of which did real work.
+curl -s "$URL/metrics" > "$WORK/metrics1.txt"
+grep -E '^dlserve_kafka_(records|buffers)_allocated_total' "$WORK/metrics1.txt"
+check "records and input buffers allocated <= max_in_flight ($MAX_IN_FLIGHT) for $N records" \
+    awk -v bound=$MAX_IN_FLIGHT '/^dlserve_kafka_(records|buffers)_allocated_total / {
+            n++; if ($2 < 1 || $2 > bound) bad = 1 }
+        END { exit !(n == 2 && !bad) }' "$WORK/metrics1.txt"
+# stage_ticks NAME: CPU clock ticks (user + system) of the daemon's thread NAME
+stage_ticks() {
+    for t in /proc/$PID/task/*; do
+        [ "$(cat "$t/comm")" = "$1" ] && awk '{ sub(/.*\) /, ""); print $12 + $13 }' "$t/stat"
+    done
+}
+ticks_in=$(stage_ticks kafka-in) ticks_out=$(stage_ticks kafka-out)
+echo "# CPU ticks: kafka-in ${ticks_in:-none}, kafka-out ${ticks_out:-none}"
+check "consuming and producing ran on their own threads (kafka-in, kafka-out)" \
+    test "${ticks_in:-0}" -gt 0 -a "${ticks_out:-0}" -gt 0
 check "stops cleanly" stop_daemon
 
 # The same backlog again, read by a new group with librdkafka's prefetch
