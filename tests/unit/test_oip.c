@@ -264,6 +264,7 @@ Test(oip, reads_the_timeout_parameter)
                        "'data':[1,2,3,4]}]}"),
                  DL_OK, "%s", err.msg);
     cr_expect_eq(req.timeout_us, 2500);
+    oip_request_fini(&req);
     refused("{'parameters':{'timeout':-5},'inputs':[{'name':'pixels','shape':[1,4],"
             "'datatype':'FP32','data':[1,2,3,4]}]}", "'parameters'.timeout must be microseconds");
 }
