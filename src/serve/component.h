@@ -20,6 +20,8 @@
 
 #include "serve/serve.h"
 
+#include <pthread.h>
+
 /* What the daemon lends its components; it outlives them. */
 typedef struct component_env {
     const dl_serve_conf *conf;

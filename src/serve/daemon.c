@@ -6,6 +6,7 @@
  * exits 0. Signal handlers only set flags. */
 #define _GNU_SOURCE
 #include "serve/component.h"
+#include "serve/http/http.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -4,7 +4,7 @@
  * in the same run), as the release build compiles it:
  *
  *   cc -O3 -march=native -fno-math-errno -std=c11 -D_GNU_SOURCE -Isrc \
- *      tests/bench/numparse.c src/serve/json_scan.c src/util/sbuf.c \
+ *      tests/bench/numparse.c src/serve/oip/json_scan.c src/util/sbuf.c \
  *      src/util/err.c -lz -lm -o /tmp/numparse
  *   /tmp/numparse /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz [N] [ROUNDS]
  *
@@ -17,7 +17,7 @@
  * negative). Each form is read with js_floats ROUNDS times
  * (default 30) over all N arrays; the best round is printed as ns a number.
  * Every value read is checked against strtod's (exits 1 on a difference). */
-#include "serve/json_scan.h"
+#include "serve/oip/json_scan.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
-/* fuzz_json.c: the hot-path JSON scanner (src/serve/json_scan.c) against
+/* fuzz_json.c: the hot-path JSON scanner (src/serve/oip/json_scan.c) against
  * jansson: every document one accepts the other accepts, and the values
  * the scanner reads (strings, numbers, keys, float arrays) are those
  * jansson reads. */
 #include "fuzz.h"
-#include "serve/json_scan.h"
+#include "serve/oip/json_scan.h"
 
 #include <jansson.h>
 #include <math.h>

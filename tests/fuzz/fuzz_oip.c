@@ -1,4 +1,4 @@
-/* fuzz_oip.c: Open Inference Protocol requests (src/serve/oip.c over
+/* fuzz_oip.c: Open Inference Protocol requests (src/serve/oip/oip.c over
  * json_scan.c): infer bodies, JSON or with the binary tensor data
  * extension, checked against a 2x2-input model, the answer written back
  * for what was read; and the URL paths of the router.
@@ -7,7 +7,7 @@
  * Inference-Header-Content-Length header's value, '\n', and the body
  * (JSON then raw tensors); anything else is a JSON body whole. */
 #include "fuzz.h"
-#include "serve/oip.h"
+#include "serve/oip/oip.h"
 
 #include <jansson.h>
 

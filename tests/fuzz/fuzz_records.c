@@ -1,4 +1,4 @@
-/* fuzz_records.c: Kafka record values (src/serve/records.c: the JSON
+/* fuzz_records.c: Kafka record values (src/serve/kafka/records.c: the JSON
  * forms, the binary extension's payload and raw float32) through
  * record_open and record_decode_into against a 2x2-input model, and the
  * prediction written back for what was read.
@@ -8,7 +8,7 @@
  * Inference-Header-Content-Length header), then the record value. Without
  * a '\n' the whole input is the value of a record without headers. */
 #include "fuzz.h"
-#include "serve/records.h"
+#include "serve/kafka/records.h"
 
 #include <jansson.h>
 

@@ -14,7 +14,7 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 
-#include "serve/json_scan.h"
+#include "serve/oip/json_scan.h"
 
 #define MAX_ELEMS 400
 

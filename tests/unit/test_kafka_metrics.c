@@ -10,7 +10,7 @@
 #include <criterion/criterion.h>
 #include "fixture.h"
 
-#include "serve/kafka.h"
+#include "serve/kafka/kafka.h"
 
 #define PROMTOOL "/usr/bin/promtool"
 

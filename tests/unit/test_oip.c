@@ -13,7 +13,7 @@
 #include <criterion/criterion.h>
 
 #include "fixture.h"
-#include "serve/oip.h"
+#include "serve/oip/oip.h"
 
 /* A small classifier: samples [1, 2, 2] (4 values), 3 classes. */
 static char *labels3[] = {"cat", "dog", "Ankle boot"};

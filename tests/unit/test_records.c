@@ -8,7 +8,7 @@
 #include <criterion/criterion.h>
 
 #include "fixture.h"
-#include "serve/records.h"
+#include "serve/kafka/records.h"
 
 /* A small classifier: samples [1, 2, 2] (4 values), 3 classes. */
 static char *labels3[] = {"cat", "dog", "bird"};

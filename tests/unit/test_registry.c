@@ -7,7 +7,7 @@
 #include <criterion/criterion.h>
 #include "fixture.h"
 
-#include "serve/oip.h"
+#include "serve/oip/oip.h"
 #include "serve/serve.h"
 
 #include <time.h>

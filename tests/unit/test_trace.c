@@ -1,9 +1,9 @@
 /* test_trace.c: the W3C traceparent format check and the trace context
- * kept for a request (serve/trace.c). */
+ * kept for a request (serve/oip/trace.c). */
 #include <string.h>
 #include <criterion/criterion.h>
 
-#include "serve/trace.h"
+#include "serve/oip/trace.h"
 
 #define GOOD "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

@@ -21,8 +21,8 @@
 #ifndef DL_SERVE_KAFKA_INT_H
 #define DL_SERVE_KAFKA_INT_H
 
-#include "serve/kafka.h"
-#include "serve/records.h"
+#include "serve/kafka/kafka.h"
+#include "serve/kafka/records.h"
 #ifdef DL_HAVE_REDIS
 #include "redis/dl_redis.h"
 #endif
@@ -30,6 +30,7 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #define KAFKA_TOPIC_MAX        256

@@ -1,7 +1,7 @@
 /* trace.c: W3C Trace Context: the traceparent format check and the trace
  * context a request carries through the daemon. */
 #define _POSIX_C_SOURCE 200809L   /* strnlen */
-#include "serve/trace.h"
+#include "serve/oip/trace.h"
 
 #include <string.h>
 

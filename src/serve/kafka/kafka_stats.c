@@ -1,7 +1,7 @@
 /* kafka_stats.c: what the Kafka service shows: per-partition positions and
  * lag (a snapshot the consumer thread refreshes), /status JSON and the
  * dlserve_kafka_* Prometheus families. */
-#include "serve/kafka_int.h"
+#include "serve/kafka/kafka_int.h"
 
 void kafka_snapshot(kafka_srv *k)
 {

@@ -18,7 +18,7 @@
 #define DL_SERVE_RECORDS_H
 
 #include "nn/dl_nn.h"
-#include "serve/oip.h"
+#include "serve/oip/oip.h"
 
 /* Why a record went to the dead-letter topic (the metrics label). */
 typedef enum record_fault {

@@ -1,7 +1,7 @@
 /* kafka_health.c: which brokers the consumer reaches, from librdkafka's
  * statistics (each broker's connection state) and error callbacks (all
  * brokers down); one log line per transition between none and some. */
-#include "serve/kafka_int.h"
+#include "serve/kafka/kafka_int.h"
 
 #include <string.h>
 

@@ -1,7 +1,7 @@
 /* http_stats.c: Triton's statistics and model configuration extensions,
  * GET /v2/models/{m}[/versions/{v}]/stats and .../config, as JSON built
  * from the registry, the batcher's configuration and the stats. */
-#include "serve/serve.h"
+#include "serve/http/http.h"
 
 #include <stdio.h>
 

@@ -2,8 +2,8 @@
  * routing, infer requests read in one pass without a JSON tree (JSON and
  * binary tensors), the infer answer written directly, the other answers. */
 #define _POSIX_C_SOURCE 200809L
-#include "serve/oip.h"
-#include "serve/json_scan.h"
+#include "serve/oip/oip.h"
+#include "serve/oip/json_scan.h"
 
 #include <limits.h>
 #include <math.h>

@@ -2,7 +2,7 @@
  * [kafka.consumer] / [kafka.producer] properties, then what the delivery
  * mode requires), the embedded mock cluster, creation and subscription. */
 #define _GNU_SOURCE
-#include "serve/kafka_int.h"
+#include "serve/kafka/kafka_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

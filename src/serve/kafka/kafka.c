@@ -2,7 +2,7 @@
  * the two pipeline threads, stops them in order, and keeps the fatal error
  * the stages share. The stages are kafka_in.c, kafka_out.c and
  * kafka_delivery.c; the clients kafka_conf.c; what it shows kafka_stats.c. */
-#include "serve/kafka_int.h"
+#include "serve/kafka/kafka_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

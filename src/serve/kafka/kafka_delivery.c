@@ -4,7 +4,7 @@
  * consumed offsets) and redis (results and offsets in one MULTI/EXEC).
  * Their hooks run on the consumer thread, except on_output (output thread). */
 #define _GNU_SOURCE
-#include "serve/kafka_int.h"
+#include "serve/kafka/kafka_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* status_page.c: what the status page (GET /) needs from the daemon
  * besides /status and /metrics: its embedded files and the training curves. */
 #define _POSIX_C_SOURCE 200809L
-#include "serve/status_page.h"
+#include "serve/http/status_page.h"
 
 #include <math.h>
 #include <stdio.h>

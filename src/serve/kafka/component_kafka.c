@@ -3,7 +3,7 @@
  * shown in /status and /metrics; its Redis result sink is lent to the Redis
  * component's reports. */
 #include "serve/component.h"
-#include "serve/kafka.h"
+#include "serve/kafka/kafka.h"
 
 #include <stdlib.h>
 

@@ -1,6 +1,6 @@
 /* json_scan.c: a strict JSON reader that reads values straight from the
  * bytes (no tree), as strict as jansson with duplicate keys refused. */
-#include "serve/json_scan.h"
+#include "serve/oip/json_scan.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -8,8 +8,8 @@
  * wake-up. Outputs are written into one reused buffer (librdkafka copies
  * them), so a steady stream allocates no text. */
 #define _GNU_SOURCE
-#include "serve/kafka_int.h"
-#include "serve/trace.h"
+#include "serve/kafka/kafka_int.h"
+#include "serve/oip/trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,8 +8,8 @@
  * Every form carries raw values (pixels 0..255 for the image models), and
  * they stay raw: the batcher applies the model's input scaling. */
 #define _POSIX_C_SOURCE 200809L
-#include "serve/records.h"
-#include "serve/oip.h"
+#include "serve/kafka/records.h"
+#include "serve/oip/oip.h"
 
 #include <math.h>
 #include <stdarg.h>

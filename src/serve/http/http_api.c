@@ -14,10 +14,10 @@
  * on its next pass. Idle keep-alive connections cost a socket and a
  * little memory, not a thread. */
 #define _GNU_SOURCE   /* accept4, pthread_setname_np; strncasecmp; microhttpd.h's socket types */
-#include "serve/serve.h"
-#include "serve/oip.h"
-#include "serve/trace.h"
-#include "serve/status_page.h"
+#include "serve/http/http.h"
+#include "serve/http/status_page.h"
+#include "serve/oip/oip.h"
+#include "serve/oip/trace.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -9,7 +9,7 @@
  * buffers come from pools and go back to them, so a steady stream
  * allocates neither. */
 #define _GNU_SOURCE
-#include "serve/kafka_int.h"
+#include "serve/kafka/kafka_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

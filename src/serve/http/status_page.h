@@ -1,6 +1,6 @@
 /* status_page.h (private to serve/): the status page served at GET /, its
- * files embedded at build time (src/serve/ui/, turned into ui_assets.c by
- * src/serve/ui/embed.py), and the training curves it draws
+ * files embedded at build time (src/serve/http/ui/, turned into ui_assets.c by
+ * src/serve/http/ui/embed.py), and the training curves it draws
  * (GET /status/training). */
 #ifndef DL_SERVE_STATUS_PAGE_H
 #define DL_SERVE_STATUS_PAGE_H

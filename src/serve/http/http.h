@@ -1,0 +1,50 @@
+/* http.h (private to serve/): the HTTP server (http_api.c) and the answers
+ * of Triton's statistics and model configuration extensions
+ * (http_stats.c). */
+#ifndef DL_SERVE_HTTP_H
+#define DL_SERVE_HTTP_H
+
+#include "serve/serve.h"
+
+typedef struct http_server http_server;
+
+typedef struct http_deps {
+    const dl_http_conf *conf;
+    registry           *reg;
+    batcher            *bat;
+    stats              *st;
+    double              start_time;     /* dl_time_now() at start */
+    const char         *server_version; /* DL_VERSION_STRING */
+    const char         *models_dir;     /* the repository, for GET /status/training */
+    /* true once models are loaded and warmed (for /v2/health/ready) */
+    bool              (*ready)(void *ctx);
+    void               *ctx;
+    /* extra JSON for /status (new reference), may be NULL */
+    json_t           *(*status_extra)(void *ctx);
+    /* extra Prometheus text for /metrics (new string), may be NULL */
+    char             *(*metrics_extra)(void *ctx);
+} http_deps;
+
+/* Triton's statistics extension for GET /v2/models/{m}[/versions/{v}]/stats:
+ * {"model_stats": [...]} (*out new), every version with statistics when
+ * version is 0. DL_ERR_NOT_FOUND (404) for a model or version the
+ * registry does not know (http_stats.c). */
+dl_status http_model_stats(const http_deps *d, const char *model, int64_t version, json_t **out,
+                           dl_err *err);
+/* Triton's model configuration (JSON) of a served version for GET
+ * .../config (*out new): name, platform, backend, max_batch_size, input,
+ * output, dynamic_batching with its queue policy. registry_acquire's
+ * status when the version is not served (404, or 503 for nothing ready). */
+dl_status http_model_config(const http_deps *d, const char *model, int64_t version,
+                            json_t **out, dl_err *err);
+
+/* Starts listening (deps must outlive the server) with deps->conf->threads
+ * event-loop threads (0: one per core) serving every connection. The
+ * bound port is in *port (useful with port 0). */
+dl_status http_start(const http_deps *deps, http_server **out, int *port, dl_err *err);
+/* Stops accepting connections; requests in flight are answered first
+ * (for at most 30 s, but always those the batcher holds: call it after
+ * batcher_drain, which completes them). */
+void http_stop(http_server *h);
+
+#endif /* DL_SERVE_HTTP_H */

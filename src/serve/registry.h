@@ -1,0 +1,72 @@
+/* registry.h (private to serve/): the model repository and the lifecycle
+ * of its versions (registry.c). Any thread may call any function here. */
+#ifndef DL_SERVE_REGISTRY_H
+#define DL_SERVE_REGISTRY_H
+
+#include "serve/dl_serve.h"
+
+#include <jansson.h>
+#include <stdatomic.h>
+
+typedef struct registry registry;
+
+/* One loaded version of one model. Read-only once published; lives while
+ * references are held (registry_acquire / served_release). */
+typedef struct served {
+    char                 name[DL_NAME_MAX];
+    int64_t              version;
+    dl_model_conf       *conf;        /* owned */
+    /* Owned: one copy a backend of the registry (models.instances), m[i]
+     * used by whoever holds the batcher's instance i: its worker, or a
+     * transport's thread (batcher_run_now). */
+    dl_model            *m[DL_MAX_INSTANCES];
+    int64_t              in_dim, out_dim;
+    /* Inference us a sample in the last batch run (at first, the
+     * warm-up's single sample). */
+    atomic_llong         sample_us;
+} served;
+
+/* Scans conf->dir and loads what the version policy selects. *out is new.
+ * A model that fails to load is logged and recorded (see
+ * registry_status), not fatal. */
+dl_status registry_new(const dl_models_conf *conf, dl_backend *const *be, int nbe,
+                       registry **out, dl_err *err);
+void registry_free(registry *r);
+
+/* Rescans the folder: loads, validates and warms up new versions, swaps
+ * them in atomically, and drops versions the policy no longer selects (they
+ * are freed when their last reference goes). A bad version is refused and
+ * the old keeps serving; the reason goes to the log and registry_status.
+ * Returns the number of changes. */
+int registry_rescan(registry *r);
+
+/* Loads (or reloads) / unloads one model by name, for
+ * POST /v2/repository/models/{m}/load|unload. DL_ERR_NOT_FOUND when there
+ * is no such model folder (load) or model (unload); DL_ERR_INVALID when
+ * its newest version is refused (err says why). */
+dl_status registry_load(registry *r, const char *name, dl_err *err);
+dl_status registry_unload(registry *r, const char *name, dl_err *err);
+
+/* *out: a reference to version `version` of `name` (0: the newest
+ * served); release it with served_release. On failure *out is NULL and
+ * the status says why: DL_ERR_NOT_FOUND for an unknown or unloaded model
+ * or a version not served, DL_ERR_UNAVAILABLE for a model that has no
+ * version ready (yet: a load failed or is under way). */
+dl_status registry_acquire(registry *r, const char *name, int64_t version, served **out,
+                           dl_err *err);
+/* Drops a reference; NULL does nothing. */
+void served_release(served *s);
+
+/* True when every model that has versions on disk serves one of them (a
+ * model folder without trained weights does not hold readiness back). */
+bool registry_ready(registry *r);
+
+/* JSON (new reference): [{"name", "versions": [..], "state":
+ * "READY"|"UNAVAILABLE"|"UNLOADED", "reason"}], for /status and
+ * /v2/repository/index. */
+json_t *registry_status(registry *r);
+
+/* Names of the models (new array of new strings, NULL-terminated). */
+char **registry_names(registry *r);
+
+#endif /* DL_SERVE_REGISTRY_H */

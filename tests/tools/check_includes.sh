@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# check_includes.sh [SRC]: the daemon's library boundaries (src/serve/meson.build).
+# Only src/serve/http/ may include microhttpd.h, only src/serve/kafka/
+# librdkafka's headers, only src/redis/ hiredis's. Prints each file that
+# crosses a boundary and exits 1; exits 0 when none does.
+#
+# With --self-test, plants a crossing in a copy of SRC and fails unless the
+# check catches it (so the check cannot pass by reading nothing).
+set -euo pipefail
+
+check() {   # check SRC
+    local src=$1 bad=0 f
+    # header pattern, the one folder allowed to include it
+    local rules=('microhttpd\.h' 'serve/http/'
+                 'librdkafka/rdkafka(_mock)?\.h' 'serve/kafka/'
+                 'hiredis/' 'redis/')
+    local i
+    for ((i = 0; i < ${#rules[@]}; i += 2)); do
+        while IFS= read -r f; do
+            case "${f#"$src"/}" in
+                "${rules[i+1]}"*) ;;
+                *) echo "boundary crossed: $f includes ${rules[i]//\\/}"; bad=1 ;;
+            esac
+        done < <(grep -rlE "^[[:space:]]*#[[:space:]]*include[[:space:]]*[<\"]${rules[i]}" \
+                      --include='*.c' --include='*.h' "$src" || true)
+    done
+    return $bad
+}
+
+if [ "${1:-}" = --self-test ]; then
+    src=${2:?usage: check_includes.sh --self-test SRC}
+    check "$src" || exit 1
+    [ "$(grep -rlE '#include <microhttpd\.h>' --include='*.c' "$src/serve/http" | wc -l)" -gt 0 ] ||
+        { echo "self-test: no file in $src/serve/http includes microhttpd.h"; exit 1; }
+    tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+    for planted in 'serve/daemon.c:#include <microhttpd.h>' \
+                   'serve/oip/oip.c:#include <librdkafka/rdkafka.h>' \
+                   'serve/http/http_api.c:#  include "librdkafka/rdkafka_mock.h"' \
+                   'serve/kafka/kafka.c:#include <hiredis/hiredis.h>'; do
+        rm -rf "$tmp/src"; cp -r "$src" "$tmp/src"
+        echo "${planted#*:}" >> "$tmp/src/${planted%%:*}"
+        if check "$tmp/src" >/dev/null; then
+            echo "self-test: the check missed '${planted#*:}' in ${planted%%:*}"; exit 1
+        fi
+    done
+    echo "include boundaries hold; 4 planted crossings caught"
+    exit 0
+fi
+check "${1:-$(dirname "$0")/../../src}"
