@@ -120,19 +120,23 @@ check "--dist: an unknown mode lists the modes" \
     fails_with "$WORK/err" $rc "expected allreduce, avg\[:K\], ps-sync or ps-async"
 check "--help names an option's words" grep -q -- "--optimizer NAME .*(sgd, momentum or" "$WORK/help"
 
-# The README's option tables are the binary's, line for line: the daemon's
-# configuration reference and the training options, each between its
-# BEGIN and END markers.
-readme_table() {
-    sed -n "/^<!-- BEGIN $1/,/^<!-- END $1/p" "$SRC/README.md" | sed '1d;$d'
+# The manual's option tables are the binary's, line for line: the
+# daemon's configuration reference (docs/configuration.md) and the training
+# options (docs/training.md), each between its BEGIN and END markers.
+doc_table() {   # doc_table FILE MARKER: the table between MARKER's lines
+    sed -n "/^<!-- BEGIN $2/,/^<!-- END $2/p" "$SRC/$1" | sed '1d;$d'
 }
+check "docs/configuration.md has the config-reference markers" \
+    grep -q "^<!-- BEGIN config-reference" "$SRC/docs/configuration.md"
+check "docs/training.md has the options-reference markers" \
+    grep -q "^<!-- BEGIN options-reference" "$SRC/docs/training.md"
 if "$DLSERVE" --config-reference > "$WORK/ref.md" 2>/dev/null; then
-    check "README's config reference matches the option table" \
-        diff <(readme_table config-reference) "$WORK/ref.md"
+    check "docs/configuration.md's reference matches the option table" \
+        diff <(doc_table docs/configuration.md config-reference) "$WORK/ref.md"
 fi
 "$DLSERVE" --options-reference > "$WORK/opts.md"; rc=$?
 check "--options-reference exits 0" test $rc -eq 0
-check "README's training options match the option table" \
-    diff <(readme_table options-reference) "$WORK/opts.md"
+check "docs/training.md's training options match the option table" \
+    diff <(doc_table docs/training.md options-reference) "$WORK/opts.md"
 
 finish
