@@ -1,6 +1,6 @@
 /* cli.c: the dlserve command line from one option table: getopt_long's
  * array, values parsed and bounds-checked, --help and the Markdown option
- * reference that the README carries (--options-reference). */
+ * reference that docs/training.md carries (--options-reference). */
 #define _POSIX_C_SOURCE 200809L
 #include "cmd/cli.h"
 #ifdef DL_HAVE_SERVE
@@ -362,7 +362,7 @@ static void usage_text(const cli_opt *o, char *buf, size_t len)
 }
 
 /* The options of training, evaluation, prediction and benchmarks as a
- * Markdown table: the README's, which tests/cli/test_cli.sh compares. */
+ * Markdown table: docs/training.md's, which tests/cli/test_cli.sh compares. */
 static int call_options_reference(const cli_opt *o, const char *arg, cli *c)
 {
     (void)o;

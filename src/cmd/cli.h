@@ -1,6 +1,6 @@
 /* cli.h (private to cmd/): the dlserve command line, described by one
  * option table that builds getopt_long's array, parses and checks values,
- * prints --help and the README's option table (--options-reference). */
+ * prints --help and docs/training.md's option table (--options-reference). */
 #ifndef DL_CMD_CLI_H
 #define DL_CMD_CLI_H
 

@@ -32,10 +32,11 @@
  * Typing them `gauge` or `untyped` silences the first rule only (the other
  * two look at the name whatever the type) and would mislabel monotonic
  * counters, so they stay `counter`, as Triton exposes them. The
- * Triton names are part of the contract (README.md, "The daemon"): the lint
- * findings on them are expected, and the unit test asserts that promtool
- * parses the whole text (exit 0 or 3), that those are the only findings,
- * and that everything else (dlserve_*, process_*) passes with exit 0.
+ * Triton names are part of the contract (docs/serving.md, "The HTTP
+ * API"): the lint findings on them are expected, and the unit test
+ * asserts that promtool parses the whole text (exit 0 or 3), that those
+ * are the only findings, and that everything else (dlserve_*, process_*)
+ * passes with exit 0.
  *
  * Cardinality: series are created by the names callers pass. After
  * STATS_MAX_SERIES (model, version) pairs or STATS_MAX_MODELS models,

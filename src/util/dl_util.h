@@ -303,9 +303,9 @@ void dl_parallel_for(int64_t n, int64_t grain, dl_task_fn fn, void *ctx);
  * Each component describes its options in one table; the table drives
  * defaults, parsing of INI files (inih), DLSERVE_<SECTION>_<KEY>
  * environment overrides, command-line overrides, bounds checks, the
- * effective-config printout and the README's reference. Tables are
- * constant and may be read from any thread; the functions below touch only
- * the config struct they are given. */
+ * effective-config printout and the reference in docs/configuration.md.
+ * Tables are constant and may be read from any thread; the functions below
+ * touch only the config struct they are given. */
 
 typedef enum dl_opt_type {
     DL_OPT_INT,      /* int64_t, bounds min..max */

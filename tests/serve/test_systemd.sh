@@ -1,8 +1,8 @@
 #!/bin/bash
 # test_systemd.sh: systemd/dlserve.service.in, made into a unit the way
 # meson's configure_file does, passes `systemd-analyze verify` without a
-# single complaint about it, keeps the contract of README.md's "Running it
-# as a service" (notify, reload, watchdog, GPU-friendly hardening) and
+# single complaint about it, keeps the contract of docs/serving.md's
+# "Running under systemd" (notify, reload, watchdog, GPU-friendly hardening) and
 # stays well hardened (`systemd-analyze security --offline`). Skips (77)
 # without systemd-analyze.
 . "$(dirname "$0")/../cli/lib.sh"
@@ -39,7 +39,7 @@ check "systemd-analyze verify exits 0" test "$verify_rc" -eq 0
 check "systemd-analyze verify says nothing about dlserve.service" \
     bash -c '! grep -n "dlserve\.service" "$1"' _ "$verify_out"
 
-# The contract (README.md, "Running it as a service"): each setting, uncommented.
+# The contract (docs/serving.md, "Running under systemd"): each setting, uncommented.
 has() { grep -qx "$1" "$UNIT"; }
 for line in 'Type=notify' 'NotifyAccess=main' 'ExecReload=/bin/kill -HUP $MAINPID' \
             'WatchdogSec=30' 'Restart=on-failure' 'TimeoutStopSec=30' \

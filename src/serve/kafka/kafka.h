@@ -15,7 +15,7 @@
  * Delivery modes (kafka_delivery.c): at-least-once (offsets stored after
  * the output's delivery report), exactly-once (one transaction holds the
  * outputs, dead letters and consumed offsets) and redis (results and
- * offsets in one MULTI/EXEC). See README "Kafka". */
+ * offsets in one MULTI/EXEC). See docs/kafka.md, "Delivery modes". */
 #ifndef DL_SERVE_KAFKA_H
 #define DL_SERVE_KAFKA_H
 

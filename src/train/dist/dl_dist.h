@@ -19,7 +19,7 @@ typedef enum dl_dist_mode {
     DL_DIST_PS_ASYNC,    /* parameter servers, bounded staleness */
 } dl_dist_mode;
 
-/* Default gradient bucket size in KiB (--bucket-kb): see README. */
+/* Default gradient bucket size in KiB (--bucket-kb): see docs/training.md. */
 #define DL_DIST_BUCKET_KB 128
 
 typedef struct dl_dist_conf {
