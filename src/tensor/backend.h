@@ -1,6 +1,17 @@
 /* backend.h (private to src/tensor): how a backend makes itself known to
  * dl_backend_new. Each backend file defines one registration; tensor.c
- * lists them, and nothing else in the tree names a backend. */
+ * lists them, and nothing else in the tree names a backend.
+ *
+ * Adding a backend NAME:
+ *  1. In src/tensor/NAME/ (its own meson.build, appending to core_src and
+ *     subdir'd from the top-level meson.build), fill a const
+ *     dl_backend_ops (dl_tensor.h) and a create() that returns a
+ *     struct dl_backend pointing at it.
+ *  2. Define `const dl_backend_reg dl_backend_NAME_reg`, declare it below
+ *     and add it to backends[] in tensor.c.
+ *  3. Keep everything else in a header of its own in that folder (the
+ *     CPU's is cpu/cpu.h, CUDA's cuda/cuda_module.h), and test every op
+ *     against the CPU's, as tests/gpu/test_gpu_ops.c does for CUDA. */
 #ifndef DL_TENSOR_BACKEND_H
 #define DL_TENSOR_BACKEND_H
 
@@ -20,56 +31,12 @@ typedef struct dl_backend_reg {
                         dl_err *err);
 } dl_backend_reg;
 
-/* backend_cpu.c */
+/* cpu/backend_cpu.c */
 extern const dl_backend_reg dl_backend_cpu_reg;
 /* cuda/cuda_loader.c in a build with CUDA, cuda/cuda_none.c without:
  * the name is known either way, so "cuda" answers "unavailable" rather
  * than "unknown device" on a machine without it. */
 extern const dl_backend_reg dl_backend_cuda_reg;
-
-/* gemm_thin.c: C (m, n) = A (m, k) B (n, k)^T, row-major with these
- * leading dimensions, reading both where they lie. dl_gemm_thin_usable:
- * whether this CPU has the AVX2 and FMA the kernel runs on (call it only
- * then; off x86 it is a plain loop, never chosen); _preferred: usable and
- * OpenBLAS runs a core without its small-matrix kernels (SkylakeX and
- * its successors), which read thin operands in place themselves. */
-bool dl_gemm_thin_usable(void);
-bool dl_gemm_thin_preferred(void);
-void dl_gemm_thin(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                  const float *b, int64_t ldb, float *c, int64_t ldc);
-/* dl_gemm_thin runs the AVX-512 kernel where the CPU has AVX-512
- * (dl_gemm_thin_avx512_usable), the AVX2 one otherwise;
- * dl_gemm_thin_avx2 is always the AVX2 one (the tests check both). */
-bool dl_gemm_thin_avx512_usable(void);
-void dl_gemm_thin_avx2(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                       const float *b, int64_t ldb, float *c, int64_t ldc);
-
-/* backend_dnnl.c, in a build with oneDNN: convolution and pooling
- * primitives for the CPU backend, over NCHW (or blocked, as g->blocked
- * says) and OIHW buffers, each
- * created on the first call with its geometry and kept (up to a bound).
- * Calls are serialised on the context's mutex; they run on oneDNN's OpenMP
- * team of `threads` threads. DL_ERR_UNAVAILABLE means oneDNN has no
- * implementation for this geometry (the caller then uses im2col). */
-typedef struct dl_dnnl dl_dnnl;
-dl_status dl_dnnl_new(int threads, dl_dnnl **out, dl_err *err);
-/* Hands dl_parallel_for's loops to oneDNN's OpenMP team (process-wide). */
-void      dl_dnnl_own_loops(void);
-void      dl_dnnl_free(dl_dnnl *d);
-/* The channel block of the blocked activation layout (be->engine_block). */
-int       dl_dnnl_block(const dl_dnnl *d);
-dl_status dl_dnnl_conv_fwd(dl_dnnl *d, const dl_conv_geom *g, const float *x,
-                           const float *w, const float *b, const dl_act *post, float *y,
-                           dl_err *err);
-dl_status dl_dnnl_conv_bwd_data(dl_dnnl *d, const dl_conv_geom *g, const float *dy,
-                                const float *w, float *dx, dl_err *err);
-dl_status dl_dnnl_conv_bwd_weights(dl_dnnl *d, const dl_conv_geom *g, const float *x,
-                                   const float *dy, float *dw, float *db, dl_err *err);
-dl_status dl_dnnl_pool_fwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
-                           const float *x, float *y, void *ws, size_t ws_bytes, dl_err *err);
-dl_status dl_dnnl_pool_bwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
-                           const float *dy, const void *ws, size_t ws_bytes, float *dx,
-                           dl_err *err);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,7 @@
 # The command line end to end on a data subset: --help, --version, --train
 # (version folders and their files), --eval, --predict, and clear one-line
 # errors for malformed model, weights, data and options.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 
 M=$(model_copy fashion-mlp)
 

@@ -6,7 +6,7 @@
 # and --threads N bounds the process's threads on either engine:
 # one team computes (the pool's workers, or oneDNN's OpenMP team running
 # dlserve's loops as well), OpenBLAS inside it.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 
 M=$(model_copy fashion-cnn)
 engines=(im2col onednn)

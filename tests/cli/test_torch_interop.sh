@@ -3,7 +3,7 @@
 # as safetensors, evaluates in dlserve to the accuracy PyTorch reports.
 # Also the CNN (conv, pooling, dropout layouts) on a short run, trained on
 # 10,000 images.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 PEER=$SRC/tests/py/torch_model.py
 if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     echo "1..0 # SKIP: /usr/bin/python3 has no torch (apt-get install python3-torch)"

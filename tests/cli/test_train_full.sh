@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Full-data training of fashion-mlp with its model.json defaults, then
 # --eval on the 10,000 test images: accuracy must reach 0.885.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 
 M=$(model_copy fashion-mlp)
 "$DLSERVE" --train "$M" --no-progress > "$WORK/train.json" 2> "$WORK/train.log"; rc=$?

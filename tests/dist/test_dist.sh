@@ -7,7 +7,7 @@
 # parameter servers with S = 1, 2, 3, unequal shards, checkpoint/resume
 # equality, and stalls: a stopped rank and a killed rank end the job with
 # the missing rank named.
-. "$(dirname "$0")/../cli/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp
         --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)

@@ -2,7 +2,7 @@
 # Full-data fashion-mlp under mpirun: asynchronous parameter servers with 4
 # trainers reach >= 0.87 test accuracy, parameter averaging every 8 steps
 # >= 0.88.
-. "$(dirname "$0")/../cli/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp
         --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
 

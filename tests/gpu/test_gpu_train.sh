@@ -14,7 +14,7 @@
 #     may flip).
 # Environment: DLSERVE, DLSERVE_SOURCE_ROOT (as the CLI tests),
 # DLSERVE_DATA (default /usr/share/datasets/fashion-mnist).
-. "$(dirname "$0")/../cli/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 DATA=${DLSERVE_DATA:-$DATA}
 
 # train NAME DEVICE LIMIT OUT [extra flags]: one epoch over LIMIT samples.

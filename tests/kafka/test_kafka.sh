@@ -4,9 +4,9 @@
 # and kcat, outputs and dead letters read back, predictions checked
 # against --predict; every malformed kind dead-lettered; backpressure; a
 # rebalance; kill -9 in a stream of 20,000 records.
-. "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
-. "$SRC/tests/serve/lib_serve.sh"
-. "$SRC/tests/kafka/lib_kafka.sh"
+. "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
+. "$SRC/tests/lib/lib_serve.sh"
+. "$SRC/tests/lib/lib_kafka.sh"
 IN=in OUT=out DLQ=dlq
 # The mock keeps at most 5 MiB a partition (older records go): topics have
 # partitions enough for what each scenario writes. A member that vanished

@@ -8,9 +8,9 @@
 # the intake bound, and consuming and producing run on threads of their
 # own; then read again through a small librdkafka prefetch
 # queue, whose stalled fetcher the daemon wakes.
-. "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
-. "$SRC/tests/serve/lib_serve.sh"
-. "$SRC/tests/kafka/lib_kafka.sh"
+. "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
+. "$SRC/tests/lib/lib_serve.sh"
+. "$SRC/tests/lib/lib_kafka.sh"
 N=100000 MAX_IN_FLIGHT=2000 MAX_QUEUE=32
 
 # tiny: 4 inputs, 3 classes, trained for an epoch on a few hundred rows

@@ -11,9 +11,9 @@
 # come out again. That is the mock's limit, not the protocol's: the test
 # checks the call sequence (commits, an abort, the rewind) and that every
 # id reaches the output, and counts those duplicates without bounding them.
-. "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
-. "$SRC/tests/serve/lib_serve.sh"
-. "$SRC/tests/kafka/lib_kafka.sh"
+. "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
+. "$SRC/tests/lib/lib_serve.sh"
+. "$SRC/tests/lib/lib_kafka.sh"
 
 make_repo "$WORK/repo"
 check "mock cluster up" start_mock ein:4 eout:4 edlq:2

@@ -5,9 +5,9 @@
 # kafka.max_record_age_ms sending records older than that (by their
 # timestamp) to the dead-letter topic with kind "expired", as are records
 # queued past their "timeout" parameter.
-. "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
-. "$SRC/tests/serve/lib_serve.sh"
-. "$SRC/tests/kafka/lib_kafka.sh"
+. "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
+. "$SRC/tests/lib/lib_serve.sh"
+. "$SRC/tests/lib/lib_kafka.sh"
 IN=in OUT=out DLQ=dlq
 TP=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
 KARGS=(--set kafka.input_topics=$IN --set kafka.output_topic=$OUT

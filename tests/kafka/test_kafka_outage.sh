@@ -4,9 +4,9 @@
 # dlserve_kafka_up) and /status (each broker's state) show the outage and
 # the return, the log says so once each way, HTTP stays ready and serving,
 # and every record is answered.
-. "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
-. "$SRC/tests/serve/lib_serve.sh"
-. "$SRC/tests/kafka/lib_kafka.sh"
+. "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
+. "$SRC/tests/lib/lib_serve.sh"
+. "$SRC/tests/lib/lib_kafka.sh"
 
 make_repo "$WORK/repo"
 MOCK_BROKERS=3

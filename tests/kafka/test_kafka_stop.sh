@@ -4,9 +4,9 @@
 # own close waits for the group coordinator forever. The daemon gives up
 # after 5 s, says so, and exits 0 once its group session has timed out
 # (session.timeout.ms, 6 s here).
-. "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
-. "$SRC/tests/serve/lib_serve.sh"
-. "$SRC/tests/kafka/lib_kafka.sh"
+. "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
+. "$SRC/tests/lib/lib_serve.sh"
+. "$SRC/tests/lib/lib_kafka.sh"
 
 make_repo "$WORK/repo"
 check "mock cluster up" start_mock sin:8 sout:8 sdlq:2

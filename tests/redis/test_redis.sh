@@ -5,10 +5,10 @@
 # with redis delivery; Redis stopped and restarted while the daemon serves
 # HTTP and Kafka; a version published by `dlserve --train --publish`
 # afterwards is loaded; training progress in /status.
-. "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
-. "$SRC/tests/serve/lib_serve.sh"
-. "$SRC/tests/kafka/lib_kafka.sh"
-. "$SRC/tests/redis/lib_redis.sh"
+. "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
+. "$SRC/tests/lib/lib_serve.sh"
+. "$SRC/tests/lib/lib_kafka.sh"
+. "$SRC/tests/lib/lib_redis.sh"
 
 make_repo "$WORK/repo"
 check "mock cluster up" start_mock rin:24 rout:4 rdlq:2 ain:4 aout:4

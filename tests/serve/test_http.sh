@@ -3,8 +3,8 @@
 # error code, predictions equal to `dlserve --predict`, the binary tensor
 # data extension (oip_binary_client.py), dynamic batching, metrics
 # (promtool), bearer token, bad config, SIGTERM.
-. "$(dirname "$0")/../cli/lib.sh"
-. "$(dirname "$0")/lib_serve.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$(dirname "$0")/../lib/lib_serve.sh"
 REQ=$SRC/tests/py/make_request.py
 REPO=$WORK/models
 make_repo "$REPO"

@@ -3,8 +3,8 @@
 # answered, the daemon holds them all with a bounded number of threads
 # (connections do not cost threads), and /status's in-flight count comes
 # back to 0. The client is tests/serve/many_conns.py (standard library).
-. "$(dirname "$0")/../cli/lib.sh"
-. "$(dirname "$0")/lib_serve.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$(dirname "$0")/../lib/lib_serve.sh"
 CONNS=1000
 SECOND=10          # a second request on every 10th connection: 100
 HTTP_THREADS=2

@@ -4,8 +4,8 @@
 # their whole body first (Python's urllib) read it; limits on URL length
 # (414), header size (431) and connections (503, http.max_connections;
 # past that and its 64 for answers, the listen backlog).
-. "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
-. "$SRC/tests/serve/lib_serve.sh"
+. "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
+. "$SRC/tests/lib/lib_serve.sh"
 trap 'kill -9 ${PID:-} 2>/dev/null; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 EDGES=$SRC/tests/serve/http_edges.py
 mkdir -p "$WORK/repo"

@@ -4,8 +4,8 @@
 # context (traceparent / tracestate) echoed and logged, request deadlines
 # (the "timeout" parameter and batching.default_timeout_us: Triton's queue
 # policy with REJECT), and JSON log lines read back with python3's json.
-. "$(dirname "$0")/../cli/lib.sh"
-. "$(dirname "$0")/lib_serve.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$(dirname "$0")/../lib/lib_serve.sh"
 REQ=$SRC/tests/py/make_request.py
 PY=/usr/bin/python3
 REPO=$WORK/models

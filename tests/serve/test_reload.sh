@@ -3,8 +3,8 @@
 # through SIGHUP with zero failed requests, a corrupt version refused while
 # the old keeps answering, the load/unload API, 100 reloads with flat
 # resident memory, and SIGTERM under load answering every accepted request.
-. "$(dirname "$0")/../cli/lib.sh"
-. "$(dirname "$0")/lib_serve.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$(dirname "$0")/../lib/lib_serve.sh"
 REQ=$SRC/tests/py/make_request.py
 LOAD=$SRC/tests/serve/load.py
 REPO=$WORK/models

@@ -8,9 +8,9 @@
 # with no script error or Content-Security-Policy violation; the screenshot
 # is kept in $STATUS_PAGE_OUT (printed). Also: the token rule of the page and
 # its files, their headers, and GET /status/training.
-. "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
-. "$SRC/tests/serve/lib_serve.sh"
-. "$SRC/tests/kafka/lib_kafka.sh"
+. "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
+. "$SRC/tests/lib/lib_serve.sh"
+. "$SRC/tests/lib/lib_kafka.sh"
 CHROMIUM=$(command -v chromium) || {
     echo "SKIP: chromium is not installed (./scripts/test installs it)"
     exit 77

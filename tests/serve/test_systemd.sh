@@ -5,7 +5,7 @@
 # "Running under systemd" (notify, reload, watchdog, GPU-friendly hardening) and
 # stays well hardened (`systemd-analyze security --offline`). Skips (77)
 # without systemd-analyze.
-. "$(dirname "$0")/../cli/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 
 if ! command -v systemd-analyze > /dev/null; then
     echo "skip - systemd-analyze not installed"

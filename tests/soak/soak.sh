@@ -14,10 +14,10 @@
 # The soak suite of meson runs it for 60 s (asserting the outcomes, no
 # timing). SOAK_HTTP_RATE (50/s) and SOAK_KAFKA_RATE (50/s) set the load;
 # SOAK_REPORT names a file for the report's JSON.
-. "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
-. "$SRC/tests/serve/lib_serve.sh"
-. "$SRC/tests/kafka/lib_kafka.sh"
-. "$SRC/tests/redis/lib_redis.sh"
+. "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
+. "$SRC/tests/lib/lib_serve.sh"
+. "$SRC/tests/lib/lib_kafka.sh"
+. "$SRC/tests/lib/lib_redis.sh"
 SECS=${SOAK_SECONDS:-$(( ${1:-10} * 60 ))}
 HTTP_RATE=${SOAK_HTTP_RATE:-50}
 KAFKA_RATE=${SOAK_KAFKA_RATE:-50}

@@ -1,6 +1,7 @@
 /* fixture.h: set-up shared by the Criterion suites: temporary files and
  * folders, whole files written and read, paths in the source tree, the CPU
- * backend and a small classifier's model configuration.
+ * backend, a small classifier's model configuration and a repository
+ * model folder.
  *
  * Every helper asserts (cr_assert) on failure, so a test stops at a broken
  * fixture rather than at a confusing later check; teardown helpers only
@@ -167,6 +168,41 @@ static inline void fx_tiny_classifier(dl_model_conf *conf, char **labels3)
     conf->in_shape[0] = 1, conf->in_shape[1] = 2, conf->in_shape[2] = 2;
     conf->nlabels = 3;
     conf->labels = labels3;
+}
+
+/* The model.json of fx_repo_model: 4 inputs, one dense layer, 3 classes. */
+#define FX_REPO_MODEL_JSON                                                          \
+    "{\"name\": \"%s\", \"input\": {\"shape\": [4]},"                               \
+    " \"layers\": [{\"name\": \"fc\", \"type\": \"dense\", \"units\": 3}],"         \
+    " \"loss\": \"softmax_cross_entropy\"}"
+
+/* Writes a tiny classifier's folder into the model repository dir:
+ * <dir>/<name>/model.json and, with weights, version 1's weights (seed 1)
+ * on be. */
+static inline void fx_repo_model(dl_backend *be, const char *dir, const char *name,
+                                 bool weights)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/%s/model.json", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, FX_REPO_MODEL_JSON, name);
+    fclose(f);
+    if (!weights)
+        return;
+    dl_err err = {0};
+    dl_model_conf *conf = NULL;
+    dl_model *m = NULL;
+    cr_assert_eq(dl_model_conf_load(path, &conf, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_model_new(be, conf, 1, &m, &err), DL_OK, "%s", err.msg);
+    snprintf(path, sizeof(path), "%s/%s/1", dir, name);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/%s/1/model.safetensors", dir, name);
+    cr_assert_eq(dl_model_save(m, path, NULL, &err), DL_OK, "%s", err.msg);
+    dl_model_free(m);
+    dl_model_conf_free(conf);
 }
 
 #endif

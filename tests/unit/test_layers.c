@@ -13,7 +13,7 @@
 
 #include "fixture.h"
 #include "nn/dl_nn.h"
-#include "tensor/backend.h"
+#include "tensor/cpu/cpu.h"
 
 /* Per element: |analytic - numeric| <= ATOL + RTOL * max(|analytic|, |numeric|).
  * Gradients here are about 0.01 to 1; a wrong sign on any element above 2e-4

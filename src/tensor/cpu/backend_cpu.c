@@ -3,6 +3,7 @@
  * spread over dl_parallel_for where the work is large enough. */
 #define _POSIX_C_SOURCE 200809L
 #include "tensor/backend.h"
+#include "tensor/cpu/cpu.h"
 
 #include <cblas.h>
 #include <math.h>

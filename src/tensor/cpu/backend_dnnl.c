@@ -1,7 +1,7 @@
 /* backend_dnnl.c: the CPU backend's convolution and pooling through oneDNN:
  * one primitive per geometry, created on first use and kept for the next. */
 #define _POSIX_C_SOURCE 200809L
-#include "tensor/backend.h"
+#include "tensor/cpu/cpu.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
@@ -583,7 +583,7 @@ void dl_dnnl_own_loops(void)
     dl_pool_set_runner(omp_run);
 }
 
-/* ---- the interface (backend.h) ---------------------------------------------- */
+/* ---- the interface (cpu.h) -------------------------------------------------- */
 
 dl_status dl_dnnl_new(int threads, dl_dnnl **out, dl_err *err)
 {

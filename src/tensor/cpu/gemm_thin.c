@@ -10,7 +10,7 @@
  * blocks of 4 x 4 (fashion-mlp, batch 4, one thread, Zen 5: 150k -> 280k
  * samples/s). A block of B rows stays in L1 while the rows of A stream
  * past it from L2. */
-#include "tensor/backend.h"
+#include "tensor/cpu/cpu.h"
 
 #include <cblas.h>
 #include <strings.h>

@@ -1,4 +1,4 @@
-# tests/cli/lib.sh: helpers for the command-line tests. Each test script
+# tests/lib/lib.sh: helpers for every shell test under tests/. Each test script
 # sources this, calls `check` for every assertion and ends with `finish`.
 set -u
 DLSERVE=${DLSERVE:?set DLSERVE to the dlserve binary}

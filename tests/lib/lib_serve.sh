@@ -1,5 +1,5 @@
-# tests/serve/lib_serve.sh: starting and stopping a real daemon for the
-# serve tests (sourced after tests/cli/lib.sh).
+# tests/lib/lib_serve.sh: starting and stopping a real daemon for the
+# serve, Kafka, Redis and soak tests (sourced after tests/lib/lib.sh).
 
 # make_repo DIR: a model repository with fashion-mlp trained briefly (v1).
 make_repo() {

@@ -1,5 +1,5 @@
-# tests/redis/lib_redis.sh: a redis-server of its own for each Redis test
-# (sourced after tests/cli/lib.sh, which sets WORK).
+# tests/lib/lib_redis.sh: a redis-server of its own for each Redis test
+# (sourced after tests/lib/lib.sh, which sets WORK).
 PY=/usr/bin/python3
 
 free_port() {

@@ -1,6 +1,6 @@
-# tests/kafka/lib_kafka.sh: a Kafka mock cluster and its helpers for the
-# Kafka and Redis tests (sourced after tests/cli/lib.sh and
-# tests/serve/lib_serve.sh). The cluster runs in kafka_tool
+# tests/lib/lib_kafka.sh: a Kafka mock cluster and its helpers for the
+# Kafka, Redis, status page and soak tests (sourced after tests/lib/lib.sh
+# and tests/lib/lib_serve.sh). The cluster runs in kafka_tool
 # (tests/tools/kafka_tool.c), outside the daemon, so that it survives the
 # daemon being killed.
 KAFKA_TOOL=${KAFKA_TOOL:?set KAFKA_TOOL to the kafka_tool binary}

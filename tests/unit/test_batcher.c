@@ -1,0 +1,103 @@
+/* test_batcher.c: the batcher's choices on a transport's thread: direct
+ * runs of lone requests in streaks, and how long a held batch waits for an
+ * instance. A real repository in a temporary folder, one CPU instance. */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+#include "fixture.h"
+
+#include "serve/serve.h"
+
+#include <time.h>
+
+static char dir[64];
+static dl_backend *be;
+static registry *reg;
+
+/* "tiny" serves version 1. */
+static void setup(void)
+{
+    fx_tmpdir(dir, sizeof(dir), "batcher");
+    be = fx_cpu_backend();
+    dl_err err = {0};
+    fx_repo_model(be, dir, "tiny", true);
+    dl_models_conf conf = {0};
+    snprintf(conf.dir, sizeof(conf.dir), "%s", dir);
+    snprintf(conf.policy, sizeof(conf.policy), "latest");
+    cr_assert_eq(registry_new(&conf, &be, 1, &reg, &err), DL_OK, "%s", err.msg);
+}
+
+static void teardown(void)
+{
+    registry_free(reg);
+    dl_backend_free(be);
+    fx_rmtree(dir);
+}
+
+TestSuite(batcher, .init = setup, .fini = teardown, .timeout = 30);
+
+static void not_queued(infer_req *q, void *ctx)
+{
+    (void)ctx;
+    cr_assert_fail("request %p completed through the queue", (void *)q);
+}
+
+/* batcher_run_now: a thread runs lone requests itself in streaks of
+ * BATCHER_DIRECT_STREAK. Without a sleep since the streak ended (requests
+ * read back to back), it leaves them to the queue; after one (as an event
+ * loop sleeps with nothing to read), a new streak starts. */
+Test(batcher, direct_runs_come_in_streaks)
+{
+    dl_err err = {0};
+    stats *st = NULL;
+    batcher *b = NULL;
+    cr_assert_eq(stats_new(&st, &err), DL_OK, "%s", err.msg);
+    dl_batching_conf conf = {.max_batch_size = 8, .max_queue_delay_us = 1000, .max_queue_size = 64,
+                             .eager = true, .direct_max_us = 10000000};
+    cr_assert_eq(batcher_new(&conf, 1, reg, st, &b, &err), DL_OK, "%s", err.msg);
+    const float x[4] = {0.5f, -1.0f, 2.0f, 0.25f};
+    float y[3], want[3];
+    infer_req q = {.n = 1, .x = x, .out = y, .on_done = not_queued};
+    cr_assert_eq(registry_acquire(reg, "tiny", 0, &q.sv, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_model_predict(q.sv->m[0], x, 1, 1, want, &err), DL_OK, "%s", err.msg);
+    int ran = 0;
+    for (int i = 0; i < BATCHER_DIRECT_STREAK + 8; i++) {
+        memset(y, 0, sizeof(y));
+        if (batcher_run_now(b, &q)) {
+            ran++;
+            cr_expect_eq(q.err.code, DL_OK, "%s", q.err.msg);
+            cr_expect_arr_eq(y, want, sizeof(y));
+        }
+    }
+    cr_expect_eq(ran, BATCHER_DIRECT_STREAK, "back to back: %d direct runs", ran);
+    nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    cr_expect(batcher_run_now(b, &q), "after a sleep, a new streak");
+    served_release(q.sv);
+    batcher_drain(b);
+    batcher_free(b);
+    stats_free(st);
+}
+
+/* batcher_may_wait: a held batch waits for an instance while the wait
+ * costs less than the hand-off would cost its requests (BATCHER_HANDOFF_US
+ * a request), never past direct_max_us. */
+Test(batcher, a_held_batch_waits_what_its_hand_off_would_cost)
+{
+    dl_err err = {0};
+    stats *st = NULL;
+    batcher *b = NULL;
+    cr_assert_eq(stats_new(&st, &err), DL_OK, "%s", err.msg);
+    dl_batching_conf conf = {.max_batch_size = 64, .max_queue_delay_us = 1000,
+                             .max_queue_size = 64, .eager = true, .direct_max_us = 100};
+    cr_assert_eq(batcher_new(&conf, 1, reg, st, &b, &err), DL_OK, "%s", err.msg);
+    double us = 1e-6, a_request = BATCHER_HANDOFF_US * us;
+    cr_expect(batcher_may_wait(b, 0, 1), "a batch that has just found none waits");
+    cr_expect(batcher_may_wait(b, 0.9 * a_request, 1), "one request: under its hand-off");
+    cr_expect_not(batcher_may_wait(b, 1.1 * a_request, 1), "one request: past its hand-off");
+    cr_expect(batcher_may_wait(b, 3.9 * a_request, 4), "four requests: four times as long");
+    cr_expect_not(batcher_may_wait(b, 4.1 * a_request, 4), "four requests: not longer");
+    cr_expect(batcher_may_wait(b, 99 * us, 64), "64 requests: up to direct_max_us");
+    cr_expect_not(batcher_may_wait(b, 101 * us, 64), "64 requests: not past direct_max_us");
+    batcher_drain(b);
+    batcher_free(b);
+    stats_free(st);
+}
