@@ -113,7 +113,7 @@ bool batcher_run_batch(batcher *b, infer_req *list);
  * and that has found no idle instance for `waited` seconds may wait on
  * (retried on the loop's next passes) rather than be queued: while the
  * wait costs less than the hand-off to a worker and back would cost its
- * requests, BATCHER_HANDOFF_US a request (tests/bench/RESULTS.md), and
+ * requests, BATCHER_HANDOFF_US a request (docs/benchmarks.md, "HTTP serving"), and
  * at most direct_max_us. A longer wait spins the loop while an instance
  * computes a big batch. */
 #define BATCHER_HANDOFF_US 10

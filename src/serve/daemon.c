@@ -274,7 +274,7 @@ static dl_status start(daemon_ctx *d, dl_err *err)
      * (HTTP, Kafka), which on a machine of few cores would otherwise
      * stall a batch's helper threads: on two cores, one inference thread
      * served 10% more binary HTTP requests and 8-17% more Kafka records
-     * than two (tests/bench/RESULTS.md). */
+     * than two (docs/benchmarks.md, "HTTP serving"). */
     int instances = (int)d->conf.models.instances;
     if (instances > 1 && d->conf.models.device.kind != DL_DEVICE_CPU)
         return dl_err_set(err, DL_ERR_INVALID, "models.instances = %d: instances are for the "

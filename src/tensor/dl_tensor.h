@@ -244,7 +244,7 @@ struct dl_backend {
  * the environment's DLSERVE_CPU_CONV ("auto", "im2col" or "onednn"), else
  * auto: oneDNN for models with convolutions on a CPU with AVX-512,
  * im2col + OpenBLAS otherwise, the faster of the two on each
- * (tests/bench/RESULTS.md, "CPU engine"). */
+ * (docs/benchmarks.md, "CPU engine"). */
 typedef enum dl_conv_engine {
     DL_CONV_DEFAULT = 0, DL_CONV_IM2COL, DL_CONV_ONEDNN,
 } dl_conv_engine;

@@ -102,7 +102,7 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
          * and 4 MB a backlog of binary records streamed about a quarter
          * faster, and with 1 MB fetches (librdkafka's default
          * message.max.bytes, 1,000,000, fits) a quarter faster again, the
-         * broker's work a record halved (RESULTS.md).
+         * broker's work a record halved (docs/benchmarks.md, "Kafka serving").
          * librdkafka wants a fetch to hold the largest message: a
          * message.max.bytes of the user's leaves the fetch size to it. */
         if (st == DL_OK)

@@ -91,8 +91,8 @@ static void act_rows(dl_act act, float *restrict y, int64_t n);
  * M*N*K <= 1e6 in its "small matrix" kernels, which read the operands
  * where they are, and packs both operands into its own layout first above
  * that, which at a few rows costs as much as the multiply. fashion-mlp's
- * inference, one thread, batch 8: 90k -> 214k samples/s; batch 64: 176k
- * -> 193k; batch 128 and over are faster packed (tests/bench/RESULTS.md,
+ * inference, one thread, batch 8: 97k -> 217k samples/s; batch 32: 165k
+ * -> 196k; batch 128 and over are faster packed (docs/benchmarks.md,
  * "HTTP serving"). Without small kernels (OpenBLAS's AVX2 builds) the
  * chunks are packed as the whole was, the weights on every call, which at
  * a batch of one costs 5x the multiply: there (be->gemm_thin) the thin
@@ -1103,7 +1103,7 @@ static const dl_backend_ops cpu_dnnl_ops = {
  * convolutions trained fashion-cnn 1.3x and inferred 1.3x faster than
  * im2col + OpenBLAS there), im2col + OpenBLAS on AVX2 only, where
  * oneDNN's kernels measured no faster and its reorders cost more
- * (tests/bench/RESULTS.md, "CPU engine"), and for models without
+ * (docs/benchmarks.md, "CPU engine"), and for models without
  * convolutions, to which oneDNN would bring only its spinning OpenMP
  * team. */
 static dl_conv_engine auto_engine(bool conv_layers)

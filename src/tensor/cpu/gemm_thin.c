@@ -3,7 +3,7 @@
  * they lie. OpenBLAS packs B into its own layout on every call unless it
  * has "small matrix" kernels for the CPU (its AVX-512 builds do): at a
  * batch of a few requests the packing costs more than the multiply
- * (fashion-mlp, batch 1, AVX2: 9k samples/s packed; tests/bench/RESULTS.md,
+ * (fashion-mlp, batch 1, AVX2: 9k samples/s packed; docs/benchmarks.md,
  * "HTTP serving"). Here each output is a dot product over k, computed in
  * blocks of 3 x 4: twelve accumulators, the three rows of A and one of B
  * in the 16 AVX registers, seven loads for twelve FMAs; with AVX-512, in
