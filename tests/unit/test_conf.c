@@ -306,14 +306,83 @@ Test(conf, passthrough_raw_callback)
     cr_expect_str_eq(err.msg, want);
 }
 
+/* ---- secrets outside the file ------------------------------------------- */
+
+Test(conf, values_from_env_and_file)
+{
+    char secret[80];
+    fx_tmpfile(secret, sizeof(secret), "secret");
+    fx_write_text(secret, "s3cr3t-from-file\n");
+    setenv("DL_TEST_TOKEN", "s3cr3t-from-env", 1);
+    setenv("DL_TEST_HOST", "redis.example", 1);
+    char text[512];
+    snprintf(text, sizeof(text), "[http]\ntoken = ${env:DL_TEST_TOKEN}\n"
+             "[redis]\nhost = ${env:DL_TEST_HOST}\npassword = ${file:%s}\n"
+             "[kafka.consumer]\nclient.id = a-${env:DL_TEST_HOST}-b\n", secret);
+    loads(text);
+    cr_expect_str_eq(conf.http.token, "s3cr3t-from-env");
+    cr_expect_str_eq(conf.redis.host, "redis.example");
+    cr_expect_str_eq(conf.redis.password, "s3cr3t-from-file");
+    cr_assert_eq(conf.kafka.nprops, 1);
+    cr_expect_str_eq(conf.kafka.props[0].value, "a-redis.example-b");
+    /* DLSERVE_* variables expand too */
+    setenv("DLSERVE_HTTP_TOKEN", "${env:DL_TEST_HOST}", 1);
+    loads("");
+    cr_expect_str_eq(conf.http.token, "redis.example");
+    unsetenv("DLSERVE_HTTP_TOKEN");
+    unlink(secret);
+}
+
+Test(conf, unset_variable_refused_with_file_line)
+{
+    unsetenv("DL_TEST_UNSET");
+    fails_with("[http]\nport = 1\ntoken = ${env:DL_TEST_UNSET}\n",
+               ":3: [http] token: environment variable DL_TEST_UNSET is not set "
+               "(${env:DL_TEST_UNSET})");
+    fails_with("[kafka.consumer]\nsasl.password = x${env:DL_TEST_UNSET}\n",
+               ":2: [kafka.consumer] sasl.password: environment variable DL_TEST_UNSET is "
+               "not set (${env:DL_TEST_UNSET})");
+    fails_with("[http]\ntoken = ${env:DL_TEST_UNSET\n",
+               ":2: [http] token: '${env:DL...' has no closing '}'");
+}
+
+Test(conf, unreadable_file_refused_with_path_and_errno)
+{
+    dl_err err = {0};
+    char want[256];
+    snprintf(want, sizeof(want), "%s:2: [redis] password: ${file:/nonexistent/pw}: No such "
+             "file or directory", path);
+    cr_assert_eq(load("[redis]\npassword = ${file:/nonexistent/pw}\n", &err), DL_ERR_IO);
+    cr_expect_str_eq(err.msg, want);
+    cr_assert_eq(load("[redis]\npassword = ${file:/}\n", &err), DL_ERR_IO);
+    cr_expect_not_null(strstr(err.msg, "${file:/}: Is a directory"), "%s", err.msg);
+}
+
+Test(conf, secret_keys)
+{
+    static const char *const secret[] = {"token", "password", "sasl.password",
+                                         "ssl.key.password", "ssl.key.pem",
+                                         "ssl.keystore.password", "sasl.jaas.config",
+                                         "sasl.oauthbearer.client.secret", "Client_Secret",
+                                         "sasl.oauthbearer.token.endpoint.url", NULL};
+    static const char *const plain[] = {"sasl.username", "security.protocol",
+                                        "ssl.ca.location", "ssl.certificate.location",
+                                        "sasl.mechanisms", "host", "tls_key", NULL};
+    for (int i = 0; secret[i]; i++)
+        cr_expect(dl_conf_secret_key(secret[i]), "%s", secret[i]);
+    for (int i = 0; plain[i]; i++)
+        cr_expect_not(dl_conf_secret_key(plain[i]), "%s", plain[i]);
+}
+
 /* ---- printouts ------------------------------------------------------------ */
+
 
 Test(conf, print_round_trip)
 {
     dl_err err = {0};
     static const char *const sets[][3] = {
         {"http", "address", "0.0.0.0"}, {"http", "port", "0"},
-        {"http", "token", "a b c"}, {"http", "tls_cert", "/etc/c.pem"},
+        {"http", "tls_cert", "/etc/c.pem"},
         {"http", "tls_key", "/etc/k.pem"}, {"batching", "max_batch_size", "65536"},
         {"models", "watch", "false"}, {"models", "policy", "latest:2"},
         {"models", "threads", "3"}, {"log", "debug", "http,batch"},
