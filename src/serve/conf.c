@@ -1,6 +1,7 @@
 /* conf.c: the daemon's option table (dlserve.conf) and its loading:
  * defaults, then the file, then DLSERVE_* variables, then --set overrides
- * (dl_serve_conf_apply), then cross-field checks. */
+ * (dl_serve_conf_apply), then cross-field checks; the raw [kafka.*]
+ * sections and the printout of it all. */
 #define _POSIX_C_SOURCE 200809L
 #include "serve/dl_serve.h"
 
@@ -136,10 +137,17 @@ const dl_opt dl_serve_opts[] = {
     {0},
 };
 
-/* Sections of raw librdkafka properties. */
-static const char *const passthrough[] = {"kafka.consumer", "kafka.producer", NULL};
+/* Sections of raw librdkafka properties, in dl_kafka_client's order. */
+static const char *const passthrough[] = {"kafka.client", "kafka.consumer", "kafka.producer",
+                                          NULL};
 
-/* Keeps a raw librdkafka property for the consumer or the producer. */
+const char *dl_kafka_client_section(dl_kafka_client client)
+{
+    return passthrough[client];
+}
+
+/* Keeps a raw librdkafka property for every client, the consumer or the
+ * producer. */
 static dl_status kafka_prop(void *ctx, const char *section, const char *key,
                             const char *value, const char *origin, dl_err *err)
 {
@@ -149,8 +157,12 @@ static dl_status kafka_prop(void *ctx, const char *section, const char *key,
                           origin, DL_KAFKA_PROPS_MAX);
     dl_kafka_prop *p = &k->props[k->nprops];
     if (strlen(key) >= sizeof(p->key) || strlen(value) >= sizeof(p->value))
-        return dl_err_set(err, DL_ERR_INVALID, "%s: property '%.60s' is too long", origin, key);
-    p->producer = strcmp(section, "kafka.producer") == 0;
+        return dl_err_set(err, DL_ERR_INVALID, "%s: property '%.60s' is too long (values: "
+                          "at most %zu bytes)", origin, key, sizeof(p->value) - 1);
+    p->client = DL_KAFKA_CLIENT_ALL;
+    for (int c = 0; passthrough[c]; c++)
+        if (strcmp(section, passthrough[c]) == 0)
+            p->client = (dl_kafka_client)c;
     snprintf(p->key, sizeof(p->key), "%s", key);
     snprintf(p->value, sizeof(p->value), "%s", value);
     snprintf(p->origin, sizeof(p->origin), "%s", origin);
@@ -201,27 +213,58 @@ static bool policy_ok(const char *p)
 
 dl_status dl_serve_conf_apply(dl_serve_conf *conf, const char *const *ov, int n, dl_err *err)
 {
-    static const char *const raw[] = {"kafka.consumer.", "kafka.producer."};
     for (int i = 0; i < n; i++) {
         char section[64], key[128];
         const char *dot = strchr(ov[i], '.'), *eq = strchr(ov[i], '=');
-        for (int r = 0; r < 2; r++)
-            if (!strncmp(ov[i], raw[r], strlen(raw[r])))
-                dot = ov[i] + strlen(raw[r]) - 1;
+        for (int r = 0; passthrough[r]; r++) {
+            size_t len = strlen(passthrough[r]);
+            if (!strncmp(ov[i], passthrough[r], len) && ov[i][len] == '.')
+                dot = ov[i] + len;
+        }
         if (!dot || !eq || dot > eq || (size_t)(dot - ov[i]) >= sizeof(section) ||
             (size_t)(eq - dot - 1) >= sizeof(key))
             return dl_err_set(err, DL_ERR_INVALID, "--set '%s': expected section.key=value", ov[i]);
         snprintf(section, sizeof(section), "%.*s", (int)(dot - ov[i]), ov[i]);
         snprintf(key, sizeof(key), "%.*s", (int)(eq - dot - 1), dot + 1);
-        dl_status st = dl_serve_conf_set(conf, section, key, eq + 1, "--set", err);
+        char value[DL_CONF_VALUE_MAX];
+        dl_status st = dl_conf_expand(eq + 1, value, sizeof(value), err);
+        if (st != DL_OK)
+            return dl_err_prefix(err, "--set %s.%s", section, key);
+        st = dl_serve_conf_set(conf, section, key, value, "--set", err);
         if (st != DL_OK)
             return st;
     }
     return DL_OK;
 }
 
+/* Whether a librdkafka property decides how clients reach the brokers. */
+static bool security_key(const char *key)
+{
+    return !strcmp(key, "security.protocol") || !strncmp(key, "sasl.", 5) ||
+           !strncmp(key, "ssl.", 4);
+}
+
+/* Security properties belong to every client: in [kafka.client]. One in
+ * [kafka.consumer] or [kafka.producer] is refused, even when the other
+ * section has it too (any further client would go without it). */
+static dl_status security_in_client(const dl_kafka_conf *k, dl_err *err)
+{
+    for (int i = 0; i < k->nprops; i++) {
+        const dl_kafka_prop *p = &k->props[i];
+        if (p->client != DL_KAFKA_CLIENT_ALL && security_key(p->key))
+            return dl_err_set(err, DL_ERR_INVALID, "%s: [%s] %s: security properties "
+                              "(security.protocol, sasl.*, ssl.*) apply to every Kafka "
+                              "client: set them in [kafka.client]", p->origin,
+                              dl_kafka_client_section(p->client), p->key);
+    }
+    return DL_OK;
+}
+
 dl_status dl_serve_conf_validate(const dl_serve_conf *c, dl_err *err)
 {
+    dl_status st = security_in_client(&c->kafka, err);
+    if (st != DL_OK)
+        return st;
     if (!c->http.tls_cert[0] != !c->http.tls_key[0])
         return dl_err_set(err, DL_ERR_INVALID,
                           "[http] tls_cert and tls_key must be set together (%s is empty)",
@@ -268,4 +311,22 @@ dl_status dl_serve_conf_load(dl_serve_conf *conf, const char *path, dl_err *err)
     if (st == DL_OK)
         memcpy(conf, &tmp, sizeof(tmp));
     return st;
+}
+
+void dl_serve_conf_print(const dl_serve_conf *c, FILE *f)
+{
+    dl_conf_print(dl_serve_opts, c, f);
+    for (int s = 0; passthrough[s]; s++) {
+        bool header = false;
+        for (int i = 0; i < c->kafka.nprops; i++) {
+            const dl_kafka_prop *p = &c->kafka.props[i];
+            if ((int)p->client != s)
+                continue;
+            if (!header)
+                fprintf(f, "\n[%s]\n", passthrough[s]);
+            header = true;
+            fprintf(f, "%s = %s\n", p->key,
+                    dl_conf_secret_key(p->key) ? DL_CONF_REDACTED : p->value);
+        }
+    }
 }

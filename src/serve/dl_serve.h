@@ -64,12 +64,23 @@ typedef struct dl_log_conf {
     int     format;              /* DL_LOG_FORMAT_TEXT or DL_LOG_FORMAT_JSON */
 } dl_log_conf;
 
-/* Raw librdkafka properties from [kafka.consumer] / [kafka.producer]. */
+/* Which clients a raw librdkafka property is for: its section. */
+typedef enum dl_kafka_client {
+    DL_KAFKA_CLIENT_ALL,         /* [kafka.client]: every client the daemon makes */
+    DL_KAFKA_CLIENT_CONSUMER,    /* [kafka.consumer] */
+    DL_KAFKA_CLIENT_PRODUCER,    /* [kafka.producer] */
+} dl_kafka_client;
+
+/* The section of a client kind: "kafka.client", ...; static. */
+const char *dl_kafka_client_section(dl_kafka_client client);
+
+/* Raw librdkafka properties from [kafka.client], [kafka.consumer] and
+ * [kafka.producer], in file order, values expanded (${env:}, ${file:}). */
 #define DL_KAFKA_PROPS_MAX 64
 typedef struct dl_kafka_prop {
-    bool    producer;            /* [kafka.producer]; else [kafka.consumer] */
+    dl_kafka_client client;
     char    key[128];
-    char    value[512];
+    char    value[1024];
     char    origin[DL_PATH_MAX + 16];   /* "file:line", for errors */
 } dl_kafka_prop;
 
@@ -120,20 +131,27 @@ extern const dl_opt dl_serve_opts[];
  * Errors name the file and line or the variable. */
 dl_status dl_serve_conf_load(dl_serve_conf *conf, const char *path, dl_err *err);
 
-/* Sets one option ([kafka.consumer] and [kafka.producer] take any key, as
- * raw librdkafka properties); origin names where it came from. */
+/* Sets one option ([kafka.client], [kafka.consumer] and [kafka.producer]
+ * take any key, as raw librdkafka properties); origin names where it came
+ * from. */
 dl_status dl_serve_conf_set(dl_serve_conf *conf, const char *section, const char *key,
                             const char *value, const char *origin, dl_err *err);
 
 /* Applies "section.key=value" strings (--set), in order; raw librdkafka
- * properties read "kafka.consumer.some.property=value". Errors name the
+ * properties read "kafka.client.some.property=value" (or kafka.consumer.,
+ * kafka.producer.). Values expand as in files. Errors name the
  * string; conf may be partly changed then. */
 dl_status dl_serve_conf_apply(dl_serve_conf *conf, const char *const *ov, int n, dl_err *err);
 
 /* Cross-field checks (TLS files both or neither, version policy syntax,
- * the debug subsystem list, Redis for redis delivery), for a configuration
- * changed after dl_serve_conf_load. */
+ * the debug subsystem list, Redis for redis delivery, security properties
+ * only in [kafka.client]), for a configuration changed after
+ * dl_serve_conf_load. */
 dl_status dl_serve_conf_validate(const dl_serve_conf *conf, dl_err *err);
+
+/* Writes the effective configuration (--check-config): every option, then
+ * the raw [kafka.*] sections; secrets (dl_conf_secret_key) show as ***. */
+void dl_serve_conf_print(const dl_serve_conf *conf, FILE *f);
 
 /* Runs the daemon until SIGTERM/SIGINT; returns the process exit code.
  * config_path may be NULL. overrides: "section.key=value" strings from the

@@ -252,8 +252,8 @@ Test(conf, passthrough_sections_accepted)
     cr_assert_eq(conf.kafka.nprops, 3);
     cr_expect_str_eq(conf.kafka.props[1].key, "auto.offset.reset");
     cr_expect_str_eq(conf.kafka.props[1].value, "earliest");
-    cr_expect(!conf.kafka.props[1].producer);
-    cr_expect(conf.kafka.props[2].producer);
+    cr_expect_eq(conf.kafka.props[1].client, DL_KAFKA_CLIENT_CONSUMER);
+    cr_expect_eq(conf.kafka.props[2].client, DL_KAFKA_CLIENT_PRODUCER);
     char origin[1100];
     snprintf(origin, sizeof(origin), "%s:9", path);
     cr_expect_str_eq(conf.kafka.props[2].origin, origin);
@@ -265,8 +265,48 @@ Test(conf, passthrough_sections_accepted)
     cr_assert_eq(dl_serve_conf_apply(&conf, ov, 2, &err), DL_OK, "%s", err.msg);
     cr_assert_eq(conf.kafka.nprops, 4);
     cr_expect_str_eq(conf.kafka.props[3].key, "compression.type");
-    cr_expect(conf.kafka.props[3].producer);
+    cr_expect_eq(conf.kafka.props[3].client, DL_KAFKA_CLIENT_PRODUCER);
     cr_expect_str_eq(conf.kafka.group_id, "g9");
+}
+
+Test(conf, kafka_client_section_for_every_client)
+{
+    loads("[kafka.client]\nsecurity.protocol = sasl_ssl\nsasl.mechanisms = PLAIN\n"
+          "[kafka.consumer]\nfetch.min.bytes = 10\n");
+    cr_assert_eq(conf.kafka.nprops, 3);
+    cr_expect_eq(conf.kafka.props[0].client, DL_KAFKA_CLIENT_ALL);
+    cr_expect_str_eq(conf.kafka.props[1].key, "sasl.mechanisms");
+    cr_expect_eq(conf.kafka.props[2].client, DL_KAFKA_CLIENT_CONSUMER);
+    setenv("DL_TEST_USER", "alice", 1);
+    const char *ov[] = {"kafka.client.sasl.username=${env:DL_TEST_USER}"};
+    dl_err err = {0};
+    cr_assert_eq(dl_serve_conf_apply(&conf, ov, 1, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(conf.kafka.nprops, 4);
+    cr_expect_eq(conf.kafka.props[3].client, DL_KAFKA_CLIENT_ALL);
+    cr_expect_str_eq(conf.kafka.props[3].key, "sasl.username");
+    cr_expect_str_eq(conf.kafka.props[3].value, "alice");
+}
+
+Test(conf, security_only_in_kafka_client)
+{
+    char want[512];
+    static const char *const cases[][2] = {
+        {"[kafka.consumer]\nsasl.username = u\n", "kafka.consumer] sasl.username"},
+        {"[kafka.producer]\nssl.ca.location = /ca\n", "kafka.producer] ssl.ca.location"},
+        /* the same value in both sections: refused too */
+        {"[kafka.consumer]\nsecurity.protocol = ssl\n[kafka.producer]\n"
+         "security.protocol = ssl\n", "kafka.consumer] security.protocol"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        dl_err err = {0};
+        cr_assert_eq(load(cases[i][0], &err), DL_ERR_INVALID, "%s", cases[i][0]);
+        snprintf(want, sizeof(want), "%s:2: [%s: security properties (security.protocol, "
+                 "sasl.*, ssl.*) apply to every Kafka client: set them in [kafka.client]",
+                 path, cases[i][1]);
+        cr_expect_str_eq(err.msg, want);
+    }
+    loads("[kafka.client]\nsecurity.protocol = ssl\nssl.ca.location = /ca\n"
+          "[kafka.consumer]\nsession.timeout.ms = 6000\n");
 }
 
 typedef struct raw_seen {
@@ -375,6 +415,26 @@ Test(conf, secret_keys)
 }
 
 /* ---- printouts ------------------------------------------------------------ */
+
+Test(conf, printout_redacts_secrets)
+{
+    loads("[http]\ntoken = tok-SECRET\n[redis]\nhost = h\npassword = pw-SECRET\n"
+          "[kafka.client]\nsecurity.protocol = sasl_ssl\nsasl.username = alice\n"
+          "sasl.password = sasl-SECRET\n[kafka.producer]\nlinger.ms = 7\n");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert_not_null(f);
+    dl_serve_conf_print(&conf, f);
+    fclose(f);
+    cr_expect_null(strstr(text, "SECRET"), "%s", text);
+    cr_expect_not_null(strstr(text, "\ntoken = ***\n"), "%s", text);
+    cr_expect_not_null(strstr(text, "\npassword = ***\n"), "%s", text);
+    cr_expect_not_null(strstr(text, "\n[kafka.client]\nsecurity.protocol = sasl_ssl\n"
+                                    "sasl.username = alice\nsasl.password = ***\n"), "%s", text);
+    cr_expect_not_null(strstr(text, "\n[kafka.producer]\nlinger.ms = 7\n"), "%s", text);
+    free(text);
+}
 
 
 Test(conf, print_round_trip)
