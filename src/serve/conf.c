@@ -237,6 +237,63 @@ dl_status dl_serve_conf_apply(dl_serve_conf *conf, const char *const *ov, int n,
     return DL_OK;
 }
 
+/* One entry, e[0..len), of input_topics into t. */
+static dl_status topic_entry(const char *e, size_t len, dl_kafka_topic *t, dl_err *err)
+{
+    const char *colon = memchr(e, ':', len);
+    size_t tlen = colon ? (size_t)(colon - e) : len;
+    if (tlen == 0 || tlen >= sizeof(t->topic))
+        return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics: '%.*s': the topic "
+                          "name is %s", (int)len, e, tlen ? "too long" : "empty");
+    for (size_t i = 0; i < tlen; i++)
+        if (!isalnum((unsigned char)e[i]) && !strchr("._-", e[i]))
+            return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics: '%.*s': a topic "
+                              "name is made of A-Z, a-z, 0-9, '.', '_' and '-'", (int)len, e);
+    memset(t, 0, sizeof(*t));
+    memcpy(t->topic, e, tlen);
+    if (!colon)
+        return DL_OK;
+    size_t mlen = len - tlen - 1;
+    if (!dl_model_name_valid(colon + 1, mlen))
+        return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics: '%.*s': '%.*s' is not "
+                          "a valid model name", (int)len, e, (int)mlen, colon + 1);
+    memcpy(t->model, colon + 1, mlen);
+    return DL_OK;
+}
+
+dl_status dl_kafka_topics_parse(const char *csv, dl_kafka_topic *out, int max, int *n,
+                                dl_err *err)
+{
+    *n = 0;
+    for (const char *p = csv;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        if (len == 0 && (end || *n > 0))
+            return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics '%.80s' has an "
+                              "empty entry", csv);
+        if (len == 0)
+            return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics is empty");
+        if (*n == max)
+            return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics: more than %d "
+                              "topics", max);
+        dl_status st = topic_entry(p, len, &out[*n], err);
+        for (int i = 0; st == DL_OK && i < *n; i++)
+            if (!strcmp(out[i].topic, out[*n].topic))
+                st = dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics: topic '%s' is "
+                                "listed twice", out[i].topic);
+        if (st != DL_OK)
+            return st;
+        (*n)++;
+        if (!end)
+            return DL_OK;
+        p = end + 1;
+    }
+}
+
 /* Whether a librdkafka property decides how clients reach the brokers. */
 static bool security_key(const char *key)
 {
@@ -276,8 +333,16 @@ dl_status dl_serve_conf_validate(const dl_serve_conf *c, dl_err *err)
     if (c->kafka.delivery == DL_DELIVERY_REDIS && !c->redis.host[0])
         return dl_err_set(err, DL_ERR_INVALID,
                           "[kafka] delivery = redis needs [redis] host");
-    if ((c->kafka.brokers[0] || c->kafka.embedded) && !c->kafka.input_topics[0])
-        return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics is empty");
+    dl_kafka_topic topics[DL_KAFKA_TOPICS_MAX];
+    int ntopics;
+    if ((c->kafka.brokers[0] || c->kafka.embedded) &&
+        (st = dl_kafka_topics_parse(c->kafka.input_topics, topics, DL_KAFKA_TOPICS_MAX,
+                                    &ntopics, err)) != DL_OK)
+        return st;
+    if (c->kafka.default_model[0] &&
+        !dl_model_name_valid(c->kafka.default_model, strlen(c->kafka.default_model)))
+        return dl_err_set(err, DL_ERR_INVALID, "[kafka] default_model '%s' is not a valid "
+                          "model name", c->kafka.default_model);
     if (!dl_log_debug_valid(c->log.debug))
         return dl_err_set(err, DL_ERR_INVALID,
                           "[log] debug '%s' is invalid: expected subsystem tags (1-15 of "

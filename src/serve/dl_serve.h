@@ -100,7 +100,7 @@ typedef struct dl_kafka_conf {
     bool    embedded;            /* start librdkafka's in-process mock cluster */
     int64_t embedded_partitions; /* partitions of the topics the mock creates */
     char    group_id[128];
-    char    input_topics[512];   /* comma-separated */
+    char    input_topics[512];   /* comma-separated topic[:model] (dl_kafka_topics_parse) */
     char    output_topic[256];
     char    dead_letter_topic[256];
     dl_delivery delivery;
@@ -114,6 +114,21 @@ typedef struct dl_kafka_conf {
     int           nprops;
     dl_kafka_prop props[DL_KAFKA_PROPS_MAX];
 } dl_kafka_conf;
+
+/* One entry of [kafka] input_topics: "topic" or "topic:model". */
+#define DL_KAFKA_TOPICS_MAX 32
+typedef struct dl_kafka_topic {
+    char    topic[250];          /* Kafka's longest topic name is 249 */
+    char    model[DL_NAME_MAX];  /* records naming no model go here; "": the default */
+} dl_kafka_topic;
+
+/* Reads input_topics ("a, b:model, ..."; blanks around entries ignored)
+ * into out (max entries), *n of them. DL_ERR_INVALID, saying which entry,
+ * for an empty list, an empty entry, a topic of other characters than
+ * [A-Za-z0-9._-], an invalid model name, a topic listed twice or more
+ * than max entries. */
+dl_status dl_kafka_topics_parse(const char *csv, dl_kafka_topic *out, int max, int *n,
+                                dl_err *err);
 
 typedef struct dl_serve_conf {
     dl_http_conf     http;

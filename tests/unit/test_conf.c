@@ -309,6 +309,36 @@ Test(conf, security_only_in_kafka_client)
           "[kafka.consumer]\nsession.timeout.ms = 6000\n");
 }
 
+Test(conf, input_topics_with_models)
+{
+    dl_kafka_topic t[4];
+    int n = 0;
+    dl_err err = {0};
+    cr_assert_eq(dl_kafka_topics_parse(" images:fashion-cnn, tabular:recs ,plain", t, 4, &n,
+                                       &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(n, 3);
+    cr_expect_str_eq(t[0].topic, "images");
+    cr_expect_str_eq(t[0].model, "fashion-cnn");
+    cr_expect_str_eq(t[1].topic, "tabular");
+    cr_expect_str_eq(t[1].model, "recs");
+    cr_expect_str_eq(t[2].topic, "plain");
+    cr_expect_str_eq(t[2].model, "");
+    static const char *const bad[][2] = {
+        {"a,,b", "has an empty entry"}, {"", "input_topics is empty"},
+        {"a:", "'' is not a valid model name"}, {"a:.x", "'.x' is not a valid model name"},
+        {"a b", "a topic name is made of"}, {":m", "the topic name is empty"},
+        {"a:m, a:n", "topic 'a' is listed twice"}, {"a,b,c,d,e", "more than 4 topics"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+        cr_expect_eq(dl_kafka_topics_parse(bad[i][0], t, 4, &n, &err), DL_ERR_INVALID, "%s",
+                     bad[i][0]);
+        cr_expect_not_null(strstr(err.msg, bad[i][1]), "'%s': %s", bad[i][0], err.msg);
+    }
+    refused("[kafka]\nembedded = true\ninput_topics = in:bad/name\n",
+            "[kafka] input_topics: 'in:bad/name': 'bad/name' is not a valid model name");
+    refused("[kafka]\ndefault_model = a b\n", "[kafka] default_model 'a b' is not a valid");
+}
+
 typedef struct raw_seen {
     int  n;
     char last[256];

@@ -206,15 +206,12 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
     return DL_OK;
 }
 
-/* "a,b , c" as a list of topics (new). */
-static rd_kafka_topic_partition_list_t *kafka_topic_list(const char *csv)
+/* The input topics as a list (new). */
+static rd_kafka_topic_partition_list_t *kafka_topic_list(const kafka_srv *k)
 {
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(4);
-    char buf[sizeof(((dl_kafka_conf *)0)->input_topics)];
-    snprintf(buf, sizeof(buf), "%s", csv);
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save))
-        rd_kafka_topic_partition_list_add(l, t, RD_KAFKA_PARTITION_UA);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(k->ntopics + 2);
+    for (int i = 0; i < k->ntopics; i++)
+        rd_kafka_topic_partition_list_add(l, k->topics[i].topic, RD_KAFKA_PARTITION_UA);
     return l;
 }
 
@@ -230,7 +227,7 @@ static dl_status start_embedded(kafka_srv *k, dl_err *err)
     if (!(k->mock = rd_kafka_mock_cluster_new(k->mock_rk, 1)))
         return dl_err_set(err, DL_ERR_IO, "embedded Kafka: cannot start the mock cluster");
     snprintf(k->bootstrap, sizeof(k->bootstrap), "%s", rd_kafka_mock_cluster_bootstraps(k->mock));
-    rd_kafka_topic_partition_list_t *l = kafka_topic_list(k->conf.input_topics);
+    rd_kafka_topic_partition_list_t *l = kafka_topic_list(k);
     rd_kafka_topic_partition_list_add(l, k->conf.output_topic, 0);
     rd_kafka_topic_partition_list_add(l, k->conf.dead_letter_topic, 0);
     for (int i = 0; i < l->cnt; i++)
@@ -285,7 +282,7 @@ dl_status kafka_clients_start(kafka_srv *k, dl_err *err)
     k->queue_max_msgs = conf_int(k->cons, "queued.min.messages", 100000);
     if (k->mode->start && (st = k->mode->start(k, err)) != DL_OK)
         return st;
-    rd_kafka_topic_partition_list_t *l = kafka_topic_list(k->conf.input_topics);
+    rd_kafka_topic_partition_list_t *l = kafka_topic_list(k);
     rd_kafka_resp_err_t e = rd_kafka_subscribe(k->cons, l);
     rd_kafka_topic_partition_list_destroy(l);
     if (e)
