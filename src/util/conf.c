@@ -17,8 +17,8 @@
  * value in a file cannot contain " ;" nor start or end with blanks.
  *
  * Any value, in a file or a DLSERVE_* variable, may hold ${env:NAME} (the
- * variable's value) and ${file:PATH} (the file's contents less a trailing
- * newline): secrets stay out of the file. The printout shows the values
+ * variable's value) and ${file:PATH} (a regular file's one line, its
+ * trailing newline dropped): secrets stay out of the file. The printout shows the values
  * of secret keys (dl_conf_secret_key) as ***.
  *
  * Loading a file or the environment fills a copy of the table's part of
@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 /* Without inih the tables still work (defaults, environment, --set,
  * printouts); only reading a file needs it. */
@@ -338,6 +339,12 @@ static dl_status file_text(const char *path, char *out, size_t size, size_t *n, 
     FILE *f = fopen(path, "rb");
     if (!f)
         return dl_err_set(err, DL_ERR_IO, "${file:%s}: %s", path, strerror(errno));
+    /* a FIFO or a device could block or never end */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return dl_err_set(err, DL_ERR_INVALID, "${file:%s}: not a regular file", path);
+    }
     size_t room = size - *n, got = fread(out + *n, 1, room, f);
     int e = ferror(f) ? errno : 0;
     fclose(f);
@@ -350,8 +357,10 @@ static dl_status file_text(const char *path, char *out, size_t size, size_t *n, 
         got--;
     if (got > 0 && out[*n + got - 1] == '\r')
         got--;
-    if (memchr(out + *n, '\0', got))
-        return dl_err_set(err, DL_ERR_INVALID, "${file:%s}: the file holds a NUL byte", path);
+    if (memchr(out + *n, '\0', got) || memchr(out + *n, '\n', got) ||
+        memchr(out + *n, '\r', got))
+        return dl_err_set(err, DL_ERR_INVALID, "${file:%s}: the file holds more than one "
+                          "line (or a NUL byte)", path);
     *n += got;
     out[*n] = '\0';
     return DL_OK;
@@ -373,6 +382,9 @@ static dl_status reference(bool env, const char *name, size_t len, char *out, si
     if (!v)
         return dl_err_set(err, DL_ERR_INVALID, "environment variable %s is not set "
                           "(${env:%s})", ref, ref);
+    if (strchr(v, '\n') || strchr(v, '\r'))
+        return dl_err_set(err, DL_ERR_INVALID, "${env:%s}: the value holds a line break",
+                          ref);
     if (!append(out, size, n, v, strlen(v)))
         return dl_err_set(err, DL_ERR_INVALID, "${env:%s}: the value is too long (at most "
                           "%zu bytes)", ref, size - 1);

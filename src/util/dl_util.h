@@ -364,7 +364,8 @@ dl_status dl_conf_apply_env(const dl_opt *opts, void *conf, dl_err *err);
 
 /* Writes value into out (size bytes) with each ${env:NAME} replaced by the
  * variable's value and each ${file:PATH} by the file's contents less one
- * trailing newline; other text is kept. Loading files and DLSERVE_*
+ * trailing newline (a regular file; line breaks or NULs in what is read
+ * are refused, so that values stay one line); other text is kept. Loading files and DLSERVE_*
  * variables expands every value so. Fails (DL_ERR_INVALID, DL_ERR_IO)
  * naming the variable, or the path and errno's text; the caller adds the
  * origin. The message never holds a value read. */

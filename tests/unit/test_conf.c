@@ -424,8 +424,22 @@ Test(conf, unreadable_file_refused_with_path_and_errno)
              "file or directory", path);
     cr_assert_eq(load("[redis]\npassword = ${file:/nonexistent/pw}\n", &err), DL_ERR_IO);
     cr_expect_str_eq(err.msg, want);
-    cr_assert_eq(load("[redis]\npassword = ${file:/}\n", &err), DL_ERR_IO);
-    cr_expect_not_null(strstr(err.msg, "${file:/}: Is a directory"), "%s", err.msg);
+    fails_with("[redis]\npassword = ${file:/}\n",
+               ":2: [redis] password: ${file:/}: not a regular file");
+    fails_with("[redis]\npassword = ${file:/dev/null}\n",
+               ":2: [redis] password: ${file:/dev/null}: not a regular file");
+    char two[80];
+    fx_tmpfile(two, sizeof(two), "two");
+    fx_write_text(two, "line1\nline2\n");
+    char text[256];
+    snprintf(text, sizeof(text), "[redis]\npassword = ${file:%s}\n", two);
+    snprintf(want, sizeof(want), ":2: [redis] password: ${file:%s}: the file holds more "
+             "than one line (or a NUL byte)", two);
+    fails_with(text, want);
+    unlink(two);
+    setenv("DL_TEST_LINES", "a\nb", 1);
+    fails_with("[http]\ntoken = ${env:DL_TEST_LINES}\n",
+               ":2: [http] token: ${env:DL_TEST_LINES}: the value holds a line break");
 }
 
 Test(conf, secret_keys)
