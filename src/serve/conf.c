@@ -119,11 +119,15 @@ const dl_opt dl_serve_opts[] = {
     BOOL(kafka, embedded, "false", "start an in-process mock Kafka cluster (demos, tests)"),
     INT(kafka, embedded_partitions, "4", 1, 1024, "partitions of each topic the mock creates"),
     STR(kafka, group_id, "dlserve", "consumer group"),
-    STR(kafka, input_topics, "dlserve-in", "comma-separated topics to consume"),
+    STR(kafka, input_topics, "dlserve-in",
+        "comma-separated topics to consume, each topic or topic:model (the model of its "
+        "records that name none)"),
     STR(kafka, output_topic, "dlserve-out", "topic for predictions"),
     STR(kafka, dead_letter_topic, "dlserve-dlq", "topic for records that cannot be served"),
     ENUM(kafka, delivery, "at-least-once", delivery_words, "delivery guarantee"),
-    STR(kafka, default_model, "", "model for records that name none; empty: the only model"),
+    STR(kafka, default_model, "",
+        "model for records that name none (nor their topic); empty: the one model served "
+        "at start"),
     STR(kafka, transactional_id, "", "exactly-once producer id; empty: dlserve-<group_id>"),
     INT(kafka, commit_interval_ms, "100", 1, 3600000,
         "how often offsets commit (the transaction length in exactly-once)"),
