@@ -66,6 +66,20 @@ check "/status shows no secret" no_secret "$WORK/status.json"
 check "daemon stops cleanly" stop_daemon
 check "the log shows no secret" no_secret "$LOG"
 
+# the transactional producer (exactly-once) gets them too; its transactions
+# need the broker, so here plaintext, from the command line (a later
+# [kafka.client] setting)
+check "an exactly-once daemon starts" start_daemon eos --config "$WORK/dlserve.conf" \
+    --models "$WORK/repo" --set kafka.delivery=exactly-once \
+    --set kafka.client.security.protocol=plaintext
+check "... its Kafka clients start" wait_for 20 grep -q "kafka: consuming" "$LOG"
+for p in security.protocol=plaintext sasl.username=svc-dlserve 'sasl.password=\*\*\*' \
+         client.rack=rack-producer transactional.id=dlserve-dlserve; do
+    check "transactional producer gets $p" effective "$p" "transactional producer"
+done
+check "... and stops" stop_daemon
+check "... its log shows no secret" no_secret "$LOG"
+
 # security properties for one client alone are refused, naming file, section, key
 printf '[kafka]\nembedded = true\n[kafka.consumer]\nsasl.mechanisms = PLAIN\n' > "$WORK/bad.conf"
 "$DLSERVE" --config "$WORK/bad.conf" --set http.port=0 --models "$WORK/repo" \
