@@ -40,7 +40,7 @@ static int serve(const char *config, bool check, const char *const *ov, int nov)
         fprintf(stderr, "dlserve: %s\n", err.msg);
         return 2;
     }
-    dl_conf_print(dl_serve_opts, &conf, stdout);
+    dl_serve_conf_print(&conf, stdout);
     return 0;
 #else
     (void)config;

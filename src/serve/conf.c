@@ -1,6 +1,7 @@
 /* conf.c: the daemon's option table (dlserve.conf) and its loading:
  * defaults, then the file, then DLSERVE_* variables, then --set overrides
- * (dl_serve_conf_apply), then cross-field checks. */
+ * (dl_serve_conf_apply), then cross-field checks; the raw [kafka.*]
+ * sections and the printout of it all. */
 #define _POSIX_C_SOURCE 200809L
 #include "serve/dl_serve.h"
 
@@ -118,11 +119,15 @@ const dl_opt dl_serve_opts[] = {
     BOOL(kafka, embedded, "false", "start an in-process mock Kafka cluster (demos, tests)"),
     INT(kafka, embedded_partitions, "4", 1, 1024, "partitions of each topic the mock creates"),
     STR(kafka, group_id, "dlserve", "consumer group"),
-    STR(kafka, input_topics, "dlserve-in", "comma-separated topics to consume"),
+    STR(kafka, input_topics, "dlserve-in",
+        "comma-separated topics to consume, each topic or topic:model (the model of its "
+        "records that name none)"),
     STR(kafka, output_topic, "dlserve-out", "topic for predictions"),
     STR(kafka, dead_letter_topic, "dlserve-dlq", "topic for records that cannot be served"),
     ENUM(kafka, delivery, "at-least-once", delivery_words, "delivery guarantee"),
-    STR(kafka, default_model, "", "model for records that name none; empty: the only model"),
+    STR(kafka, default_model, "",
+        "model for records that name none (nor their topic); empty: the one model served "
+        "at start"),
     STR(kafka, transactional_id, "", "exactly-once producer id; empty: dlserve-<group_id>"),
     INT(kafka, commit_interval_ms, "100", 1, 3600000,
         "how often offsets commit (the transaction length in exactly-once)"),
@@ -136,10 +141,17 @@ const dl_opt dl_serve_opts[] = {
     {0},
 };
 
-/* Sections of raw librdkafka properties. */
-static const char *const passthrough[] = {"kafka.consumer", "kafka.producer", NULL};
+/* Sections of raw librdkafka properties, in dl_kafka_client's order. */
+static const char *const passthrough[] = {"kafka.client", "kafka.consumer", "kafka.producer",
+                                          NULL};
 
-/* Keeps a raw librdkafka property for the consumer or the producer. */
+const char *dl_kafka_client_section(dl_kafka_client client)
+{
+    return passthrough[client];
+}
+
+/* Keeps a raw librdkafka property for every client, the consumer or the
+ * producer. */
 static dl_status kafka_prop(void *ctx, const char *section, const char *key,
                             const char *value, const char *origin, dl_err *err)
 {
@@ -149,8 +161,12 @@ static dl_status kafka_prop(void *ctx, const char *section, const char *key,
                           origin, DL_KAFKA_PROPS_MAX);
     dl_kafka_prop *p = &k->props[k->nprops];
     if (strlen(key) >= sizeof(p->key) || strlen(value) >= sizeof(p->value))
-        return dl_err_set(err, DL_ERR_INVALID, "%s: property '%.60s' is too long", origin, key);
-    p->producer = strcmp(section, "kafka.producer") == 0;
+        return dl_err_set(err, DL_ERR_INVALID, "%s: property '%.60s' is too long (values: "
+                          "at most %zu bytes)", origin, key, sizeof(p->value) - 1);
+    p->client = DL_KAFKA_CLIENT_ALL;
+    for (int c = 0; passthrough[c]; c++)
+        if (strcmp(section, passthrough[c]) == 0)
+            p->client = (dl_kafka_client)c;
     snprintf(p->key, sizeof(p->key), "%s", key);
     snprintf(p->value, sizeof(p->value), "%s", value);
     snprintf(p->origin, sizeof(p->origin), "%s", origin);
@@ -201,27 +217,115 @@ static bool policy_ok(const char *p)
 
 dl_status dl_serve_conf_apply(dl_serve_conf *conf, const char *const *ov, int n, dl_err *err)
 {
-    static const char *const raw[] = {"kafka.consumer.", "kafka.producer."};
     for (int i = 0; i < n; i++) {
         char section[64], key[128];
         const char *dot = strchr(ov[i], '.'), *eq = strchr(ov[i], '=');
-        for (int r = 0; r < 2; r++)
-            if (!strncmp(ov[i], raw[r], strlen(raw[r])))
-                dot = ov[i] + strlen(raw[r]) - 1;
+        for (int r = 0; passthrough[r]; r++) {
+            size_t len = strlen(passthrough[r]);
+            if (!strncmp(ov[i], passthrough[r], len) && ov[i][len] == '.')
+                dot = ov[i] + len;
+        }
         if (!dot || !eq || dot > eq || (size_t)(dot - ov[i]) >= sizeof(section) ||
             (size_t)(eq - dot - 1) >= sizeof(key))
             return dl_err_set(err, DL_ERR_INVALID, "--set '%s': expected section.key=value", ov[i]);
         snprintf(section, sizeof(section), "%.*s", (int)(dot - ov[i]), ov[i]);
         snprintf(key, sizeof(key), "%.*s", (int)(eq - dot - 1), dot + 1);
-        dl_status st = dl_serve_conf_set(conf, section, key, eq + 1, "--set", err);
+        char value[DL_CONF_VALUE_MAX];
+        dl_status st = dl_conf_expand(eq + 1, value, sizeof(value), err);
+        if (st != DL_OK)
+            return dl_err_prefix(err, "--set %s.%s", section, key);
+        st = dl_serve_conf_set(conf, section, key, value, "--set", err);
         if (st != DL_OK)
             return st;
     }
     return DL_OK;
 }
 
+/* One entry, e[0..len), of input_topics into t. */
+static dl_status topic_entry(const char *e, size_t len, dl_kafka_topic *t, dl_err *err)
+{
+    const char *colon = memchr(e, ':', len);
+    size_t tlen = colon ? (size_t)(colon - e) : len;
+    if (tlen == 0 || tlen >= sizeof(t->topic))
+        return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics: '%.*s': the topic "
+                          "name is %s", (int)len, e, tlen ? "too long" : "empty");
+    for (size_t i = 0; i < tlen; i++)
+        if (!isalnum((unsigned char)e[i]) && !strchr("._-", e[i]))
+            return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics: '%.*s': a topic "
+                              "name is made of A-Z, a-z, 0-9, '.', '_' and '-'", (int)len, e);
+    memset(t, 0, sizeof(*t));
+    memcpy(t->topic, e, tlen);
+    if (!colon)
+        return DL_OK;
+    size_t mlen = len - tlen - 1;
+    if (!dl_model_name_valid(colon + 1, mlen))
+        return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics: '%.*s': '%.*s' is not "
+                          "a valid model name", (int)len, e, (int)mlen, colon + 1);
+    memcpy(t->model, colon + 1, mlen);
+    return DL_OK;
+}
+
+dl_status dl_kafka_topics_parse(const char *csv, dl_kafka_topic *out, int max, int *n,
+                                dl_err *err)
+{
+    *n = 0;
+    for (const char *p = csv;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        if (len == 0 && (end || *n > 0))
+            return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics '%.80s' has an "
+                              "empty entry", csv);
+        if (len == 0)
+            return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics is empty");
+        if (*n == max)
+            return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics: more than %d "
+                              "topics", max);
+        dl_status st = topic_entry(p, len, &out[*n], err);
+        for (int i = 0; st == DL_OK && i < *n; i++)
+            if (!strcmp(out[i].topic, out[*n].topic))
+                st = dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics: topic '%s' is "
+                                "listed twice", out[i].topic);
+        if (st != DL_OK)
+            return st;
+        (*n)++;
+        if (!end)
+            return DL_OK;
+        p = end + 1;
+    }
+}
+
+/* Whether a librdkafka property decides how clients reach the brokers. */
+static bool security_key(const char *key)
+{
+    return !strcmp(key, "security.protocol") || !strncmp(key, "sasl.", 5) ||
+           !strncmp(key, "ssl.", 4);
+}
+
+/* Security properties belong to every client: in [kafka.client]. One in
+ * [kafka.consumer] or [kafka.producer] is refused, even when the other
+ * section has it too (any further client would go without it). */
+static dl_status security_in_client(const dl_kafka_conf *k, dl_err *err)
+{
+    for (int i = 0; i < k->nprops; i++) {
+        const dl_kafka_prop *p = &k->props[i];
+        if (p->client != DL_KAFKA_CLIENT_ALL && security_key(p->key))
+            return dl_err_set(err, DL_ERR_INVALID, "%s: [%s] %s: security properties "
+                              "(security.protocol, sasl.*, ssl.*) apply to every Kafka "
+                              "client: set them in [kafka.client]", p->origin,
+                              dl_kafka_client_section(p->client), p->key);
+    }
+    return DL_OK;
+}
+
 dl_status dl_serve_conf_validate(const dl_serve_conf *c, dl_err *err)
 {
+    dl_status st = security_in_client(&c->kafka, err);
+    if (st != DL_OK)
+        return st;
     if (!c->http.tls_cert[0] != !c->http.tls_key[0])
         return dl_err_set(err, DL_ERR_INVALID,
                           "[http] tls_cert and tls_key must be set together (%s is empty)",
@@ -233,8 +337,16 @@ dl_status dl_serve_conf_validate(const dl_serve_conf *c, dl_err *err)
     if (c->kafka.delivery == DL_DELIVERY_REDIS && !c->redis.host[0])
         return dl_err_set(err, DL_ERR_INVALID,
                           "[kafka] delivery = redis needs [redis] host");
-    if ((c->kafka.brokers[0] || c->kafka.embedded) && !c->kafka.input_topics[0])
-        return dl_err_set(err, DL_ERR_INVALID, "[kafka] input_topics is empty");
+    dl_kafka_topic topics[DL_KAFKA_TOPICS_MAX];
+    int ntopics;
+    if ((c->kafka.brokers[0] || c->kafka.embedded) &&
+        (st = dl_kafka_topics_parse(c->kafka.input_topics, topics, DL_KAFKA_TOPICS_MAX,
+                                    &ntopics, err)) != DL_OK)
+        return st;
+    if (c->kafka.default_model[0] &&
+        !dl_model_name_valid(c->kafka.default_model, strlen(c->kafka.default_model)))
+        return dl_err_set(err, DL_ERR_INVALID, "[kafka] default_model '%s' is not a valid "
+                          "model name", c->kafka.default_model);
     if (!dl_log_debug_valid(c->log.debug))
         return dl_err_set(err, DL_ERR_INVALID,
                           "[log] debug '%s' is invalid: expected subsystem tags (1-15 of "
@@ -268,4 +380,22 @@ dl_status dl_serve_conf_load(dl_serve_conf *conf, const char *path, dl_err *err)
     if (st == DL_OK)
         memcpy(conf, &tmp, sizeof(tmp));
     return st;
+}
+
+void dl_serve_conf_print(const dl_serve_conf *c, FILE *f)
+{
+    dl_conf_print(dl_serve_opts, c, f);
+    for (int s = 0; passthrough[s]; s++) {
+        bool header = false;
+        for (int i = 0; i < c->kafka.nprops; i++) {
+            const dl_kafka_prop *p = &c->kafka.props[i];
+            if ((int)p->client != s)
+                continue;
+            if (!header)
+                fprintf(f, "\n[%s]\n", passthrough[s]);
+            header = true;
+            fprintf(f, "%s = %s\n", p->key,
+                    dl_conf_secret_key(p->key) ? DL_CONF_REDACTED : p->value);
+        }
+    }
 }

@@ -64,12 +64,23 @@ typedef struct dl_log_conf {
     int     format;              /* DL_LOG_FORMAT_TEXT or DL_LOG_FORMAT_JSON */
 } dl_log_conf;
 
-/* Raw librdkafka properties from [kafka.consumer] / [kafka.producer]. */
+/* Which clients a raw librdkafka property is for: its section. */
+typedef enum dl_kafka_client {
+    DL_KAFKA_CLIENT_ALL,         /* [kafka.client]: every client the daemon makes */
+    DL_KAFKA_CLIENT_CONSUMER,    /* [kafka.consumer] */
+    DL_KAFKA_CLIENT_PRODUCER,    /* [kafka.producer] */
+} dl_kafka_client;
+
+/* The section of a client kind: "kafka.client", ...; static. */
+const char *dl_kafka_client_section(dl_kafka_client client);
+
+/* Raw librdkafka properties from [kafka.client], [kafka.consumer] and
+ * [kafka.producer], in file order, values expanded (${env:}, ${file:}). */
 #define DL_KAFKA_PROPS_MAX 64
 typedef struct dl_kafka_prop {
-    bool    producer;            /* [kafka.producer]; else [kafka.consumer] */
+    dl_kafka_client client;
     char    key[128];
-    char    value[512];
+    char    value[1024];
     char    origin[DL_PATH_MAX + 16];   /* "file:line", for errors */
 } dl_kafka_prop;
 
@@ -89,7 +100,7 @@ typedef struct dl_kafka_conf {
     bool    embedded;            /* start librdkafka's in-process mock cluster */
     int64_t embedded_partitions; /* partitions of the topics the mock creates */
     char    group_id[128];
-    char    input_topics[512];   /* comma-separated */
+    char    input_topics[512];   /* comma-separated topic[:model] (dl_kafka_topics_parse) */
     char    output_topic[256];
     char    dead_letter_topic[256];
     dl_delivery delivery;
@@ -103,6 +114,21 @@ typedef struct dl_kafka_conf {
     int           nprops;
     dl_kafka_prop props[DL_KAFKA_PROPS_MAX];
 } dl_kafka_conf;
+
+/* One entry of [kafka] input_topics: "topic" or "topic:model". */
+#define DL_KAFKA_TOPICS_MAX 32
+typedef struct dl_kafka_topic {
+    char    topic[250];          /* Kafka's longest topic name is 249 */
+    char    model[DL_NAME_MAX];  /* records naming no model go here; "": the default */
+} dl_kafka_topic;
+
+/* Reads input_topics ("a, b:model, ..."; blanks around entries ignored)
+ * into out (max entries), *n of them. DL_ERR_INVALID, saying which entry,
+ * for an empty list, an empty entry, a topic of other characters than
+ * [A-Za-z0-9._-], an invalid model name, a topic listed twice or more
+ * than max entries. */
+dl_status dl_kafka_topics_parse(const char *csv, dl_kafka_topic *out, int max, int *n,
+                                dl_err *err);
 
 typedef struct dl_serve_conf {
     dl_http_conf     http;
@@ -120,20 +146,27 @@ extern const dl_opt dl_serve_opts[];
  * Errors name the file and line or the variable. */
 dl_status dl_serve_conf_load(dl_serve_conf *conf, const char *path, dl_err *err);
 
-/* Sets one option ([kafka.consumer] and [kafka.producer] take any key, as
- * raw librdkafka properties); origin names where it came from. */
+/* Sets one option ([kafka.client], [kafka.consumer] and [kafka.producer]
+ * take any key, as raw librdkafka properties); origin names where it came
+ * from. */
 dl_status dl_serve_conf_set(dl_serve_conf *conf, const char *section, const char *key,
                             const char *value, const char *origin, dl_err *err);
 
 /* Applies "section.key=value" strings (--set), in order; raw librdkafka
- * properties read "kafka.consumer.some.property=value". Errors name the
+ * properties read "kafka.client.some.property=value" (or kafka.consumer.,
+ * kafka.producer.). Values expand as in files. Errors name the
  * string; conf may be partly changed then. */
 dl_status dl_serve_conf_apply(dl_serve_conf *conf, const char *const *ov, int n, dl_err *err);
 
 /* Cross-field checks (TLS files both or neither, version policy syntax,
- * the debug subsystem list, Redis for redis delivery), for a configuration
- * changed after dl_serve_conf_load. */
+ * the debug subsystem list, Redis for redis delivery, security properties
+ * only in [kafka.client]), for a configuration changed after
+ * dl_serve_conf_load. */
 dl_status dl_serve_conf_validate(const dl_serve_conf *conf, dl_err *err);
+
+/* Writes the effective configuration (--check-config): every option, then
+ * the raw [kafka.*] sections; secrets (dl_conf_secret_key) show as ***. */
+void dl_serve_conf_print(const dl_serve_conf *conf, FILE *f);
 
 /* Runs the daemon until SIGTERM/SIGINT; returns the process exit code.
  * config_path may be NULL. overrides: "section.key=value" strings from the

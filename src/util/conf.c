@@ -16,6 +16,11 @@
  * Comments start a line with ';' or '#', or follow a value as " ;", so a
  * value in a file cannot contain " ;" nor start or end with blanks.
  *
+ * Any value, in a file or a DLSERVE_* variable, may hold ${env:NAME} (the
+ * variable's value) and ${file:PATH} (a regular file's one line, its
+ * trailing newline dropped): secrets stay out of the file. The printout shows the values
+ * of secret keys (dl_conf_secret_key) as ***.
+ *
  * Loading a file or the environment fills a copy of the table's part of
  * the struct and commits it only on success, so a failed SIGHUP reload
  * changes nothing; `raw` calls already made cannot be undone, so a raw
@@ -30,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 /* Without inih the tables still work (defaults, environment, --set,
  * printouts); only reading a file needs it. */
@@ -314,6 +320,123 @@ static dl_status conf_copy(const dl_opt *opts, const void *conf, void **out, dl_
     return DL_OK;
 }
 
+/* ---- secrets: ${env:NAME} and ${file:PATH} --------------------------------- */
+
+/* Appends len bytes to out (size bytes) at *n; false when they do not fit. */
+static bool append(char *out, size_t size, size_t *n, const char *s, size_t len)
+{
+    if (*n + len >= size)
+        return false;
+    memcpy(out + *n, s, len);
+    *n += len;
+    out[*n] = '\0';
+    return true;
+}
+
+/* The contents of path, less one trailing newline, appended to out. */
+static dl_status file_text(const char *path, char *out, size_t size, size_t *n, dl_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return dl_err_set(err, DL_ERR_IO, "${file:%s}: %s", path, strerror(errno));
+    /* a FIFO or a device could block or never end */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return dl_err_set(err, DL_ERR_INVALID, "${file:%s}: not a regular file", path);
+    }
+    size_t room = size - *n, got = fread(out + *n, 1, room, f);
+    int e = ferror(f) ? errno : 0;
+    fclose(f);
+    if (e)
+        return dl_err_set(err, DL_ERR_IO, "${file:%s}: %s", path, strerror(e));
+    if (got == room)
+        return dl_err_set(err, DL_ERR_INVALID, "${file:%s}: the value is too long (at most "
+                          "%zu bytes)", path, size - 1);
+    if (got > 0 && out[*n + got - 1] == '\n')
+        got--;
+    if (got > 0 && out[*n + got - 1] == '\r')
+        got--;
+    if (memchr(out + *n, '\0', got) || memchr(out + *n, '\n', got) ||
+        memchr(out + *n, '\r', got))
+        return dl_err_set(err, DL_ERR_INVALID, "${file:%s}: the file holds more than one "
+                          "line (or a NUL byte)", path);
+    *n += got;
+    out[*n] = '\0';
+    return DL_OK;
+}
+
+/* One reference, name[0..len) after "${env:" or "${file:", appended to out. */
+static dl_status reference(bool env, const char *name, size_t len, char *out, size_t size,
+                           size_t *n, dl_err *err)
+{
+    char ref[DL_CONF_VALUE_MAX];
+    if (len == 0 || len >= sizeof(ref))
+        return dl_err_set(err, DL_ERR_INVALID, "${%s:...}: %s", env ? "env" : "file",
+                          len ? "the name is too long" : "the name is empty");
+    memcpy(ref, name, len);
+    ref[len] = '\0';
+    if (!env)
+        return file_text(ref, out, size, n, err);
+    const char *v = getenv(ref);
+    if (!v)
+        return dl_err_set(err, DL_ERR_INVALID, "environment variable %s is not set "
+                          "(${env:%s})", ref, ref);
+    if (strchr(v, '\n') || strchr(v, '\r'))
+        return dl_err_set(err, DL_ERR_INVALID, "${env:%s}: the value holds a line break",
+                          ref);
+    if (!append(out, size, n, v, strlen(v)))
+        return dl_err_set(err, DL_ERR_INVALID, "${env:%s}: the value is too long (at most "
+                          "%zu bytes)", ref, size - 1);
+    return DL_OK;
+}
+
+dl_status dl_conf_expand(const char *value, char *out, size_t size, dl_err *err)
+{
+    DL_ASSERT(size > 0);
+    size_t n = 0;
+    out[0] = '\0';
+    for (const char *p = value; *p;) {
+        bool env = !strncmp(p, "${env:", 6), file = !strncmp(p, "${file:", 7);
+        if (!env && !file) {
+            if (!append(out, size, &n, p, 1))
+                return dl_err_set(err, DL_ERR_INVALID, "the value is too long (at most "
+                                  "%zu bytes)", size - 1);
+            p++;
+            continue;
+        }
+        const char *name = p + (env ? 6 : 7), *end = strchr(name, '}');
+        if (!end)
+            return dl_err_set(err, DL_ERR_INVALID, "'%.8s...' has no closing '}'", p);
+        dl_status st = reference(env, name, (size_t)(end - name), out, size, &n, err);
+        if (st != DL_OK)
+            return st;
+        p = end + 1;
+    }
+    return DL_OK;
+}
+
+/* Whether text matches pattern, where '*' stands for any run of characters. */
+static bool glob_match(const char *pattern, const char *text)
+{
+    if (*pattern == '*')
+        return glob_match(pattern + 1, text) || (*text && glob_match(pattern, text + 1));
+    if (!*pattern)
+        return !*text;
+    return tolower((unsigned char)*pattern) == tolower((unsigned char)*text) &&
+           glob_match(pattern + 1, text + 1);
+}
+
+bool dl_conf_secret_key(const char *key)
+{
+    static const char *const patterns[] = {"*password*", "*secret*", "*token*", "ssl.key.*",
+                                           "sasl.jaas.config", NULL};
+    for (int i = 0; patterns[i]; i++)
+        if (glob_match(patterns[i], key))
+            return true;
+    return false;
+}
+
 #ifdef DL_HAVE_INIH
 /* ---- INI files ------------------------------------------------------------ */
 
@@ -329,6 +452,7 @@ typedef struct parse_ctx {
     int                 lineno;      /* line last handed to inih */
     int                 fail_line;   /* 0: no error of ours yet */
     dl_status           st;
+    char                value[DL_CONF_VALUE_MAX];   /* the value, expanded */
 } parse_ctx;
 
 static bool is_passthrough(const parse_ctx *pc, const char *section)
@@ -389,8 +513,11 @@ static int on_value(void *user, const char *section, const char *key, const char
     parse_ctx *pc = user;
     char origin[ORIGIN_MAX];
     snprintf(origin, sizeof(origin), "%s:%d", pc->path, pc->lineno);
-    dl_status st = DL_OK;
-    if (is_passthrough(pc, section)) {
+    dl_status st = dl_conf_expand(value, pc->value, sizeof(pc->value), pc->err);
+    value = pc->value;
+    if (st != DL_OK)
+        dl_err_prefix(pc->err, "%s: [%s] %s", origin, section, key);
+    else if (is_passthrough(pc, section)) {
         if (pc->raw)
             st = pc->raw(pc->raw_ctx, section, key, value, origin, pc->err);
         if (st != DL_OK)
@@ -471,8 +598,11 @@ dl_status dl_conf_apply_env(const dl_opt *opts, void *conf, dl_err *err)
         char name[ORIGIN_MAX];
         env_name(o, name, sizeof(name));
         const char *value = getenv(name);
-        if (value)
-            st = set_value(o, tmp, value, name, err);
+        char expanded[DL_CONF_VALUE_MAX];
+        if (value && (st = dl_conf_expand(value, expanded, sizeof(expanded), err)) != DL_OK)
+            dl_err_prefix(err, "%s", name);
+        else if (value)
+            st = set_value(o, tmp, expanded, name, err);
     }
     if (st == DL_OK)
         memcpy(conf, tmp, conf_extent(opts));
@@ -545,6 +675,8 @@ void dl_conf_print(const dl_opt *opts, const void *conf, FILE *f)
             /* Large enough for any string field: they are paths at most. */
             char value[4096];
             format_value(o, conf, value, sizeof(value));
+            if (*value && dl_conf_secret_key(o->key))
+                snprintf(value, sizeof(value), "%s", DL_CONF_REDACTED);
             char words[160] = "";
             if (o->type == DL_OPT_ENUM || o->type == DL_OPT_CUSTOM)
                 dl_opt_words_str(o->words, words, sizeof(words));

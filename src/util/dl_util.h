@@ -359,8 +359,26 @@ dl_status dl_conf_load_file(const dl_opt *opts, void *conf, const char *path,
 /* Applies DLSERVE_<SECTION>_<KEY> variables (upper case, '.' -> '_'). */
 dl_status dl_conf_apply_env(const dl_opt *opts, void *conf, dl_err *err);
 
+/* The longest value, as written or once expanded, with its NUL. */
+#define DL_CONF_VALUE_MAX 4096
+
+/* Writes value into out (size bytes) with each ${env:NAME} replaced by the
+ * variable's value and each ${file:PATH} by the file's contents less one
+ * trailing newline (a regular file; line breaks or NULs in what is read
+ * are refused, so that values stay one line); other text is kept. Loading files and DLSERVE_*
+ * variables expands every value so. Fails (DL_ERR_INVALID, DL_ERR_IO)
+ * naming the variable, or the path and errno's text; the caller adds the
+ * origin. The message never holds a value read. */
+dl_status dl_conf_expand(const char *value, char *out, size_t size, dl_err *err);
+
+/* Whether key holds a secret that printouts and logs show as
+ * DL_CONF_REDACTED: *password*, *secret*, *token*, ssl.key.* and
+ * sasl.jaas.config (case-insensitive). */
+bool dl_conf_secret_key(const char *key);
+#define DL_CONF_REDACTED "***"
+
 /* Writes the effective configuration as an INI file, with each option's
- * doc (and an enumeration's words) as a comment. */
+ * doc (and an enumeration's words) as a comment; secrets show as ***. */
 void dl_conf_print(const dl_opt *opts, const void *conf, FILE *f);
 
 /* Writes the reference as a Markdown table (section, key, default,

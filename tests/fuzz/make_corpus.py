@@ -245,10 +245,15 @@ def main():
                                    "[kafka.producer]\nlinger.ms = 5 ; comment\n"),
                          ("models", "\xef\xbb\xbf# models\n[models]\npolicy = versions:1,3\n"
                                     "device = cuda:1\n  threads = 2\n[http]\nmax_body_bytes = 8M\n"),
-                         ("log", "[log]\nlevel = debug\ndebug = kafka,http\n")])
+                         ("log", "[log]\nlevel = debug\ndebug = kafka,http\n"),
+                         ("client", "[kafka]\ninput_topics = a:m1, b\ndefault_model = m2\n"
+                                    "[kafka.client]\nsecurity.protocol = SASL_SSL\n"
+                                    "sasl.password = ${env:HOME}\n[http]\n"
+                                    "token = x${file:/etc/hostname}y\n")])
     ini_words = ["[http]", "[batching]", "[models]", "[log]", "[kafka]", "[redis]",
                  "[kafka.consumer]", "[kafka.producer]", " = ", " ;", "#", "\n", "true", "off",
-                 "8M", "1k", "latest:2", "versions:", "cuda:", "exactly-once", "redis"]
+                 "8M", "1k", "latest:2", "versions:", "cuda:", "exactly-once", "redis",
+                 "[kafka.client]", "${env:", "${file:", "}", "sasl.password"]
     write_dict("ini", ini_words)
     write_corpus("set", [("overrides", "http.port=9000\nmodels.policy=versions:1,3\n"
                                        "kafka.consumer.session.timeout.ms=10000\n"

@@ -252,8 +252,8 @@ Test(conf, passthrough_sections_accepted)
     cr_assert_eq(conf.kafka.nprops, 3);
     cr_expect_str_eq(conf.kafka.props[1].key, "auto.offset.reset");
     cr_expect_str_eq(conf.kafka.props[1].value, "earliest");
-    cr_expect(!conf.kafka.props[1].producer);
-    cr_expect(conf.kafka.props[2].producer);
+    cr_expect_eq(conf.kafka.props[1].client, DL_KAFKA_CLIENT_CONSUMER);
+    cr_expect_eq(conf.kafka.props[2].client, DL_KAFKA_CLIENT_PRODUCER);
     char origin[1100];
     snprintf(origin, sizeof(origin), "%s:9", path);
     cr_expect_str_eq(conf.kafka.props[2].origin, origin);
@@ -265,8 +265,78 @@ Test(conf, passthrough_sections_accepted)
     cr_assert_eq(dl_serve_conf_apply(&conf, ov, 2, &err), DL_OK, "%s", err.msg);
     cr_assert_eq(conf.kafka.nprops, 4);
     cr_expect_str_eq(conf.kafka.props[3].key, "compression.type");
-    cr_expect(conf.kafka.props[3].producer);
+    cr_expect_eq(conf.kafka.props[3].client, DL_KAFKA_CLIENT_PRODUCER);
     cr_expect_str_eq(conf.kafka.group_id, "g9");
+}
+
+Test(conf, kafka_client_section_for_every_client)
+{
+    loads("[kafka.client]\nsecurity.protocol = sasl_ssl\nsasl.mechanisms = PLAIN\n"
+          "[kafka.consumer]\nfetch.min.bytes = 10\n");
+    cr_assert_eq(conf.kafka.nprops, 3);
+    cr_expect_eq(conf.kafka.props[0].client, DL_KAFKA_CLIENT_ALL);
+    cr_expect_str_eq(conf.kafka.props[1].key, "sasl.mechanisms");
+    cr_expect_eq(conf.kafka.props[2].client, DL_KAFKA_CLIENT_CONSUMER);
+    setenv("DL_TEST_USER", "alice", 1);
+    const char *ov[] = {"kafka.client.sasl.username=${env:DL_TEST_USER}"};
+    dl_err err = {0};
+    cr_assert_eq(dl_serve_conf_apply(&conf, ov, 1, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(conf.kafka.nprops, 4);
+    cr_expect_eq(conf.kafka.props[3].client, DL_KAFKA_CLIENT_ALL);
+    cr_expect_str_eq(conf.kafka.props[3].key, "sasl.username");
+    cr_expect_str_eq(conf.kafka.props[3].value, "alice");
+}
+
+Test(conf, security_only_in_kafka_client)
+{
+    char want[512];
+    static const char *const cases[][2] = {
+        {"[kafka.consumer]\nsasl.username = u\n", "kafka.consumer] sasl.username"},
+        {"[kafka.producer]\nssl.ca.location = /ca\n", "kafka.producer] ssl.ca.location"},
+        /* the same value in both sections: refused too */
+        {"[kafka.consumer]\nsecurity.protocol = ssl\n[kafka.producer]\n"
+         "security.protocol = ssl\n", "kafka.consumer] security.protocol"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        dl_err err = {0};
+        cr_assert_eq(load(cases[i][0], &err), DL_ERR_INVALID, "%s", cases[i][0]);
+        snprintf(want, sizeof(want), "%s:2: [%s: security properties (security.protocol, "
+                 "sasl.*, ssl.*) apply to every Kafka client: set them in [kafka.client]",
+                 path, cases[i][1]);
+        cr_expect_str_eq(err.msg, want);
+    }
+    loads("[kafka.client]\nsecurity.protocol = ssl\nssl.ca.location = /ca\n"
+          "[kafka.consumer]\nsession.timeout.ms = 6000\n");
+}
+
+Test(conf, input_topics_with_models)
+{
+    dl_kafka_topic t[4];
+    int n = 0;
+    dl_err err = {0};
+    cr_assert_eq(dl_kafka_topics_parse(" images:fashion-cnn, tabular:recs ,plain", t, 4, &n,
+                                       &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(n, 3);
+    cr_expect_str_eq(t[0].topic, "images");
+    cr_expect_str_eq(t[0].model, "fashion-cnn");
+    cr_expect_str_eq(t[1].topic, "tabular");
+    cr_expect_str_eq(t[1].model, "recs");
+    cr_expect_str_eq(t[2].topic, "plain");
+    cr_expect_str_eq(t[2].model, "");
+    static const char *const bad[][2] = {
+        {"a,,b", "has an empty entry"}, {"", "input_topics is empty"},
+        {"a:", "'' is not a valid model name"}, {"a:.x", "'.x' is not a valid model name"},
+        {"a b", "a topic name is made of"}, {":m", "the topic name is empty"},
+        {"a:m, a:n", "topic 'a' is listed twice"}, {"a,b,c,d,e", "more than 4 topics"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+        cr_expect_eq(dl_kafka_topics_parse(bad[i][0], t, 4, &n, &err), DL_ERR_INVALID, "%s",
+                     bad[i][0]);
+        cr_expect_not_null(strstr(err.msg, bad[i][1]), "'%s': %s", bad[i][0], err.msg);
+    }
+    refused("[kafka]\nembedded = true\ninput_topics = in:bad/name\n",
+            "[kafka] input_topics: 'in:bad/name': 'bad/name' is not a valid model name");
+    refused("[kafka]\ndefault_model = a b\n", "[kafka] default_model 'a b' is not a valid");
 }
 
 typedef struct raw_seen {
@@ -306,14 +376,117 @@ Test(conf, passthrough_raw_callback)
     cr_expect_str_eq(err.msg, want);
 }
 
+/* ---- secrets outside the file ------------------------------------------- */
+
+Test(conf, values_from_env_and_file)
+{
+    char secret[80];
+    fx_tmpfile(secret, sizeof(secret), "secret");
+    fx_write_text(secret, "s3cr3t-from-file\n");
+    setenv("DL_TEST_TOKEN", "s3cr3t-from-env", 1);
+    setenv("DL_TEST_HOST", "redis.example", 1);
+    char text[512];
+    snprintf(text, sizeof(text), "[http]\ntoken = ${env:DL_TEST_TOKEN}\n"
+             "[redis]\nhost = ${env:DL_TEST_HOST}\npassword = ${file:%s}\n"
+             "[kafka.consumer]\nclient.id = a-${env:DL_TEST_HOST}-b\n", secret);
+    loads(text);
+    cr_expect_str_eq(conf.http.token, "s3cr3t-from-env");
+    cr_expect_str_eq(conf.redis.host, "redis.example");
+    cr_expect_str_eq(conf.redis.password, "s3cr3t-from-file");
+    cr_assert_eq(conf.kafka.nprops, 1);
+    cr_expect_str_eq(conf.kafka.props[0].value, "a-redis.example-b");
+    /* DLSERVE_* variables expand too */
+    setenv("DLSERVE_HTTP_TOKEN", "${env:DL_TEST_HOST}", 1);
+    loads("");
+    cr_expect_str_eq(conf.http.token, "redis.example");
+    unsetenv("DLSERVE_HTTP_TOKEN");
+    unlink(secret);
+}
+
+Test(conf, unset_variable_refused_with_file_line)
+{
+    unsetenv("DL_TEST_UNSET");
+    fails_with("[http]\nport = 1\ntoken = ${env:DL_TEST_UNSET}\n",
+               ":3: [http] token: environment variable DL_TEST_UNSET is not set "
+               "(${env:DL_TEST_UNSET})");
+    fails_with("[kafka.consumer]\nsasl.password = x${env:DL_TEST_UNSET}\n",
+               ":2: [kafka.consumer] sasl.password: environment variable DL_TEST_UNSET is "
+               "not set (${env:DL_TEST_UNSET})");
+    fails_with("[http]\ntoken = ${env:DL_TEST_UNSET\n",
+               ":2: [http] token: '${env:DL...' has no closing '}'");
+}
+
+Test(conf, unreadable_file_refused_with_path_and_errno)
+{
+    dl_err err = {0};
+    char want[256];
+    snprintf(want, sizeof(want), "%s:2: [redis] password: ${file:/nonexistent/pw}: No such "
+             "file or directory", path);
+    cr_assert_eq(load("[redis]\npassword = ${file:/nonexistent/pw}\n", &err), DL_ERR_IO);
+    cr_expect_str_eq(err.msg, want);
+    fails_with("[redis]\npassword = ${file:/}\n",
+               ":2: [redis] password: ${file:/}: not a regular file");
+    fails_with("[redis]\npassword = ${file:/dev/null}\n",
+               ":2: [redis] password: ${file:/dev/null}: not a regular file");
+    char two[80];
+    fx_tmpfile(two, sizeof(two), "two");
+    fx_write_text(two, "line1\nline2\n");
+    char text[256];
+    snprintf(text, sizeof(text), "[redis]\npassword = ${file:%s}\n", two);
+    snprintf(want, sizeof(want), ":2: [redis] password: ${file:%s}: the file holds more "
+             "than one line (or a NUL byte)", two);
+    fails_with(text, want);
+    unlink(two);
+    setenv("DL_TEST_LINES", "a\nb", 1);
+    fails_with("[http]\ntoken = ${env:DL_TEST_LINES}\n",
+               ":2: [http] token: ${env:DL_TEST_LINES}: the value holds a line break");
+}
+
+Test(conf, secret_keys)
+{
+    static const char *const secret[] = {"token", "password", "sasl.password",
+                                         "ssl.key.password", "ssl.key.pem",
+                                         "ssl.keystore.password", "sasl.jaas.config",
+                                         "sasl.oauthbearer.client.secret", "Client_Secret",
+                                         "sasl.oauthbearer.token.endpoint.url", NULL};
+    static const char *const plain[] = {"sasl.username", "security.protocol",
+                                        "ssl.ca.location", "ssl.certificate.location",
+                                        "sasl.mechanisms", "host", "tls_key", NULL};
+    for (int i = 0; secret[i]; i++)
+        cr_expect(dl_conf_secret_key(secret[i]), "%s", secret[i]);
+    for (int i = 0; plain[i]; i++)
+        cr_expect_not(dl_conf_secret_key(plain[i]), "%s", plain[i]);
+}
+
 /* ---- printouts ------------------------------------------------------------ */
+
+Test(conf, printout_redacts_secrets)
+{
+    loads("[http]\ntoken = tok-SECRET\n[redis]\nhost = h\npassword = pw-SECRET\n"
+          "[kafka.client]\nsecurity.protocol = sasl_ssl\nsasl.username = alice\n"
+          "sasl.password = sasl-SECRET\n[kafka.producer]\nlinger.ms = 7\n");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert_not_null(f);
+    dl_serve_conf_print(&conf, f);
+    fclose(f);
+    cr_expect_null(strstr(text, "SECRET"), "%s", text);
+    cr_expect_not_null(strstr(text, "\ntoken = ***\n"), "%s", text);
+    cr_expect_not_null(strstr(text, "\npassword = ***\n"), "%s", text);
+    cr_expect_not_null(strstr(text, "\n[kafka.client]\nsecurity.protocol = sasl_ssl\n"
+                                    "sasl.username = alice\nsasl.password = ***\n"), "%s", text);
+    cr_expect_not_null(strstr(text, "\n[kafka.producer]\nlinger.ms = 7\n"), "%s", text);
+    free(text);
+}
+
 
 Test(conf, print_round_trip)
 {
     dl_err err = {0};
     static const char *const sets[][3] = {
         {"http", "address", "0.0.0.0"}, {"http", "port", "0"},
-        {"http", "token", "a b c"}, {"http", "tls_cert", "/etc/c.pem"},
+        {"http", "tls_cert", "/etc/c.pem"},
         {"http", "tls_key", "/etc/k.pem"}, {"batching", "max_batch_size", "65536"},
         {"models", "watch", "false"}, {"models", "policy", "latest:2"},
         {"models", "threads", "3"}, {"log", "debug", "http,batch"},

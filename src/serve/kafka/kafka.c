@@ -96,6 +96,8 @@ dl_status kafka_start(const kafka_deps *deps, kafka_srv **out, dl_err *err)
         st = dl_err_set(err, DL_ERR_UNAVAILABLE, "this dlserve was built without Redis");
 #endif
     if (st == DL_OK)
+        st = kafka_routes_start(k, err);
+    if (st == DL_OK)
         st = kafka_clients_start(k, err);
     /* the output stage first: the consumer hands records to it at once */
     if (st == DL_OK && pthread_create(&k->out_thread, NULL, kafka_out_main, k) != 0)

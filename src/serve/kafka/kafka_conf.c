@@ -1,6 +1,7 @@
-/* kafka_conf.c: the Kafka clients: their configuration (ours, then the
- * [kafka.consumer] / [kafka.producer] properties, then what the delivery
- * mode requires), the embedded mock cluster, creation and subscription. */
+/* kafka_conf.c: the Kafka clients: their configuration (ours, then
+ * [kafka.client], then [kafka.consumer] / [kafka.producer], then what the
+ * delivery mode requires), the embedded mock cluster, creation and
+ * subscription. */
 #define _GNU_SOURCE
 #include "serve/kafka/kafka_int.h"
 
@@ -57,17 +58,80 @@ static dl_status set(rd_kafka_conf_t *c, const char *key, const char *value, con
     return DL_OK;
 }
 
-/* Whether the [kafka.consumer] / [kafka.producer] section sets key. */
+/* Whether a property of [kafka.client] or of the client's own section is
+ * for this client. */
+static bool prop_for(const dl_kafka_prop *p, bool producer)
+{
+    return p->client == DL_KAFKA_CLIENT_ALL ||
+           p->client == (producer ? DL_KAFKA_CLIENT_PRODUCER : DL_KAFKA_CLIENT_CONSUMER);
+}
+
+/* Whether [kafka.client] or the client's own section sets key. */
 static bool user_sets(const kafka_srv *k, bool producer, const char *key)
 {
     for (int i = 0; i < k->conf.nprops; i++)
-        if (k->conf.props[i].producer == producer && strcmp(k->conf.props[i].key, key) == 0)
+        if (prop_for(&k->conf.props[i], producer) && strcmp(k->conf.props[i].key, key) == 0)
             return true;
     return false;
 }
 
-/* Our settings, then the [kafka.consumer] / [kafka.producer] properties,
- * then what the delivery mode requires (it wins: a mode is a contract). */
+/* [kafka.client]'s properties, then those of the client's own section
+ * (in file order within each, so the later of two settings wins). */
+static dl_status user_props(kafka_srv *k, rd_kafka_conf_t *c, bool producer, dl_err *err)
+{
+    dl_status st = DL_OK;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; st == DL_OK && i < k->conf.nprops; i++) {
+            const dl_kafka_prop *p = &k->conf.props[i];
+            if ((p->client == DL_KAFKA_CLIENT_ALL) == (pass == 0) && prop_for(p, producer))
+                st = set(c, p->key, p->value, p->origin, err);
+        }
+    }
+    return st;
+}
+
+/* Whether key=value is in a conf dump (key, value, key, value, ...). */
+static bool in_dump(const char **d, size_t n, const char *key, const char *value)
+{
+    for (size_t i = 0; i + 1 < n; i += 2)
+        if (!strcmp(d[i], key))
+            return !strcmp(d[i + 1], value);
+    return false;
+}
+
+/* Logs (debug, kafka) the client's effective properties that are not
+ * librdkafka's defaults or that a [kafka.*] section sets, secrets as ***:
+ * what each client gets, without its secrets. */
+static void log_effective(kafka_srv *k, rd_kafka_conf_t *c, const char *client)
+{
+    if (DL_LOG_DEBUG > dl_log_level)   /* no subsystem logs at debug level */
+        return;
+    bool producer = strcmp(client, "consumer") != 0;
+    rd_kafka_conf_t *def_conf = rd_kafka_conf_new();
+    size_t n, ndef;
+    const char **d = rd_kafka_conf_dump(c, &n), **def = rd_kafka_conf_dump(def_conf, &ndef);
+    char line[3072];
+    size_t off = 0;
+    line[0] = '\0';
+    for (size_t i = 0; i + 1 < n && off < sizeof(line); i += 2) {
+        /* default_topic_conf's value is a pointer: it says nothing */
+        if ((in_dump(def, ndef, d[i], d[i + 1]) && !user_sets(k, producer, d[i])) ||
+            !strcmp(d[i], "default_topic_conf"))
+            continue;
+        int w = snprintf(line + off, sizeof(line) - off, " %s=%s", d[i],
+                         dl_conf_secret_key(d[i]) ? DL_CONF_REDACTED : d[i + 1]);
+        off += w > 0 ? (size_t)w : 0;
+    }
+    DL_LOG(DL_LOG_DEBUG, "kafka", "%s client configuration (librdkafka's defaults left "
+           "out):%s%s", client, line, off >= sizeof(line) ? "..." : "");
+    rd_kafka_conf_dump_free(d, n);
+    rd_kafka_conf_dump_free(def, ndef);
+    rd_kafka_conf_destroy(def_conf);
+}
+
+/* Our settings, then [kafka.client], then [kafka.consumer] /
+ * [kafka.producer], then what the delivery mode requires (it wins: a mode
+ * is a contract). */
 static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out, dl_err *err)
 {
     rd_kafka_conf_t *c = rd_kafka_conf_new();
@@ -110,10 +174,8 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
         if (st == DL_OK && !user_sets(k, false, "message.max.bytes"))
             st = set(c, "fetch.max.bytes", "1048576", "dlserve", err);
     }
-    for (int i = 0; st == DL_OK && i < k->conf.nprops; i++)
-        if (k->conf.props[i].producer == producer)
-            st = set(c, k->conf.props[i].key, k->conf.props[i].value, k->conf.props[i].origin,
-                     err);
+    if (st == DL_OK)
+        st = user_props(k, c, producer, err);
     if (st == DL_OK && producer && k->mode->transactional)
         st = set(c, "transactional.id", k->txn_id, "[kafka] transactional_id", err);
     if (st == DL_OK && !producer) {
@@ -128,6 +190,8 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
         rd_kafka_conf_destroy(c);
         return st;
     }
+    log_effective(k, c, producer ? k->mode->transactional ? "transactional producer"
+                                                          : "producer" : "consumer");
     rd_kafka_conf_set_opaque(c, k);
     rd_kafka_conf_set_log_cb(c, on_log);
     rd_kafka_conf_set_error_cb(c, on_error);
@@ -142,15 +206,12 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
     return DL_OK;
 }
 
-/* "a,b , c" as a list of topics (new). */
-static rd_kafka_topic_partition_list_t *kafka_topic_list(const char *csv)
+/* The input topics as a list (new). */
+static rd_kafka_topic_partition_list_t *kafka_topic_list(const kafka_srv *k)
 {
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(4);
-    char buf[sizeof(((dl_kafka_conf *)0)->input_topics)];
-    snprintf(buf, sizeof(buf), "%s", csv);
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save))
-        rd_kafka_topic_partition_list_add(l, t, RD_KAFKA_PARTITION_UA);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(k->ntopics + 2);
+    for (int i = 0; i < k->ntopics; i++)
+        rd_kafka_topic_partition_list_add(l, k->topics[i].topic, RD_KAFKA_PARTITION_UA);
     return l;
 }
 
@@ -166,7 +227,7 @@ static dl_status start_embedded(kafka_srv *k, dl_err *err)
     if (!(k->mock = rd_kafka_mock_cluster_new(k->mock_rk, 1)))
         return dl_err_set(err, DL_ERR_IO, "embedded Kafka: cannot start the mock cluster");
     snprintf(k->bootstrap, sizeof(k->bootstrap), "%s", rd_kafka_mock_cluster_bootstraps(k->mock));
-    rd_kafka_topic_partition_list_t *l = kafka_topic_list(k->conf.input_topics);
+    rd_kafka_topic_partition_list_t *l = kafka_topic_list(k);
     rd_kafka_topic_partition_list_add(l, k->conf.output_topic, 0);
     rd_kafka_topic_partition_list_add(l, k->conf.dead_letter_topic, 0);
     for (int i = 0; i < l->cnt; i++)
@@ -221,7 +282,7 @@ dl_status kafka_clients_start(kafka_srv *k, dl_err *err)
     k->queue_max_msgs = conf_int(k->cons, "queued.min.messages", 100000);
     if (k->mode->start && (st = k->mode->start(k, err)) != DL_OK)
         return st;
-    rd_kafka_topic_partition_list_t *l = kafka_topic_list(k->conf.input_topics);
+    rd_kafka_topic_partition_list_t *l = kafka_topic_list(k);
     rd_kafka_resp_err_t e = rd_kafka_subscribe(k->cons, l);
     rd_kafka_topic_partition_list_destroy(l);
     if (e)

@@ -337,28 +337,6 @@ static void record_in_of(const krec *r, record_in *in, char *model, char *id, ch
     };
 }
 
-/* The model a record without one goes to: the configured default, or
- * the only model being served. Looked up once a round of the thread (not
- * once a record): the served models change only on reloads. */
-static void default_model(kafka_srv *k, char *out, size_t cap)
-{
-    snprintf(out, cap, "%s", k->conf.default_model);
-    if (out[0])
-        return;
-    char **names = registry_names(k->reg);
-    int served_models = 0;
-    for (int i = 0; names && names[i]; i++) {
-        served *sv;
-        if (registry_acquire(k->reg, names[i], 0, &sv, NULL) == DL_OK && served_models++ == 0)
-            snprintf(out, cap, "%s", names[i]);
-        served_release(sv);
-        free(names[i]);
-    }
-    free(names);
-    if (served_models != 1)
-        out[0] = '\0';
-}
-
 /* Sends r to the dead-letter topic, through the output thread; err says
  * why. */
 static void refuse(kafka_srv *k, krec *r, record_fault f, const dl_err *err)
@@ -405,7 +383,8 @@ static bool submit(kafka_srv *k, krec *r)
         char model[HDR_MAX], id[HDR_MAX], ctype[HDR_MAX], jlen[HDR_MAX];
         record_in in;
         record_in_of(r, &in, model, id, ctype, jlen);
-        record_fault f = record_open(&in, k->def_model, (size_t)k->conf.max_record_bytes,
+        record_fault f = record_open(&in, kafka_route_model(k, r->tp->topic),
+                                     (size_t)k->conf.max_record_bytes,
                                      &r->env, &err);
         served *sv = NULL;
         /* Not found or nothing served yet: either way this record names
@@ -855,7 +834,7 @@ void *kafka_in_main(void *arg)
     pthread_setname_np(pthread_self(), "kafka-in");   /* for top -H and perf */
     while (!atomic_load(&k->stop)) {
         uint64_t seen = rounds_now(k);   /* before the releases below */
-        default_model(k, k->def_model, sizeof(k->def_model));
+        kafka_routes_tick(k);
         sweep_stale(k);
         overflow_retry(k);
         k->mode->advance(k);

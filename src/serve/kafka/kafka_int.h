@@ -175,6 +175,9 @@ struct kafka_srv {
     const kafka_mode    *mode;
     char                 bootstrap[512];
     char                 txn_id[160];
+    /* input_topics, parsed at start; read-only once the threads run */
+    dl_kafka_topic       topics[DL_KAFKA_TOPICS_MAX];
+    int                  ntopics;
 
     rd_kafka_t          *mock_rk;    /* embedded cluster's handle */
     rd_kafka_mock_cluster_t *mock;
@@ -216,7 +219,11 @@ struct kafka_srv {
     int64_t              consumed_bytes;
     bool                 queue_near_full;
     bool                 txn_open;
+    /* The model of records that name none, from a topic without one
+     * (kafka_route.c): decided once, at start or when the first models
+     * come; "" when there is none (several models, no default_model). */
     char                 def_model[DL_NAME_MAX];
+    bool                 def_decided;
     double               last_commit;
 
     /* The right to produce: held by the output thread while it produces a
@@ -297,6 +304,22 @@ void kafka_on_infer_done(infer_req *q, void *ctx);
 
 /* Producer delivery reports (served by the output thread). */
 void kafka_on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque);
+
+/* ---- kafka_route.c: which model a record goes to ------------------------ */
+
+/* Parses input_topics into k->topics, checks that default_model and each
+ * topic's model are served (DL_ERR_INVALID naming the model otherwise),
+ * decides the default model if any model is served and logs the routes.
+ * Before the threads start. */
+dl_status kafka_routes_start(kafka_srv *k, dl_err *err);
+
+/* Decides the default model when none was served at start and some are
+ * now; after that, nothing. Consumer thread, once a round. */
+void kafka_routes_tick(kafka_srv *k);
+
+/* The model for a record from topic that names none: the topic's, else
+ * the default ("" for none). Borrowed from k. Consumer thread. */
+const char *kafka_route_model(const kafka_srv *k, const char *topic);
 
 /* ---- kafka_conf.c: clients --------------------------------------------- */
 
