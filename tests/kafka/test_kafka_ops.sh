@@ -4,7 +4,9 @@
 # tracestate headers) carried to its output and its dead letter, and
 # kafka.max_record_age_ms sending records older than that (by their
 # timestamp) to the dead-letter topic with kind "expired", as are records
-# queued past their "timeout" parameter.
+# queued past their "timeout" parameter; the outputs in each [kafka]
+# output_format, read back by a consumer written from the OIP
+# documentation (read_outputs.py).
 . "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
 . "$SRC/tests/serve/lib_serve.sh"
 . "$SRC/tests/kafka/lib_kafka.sh"
@@ -17,7 +19,7 @@ KARGS=(--set kafka.input_topics=$IN --set kafka.output_topic=$OUT
 
 make_repo "$WORK/repo"
 check "mock cluster up" start_mock $IN:2 $OUT:2 $DLQ:2
-trap 'kill -9 ${PID:-} 2>/dev/null; stop_mock; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
+trap 'kill -9 ${PID:-} ${JSON_PID:-} 2>/dev/null; stop_mock; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 check "daemon joins the group" start_kafka_daemon ops "${KARGS[@]}"
 
 # 20 good records and 5 bad ones with a trace context; 5 invalid traces;
@@ -86,4 +88,24 @@ check "/status counts them by reason" wait_for 10 kstatus 'k["dead_letters"]["ex
 check "the dead letter's log line names the trace" \
     grep -q "dead letter .*(input).*trace=4bf92f3577b34da6a3ce929d0e0e4736" "$LOG"
 check "daemon stops cleanly" stop_daemon
+
+# [kafka] output_format: two more groups read the same records and write
+# them as OIP InferenceResponses, JSON and binary; a consumer written from
+# the protocol reads both back and finds each answer as the dlserve form
+# above gave it (ids, shapes, probabilities, class and label).
+for t in out-json out-bin dlq-json dlq-bin; do mock_cmd topic $t 2; done
+check "an oip-json daemon joins" start_kafka_daemon fmt-json "${KARGS[@]}" \
+    --set kafka.group_id=fmt-json --set kafka.output_topic=out-json \
+    --set kafka.dead_letter_topic=dlq-json --set kafka.output_format=oip-json
+JSON_PID=$PID
+check "an oip-binary daemon joins" start_kafka_daemon fmt-bin "${KARGS[@]}" \
+    --set kafka.group_id=fmt-bin --set kafka.output_topic=out-bin \
+    --set kafka.dead_letter_topic=dlq-bin --set kafka.output_format=oip-binary
+check "25 oip-json outputs" collect out-json 25 "$WORK/out-json" --timeout 60
+check "25 oip-binary outputs" collect out-bin 25 "$WORK/out-bin" --timeout 60
+check "the OIP forms answer as the dlserve form" \
+    $PY "$SRC/tests/kafka/read_outputs.py" "$WORK/out" "$WORK/out-json" "$WORK/out-bin" 25
+check "the oip-binary daemon stops cleanly" stop_daemon
+PID=$JSON_PID
+check "the oip-json daemon stops cleanly" stop_daemon
 finish
