@@ -4,9 +4,9 @@
 # tracestate headers) carried to its output and its dead letter, and
 # kafka.max_record_age_ms sending records older than that (by their
 # timestamp) to the dead-letter topic with kind "expired", as are records
-# queued past their "timeout" parameter; the outputs in each [kafka]
-# output_format, read back by a consumer written from the OIP
-# documentation (read_outputs.py).
+# queued past their "timeout" parameter; the record latency histogram;
+# the outputs in each [kafka] output_format, read back by a consumer
+# written from the OIP documentation (read_outputs.py).
 . "$DLSERVE_SOURCE_ROOT/tests/cli/lib.sh"
 . "$SRC/tests/serve/lib_serve.sh"
 . "$SRC/tests/kafka/lib_kafka.sh"
@@ -87,6 +87,25 @@ check "/metrics counts the 2 timeouts" \
 check "/status counts them by reason" wait_for 10 kstatus 'k["dead_letters"]["expired"] == 8'
 check "the dead letter's log line names the trace" \
     grep -q "dead letter .*(input).*trace=4bf92f3577b34da6a3ce929d0e0e4736" "$LOG"
+# The latency from each record's timestamp to its output's delivery
+# report: the 25 outputs, none of the dead letters.
+check "/metrics: 25 record latencies (create_time), a histogram promtool reads" \
+    wait_for 10 sh -c "curl -s $URL/metrics > '$WORK/metrics.txt' && grep -qx \
+        'dlserve_kafka_record_latency_seconds_count{timestamp_type=\"create_time\"} 25' \
+        '$WORK/metrics.txt'"
+check "... with buckets from 1 ms to 10 s" \
+    grep -qx 'dlserve_kafka_record_latency_seconds_bucket{timestamp_type="create_time",le="0.001"} [0-9]*' \
+    "$WORK/metrics.txt"
+check "... and +Inf holding all 25" \
+    grep -qx 'dlserve_kafka_record_latency_seconds_bucket{timestamp_type="create_time",le="+Inf"} 25' \
+    "$WORK/metrics.txt"
+if command -v promtool > /dev/null; then
+    check "promtool check metrics passes" "$SRC/tests/serve/promtool_check.sh" "$WORK/metrics.txt"
+fi
+check "/status: record_latency" kstatus \
+    '(k["record_latency"]["create_time"]["count"] == 25 and
+      k["record_latency"]["create_time"]["p99_ms"] is not None and
+      k["record_latency"]["log_append_time"]["count"] == 0)'
 check "daemon stops cleanly" stop_daemon
 
 # [kafka] output_format: two more groups read the same records and write

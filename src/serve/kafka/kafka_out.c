@@ -237,6 +237,9 @@ static void write_record(kafka_srv *k, krec *r, kbuf **back)
             next = ok ? output(k, r) : dead_letter(k, r, f, r->req.err.msg);
         }
     }
+    rd_kafka_timestamp_type_t tt;
+    r->ts_ms = rd_kafka_message_timestamp(r->msg, &tt);   /* for the delivery report */
+    r->ts_type = (int)tt;
     rd_kafka_message_destroy(r->msg);
     r->msg = NULL;
     r->req.out = NULL;   /* the input buffer's, which goes back below */
@@ -269,8 +272,10 @@ void kafka_on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque
         return;
     }
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        if (r->fault == REC_OK)
+        if (r->fault == REC_OK) {
             atomic_fetch_add(&k->c.outputs, 1);
+            kafka_latency_observe(k, r->ts_ms, r->ts_type);
+        }
         atomic_store_explicit(&r->state, R_DONE, memory_order_release);
         return;
     }
