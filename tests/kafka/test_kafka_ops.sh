@@ -106,6 +106,8 @@ check "/status: record_latency" kstatus \
     '(k["record_latency"]["create_time"]["count"] == 25 and
       k["record_latency"]["create_time"]["p99_ms"] is not None and
       k["record_latency"]["log_append_time"]["count"] == 0)'
+check "/status: this member's share of the group, both partitions" \
+    kstatus 'k["assigned_partitions"] == 2 and sorted(k["assignment"]) == ["in/0", "in/1"]'
 check "daemon stops cleanly" stop_daemon
 
 # [kafka] output_format: two more groups read the same records and write

@@ -113,6 +113,25 @@ void kafka_snapshot(kafka_srv *k)
     pthread_mutex_unlock(&k->snap_mu);
 }
 
+/* This member's share of the group: "topic/partition" of each partition
+ * the snapshot holds (the assigned ones), in its order. */
+static json_t *assignment(json_t *parts)
+{
+    json_t *l = json_array();
+    size_t i;
+    json_t *p;
+    json_array_foreach(parts, i, p) {
+        const char *topic = json_string_value(json_object_get(p, "topic"));
+        json_t *s = json_sprintf("%s/%lld", topic ? topic : "",
+                                 (long long)json_integer_value(json_object_get(p, "partition")));
+        if (!s || json_array_append_new(l, s) != 0) {
+            json_decref(l);
+            return NULL;
+        }
+    }
+    return l;
+}
+
 json_t *kafka_status(kafka_srv *k)
 {
     json_t *dead = json_object();
@@ -138,6 +157,12 @@ json_t *kafka_status(kafka_srv *k)
         "partitions", k->snap_parts ? k->snap_parts : json_array());
     if (o && k->fatal[0])
         json_object_set_new(o, "fatal", json_string(k->fatal));
+    json_t *mine = o ? assignment(k->snap_parts) : NULL;
+    if (mine) {
+        json_int_t n = (json_int_t)json_array_size(mine);
+        json_object_set_new(o, "assigned_partitions", json_integer(n));
+        json_object_set_new(o, "assignment", mine);
+    }
     pthread_mutex_unlock(&k->snap_mu);
     if (o) {
         json_object_set_new(o, "record_latency", lat_status(k));

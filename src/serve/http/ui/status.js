@@ -230,7 +230,7 @@ function showKafka(k, sample) {
   document.getElementById('kafka-summary').textContent =
       `${k.bootstrap} · group ${k.group_id} · ${k.delivery} · topics ${k.input_topics} · ` +
       `consumed ${fmt(k.consumed)} · outputs ${fmt(k.outputs)} · in flight ${fmt(k.in_flight)}` +
-      latencyText(k.record_latency) +
+      ` · partitions ${fmt(k.assigned_partitions || 0)}` + latencyText(k.record_latency) +
       (k.paused ? ' · paused' : '') + (k.fatal ? ' · FATAL: ' + k.fatal : '');
   fill('kafka-partitions', k.partitions.map((p) => {
     sample.lag[p.topic + '/' + p.partition] = p.lag;
