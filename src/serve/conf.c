@@ -27,11 +27,19 @@
 
 /* Enumerations are stored as int by the option table. */
 _Static_assert(sizeof(dl_delivery) == sizeof(int), "dl_delivery is stored as an int");
+_Static_assert(sizeof(dl_output_format) == sizeof(int), "dl_output_format is stored as an int");
 
 static const dl_opt_word delivery_words[] = {
     {"at-least-once", DL_DELIVERY_AT_LEAST_ONCE},
     {"exactly-once", DL_DELIVERY_EXACTLY_ONCE},
     {"redis", DL_DELIVERY_REDIS},
+    {NULL, 0},
+};
+
+static const dl_opt_word output_format_words[] = {
+    {"dlserve", DL_OUTPUT_DLSERVE},
+    {"oip-json", DL_OUTPUT_OIP_JSON},
+    {"oip-binary", DL_OUTPUT_OIP_BINARY},
     {NULL, 0},
 };
 
@@ -137,6 +145,8 @@ const dl_opt dl_serve_opts[] = {
         "larger records go to the dead-letter topic"),
     INT(kafka, max_record_age_ms, "0", 0, 31536000000LL,
         "records older than this (by their timestamp) go to the dead-letter topic; 0 = no limit"),
+    ENUM(kafka, output_format, "dlserve", output_format_words,
+         "predictions as dlserve JSON, an OIP InferenceResponse, or one with binary tensors"),
     DL_REDIS_OPTS(offsetof(dl_serve_conf, redis)),
     {0},
 };

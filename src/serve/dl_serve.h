@@ -95,6 +95,13 @@ typedef enum dl_delivery {
  * static. */
 const char *dl_delivery_name(dl_delivery mode);
 
+/* How predictions are written to the output topic ([kafka] output_format). */
+typedef enum dl_output_format {
+    DL_OUTPUT_DLSERVE,      /* {"id","model","version","class","label","scores","source"} */
+    DL_OUTPUT_OIP_JSON,     /* the OIP InferenceResponse, as HTTP answers */
+    DL_OUTPUT_OIP_BINARY,   /* the same with the binary tensor data extension */
+} dl_output_format;
+
 typedef struct dl_kafka_conf {
     char    brokers[512];        /* bootstrap servers; empty: Kafka off (unless embedded) */
     bool    embedded;            /* start librdkafka's in-process mock cluster */
@@ -111,6 +118,7 @@ typedef struct dl_kafka_conf {
     int64_t max_record_bytes;    /* larger values go to the dead-letter topic */
     int64_t max_record_age_ms;   /* older records (by their timestamp) go to the
                                     dead-letter topic as "expired"; 0: no limit */
+    dl_output_format output_format;
     int           nprops;
     dl_kafka_prop props[DL_KAFKA_PROPS_MAX];
 } dl_kafka_conf;

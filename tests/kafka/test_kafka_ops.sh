@@ -4,7 +4,9 @@
 # tracestate headers) carried to its output and its dead letter, and
 # kafka.max_record_age_ms sending records older than that (by their
 # timestamp) to the dead-letter topic with kind "expired", as are records
-# queued past their "timeout" parameter.
+# queued past their "timeout" parameter; the record latency histogram;
+# the outputs in each [kafka] output_format, read back by a consumer
+# written from the OIP documentation (read_outputs.py).
 . "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 . "$SRC/tests/lib/lib_kafka.sh"
@@ -17,7 +19,7 @@ KARGS=(--set kafka.input_topics=$IN --set kafka.output_topic=$OUT
 
 make_repo "$WORK/repo"
 check "mock cluster up" start_mock $IN:2 $OUT:2 $DLQ:2
-trap 'kill -9 ${PID:-} 2>/dev/null; stop_mock; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
+trap 'kill -9 ${PID:-} ${JSON_PID:-} 2>/dev/null; stop_mock; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 check "daemon joins the group" start_kafka_daemon ops "${KARGS[@]}"
 
 # 20 good records and 5 bad ones with a trace context; 5 invalid traces;
@@ -85,5 +87,46 @@ check "/metrics counts the 2 timeouts" \
 check "/status counts them by reason" wait_for 10 kstatus 'k["dead_letters"]["expired"] == 8'
 check "the dead letter's log line names the trace" \
     grep -q "dead letter .*(input).*trace=4bf92f3577b34da6a3ce929d0e0e4736" "$LOG"
+# The latency from each record's timestamp to its output's delivery
+# report: the 25 outputs, none of the dead letters.
+check "/metrics: 25 record latencies (create_time), a histogram promtool reads" \
+    wait_for 10 sh -c "curl -s $URL/metrics > '$WORK/metrics.txt' && grep -qx \
+        'dlserve_kafka_record_latency_seconds_count{timestamp_type=\"create_time\"} 25' \
+        '$WORK/metrics.txt'"
+check "... with buckets from 1 ms to 10 s" \
+    grep -qx 'dlserve_kafka_record_latency_seconds_bucket{timestamp_type="create_time",le="0.001"} [0-9]*' \
+    "$WORK/metrics.txt"
+check "... and +Inf holding all 25" \
+    grep -qx 'dlserve_kafka_record_latency_seconds_bucket{timestamp_type="create_time",le="+Inf"} 25' \
+    "$WORK/metrics.txt"
+if command -v promtool > /dev/null; then
+    check "promtool check metrics passes" "$SRC/tests/serve/promtool_check.sh" "$WORK/metrics.txt"
+fi
+check "/status: record_latency" kstatus \
+    '(k["record_latency"]["create_time"]["count"] == 25 and
+      k["record_latency"]["create_time"]["p99_ms"] is not None and
+      k["record_latency"]["log_append_time"]["count"] == 0)'
+check "/status: this member's share of the group, both partitions" \
+    kstatus 'k["assigned_partitions"] == 2 and sorted(k["assignment"]) == ["in/0", "in/1"]'
 check "daemon stops cleanly" stop_daemon
+
+# [kafka] output_format: two more groups read the same records and write
+# them as OIP InferenceResponses, JSON and binary; a consumer written from
+# the protocol reads both back and finds each answer as the dlserve form
+# above gave it (ids, shapes, probabilities, class and label).
+for t in out-json out-bin dlq-json dlq-bin; do mock_cmd topic $t 2; done
+check "an oip-json daemon joins" start_kafka_daemon fmt-json "${KARGS[@]}" \
+    --set kafka.group_id=fmt-json --set kafka.output_topic=out-json \
+    --set kafka.dead_letter_topic=dlq-json --set kafka.output_format=oip-json
+JSON_PID=$PID
+check "an oip-binary daemon joins" start_kafka_daemon fmt-bin "${KARGS[@]}" \
+    --set kafka.group_id=fmt-bin --set kafka.output_topic=out-bin \
+    --set kafka.dead_letter_topic=dlq-bin --set kafka.output_format=oip-binary
+check "25 oip-json outputs" collect out-json 25 "$WORK/out-json" --timeout 60
+check "25 oip-binary outputs" collect out-bin 25 "$WORK/out-bin" --timeout 60
+check "the OIP forms answer as the dlserve form" \
+    $PY "$SRC/tests/kafka/read_outputs.py" "$WORK/out" "$WORK/out-json" "$WORK/out-bin" 25
+check "the oip-binary daemon stops cleanly" stop_daemon
+PID=$JSON_PID
+check "the oip-json daemon stops cleanly" stop_daemon
 finish

@@ -620,6 +620,18 @@ Test(conf, delivery_is_an_enum)
     refused("[kafka]\ndelivery = redis\n", "delivery = redis needs [redis] host");
 }
 
+Test(conf, output_format_is_an_enum)
+{
+    cr_expect_eq(conf.kafka.output_format, DL_OUTPUT_DLSERVE);
+    loads("[kafka]\noutput_format = oip-binary\n");
+    cr_expect_eq(conf.kafka.output_format, DL_OUTPUT_OIP_BINARY);
+    loads("[kafka]\noutput_format = oip-json\n");
+    cr_expect_eq(conf.kafka.output_format, DL_OUTPUT_OIP_JSON);
+    fails_with("[kafka]\noutput_format = oip\n",
+               ":2: [kafka] output_format 'oip' is invalid: expected dlserve, oip-json or "
+               "oip-binary");
+}
+
 Test(conf, device_kind_and_index)
 {
     cr_expect_eq(conf.models.device.kind, DL_DEVICE_CPU);

@@ -186,6 +186,82 @@ Test(records, output_json)
     free(text);
 }
 
+/* [kafka] output_format = oip-json: the InferenceResponse that HTTP
+ * answers, with the source as "parameters". */
+Test(records, output_oip_json)
+{
+    float y[3] = {0.1f, 0.7f, 0.2f};
+    record_out o = { .id = "a1", .model = "tiny", .version = 2, .conf = &conf, .n = 1,
+                     .out_dim = 3, .y = y, .topic = "in", .partition = 1, .offset = 9 };
+    dl_sbuf b = {0};
+    size_t json_len;
+    cr_assert(record_format_oip(&o, false, &b, &json_len));
+    cr_expect_eq(json_len, b.len);
+    cr_expect_str_eq(b.s, "{\"model_name\":\"tiny\",\"model_version\":\"2\",\"id\":\"a1\","
+                          "\"parameters\":{\"source_topic\":\"in\",\"source_partition\":1,"
+                          "\"source_offset\":9},\"outputs\":["
+                          "{\"name\":\"probs\",\"datatype\":\"FP32\",\"shape\":[1,3],"
+                          "\"data\":[0.1,0.7,0.2]},"
+                          "{\"name\":\"label\",\"datatype\":\"BYTES\",\"shape\":[1],"
+                          "\"data\":[\"dog\"]},"
+                          "{\"name\":\"class\",\"datatype\":\"INT64\",\"shape\":[1],"
+                          "\"data\":[1]}]}");
+    dl_sbuf_free(&b);
+}
+
+/* oip-binary: the same JSON with binary_data_size instead of "data", the
+ * tensors' bytes after it in output order. */
+Test(records, output_oip_binary)
+{
+    float y[6] = {0.1f, 0.7f, 0.2f, 0.5f, 0.2f, 0.3f};
+    record_out o = { .id = "b", .model = "tiny", .version = 1, .conf = &conf, .n = 2,
+                     .out_dim = 3, .y = y, .topic = "in", .partition = 0, .offset = 5 };
+    dl_sbuf b = {0};
+    size_t json_len;
+    cr_assert(record_format_oip(&o, true, &b, &json_len));
+    char *json = strndup(b.s, json_len);
+    cr_expect_not_null(strstr(json, "\"shape\":[2,3],\"parameters\":{\"binary_data_size\":24}"),
+                       "%s", json);
+    cr_expect_not_null(strstr(json, "\"name\":\"label\",\"datatype\":\"BYTES\",\"shape\":[2],"
+                                    "\"parameters\":{\"binary_data_size\":14}"), "%s", json);
+    cr_expect_not_null(strstr(json, "\"shape\":[2],\"parameters\":{\"binary_data_size\":16}"),
+                       "%s", json);
+    cr_expect_null(strstr(json, "\"data\""), "%s", json);
+    free(json);
+    /* 24 bytes of probabilities, "dog" and "cat" with their lengths, 1 and 0 */
+    cr_assert_eq(b.len - json_len, 24 + 14 + 16);
+    const unsigned char *p = (const unsigned char *)b.s + json_len;
+    cr_expect_eq(memcmp(p, y, 24), 0);   /* the test runs on little-endian hosts */
+    cr_expect_eq(memcmp(p + 24, "\3\0\0\0dog\3\0\0\0cat", 14), 0);
+    int64_t cls[2];
+    memcpy(cls, p + 38, sizeof(cls));
+    cr_expect(cls[0] == 1 && cls[1] == 0);
+    dl_sbuf_free(&b);
+}
+
+/* A model that is not a classifier (mean squared error) has only its
+ * tensor: no class or label in either form. */
+Test(records, output_not_a_classifier)
+{
+    float y[3] = {1.5f, -2.0f, 0.25f};
+    conf.loss = DL_LOSS_MSE;
+    record_out o = { .id = "r", .model = "tiny", .version = 1, .conf = &conf, .n = 1,
+                     .out_dim = 3, .y = y, .topic = "in", .partition = 0, .offset = 7 };
+    size_t len;
+    char *text = record_output(&o, &len);
+    cr_assert_not_null(text);
+    cr_expect_str_eq(text, "{\"id\":\"r\",\"model\":\"tiny\",\"version\":1,"
+                           "\"output\":\"probs\",\"values\":[1.5,-2,0.25],"
+                           "\"source\":{\"topic\":\"in\",\"partition\":0,\"offset\":7}}");
+    free(text);
+    dl_sbuf b = {0};
+    cr_assert(record_format_oip(&o, false, &b, &len));
+    cr_expect_not_null(strstr(b.s, "\"outputs\":[{\"name\":\"probs\",\"datatype\":"
+                                   "\"FP32\",\"shape\":[1,3],\"data\":[1.5,-2,0.25]}]}"),
+                       "%s", b.s);
+    dl_sbuf_free(&b);
+}
+
 /* The pipeline's reuse: outputs formatted into one buffer, raw float32
  * inputs read where they lie. */
 Test(records, buffers_reused)

@@ -43,7 +43,9 @@ void kafka_stop(kafka_srv *k);
 /* {"bootstrap", "delivery", "group_id", "paused", "in_flight",
  *  "consumed", "outputs", "dead_letters": {reason: n}, ...,
  *  "partitions": [{"topic","partition","position","committed","high","lag"}],
- *  "fatal"?} (new reference). */
+ *  "assigned_partitions": n, "assignment": ["topic/partition", ...],
+ *  "record_latency": {"create_time"|"log_append_time": {"count","mean_ms",
+ *  "p50_ms","p99_ms"}}, "fatal"?} (new reference). */
 json_t *kafka_status(kafka_srv *k);
 
 /* Prometheus families dlserve_kafka_* appended to out. */

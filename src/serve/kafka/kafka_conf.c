@@ -156,7 +156,7 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
             st = set(c, "auto.commit.interval.ms", interval, "[kafka] commit_interval_ms", err);
         /* a resumed partition waits for the fetch in flight: keep it short */
         if (st == DL_OK)
-            st = set(c, "fetch.wait.max.ms", "100", "dlserve", err);
+            st = set(c, "fetch.wait.max.ms", "5", "dlserve", err);
         /* each broker's state, for kafka_health.c */
         if (st == DL_OK)
             st = set(c, "statistics.interval.ms", "1000", "dlserve", err);

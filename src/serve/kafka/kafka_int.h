@@ -79,6 +79,9 @@ typedef struct krec {
     infer_req            req;        /* req.x is in->x once parsed */
     kbuf                *in;         /* decoded inputs (parsed and not yet inferred) */
     double               t_received; /* dl_time_now() when consumed */
+    int64_t              ts_ms;      /* its Kafka timestamp (-1: none), kept by the
+                                      * output thread for the delivery report */
+    int                  ts_type;    /* rd_kafka_timestamp_type_t of ts_ms */
     record_fault         fault;      /* REC_OK, or why it goes to the dead letters
                                       * (req.err says why) */
     dl_sbuf              result;     /* redis delivery: the output, written with the offsets */
@@ -159,6 +162,17 @@ typedef struct kcounters {
     atomic_bool  paused;
     atomic_bool  brokers_down;   /* no broker reachable (kafka_health.c) */
 } kcounters;
+
+/* dlserve_kafka_record_latency_seconds: from a record's Kafka timestamp to
+ * its output's delivery report, by timestamp type (0 create time, 1 log
+ * append time). Per-bucket counts (not cumulative); the output thread
+ * adds, any thread reads (kafka_stats.c). */
+#define KLAT_NBOUNDS 13
+typedef struct klatency {
+    atomic_llong bucket[2][KLAT_NBOUNDS + 1];   /* the last: past the last bound */
+    atomic_llong count[2];
+    atomic_llong sum_us[2];
+} klatency;
 
 /* What the consumer knows of its brokers (kafka_health.c; snap_mu). */
 typedef struct khealth {
@@ -250,6 +264,7 @@ struct kafka_srv {
     char                 fatal[256];
     khealth              health;
     kcounters            c;
+    klatency             lat;
 };
 
 /* ---- kafka.c: shared state ---------------------------------------------- */
@@ -333,6 +348,11 @@ dl_status kafka_clients_start(kafka_srv *k, dl_err *err);
 /* Refreshes the per-partition positions and lag that status and metrics
  * show. Consumer thread. */
 void kafka_snapshot(kafka_srv *k);
+
+/* One output acknowledged: its record's Kafka timestamp ts_ms (of type tt)
+ * to now into the latency histogram; records without a timestamp are not
+ * counted, a timestamp ahead of the clock counts as 0. Output thread. */
+void kafka_latency_observe(kafka_srv *k, int64_t ts_ms, int tt);
 
 /* ---- kafka_health.c: broker reachability ------------------------------ */
 

@@ -160,6 +160,22 @@ static rec_state dead_letter(kafka_srv *k, krec *r, record_fault f, const char *
     return produced(k, r, e, "dead letter");
 }
 
+/* Writes r's prediction into b in the configured form; *json_len: its
+ * bytes of JSON (binary tensors after them in oip-binary). Results kept
+ * with the offsets (redis) are text: oip-binary writes them as oip-json. */
+static bool format(kafka_srv *k, const record_out *o, dl_sbuf *b, size_t *json_len)
+{
+    b->len = 0;   /* reused: its memory stays */
+    b->oom = false;
+    if (k->conf.output_format == DL_OUTPUT_DLSERVE) {
+        bool ok = record_format(o, b);
+        *json_len = b->len;
+        return ok;
+    }
+    bool binary = k->conf.output_format == DL_OUTPUT_OIP_BINARY && !k->mode->keeps_results;
+    return record_format_oip(o, binary, b, json_len);
+}
+
 /* A finished inference: its output to the output topic, or kept in the
  * record when the mode writes results with the offsets. */
 static rec_state output(kafka_srv *k, krec *r)
@@ -171,9 +187,8 @@ static rec_state output(kafka_srv *k, krec *r)
         .topic = r->tp->topic, .partition = r->tp->partition, .offset = r->offset,
     };
     dl_sbuf *b = k->mode->keeps_results ? &r->result : &k->out_text;
-    b->len = 0;   /* reused: its memory stays */
-    b->oom = false;
-    if (!record_format(&o, b))
+    size_t json_len;
+    if (!format(k, &o, b, &json_len))
         return dead_letter(k, r, REC_INFERENCE, "out of memory writing the output");
     if (k->mode->keeps_results)
         return R_DONE;
@@ -186,7 +201,12 @@ static rec_state output(kafka_srv *k, krec *r)
     hdr_trace(h, &t);
     rd_kafka_header_add(h, "dlserve-model", -1, sv->name, -1);
     hdr_add_int(h, "dlserve-version", sv->version);
-    rd_kafka_header_add(h, "content-type", -1, "application/json", -1);
+    if (json_len < b->len) {   /* binary tensors follow: say where the JSON ends */
+        hdr_add_int(h, OIP_HEADER_JSON_LEN, (long long)json_len);
+        rd_kafka_header_add(h, "content-type", -1, "application/octet-stream", -1);
+    } else {
+        rd_kafka_header_add(h, "content-type", -1, "application/json", -1);
+    }
     rd_kafka_resp_err_t e = produce(k, k->conf.output_topic, r->msg->key, r->msg->key_len,
                                     b->s, b->len, h, k->mode->done_on_produce ? NULL : r);
     return produced(k, r, e, "output");
@@ -217,6 +237,9 @@ static void write_record(kafka_srv *k, krec *r, kbuf **back)
             next = ok ? output(k, r) : dead_letter(k, r, f, r->req.err.msg);
         }
     }
+    rd_kafka_timestamp_type_t tt;
+    r->ts_ms = rd_kafka_message_timestamp(r->msg, &tt);   /* for the delivery report */
+    r->ts_type = (int)tt;
     rd_kafka_message_destroy(r->msg);
     r->msg = NULL;
     r->req.out = NULL;   /* the input buffer's, which goes back below */
@@ -249,8 +272,10 @@ void kafka_on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque
         return;
     }
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        if (r->fault == REC_OK)
+        if (r->fault == REC_OK) {
             atomic_fetch_add(&k->c.outputs, 1);
+            kafka_latency_observe(k, r->ts_ms, r->ts_type);
+        }
         atomic_store_explicit(&r->state, R_DONE, memory_order_release);
         return;
     }

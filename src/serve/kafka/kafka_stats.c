@@ -3,6 +3,94 @@
  * dlserve_kafka_* Prometheus families. */
 #include "serve/kafka/kafka_int.h"
 
+#include <math.h>
+#include <time.h>
+
+/* ---- record latency ------------------------------------------------------ */
+
+/* Seconds: 1 ms (a record answered as it arrives) to 10 s (a backlog). */
+static const double lat_bounds[KLAT_NBOUNDS] = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+};
+static const char *const lat_types[2] = {"create_time", "log_append_time"};
+
+void kafka_latency_observe(kafka_srv *k, int64_t ts_ms, int tt)
+{
+    if (ts_ms < 0 || (tt != RD_KAFKA_TIMESTAMP_CREATE_TIME &&
+                      tt != RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME))
+        return;
+    int t = tt == RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);   /* Kafka timestamps are wall-clock ms */
+    int64_t us = (int64_t)now.tv_sec * 1000000 + now.tv_nsec / 1000 - ts_ms * 1000;
+    if (us < 0)   /* the producer's clock ahead of ours */
+        us = 0;
+    double sec = (double)us / 1e6;
+    int i = 0;
+    while (i < KLAT_NBOUNDS && sec > lat_bounds[i])
+        i++;
+    atomic_fetch_add_explicit(&k->lat.bucket[t][i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&k->lat.sum_us[t], us, memory_order_relaxed);
+    atomic_fetch_add_explicit(&k->lat.count[t], 1, memory_order_relaxed);
+}
+
+/* The bound (ms) of the bucket that holds quantile q of type t; null past
+ * the last bound or with nothing counted. */
+static json_t *lat_quantile(kafka_srv *k, int t, int64_t count, double q)
+{
+    int64_t want = (int64_t)ceil(q * (double)count), cum = 0;
+    for (int i = 0; count > 0 && i < KLAT_NBOUNDS; i++) {
+        cum += atomic_load_explicit(&k->lat.bucket[t][i], memory_order_relaxed);
+        if (cum >= want)
+            return json_real(lat_bounds[i] * 1000);
+    }
+    return json_null();
+}
+
+/* "record_latency": {type: {"count", "mean_ms", "p50_ms", "p99_ms"}}, the
+ * quantiles as the upper bounds of their histogram buckets. */
+static json_t *lat_status(kafka_srv *k)
+{
+    json_t *o = json_object();
+    for (int t = 0; o && t < 2; t++) {
+        int64_t n = atomic_load_explicit(&k->lat.count[t], memory_order_relaxed);
+        double sum_ms = (double)atomic_load_explicit(&k->lat.sum_us[t], memory_order_relaxed);
+        sum_ms /= 1e3;
+        json_object_set_new(o, lat_types[t], json_pack(
+            "{s:I, s:f, s:o, s:o}", "count", (json_int_t)n,
+            "mean_ms", n ? sum_ms / (double)n : 0.0,
+            "p50_ms", lat_quantile(k, t, n, 0.5), "p99_ms", lat_quantile(k, t, n, 0.99)));
+    }
+    return o;
+}
+
+/* The histogram's family, both timestamp types (each always present, so
+ * that a rate over them never starts from nothing). */
+static void lat_metrics(kafka_srv *k, dl_sbuf *b)
+{
+    dl_prom_family(b, "dlserve_kafka_record_latency_seconds", "histogram",
+                   "From a record's Kafka timestamp to its output's acknowledgement (delivery "
+                   "report), by the timestamp's type.");
+    char le[DL_PROM_VALUE_CHARS];
+    for (int t = 0; t < 2; t++) {
+        long long cum = 0;
+        for (int i = 0; i <= KLAT_NBOUNDS; i++) {
+            cum += atomic_load_explicit(&k->lat.bucket[t][i], memory_order_relaxed);
+            dl_prom_fmt_value(le, i < KLAT_NBOUNDS ? lat_bounds[i] : INFINITY);
+            dl_prom_sample(b, "dlserve_kafka_record_latency_seconds_bucket", (double)cum,
+                           "timestamp_type", lat_types[t], "le", le, NULL);
+        }
+        dl_prom_sample(b, "dlserve_kafka_record_latency_seconds_sum",
+                       (double)atomic_load(&k->lat.sum_us[t]) / 1e6, "timestamp_type",
+                       lat_types[t], NULL);
+        dl_prom_sample(b, "dlserve_kafka_record_latency_seconds_count",
+                       (double)atomic_load(&k->lat.count[t]), "timestamp_type", lat_types[t],
+                       NULL);
+    }
+}
+
+/* ---- partitions ---------------------------------------------------------- */
+
 void kafka_snapshot(kafka_srv *k)
 {
     json_t *parts = json_array();
@@ -23,6 +111,25 @@ void kafka_snapshot(kafka_srv *k)
     json_decref(k->snap_parts);
     k->snap_parts = parts;
     pthread_mutex_unlock(&k->snap_mu);
+}
+
+/* This member's share of the group: "topic/partition" of each partition
+ * the snapshot holds (the assigned ones), in its order. */
+static json_t *assignment(json_t *parts)
+{
+    json_t *l = json_array();
+    size_t i;
+    json_t *p;
+    json_array_foreach(parts, i, p) {
+        const char *topic = json_string_value(json_object_get(p, "topic"));
+        json_t *s = json_sprintf("%s/%lld", topic ? topic : "",
+                                 (long long)json_integer_value(json_object_get(p, "partition")));
+        if (!s || json_array_append_new(l, s) != 0) {
+            json_decref(l);
+            return NULL;
+        }
+    }
+    return l;
 }
 
 json_t *kafka_status(kafka_srv *k)
@@ -50,9 +157,17 @@ json_t *kafka_status(kafka_srv *k)
         "partitions", k->snap_parts ? k->snap_parts : json_array());
     if (o && k->fatal[0])
         json_object_set_new(o, "fatal", json_string(k->fatal));
+    json_t *mine = o ? assignment(k->snap_parts) : NULL;
+    if (mine) {
+        json_int_t n = (json_int_t)json_array_size(mine);
+        json_object_set_new(o, "assigned_partitions", json_integer(n));
+        json_object_set_new(o, "assignment", mine);
+    }
     pthread_mutex_unlock(&k->snap_mu);
-    if (o)
+    if (o) {
+        json_object_set_new(o, "record_latency", lat_status(k));
         kafka_health_status(k, o);
+    }
 #ifdef DL_HAVE_REDIS
     if (o && k->sink) {
         json_object_set_new(o, "redis_writes", json_integer(atomic_load(&k->c.redis_writes)));
@@ -125,6 +240,7 @@ void kafka_metrics(kafka_srv *k, dl_sbuf *b)
                    "0 after a fatal Kafka error stopped intake, or while no broker is reachable.");
     dl_prom_sample(b, "dlserve_kafka_up", kafka_is_fatal(k) || kafka_health_all_down(k) ? 0 : 1,
                    NULL);
+    lat_metrics(k, b);
     kafka_health_metrics(k, b);
     pthread_mutex_lock(&k->snap_mu);
     kafka_lag_metrics(b, k->snap_parts);

@@ -267,18 +267,26 @@ static void put_scores(dl_sbuf *b, const float *y, int64_t n)
 /* Appends a string literal. */
 #define PUT(b, lit) dl_sbuf_add((b), (lit), sizeof(lit) - 1)
 
-bool record_format(const record_out *o, dl_sbuf *b)
+/* "scores" (or "values") of every sample: one array, or one a sample. */
+static void put_all_scores(const record_out *o, dl_sbuf *b)
 {
-    /* Written directly (no JSON tree): this runs once per record. The
-     * class of a sample is found twice (class, label): a scan of out_dim
-     * scores costs less than keeping them. */
     bool one = o->n == 1;
-    PUT(b, "{\"id\":");
-    dl_sbuf_json_string(b, o->id);
-    PUT(b, ",\"model\":");
-    dl_sbuf_json_string(b, o->model);
-    PUT(b, ",\"version\":");
-    dl_sbuf_int(b, o->version);
+    if (!one)
+        PUT(b, "[");
+    for (int64_t s = 0; s < o->n; s++) {
+        if (s)
+            PUT(b, ",");
+        put_scores(b, o->y + s * o->out_dim, o->out_dim);
+    }
+    if (!one)
+        PUT(b, "]");
+}
+
+/* ,"class":..,"label":.. of a classifier. The class of a sample is found
+ * twice: a scan of out_dim scores costs less than keeping them. */
+static void put_classes(const record_out *o, dl_sbuf *b)
+{
+    bool one = o->n == 1;
     PUT(b, ",\"class\":");
     if (!one)
         PUT(b, "[");
@@ -299,16 +307,26 @@ bool record_format(const record_out *o, dl_sbuf *b)
     }
     if (!one)
         PUT(b, "]");
-    PUT(b, ",\"scores\":");
-    if (!one)
-        PUT(b, "[");
-    for (int64_t s = 0; s < o->n; s++) {
-        if (s)
-            PUT(b, ",");
-        put_scores(b, o->y + s * o->out_dim, o->out_dim);
+}
+
+bool record_format(const record_out *o, dl_sbuf *b)
+{
+    /* Written directly (no JSON tree): this runs once per record. */
+    PUT(b, "{\"id\":");
+    dl_sbuf_json_string(b, o->id);
+    PUT(b, ",\"model\":");
+    dl_sbuf_json_string(b, o->model);
+    PUT(b, ",\"version\":");
+    dl_sbuf_int(b, o->version);
+    if (oip_model_outputs(o->conf) & OIP_OUT_CLASS) {
+        put_classes(o, b);
+        PUT(b, ",\"scores\":");
+    } else {
+        PUT(b, ",\"output\":");
+        dl_sbuf_json_string(b, o->conf->output_name);
+        PUT(b, ",\"values\":");
     }
-    if (!one)
-        PUT(b, "]");
+    put_all_scores(o, b);
     PUT(b, ",\"source\":{\"topic\":");
     dl_sbuf_json_string(b, o->topic);
     PUT(b, ",\"partition\":");
@@ -317,6 +335,22 @@ bool record_format(const record_out *o, dl_sbuf *b)
     dl_sbuf_int(b, o->offset);
     PUT(b, "}}");
     return !b->oom;
+}
+
+bool record_format_oip(const record_out *o, bool binary, dl_sbuf *b, size_t *json_len)
+{
+    const oip_param params[] = {
+        {.name = "source_topic", .str = o->topic ? o->topic : ""},
+        {.name = "source_partition", .num = o->partition},
+        {.name = "source_offset", .num = o->offset},
+    };
+    oip_result res = {
+        .model = o->model, .version = o->version, .id = o->id, .conf = o->conf,
+        .batch = o->n, .out_dim = o->out_dim, .y = o->y,
+        .outputs = oip_model_outputs(o->conf), .binary = binary,
+        .nparams = 3, .params = params,
+    };
+    return oip_write_infer(&res, b, json_len, NULL) == DL_OK;
 }
 
 char *record_output(const record_out *o, size_t *len)

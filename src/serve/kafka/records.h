@@ -126,12 +126,23 @@ typedef struct record_out {
     int64_t              offset;
 } record_out;
 
-/* Appends {"id","model","version","class","label","scores":[...],"source":
- * {"topic","partition","offset"}} to b; for n > 1, "class", "label" and
- * "scores" hold one entry per sample. Scores are the shortest text that
+/* Appends the dlserve form to b, keyed on the model's outputs
+ * (oip_model_outputs): a classifier's {"id","model","version","class",
+ * "label","scores":[...],"source":{"topic","partition","offset"}}, any
+ * other model's {"id","model","version","output","values":[...],"source"}
+ * ("output" the tensor's name). For n > 1, "class", "label", "scores" and
+ * "values" hold one entry per sample. Values are the shortest text that
  * reads back as the same float (dl_fmt_float). No allocation but b's
  * growth, so a reused b costs none; false when out of memory (b->oom). */
 bool record_format(const record_out *o, dl_sbuf *b);
+
+/* Appends the Open Inference Protocol form to b: the InferenceResponse
+ * HTTP answers (oip_write_infer, every output the model has) with
+ * "parameters" {"source_topic","source_partition","source_offset"}; when
+ * binary, every output's data as raw bytes after the JSON (the binary
+ * tensor data extension). *json_len: the bytes of JSON appended (all of
+ * them when not binary). Allocation and failure as record_format. */
+bool record_format_oip(const record_out *o, bool binary, dl_sbuf *b, size_t *json_len);
 
 /* record_format as a new string (*len bytes), NULL when out of memory. */
 char *record_output(const record_out *o, size_t *len);

@@ -1325,9 +1325,37 @@ static void put_output(dl_sbuf *b, const oip_result *res, oip_output o)
     put(b, "]}");
 }
 
+unsigned oip_model_outputs(const dl_model_conf *conf)
+{
+    if (conf->loss != DL_LOSS_XENT)
+        return OIP_OUT_TENSOR;
+    return OIP_OUT_TENSOR | OIP_OUT_CLASS | (conf->nlabels > 0 ? OIP_OUT_LABEL : 0);
+}
+
+/* ,"parameters":{...} when the answer has any. */
+static void put_params(dl_sbuf *b, const oip_result *res)
+{
+    if (res->nparams == 0)
+        return;
+    put(b, ",\"parameters\":{");
+    for (int i = 0; i < res->nparams; i++) {
+        const oip_param *p = &res->params[i];
+        if (i > 0)
+            dl_sbuf_putc(b, ',');
+        dl_sbuf_json_string(b, p->name);
+        dl_sbuf_putc(b, ':');
+        if (p->str)
+            dl_sbuf_json_string(b, p->str);
+        else
+            dl_sbuf_int(b, p->num);
+    }
+    dl_sbuf_putc(b, '}');
+}
+
 dl_status oip_write_infer(const oip_result *res, dl_sbuf *b, size_t *json_len, dl_err *err)
 {
-    /* Without a list: the mask's outputs in the model's order, as JSON. */
+    /* Without a list: the mask's outputs in the model's order, as JSON
+     * (or all binary). */
     oip_output all[3];
     const oip_output *out = res->out;
     int nout = res->nout;
@@ -1336,7 +1364,7 @@ dl_status oip_write_infer(const oip_result *res, dl_sbuf *b, size_t *json_len, d
         for (int i = 0; i < 3; i++)
             if ((res->outputs & order[i]) &&
                 (order[i] != OIP_OUT_LABEL || res->conf->nlabels > 0))
-                all[nout++] = (oip_output){.kind = order[i]};
+                all[nout++] = (oip_output){.kind = order[i], .binary = res->binary};
         out = all;
     }
     size_t start = b->len;
@@ -1349,6 +1377,7 @@ dl_status oip_write_infer(const oip_result *res, dl_sbuf *b, size_t *json_len, d
         put(b, ",\"id\":");
         dl_sbuf_json_string(b, res->id);
     }
+    put_params(b, res);
     put(b, ",\"outputs\":[");
     for (int i = 0; i < nout; i++) {
         if (i > 0)

@@ -232,6 +232,18 @@ dl_status oip_json_len(const char *header, size_t len, size_t *json_len, dl_err 
 
 /* ---- answers ------------------------------------------------------------ */
 
+/* One entry of an answer's "parameters": a string when str is non-NULL,
+ * else the integer num. Borrowed. */
+typedef struct oip_param {
+    const char *name;
+    const char *str;
+    int64_t     num;
+} oip_param;
+
+/* The outputs a model has, as an OIP_OUT_* mask: its tensor, and for a
+ * classifier (softmax cross-entropy) "class" and, with labels, "label". */
+unsigned oip_model_outputs(const dl_model_conf *conf);
+
 /* What an infer response reports. All pointers borrowed. */
 typedef struct oip_result {
     const char          *model;
@@ -242,16 +254,20 @@ typedef struct oip_result {
     const float         *y;         /* batch * out_dim probabilities */
     /* The outputs: out[0..nout) in that order (oip_check_infer's), or when
      * nout is 0, those of the OIP_OUT_* mask `outputs` in the model's
-     * order (tensor, label, class), all as JSON. "label" appears only for
-     * models with labels. */
+     * order (tensor, label, class), all as JSON (all binary when `binary`).
+     * "label" appears only for models with labels. */
     int                  nout;
     const oip_output    *out;
     unsigned             outputs;
+    bool                 binary;
+    /* The answer's "parameters" (nparams 0: none), in this order. */
+    int                  nparams;
+    const oip_param     *params;
 } oip_result;
 
 /* Appends the infer answer to *b, written directly (no JSON tree):
- * {"model_name","model_version","id"?,"outputs":[{"name","datatype",
- * "shape","data"}...]} with scores as dl_fmt_float writes them (the
+ * {"model_name","model_version","id"?,"parameters"?,"outputs":[{"name",
+ * "datatype","shape","data"}...]} with scores as dl_fmt_float writes them (the
  * shortest text that reads back as the same float; null when not
  * finite). A binary output has "parameters":{"binary_data_size":bytes}
  * instead of "data", and its bytes follow the JSON, in output order:

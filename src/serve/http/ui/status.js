@@ -215,12 +215,22 @@ function showModels(st, counts) {
   }));
 }
 
+// A record's timestamp to its output's acknowledgement: the buckets that
+// hold the median and the 99th percentile, per timestamp type seen.
+function latencyText(lat) {
+  const bound = (ms) => (ms === null ? '> 10000' : '≤ ' + ms) + ' ms';
+  return Object.entries(lat || {}).filter(([, l]) => l.count > 0).map(([type, l]) =>
+    ` · latency (${type.replace(/_/g, ' ')}) p50 ${bound(l.p50_ms)}, p99 ${bound(l.p99_ms)}`)
+    .join('');
+}
+
 function showKafka(k, sample) {
   document.getElementById('kafka').hidden = !k;
   if (!k) return;
   document.getElementById('kafka-summary').textContent =
       `${k.bootstrap} · group ${k.group_id} · ${k.delivery} · topics ${k.input_topics} · ` +
       `consumed ${fmt(k.consumed)} · outputs ${fmt(k.outputs)} · in flight ${fmt(k.in_flight)}` +
+      ` · partitions ${fmt(k.assigned_partitions || 0)}` + latencyText(k.record_latency) +
       (k.paused ? ' · paused' : '') + (k.fatal ? ' · FATAL: ' + k.fatal : '');
   fill('kafka-partitions', k.partitions.map((p) => {
     sample.lag[p.topic + '/' + p.partition] = p.lag;

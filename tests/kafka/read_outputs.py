@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""read_outputs.py DLSERVE OIP_JSON OIP_BINARY COUNT: reads one output topic
+per [kafka] output_format (as `kafka_tool collect --out` wrote them: key,
+partition, offset, timestamp, headers, value, tab-separated, escaped) and
+checks that each form answers the same records alike.
+
+The OIP forms are read as the Open Inference Protocol describes an
+InferenceResponse (model_name, model_version, id, parameters, outputs with
+name, datatype, shape and data), and the binary one as its binary tensor
+data extension does: the JSON is the first Inference-Header-Content-Length
+bytes, each output with parameters.binary_data_size takes that many bytes
+after it in output order (FP32 and INT64 little-endian, BYTES each a 4-byte
+little-endian length then the bytes). Standard library only."""
+import json
+import struct
+import sys
+
+
+def unescape(text):
+    """The bytes that kafka_tool's escaping (\\\\ \\t \\r \\n \\xHH) stands for."""
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c != "\\":
+            out += c.encode()
+            i += 1
+        elif text[i + 1] == "x":
+            out.append(int(text[i + 2:i + 4], 16))
+            i += 4
+        else:
+            out += {"\\": b"\\", "t": b"\t", "r": b"\r", "n": b"\n"}[text[i + 1]]
+            i += 2
+    return bytes(out)
+
+
+def records(path):
+    """{key: (headers, value bytes)} of a collect file."""
+    got = {}
+    for line in open(path, encoding="ascii"):
+        key, _part, _off, _ts, hdrs, value = line.rstrip("\n").split("\t", 5)
+        h = {}
+        for kv in filter(None, hdrs.split(";")):
+            name, val = kv.split("=", 1)
+            h[unescape(name).decode().lower()] = unescape(val).decode()
+        got[key] = (h, unescape(value))
+    return got
+
+
+def binary_outputs(value, json_len):
+    """An InferenceResponse whose binary outputs get their "data" back."""
+    resp = json.loads(value[:json_len])
+    pos = json_len
+    for o in resp["outputs"]:
+        size = o.get("parameters", {}).get("binary_data_size")
+        if size is None:
+            continue
+        raw = value[pos:pos + size]
+        pos += size
+        if o["datatype"] == "FP32":
+            o["data"] = list(struct.unpack("<%df" % (size // 4), raw))
+        elif o["datatype"] == "INT64":
+            o["data"] = list(struct.unpack("<%dq" % (size // 8), raw))
+        else:   # BYTES
+            data, j = [], 0
+            while j < size:
+                (n,) = struct.unpack_from("<I", raw, j)
+                data.append(raw[j + 4:j + 4 + n].decode())
+                j += 4 + n
+            o["data"] = data
+    assert pos == len(value), ("bytes left after the outputs", pos, len(value))
+    return resp
+
+
+def f32(v):
+    return struct.unpack("<f", struct.pack("<f", v))[0]
+
+
+def check(key, plain, resp, form):
+    """resp (an InferenceResponse) answers as the dlserve form plain does."""
+    assert resp["id"] == plain["id"] == key, (form, key, resp["id"], plain["id"])
+    assert resp["model_name"] == plain["model"], (form, key)
+    assert resp["model_version"] == str(plain["version"]), (form, key)
+    src = plain["source"]
+    assert resp["parameters"] == {"source_topic": src["topic"],
+                                  "source_partition": src["partition"],
+                                  "source_offset": src["offset"]}, (form, key, resp)
+    outs = {o["name"]: o for o in resp["outputs"]}
+    assert [o["name"] for o in resp["outputs"]] == ["probabilities", "label", "class"], form
+    probs = outs["probabilities"]
+    assert probs["datatype"] == "FP32" and probs["shape"] == [1, len(plain["scores"])], \
+        (form, key, probs["shape"])
+    assert [f32(v) for v in probs["data"]] == [f32(v) for v in plain["scores"]], (form, key)
+    assert outs["class"]["datatype"] == "INT64" and outs["class"]["shape"] == [1]
+    assert outs["class"]["data"] == [plain["class"]], (form, key)
+    assert outs["label"]["datatype"] == "BYTES" and outs["label"]["data"] == [plain["label"]]
+
+
+def main():
+    plain_path, json_path, bin_path, count = sys.argv[1:5]
+    plain, oip, binary = records(plain_path), records(json_path), records(bin_path)
+    want = int(count)
+    assert len(plain) == len(oip) == len(binary) == want, (len(plain), len(oip), len(binary))
+    for key, (h, value) in plain.items():
+        p = json.loads(value)
+        hj, vj = oip[key]
+        assert hj["content-type"] == "application/json", hj
+        assert "inference-header-content-length" not in hj, hj
+        check(key, p, json.loads(vj), "oip-json")
+        hb, vb = binary[key]
+        assert hb["content-type"] == "application/octet-stream", hb
+        json_len = int(hb["inference-header-content-length"])
+        head = json.loads(vb[:json_len])
+        assert all("data" not in o for o in head["outputs"]), head
+        check(key, p, binary_outputs(vb, json_len), "oip-binary")
+    print("%d records read back alike in dlserve, oip-json and oip-binary" % want)
+
+
+if __name__ == "__main__":
+    main()
