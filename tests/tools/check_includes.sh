@@ -34,7 +34,7 @@ if [ "${1:-}" = --self-test ]; then
         { echo "self-test: no file in $src/serve/http includes microhttpd.h"; exit 1; }
     tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
     for planted in 'serve/daemon.c:#include <microhttpd.h>' \
-                   'serve/oip/oip.c:#include <librdkafka/rdkafka.h>' \
+                   'serve/oip/oip_scan.c:#include <librdkafka/rdkafka.h>' \
                    'serve/http/http_request.c:#  include "librdkafka/rdkafka_mock.h"' \
                    'serve/kafka/kafka.c:#include <hiredis/hiredis.h>'; do
         rm -rf "$tmp/src"; cp -r "$src" "$tmp/src"
