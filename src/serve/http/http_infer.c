@@ -178,15 +178,10 @@ bool http_infer_start(http_server *h, struct MHD_Connection *c, request *rq, ans
                       (dl_time_now() - rq->arrival) * 1e6);
         return true;
     }
-    infer_req *q = &rq->q;   /* zeroed with rq */
-    dl_strlcpy(q->model, sv->name, sizeof(q->model));
-    q->version = sv->version;
-    q->n = rq->in.batch;
-    q->timeout_us = rq->in.timeout_us;
-    q->x = rq->in.x;   /* raw: the batcher scales its batch */
-    q->sv = sv;        /* pinned: the version whose input size we checked */
-    q->on_done = infer_done;
-    q->ctx = rq;
+    infer_req *q = &rq->q;
+    /* Pinned to the version whose input size was checked; raw inputs (the
+     * batcher scales its batch); outputs allocated by the batcher. */
+    infer_req_init(q, sv, rq->in.batch, rq->in.x, NULL, rq->in.timeout_us, infer_done, rq);
     rq->h = h;
     rq->c = c;
     batcher *bat = h->deps->bat;
