@@ -75,6 +75,14 @@ struct batcher {
     double           next_deadline;
 };
 
+void infer_req_init(infer_req *q, served *sv, int64_t n, const void *x, float *out,
+                    int64_t timeout_us, void (*on_done)(infer_req *q, void *ctx), void *ctx)
+{
+    *q = (infer_req){.version = sv->version, .n = n, .x = x, .out = out, .sv = sv,
+                     .timeout_us = timeout_us, .on_done = on_done, .ctx = ctx};
+    dl_strlcpy(q->model, sv->name, sizeof(q->model));
+}
+
 void infer_req_account(stats *st, const infer_req *q, double t_received, bool ok)
 {
     /* queue: submission to its batch's start; input, infer: the batch's

@@ -52,6 +52,29 @@ typedef struct infer_req {
     struct infer_req *next;      /* batcher's queue link */
 } infer_req;
 
+/* The transport contract. A transport (http/, kafka/; a new one such as
+ * gRPC the same) does, for each request:
+ *   1. announce it with batcher_arriving(+1) as it begins to receive it
+ *      (Kafka: a poll run), and withdraw it (-1) once it is submitted, run
+ *      or dropped, so that eager batching waits for requests on their way;
+ *   2. pin a version: registry_acquire the served model (a reference it
+ *      releases after completion) and check the input against it;
+ *   3. fill its infer_req with infer_req_init, and nothing else;
+ *   4. run it on its own thread when the batcher allows (batcher_run_now,
+ *      batcher_run_batch) or batcher_submit it; on_done, on a worker
+ *      thread, only hands it back to the transport's own thread;
+ *   5. answer, then account with infer_req_account (answered or not), and
+ *      free what it owns (q->out when the batcher allocated it, the
+ *      version's reference). */
+
+/* Fills q for the batcher, every other field zeroed: n samples of sv's
+ * model at sv's version, pinned (q->sv = sv: the caller's reference, not
+ * taken), raw inputs x and room for outputs out (see infer_req; NULL: the
+ * batcher allocates), the queue timeout (0: the default) and the
+ * completion on_done(q, ctx). */
+void infer_req_init(infer_req *q, served *sv, int64_t n, const void *x, float *out,
+                    int64_t timeout_us, void (*on_done)(infer_req *q, void *ctx), void *ctx);
+
 /* Records the outcome of a completed (or refused) request q in st, for
  * q->sv's model and version and q->n samples: when ok, the time it queued
  * in the batcher (t_arrival to t_start), its batch's input preparation

@@ -1,20 +1,26 @@
-/* component.h (private to serve/): the daemon's optional parts (Redis,
- * Kafka) behind one table of {start, stop, free, status, metrics}, so that
- * daemon.c starts, stops, reports and scrapes them in loops, and a build
- * without a library differs only in the table's registration.
+/* component.h (private to serve/): the daemon's parts that take requests
+ * or talk to the outside (HTTP, Redis, Kafka) behind one table of {start,
+ * stop, finish, free, status, metrics}, so that daemon.c starts, stops,
+ * reports and frees them in loops, and a build without a library differs
+ * only in the table's registration.
  *
  * Life of a component, driven by daemon.c:
  *
- *   start     after HTTP, in table order, when `wanted` says the
+ *   start     in table order (HTTP first), when `wanted` says the
  *             configuration asks for it
  *   status    } from HTTP threads, any time between start and free,
- *   metrics   } also while stop runs and after it
+ *   metrics   } also while stop and finish run and after them
  *   stop      on SIGTERM (or a failed start), in reverse order, before the
  *             batcher drains: intake stops, threads end, work is committed
- *   free      in reverse order, once HTTP has stopped: nothing else runs
+ *   finish    in reverse order, once the batcher has drained: a transport
+ *             that kept taking requests meanwhile (HTTP: new infer requests
+ *             get 503) answers those in flight and closes
+ *   free      in reverse order, after the registry and batcher are freed:
+ *             nothing else runs
  *
  * So a component's status and metrics must stay safe against its own stop
- * (each guards what stop releases); free needs no locking. */
+ * (each guards what stop releases); free needs no locking. stop, finish,
+ * status and metrics may be NULL: nothing to do. */
 #ifndef DL_SERVE_COMPONENT_H
 #define DL_SERVE_COMPONENT_H
 
@@ -37,6 +43,16 @@ typedef struct component_env {
      * mu, which is held only briefly. */
     pthread_mutex_t      mu;
     dl_redis_link       *redis_sink;
+    /* For the HTTP component (http.h's http_deps): the daemon's start
+     * time, its readiness and its own parts of /status and /metrics,
+     * called with ctx from HTTP threads. */
+    double               start_time;
+    bool               (*ready)(void *ctx);
+    json_t            *(*status_extra)(void *ctx);
+    char              *(*metrics_extra)(void *ctx);
+    void                *ctx;
+    /* The port HTTP listens on, written by its start (0 until then). */
+    int                  http_port;
 } component_env;
 
 typedef struct component {
@@ -51,6 +67,7 @@ typedef struct component {
      * the component has released what it started. */
     dl_status (*start)(component_env *env, void **state, dl_err *err);
     void      (*stop)(void *state);
+    void      (*finish)(void *state);
     void      (*free)(void *state);
     /* New JSON for /status under `name`, or NULL for nothing. */
     json_t   *(*status)(void *state);
@@ -63,6 +80,8 @@ typedef struct component {
 bool component_redis_wanted(const dl_serve_conf *c);
 bool component_kafka_wanted(const dl_serve_conf *c);
 
+/* HTTP (http/component_http.c): http.h's server, in every build. */
+extern const component component_http;
 /* With hiredis (component_redis.c): the status link (training progress in
  * /status), the registry watcher, and the dlserve_redis_* families. */
 extern const component component_redis;

@@ -1,12 +1,11 @@
-/* daemon.c: the serving daemon's life: configuration, models, batcher and
- * HTTP started in order, then the optional components (Redis, Kafka) from
- * one table; READY=1 once models are loaded and warmed up; a main loop that
+/* daemon.c: the serving daemon's life: configuration, models and batcher
+ * started in order, then the components (HTTP, Redis, Kafka) from one
+ * table; READY=1 once models are loaded and warmed up; a main loop that
  * watches the model folder (inotify), reloads on SIGHUP, pets the systemd
  * watchdog, and on SIGTERM stops intake, answers every queued request and
  * exits 0. Signal handlers only set flags. */
 #define _GNU_SOURCE
 #include "serve/component.h"
-#include "serve/http/http.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -18,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
-#include <time.h>
 #include <unistd.h>
 
 #ifdef DL_HAVE_SYSTEMD
@@ -81,12 +79,15 @@ static void watch_tree(int fd, const char *dir, int depth)
     closedir(d);
 }
 
-/* The optional components, started in this order after HTTP and stopped in
+/* The components, started in this order (HTTP first) and stopped in
  * reverse before the batcher drains: Kafka's records in flight are answered
- * and committed first, then the Redis watcher stops; Redis's status link is
- * freed last, after HTTP. A build without a library registers its stand-in,
+ * and committed first, then the Redis watcher stops; HTTP takes no stop
+ * (new infer requests get 503 meanwhile) but finishes once the batcher has
+ * drained, answering what is in flight; Redis's status link is freed after
+ * HTTP has stopped. A build without a library registers its stand-in,
  * which refuses a configuration that asks for it. */
 static const component *const components[] = {
+    &component_http,
 #ifdef DL_HAVE_REDIS
     &component_redis,
 #else
@@ -108,8 +109,6 @@ typedef struct daemon_ctx {
     registry     *reg;
     stats        *st;
     batcher      *bat;
-    http_server  *http;
-    int           port;
     double        start;
     int64_t       reloads;
     component_env env;
@@ -129,11 +128,11 @@ static json_t *status_extra(void *ctx)
 {
     daemon_ctx *d = ctx;
     json_t *o = json_pack("{s:I, s:s, s:i, s:i}", "reloads", (json_int_t)d->reloads,
-                          "models_dir", d->conf.models.dir, "port", d->port,
+                          "models_dir", d->conf.models.dir, "port", d->env.http_port,
                           "inference_threads", d->be[0]->threads);
     for (size_t i = 0; o && i < NCOMPONENTS; i++) {
         void *state = atomic_load(&d->state[i]);
-        json_t *j = state ? components[i]->status(state) : NULL;
+        json_t *j = state && components[i]->status ? components[i]->status(state) : NULL;
         if (j)
             json_object_set_new(o, components[i]->name, j);
     }
@@ -157,7 +156,7 @@ static char *metrics_extra(void *ctx)
         batcher_metrics(d->bat, &b);
     for (size_t i = 0; i < NCOMPONENTS; i++) {
         void *state = atomic_load(&d->state[i]);
-        if (state)
+        if (state && components[i]->metrics)
             components[i]->metrics(state, &b);
     }
     if (b.oom) {
@@ -174,7 +173,8 @@ static void status_line(daemon_ctx *d)
     json_t *m;
     json_array_foreach(models, i, m)
         ready += strcmp(json_string_value(json_object_get(m, "state")), "READY") == 0;
-    notify("STATUS=%zu/%zu models ready, http port %d", ready, json_array_size(models), d->port);
+    notify("STATUS=%zu/%zu models ready, http port %d", ready, json_array_size(models),
+           d->env.http_port);
     json_decref(models);
 }
 
@@ -296,18 +296,16 @@ static dl_status start(daemon_ctx *d, dl_err *err)
         st = batcher_new(&d->conf.batching, instances, d->reg, d->st, &d->bat, err);
     if (st != DL_OK)
         return st;
-    static http_deps deps;
-    deps = (http_deps){ .conf = &d->conf.http, .reg = d->reg, .bat = d->bat, .st = d->st,
-                        .start_time = d->start, .server_version = DL_VERSION_STRING,
-                        .models_dir = d->conf.models.dir,
-                        .ready = is_ready, .ctx = d, .status_extra = status_extra,
-                        .metrics_extra = metrics_extra };
-    st = http_start(&deps, &d->http, &d->port, err);
     d->env.conf = &d->conf;
     d->env.reg = d->reg;
     d->env.bat = d->bat;
     d->env.st = d->st;
     d->env.rescan_fd = d->wake[1];
+    d->env.start_time = d->start;
+    d->env.ready = is_ready;
+    d->env.status_extra = status_extra;
+    d->env.metrics_extra = metrics_extra;
+    d->env.ctx = d;
     for (size_t i = 0; st == DL_OK && i < NCOMPONENTS; i++) {
         const component *c = components[i];
         if (!c->wanted(&d->conf))
@@ -321,11 +319,6 @@ static dl_status start(daemon_ctx *d, dl_err *err)
     return st;
 }
 
-/* After intake stops, the listener stays open this long answering 503,
- * so that connections already queued in the kernel are answered rather
- * than reset when it closes (clients and load balancers see 503 and go). */
-#define LAME_DUCK_NS 250000000L
-
 static void stop(daemon_ctx *d)
 {
     /* Kafka's records in flight finish and are committed, then the Redis
@@ -333,15 +326,16 @@ static void stop(daemon_ctx *d)
      * metrics meanwhile. */
     for (size_t i = NCOMPONENTS; i-- > 0;) {
         void *state = atomic_load(&d->state[i]);
-        if (state)
+        if (state && components[i]->stop)
             components[i]->stop(state);
     }
     batcher_drain(d->bat);   /* intake stops; every queued request is answered */
-    if (d->http) {
-        struct timespec ts = { 0, LAME_DUCK_NS };
-        nanosleep(&ts, NULL);
+    /* then HTTP's connections finish and close */
+    for (size_t i = NCOMPONENTS; i-- > 0;) {
+        void *state = atomic_load(&d->state[i]);
+        if (state && components[i]->finish)
+            components[i]->finish(state);
     }
-    http_stop(d->http);      /* then the connections finish and close */
     batcher_free(d->bat);
     registry_free(d->reg);
     stats_free(d->st);

@@ -1,4 +1,4 @@
-/* fuzz_oip.c: Open Inference Protocol requests (src/serve/oip/oip.c over
+/* fuzz_oip.c: Open Inference Protocol requests (src/serve/oip/oip_*.c over
  * json_scan.c): infer bodies, JSON or with the binary tensor data
  * extension, checked against a 2x2-input model, the answer written back
  * for what was read; and the URL paths of the router.

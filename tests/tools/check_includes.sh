@@ -30,12 +30,12 @@ check() {   # check SRC
 if [ "${1:-}" = --self-test ]; then
     src=${2:?usage: check_includes.sh --self-test SRC}
     check "$src" || exit 1
-    [ "$(grep -rlE '#include <microhttpd\.h>' --include='*.c' "$src/serve/http" | wc -l)" -gt 0 ] ||
+    [ "$(grep -rlE '#include <microhttpd\.h>' --include='*.[ch]' "$src/serve/http" | wc -l)" -gt 0 ] ||
         { echo "self-test: no file in $src/serve/http includes microhttpd.h"; exit 1; }
     tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
     for planted in 'serve/daemon.c:#include <microhttpd.h>' \
-                   'serve/oip/oip.c:#include <librdkafka/rdkafka.h>' \
-                   'serve/http/http_api.c:#  include "librdkafka/rdkafka_mock.h"' \
+                   'serve/oip/oip_scan.c:#include <librdkafka/rdkafka.h>' \
+                   'serve/http/http_request.c:#  include "librdkafka/rdkafka_mock.h"' \
                    'serve/kafka/kafka.c:#include <hiredis/hiredis.h>'; do
         rm -rf "$tmp/src"; cp -r "$src" "$tmp/src"
         echo "${planted#*:}" >> "$tmp/src/${planted%%:*}"

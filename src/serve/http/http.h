@@ -1,6 +1,6 @@
-/* http.h (private to serve/): the HTTP server (http_api.c) and the answers
- * of Triton's statistics and model configuration extensions
- * (http_stats.c). */
+/* http.h (private to serve/): the HTTP server (http_server.c, with the
+ * files that http_int.h lists) and the answers of Triton's statistics and
+ * model configuration extensions (http_stats.c). */
 #ifndef DL_SERVE_HTTP_H
 #define DL_SERVE_HTTP_H
 

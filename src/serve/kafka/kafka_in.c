@@ -406,15 +406,9 @@ static bool submit(kafka_srv *k, krec *r)
             refuse(k, r, f, &err);
             return true;
         }
-        dl_strlcpy(r->req.model, sv->name, sizeof(r->req.model));
-        r->req.version = sv->version;
-        r->req.sv = sv;
-        r->req.n = n;
-        r->req.timeout_us = r->env.scanned ? r->env.req.timeout_us : 0;
-        r->req.x = values;   /* raw float32: the message's own bytes (r->msg) */
-        r->req.out = r->in->y;
-        r->req.on_done = kafka_on_infer_done;
-        r->req.ctx = k;
+        /* raw float32 inputs: the message's own bytes (r->msg) */
+        infer_req_init(&r->req, sv, n, values, r->in->y,
+                       r->env.scanned ? r->env.req.timeout_us : 0, kafka_on_infer_done, k);
     }
     /* R_BUSY before the batcher has it: its completion may come at once */
     atomic_store_explicit(&r->state, R_BUSY, memory_order_release);

@@ -2,7 +2,8 @@
  * Triton) as pure functions: URL routing, infer requests (JSON and the
  * binary tensor data extension) read without a JSON tree, and the answers.
  * No I/O, no locks: every function here is thread-safe and unit-tested on
- * its own (tests/unit/test_oip.c). */
+ * its own (tests/unit/test_oip.c). Routing is in oip_route.c, request
+ * scanning in oip_scan.c, answers in oip_answer.c. */
 #ifndef DL_SERVE_OIP_H
 #define DL_SERVE_OIP_H
 

@@ -1,0 +1,199 @@
+/* http_int.h (private to serve/http/): what the HTTP server's files share:
+ * the server, a request and its stage, an answer. http_server.c starts and
+ * stops the server, http_request.c reads requests and gives early answers,
+ * http_infer.c runs infer requests (held batches included), http_routes.c
+ * answers every other route.
+ *
+ * Threads: a small fixed pool of event loops (MHD's internal epoll,
+ * http.threads of them) serves every connection, which an acceptor thread
+ * deals out to them (MHD_add_connection). No thread waits for the batcher:
+ * an infer request's connection is suspended before the request is
+ * queued, the batch's completion (on the batcher's worker thread) resumes
+ * it, and the access handler, called again, formats and queues the
+ * answer. The infer requests an event loop reads in one pass are held
+ * instead (not suspended: MHD calls the handler of a request with no
+ * answer again on its next pass) and run as one batch by that loop on its
+ * next pass. Idle keep-alive connections cost a socket and a little
+ * memory, not a thread. A request is touched only by its connection's
+ * event loop, but for infer_done, which resumes its connection. */
+#ifndef DL_SERVE_HTTP_INT_H
+#define DL_SERVE_HTTP_INT_H
+
+#include "serve/http/http.h"
+#include "serve/oip/oip.h"
+#include "serve/oip/trace.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <microhttpd.h>
+
+/* Idle keep-alive connections are closed after this. */
+#define HTTP_IDLE_TIMEOUT_S 60
+/* http_stop waits at most this long for requests in flight (but always
+ * for those the batcher holds: their connections are suspended). */
+#define HTTP_DRAIN_S 30
+/* File descriptors kept from connections for everything else: models,
+ * logs, Kafka and Redis sockets, MHD's own epoll and ITC descriptors. */
+#define HTTP_FD_RESERVE 128
+/* Connections past http.max_connections that are still accepted, to tell
+ * them 503 (beyond these new ones wait in the listen backlog). */
+#define HTTP_OVER_CONNS 64
+/* Room in MHD's own limit above max_conns: the acceptor counts open
+ * connections from MHD's notifications, which trail a burst of accepts. */
+#define HTTP_ACCEPT_SLACK 32
+/* Longer URLs get 414 (MHD itself answers 414 past its 32 KiB buffer). */
+#define HTTP_URL_MAX 8192
+
+#define CT_JSON "application/json"
+#define CT_BINARY "application/octet-stream"   /* JSON then binary tensors */
+#define CT_METRICS "text/plain; version=0.0.4"
+/* The status page's files: same-origin scripts and styles only (no inline
+ * code, nothing fetched elsewhere), revalidated on each load. */
+#define PAGE_CSP "default-src 'self'"
+#define PAGE_CACHE "no-cache"
+
+struct http_server {
+    const http_deps   *deps;
+    struct MHD_Daemon *d;
+    int                listen_fd;
+    pthread_t          acceptor;             /* accepts for MHD's event loops */
+    char              *tls_cert, *tls_key;   /* PEM text, kept while MHD runs */
+    atomic_bool        stopping;
+    int                threads;              /* event loops */
+    unsigned           max_conns;            /* connections the acceptor lets in */
+    pthread_mutex_t    mu;
+    pthread_cond_t     cv;                   /* inflight or waiting went down */
+    int64_t            inflight;             /* requests begun, not completed */
+    int64_t            waiting;              /* of which suspended in the batcher */
+    atomic_llong       conns;                /* open connections */
+};
+
+/* An answer ready to queue. */
+typedef struct answer {
+    int         code;
+    char       *body;           /* new, NUL-terminated; NULL: out of memory (500) */
+    size_t      len;            /* body bytes; 0: strlen(body) */
+    size_t      json_len;       /* > 0: a binary answer, JSON then tensors
+                                   (Inference-Header-Content-Length) */
+    const char *ctype;
+    const char *hname, *hvalue; /* one extra header, or NULL */
+    bool        page;           /* body is an embedded file of the status page
+                                   (static, not freed), sent with its headers */
+} answer;
+
+/* Where a request stands, which decides what the access handler does when
+ * MHD calls it again. Only its connection's event loop reads or writes it. */
+typedef enum req_stage {
+    /* Its body is being read, then it is answered on this thread: every
+     * route, and an infer request that fails before it reaches the
+     * batcher. Announced to the batcher (batcher_arriving) until its
+     * completion. */
+    REQ_READING,
+    /* An answer given before the body (a refusal, in `refusal`), sent once
+     * the body has been read and discarded, so that a client that sends
+     * its whole body before reading gets it (keep_refusal); back to
+     * REQ_READING once sent. Announced, as in REQ_READING. */
+    REQ_REFUSED_DRAINING,
+    /* The first request of its event loop's held batch, which has not run
+     * yet: it holds the list and runs it on its next call, after the
+     * pass's other requests. */
+    REQ_HOLDS_BATCH,
+    /* Another request of a held batch that has not run yet: its calls
+     * wait. */
+    REQ_HELD,
+    /* Its held batch found no idle instance: it queues itself (suspended)
+     * on its next call. */
+    REQ_HELD_TO_QUEUE,
+    /* q went to the batcher: run on this thread, in a held batch, or
+     * queued with the connection suspended until infer_done resumes it.
+     * Called in this stage, the access handler answers from q. */
+    REQ_SUBMITTED,
+    /* Completed (its connection closed) while REQ_HELD: still linked in
+     * its held batch, whose first request frees it. */
+    REQ_GONE,
+} req_stage;
+
+/* One request, from its first access-handler call to its completion
+ * (http_on_completed frees it). */
+typedef struct request {
+    double    arrival;          /* dl_time_now() */
+    req_stage stage;
+    oip_route route;
+    char     *body;
+    size_t    len, cap;
+    size_t    dropped;          /* body bytes discarded past the limit */
+    size_t    declared;         /* Content-Length (within the limit), or 0 */
+    /* How reading the body went (in REQ_READING), answered once it is
+     * complete: outcomes rather than stages, since the rest of the body is
+     * still read (and dropped) after either. */
+    bool      too_big, nomem;
+    const char *json_len;       /* Inference-Header-Content-Length, or NULL
+                                   (MHD's copy: valid for the request) */
+    answer   *refusal;          /* REQ_REFUSED_DRAINING: the answer to send */
+    trace_ctx   trace;          /* traceparent / tracestate, echoed on the answer */
+    /* An infer request handed to the batcher. From its submission until
+     * infer_done resumes the connection, q belongs to the batcher; then
+     * the access handler, called again, answers from it. */
+    http_server           *h;
+    struct MHD_Connection *c;
+    dl_err       refused;       /* why batcher_submit refused q (code DL_OK: it ran) */
+    served      *sv;            /* a reference, released with the request */
+    oip_request  in;            /* the parsed input; q.x points into it */
+    infer_req    q;             /* zeroed until it is filled for the batcher */
+    /* A held batch: the infer requests an event loop read in one pass,
+     * their connections not suspended, run on that loop by the first
+     * one's next access-handler call. The first request holds the list. */
+    struct request *batch_next;   /* the next request of the batch */
+    struct request *batch_tail;   /* (first request) the last one */
+    int64_t      batch_samples;   /* (first request) samples in all */
+    double       busy_since;      /* (first request) when its batch first found
+                                     no idle instance, or 0 */
+} request;
+
+/* ---- http_request.c: the request cycle and answers ---------------------- */
+
+/* MHD's access handler and completion callback (cls: the server). */
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                const char *method, const char *version, const char *upload,
+                                size_t *upload_size, void **con_cls);
+void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                       enum MHD_RequestTerminationCode toe);
+/* Frees rq and what it holds (its infer request has completed). */
+void http_request_free(request *rq);
+/* JSON as an answer; takes j (NULL: out of memory, 500). */
+answer http_json_answer(int code, json_t *j);
+/* {"error": message} for a failure of kind st, with the code that
+ * oip_http_code gives it. */
+answer http_status_answer(dl_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- http_routes.c: the routes ---------------------------------------------- */
+
+/* A reference to the route's model and version, or NULL with err saying
+ * why: DL_ERR_NOT_FOUND (404) or DL_ERR_UNAVAILABLE (503, nothing served
+ * yet). */
+served *http_acquire(http_server *h, const oip_route *r, dl_err *err);
+/* The answer to a request whose body is complete, in *a; false when it
+ * comes later: an infer request waits in the batcher. */
+bool http_dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer *a);
+
+/* ---- http_infer.c: infer requests and held batches -------------------------- */
+
+/* Parses an infer request and hands it to the batcher. False when it
+ * waits, held by its event loop or queued with its connection suspended
+ * (http_infer_resume answers it on a later call); true with the answer in
+ * *a when it ran on this thread or cannot be run. */
+bool http_infer_start(http_server *h, struct MHD_Connection *c, request *rq, answer *a);
+/* The access handler called again for an infer request past REQ_READING:
+ * true with its answer in *a, false while it waits. */
+bool http_infer_resume(http_server *h, struct MHD_Connection *c, request *rq, answer *a);
+/* rq's connection has closed: true when rq may be freed now, false when a
+ * held batch still links it (its first request frees it). */
+bool http_infer_closed(request *rq);
+
+#endif /* DL_SERVE_HTTP_INT_H */
