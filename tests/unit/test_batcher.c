@@ -1,12 +1,15 @@
-/* test_batcher.c: the batcher's choices on a transport's thread: direct
- * runs of lone requests in streaks, and how long a held batch waits for an
- * instance. A real repository in a temporary folder, one CPU instance. */
+/* test_batcher.c: the batcher's choices on a transport's thread (direct
+ * runs of lone requests in streaks, how long a held batch waits for an
+ * instance) and infer_req_init, the transports' one way to fill a request.
+ * A real repository in a temporary folder, one CPU instance. */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 #include "fixture.h"
 
 #include "serve/serve.h"
 
+#include <stdatomic.h>
+#include <string.h>
 #include <time.h>
 
 static char dir[64];
@@ -97,6 +100,61 @@ Test(batcher, a_held_batch_waits_what_its_hand_off_would_cost)
     cr_expect_not(batcher_may_wait(b, 4.1 * a_request, 4), "four requests: not longer");
     cr_expect(batcher_may_wait(b, 99 * us, 64), "64 requests: up to direct_max_us");
     cr_expect_not(batcher_may_wait(b, 101 * us, 64), "64 requests: not past direct_max_us");
+    batcher_drain(b);
+    batcher_free(b);
+    stats_free(st);
+}
+
+static void signal_done(infer_req *q, void *ctx)
+{
+    (void)q;
+    atomic_store((atomic_int *)ctx, 1);
+}
+
+/* infer_req_init: the one way a transport fills a request. It names the
+ * pinned version's model and version, keeps the caller's buffers and
+ * completion, and zeroes whatever a reused request (a Kafka record's, from
+ * a pool) held before; such a request then runs through the queue. */
+Test(batcher, infer_req_init_fills_a_request_and_clears_the_rest)
+{
+    dl_err err = {0};
+    stats *st = NULL;
+    batcher *b = NULL;
+    cr_assert_eq(stats_new(&st, &err), DL_OK, "%s", err.msg);
+    dl_batching_conf conf = {.max_batch_size = 8, .max_queue_delay_us = 100, .max_queue_size = 64};
+    cr_assert_eq(batcher_new(&conf, 1, reg, st, &b, &err), DL_OK, "%s", err.msg);
+    served *sv = NULL;
+    cr_assert_eq(registry_acquire(reg, "tiny", 0, &sv, &err), DL_OK, "%s", err.msg);
+    const float x[8] = {0.5f, -1.0f, 2.0f, 0.25f, 1.0f, 1.0f, -0.5f, 0.0f};
+    float y[6], want[6];
+    cr_assert_eq(dl_model_predict(sv->m[0], x, 2, 2, want, &err), DL_OK, "%s", err.msg);
+    atomic_int done = 0;
+
+    infer_req q;
+    memset(&q, 0xab, sizeof(q));     /* what a pooled request held before */
+    infer_req_init(&q, sv, 2, x, y, 2500, signal_done, &done);
+    cr_expect_str_eq(q.model, "tiny");
+    cr_expect_eq(q.version, sv->version);
+    cr_expect_eq(q.n, 2);
+    cr_expect_eq(q.x, x);
+    cr_expect_eq(q.out, y);
+    cr_expect_eq(q.sv, sv);
+    cr_expect_eq(q.timeout_us, 2500);
+    cr_expect_eq(q.on_done, signal_done);
+    cr_expect_eq(q.ctx, &done);
+    cr_expect_eq(q.err.code, DL_OK);
+    cr_expect_eq(q.err.msg[0], '\0');
+    cr_expect(q.deadline == 0 && q.t_arrival == 0 && q.t_start == 0 && q.t_infer == 0 &&
+              q.t_end == 0, "times left over");
+    cr_expect_null(q.next);
+
+    cr_assert_eq(batcher_submit(b, &q, &err), DL_OK, "%s", err.msg);
+    for (int i = 0; i < 5000 && !atomic_load(&done); i++)
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    cr_assert(atomic_load(&done), "the request did not complete in 5 s");
+    cr_expect_eq(q.err.code, DL_OK, "%s", q.err.msg);
+    cr_expect_arr_eq(y, want, sizeof(y));
+    served_release(sv);
     batcher_drain(b);
     batcher_free(b);
     stats_free(st);
