@@ -253,7 +253,11 @@ class Embedding(nn.Embedding):
     """nn.Embedding on ids held as integers or as floats."""
 
     def forward(self, x):  # noqa: D401
-        return super().forward(x.long())
+        ids = x.long()
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise IndexError("embedding id %d not in [0, %d)" % (bad, self.num_embeddings))
+        return super().forward(ids)
 
 
 # ---- building -------------------------------------------------------------------
@@ -264,162 +268,213 @@ def _need(name, kind, shape, nds, form):
                          % (name, kind, form, shape))
 
 
-def _window(layer):
-    k = layer["kernel_size"]
-    return int(k), int(layer.get("stride", k)), int(layer.get("padding", 0))
+def _dense(name, layer, s, shapes):
+    return nn.Linear(s[-1], int(layer["units"]), bias=bool(layer.get("bias", True)))
+
+
+def _conv2d(name, layer, s, shapes):
+    _need(name, "conv2d", s, (3,), "[C, H, W]")
+    return nn.Conv2d(s[0], int(layer["filters"]), tm._pair(layer["kernel_size"]),
+                     tm._pair(layer.get("stride", 1)), tm._pair(layer.get("padding", 0)),
+                     bias=bool(layer.get("bias", True)))
+
+
+def _pool2d(name, layer, s, shapes):
+    _need(name, layer["type"], s, (3,), "[C, H, W]")
+    cls = nn.MaxPool2d if layer["type"] == "maxpool2d" else nn.AvgPool2d
+    return cls(tm._pair(layer["kernel_size"]),
+               tm._pair(layer.get("stride", layer["kernel_size"])),
+               tm._pair(layer.get("padding", 0)))
+
+
+def _conv1d(name, layer, s, shapes):
+    _need(name, "conv1d", s, (2,), "[C, L]")
+    return nn.Conv1d(s[0], int(layer["filters"]), int(layer["kernel_size"]),
+                     int(layer.get("stride", 1)), int(layer.get("padding", 0)),
+                     bias=bool(layer.get("bias", True)))
+
+
+def _maxpool1d(name, layer, s, shapes):
+    _need(name, "maxpool1d", s, (2,), "[C, L]")
+    k = int(layer["kernel_size"])
+    return nn.MaxPool1d(k, int(layer.get("stride", k)), int(layer.get("padding", 0)))
+
+
+def _global_avgpool2d(name, layer, s, shapes):
+    _need(name, "global_avgpool2d", s, (3,), "[C, H, W]")
+    return GlobalAvgPool2d()
+
+
+def _batchnorm(name, layer, s, shapes):
+    _need(name, "batchnorm", s, (1, 2, 3), "[F], [C, L] or [C, H, W]")
+    cls = nn.BatchNorm2d if len(s) == 3 else nn.BatchNorm1d
+    return cls(s[0], eps=float(layer.get("eps", 1e-5)),
+               momentum=float(layer.get("momentum", 0.1)))
+
+
+def _layernorm(name, layer, s, shapes):
+    return nn.LayerNorm(s[-1], eps=float(layer.get("eps", 1e-5)))
+
+
+def _dropout(name, layer, s, shapes):
+    return nn.Dropout(float(layer.get("rate", 0.5)))
+
+
+def _embedding(name, layer, s, shapes):
+    return Embedding(int(layer["num_embeddings"]), int(layer["dim"]))
+
+
+def _gelu(name, layer, s, shapes):
+    approx = layer.get("approximate", "none")
+    if approx not in ("none", "tanh"):
+        raise ModelError("layer '%s': approximate must be \"none\" or \"tanh\"" % name)
+    return nn.GELU(approximate=approx)
+
+
+def _softmax(name, layer, s, shapes):
+    dim = _dim(layer.get("axis", -1), len(s), name)
+    return nn.Softmax(dim=dim) if layer["type"] == "softmax" else nn.LogSoftmax(dim=dim)
+
+
+def _concat(name, layer, s, shapes):
+    if "axis" not in layer:
+        raise ModelError("layer '%s': concat needs 'axis'" % name)
+    if any(len(t) != len(s) for t in shapes):
+        raise ModelError("layer '%s': concat of inputs of different ranks %r"
+                         % (name, shapes))
+    return Concat(_dim(layer["axis"], len(s), name))
+
+
+def _matmul(name, layer, s, shapes):
+    if any(len(t) < 2 for t in shapes):
+        raise ModelError("layer '%s': matmul needs inputs of 2 or more "
+                         "dimensions, got %r" % (name, shapes))
+    return MatMul()
+
+
+def _transpose(name, layer, s, shapes):
+    perm = [int(p) for p in layer.get("perm", [])]
+    if sorted(perm) != list(range(len(s))):
+        raise ModelError("layer '%s': perm %r is not a permutation of %d "
+                         "dimensions" % (name, perm, len(s)))
+    return Transpose(perm)
+
+
+def _reshape(name, layer, s, shapes):
+    shape = [int(d) for d in layer.get("shape", [])]
+    if not shape or shape.count(-1) > 1 or any(d < 1 and d != -1 for d in shape):
+        raise ModelError("layer '%s': shape %r needs positive sizes and at "
+                         "most one -1" % (name, shape))
+    return Reshape(shape)
+
+
+def _reduce(name, layer, s, shapes):
+    axes = layer.get("axis")
+    if axes is None:
+        raise ModelError("layer '%s': %s needs 'axis'" % (name, layer["type"]))
+    axes = axes if isinstance(axes, list) else [axes]
+    return Reduce(layer["type"], sorted({_dim(a, len(s), name) % (len(s) + 1)
+                                         for a in axes}))
+
+
+def _plain(cls):
+    return lambda name, layer, s, shapes: cls()
+
+
+BUILDERS = {
+    "dense": _dense, "conv2d": _conv2d, "maxpool2d": _pool2d, "avgpool2d": _pool2d,
+    "conv1d": _conv1d, "maxpool1d": _maxpool1d, "global_avgpool2d": _global_avgpool2d,
+    "batchnorm": _batchnorm, "layernorm": _layernorm, "dropout": _dropout,
+    "flatten": _plain(nn.Flatten), "embedding": _embedding,
+    "relu": _plain(nn.ReLU), "tanh": _plain(nn.Tanh), "sigmoid": _plain(nn.Sigmoid),
+    "silu": _plain(nn.SiLU), "identity": _plain(nn.Identity), "gelu": _gelu,
+    "softmax": _softmax, "log_softmax": _softmax,
+    "add": lambda *a: Elementwise("add"), "sub": lambda *a: Elementwise("sub"),
+    "mul": lambda *a: Elementwise("mul"), "concat": _concat, "matmul": _matmul,
+    "transpose": _transpose, "reshape": _reshape,
+    "reduce_mean": _reduce, "reduce_sum": _reduce,
+}
+# Layers of several inputs: (fewest, most).
+ARITY = {"add": (2, None), "mul": (2, None), "concat": (2, None),
+         "sub": (2, 2), "matmul": (2, 2)}
 
 
 def make_layer(layer, shapes):
     """The module of one layer, given its inputs' per-sample shapes."""
     name, kind = layer["name"], layer["type"]
-    multi = kind in ("add", "mul", "sub", "concat", "matmul")
-    if not multi and len(shapes) != 1:
-        raise ModelError("layer '%s' (%s) takes one input, got %d"
-                         % (name, kind, len(shapes)))
-    if multi and (len(shapes) < 2 or (kind in ("sub", "matmul") and len(shapes) != 2)):
-        raise ModelError("layer '%s' (%s) takes %s inputs, got %d"
-                         % (name, kind, "two" if kind in ("sub", "matmul")
-                            else "two or more", len(shapes)))
-    s = shapes[0]
-    nd = len(s)
-    if kind == "dense":
-        return nn.Linear(s[-1], int(layer["units"]), bias=bool(layer.get("bias", True)))
-    if kind == "conv2d":
-        _need(name, kind, s, (3,), "[C, H, W]")
-        kh, kw = tm._pair(layer["kernel_size"])
-        return nn.Conv2d(s[0], int(layer["filters"]), (kh, kw),
-                         tm._pair(layer.get("stride", 1)),
-                         tm._pair(layer.get("padding", 0)),
-                         bias=bool(layer.get("bias", True)))
-    if kind in ("maxpool2d", "avgpool2d"):
-        _need(name, kind, s, (3,), "[C, H, W]")
-        k = tm._pair(layer["kernel_size"])
-        st = tm._pair(layer.get("stride", layer["kernel_size"]))
-        pad = tm._pair(layer.get("padding", 0))
-        return (nn.MaxPool2d if kind == "maxpool2d" else nn.AvgPool2d)(k, st, pad)
-    if kind == "conv1d":
-        _need(name, kind, s, (2,), "[C, L]")
-        k, st, pad = _window(dict(layer, stride=layer.get("stride", 1)))
-        return nn.Conv1d(s[0], int(layer["filters"]), k, st, pad,
-                         bias=bool(layer.get("bias", True)))
-    if kind == "maxpool1d":
-        _need(name, kind, s, (2,), "[C, L]")
-        return nn.MaxPool1d(*_window(layer))
-    if kind == "global_avgpool2d":
-        _need(name, kind, s, (3,), "[C, H, W]")
-        return GlobalAvgPool2d()
-    if kind == "batchnorm":
-        _need(name, kind, s, (1, 2, 3), "[F], [C, L] or [C, H, W]")
-        cls = nn.BatchNorm2d if nd == 3 else nn.BatchNorm1d
-        return cls(s[0], eps=float(layer.get("eps", 1e-5)),
-                   momentum=float(layer.get("momentum", 0.1)))
-    if kind == "layernorm":
-        return nn.LayerNorm(s[-1], eps=float(layer.get("eps", 1e-5)))
-    if kind == "dropout":
-        return nn.Dropout(float(layer.get("rate", 0.5)))
-    if kind == "flatten":
-        return nn.Flatten()
-    if kind == "embedding":
-        return Embedding(int(layer["num_embeddings"]), int(layer["dim"]))
-    simple = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,
-              "silu": nn.SiLU, "identity": nn.Identity}
-    if kind in simple:
-        return simple[kind]()
-    if kind == "gelu":
-        approx = layer.get("approximate", "none")
-        if approx not in ("none", "tanh"):
-            raise ModelError("layer '%s': approximate must be \"none\" or \"tanh\""
-                             % name)
-        return nn.GELU(approximate=approx)
-    if kind in ("softmax", "log_softmax"):
-        dim = _dim(layer.get("axis", -1), nd, name)
-        return nn.Softmax(dim=dim) if kind == "softmax" else nn.LogSoftmax(dim=dim)
-    if kind in ("add", "sub", "mul"):
-        return Elementwise(kind)
-    if kind == "concat":
-        if "axis" not in layer:
-            raise ModelError("layer '%s': concat needs 'axis'" % name)
-        if any(len(t) != nd for t in shapes):
-            raise ModelError("layer '%s': concat of inputs of different ranks %r"
-                             % (name, shapes))
-        return Concat(_dim(layer["axis"], nd, name))
-    if kind == "matmul":
-        if any(len(t) < 2 for t in shapes):
-            raise ModelError("layer '%s': matmul needs inputs of 2 or more "
-                             "dimensions, got %r" % (name, shapes))
-        return MatMul()
-    if kind == "transpose":
-        perm = [int(p) for p in layer.get("perm", [])]
-        if sorted(perm) != list(range(nd)):
-            raise ModelError("layer '%s': perm %r is not a permutation of %d "
-                             "dimensions" % (name, perm, nd))
-        return Transpose(perm)
-    if kind == "reshape":
-        shape = [int(d) for d in layer.get("shape", [])]
-        if not shape or shape.count(-1) > 1 or any(d < 1 and d != -1 for d in shape):
-            raise ModelError("layer '%s': shape %r needs positive sizes and at "
-                             "most one -1" % (name, shape))
-        return Reshape(shape)
-    if kind in ("reduce_mean", "reduce_sum"):
-        axes = layer.get("axis")
-        if axes is None:
-            raise ModelError("layer '%s': %s needs 'axis'" % (name, kind))
-        axes = axes if isinstance(axes, list) else [axes]
-        dims = sorted({_dim(a, nd, name) % (nd + 1) for a in axes})
-        return Reduce(kind, dims)
-    raise ModelError("layer '%s': unknown layer type %r" % (name, kind))
+    if kind not in BUILDERS:
+        raise ModelError("layer '%s': unknown layer type %r" % (name, kind))
+    lo, hi = ARITY.get(kind, (1, 1))
+    if len(shapes) < lo or (hi is not None and len(shapes) > hi):
+        raise ModelError("layer '%s' (%s) takes %s input%s, got %d" % (
+            name, kind, lo if lo == hi else "%d or more" % lo,
+            "" if hi == 1 else "s", len(shapes)))
+    return BUILDERS[kind](name, layer, shapes[0], shapes)
 
 
 class Graph(nn.Module):
     """The model: one submodule per layer, named as the layer. forward takes
-    the inputs in model order and returns the outputs in model order."""
+    the inputs in model order and returns the outputs in model order.
+    Shapes are found by passing a zero sample of each input through."""
 
     def __init__(self, spec):
         super().__init__()
+        layers = spec.get("layers") if isinstance(spec, dict) else None
+        if not isinstance(layers, list) or not layers or \
+                not all(isinstance(la, dict) for la in layers):
+            raise ModelError("'layers' must be a non-empty list of objects")
         self.spec = spec
         self.inputs = model_inputs(spec)
         self.outputs = model_outputs(spec)
         self.wiring = []            # (layer name, [names it reads])
-        self.shapes = {}            # per-sample shape of every value
         env = {}
         for i in self.inputs:
             dt = torch.int64 if i["datatype"] in INT_TYPES else torch.float32
             env[i["name"]] = torch.zeros([1] + i["shape"], dtype=dt)
-        layers = spec.get("layers")
-        if not isinstance(layers, list) or not layers:
-            raise ModelError("'layers' must be a non-empty list")
         prev = self.inputs[0]["name"]
         for layer in layers:
-            name = layer.get("name")
-            if not name or name in env:
-                raise ModelError("layer name %r missing or used twice" % (name,))
-            srcs = layer.get("inputs", [prev])
-            for s in srcs:
-                if s not in env:
-                    raise ModelError("layer '%s': input '%s' is no model input "
-                                     "or layer above it" % (name, s))
-            mod = make_layer(layer, [list(env[s].shape[1:]) for s in srcs])
-            try:
-                self.add_module(name, mod)
-            except KeyError as e:
-                raise ModelError("layer name %r cannot name a module: %s" % (name, e))
-            mod.eval()
-            try:
-                with torch.no_grad():
-                    env[name] = mod(*[env[s] for s in srcs])
-            except (RuntimeError, IndexError) as e:
-                raise ModelError("layer '%s' (%s) on inputs %r: %s"
-                                 % (name, layer["type"],
-                                    [list(env[s].shape[1:]) for s in srcs], e))
-            mod.train()
-            self.wiring.append((name, srcs))
-            prev = name
+            self._add_layer(layer, prev, env)
+            prev = layer["name"]
+        self.shapes = {k: list(v.shape[1:]) for k, v in env.items()}
+        self._check_outputs()
+
+    def _add_layer(self, layer, prev, env):
+        """Builds one layer, registers it and runs it on the zero sample."""
+        name = layer.get("name")
+        if not name or name in env:
+            raise ModelError("layer name %r missing or used twice" % (name,))
+        srcs = layer.get("inputs", [prev])
+        for s in srcs:
+            if s not in env:
+                raise ModelError("layer '%s': input '%s' is no model input "
+                                 "or layer above it" % (name, s))
+        shapes = [list(env[s].shape[1:]) for s in srcs]
+        where = "layer '%s' (%s)" % (name, layer.get("type"))
+        try:
+            mod = make_layer(layer, shapes)
+        except ModelError:
+            raise
+        except KeyError as e:
+            raise ModelError("%s: %s is missing" % (where, e))
+        except (TypeError, ValueError) as e:
+            raise ModelError("%s: %s" % (where, e))
+        try:
+            self.add_module(name, mod)
+        except KeyError as e:
+            raise ModelError("layer name %r cannot name a module: %s" % (name, e))
+        try:
+            with torch.no_grad():
+                env[name] = mod.eval()(*[env[s] for s in srcs])
+        except (RuntimeError, IndexError) as e:
+            raise ModelError("%s on inputs %r: %s" % (where, shapes, e))
+        mod.train()
+        self.wiring.append((name, srcs))
+
+    def _check_outputs(self):
         for o in self.outputs:
-            if o["from"] not in env:
+            if o["from"] not in self.shapes:
                 raise ModelError("output '%s': 'from' names no layer: %r"
                                  % (o["name"], o["from"]))
-        self.shapes = {k: list(v.shape[1:]) for k, v in env.items()}
-        for o in self.outputs:
             if o["loss"] == "softmax_cross_entropy" and len(self.shapes[o["from"]]) != 1:
                 raise ModelError("output '%s': softmax_cross_entropy needs a 1-D "
                                  "output, the layers give %r"
@@ -598,7 +653,10 @@ def read_csv_rows(path, model):
             if len(row) != want:
                 raise ModelError("%s:%d: expected %d fields, found %d"
                                  % (path, ln, want, len(row)))
-            rows.append([float(v) for v in row])
+            try:
+                rows.append([float(v) for v in row])
+            except ValueError as e:
+                raise ModelError("%s:%d: %s" % (path, ln, e))
     return torch.tensor(rows, dtype=torch.float64).reshape(len(rows), want)
 
 
@@ -817,7 +875,7 @@ def main(argv=None):
     cmds = {"init": cmd_init, "grads": cmd_grads, "train": cmd_train, "check": cmd_check}
     try:
         return cmds[args.cmd](args)
-    except (ModelError, OSError, KeyError) as e:
+    except (ValueError, TypeError, OSError, KeyError, IndexError, RuntimeError) as e:
         print("torch_graph.py: %s" % (e,), file=sys.stderr)
         return 1
 
