@@ -297,7 +297,8 @@ def verify_pass(folder):
     outputs by a float64 forward pass, and the gradients by a central
     difference of sum(output * g) along a random direction of every float
     input and parameter at once. Returns the worst relative errors."""
-    spec = json.load(open(os.path.join(folder, "model.json")))
+    with open(os.path.join(folder, "model.json")) as f:
+        spec = json.load(f)
     model = tg.build(spec)
     tg.load_weights(model, os.path.join(folder, "init.safetensors"))
     values, _ = tm.read_safetensors(os.path.join(folder, "inputs.safetensors"))

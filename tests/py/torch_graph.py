@@ -733,10 +733,34 @@ def cmd_grads(args):
 
 # ---- self-check -----------------------------------------------------------------------
 
-def check_chain(path):
-    """build() and torch_model.build_model() agree on a chain model.json."""
-    with open(path) as f:
-        spec = json.load(f)
+CHAINS = [
+    {"name": "chain-dense", "input": {"shape": [6]}, "loss": "mse", "layers": [
+        {"name": "fc1", "type": "dense", "units": 5}, {"name": "bn", "type": "batchnorm"},
+        {"name": "t", "type": "tanh"}, {"name": "fc2", "type": "dense", "units": 4},
+        {"name": "s", "type": "sigmoid"}, {"name": "d", "type": "dropout", "rate": 0.3},
+        {"name": "fc3", "type": "dense", "units": 3, "bias": False},
+        {"name": "sm", "type": "softmax"}]},
+    {"name": "chain-conv", "input": {"shape": [2, 6, 6]}, "layers": [
+        {"name": "c", "type": "conv2d", "filters": 3, "kernel_size": 3, "padding": 1,
+         "stride": [1, 2]},
+        {"name": "bn", "type": "batchnorm", "eps": 1e-3, "momentum": 0.2},
+        {"name": "r", "type": "relu"},
+        {"name": "a", "type": "avgpool2d", "kernel_size": 3, "stride": 1, "padding": 1},
+        {"name": "m", "type": "maxpool2d", "kernel_size": [2, 1]},
+        {"name": "f", "type": "flatten"}, {"name": "fc", "type": "dense", "units": 4}]},
+    {"name": "chain-embedding", "input": {"shape": [5]}, "layers": [
+        {"name": "e", "type": "embedding", "num_embeddings": 12, "dim": 3},
+        {"name": "f", "type": "flatten"}, {"name": "fc", "type": "dense", "units": 2}]},
+]
+
+
+def check_chain(spec):
+    """build() and torch_model.build_model() agree on a chain model.json
+    (a path or a parsed dict): module names and types, parameter names and
+    shapes, and outputs on the same weights."""
+    if not isinstance(spec, dict):
+        with open(spec) as f:
+            spec = json.load(f)
     ref = tm.build_model(spec)
     ours = build(spec)
     mods_ref = [(n, type(m).__name__) for n, m in ref.named_children()]
@@ -745,10 +769,15 @@ def check_chain(path):
     shapes_ref = {k: list(v.shape) for k, v in ref.state_dict().items()}
     shapes_ours = {k: list(v.shape) for k, v in ours.state_dict().items()}
     assert shapes_ref == shapes_ours, (shapes_ref, shapes_ours)
+    random_init(ref, 11)
     ours.load_state_dict(ref.state_dict())
     ref.eval()
     ours.eval()
-    x = torch.randn([3] + list(spec["input"]["shape"]))
+    shape = [3] + list(spec["input"]["shape"])
+    if spec["layers"][0]["type"] == "embedding":
+        x = torch.randint(0, spec["layers"][0]["num_embeddings"], shape).float()
+    else:
+        x = torch.randn(shape)
     with torch.no_grad():
         diff = float((ref(x) - ours(x)[0]).abs().max())
     assert diff == 0.0, diff
@@ -832,6 +861,8 @@ def cmd_check(args):
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     for m in ("fashion-mlp", "fashion-cnn"):
         print(check_chain(os.path.join(root, "models", m, "model.json")))
+    for spec in CHAINS:
+        print(check_chain(spec))
     for title, graph in GRADCHECK_CASES:
         print(gradcheck_case(title, graph))
     import numpy as np
