@@ -16,7 +16,8 @@ graph engine is tested against.
             --inputs IN.safetensors --out OUT.safetensors [--mode train|eval]
             [--dtype float64|float32]
         IN holds every model input by name ([batch, *shape]; F32, or I64
-        for an integer input) and, per output, "grad.<output>" (a tensor
+        for an integer input; as the layers see it, no `scaling` applied)
+        and, per output, "grad.<output>" (a tensor
         g of the output's shape).  One forward pass, then the gradient of
         sum over outputs of sum(output * g).  OUT holds "output.<name>"
         per output, "grad.<input>" per float input, "grad.<parameter>"
@@ -30,10 +31,15 @@ graph engine is tested against.
         the weighted total loss and each output's loss, all before that
         step's update) and OUTDIR/final.safetensors.
     torch_graph.py check
-        self-check: the chain models under models/ build with the
-        parameter names, shapes and outputs of torch_model.py, and
-        torch.autograd.gradcheck (float64) passes on graphs of the new
-        layer types.
+        self-check: the chain models under models/ and a few more build
+        with the module names, parameter names, shapes and outputs of
+        torch_model.py; broadcasting, matmul, softmax and transpose agree
+        with NumPy sample by sample; torch.autograd.gradcheck (float64)
+        passes on graphs of the new layer types.
+
+From Python: build(model_json) (a path, JSON text or a dict) returns the
+module; forward takes the inputs in the order of `inputs` and returns a
+tuple of the outputs in the order of `outputs`.
 
 Semantics (shapes are per sample; the batch dimension leads and is never
 named; `axis` 0 is the first dimension after the batch, negative counts
