@@ -301,6 +301,35 @@ def read_safetensors_header(path):
         return json.loads(f.read(n))
 
 
+def read_safetensors(path):
+    """Reads a safetensors file as ({name: tensor}, metadata). Tensors are
+    copies (writable), in file order; F32, F64, F16, I64, I32 and U8."""
+    import numpy as np
+    import torch
+    kinds = {"F32": np.float32, "F64": np.float64, "F16": np.float16,
+             "I64": np.int64, "I32": np.int32, "U8": np.uint8}
+    with open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 8:
+        raise ValueError("%s: too short for a safetensors file" % path)
+    (n,) = struct.unpack("<Q", raw[:8])
+    if n > len(raw) - 8:
+        raise ValueError("%s: header length %d past the end" % (path, n))
+    header = json.loads(raw[8:8 + n])
+    meta = header.pop("__metadata__", {}) or {}
+    body = raw[8 + n:]
+    out = collections.OrderedDict()
+    for name, h in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        if h["dtype"] not in kinds:
+            raise ValueError("%s: %s: unsupported dtype %s" % (path, name, h["dtype"]))
+        a, b = h["data_offsets"]
+        if not 0 <= a <= b <= len(body):
+            raise ValueError("%s: %s: data_offsets out of range" % (path, name))
+        arr = np.frombuffer(body[a:b], dtype=kinds[h["dtype"]]).reshape(h["shape"])
+        out[name] = torch.from_numpy(arr.copy())
+    return out, meta
+
+
 # ---- commands ---------------------------------------------------------------
 
 def _setup(args):

@@ -1,0 +1,374 @@
+#!/usr/bin/python3
+"""make_graph_fixtures.py: writes the reference cases dlserve's graph
+engine is tested against, computed by PyTorch (torch_graph.py).
+
+    /usr/bin/python3 tests/py/make_graph_fixtures.py [--out DIR] [--only NAME...]
+    /usr/bin/python3 tests/py/make_graph_fixtures.py --verify [--out DIR]
+
+DIR defaults to tests/unit/fixtures/graph.  Every case is a folder:
+
+- pass cases (one forward and backward pass, float64, stored F32):
+  model.json, init.safetensors (the weights), inputs.safetensors (every
+  model input by name, F32 or I64 for an integer input, and
+  "grad.<output>" per output) and expected.safetensors (what
+  `torch_graph.py grads` writes: "output.<output>", "grad.<input>" per
+  float input, "grad.<parameter>", "state.<buffer>"; the mode, train or
+  eval, is in its metadata as "mode").
+- training cases (names starting "train_"): model.json, init.safetensors,
+  data.csv, losses.csv and final.safetensors, what `torch_graph.py train`
+  gives for the steps, batch and learning rate in final.safetensors'
+  metadata (float32, as dlserve trains).
+
+Everything is seeded: running it again writes the same files.  --verify
+checks the pass cases in DIR without autograd: their outputs by a float64
+forward pass and their gradients by a central difference along a random
+direction of every float input and parameter.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_graph as tg  # noqa: E402
+import torch_model as tm  # noqa: E402
+
+import torch  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_OUT = os.path.join(HERE, "..", "unit", "fixtures", "graph")
+
+
+def inp(name, *shape, high=None):
+    """A model input; `high` makes it an INT64 input of ids in [0, high)."""
+    i = {"name": name, "shape": list(shape)}
+    if high is not None:
+        i["datatype"] = "INT64"
+        i["high"] = high
+    return i
+
+
+def one(name, inputs, layers, mode="train", outputs=None, batch=3):
+    """A pass case; without outputs, the last layer is the one output."""
+    return {"name": name, "inputs": inputs, "layers": layers, "mode": mode,
+            "outputs": outputs, "batch": batch}
+
+
+def L(name, kind, inputs=None, **conf):
+    layer = {"name": name, "type": kind}
+    if inputs:
+        layer["inputs"] = inputs
+    layer.update(conf)
+    return layer
+
+
+AB = ["a", "b"]
+
+PASS_CASES = [
+    # broadcasting arithmetic
+    one("add_broadcast", [inp("a", 3, 1, 5), inp("b", 4, 5)], [L("y", "add", AB)]),
+    one("add_three", [inp("a", 2, 3), inp("b", 3), inp("c", 1)],
+        [L("y", "add", ["a", "b", "c"])]),
+    one("sub_broadcast", [inp("a", 4, 1), inp("b", 3)], [L("y", "sub", AB)]),
+    one("mul_broadcast", [inp("a", 2, 3, 4), inp("b", 3, 1)], [L("y", "mul", AB)]),
+    one("mul_gate", [inp("x", 6)],
+        [L("gate", "dense", ["x"], units=6), L("sig", "sigmoid"),
+         L("y", "mul", ["x", "sig"])]),
+    # concat
+    one("concat_axis0", [inp("a", 2, 3), inp("b", 4, 3)], [L("y", "concat", AB, axis=0)]),
+    one("concat_axis1", [inp("a", 2, 3), inp("b", 2, 4), inp("c", 2, 1)],
+        [L("y", "concat", ["a", "b", "c"], axis=1)]),
+    one("concat_neg_axis", [inp("a", 3, 2), inp("b", 3, 5)],
+        [L("y", "concat", AB, axis=-1)]),
+    # matmul
+    one("matmul_2d", [inp("a", 3, 4), inp("b", 4, 2)], [L("y", "matmul", AB)]),
+    one("matmul_broadcast", [inp("a", 2, 3, 4), inp("b", 4, 5)], [L("y", "matmul", AB)]),
+    one("attention", [inp("x", 5, 4)],
+        [L("q", "dense", ["x"], units=4), L("k", "dense", ["x"], units=4),
+         L("v", "dense", ["x"], units=3), L("kt", "transpose", ["k"], perm=[1, 0]),
+         L("scores", "matmul", ["q", "kt"]), L("attn", "softmax", axis=-1),
+         L("y", "matmul", ["attn", "v"])]),
+    # layout
+    one("transpose_102", [inp("x", 2, 3, 4)], [L("y", "transpose", perm=[1, 0, 2])]),
+    one("transpose_201", [inp("x", 2, 3, 4)], [L("y", "transpose", perm=[2, 0, 1])]),
+    one("reshape_neg", [inp("x", 2, 6)], [L("y", "reshape", shape=[3, -1])]),
+    one("reshape_flat_dense", [inp("x", 4, 3, 2)],
+        [L("r", "reshape", shape=[-1]), L("y", "dense", units=3)]),
+    # softmax family
+    one("softmax_axis0", [inp("x", 4, 3)], [L("y", "softmax", axis=0)]),
+    one("softmax_axis1_3d", [inp("x", 2, 3, 5)], [L("y", "softmax", axis=1)]),
+    one("softmax_default", [inp("x", 5)], [L("y", "softmax")]),
+    one("log_softmax_last", [inp("x", 3, 5)], [L("y", "log_softmax", axis=-1)]),
+    one("log_softmax_axis0", [inp("x", 4, 3)], [L("y", "log_softmax", axis=0)]),
+    # normalisation and activations
+    one("layernorm_7x5", [inp("x", 7, 5)], [L("y", "layernorm")]),
+    one("layernorm_eps", [inp("x", 6)], [L("y", "layernorm", eps=1e-3)]),
+    one("gelu_erf", [inp("x", 3, 5)], [L("y", "gelu")]),
+    one("gelu_tanh", [inp("x", 3, 5)], [L("y", "gelu", approximate="tanh")]),
+    one("silu", [inp("x", 3, 5)], [L("y", "silu")]),
+    one("identity", [inp("x", 2, 3)], [L("i", "identity"), L("y", "dense", units=2)]),
+    # reductions and pooling
+    one("global_avgpool2d", [inp("x", 3, 5, 7)], [L("y", "global_avgpool2d")]),
+    one("reduce_mean_axis1", [inp("x", 3, 4, 5)], [L("y", "reduce_mean", axis=1)]),
+    one("reduce_sum_axis0", [inp("x", 4, 3)], [L("y", "reduce_sum", axis=0)]),
+    one("reduce_mean_axes", [inp("x", 2, 3, 4)], [L("y", "reduce_mean", axis=[0, 2])]),
+    one("reduce_sum_neg", [inp("x", 2, 3, 4)], [L("y", "reduce_sum", axis=-1)]),
+    one("conv1d", [inp("x", 3, 11)],
+        [L("y", "conv1d", filters=4, kernel_size=3, stride=2, padding=1)]),
+    one("conv1d_nobias", [inp("x", 2, 7)],
+        [L("y", "conv1d", filters=3, kernel_size=2, bias=False)]),
+    one("maxpool1d", [inp("x", 2, 9)], [L("y", "maxpool1d", kernel_size=3, stride=2)]),
+    one("maxpool1d_pad", [inp("x", 2, 8)],
+        [L("y", "maxpool1d", kernel_size=3, stride=1, padding=1)]),
+    # embedding on integer inputs
+    one("embedding_ids", [inp("ids", 4, high=10)], [L("y", "embedding", num_embeddings=10, dim=6)]),
+    one("embedding_2d_ids", [inp("ids", 2, 3, high=7)],
+        [L("y", "embedding", num_embeddings=7, dim=3)]),
+    # today's layers, as graphs
+    one("dense_3d", [inp("x", 3, 5)], [L("y", "dense", units=4)]),
+    one("cnn_chain", [inp("x", 2, 8, 8)],
+        [L("conv", "conv2d", filters=3, kernel_size=3, padding=1), L("bn", "batchnorm"),
+         L("relu", "relu"), L("pool", "maxpool2d", kernel_size=2),
+         L("avg", "avgpool2d", kernel_size=2, stride=1, padding=1),
+         L("flat", "flatten"), L("y", "dense", units=5)]),
+    one("batchnorm_1d", [inp("x", 6)],
+        [L("bn", "batchnorm", momentum=0.2), L("t", "tanh"), L("y", "dense", units=2)]),
+    one("batchnorm_eval", [inp("x", 3, 4, 4)],
+        [L("bn", "batchnorm"), L("y", "sigmoid")], mode="eval"),
+    one("conv1d_batchnorm", [inp("x", 2, 9)],
+        [L("c", "conv1d", filters=3, kernel_size=3), L("bn", "batchnorm"),
+         L("p", "maxpool1d", kernel_size=2), L("y", "gelu")]),
+    # several inputs and outputs
+    one("two_tower", [inp("user", 1, high=20), inp("features", 6)],
+        [L("user_emb", "embedding", ["user"], num_embeddings=20, dim=4),
+         L("user_flat", "flatten"),
+         L("feat_fc", "dense", ["features"], units=4),
+         L("joined", "concat", ["user_flat", "feat_fc"], axis=0),
+         L("fc1", "dense", units=8), L("relu1", "relu"),
+         L("click", "dense", units=1),
+         L("rating", "dense", ["relu1"], units=1)],
+        outputs=[{"name": "click", "from": "click", "loss": "bce_with_logits"},
+                 {"name": "rating", "from": "rating", "loss": "mse", "weight": 0.5}]),
+    one("residual_layernorm", [inp("x", 3, 4)],
+        [L("fc", "dense", ["x"], units=4), L("act", "gelu"),
+         L("res", "add", ["x", "act"]), L("ln", "layernorm"),
+         L("pooled", "reduce_mean", axis=0), L("head", "dense", units=2)],
+        outputs=[{"name": "head", "from": "head", "loss": "mse"},
+                 {"name": "tokens", "from": "ln", "loss": "mse"}]),
+]
+
+TRAIN_CASES = [
+    {"name": "train_multi", "steps": 6, "batch": 4, "lr": 0.1,
+     "model": {
+         "name": "train-multi",
+         "inputs": [{"name": "ids", "shape": [2], "datatype": "INT64"},
+                    {"name": "features", "shape": [5], "datatype": "FP32",
+                     "scaling": {"scale": 0.5, "mean": 0.1, "std": 2.0}}],
+         "layers": [L("emb", "embedding", ["ids"], num_embeddings=9, dim=3),
+                    L("emb_mean", "reduce_mean", axis=0),
+                    L("fc", "dense", ["features"], units=3),
+                    L("joined", "concat", ["emb_mean", "fc"], axis=0),
+                    L("ln", "layernorm"), L("hidden", "dense", units=8), L("act", "silu"),
+                    L("cls", "dense", units=3), L("tags", "dense", ["act"], units=2),
+                    L("score", "dense", ["act"], units=1)],
+         "outputs": [{"name": "class", "from": "cls", "loss": "softmax_cross_entropy",
+                      "labels": ["a", "b", "c"]},
+                     {"name": "tags", "from": "tags", "loss": "bce_with_logits"},
+                     {"name": "score", "from": "score", "loss": "mse", "weight": 0.5}]}},
+    {"name": "train_chain_mse", "steps": 5, "batch": 3, "lr": 0.05,
+     "model": {
+         "name": "train-chain-mse",
+         "input": {"name": "input", "shape": [4], "datatype": "FP32"},
+         "layers": [L("fc1", "dense", units=6), L("bn", "batchnorm"),
+                    L("relu", "relu"), L("fc2", "dense", units=3)],
+         "loss": "mse", "output": {"name": "probabilities"}}},
+]
+
+
+def model_of(case):
+    """The model.json of a pass case (fixture-only keys dropped)."""
+    ins = [{k: v for k, v in i.items() if k != "high"} for i in case["inputs"]]
+    outs = case["outputs"] or [{"name": "y", "from": case["layers"][-1]["name"],
+                                "loss": "mse"}]
+    return {"name": case["name"].replace("_", "-"), "inputs": ins,
+            "layers": case["layers"], "outputs": outs}
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.write("\n")
+
+
+def make_pass(case, seed, folder):
+    spec = model_of(case)
+    model = tg.build(spec)
+    tg.random_init(model, seed)
+    init = tg.weights_of(model)
+    g = torch.Generator().manual_seed(1000 + seed)
+    b = case["batch"]
+    values = {}
+    for i in case["inputs"]:
+        shape = [b] + i["shape"]
+        if "high" in i:
+            values[i["name"]] = torch.randint(0, i["high"], shape, generator=g)
+        else:
+            values[i["name"]] = torch.randn(shape, generator=g)
+    xs = tg.input_tensors(model, values, torch.float32)
+    with torch.no_grad():
+        model.eval()
+        ys = model(*xs)
+    for o, y in zip(model.outputs, ys):
+        values["grad." + o["name"]] = torch.randn(list(y.shape), generator=g)
+    expected = tg.compute_grads(model, values, case["mode"], torch.float64)
+    write_json(os.path.join(folder, "model.json"), spec)
+    tm.write_safetensors(os.path.join(folder, "init.safetensors"), init)
+    tm.write_safetensors(os.path.join(folder, "inputs.safetensors"), values)
+    tm.write_safetensors(os.path.join(folder, "expected.safetensors"), expected,
+                         {"format": "pt", "mode": case["mode"], "batch": str(b)})
+
+
+def csv_rows(model, n, g):
+    """n CSV rows of random labels and inputs for model."""
+    rows = [[] for _ in range(n)]
+    for o in model.outputs:
+        k = tg.label_columns(model, o)
+        if o["loss"] == "softmax_cross_entropy" or (o["loss"] == "mse" and o["legacy"]):
+            classes = model.shapes[o["from"]][-1]
+            cols = torch.randint(0, classes, [n, 1], generator=g).tolist()
+            cols = [["%d" % v for v in r] for r in cols]
+        elif o["loss"] == "bce_with_logits":
+            cols = [["%d" % v for v in r]
+                    for r in torch.randint(0, 2, [n, k], generator=g).tolist()]
+        else:
+            cols = [["%.4f" % v for v in r] for r in torch.randn([n, k], generator=g).tolist()]
+        for r, c in zip(rows, cols):
+            r.extend(c)
+    for i in model.inputs:
+        k = 1
+        for d in i["shape"]:
+            k *= d
+        if i["datatype"] in tg.INT_TYPES:
+            emb = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)][0]
+            cols = [["%d" % v for v in r] for r in
+                    torch.randint(0, emb.num_embeddings, [n, k], generator=g).tolist()]
+        else:
+            cols = [["%.4f" % v for v in r] for r in
+                    (torch.randn([n, k], generator=g) * 2 + 0.5).tolist()]
+        for r, c in zip(rows, cols):
+            r.extend(c)
+    return [",".join(r) for r in rows]
+
+
+def make_train(case, seed, folder):
+    spec = case["model"]
+    model = tg.build(spec)
+    tg.random_init(model, seed)
+    write_json(os.path.join(folder, "model.json"), spec)
+    tm.write_safetensors(os.path.join(folder, "init.safetensors"), tg.weights_of(model))
+    g = torch.Generator().manual_seed(2000 + seed)
+    with open(os.path.join(folder, "data.csv"), "w") as f:
+        f.write("\n".join(csv_rows(model, case["steps"] * case["batch"], g)) + "\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        args = ["train", os.path.join(folder, "model.json"), "--init",
+                os.path.join(folder, "init.safetensors"), "--csv",
+                os.path.join(folder, "data.csv"), "--steps", str(case["steps"]),
+                "--batch", str(case["batch"]), "--lr", repr(case["lr"]), "--out", tmp]
+        with open(os.devnull, "w") as null:
+            old, sys.stdout = sys.stdout, null
+            try:
+                rc = tg.main(args)
+            finally:
+                sys.stdout = old
+        if rc != 0:
+            raise RuntimeError("%s: torch_graph.py train failed" % case["name"])
+        shutil.copy(os.path.join(tmp, "losses.csv"), folder)
+        final, _ = tm.read_safetensors(os.path.join(tmp, "final.safetensors"))
+    tm.write_safetensors(os.path.join(folder, "final.safetensors"), final,
+                         {"format": "pt", "steps": str(case["steps"]),
+                          "batch": str(case["batch"]), "lr": repr(case["lr"])})
+
+
+def verify_pass(folder):
+    """Checks a pass case's expected.safetensors without autograd: the
+    outputs by a float64 forward pass, and the gradients by a central
+    difference of sum(output * g) along a random direction of every float
+    input and parameter at once. Returns the worst relative errors."""
+    with open(os.path.join(folder, "model.json")) as f:
+        spec = json.load(f)
+    model = tg.build(spec)
+    tg.load_weights(model, os.path.join(folder, "init.safetensors"))
+    values, _ = tm.read_safetensors(os.path.join(folder, "inputs.safetensors"))
+    expected, meta = tm.read_safetensors(os.path.join(folder, "expected.safetensors"))
+    model.double().train(meta["mode"] == "train")
+    xs = tg.input_tensors(model, values, torch.float64)
+    params = dict(model.named_parameters())
+    g = torch.Generator().manual_seed(5)
+    dirs_x = [torch.randn(x.shape, generator=g, dtype=torch.float64)
+              if x.is_floating_point() else None for x in xs]
+    dirs_p = {k: torch.randn(p.shape, generator=g, dtype=torch.float64)
+              for k, p in params.items()}
+
+    def loss(eps):
+        ps = {k: (p + eps * dirs_p[k]).detach() for k, p in params.items()}
+        xe = [x if d is None else x + eps * d for x, d in zip(xs, dirs_x)]
+        with torch.no_grad():
+            ys = torch.nn.utils.stateless.functional_call(model, ps, tuple(xe))
+        return ys, sum(float((y * values["grad." + o["name"]].double()).sum())
+                       for o, y in zip(model.outputs, ys))
+
+    ys, _ = loss(0.0)
+    out_err = max(float((y - expected["output." + o["name"]]).abs().max()
+                        / (1 + expected["output." + o["name"]].abs().max()))
+                  for o, y in zip(model.outputs, ys))
+    h = 1e-5
+    numeric = (loss(h)[1] - loss(-h)[1]) / (2 * h)
+    analytic = sum(float((expected["grad." + i["name"]].double() * d).sum())
+                   for i, d in zip(model.inputs, dirs_x) if d is not None)
+    analytic += sum(float((expected["grad." + k].double() * d).sum())
+                    for k, d in dirs_p.items())
+    grad_err = abs(numeric - analytic) / (1 + abs(analytic))
+    return out_err, grad_err, numeric
+
+
+def cmd_verify(out, only):
+    bad = 0
+    for case in PASS_CASES:
+        if only and case["name"] not in only:
+            continue
+        out_err, grad_err, numeric = verify_pass(os.path.join(out, case["name"]))
+        ok = out_err < 1e-6 and grad_err < 1e-5
+        bad += not ok
+        print("%-20s %s output %.1e, directional derivative %.6g, error %.1e"
+              % (case["name"], "ok  " if ok else "FAIL", out_err, numeric, grad_err))
+    return 1 if bad else 0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=DEFAULT_OUT, help="fixture folder")
+    p.add_argument("--only", nargs="*", help="case names (default: all)")
+    p.add_argument("--verify", action="store_true",
+                   help="check the pass cases in --out by finite differences")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    if args.verify:
+        return cmd_verify(args.out, args.only)
+    cases = [(c, make_pass) for c in PASS_CASES] + [(c, make_train) for c in TRAIN_CASES]
+    names = [c["name"] for c, _ in cases]
+    assert len(set(names)) == len(names), "case names repeat"
+    for seed, (case, make) in enumerate(cases, 1):
+        if args.only and case["name"] not in args.only:
+            continue
+        folder = os.path.join(args.out, case["name"])
+        os.makedirs(folder, exist_ok=True)
+        make(case, seed, folder)
+        print(case["name"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
