@@ -13,10 +13,12 @@
 # exactly-once: three daemons in one group, each with the default
 # transactional id (dlserve-<group_id>-<host>-<http port>), run side by
 # side: their ids differ, none is fenced, each commits transactions, and
-# every record reaches the output for read_committed readers. (The mock
-# does not store offsets sent in a transaction, so a partition that moves
-# starts again from its beginning: the duplicates this makes are counted,
-# not bounded.)
+# every record reaches the output for read_committed readers. The mock
+# fences no producer whose id another takes, so the ids themselves are
+# checked in /status (kafka.transactional_id). It does not store offsets
+# sent in a transaction either, so a partition that moves starts again from
+# its beginning: the records are fed once the members share the
+# partitions, and duplicates are counted, not bounded.
 . "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 . "$SRC/tests/lib/lib_kafka.sh"
