@@ -136,7 +136,8 @@ const dl_opt dl_serve_opts[] = {
     STR(kafka, default_model, "",
         "model for records that name none (nor their topic); empty: the one model served "
         "at start"),
-    STR(kafka, transactional_id, "", "exactly-once producer id; empty: dlserve-<group_id>"),
+    STR(kafka, transactional_id, "",
+        "exactly-once producer id, one a member; empty: dlserve-<group_id>-<host>-<http port>"),
     INT(kafka, commit_interval_ms, "100", 1, 3600000,
         "how often offsets commit (the transaction length in exactly-once)"),
     INT(kafka, max_in_flight, "8192", 1, 1 << 24,

@@ -112,7 +112,7 @@ typedef struct dl_kafka_conf {
     char    dead_letter_topic[256];
     dl_delivery delivery;
     char    default_model[DL_NAME_MAX]; /* for {"id","data"} and binary records without a model */
-    char    transactional_id[128];      /* exactly-once; empty: dlserve-<group_id> */
+    char    transactional_id[128];      /* exactly-once; empty: dlserve-<group_id>-<host>-<port> */
     int64_t commit_interval_ms;  /* offsets commit / transaction length */
     int64_t max_in_flight;       /* records held before intake stops */
     int64_t max_record_bytes;    /* larger values go to the dead-letter topic */

@@ -66,15 +66,16 @@ check "/status shows no secret" no_secret "$WORK/status.json"
 check "daemon stops cleanly" stop_daemon
 check "the log shows no secret" no_secret "$LOG"
 
-# the transactional producer (exactly-once) gets them too; its transactions
-# need the broker, so here plaintext, from the command line (a later
-# [kafka.client] setting)
+# the transactional producer (exactly-once) gets them too, and its default
+# transactional id (dlserve-<group_id>-<host>-<http port>); its
+# transactions need the broker, so here plaintext, from the command line (a
+# later [kafka.client] setting)
 check "an exactly-once daemon starts" start_daemon eos --config "$WORK/dlserve.conf" \
     --models "$WORK/repo" --set kafka.delivery=exactly-once \
     --set kafka.client.security.protocol=plaintext
 check "... its Kafka clients start" wait_for 20 grep -q "kafka: consuming" "$LOG"
 for p in security.protocol=plaintext sasl.username=svc-dlserve 'sasl.password=\*\*\*' \
-         client.rack=rack-producer transactional.id=dlserve-dlserve; do
+         client.rack=rack-producer "transactional.id=dlserve-dlserve-$(hostname)-$PORT"; do
     check "transactional producer gets $p" effective "$p" "transactional producer"
 done
 check "... and stops" stop_daemon

@@ -2,11 +2,18 @@
  * the two pipeline threads, stops them in order, and keeps the fatal error
  * the stages share. The stages are kafka_in.c, kafka_out.c and
  * kafka_delivery.c; the clients kafka_conf.c; what it shows kafka_stats.c. */
+#define _POSIX_C_SOURCE 200809L   /* gethostname, HOST_NAME_MAX */
 #include "serve/kafka/kafka_int.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#ifndef HOST_NAME_MAX
+#define HOST_NAME_MAX 255
+#endif
 
 void kafka_set_fatal(kafka_srv *k, const char *why)
 {
@@ -24,6 +31,28 @@ bool kafka_is_fatal(kafka_srv *k)
     bool f = k->fatal[0] != '\0';
     pthread_mutex_unlock(&k->snap_mu);
     return f;
+}
+
+/* [kafka] transactional_id, or by default dlserve-<group_id>-<host>-<http
+ * port>: one id a member (two daemons cannot listen on one port of a
+ * host), so that the members of a group do not fence each other, and the
+ * same id when a member restarts on its host and port (a systemd unit, a
+ * StatefulSet pod), whose first transaction then aborts the one its
+ * predecessor left open. Zombies are fenced by the group
+ * generation (the offsets go with the consumer's group metadata), so an id
+ * that changes (port 0) is safe too. */
+static void txn_id_init(kafka_srv *k, int http_port)
+{
+    if (k->conf.transactional_id[0]) {
+        snprintf(k->txn_id, sizeof(k->txn_id), "%s", k->conf.transactional_id);
+        return;
+    }
+    char host[HOST_NAME_MAX + 1] = "";
+    if (gethostname(host, sizeof(host)) != 0 || !host[0])
+        snprintf(host, sizeof(host), "localhost");
+    host[HOST_NAME_MAX] = '\0';
+    snprintf(k->txn_id, sizeof(k->txn_id), "dlserve-%s-%s-%d", k->conf.group_id, host,
+             http_port);
 }
 
 static void kafka_free(kafka_srv *k)
@@ -82,10 +111,7 @@ dl_status kafka_start(const kafka_deps *deps, kafka_srv **out, dl_err *err)
     pthread_mutex_init(&k->hand_mu, NULL);
     pthread_cond_init(&k->hand_cv, NULL);
     pthread_mutex_init(&k->snap_mu, NULL);
-    if (k->conf.transactional_id[0])
-        snprintf(k->txn_id, sizeof(k->txn_id), "%s", k->conf.transactional_id);
-    else
-        snprintf(k->txn_id, sizeof(k->txn_id), "dlserve-%s", k->conf.group_id);
+    txn_id_init(k, deps->http_port);
     snprintf(k->bootstrap, sizeof(k->bootstrap), "%s", k->conf.brokers);
     dl_status st = DL_OK;
 #ifdef DL_HAVE_REDIS
@@ -110,8 +136,10 @@ dl_status kafka_start(const kafka_deps *deps, kafka_srv **out, dl_err *err)
         kafka_stop(k);
         return st;
     }
-    DL_LOG(DL_LOG_NOTICE, "kafka", "consuming %s from %s as group %s, %s delivery",
-           k->conf.input_topics, k->bootstrap, k->conf.group_id, mode->name);
+    DL_LOG(DL_LOG_NOTICE, "kafka", "consuming %s from %s as group %s, %s delivery%s%s",
+           k->conf.input_topics, k->bootstrap, k->conf.group_id, mode->name,
+           mode->transactional ? ", transactional id " : "",
+           mode->transactional ? k->txn_id : "");
     *out = k;
     return DL_OK;
 }

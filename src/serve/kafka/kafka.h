@@ -29,6 +29,7 @@ typedef struct kafka_deps {
     registry            *reg;
     batcher             *bat;
     stats               *st;
+    int                  http_port;  /* names the member in the default transactional id */
 } kafka_deps;
 
 /* Starts the embedded cluster when configured, creates the clients and
@@ -40,8 +41,8 @@ dl_status kafka_start(const kafka_deps *deps, kafka_srv **out, dl_err *err);
  * commits, leaves the group and frees everything. NULL does nothing. */
 void kafka_stop(kafka_srv *k);
 
-/* {"bootstrap", "delivery", "group_id", "paused", "in_flight",
- *  "consumed", "outputs", "dead_letters": {reason: n}, ...,
+/* {"bootstrap", "delivery", "group_id", "transactional_id"? (exactly-once),
+ *  "paused", "in_flight", "consumed", "outputs", "dead_letters": {reason: n}, ...,
  *  "partitions": [{"topic","partition","position","committed","high","lag"}],
  *  "assigned_partitions": n, "assignment": ["topic/partition", ...],
  *  "record_latency": {"create_time"|"log_append_time": {"count","mean_ms",

@@ -188,7 +188,7 @@ struct kafka_srv {
     stats               *st;
     const kafka_mode    *mode;
     char                 bootstrap[512];
-    char                 txn_id[160];
+    char                 txn_id[256];  /* the producer's transactional.id (exactly-once) */
     /* input_topics, parsed at start; read-only once the threads run */
     dl_kafka_topic       topics[DL_KAFKA_TOPICS_MAX];
     int                  ntopics;

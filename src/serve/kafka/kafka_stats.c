@@ -155,6 +155,8 @@ json_t *kafka_status(kafka_srv *k)
         "transactions_committed", (json_int_t)atomic_load(&k->c.txn_commits),
         "transactions_aborted", (json_int_t)atomic_load(&k->c.txn_aborts),
         "partitions", k->snap_parts ? k->snap_parts : json_array());
+    if (o && k->mode->transactional)
+        json_object_set_new(o, "transactional_id", json_string(k->txn_id));
     if (o && k->fatal[0])
         json_object_set_new(o, "fatal", json_string(k->fatal));
     json_t *mine = o ? assignment(k->snap_parts) : NULL;
