@@ -34,7 +34,6 @@ typedef struct component_env {
     registry            *reg;
     batcher             *bat;
     stats               *st;
-    int                  http_port;  /* the port HTTP listens on (chosen when 0 was asked) */
     /* A byte written here wakes the daemon's main loop, which rescans the
      * model repository (non-blocking; any thread). */
     int                  rescan_fd;

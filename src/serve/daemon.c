@@ -300,7 +300,6 @@ static dl_status start(daemon_ctx *d, dl_err *err)
     d->env.reg = d->reg;
     d->env.bat = d->bat;
     d->env.st = d->st;
-    d->env.http_port = d->port;
     d->env.rescan_fd = d->wake[1];
     d->env.start_time = d->start;
     d->env.ready = is_ready;
