@@ -301,6 +301,31 @@ def read_safetensors_header(path):
         return json.loads(f.read(n))
 
 
+def read_safetensors(path):
+    """Returns {name: tensor} of a safetensors file (the dtypes that
+    write_safetensors writes), e.g. for model.load_state_dict."""
+    import torch
+    dtypes = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16,
+              "I64": torch.int64, "I32": torch.int32, "U8": torch.uint8}
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        if t["dtype"] not in dtypes:
+            raise ValueError("%s: %s: unsupported dtype %s" % (path, name, t["dtype"]))
+        lo, hi = t["data_offsets"]
+        if hi == lo:
+            flat = torch.empty(0, dtype=dtypes[t["dtype"]])
+        else:
+            flat = torch.frombuffer(bytearray(data[lo:hi]), dtype=dtypes[t["dtype"]])
+        out[name] = flat.reshape(t["shape"])
+    return out
+
+
 # ---- commands ---------------------------------------------------------------
 
 def _setup(args):
