@@ -3,6 +3,7 @@
 # cluster, daemons with the shipped defaults, /metrics, CPU ticks from /proc
 # and rates from collected output topics. Sourced, not run; the caller sets
 # `set -euo pipefail`, NAME (its name, for messages) and calls kb_setup.
+# shellcheck shell=bash
 
 PY=/usr/bin/python3
 HZ=$(getconf CLK_TCK)
@@ -14,7 +15,7 @@ kb_cleanup() {
 }
 trap kb_cleanup EXIT
 
-kb_die() { echo "$NAME: $*" >&2; exit 1; }
+kb_die() { echo "${NAME:-kafka_lib}: $*" >&2; exit 1; }
 
 # kb_setup SRC BUILD: checks the build, copies dlserve and kafka_tool into
 # OUT_DIR (a rebuild mid-run changes nothing) and trains fashion-mlp for one
@@ -23,10 +24,10 @@ kb_die() { echo "$NAME: $*" >&2; exit 1; }
 kb_setup() {
     local src=$1 build=$2
     case $build in /*) ;; *) [ -d "$build" ] || build=$src/$build ;; esac
-    [ -x "$build/dlserve" ] && [ -x "$build/tests/kafka_tool" ] || {
+    if [ ! -x "$build/dlserve" ] || [ ! -x "$build/tests/kafka_tool" ]; then
         echo "$NAME: $build/dlserve or tests/kafka_tool not found (build first)" >&2
         exit 2
-    }
+    fi
     mkdir -p "$OUT_DIR/repo/fashion-mlp"
     cp "$build/dlserve" "$build/tests/kafka_tool" "$OUT_DIR/"
     D=$OUT_DIR/dlserve KT=$OUT_DIR/kafka_tool REPO=$OUT_DIR/repo
@@ -120,6 +121,45 @@ kb_thread_ticks() {
         case $name in rdk:broker*) name='rdk:broker*' ;; esac
         echo "${name// /_} $(kb_ticks "$1/task/${t##*/}" 2> /dev/null || echo 0)"
     done
+}
+
+# kb_snap PID [NAME=PID...]: one line "NAME TICKS" per thread of PID (as
+# kb_thread_ticks) and per extra process, in one awk: quick enough to be
+# taken every few milliseconds.
+kb_snap() {
+    local files=(/proc/"$1"/task/*/stat) extra=() kv
+    shift
+    for kv in "$@"; do files+=("/proc/${kv#*=}/stat"); extra+=("$kv"); done
+    awk -v extra="${extra[*]}" '
+        BEGIN {
+            n = split(extra, e, " ")
+            for (i = 1; i <= n; i++) { split(e[i], kv, "="); proc["/proc/" kv[2] "/stat"] = kv[1] }
+        }
+        FNR == 1 {
+            n = split($0, a, ") ")
+            name = substr(a[1], index(a[1], "(") + 1)
+            split(a[n], f, " ")
+            if (name ~ /^rdk:broker/) name = "rdk:broker*"
+            if (FILENAME in proc) name = proc[FILENAME]
+            gsub(/ /, "_", name)
+            print name, f[12] + f[13]
+        }' "${files[@]}" 2> /dev/null || true
+}
+
+# kb_snap_until FILE PATTERN OUT PID [NAME=PID...]: takes kb_snap PID ...
+# again and again until FILE holds PATTERN (60 s at most), and keeps in OUT
+# the last one taken before a look that did not find it: the CPU just
+# before the event that PATTERN logs.
+kb_snap_until() {
+    local file=$1 pattern=$2 out=$3
+    shift 3
+    rm -f "$out"
+    for _ in $(seq 20000); do
+        kb_snap "$@" > "$out.next"
+        grep -qs -- "$pattern" "$file" && { [ -s "$out" ] || mv "$out.next" "$out"; return 0; }
+        mv "$out.next" "$out"
+    done
+    kb_die "$file: no '$pattern' in 60 s"
 }
 
 # kb_collect TOPIC COUNT FILE: reads COUNT outputs of TOPIC into FILE
