@@ -154,10 +154,14 @@ kb_snap_until() {
     local file=$1 pattern=$2 out=$3
     shift 3
     rm -f "$out"
-    for _ in $(seq 20000); do
+    for _ in $(seq 6000); do
         kb_snap "$@" > "$out.next"
-        grep -qs -- "$pattern" "$file" && { [ -s "$out" ] || mv "$out.next" "$out"; return 0; }
+        if grep -qs -- "$pattern" "$file"; then
+            if [ -s "$out" ]; then rm -f "$out.next"; else mv "$out.next" "$out"; fi
+            return 0
+        fi
         mv "$out.next" "$out"
+        sleep 0.01   # what runs before the event is idle: no need to spin
     done
     kb_die "$file: no '$pattern' in 60 s"
 }
