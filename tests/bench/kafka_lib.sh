@@ -76,7 +76,7 @@ kb_daemon() {
 kb_port() {
     local port=
     for _ in $(seq 1200); do
-        port=$(sed -n 's/.*listening on http:[^ ]*:\([0-9]*\),.*/\1/p' "$OUT_DIR/$1.log" | head -1)
+        port=$(sed -n 's/.*listening on http:[^ ]*:\([0-9]*\),.*/\1/p' "$OUT_DIR/$1.log" 2> /dev/null | head -1)
         [ -n "$port" ] && { echo "$port"; return 0; }
         sleep 0.05
     done
