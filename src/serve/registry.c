@@ -424,17 +424,20 @@ json_t *registry_status(registry *r)
 
 void registry_metrics(registry *r, dl_sbuf *out)
 {
+    pthread_mutex_lock(&r->mu);
     dl_prom_family(out, "dlserve_model_versions_refused_total", "counter",
                    "Model versions that failed to load or validate, by model (every attempt).");
+    for (int i = 0; i < r->n; i++)
+        dl_prom_sample(out, "dlserve_model_versions_refused_total", (double)r->e[i].refused,
+                       "model", r->e[i].name, NULL);
+    /* As registry_ready: models whose folder holds weights. */
     dl_prom_family(out, "dlserve_model_ready", "gauge",
-                   "1 when the model serves a version, by model.");
-    pthread_mutex_lock(&r->mu);
+                   "1 when the model serves a version, by model with weights in its folder.");
     for (int i = 0; i < r->n; i++) {
         const entry *e = &r->e[i];
-        dl_prom_sample(out, "dlserve_model_versions_refused_total", (double)e->refused,
-                       "model", e->name, NULL);
-        dl_prom_sample(out, "dlserve_model_ready", e->nv > 0 && !e->unloaded ? 1 : 0,
-                       "model", e->name, NULL);
+        if (e->present && e->on_disk > 0)
+            dl_prom_sample(out, "dlserve_model_ready", e->nv > 0 && !e->unloaded ? 1 : 0,
+                           "model", e->name, NULL);
     }
     pthread_mutex_unlock(&r->mu);
 }
