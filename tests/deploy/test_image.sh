@@ -136,7 +136,8 @@ URL=http://127.0.0.1:$PORT
 t0=$SECONDS
 "${PODMAN[@]}" run -d --name "$NAME" --network host "${LIMITS[@]}" \
     --health-interval disable -e DLSERVE_HTTP_PORT="$PORT" -e DLSERVE_BATCHING_EAGER=false \
-    -e DLSERVE_BATCHING_MAX_QUEUE_DELAY_US=2000000 -v "$WORK/repo:/models:ro" "$IMAGE" \
+    -e DLSERVE_BATCHING_MAX_QUEUE_DELAY_US=2000000 -e DLSERVE_BATCHING_MAX_BATCH_SIZE=4096 \
+    -v "$WORK/repo:/models:ro" "$IMAGE" \
     > /dev/null 2> "$WORK/run.err"
 check "the container starts" test $? -eq 0
 # (--health-interval disable: no systemd timer for the health check here;
@@ -162,8 +163,10 @@ check "an infer request on the model mounted at /models is served" \
 check "it answers 8 classes" test "$(jq_get 'len(d["outputs"][0]["data"])')" -ge 8
 
 # ---- SIGTERM drains ----
-# Batches run 2 s after their first request (DLSERVE_BATCHING_*): the
-# requests sent next are queued when SIGTERM comes, and must be answered.
+# Batches run 2 s after their first request (DLSERVE_BATCHING_*; 4,096
+# samples a batch, so that the 40 requests' 320 never fill one and run
+# early): the requests sent next are queued when SIGTERM comes, and must
+# be answered.
 for i in $(seq 40); do
     curl -s -o "$WORK/drain.$i" -w '%{http_code}\n' -H 'Content-Type: application/json' \
         --data-binary @"$WORK/req8.json" "$URL/v2/models/fashion-mlp/infer" > "$WORK/drain.code.$i" &

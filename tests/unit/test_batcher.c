@@ -132,14 +132,14 @@ Test(batcher, infer_req_init_fills_a_request_and_clears_the_rest)
 
     infer_req q;
     memset(&q, 0xab, sizeof(q));     /* what a pooled request held before */
-    infer_req_init(&q, sv, 2, x, y, 2500, signal_done, &done);
+    infer_req_init(&q, sv, 2, x, y, 30000000, signal_done, &done);
     cr_expect_str_eq(q.model, "tiny");
     cr_expect_eq(q.version, sv->version);
     cr_expect_eq(q.n, 2);
     cr_expect_eq(q.x, x);
     cr_expect_eq(q.out, y);
     cr_expect_eq(q.sv, sv);
-    cr_expect_eq(q.timeout_us, 2500);
+    cr_expect_eq(q.timeout_us, 30000000);
     cr_expect_eq(q.on_done, signal_done);
     cr_expect_eq(q.ctx, &done);
     cr_expect_eq(q.err.code, DL_OK);
