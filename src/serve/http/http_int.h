@@ -48,6 +48,13 @@
 #define HTTP_ACCEPT_SLACK 32
 /* Longer URLs get 414 (MHD itself answers 414 past its 32 KiB buffer). */
 #define HTTP_URL_MAX 8192
+/* A refused body (413, or any answer decided before the body) is read and
+ * discarded, so that a client sending it whole reads the answer, for at
+ * most this long from its first dropped byte, and at most
+ * max(HTTP_LINGER_BYTES, 4 x http.max_body_bytes) bytes; past either the
+ * answer goes at once and the connection closes. */
+#define HTTP_LINGER_S 10.0
+#define HTTP_LINGER_BYTES ((size_t)512 << 20)
 
 #define CT_JSON "application/json"
 #define CT_BINARY "application/octet-stream"   /* JSON then binary tensors */
@@ -127,6 +134,7 @@ typedef struct request {
     char     *body;
     size_t    len, cap;
     size_t    dropped;          /* body bytes discarded past the limit */
+    double    drop_since;       /* dl_time_now() at the first byte dropped */
     size_t    declared;         /* Content-Length (within the limit), or 0 */
     /* How reading the body went (in REQ_READING), answered once it is
      * complete: outcomes rather than stages, since the rest of the body is

@@ -254,11 +254,11 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
     return false;
 }
 
-static size_t drain_limit(const http_server *h);
+static bool linger(const http_server *h, request *rq, size_t n);
 
 /* Appends upload data to the request body. Past the limit the rest is
  * read and dropped (a chunked body has no Content-Length to refuse up
- * front), up to the drain limit; false then: answer 413 at once. */
+ * front) while linger allows; false then: answer 413 at once. */
 static bool take_body(http_server *h, request *rq, const char *data, size_t n)
 {
     size_t max = (size_t)h->deps->conf->max_body_bytes;
@@ -269,8 +269,7 @@ static bool take_body(http_server *h, request *rq, const char *data, size_t n)
         rq->len = rq->cap = 0;
     }
     if (rq->too_big || rq->nomem) {
-        rq->dropped += n;
-        return rq->dropped <= drain_limit(h);
+        return linger(h, rq, n);
     }
     if (rq->len + n > rq->cap) {
         /* One allocation for a body of the declared length. */
@@ -280,8 +279,7 @@ static bool take_body(http_server *h, request *rq, const char *data, size_t n)
         char *p = realloc(rq->body, cap);
         if (!p) {
             rq->nomem = true;
-            rq->dropped += n;
-            return true;
+            return linger(h, rq, n);
         }
         rq->body = p;
         rq->cap = cap;
@@ -291,16 +289,32 @@ static bool take_body(http_server *h, request *rq, const char *data, size_t n)
     return true;
 }
 
-/* Body bytes read and discarded after an early answer before it is sent:
- * twice the body limit. A larger body gets the answer at once (and the
- * connection closes: a client still sending may see a reset). */
-static size_t drain_limit(const http_server *h)
+/* The most body bytes read and discarded after a refusal before it is
+ * sent: far above the body limit. */
+static size_t linger_bytes(const http_server *h)
 {
-    return 2 * (size_t)h->deps->conf->max_body_bytes;
+    size_t four = 4 * (size_t)h->deps->conf->max_body_bytes;
+    return four > HTTP_LINGER_BYTES ? four : HTTP_LINGER_BYTES;
+}
+
+/* Discards n body bytes after a refusal (or past the limit): true while
+ * the rest is still read and dropped, for HTTP_LINGER_S from the first
+ * byte dropped and up to linger_bytes (as nginx lingers on a refused
+ * body), so that a client which sends its whole body before it reads
+ * (Python's http.client and urllib) reads the answer. False past either
+ * bound: the answer goes at once, and the connection closes after it (a
+ * client still sending may see a reset). */
+static bool linger(const http_server *h, request *rq, size_t n)
+{
+    double now = dl_time_now();
+    if (rq->dropped == 0)
+        rq->drop_since = now;
+    rq->dropped += n;
+    return rq->dropped <= linger_bytes(h) && now - rq->drop_since <= HTTP_LINGER_S;
 }
 
 /* Whether a body follows the headers that the client sends without
- * waiting for an answer: a declared length within the drain limit, or a
+ * waiting for an answer: a declared length within linger_bytes, or a
  * chunked body. A client that sent "Expect: 100-continue" waits for
  * one: it gets the answer at once. */
 static bool body_follows(const http_server *h, struct MHD_Connection *c)
@@ -312,7 +326,7 @@ static bool body_follows(const http_server *h, struct MHD_Connection *c)
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
         unsigned long long n = strtoull(cl, NULL, 10);
-        return n > 0 && n <= drain_limit(h);
+        return n > 0 && n <= linger_bytes(h);
     }
     const char *te =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
@@ -382,9 +396,7 @@ static enum MHD_Result on_upload(http_server *h, struct MHD_Connection *c, reque
                                  size_t n)
 {
     if (rq->stage == REQ_REFUSED_DRAINING) {   /* discarded: the answer is already decided */
-        rq->dropped += n;
-        return rq->dropped <= drain_limit(h) ? MHD_YES
-                                             : respond(h, c, rq, method, url, take_refusal(rq));
+        return linger(h, rq, n) ? MHD_YES : respond(h, c, rq, method, url, take_refusal(rq));
     }
     if (take_body(h, rq, upload, n))
         return MHD_YES;
