@@ -31,6 +31,7 @@
 #include <sys/types.h>
 
 #include <microhttpd.h>
+#include <zlib.h>
 
 /* Idle keep-alive connections are closed after this. */
 #define HTTP_IDLE_TIMEOUT_S 60
@@ -55,6 +56,9 @@
  * answer goes at once and the connection closes. */
 #define HTTP_LINGER_S 10.0
 #define HTTP_LINGER_BYTES ((size_t)512 << 20)
+/* Smaller answers go uncompressed whatever Accept-Encoding says: gzip's
+ * header and the work would not pay for themselves. */
+#define HTTP_GZIP_MIN 1024
 
 #define CT_JSON "application/json"
 #define CT_BINARY "application/octet-stream"   /* JSON then binary tensors */
@@ -90,7 +94,9 @@ typedef struct answer {
     const char *ctype;
     const char *hname, *hvalue; /* one extra header, or NULL */
     bool        page;           /* body is an embedded file of the status page
-                                   (static, not freed), sent with its headers */
+                                   (static, not freed unless gzip), sent with
+                                   its headers */
+    bool        gzip;           /* body is compressed (new even for a page) */
 } answer;
 
 /* Where a request stands, which decides what the access handler does when
@@ -140,6 +146,14 @@ typedef struct request {
      * complete: outcomes rather than stages, since the rest of the body is
      * still read (and dropped) after either. */
     bool      too_big, nomem;
+    /* A body sent with Content-Encoding gzip or deflate: its decoder (new,
+     * NULL for an identity body); body and len are the inflated bytes. */
+    z_stream   *z;
+    const char *coding;         /* "gzip" or "deflate" */
+    size_t      coded;          /* encoded bytes read */
+    bool        z_end;          /* the stream ended */
+    bool        bad_coding;     /* corrupt: 400 naming the coding */
+    char        coding_err[128];
     const char *json_len;       /* Inference-Header-Content-Length, or NULL
                                    (MHD's copy: valid for the request) */
     answer   *refusal;          /* REQ_REFUSED_DRAINING: the answer to send */
@@ -179,6 +193,26 @@ answer http_json_answer(int code, json_t *j);
  * oip_http_code gives it. */
 answer http_status_answer(dl_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* ---- http_body.c: content codings ---------------------------------------- */
+
+/* Takes Content-Encoding ce (NULL: none): true for identity, gzip and
+ * deflate (rq->z set up for the last two), false for any other coding
+ * (415). */
+bool http_body_coding(request *rq, const char *ce);
+/* Inflates n encoded bytes onto rq's body, holding at most max + 1 bytes:
+ * past max, too_big (the body freed, the rest not inflated); a corrupt
+ * stream sets bad_coding. */
+void http_body_inflate(request *rq, const char *data, size_t n, size_t max);
+/* The complete body's coding failed (corrupt or cut short): true with a
+ * 400 in *a. */
+bool http_body_error(request *rq, answer *a);
+/* Frees rq's decoder. */
+void http_body_fini(request *rq);
+/* Compresses a (2xx) with gzip when it is worth it and the request's
+ * Accept-Encoding asks for it; true when the answer depends on
+ * Accept-Encoding (to say so with Vary), compressed or not. */
+bool http_answer_compress(struct MHD_Connection *c, answer *a);
 
 /* ---- http_routes.c: the routes ---------------------------------------------- */
 

@@ -102,14 +102,16 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const r
                                const char *method, const char *url, answer a)
 {
     static const char oom[] = "{\"error\":\"out of memory\"}";
+    bool vary = http_answer_compress(c, &a);
     size_t len = a.len ? a.len : a.body ? strlen(a.body) : 0;
     struct MHD_Response *resp =
-        a.body ? MHD_create_response_from_buffer(len, a.body, a.page ? MHD_RESPMEM_PERSISTENT
-                                                                     : MHD_RESPMEM_MUST_FREE)
+        a.body ? MHD_create_response_from_buffer(len, a.body,
+                                                 a.page && !a.gzip ? MHD_RESPMEM_PERSISTENT
+                                                                   : MHD_RESPMEM_MUST_FREE)
                : MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom,
                                                  MHD_RESPMEM_PERSISTENT);
     if (!resp) {
-        if (!a.page)
+        if (!a.page || a.gzip)
             free(a.body);
         return MHD_NO;
     }
@@ -121,6 +123,10 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const r
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             a.json_len ? CT_BINARY : a.ctype ? a.ctype : CT_JSON);
     trace_answer(resp, &rq->trace);
+    if (vary)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, MHD_HTTP_HEADER_ACCEPT_ENCODING);
+    if (a.gzip)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
     if (a.hname)
         MHD_add_response_header(resp, a.hname, a.hvalue);
     if (a.json_len) {
@@ -241,6 +247,15 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
         a->hvalue = oip_route_allow(kind);
         return true;
     }
+    const char *ce =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    if (!http_body_coding(rq, ce)) {
+        *a = error_answer(415, "Content-Encoding '%.60s' is not supported (gzip, deflate or "
+                          "identity)", ce);
+        a->hname = MHD_HTTP_HEADER_ACCEPT_ENCODING;   /* RFC 9110 15.5.16 */
+        a->hvalue = "gzip, deflate";
+        return true;
+    }
     const char *cl =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
@@ -262,6 +277,19 @@ static bool linger(const http_server *h, request *rq, size_t n);
 static bool take_body(http_server *h, request *rq, const char *data, size_t n)
 {
     size_t max = (size_t)h->deps->conf->max_body_bytes;
+    if (rq->z && !rq->too_big && !rq->nomem && !rq->bad_coding) {
+        /* the limit holds for the encoded bytes too: no endless stream of
+         * empty blocks */
+        rq->coded += n;
+        if (rq->coded > max)
+            rq->too_big = true;
+        else
+            http_body_inflate(rq, data, n, max);
+        return true;
+    }
+    if (rq->z || rq->bad_coding) {   /* refused, or corrupt: the rest is dropped */
+        return linger(h, rq, n);
+    }
     if (!rq->too_big && !rq->nomem && n > max - rq->len) {
         rq->too_big = true;
         free(rq->body);
@@ -363,6 +391,7 @@ void http_request_free(request *rq)
         free(take_refusal(rq).body);
     free(rq->q.out);   /* NULL unless its batch ran */
     oip_request_fini(&rq->in);
+    http_body_fini(rq);
     served_release(rq->sv);
     free(rq->body);
     free(rq);

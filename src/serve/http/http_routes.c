@@ -166,6 +166,8 @@ bool http_dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer
         *a = http_status_answer(DL_ERR_NOMEM, "out of memory for the request body");
         return true;
     }
+    if (http_body_error(rq, a))   /* a corrupt gzip or deflate body: 400 */
+        return true;
     switch (rq->route.kind) {
     case OIP_ROUTE_INFER:       return http_infer_start(h, c, rq, a);
     case OIP_ROUTE_LIVE:        *a = http_json_answer(200, json_pack("{s:b}", "live", 1)); break;
