@@ -149,4 +149,22 @@ check "config shows the default timeout" test "$(code GET /v2/models/fashion-mlp
 check "daemon stops cleanly" stop_daemon
 check "a text log line names the request id and trace of the timed-out request" \
     grep -q "503.*timeout expired.*(id=req-late, trace=4bf92f3577b34da6a3ce929d0e0e4736)" "$LOG"
+
+# ---- SIGTERM's grace: not ready, still serving, then the drain ----
+start_daemon grace --models "$REPO" --set http.shutdown_grace_s=3
+check "daemon starts (shutdown_grace_s 3)" test -n "$PORT"
+check "ready before SIGTERM" test "$(code GET /v2/health/ready)" = 200
+kill -TERM $PID
+sleep 0.5
+check "during the grace: ready is 503" test "$(code GET /v2/health/ready)" = 503
+check "during the grace: live is 200" test "$(code GET /v2/health/live)" = 200
+check "during the grace: an infer request is served" \
+    test "$(code POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req1.json")" = 200
+check "the log says so" grep -q "not ready: serving for 3 s before stopping" "$LOG"
+check "exits 0 after the grace" stop_daemon 20
+start_daemon nograce --models "$REPO"
+check "daemon starts (the default grace, not under systemd)" test -n "$PORT"
+kill -TERM $PID
+check "not under systemd the default grace is 0: exits at once" stop_daemon 5
+check "... without a grace line" sh -c "! grep -q 'not ready: serving' '$LOG'"
 finish
