@@ -9,6 +9,8 @@
  *   nv_inference_request_duration_us          counter  stats_request: total_us of ok requests
  *   nv_inference_queue_duration_us            counter  stats_request: queue_us of ok requests
  *   nv_inference_compute_infer_duration_us    counter  stats_request: compute_us of ok requests
+ *   nv_inference_compute_input_duration_us    counter  stats_request_times: input_us of ok requests
+ *   nv_inference_compute_output_duration_us   counter  stats_request_times: output_us of ok requests
  *       labels {model, version}; names, types and semantics as Triton's
  *       (cumulative microseconds of successful requests, so that
  *       rate(x_duration_us) / rate(nv_inference_request_success) is the
@@ -595,6 +597,10 @@ char *stats_prometheus(stats *st, const char *extra)
          "Cumulative inference queuing duration in microseconds (successful requests)"},
         {"nv_inference_compute_infer_duration_us",
          "Cumulative compute inference duration in microseconds (successful requests)"},
+        {"nv_inference_compute_input_duration_us",
+         "Cumulative compute input duration in microseconds (successful requests)"},
+        {"nv_inference_compute_output_duration_us",
+         "Cumulative compute output duration in microseconds (successful requests)"},
     };
 
     pthread_mutex_lock(&st->mu);
@@ -613,7 +619,8 @@ char *stats_prometheus(stats *st, const char *extra)
         dl_prom_family(&b, durations[f].name, "counter", durations[f].help);
         for (size_t i = 0; i < st->nseries; i++) {
             const series *s = st->series[i];
-            double v = f == 0 ? s->request_us : f == 1 ? s->queue_us : s->compute_us;
+            double v = f == 0 ? s->request_us : f == 1 ? s->queue_us
+                     : f == 2 ? s->compute_us : f == 3 ? s->input_us : s->output_us;
             sample_series(&b, durations[f].name, s, v);
         }
     }

@@ -57,7 +57,9 @@ void stats_http(stats *st, int code);
  * (nv_inference_request_success, nv_inference_request_failure,
  * nv_inference_count, nv_inference_exec_count,
  * nv_inference_request_duration_us, nv_inference_queue_duration_us,
- * nv_inference_compute_infer_duration_us) with model and version labels,
+ * nv_inference_compute_infer_duration_us,
+ * nv_inference_compute_input_duration_us,
+ * nv_inference_compute_output_duration_us) with model and version labels,
  * histograms dlserve_request_duration_seconds and dlserve_batch_size,
  * dlserve_http_responses_total{code}, and process metrics
  * (process_resident_memory_bytes, process_cpu_seconds_total,

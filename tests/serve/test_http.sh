@@ -102,7 +102,9 @@ cp "$WORK/body" "$WORK/metrics.txt"
 check "promtool check metrics passes" "$SRC/tests/serve/promtool_check.sh" "$WORK/metrics.txt"
 for name in nv_inference_request_success nv_inference_request_failure nv_inference_count \
     nv_inference_exec_count nv_inference_request_duration_us nv_inference_queue_duration_us \
-    nv_inference_compute_infer_duration_us dlserve_batch_size_bucket process_resident_memory_bytes; do
+    nv_inference_compute_infer_duration_us nv_inference_compute_input_duration_us \
+    nv_inference_compute_output_duration_us dlserve_batch_size_bucket \
+    process_resident_memory_bytes; do
     check "metrics has $name" grep -q "^$name" "$WORK/metrics.txt"
 done
 

@@ -187,6 +187,21 @@ Test(stats, histogram_buckets_are_cumulative)
     free(text);
 }
 
+Test(stats, compute_input_and_output_durations)
+{
+    req_times ok = {.queue_us = 10, .input_us = 2, .infer_us = 30, .output_us = 4,
+                    .total_us = 50};
+    req_times bad = {.input_us = 100, .output_us = 100, .total_us = 7};
+    stats_request_times(st, "m", 1, true, 3, &ok);
+    stats_request_times(st, "m", 1, true, 3, &ok);
+    stats_request_times(st, "m", 1, false, 3, &bad);   /* failures add no compute time */
+    char *text = prom();
+    cr_expect_eq(sample(text, "nv_inference_compute_input_duration_us{model=\"m\",version=\"1\"}"), 4);
+    cr_expect_eq(sample(text, "nv_inference_compute_output_duration_us{model=\"m\",version=\"1\"}"), 8);
+    cr_expect_eq(sample(text, "nv_inference_compute_infer_duration_us{model=\"m\",version=\"1\"}"), 60);
+    free(text);
+}
+
 Test(stats, bad_durations_do_not_poison_sums)
 {
     stats_request(st, "m", 1, true, 1, NAN, -5, INFINITY);
@@ -267,7 +282,8 @@ Test(stats, families_have_help_and_type)
         "nv_inference_request_success", "nv_inference_request_failure",
         "nv_inference_count", "nv_inference_exec_count",
         "nv_inference_request_duration_us", "nv_inference_queue_duration_us",
-        "nv_inference_compute_infer_duration_us",
+        "nv_inference_compute_infer_duration_us", "nv_inference_compute_input_duration_us",
+        "nv_inference_compute_output_duration_us",
         "dlserve_request_duration_seconds", "dlserve_batch_size",
         "dlserve_http_responses_total", "process_resident_memory_bytes",
         "process_virtual_memory_bytes", "process_cpu_seconds_total",
