@@ -107,6 +107,12 @@ for name in nv_inference_request_success nv_inference_request_failure nv_inferen
     process_resident_memory_bytes; do
     check "metrics has $name" grep -q "^$name" "$WORK/metrics.txt"
 done
+check "HTTP answers by method, handler and code" grep -qE \
+    '^dlserve_http_responses_total\{method="POST",handler="infer",code="200"\} [1-9]' \
+    "$WORK/metrics.txt"
+check "... the health checks under their own handler" grep -qE \
+    '^dlserve_http_responses_total\{method="GET",handler="health_(live|ready)",code="200"\} [1-9]' \
+    "$WORK/metrics.txt"
 
 # ---- dynamic batching: 32 concurrent clients, each gets its own answer ----
 for i in $(seq 0 31); do

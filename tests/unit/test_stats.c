@@ -66,7 +66,7 @@ static void *worker(void *arg)
         stats_request(st, model, 1 + i % 2, ok, 3, 10.0, 20.0, 50.0);
         if (i % 4 == 0)
             stats_batch(st, model, 1 + i % 2, 8);
-        stats_http(st, ok ? 200 : 503);
+        stats_http(st, "POST", "infer", ok ? 200 : 503);
     }
     return NULL;
 }
@@ -120,8 +120,10 @@ Test(stats, counts_add_up_over_threads)
     cr_expect_eq(sample(text, "dlserve_request_duration_seconds_count{model=\"odd\"}"), 2 * 900);
     cr_expect_eq(sample(text, "dlserve_batch_size_count{model=\"even\"}"), 2 * 250);
     cr_expect_eq(sample(text, "dlserve_batch_size_sum{model=\"even\"}"), 2 * 250 * 8);
-    cr_expect_eq(sample(text, "dlserve_http_responses_total{code=\"200\"}"), NTHREADS * 900);
-    cr_expect_eq(sample(text, "dlserve_http_responses_total{code=\"503\"}"), NTHREADS * 100);
+    cr_expect_eq(sample(text, "dlserve_http_responses_total{method=\"POST\",handler=\"infer\","
+                              "code=\"200\"}"), NTHREADS * 900);
+    cr_expect_eq(sample(text, "dlserve_http_responses_total{method=\"POST\",handler=\"infer\","
+                              "code=\"503\"}"), NTHREADS * 100);
     free(text);
 }
 
@@ -200,6 +202,29 @@ Test(stats, compute_input_and_output_durations)
     cr_expect_eq(sample(text, "nv_inference_compute_output_duration_us{model=\"m\",version=\"1\"}"), 8);
     cr_expect_eq(sample(text, "nv_inference_compute_infer_duration_us{model=\"m\",version=\"1\"}"), 60);
     free(text);
+}
+
+Test(stats, http_responses_by_method_handler_and_code)
+{
+    stats_http(st, "GET", "health_ready", 503);
+    stats_http(st, "GET", "health_ready", 503);
+    stats_http(st, "POST", "infer", 200);
+    stats_http(st, "GET", "infer", 405);
+    stats_http(st, "GET", "metrics", 99);   /* not a status code: not counted */
+    char *text = prom();
+    cr_expect_eq(sample(text, "dlserve_http_responses_total{method=\"GET\",handler=\"health_ready\","
+                              "code=\"503\"}"), 2);
+    cr_expect_eq(sample(text, "dlserve_http_responses_total{method=\"POST\",handler=\"infer\","
+                              "code=\"200\"}"), 1);
+    cr_expect_eq(sample(text, "dlserve_http_responses_total{method=\"GET\",handler=\"infer\","
+                              "code=\"405\"}"), 1);
+    cr_expect_null(strstr(text, "code=\"99\""));
+    free(text);
+    json_t *j = stats_json(st);   /* /status still counts by code */
+    json_t *http = json_object_get(j, "http");
+    cr_expect_eq(json_integer_value(json_object_get(http, "503")), 2);
+    cr_expect_eq(json_integer_value(json_object_get(http, "200")), 1);
+    json_decref(j);
 }
 
 Test(stats, bad_durations_do_not_poison_sums)
@@ -406,8 +431,8 @@ Test(stats, passes_promtool)
     stats_request(st, "q\"u\\o\nte", 1, true, 1, 1, 1, 1);
     stats_request(st, "bad\xff", 1, true, 1, 1, 1, 1);
     stats_batch(st, "m", 1, 4);
-    stats_http(st, 200);
-    stats_http(st, 404);
+    stats_http(st, "GET", "metrics", 200);
+    stats_http(st, "POST", "unknown", 404);
     check_with_promtool();
 }
 

@@ -97,6 +97,36 @@ static void log_answer_ids(const request *rq, const char *method, const char *ur
     dl_log_ids_pop(prev);
 }
 
+/* The handler label of dlserve_http_responses_total: the route's name. */
+static const char *handler_name(oip_route_kind kind)
+{
+    static const char *const names[] = {
+        [OIP_ROUTE_NONE] = "unknown",          [OIP_ROUTE_LIVE] = "health_live",
+        [OIP_ROUTE_READY] = "health_ready",    [OIP_ROUTE_SERVER] = "server_metadata",
+        [OIP_ROUTE_MODEL] = "model_metadata",  [OIP_ROUTE_MODEL_READY] = "model_ready",
+        [OIP_ROUTE_INFER] = "infer",           [OIP_ROUTE_MODEL_STATS] = "model_stats",
+        [OIP_ROUTE_MODEL_CONFIG] = "model_config", [OIP_ROUTE_REPO_INDEX] = "repository_index",
+        [OIP_ROUTE_REPO_LOAD] = "repository_load", [OIP_ROUTE_REPO_UNLOAD] = "repository_unload",
+        [OIP_ROUTE_METRICS] = "metrics",       [OIP_ROUTE_STATUS] = "status",
+        [OIP_ROUTE_PAGE] = "page",             [OIP_ROUTE_PAGE_FILE] = "page_file",
+        [OIP_ROUTE_TRAINING] = "training",
+    };
+    size_t k = (size_t)kind;
+    return k < sizeof(names) / sizeof(names[0]) && names[k] ? names[k] : "unknown";
+}
+
+/* The method label: the methods of RFC 9110 and PATCH, else "other" (a
+ * client cannot grow the series). */
+static const char *method_name(const char *method)
+{
+    static const char *const known[] = {"GET", "HEAD", "POST", "PUT", "DELETE",
+                                        "OPTIONS", "PATCH", "TRACE", "CONNECT"};
+    for (size_t i = 0; method && i < sizeof(known) / sizeof(known[0]); i++)
+        if (strcmp(method, known[i]) == 0)
+            return known[i];
+    return "other";
+}
+
 /* Queues a (taking its body), counts and logs it. */
 static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const request *rq,
                                const char *method, const char *url, answer a)
@@ -139,7 +169,7 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const r
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result r = MHD_queue_response(c, (unsigned)a.code, resp);
     MHD_destroy_response(resp);
-    stats_http(h->deps->st, a.code);
+    stats_http(h->deps->st, method_name(method), handler_name(rq->route.kind), a.code);
     log_answer_ids(rq, method, url, &a);
     return r;
 }
