@@ -128,8 +128,10 @@ def case_connections_503():
     r = c.getresponse()
     body = r.read()
     expect(r.status == 503 and "max_connections" in error_of(body) and
-           (r.getheader("Connection") or "").lower() == "close",
-           "connection %d of %d: %d %s" % (limit + 1, limit, r.status, body[:100]))
+           (r.getheader("Connection") or "").lower() == "close" and
+           r.getheader("Retry-After") == "1",
+           "connection %d of %d: %d %s (Retry-After %s)" %
+           (limit + 1, limit, r.status, body[:100], r.getheader("Retry-After")))
     c.close()
     for s in held:
         s.close()

@@ -24,7 +24,7 @@ check "curl (Expect: 100-continue) gets 413 without sending" \
     test "$(code POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/big")" = 413
 check "URL too long: 414" edge url_414
 check "headers too large: 431" edge header_431
-check "connections over http.max_connections: 503, then served" edge connections_503 8
+check "connections over http.max_connections: 503 (Retry-After), then served" edge connections_503 8
 check "the log names the connection limit" grep -q "too many connections" "$LOG"
 check "past the hard limit a connection waits, then is answered" edge connections_backlog 8
 check "no connection was accepted only to be closed" \

@@ -156,7 +156,8 @@ check "daemon starts (shutdown_grace_s 3)" test -n "$PORT"
 check "ready before SIGTERM" test "$(code GET /v2/health/ready)" = 200
 kill -TERM $PID
 sleep 0.5
-check "during the grace: ready is 503" test "$(code GET /v2/health/ready)" = 503
+check "during the grace: ready is 503" test "$(code GET /v2/health/ready -D "$WORK/hdrs-ready")" = 503
+check "... with Retry-After" grep -qi '^retry-after: 1' "$WORK/hdrs-ready"
 check "during the grace: live is 200" test "$(code GET /v2/health/live)" = 200
 check "during the grace: an infer request is served" \
     test "$(code POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req1.json")" = 200

@@ -59,6 +59,9 @@
 /* Smaller answers go uncompressed whatever Accept-Encoding says: gzip's
  * header and the work would not pay for themselves. */
 #define HTTP_GZIP_MIN 1024
+/* Retry-After of every 503, in seconds: a queue drains, a version loads,
+ * another replica takes over from one that is stopping. */
+#define HTTP_RETRY_AFTER "1"
 
 #define CT_JSON "application/json"
 #define CT_BINARY "application/octet-stream"   /* JSON then binary tensors */

@@ -164,6 +164,9 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const r
         snprintf(n, sizeof(n), "%zu", a.json_len);
         MHD_add_response_header(resp, OIP_HEADER_JSON_LEN, n);
     }
+    /* Every 503 says when to come back (RFC 9110 15.6.4). */
+    if (a.code == 503)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, HTTP_RETRY_AFTER);
     /* While stopping, keep-alive connections end with this answer. */
     if (atomic_load(&h->stopping))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
