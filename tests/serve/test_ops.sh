@@ -150,6 +150,29 @@ check "daemon stops cleanly" stop_daemon
 check "a text log line names the request id and trace of the timed-out request" \
     grep -q "503.*timeout expired.*(id=req-late, trace=4bf92f3577b34da6a3ce929d0e0e4736)" "$LOG"
 
+# ---- http.metrics_port ----
+REPO2=$WORK/models2
+mkdir -p "$REPO2/broken/1"
+cp -r "$REPO/fashion-mlp" "$REPO2/"
+sed 's/"name": *"fashion-mlp"/"name": "broken"/' "$SRC/models/fashion-mlp/model.json" \
+    > "$REPO2/broken/model.json"
+echo "not safetensors" > "$REPO2/broken/1/model.safetensors"
+MPORT=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+start_daemon metrics --models "$REPO2" --set http.token=s3cret --set http.metrics_port=$MPORT
+check "daemon starts (a token, metrics_port $MPORT)" test -n "$PORT"
+check "the log names the metrics port" grep -q "metrics on http://127.0.0.1:$MPORT/metrics" "$LOG"
+check "the main port's /metrics wants the token" test "$(code GET /metrics)" = 401
+check "the metrics port serves /metrics without it" \
+    test "$(curl -s -o "$WORK/m2.txt" -w '%{http_code}' "http://127.0.0.1:$MPORT/metrics")" = 200
+check "... and nothing else" \
+    test "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MPORT/v2/models/fashion-mlp")" = 404
+check "... nor POST /metrics" \
+    test "$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$MPORT/metrics")" = 405
+check "promtool passes the scrape" "$SRC/tests/serve/promtool_check.sh" "$WORK/m2.txt"
+check "metrics_port equal to port: refused at start" \
+    sh -c "! '$DLSERVE' --models '$REPO2' --set http.port=$MPORT --set http.metrics_port=$MPORT 2>/dev/null"
+check "daemon stops cleanly" stop_daemon
+
 # ---- SIGTERM's grace: not ready, still serving, then the drain ----
 start_daemon grace --models "$REPO" --set http.shutdown_grace_s=3
 check "daemon starts (shutdown_grace_s 3)" test -n "$PORT"

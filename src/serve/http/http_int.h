@@ -85,6 +85,7 @@ struct http_server {
     int64_t            inflight;             /* requests begun, not completed */
     int64_t            waiting;              /* of which suspended in the batcher */
     atomic_llong       conns;                /* open connections */
+    struct MHD_Daemon *metrics_d;            /* http.metrics_port's listener, or NULL */
 };
 
 /* An answer ready to queue. */
@@ -188,6 +189,9 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
                                 size_t *upload_size, void **con_cls);
 void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                        enum MHD_RequestTerminationCode toe);
+/* The method label of dlserve_http_responses_total: the methods of RFC
+ * 9110 and PATCH, else "other" (a client cannot grow the series). */
+const char *http_method_name(const char *method);
 /* Frees rq and what it holds (its infer request has completed). */
 void http_request_free(request *rq);
 /* JSON as an answer; takes j (NULL: out of memory, 500). */
@@ -196,6 +200,15 @@ answer http_json_answer(int code, json_t *j);
  * oip_http_code gives it. */
 answer http_status_answer(dl_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* ---- http_metrics.c: http.metrics_port ------------------------------------ */
+
+/* Starts the listener of http.metrics_port (none when 0) at ss's address
+ * (its port replaced); flags: the main server's (MHD_USE_IPv6). */
+dl_status http_metrics_start(http_server *h, const struct sockaddr_storage *ss, unsigned flags,
+                             dl_err *err);
+/* Stops it, if started. */
+void http_metrics_stop(http_server *h);
 
 /* ---- http_body.c: content codings ---------------------------------------- */
 
@@ -226,6 +239,8 @@ served *http_acquire(http_server *h, const oip_route *r, dl_err *err);
 /* The answer to a request whose body is complete, in *a; false when it
  * comes later: an infer request waits in the batcher. */
 bool http_dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer *a);
+/* GET /metrics: the Prometheus exposition (500 out of memory). */
+answer http_metrics_answer(http_server *h);
 
 /* ---- http_infer.c: infer requests and held batches -------------------------- */
 

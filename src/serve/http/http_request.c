@@ -115,9 +115,7 @@ static const char *handler_name(oip_route_kind kind)
     return k < sizeof(names) / sizeof(names[0]) && names[k] ? names[k] : "unknown";
 }
 
-/* The method label: the methods of RFC 9110 and PATCH, else "other" (a
- * client cannot grow the series). */
-static const char *method_name(const char *method)
+const char *http_method_name(const char *method)
 {
     static const char *const known[] = {"GET", "HEAD", "POST", "PUT", "DELETE",
                                         "OPTIONS", "PATCH", "TRACE", "CONNECT"};
@@ -172,7 +170,7 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const r
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result r = MHD_queue_response(c, (unsigned)a.code, resp);
     MHD_destroy_response(resp);
-    stats_http(h->deps->st, method_name(method), handler_name(rq->route.kind), a.code);
+    stats_http(h->deps->st, http_method_name(method), handler_name(rq->route.kind), a.code);
     log_answer_ids(rq, method, url, &a);
     return r;
 }
