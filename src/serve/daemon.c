@@ -159,6 +159,11 @@ static char *metrics_extra(void *ctx)
         dl_prom_family(&b, "dlserve_gpu_memory_total_bytes", "gauge", "GPU memory of the device.");
         dl_prom_sample(&b, "dlserve_gpu_memory_total_bytes", (double)total, "device", device, NULL);
     }
+    dl_prom_family(&b, "dlserve_build_info", "gauge",
+                   "dlserve's version, the commit it was built from and its inference backend "
+                   "(always 1).");
+    dl_prom_sample(&b, "dlserve_build_info", 1, "version", DL_VERSION_STRING, "commit",
+                   dl_serve_commit, "backend", d->nbe ? d->be[0]->ops->name : "none", NULL);
     if (d->bat)
         batcher_metrics(d->bat, &b);
     for (size_t i = 0; i < NCOMPONENTS; i++) {

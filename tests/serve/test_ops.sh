@@ -150,7 +150,7 @@ check "daemon stops cleanly" stop_daemon
 check "a text log line names the request id and trace of the timed-out request" \
     grep -q "503.*timeout expired.*(id=req-late, trace=4bf92f3577b34da6a3ce929d0e0e4736)" "$LOG"
 
-# ---- http.metrics_port ----
+# ---- build info, http.metrics_port ----
 REPO2=$WORK/models2
 mkdir -p "$REPO2/broken/1"
 cp -r "$REPO/fashion-mlp" "$REPO2/"
@@ -169,6 +169,8 @@ check "... and nothing else" \
 check "... nor POST /metrics" \
     test "$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$MPORT/metrics")" = 405
 check "promtool passes the scrape" "$SRC/tests/serve/promtool_check.sh" "$WORK/m2.txt"
+check "dlserve_build_info: version, commit and backend" grep -qE \
+    '^dlserve_build_info\{version="[0-9]+\.[0-9]+\.[0-9]+",commit="[^"]+",backend="cpu"\} 1$' "$WORK/m2.txt"
 check "metrics_port equal to port: refused at start" \
     sh -c "! '$DLSERVE' --models '$REPO2' --set http.port=$MPORT --set http.metrics_port=$MPORT 2>/dev/null"
 check "daemon stops cleanly" stop_daemon
