@@ -164,6 +164,8 @@ static char *metrics_extra(void *ctx)
                    "(always 1).");
     dl_prom_sample(&b, "dlserve_build_info", 1, "version", DL_VERSION_STRING, "commit",
                    dl_serve_commit, "backend", d->nbe ? d->be[0]->ops->name : "none", NULL);
+    if (d->reg)
+        registry_metrics(d->reg, &b);
     if (d->bat)
         batcher_metrics(d->bat, &b);
     for (size_t i = 0; i < NCOMPONENTS; i++) {

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 
 #define MAX_VERSIONS 64
+#define REFUSED_MAX 8     /* refused versions kept per model for registry_status */
+#define REFUSED_WHY 160
 
 typedef struct served_impl {
     served     pub;            /* first: served * and served_impl * convert */
@@ -29,6 +31,13 @@ typedef struct entry {
     bool         present;           /* folder seen in the last scan */
     int          on_disk;           /* versions with weights in the folder */
     char         reason[256];       /* why the last load failed, or "" */
+    /* Versions the last scan wanted and refused (bad weights or
+     * configuration), with why; at most REFUSED_MAX of them. */
+    struct {
+        int64_t version;
+        char    why[REFUSED_WHY];
+    } refused[REFUSED_MAX];
+    int          nrefused;
 } entry;
 
 struct registry {
@@ -200,8 +209,10 @@ static int sync_model_locked(registry *r, const char *name)
 
     /* Load outside the lock: requests keep flowing to the old versions. */
     served_impl *next[MAX_VERSIONS];
-    int n = 0, changes = 0;
+    int n = 0, changes = 0, nrefused = 0;
     char reason[256] = "";
+    int64_t refused[REFUSED_MAX];
+    char why[REFUSED_MAX][REFUSED_WHY];
     for (int i = 0; i < nwant; i++) {
         served_impl *s = NULL;
         for (int k = 0; k < ncur && !s; k++)
@@ -214,6 +225,10 @@ static int sync_model_locked(registry *r, const char *name)
                        (long long)want[i], err.msg);
                 snprintf(reason, sizeof(reason), "version %lld refused: %.200s",
                          (long long)want[i], err.msg);
+                if (nrefused < REFUSED_MAX) {
+                    refused[nrefused] = want[i];
+                    snprintf(why[nrefused++], REFUSED_WHY, "%.*s", REFUSED_WHY - 1, err.msg);
+                }
                 continue;
             }
             DL_LOG(DL_LOG_NOTICE, "models", "%s version %lld loaded", name, (long long)want[i]);
@@ -241,6 +256,11 @@ static int sync_model_locked(registry *r, const char *name)
     publish(e, next, n);
     e->on_disk = nhave;
     snprintf(e->reason, sizeof(e->reason), "%s", reason);
+    e->nrefused = nrefused;
+    for (int i = 0; i < nrefused; i++) {
+        e->refused[i].version = refused[i];
+        memcpy(e->refused[i].why, why[i], REFUSED_WHY);
+    }
     pthread_mutex_unlock(&r->mu);
     return changes;
 }
@@ -410,13 +430,40 @@ json_t *registry_status(registry *r)
         json_t *versions = json_array();
         for (int k = 0; k < e->nv; k++)
             json_array_append_new(versions, json_integer(e->v[k]->pub.version));
+        json_t *refused = json_array();
+        for (int k = 0; !e->unloaded && k < e->nrefused; k++)
+            json_array_append_new(refused, json_pack("{s:I, s:s}", "version",
+                                                     (json_int_t)e->refused[k].version,
+                                                     "reason", e->refused[k].why));
         const char *state = e->unloaded ? "UNLOADED" : e->nv ? "READY" : "UNAVAILABLE";
-        json_array_append_new(arr, json_pack("{s:s, s:o, s:s, s:s}", "name", e->name,
+        json_array_append_new(arr, json_pack("{s:s, s:o, s:s, s:s, s:o}", "name", e->name,
                                              "versions", versions, "state", state,
-                                             "reason", e->reason));
+                                             "reason", e->reason, "refused", refused));
     }
     pthread_mutex_unlock(&r->mu);
     return arr;
+}
+
+void registry_metrics(registry *r, dl_sbuf *out)
+{
+    dl_prom_family(out, "dlserve_model_ready", "gauge",
+                   "1 for each version served; 0 for each version the last scan refused, "
+                   "with the reason.");
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        const entry *e = &r->e[i];
+        char v[24];
+        for (int k = 0; !e->unloaded && k < e->nv; k++) {
+            snprintf(v, sizeof(v), "%lld", (long long)e->v[k]->pub.version);
+            dl_prom_sample(out, "dlserve_model_ready", 1, "model", e->name, "version", v, NULL);
+        }
+        for (int k = 0; !e->unloaded && k < e->nrefused; k++) {
+            snprintf(v, sizeof(v), "%lld", (long long)e->refused[k].version);
+            dl_prom_sample(out, "dlserve_model_ready", 0, "model", e->name, "version", v,
+                           "reason", e->refused[k].why, NULL);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
 }
 
 char **registry_names(registry *r)

@@ -62,9 +62,13 @@ void served_release(served *s);
 bool registry_ready(registry *r);
 
 /* JSON (new reference): [{"name", "versions": [..], "state":
- * "READY"|"UNAVAILABLE"|"UNLOADED", "reason"}], for /status and
- * /v2/repository/index. */
+ * "READY"|"UNAVAILABLE"|"UNLOADED", "reason", "refused": [{"version",
+ * "reason"}]}], for /status and /v2/repository/index. "refused": the
+ * versions the last scan wanted and could not load. */
 json_t *registry_status(registry *r);
+/* dlserve_model_ready{model,version} to out: 1 for each version served,
+ * 0 with a "reason" label for each version the last scan refused. */
+void registry_metrics(registry *r, dl_sbuf *out);
 
 /* Names of the models (new array of new strings, NULL-terminated). */
 char **registry_names(registry *r);

@@ -150,7 +150,7 @@ check "daemon stops cleanly" stop_daemon
 check "a text log line names the request id and trace of the timed-out request" \
     grep -q "503.*timeout expired.*(id=req-late, trace=4bf92f3577b34da6a3ce929d0e0e4736)" "$LOG"
 
-# ---- build info, http.metrics_port ----
+# ---- build info, model readiness, http.metrics_port ----
 REPO2=$WORK/models2
 mkdir -p "$REPO2/broken/1"
 cp -r "$REPO/fashion-mlp" "$REPO2/"
@@ -171,6 +171,12 @@ check "... nor POST /metrics" \
 check "promtool passes the scrape" "$SRC/tests/serve/promtool_check.sh" "$WORK/m2.txt"
 check "dlserve_build_info: version, commit and backend" grep -qE \
     '^dlserve_build_info\{version="[0-9]+\.[0-9]+\.[0-9]+",commit="[^"]+",backend="cpu"\} 1$' "$WORK/m2.txt"
+check "dlserve_model_ready: 1 for the served version" \
+    grep -qx 'dlserve_model_ready{model="fashion-mlp",version="1"} 1' "$WORK/m2.txt"
+check "dlserve_model_ready: 0 with the reason for the refused one" \
+    grep -qE '^dlserve_model_ready\{model="broken",version="1",reason="[^"]+"\} 0$' "$WORK/m2.txt"
+check "/status lists the refused version" sh -c \
+    "curl -s -H 'Authorization: Bearer s3cret' $URL/status | $PY -c 'import json, sys; m = {x[\"name\"]: x for x in json.load(sys.stdin)[\"models\"]}; assert m[\"broken\"][\"refused\"][0][\"version\"] == 1, m'"
 check "metrics_port equal to port: refused at start" \
     sh -c "! '$DLSERVE' --models '$REPO2' --set http.port=$MPORT --set http.metrics_port=$MPORT 2>/dev/null"
 check "daemon stops cleanly" stop_daemon
