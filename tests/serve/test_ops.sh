@@ -158,7 +158,8 @@ sed 's/"name": *"fashion-mlp"/"name": "broken"/' "$SRC/models/fashion-mlp/model.
     > "$REPO2/broken/model.json"
 echo "not safetensors" > "$REPO2/broken/1/model.safetensors"
 MPORT=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-start_daemon metrics --models "$REPO2" --set http.token=s3cret --set http.metrics_port=$MPORT
+start_daemon metrics --models "$REPO2" --set http.token=s3cret --set http.metrics_port=$MPORT \
+    --set batching.eager=false --set batching.max_queue_delay_us=10000000
 check "daemon starts (a token, metrics_port $MPORT)" test -n "$PORT"
 check "the log names the metrics port" grep -q "metrics on http://127.0.0.1:$MPORT/metrics" "$LOG"
 check "the main port's /metrics wants the token" test "$(code GET /metrics)" = 401
@@ -177,6 +178,24 @@ check "dlserve_model_ready: 0 with the reason for the refused one" \
     grep -qE '^dlserve_model_ready\{model="broken",version="1",reason="[^"]+"\} 0$' "$WORK/m2.txt"
 check "/status lists the refused version" sh -c \
     "curl -s -H 'Authorization: Bearer s3cret' $URL/status | $PY -c 'import json, sys; m = {x[\"name\"]: x for x in json.load(sys.stdin)[\"models\"]}; assert m[\"broken\"][\"refused\"][0][\"version\"] == 1, m'"
+# A lone request waits up to max_queue_delay_us (10 s) for its batch to fill.
+curl -s -o "$WORK/pending.out" -w '%{http_code}' -H 'Authorization: Bearer s3cret' \
+    --data-binary @"$WORK/req1.json" "$URL/v2/models/fashion-mlp/infer" > "$WORK/pending.code" &
+CURL=$!
+pending() {
+    for _ in $(seq 90); do
+        curl -s "http://127.0.0.1:$MPORT/metrics" |
+            grep -qx 'nv_inference_pending_request_count{model="fashion-mlp",version="1"} 1' &&
+            return 0
+        sleep 0.1
+    done
+    return 1
+}
+check "nv_inference_pending_request_count: 1 while it waits" pending
+wait $CURL
+check "... then it is answered" test "$(cat "$WORK/pending.code")" = 200
+check "... and nothing is pending" sh -c "curl -s http://127.0.0.1:$MPORT/metrics | \
+    grep -qx 'nv_inference_pending_request_count{model=\"fashion-mlp\",version=\"1\"} 0'"
 check "metrics_port equal to port: refused at start" \
     sh -c "! '$DLSERVE' --models '$REPO2' --set http.port=$MPORT --set http.metrics_port=$MPORT 2>/dev/null"
 check "daemon stops cleanly" stop_daemon
