@@ -27,8 +27,8 @@
 #define DEBOUNCE_S 0.3   /* quiet time after a folder change before a rescan */
 /* http.shutdown_grace_s = -1 under systemd: a few of a load balancer's
  * health checks (Kubernetes probes every 10 s by default, and marks a
- * pod not ready as soon as it is terminating), short enough that
- * TimeoutStopSec (30 s) still covers the grace and the drain. */
+ * pod not ready as soon as it is terminating), short enough that the
+ * unit's TimeoutStopSec (40 s) covers the grace and HTTP's 30 s drain. */
 #define DEFAULT_GRACE_S 5
 
 static volatile sig_atomic_t stop_flag, reload_flag, stop_signal;

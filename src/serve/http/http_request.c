@@ -318,18 +318,16 @@ static bool take_body(http_server *h, request *rq, const char *data, size_t n)
             http_body_inflate(rq, data, n, max);
         return true;
     }
-    if (rq->z || rq->bad_coding) {   /* refused, or corrupt: the rest is dropped */
+    if (rq->z || rq->bad_coding)   /* refused, or corrupt: the rest is dropped */
         return linger(h, rq, n);
-    }
     if (!rq->too_big && !rq->nomem && n > max - rq->len) {
         rq->too_big = true;
         free(rq->body);
         rq->body = NULL;
         rq->len = rq->cap = 0;
     }
-    if (rq->too_big || rq->nomem) {
+    if (rq->too_big || rq->nomem)
         return linger(h, rq, n);
-    }
     if (rq->len + n > rq->cap) {
         /* One allocation for a body of the declared length. */
         size_t cap = rq->cap ? rq->cap : rq->declared > 0 ? rq->declared : 4096;
@@ -455,9 +453,8 @@ static enum MHD_Result on_upload(http_server *h, struct MHD_Connection *c, reque
                                  const char *method, const char *url, const char *upload,
                                  size_t n)
 {
-    if (rq->stage == REQ_REFUSED_DRAINING) {   /* discarded: the answer is already decided */
+    if (rq->stage == REQ_REFUSED_DRAINING)   /* discarded: the answer is already decided */
         return linger(h, rq, n) ? MHD_YES : respond(h, c, rq, method, url, take_refusal(rq));
-    }
     if (take_body(h, rq, upload, n))
         return MHD_YES;
     return respond(h, c, rq, method, url,
