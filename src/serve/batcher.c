@@ -656,6 +656,41 @@ json_t *batcher_status(batcher *b)
     return res;
 }
 
+/* Requests queued for version `version` of `model` (under b->mu). */
+static int64_t queued_requests(const batcher *b, const char *model, int64_t version)
+{
+    int64_t n = 0;
+    for (int i = 0; i < b->nq; i++)
+        if (b->q[i].sv->version == version && strcmp(b->q[i].sv->name, model) == 0)
+            for (const infer_req *r = b->q[i].head; r; r = r->next)
+                n++;
+    return n;
+}
+
+/* Triton's nv_inference_pending_request_count{model,version}: requests
+ * queued for a batch that has not run yet, for every version served (0
+ * when none waits). */
+static void pending_requests(batcher *b, dl_sbuf *out)
+{
+    dl_prom_family(out, "nv_inference_pending_request_count", "gauge",
+                   "Instantaneous number of pending requests awaiting execution per-model.");
+    json_t *models = registry_status(b->reg), *m, *v;
+    size_t i, k;
+    pthread_mutex_lock(&b->mu);
+    json_array_foreach(models, i, m) {
+        const char *name = json_string_value(json_object_get(m, "name"));
+        json_array_foreach(json_object_get(m, "versions"), k, v) {
+            char ver[24];
+            snprintf(ver, sizeof(ver), "%lld", (long long)json_integer_value(v));
+            dl_prom_sample(out, "nv_inference_pending_request_count",
+                           (double)queued_requests(b, name, json_integer_value(v)), "model",
+                           name, "version", ver, NULL);
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+    json_decref(models);
+}
+
 void batcher_metrics(batcher *b, dl_sbuf *out)
 {
     json_t *st = batcher_status(b);
@@ -666,6 +701,7 @@ void batcher_metrics(batcher *b, dl_sbuf *out)
     json_object_foreach(json_object_get(st, "queued_samples"), model, n)
         dl_prom_sample(out, "dlserve_batcher_queued_samples", (double)json_integer_value(n),
                        "model", model, NULL);
+    pending_requests(b, out);
     dl_prom_family(out, "dlserve_batcher_queue_limit_samples", "gauge",
                    "Samples a model may queue before requests get 503 (max_queue_size).");
     dl_prom_sample(out, "dlserve_batcher_queue_limit_samples",

@@ -96,6 +96,11 @@ const dl_opt dl_serve_opts[] = {
     INT(http, threads, "0", 0, 256, "threads serving every connection (event loops); 0 = one per core"),
     INT(http, max_connections, "0", 0, 1000000,
         "open connections before new ones get 503; 0 = as file descriptors allow"),
+    INT(http, metrics_port, "0", 0, 65535,
+        "second port serving GET /metrics only, without the token or TLS; 0 = none"),
+    INT(http, shutdown_grace_s, "-1", -1, 300,
+        "seconds after SIGTERM that readiness is 503 while requests are still served, so "
+        "that load balancers stop sending first; -1 = 5 under systemd, 0 elsewhere"),
     INT(batching, max_batch_size, "64", 1, 65536, "most samples in one inference batch"),
     INT(batching, max_queue_delay_us, "500", 0, 10000000,
         "longest a request waits for a batch to fill, in microseconds"),

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef DL_HAVE_SYSTEMD
@@ -24,10 +25,16 @@
 #endif
 
 #define DEBOUNCE_S 0.3   /* quiet time after a folder change before a rescan */
+/* http.shutdown_grace_s = -1 under systemd: a few of a load balancer's
+ * health checks (Kubernetes probes every 10 s by default, and marks a
+ * pod not ready as soon as it is terminating), short enough that the
+ * unit's TimeoutStopSec (40 s) covers the grace and HTTP's 30 s drain. */
+#define DEFAULT_GRACE_S 5
 
-static volatile sig_atomic_t stop_flag, reload_flag;
+static volatile sig_atomic_t stop_flag, reload_flag, stop_signal;
 
-static void on_stop(int sig) { (void)sig; stop_flag = 1; }
+/* Counts the stop signals: a second one ends the grace period. */
+static void on_stop(int sig) { stop_signal = sig; stop_flag = stop_flag + 1; }
 static void on_reload(int sig) { (void)sig; reload_flag = 1; }
 
 /* sd_notify, or nothing without systemd. */
@@ -152,6 +159,11 @@ static char *metrics_extra(void *ctx)
         dl_prom_family(&b, "dlserve_gpu_memory_total_bytes", "gauge", "GPU memory of the device.");
         dl_prom_sample(&b, "dlserve_gpu_memory_total_bytes", (double)total, "device", device, NULL);
     }
+    dl_prom_family(&b, "dlserve_build_info", "gauge",
+                   "dlserve's version, the commit it was built from and its inference backend "
+                   "(always 1).");
+    dl_prom_sample(&b, "dlserve_build_info", 1, "version", DL_VERSION_STRING, "commit",
+                   dl_serve_commit, "backend", d->nbe ? d->be[0]->ops->name : "none", NULL);
     if (d->reg)
         registry_metrics(d->reg, &b);
     if (d->bat)
@@ -250,6 +262,32 @@ static void main_loop(daemon_ctx *d)
     }
     if (fd >= 0)
         close(fd);
+}
+
+/* Under systemd: it names the service's invocation. */
+static bool under_systemd(void)
+{
+    const char *id = getenv("INVOCATION_ID");
+    return id && id[0];
+}
+
+/* After SIGTERM, http.shutdown_grace_s with /v2/health/ready at 503
+ * (is_ready sees stop_flag) while every request is still served: a load
+ * balancer or Kubernetes notices and stops sending before the drain
+ * refuses anything. SIGINT (Ctrl-C) and a second SIGTERM skip it. */
+static void grace(const daemon_ctx *d)
+{
+    int64_t s = d->conf.http.shutdown_grace_s;
+    if (s < 0)
+        s = under_systemd() ? DEFAULT_GRACE_S : 0;
+    if (s == 0 || stop_signal != SIGTERM)
+        return;
+    DL_LOG(DL_LOG_NOTICE, "daemon", "not ready: serving for %lld s before stopping",
+           (long long)s);
+    double until = dl_time_now() + (double)s;
+    const struct timespec tick = {.tv_nsec = 50 * 1000 * 1000};
+    while (stop_flag < 2 && dl_time_now() < until)
+        nanosleep(&tick, NULL);
 }
 
 static void install_signals(void)
@@ -389,6 +427,7 @@ int dl_serve_main(const char *config_path, const char *const *overrides, int nov
     status_line(&d);
     main_loop(&d);
     notify("STOPPING=1");
+    grace(&d);
     DL_LOG(DL_LOG_NOTICE, "daemon", "stopping: answering queued requests");
     stop(&d);
     DL_LOG(DL_LOG_NOTICE, "daemon", "stopped");

@@ -23,6 +23,9 @@ typedef struct dl_http_conf {
     char    tls_key[DL_PATH_MAX];
     int64_t threads;             /* event-loop threads serving connections; 0: one per core */
     int64_t max_connections;     /* more get 503; 0: as file descriptors allow */
+    int64_t metrics_port;        /* GET /metrics only, no token; 0: none */
+    int64_t shutdown_grace_s;    /* not ready after SIGTERM, still serving; -1: 5 under
+                                    systemd, 0 elsewhere */
 } dl_http_conf;
 
 typedef struct dl_batching_conf {

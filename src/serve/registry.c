@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 
 #define MAX_VERSIONS 64
+#define REFUSED_MAX 8     /* refused versions kept per model for registry_status */
+#define REFUSED_WHY 160
 
 typedef struct served_impl {
     served     pub;            /* first: served * and served_impl * convert */
@@ -29,7 +31,14 @@ typedef struct entry {
     bool         present;           /* folder seen in the last scan */
     int          on_disk;           /* versions with weights in the folder */
     char         reason[256];       /* why the last load failed, or "" */
-    long long    refused;           /* versions refused, every attempt */
+    long long    refused_total;     /* versions refused, every attempt */
+    /* Versions the last scan wanted and refused (bad weights or
+     * configuration), with why; at most REFUSED_MAX of them. */
+    struct {
+        int64_t version;
+        char    why[REFUSED_WHY];
+    } refused[REFUSED_MAX];
+    int          nrefused;
 } entry;
 
 struct registry {
@@ -201,8 +210,10 @@ static int sync_model_locked(registry *r, const char *name)
 
     /* Load outside the lock: requests keep flowing to the old versions. */
     served_impl *next[MAX_VERSIONS];
-    int n = 0, changes = 0, refused = 0;
+    int n = 0, changes = 0, nrefused = 0, nfailed = 0;
     char reason[256] = "";
+    int64_t refused[REFUSED_MAX];
+    char why[REFUSED_MAX][REFUSED_WHY];
     for (int i = 0; i < nwant; i++) {
         served_impl *s = NULL;
         for (int k = 0; k < ncur && !s; k++)
@@ -215,7 +226,11 @@ static int sync_model_locked(registry *r, const char *name)
                        (long long)want[i], err.msg);
                 snprintf(reason, sizeof(reason), "version %lld refused: %.200s",
                          (long long)want[i], err.msg);
-                refused++;
+                nfailed++;
+                if (nrefused < REFUSED_MAX) {
+                    refused[nrefused] = want[i];
+                    snprintf(why[nrefused++], REFUSED_WHY, "%.*s", REFUSED_WHY - 1, err.msg);
+                }
                 continue;
             }
             DL_LOG(DL_LOG_NOTICE, "models", "%s version %lld loaded", name, (long long)want[i]);
@@ -243,7 +258,12 @@ static int sync_model_locked(registry *r, const char *name)
     publish(e, next, n);
     e->on_disk = nhave;
     snprintf(e->reason, sizeof(e->reason), "%s", reason);
-    e->refused += refused;
+    e->refused_total += nfailed;
+    e->nrefused = nrefused;
+    for (int i = 0; i < nrefused; i++) {
+        e->refused[i].version = refused[i];
+        memcpy(e->refused[i].why, why[i], REFUSED_WHY);
+    }
     pthread_mutex_unlock(&r->mu);
     return changes;
 }
@@ -413,10 +433,15 @@ json_t *registry_status(registry *r)
         json_t *versions = json_array();
         for (int k = 0; k < e->nv; k++)
             json_array_append_new(versions, json_integer(e->v[k]->pub.version));
+        json_t *refused = json_array();
+        for (int k = 0; !e->unloaded && k < e->nrefused; k++)
+            json_array_append_new(refused, json_pack("{s:I, s:s}", "version",
+                                                     (json_int_t)e->refused[k].version,
+                                                     "reason", e->refused[k].why));
         const char *state = e->unloaded ? "UNLOADED" : e->nv ? "READY" : "UNAVAILABLE";
-        json_array_append_new(arr, json_pack("{s:s, s:o, s:s, s:s}", "name", e->name,
+        json_array_append_new(arr, json_pack("{s:s, s:o, s:s, s:s, s:o}", "name", e->name,
                                              "versions", versions, "state", state,
-                                             "reason", e->reason));
+                                             "reason", e->reason, "refused", refused));
     }
     pthread_mutex_unlock(&r->mu);
     return arr;
@@ -428,16 +453,30 @@ void registry_metrics(registry *r, dl_sbuf *out)
     dl_prom_family(out, "dlserve_model_versions_refused_total", "counter",
                    "Model versions that failed to load or validate, by model (every attempt).");
     for (int i = 0; i < r->n; i++)
-        dl_prom_sample(out, "dlserve_model_versions_refused_total", (double)r->e[i].refused,
-                       "model", r->e[i].name, NULL);
-    /* As registry_ready: models whose folder holds weights. */
+        dl_prom_sample(out, "dlserve_model_versions_refused_total",
+                       (double)r->e[i].refused_total, "model", r->e[i].name, NULL);
     dl_prom_family(out, "dlserve_model_ready", "gauge",
-                   "1 when the model serves a version, by model with weights in its folder.");
+                   "1 for each version served; 0 for each version the last scan refused, "
+                   "with the reason.");
     for (int i = 0; i < r->n; i++) {
         const entry *e = &r->e[i];
-        if (e->present && e->on_disk > 0)
-            dl_prom_sample(out, "dlserve_model_ready", e->nv > 0 && !e->unloaded ? 1 : 0,
-                           "model", e->name, NULL);
+        char v[24];
+        for (int k = 0; !e->unloaded && k < e->nv; k++) {
+            snprintf(v, sizeof(v), "%lld", (long long)e->v[k]->pub.version);
+            dl_prom_sample(out, "dlserve_model_ready", 1, "model", e->name, "version", v, NULL);
+        }
+        for (int k = 0; !e->unloaded && k < e->nrefused; k++) {
+            snprintf(v, sizeof(v), "%lld", (long long)e->refused[k].version);
+            dl_prom_sample(out, "dlserve_model_ready", 0, "model", e->name, "version", v,
+                           "reason", e->refused[k].why, NULL);
+        }
+        /* A model with weights that serves nothing and has no refused
+         * version to show (unloaded, or none loaded yet): one 0, without a
+         * version, so that "serves no version" is never an absent series. */
+        if (e->present && e->on_disk > 0 && (e->unloaded || (e->nv == 0 && e->nrefused == 0)))
+            dl_prom_sample(out, "dlserve_model_ready", 0, "model", e->name, "reason",
+                           e->unloaded ? "unloaded" : e->reason[0] ? e->reason : "not loaded yet",
+                           NULL);
     }
     pthread_mutex_unlock(&r->mu);
 }

@@ -62,12 +62,15 @@ void served_release(served *s);
 bool registry_ready(registry *r);
 
 /* JSON (new reference): [{"name", "versions": [..], "state":
- * "READY"|"UNAVAILABLE"|"UNLOADED", "reason"}], for /status and
- * /v2/repository/index. */
+ * "READY"|"UNAVAILABLE"|"UNLOADED", "reason", "refused": [{"version",
+ * "reason"}]}], for /status and /v2/repository/index. "refused": the
+ * versions the last scan wanted and could not load. */
 json_t *registry_status(registry *r);
-
-/* Prometheus text: dlserve_model_versions_refused_total, by model, and
- * dlserve_model_ready, by model with weights in its folder. */
+/* Prometheus text to out: dlserve_model_versions_refused_total{model}
+ * (every refused attempt) and dlserve_model_ready{model,version}: 1 for
+ * each version served, 0 with a "reason" label for each version the last
+ * scan refused, and {model,reason} 0 for a model with weights that serves
+ * nothing else to show (unloaded, not loaded yet). */
 void registry_metrics(registry *r, dl_sbuf *out);
 
 /* Names of the models (new array of new strings, NULL-terminated). */

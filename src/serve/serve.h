@@ -16,4 +16,8 @@
 #include "serve/stats.h"
 #include "serve/batcher.h"
 
+/* `git describe --always --dirty --tags` of the source the daemon was
+ * built from, or "unknown" (build_info.c, made by meson's vcs_tag). */
+extern const char dl_serve_commit[];
+
 #endif /* DL_SERVE_SERVE_H */

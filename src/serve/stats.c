@@ -9,6 +9,8 @@
  *   nv_inference_request_duration_us          counter  stats_request: total_us of ok requests
  *   nv_inference_queue_duration_us            counter  stats_request: queue_us of ok requests
  *   nv_inference_compute_infer_duration_us    counter  stats_request: compute_us of ok requests
+ *   nv_inference_compute_input_duration_us    counter  stats_request_times: input_us of ok requests
+ *   nv_inference_compute_output_duration_us   counter  stats_request_times: output_us of ok requests
  *       labels {model, version}; names, types and semantics as Triton's
  *       (cumulative microseconds of successful requests, so that
  *       rate(x_duration_us) / rate(nv_inference_request_success) is the
@@ -16,7 +18,7 @@
  *   dlserve_request_duration_seconds          histogram {model}: total of ok requests
  *   dlserve_batch_size                        histogram {model}: samples per batch
  *   dlserve_request_timeouts_total            counter  {model, version}: stats_timeout
- *   dlserve_http_responses_total              counter  {code}
+ *   dlserve_http_responses_total              counter  {method, handler, code}
  *   process_*                                 read from /proc/self at each scrape
  *
  * promtool (Debian 12: prometheus 2.42) and the Triton names.
@@ -77,6 +79,18 @@ static const double batch_bounds[] = {
 
 #define HTTP_CODE_MIN 100
 #define HTTP_CODE_MAX 599
+/* Distinct (method, handler, code) series of dlserve_http_responses_total:
+ * methods and handlers come from small fixed sets, so these are plenty;
+ * past them answers are not counted. */
+#define STATS_MAX_HTTP 1024
+#define HTTP_LABEL_MAX 24
+
+/* One series of dlserve_http_responses_total. */
+typedef struct http_count {
+    char     method[HTTP_LABEL_MAX], handler[HTTP_LABEL_MAX];
+    int      code;
+    uint64_t n;
+} http_count;
 
 /* Distinct batch sizes kept per series for Triton's batch_stats; sizes
  * past these are counted in the series but get no entry of their own. */
@@ -123,7 +137,8 @@ struct stats {
     size_t          nseries, capseries;
     model_stats   **models;    /* sorted by name */
     size_t          nmodels, capmodels;
-    uint64_t        http[HTTP_CODE_MAX - HTTP_CODE_MIN + 1];
+    http_count     *http;      /* sorted by (handler, method, code) */
+    size_t          nhttp;
     double          start_time; /* Unix seconds */
 };
 
@@ -214,6 +229,7 @@ void stats_free(stats *st)
         free(st->models[i]);
     }
     free(st->models);
+    free(st->http);
     pthread_mutex_destroy(&st->mu);
     free(st);
 }
@@ -462,13 +478,41 @@ void stats_batch_times(stats *st, const char *model, int64_t version, int64_t sa
     pthread_mutex_unlock(&st->mu);
 }
 
-void stats_http(stats *st, int code)
+/* Orders http_count by (handler, method, code). */
+static int http_cmp(const char *handler, const char *method, int code, const http_count *c)
+{
+    int r = strcmp(handler, c->handler);
+    if (r == 0)
+        r = strcmp(method, c->method);
+    return r ? r : (code > c->code) - (code < c->code);
+}
+
+void stats_http(stats *st, const char *method, const char *handler, int code)
 {
     /* Codes outside 100..599 are not HTTP status codes: not counted. */
     if (code < HTTP_CODE_MIN || code > HTTP_CODE_MAX)
         return;
+    char m[HTTP_LABEL_MAX], hd[HTTP_LABEL_MAX];
+    snprintf(m, sizeof(m), "%s", method ? method : "");
+    snprintf(hd, sizeof(hd), "%s", handler ? handler : "");
     pthread_mutex_lock(&st->mu);
-    st->http[code - HTTP_CODE_MIN]++;
+    size_t i = 0;
+    int r = 1;
+    while (i < st->nhttp && (r = http_cmp(hd, m, code, &st->http[i])) > 0)
+        i++;
+    if (i < st->nhttp && r == 0) {
+        st->http[i].n++;
+    } else if (st->nhttp < STATS_MAX_HTTP) {
+        if (!st->http)
+            st->http = calloc(STATS_MAX_HTTP, sizeof(*st->http));
+        if (st->http) {
+            memmove(&st->http[i + 1], &st->http[i], (st->nhttp - i) * sizeof(*st->http));
+            st->http[i] = (http_count){.code = code, .n = 1};
+            memcpy(st->http[i].method, m, sizeof(m));
+            memcpy(st->http[i].handler, hd, sizeof(hd));
+            st->nhttp++;
+        }
+    }
     pthread_mutex_unlock(&st->mu);
 }
 
@@ -595,6 +639,10 @@ char *stats_prometheus(stats *st, const char *extra)
          "Cumulative inference queuing duration in microseconds (successful requests)"},
         {"nv_inference_compute_infer_duration_us",
          "Cumulative compute inference duration in microseconds (successful requests)"},
+        {"nv_inference_compute_input_duration_us",
+         "Cumulative compute input duration in microseconds (successful requests)"},
+        {"nv_inference_compute_output_duration_us",
+         "Cumulative compute output duration in microseconds (successful requests)"},
     };
 
     pthread_mutex_lock(&st->mu);
@@ -613,7 +661,8 @@ char *stats_prometheus(stats *st, const char *extra)
         dl_prom_family(&b, durations[f].name, "counter", durations[f].help);
         for (size_t i = 0; i < st->nseries; i++) {
             const series *s = st->series[i];
-            double v = f == 0 ? s->request_us : f == 1 ? s->queue_us : s->compute_us;
+            double v = f == 0 ? s->request_us : f == 1 ? s->queue_us
+                     : f == 2 ? s->compute_us : f == 3 ? s->input_us : s->output_us;
             sample_series(&b, durations[f].name, s, v);
         }
     }
@@ -641,14 +690,13 @@ char *stats_prometheus(stats *st, const char *extra)
                       (double)st->series[i]->timeouts);
 
     dl_prom_family(&b, "dlserve_http_responses_total", "counter",
-              "HTTP responses sent, by status code.");
-    for (int c = HTTP_CODE_MIN; c <= HTTP_CODE_MAX; c++) {
-        uint64_t n = st->http[c - HTTP_CODE_MIN];
-        if (!n)
-            continue;
+              "HTTP responses sent, by method, handler (the route) and status code.");
+    for (size_t i = 0; i < st->nhttp; i++) {
+        const http_count *c = &st->http[i];
         char code[8];
-        snprintf(code, sizeof(code), "%d", c);
-        dl_prom_sample(&b, "dlserve_http_responses_total", (double)n, "code", code, NULL);
+        snprintf(code, sizeof(code), "%d", c->code);
+        dl_prom_sample(&b, "dlserve_http_responses_total", (double)c->n, "method", c->method,
+                       "handler", c->handler, "code", code, NULL);
     }
     double start_time = st->start_time;
     pthread_mutex_unlock(&st->mu);
@@ -729,12 +777,12 @@ json_t *stats_json(stats *st)
         exec += s->executions;
         ok = json_add_series(models, s);
     }
-    for (int c = HTTP_CODE_MIN; ok && c <= HTTP_CODE_MAX; c++) {
-        uint64_t n = st->http[c - HTTP_CODE_MIN];
-        if (!n)
-            continue;
+    /* /status keeps counting by code alone */
+    for (size_t i = 0; ok && i < st->nhttp; i++) {
         char key[16];
-        snprintf(key, sizeof(key), "%d", c);
+        snprintf(key, sizeof(key), "%d", st->http[i].code);
+        json_t *had = json_object_get(http, key);
+        uint64_t n = st->http[i].n + (had ? (uint64_t)json_integer_value(had) : 0);
         ok = json_object_set_new(http, key, jint(n)) == 0;
     }
     pthread_mutex_unlock(&st->mu);

@@ -50,16 +50,20 @@ void stats_timeout(stats *st, const char *model, int64_t version);
  * `model`, every version that has statistics (version 0) or that one;
  * [] when there are none. NULL only when out of memory. */
 json_t *stats_model_stats(stats *st, const char *model, int64_t version);
-/* An HTTP answer with this status code. */
-void stats_http(stats *st, int code);
+/* An HTTP answer with this status code, to a request of this method
+ * (GET, POST, ...) that this handler (the route: "infer", "health_ready",
+ * ...) answered. */
+void stats_http(stats *st, const char *method, const char *handler, int code);
 
 /* Prometheus text exposition (new string, caller frees): Triton's names
  * (nv_inference_request_success, nv_inference_request_failure,
  * nv_inference_count, nv_inference_exec_count,
  * nv_inference_request_duration_us, nv_inference_queue_duration_us,
- * nv_inference_compute_infer_duration_us) with model and version labels,
+ * nv_inference_compute_infer_duration_us,
+ * nv_inference_compute_input_duration_us,
+ * nv_inference_compute_output_duration_us) with model and version labels,
  * histograms dlserve_request_duration_seconds and dlserve_batch_size,
- * dlserve_http_responses_total{code}, and process metrics
+ * dlserve_http_responses_total{method,handler,code}, and process metrics
  * (process_resident_memory_bytes, process_cpu_seconds_total,
  * process_start_time_seconds, process_open_fds). `extra` (may be NULL) is
  * appended as is. */

@@ -1,4 +1,6 @@
-/* log.c: leveled logging to stderr with journald "<N>" priority prefixes,
+/* log.c: leveled logging to stderr, with journald's "<N>" priority
+ * prefixes when journald reads it and an ISO-8601 time and level word
+ * otherwise,
  * a level for all subsystems and a list of subsystems turned up to debug,
  * as text lines or JSON objects with the ids of the thread's request.
  * Ranks other than 0 tag their lines with "[rN]". */
@@ -26,8 +28,10 @@ const dl_opt_word dl_log_format_words[] = {
 };
 
 static atomic_int log_format = DL_LOG_FORMAT_TEXT;
-/* JSON lines keep the "<N>" prefix when stderr is journald's stream. */
-static atomic_bool json_prefix;
+/* Whether stderr is journald's stream: 1 yes, 0 no, -1 not looked at yet.
+ * Lines then start with "<N>" (journald takes the priority from it and
+ * stamps the time itself); else text lines start with the time. */
+static atomic_int journal = -1;
 
 static _Thread_local const dl_log_ids *thread_ids;
 
@@ -146,8 +150,30 @@ static bool stderr_is_journal(void)
 
 void dl_log_set_format(int format)
 {
-    atomic_store(&json_prefix, format == DL_LOG_FORMAT_JSON && stderr_is_journal());
+    atomic_store(&journal, stderr_is_journal());
     atomic_store(&log_format, format);
+}
+
+static bool to_journal(void)
+{
+    int j = atomic_load_explicit(&journal, memory_order_relaxed);
+    if (j < 0) {
+        j = stderr_is_journal();
+        atomic_store_explicit(&journal, j, memory_order_relaxed);
+    }
+    return j == 1;
+}
+
+/* "2026-12-01T05:52:49.123456Z" (UTC, microseconds) into buf; its length. */
+static size_t iso_time(char *buf, size_t cap)
+{
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    size_t n = strftime(buf, cap, "%Y-%m-%dT%H:%M:%S", &tm);
+    n += (size_t)snprintf(buf + n, cap - n, ".%06ldZ", ts.tv_nsec / 1000);
+    return n < cap ? n : cap - 1;
 }
 
 const dl_log_ids *dl_log_ids_push(const dl_log_ids *ids)
@@ -219,15 +245,12 @@ static void write_json(int level, const char *subsys, const char *msg)
 {
     char line[4096];
     size_t n = 0;
-    struct timespec ts;
-    struct tm tm;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    if (atomic_load(&json_prefix))
+    if (to_journal())
         n += (size_t)snprintf(line, sizeof(line), "<%d>", level);
-    n += strftime(line + n, sizeof(line) - n, "{\"time\":\"%Y-%m-%dT%H:%M:%S", &tm);
-    n += (size_t)snprintf(line + n, sizeof(line) - n, ".%06ldZ\",\"level\":\"%s\","
-                          "\"priority\":%d,\"subsystem\":", ts.tv_nsec / 1000, level_name(level),
+    n += (size_t)snprintf(line + n, sizeof(line) - n, "{\"time\":\"");
+    n += iso_time(line + n, sizeof(line) - n);
+    n += (size_t)snprintf(line + n, sizeof(line) - n,
+                          "\",\"level\":\"%s\",\"priority\":%d,\"subsystem\":", level_name(level),
                           level);
     json_str(line, &n, sizeof(line), subsys);
     if (dl_log_rank > 0)
@@ -271,10 +294,15 @@ void dl_log_write(int level, const char *subsys, const char *fmt, ...)
         write_json(level, subsys, line);
         return;
     }
-    char ids[280];
+    char ids[280], head[64], rank[16] = "";
     text_ids(ids, sizeof(ids));
+    if (to_journal()) {
+        snprintf(head, sizeof(head), "<%d>", level);
+    } else {
+        size_t n = iso_time(head, sizeof(head));
+        snprintf(head + n, sizeof(head) - n, " %s ", level_name(level));
+    }
     if (dl_log_rank > 0)
-        fprintf(stderr, "<%d>[r%d] %s: %s%s\n", level, dl_log_rank, subsys, line, ids);
-    else
-        fprintf(stderr, "<%d>%s: %s%s\n", level, subsys, line, ids);
+        snprintf(rank, sizeof(rank), "[r%d] ", dl_log_rank);
+    fprintf(stderr, "%s%s%s: %s%s\n", head, rank, subsys, line, ids);
 }

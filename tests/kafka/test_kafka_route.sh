@@ -68,7 +68,7 @@ check "daemon stops cleanly" stop_daemon
 check "daemon with topic routes joins" start_kafka_daemon two "${COMMON[@]}" \
     --set kafka.group_id=two --set "kafka.input_topics=a:fashion-mlp, b:fashion-b, c"
 check "it warns that unnamed records on a topic without a model are dead-lettered" \
-    grep -q "<4>kafka: 2 models served (fashion-b, fashion-mlp) and no \[kafka\] default_model: records that name no model go to the dead-letter topic" "$LOG"
+    grep -q " warning kafka: 2 models served (fashion-b, fashion-mlp) and no \[kafka\] default_model: records that name no model go to the dead-letter topic" "$LOG"
 check "it logs topic b's model" grep -q "records from topic b that name no model go to 'fashion-b'" "$LOG"
 "$KAFKA_TOOL" feed -b "$BOOT" -t a --count 30 --start 1000 --format data > /dev/null
 "$KAFKA_TOOL" feed -b "$BOOT" -t b --count 20 --start 2000 --format data > /dev/null

@@ -67,6 +67,14 @@ def case_urllib_404():
            "urllib, 512 KiB body to an unknown path: %d %s" % (code, body[:120]))
 
 
+def case_urllib_413_size():
+    # sys.argv[3] bytes, far over the limit: still read to its end, then 413
+    n = int(sys.argv[3])
+    code, body = urllib_post("/v2/models/fashion-mlp/infer", n)
+    expect(code == 413 and "max_body_bytes" in error_of(body),
+           "urllib, %d byte body sent whole: %d %s" % (n, code, body[:120]))
+
+
 def case_chunked_413():
     c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=30)
     chunks = (b"y" * 65536 for _ in range(40))          # 2.5 MiB, no Content-Length
@@ -91,7 +99,7 @@ def case_keepalive_after_413():
 
 
 def case_huge_declared():
-    # over twice the limit: answered at once, before any body byte
+    # past what a refusal discards (512 MiB): answered at once, before any body byte
     out = raw(b"POST /v2/models/fashion-mlp/infer HTTP/1.1\r\nHost: x\r\n"
               b"Content-Length: 1073741824\r\n\r\n")
     expect(out.startswith(b"HTTP/1.1 413"), "1 GiB declared, no body sent: %r" % out[:60])
@@ -120,8 +128,10 @@ def case_connections_503():
     r = c.getresponse()
     body = r.read()
     expect(r.status == 503 and "max_connections" in error_of(body) and
-           (r.getheader("Connection") or "").lower() == "close",
-           "connection %d of %d: %d %s" % (limit + 1, limit, r.status, body[:100]))
+           (r.getheader("Connection") or "").lower() == "close" and
+           r.getheader("Retry-After") == "1",
+           "connection %d of %d: %d %s (Retry-After %s)" %
+           (limit + 1, limit, r.status, body[:100], r.getheader("Retry-After")))
     c.close()
     for s in held:
         s.close()

@@ -102,9 +102,17 @@ cp "$WORK/body" "$WORK/metrics.txt"
 check "promtool check metrics passes" "$SRC/tests/serve/promtool_check.sh" "$WORK/metrics.txt"
 for name in nv_inference_request_success nv_inference_request_failure nv_inference_count \
     nv_inference_exec_count nv_inference_request_duration_us nv_inference_queue_duration_us \
-    nv_inference_compute_infer_duration_us dlserve_batch_size_bucket process_resident_memory_bytes; do
+    nv_inference_compute_infer_duration_us nv_inference_compute_input_duration_us \
+    nv_inference_compute_output_duration_us dlserve_batch_size_bucket \
+    process_resident_memory_bytes; do
     check "metrics has $name" grep -q "^$name" "$WORK/metrics.txt"
 done
+check "HTTP answers by method, handler and code" grep -qE \
+    '^dlserve_http_responses_total\{method="POST",handler="infer",code="200"\} [1-9]' \
+    "$WORK/metrics.txt"
+check "... the health checks under their own handler" grep -qE \
+    '^dlserve_http_responses_total\{method="GET",handler="health_(live|ready)",code="200"\} [1-9]' \
+    "$WORK/metrics.txt"
 
 # ---- dynamic batching: 32 concurrent clients, each gets its own answer ----
 for i in $(seq 0 31); do
@@ -250,9 +258,34 @@ stop_daemon
 start_daemon debuglog --models "$REPO" --set log.level=warning --set log.debug=http
 code GET /v2/health/live > /dev/null
 stop_daemon
-check "log.debug=http: http logs its debug lines" grep -q '^<7>http: GET /v2/health/live: 200' "$LOG"
+# Not under journald, a text line is "TIME LEVEL subsystem: message", the
+# time ISO-8601 in UTC.
+TS='[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z'
+check "log.debug=http: http logs its debug lines" \
+    grep -qE "^$TS debug http: GET /v2/health/live: 200" "$LOG"
 check "log.debug=http: the other subsystems log at warning and above only" \
-    bash -c '! grep -v -e "^<[0-4]>" -e "^<[0-7]>http: " "$1"' _ "$LOG"
+    bash -c '! grep -v -E -e "^$2 (err|warning) " -e "^$2 [a-z]+ http: " "$1"' _ "$LOG" "$TS"
+check "every line starts with its time and level" \
+    bash -c '! grep -v -E "^$2 (err|warning|notice|info|debug) [a-z_-]+: " "$1"' _ "$LOG" "$TS"
+# Under journald (JOURNAL_STREAM names stderr's device and inode, as
+# systemd sets it), "<N>subsystem: message": journald stamps the time.
+: > "$WORK/journal.log"
+JOURNAL_STREAM=$(stat -c '%d:%i' "$WORK/journal.log") \
+    "$DLSERVE" --set http.port=0 --models "$REPO" 2>> "$WORK/journal.log" > /dev/null &
+PID=$!
+for _ in $(seq 100); do grep -q "listening on" "$WORK/journal.log" && break; sleep 0.1; done
+stop_daemon
+check "under journald: <N> prefixes and no time" \
+    grep -qE '^<5>http: listening on http://127\.0\.0\.1:[0-9]+' "$WORK/journal.log"
+check "under journald: every line has its <N>" \
+    bash -c '! grep -v -E "^<[0-7]>[a-z_-]+: " "$1"' _ "$WORK/journal.log"
+JOURNAL_STREAM=1:1 "$DLSERVE" --set http.port=0 --models "$REPO" 2> "$WORK/other.log" \
+    > /dev/null &
+PID=$!
+for _ in $(seq 100); do grep -q "listening on" "$WORK/other.log" && break; sleep 0.1; done
+stop_daemon
+check "JOURNAL_STREAM naming another file: time stamps" \
+    grep -qE "^$TS notice http: listening on" "$WORK/other.log"
 
 # ---- 503: a full queue ----
 start_daemon full --models "$REPO" --set batching.max_queue_size=4 --set batching.eager=false \

@@ -149,4 +149,73 @@ check "config shows the default timeout" test "$(code GET /v2/models/fashion-mlp
 check "daemon stops cleanly" stop_daemon
 check "a text log line names the request id and trace of the timed-out request" \
     grep -q "503.*timeout expired.*(id=req-late, trace=4bf92f3577b34da6a3ce929d0e0e4736)" "$LOG"
+
+# ---- build info, model readiness, http.metrics_port ----
+REPO2=$WORK/models2
+mkdir -p "$REPO2/broken/1"
+cp -r "$REPO/fashion-mlp" "$REPO2/"
+sed 's/"name": *"fashion-mlp"/"name": "broken"/' "$SRC/models/fashion-mlp/model.json" \
+    > "$REPO2/broken/model.json"
+echo "not safetensors" > "$REPO2/broken/1/model.safetensors"
+MPORT=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+start_daemon metrics --models "$REPO2" --set http.token=s3cret --set http.metrics_port=$MPORT \
+    --set batching.eager=false --set batching.max_queue_delay_us=10000000
+check "daemon starts (a token, metrics_port $MPORT)" test -n "$PORT"
+check "the log names the metrics port" grep -q "metrics on http://127.0.0.1:$MPORT/metrics" "$LOG"
+check "the main port's /metrics wants the token" test "$(code GET /metrics)" = 401
+check "the metrics port serves /metrics without it" \
+    test "$(curl -s -o "$WORK/m2.txt" -w '%{http_code}' "http://127.0.0.1:$MPORT/metrics")" = 200
+check "... and nothing else" \
+    test "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MPORT/v2/models/fashion-mlp")" = 404
+check "... nor POST /metrics" \
+    test "$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$MPORT/metrics")" = 405
+check "promtool passes the scrape" "$SRC/tests/serve/promtool_check.sh" "$WORK/m2.txt"
+check "dlserve_build_info: version, commit and backend" grep -qE \
+    '^dlserve_build_info\{version="[0-9]+\.[0-9]+\.[0-9]+",commit="[^"]+",backend="cpu"\} 1$' "$WORK/m2.txt"
+check "dlserve_model_ready: 1 for the served version" \
+    grep -qx 'dlserve_model_ready{model="fashion-mlp",version="1"} 1' "$WORK/m2.txt"
+check "dlserve_model_ready: 0 with the reason for the refused one" \
+    grep -qE '^dlserve_model_ready\{model="broken",version="1",reason="[^"]+"\} 0$' "$WORK/m2.txt"
+check "/status lists the refused version" sh -c \
+    "curl -s -H 'Authorization: Bearer s3cret' $URL/status | $PY -c 'import json, sys; m = {x[\"name\"]: x for x in json.load(sys.stdin)[\"models\"]}; assert m[\"broken\"][\"refused\"][0][\"version\"] == 1, m'"
+# A lone request waits up to max_queue_delay_us (10 s) for its batch to fill.
+curl -s -o "$WORK/pending.out" -w '%{http_code}' -H 'Authorization: Bearer s3cret' \
+    --data-binary @"$WORK/req1.json" "$URL/v2/models/fashion-mlp/infer" > "$WORK/pending.code" &
+CURL=$!
+pending() {
+    for _ in $(seq 90); do
+        curl -s "http://127.0.0.1:$MPORT/metrics" |
+            grep -qx 'nv_inference_pending_request_count{model="fashion-mlp",version="1"} 1' &&
+            return 0
+        sleep 0.1
+    done
+    return 1
+}
+check "nv_inference_pending_request_count: 1 while it waits" pending
+wait $CURL
+check "... then it is answered" test "$(cat "$WORK/pending.code")" = 200
+check "... and nothing is pending" sh -c "curl -s http://127.0.0.1:$MPORT/metrics | \
+    grep -qx 'nv_inference_pending_request_count{model=\"fashion-mlp\",version=\"1\"} 0'"
+check "metrics_port equal to port: refused at start" \
+    sh -c "! '$DLSERVE' --models '$REPO2' --set http.port=$MPORT --set http.metrics_port=$MPORT 2>/dev/null"
+check "daemon stops cleanly" stop_daemon
+
+# ---- SIGTERM's grace: not ready, still serving, then the drain ----
+start_daemon grace --models "$REPO" --set http.shutdown_grace_s=3
+check "daemon starts (shutdown_grace_s 3)" test -n "$PORT"
+check "ready before SIGTERM" test "$(code GET /v2/health/ready)" = 200
+kill -TERM $PID
+sleep 0.5
+check "during the grace: ready is 503" test "$(code GET /v2/health/ready -D "$WORK/hdrs-ready")" = 503
+check "... with Retry-After" grep -qi '^retry-after: 1' "$WORK/hdrs-ready"
+check "during the grace: live is 200" test "$(code GET /v2/health/live)" = 200
+check "during the grace: an infer request is served" \
+    test "$(code POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req1.json")" = 200
+check "the log says so" grep -q "not ready: serving for 3 s before stopping" "$LOG"
+check "exits 0 after the grace" stop_daemon 20
+start_daemon nograce --models "$REPO"
+check "daemon starts (the default grace, not under systemd)" test -n "$PORT"
+kill -TERM $PID
+check "not under systemd the default grace is 0: exits at once" stop_daemon 5
+check "... without a grace line" sh -c "! grep -q 'not ready: serving' '$LOG'"
 finish

@@ -48,6 +48,13 @@ for line in 'Type=notify' 'NotifyAccess=main' 'ExecReload=/bin/kill -HUP $MAINPI
             'DeviceAllow=char-nvidia-uvm rw' 'WantedBy=multi-user.target'; do
     check "unit has $line" has "$line"
 done
+# SIGTERM's grace (daemon.c, DEFAULT_GRACE_S under systemd) and HTTP's
+# drain (http_int.h, HTTP_DRAIN_S) end before systemd's SIGKILL.
+grace=$(sed -n 's/^#define DEFAULT_GRACE_S \([0-9]*\).*/\1/p' "$SRC/src/serve/daemon.c")
+drain=$(sed -n 's/^#define HTTP_DRAIN_S \([0-9]*\).*/\1/p' "$SRC/src/serve/http/http_int.h")
+stop=$(sed -n 's/^TimeoutStopSec=\([0-9]*\)$/\1/p' "$UNIT")
+check "TimeoutStopSec ($stop s) covers the grace ($grace s) and the drain ($drain s)" \
+    test -n "$grace" -a -n "$drain" -a -n "$stop" -a "$((grace + drain))" -lt "${stop:-0}"
 # Settings that would break the GPU (PrivateDevices hides /dev/nvidia*) or
 # CUDA's and oneDNN's JIT (W^X).
 check "no PrivateDevices=yes" bash -c '! grep -q "^PrivateDevices=\(yes\|true\|1\)" "$1"' _ "$UNIT"

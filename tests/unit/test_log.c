@@ -18,6 +18,7 @@ static void setup(void)
     cr_redirect_stderr();
     unsetenv("JOURNAL_STREAM");
     dl_log_set(DL_LOG_INFO, "", NULL);
+    dl_log_set_format(DL_LOG_FORMAT_TEXT);   /* looks at stderr again */
 }
 
 static void teardown(void)
@@ -98,19 +99,8 @@ Test(log, long_messages_stay_one_object)
     json_decref(o);
 }
 
-Test(log, text_line_unchanged_but_for_ids)
-{
-    DL_LOG(DL_LOG_NOTICE, "http", "plain");
-    dl_log_ids ids = {.request_id = "req-2", .trace_id = "abc"};
-    const dl_log_ids *prev = dl_log_ids_push(&ids);
-    DL_LOG(DL_LOG_INFO, "http", "traced");
-    dl_log_ids_pop(prev);
-    char line[1024];
-    cr_expect_str_eq(next_line(line, sizeof(line)), "<5>http: plain");
-    cr_expect_str_eq(next_line(line, sizeof(line)), "<6>http: traced (id=req-2, trace=abc)");
-}
-
-Test(log, json_keeps_journald_priority_prefix)
+/* JOURNAL_STREAM naming stderr's device and inode, as systemd sets it. */
+static void stderr_is_the_journal(void)
 {
     struct stat st;
     cr_assert_eq(fstat(STDERR_FILENO, &st), 0);
@@ -118,6 +108,52 @@ Test(log, json_keeps_journald_priority_prefix)
     snprintf(js, sizeof(js), "%llu:%llu", (unsigned long long)st.st_dev,
              (unsigned long long)st.st_ino);
     setenv("JOURNAL_STREAM", js, 1);
+}
+
+Test(log, text_line_has_time_and_level)
+{
+    dl_log_set_format(DL_LOG_FORMAT_TEXT);
+    DL_LOG(DL_LOG_NOTICE, "http", "plain");
+    dl_log_ids ids = {.request_id = "req-2", .trace_id = "abc"};
+    const dl_log_ids *prev = dl_log_ids_push(&ids);
+    DL_LOG(DL_LOG_INFO, "http", "traced");
+    dl_log_ids_pop(prev);
+    char line[1024];
+    int y, mo, d, h, mi, s, us, n = 0;
+    next_line(line, sizeof(line));
+    cr_assert_eq(sscanf(line, "%4d-%2d-%2dT%2d:%2d:%2d.%6dZ %n", &y, &mo, &d, &h, &mi, &s, &us,
+                        &n), 7, "%s", line);
+    cr_expect_eq(n, 28, "%s", line);
+    cr_expect_str_eq(line + n, "notice http: plain");
+    next_line(line, sizeof(line));
+    cr_expect_str_eq(line + 28, "info http: traced (id=req-2, trace=abc)");
+}
+
+Test(log, text_line_under_journald_has_the_priority_only)
+{
+    stderr_is_the_journal();
+    dl_log_set_format(DL_LOG_FORMAT_TEXT);
+    DL_LOG(DL_LOG_NOTICE, "http", "plain");
+    DL_LOG(DL_LOG_ERR, "daemon", "bad");
+    char line[1024];
+    cr_expect_str_eq(next_line(line, sizeof(line)), "<5>http: plain");
+    cr_expect_str_eq(next_line(line, sizeof(line)), "<3>daemon: bad");
+}
+
+Test(log, journal_stream_of_another_file_is_not_the_journal)
+{
+    setenv("JOURNAL_STREAM", "1:1", 1);
+    dl_log_set_format(DL_LOG_FORMAT_TEXT);
+    DL_LOG(DL_LOG_NOTICE, "http", "plain");
+    char line[1024];
+    next_line(line, sizeof(line));
+    cr_expect_neq(line[0], '<', "%s", line);
+    cr_expect_str_eq(line + 28, "notice http: plain");
+}
+
+Test(log, json_keeps_journald_priority_prefix)
+{
+    stderr_is_the_journal();
     dl_log_set_format(DL_LOG_FORMAT_JSON);
     DL_LOG(DL_LOG_ERR, "daemon", "to the journal");
     char line[4096];

@@ -140,12 +140,13 @@ static bool metrics_has(const char *text)
 
 Test(registry, metrics_count_refused_versions_and_readiness)
 {
-    cr_expect(metrics_has("dlserve_model_ready{model=\"tiny\"} 1\n"));
-    cr_expect(!metrics_has("dlserve_model_ready{model=\"empty\"}"),
+    cr_expect(metrics_has("dlserve_model_ready{model=\"tiny\",version=\"1\"} 1\n"));
+    cr_expect(!metrics_has("dlserve_model_ready{model=\"empty\""),
               "a folder without weights holds no readiness back");
     cr_expect(metrics_has("dlserve_model_versions_refused_total{model=\"tiny\"} 0\n"));
 
-    /* A corrupt version 2: refused, version 1 still serves. */
+    /* A corrupt version 2: refused (0, with its reason), version 1 still
+     * serves. */
     char path[192];
     snprintf(path, sizeof(path), "%s/tiny/2", dir);
     cr_assert_eq(mkdir(path, 0755), 0);
@@ -156,9 +157,12 @@ Test(registry, metrics_count_refused_versions_and_readiness)
     fclose(f);
     registry_rescan(reg);
     cr_expect(metrics_has("dlserve_model_versions_refused_total{model=\"tiny\"} 1\n"));
-    cr_expect(metrics_has("dlserve_model_ready{model=\"tiny\"} 1\n"));
+    cr_expect(metrics_has("dlserve_model_ready{model=\"tiny\",version=\"2\",reason=\""));
+    cr_expect(metrics_has("dlserve_model_ready{model=\"tiny\",version=\"1\"} 1\n"));
 
+    /* Unloaded: one 0 without a version, never an absent series. */
     dl_err err = {0};
     cr_assert_eq(registry_unload(reg, "tiny", &err), DL_OK, "%s", err.msg);
-    cr_expect(metrics_has("dlserve_model_ready{model=\"tiny\"} 0\n"));
+    cr_expect(metrics_has("dlserve_model_ready{model=\"tiny\",reason=\"unloaded\"} 0\n"));
+    cr_expect(!metrics_has("dlserve_model_ready{model=\"tiny\",version="));
 }

@@ -66,7 +66,7 @@ static void *worker(void *arg)
         stats_request(st, model, 1 + i % 2, ok, 3, 10.0, 20.0, 50.0);
         if (i % 4 == 0)
             stats_batch(st, model, 1 + i % 2, 8);
-        stats_http(st, ok ? 200 : 503);
+        stats_http(st, "POST", "infer", ok ? 200 : 503);
     }
     return NULL;
 }
@@ -120,8 +120,10 @@ Test(stats, counts_add_up_over_threads)
     cr_expect_eq(sample(text, "dlserve_request_duration_seconds_count{model=\"odd\"}"), 2 * 900);
     cr_expect_eq(sample(text, "dlserve_batch_size_count{model=\"even\"}"), 2 * 250);
     cr_expect_eq(sample(text, "dlserve_batch_size_sum{model=\"even\"}"), 2 * 250 * 8);
-    cr_expect_eq(sample(text, "dlserve_http_responses_total{code=\"200\"}"), NTHREADS * 900);
-    cr_expect_eq(sample(text, "dlserve_http_responses_total{code=\"503\"}"), NTHREADS * 100);
+    cr_expect_eq(sample(text, "dlserve_http_responses_total{method=\"POST\",handler=\"infer\","
+                              "code=\"200\"}"), NTHREADS * 900);
+    cr_expect_eq(sample(text, "dlserve_http_responses_total{method=\"POST\",handler=\"infer\","
+                              "code=\"503\"}"), NTHREADS * 100);
     free(text);
 }
 
@@ -185,6 +187,44 @@ Test(stats, histogram_buckets_are_cumulative)
         cr_expect_eq(prev, sample(text, count));
     }
     free(text);
+}
+
+Test(stats, compute_input_and_output_durations)
+{
+    req_times ok = {.queue_us = 10, .input_us = 2, .infer_us = 30, .output_us = 4,
+                    .total_us = 50};
+    req_times bad = {.input_us = 100, .output_us = 100, .total_us = 7};
+    stats_request_times(st, "m", 1, true, 3, &ok);
+    stats_request_times(st, "m", 1, true, 3, &ok);
+    stats_request_times(st, "m", 1, false, 3, &bad);   /* failures add no compute time */
+    char *text = prom();
+    cr_expect_eq(sample(text, "nv_inference_compute_input_duration_us{model=\"m\",version=\"1\"}"), 4);
+    cr_expect_eq(sample(text, "nv_inference_compute_output_duration_us{model=\"m\",version=\"1\"}"), 8);
+    cr_expect_eq(sample(text, "nv_inference_compute_infer_duration_us{model=\"m\",version=\"1\"}"), 60);
+    free(text);
+}
+
+Test(stats, http_responses_by_method_handler_and_code)
+{
+    stats_http(st, "GET", "health_ready", 503);
+    stats_http(st, "GET", "health_ready", 503);
+    stats_http(st, "POST", "infer", 200);
+    stats_http(st, "GET", "infer", 405);
+    stats_http(st, "GET", "metrics", 99);   /* not a status code: not counted */
+    char *text = prom();
+    cr_expect_eq(sample(text, "dlserve_http_responses_total{method=\"GET\",handler=\"health_ready\","
+                              "code=\"503\"}"), 2);
+    cr_expect_eq(sample(text, "dlserve_http_responses_total{method=\"POST\",handler=\"infer\","
+                              "code=\"200\"}"), 1);
+    cr_expect_eq(sample(text, "dlserve_http_responses_total{method=\"GET\",handler=\"infer\","
+                              "code=\"405\"}"), 1);
+    cr_expect_null(strstr(text, "code=\"99\""));
+    free(text);
+    json_t *j = stats_json(st);   /* /status still counts by code */
+    json_t *http = json_object_get(j, "http");
+    cr_expect_eq(json_integer_value(json_object_get(http, "503")), 2);
+    cr_expect_eq(json_integer_value(json_object_get(http, "200")), 1);
+    json_decref(j);
 }
 
 Test(stats, bad_durations_do_not_poison_sums)
@@ -267,7 +307,8 @@ Test(stats, families_have_help_and_type)
         "nv_inference_request_success", "nv_inference_request_failure",
         "nv_inference_count", "nv_inference_exec_count",
         "nv_inference_request_duration_us", "nv_inference_queue_duration_us",
-        "nv_inference_compute_infer_duration_us",
+        "nv_inference_compute_infer_duration_us", "nv_inference_compute_input_duration_us",
+        "nv_inference_compute_output_duration_us",
         "dlserve_request_duration_seconds", "dlserve_batch_size",
         "dlserve_http_responses_total", "process_resident_memory_bytes",
         "process_virtual_memory_bytes", "process_cpu_seconds_total",
@@ -390,8 +431,8 @@ Test(stats, passes_promtool)
     stats_request(st, "q\"u\\o\nte", 1, true, 1, 1, 1, 1);
     stats_request(st, "bad\xff", 1, true, 1, 1, 1, 1);
     stats_batch(st, "m", 1, 4);
-    stats_http(st, 200);
-    stats_http(st, 404);
+    stats_http(st, "GET", "metrics", 200);
+    stats_http(st, "POST", "unknown", 404);
     check_with_promtool();
 }
 

@@ -31,6 +31,7 @@
 #include <sys/types.h>
 
 #include <microhttpd.h>
+#include <zlib.h>
 
 /* Idle keep-alive connections are closed after this. */
 #define HTTP_IDLE_TIMEOUT_S 60
@@ -48,6 +49,19 @@
 #define HTTP_ACCEPT_SLACK 32
 /* Longer URLs get 414 (MHD itself answers 414 past its 32 KiB buffer). */
 #define HTTP_URL_MAX 8192
+/* A refused body (413, or any answer decided before the body) is read and
+ * discarded, so that a client sending it whole reads the answer, for at
+ * most this long from its first dropped byte, and at most
+ * max(HTTP_LINGER_BYTES, 4 x http.max_body_bytes) bytes; past either the
+ * answer goes at once and the connection closes. */
+#define HTTP_LINGER_S 10.0
+#define HTTP_LINGER_BYTES ((size_t)512 << 20)
+/* Smaller answers go uncompressed whatever Accept-Encoding says: gzip's
+ * header and the work would not pay for themselves. */
+#define HTTP_GZIP_MIN 1024
+/* Retry-After of every 503, in seconds: a queue drains, a version loads,
+ * another replica takes over from one that is stopping. */
+#define HTTP_RETRY_AFTER "1"
 
 #define CT_JSON "application/json"
 #define CT_BINARY "application/octet-stream"   /* JSON then binary tensors */
@@ -71,6 +85,7 @@ struct http_server {
     int64_t            inflight;             /* requests begun, not completed */
     int64_t            waiting;              /* of which suspended in the batcher */
     atomic_llong       conns;                /* open connections */
+    struct MHD_Daemon *metrics_d;            /* http.metrics_port's listener, or NULL */
 };
 
 /* An answer ready to queue. */
@@ -83,7 +98,9 @@ typedef struct answer {
     const char *ctype;
     const char *hname, *hvalue; /* one extra header, or NULL */
     bool        page;           /* body is an embedded file of the status page
-                                   (static, not freed), sent with its headers */
+                                   (static, not freed unless gzip), sent with
+                                   its headers */
+    bool        gzip;           /* body is compressed (new even for a page) */
 } answer;
 
 /* Where a request stands, which decides what the access handler does when
@@ -127,11 +144,20 @@ typedef struct request {
     char     *body;
     size_t    len, cap;
     size_t    dropped;          /* body bytes discarded past the limit */
+    double    drop_since;       /* dl_time_now() at the first byte dropped */
     size_t    declared;         /* Content-Length (within the limit), or 0 */
     /* How reading the body went (in REQ_READING), answered once it is
      * complete: outcomes rather than stages, since the rest of the body is
      * still read (and dropped) after either. */
     bool      too_big, nomem;
+    /* A body sent with Content-Encoding gzip or deflate: its decoder (new,
+     * NULL for an identity body); body and len are the inflated bytes. */
+    z_stream   *z;
+    const char *coding;         /* "gzip" or "deflate" */
+    size_t      coded;          /* encoded bytes read */
+    bool        z_end;          /* the stream ended */
+    bool        bad_coding;     /* corrupt: 400 naming the coding */
+    char        coding_err[128];
     const char *json_len;       /* Inference-Header-Content-Length, or NULL
                                    (MHD's copy: valid for the request) */
     answer   *refusal;          /* REQ_REFUSED_DRAINING: the answer to send */
@@ -163,6 +189,9 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
                                 size_t *upload_size, void **con_cls);
 void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                        enum MHD_RequestTerminationCode toe);
+/* The method label of dlserve_http_responses_total: the methods of RFC
+ * 9110 and PATCH, else "other" (a client cannot grow the series). */
+const char *http_method_name(const char *method);
 /* Frees rq and what it holds (its infer request has completed). */
 void http_request_free(request *rq);
 /* JSON as an answer; takes j (NULL: out of memory, 500). */
@@ -171,6 +200,35 @@ answer http_json_answer(int code, json_t *j);
  * oip_http_code gives it. */
 answer http_status_answer(dl_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* ---- http_metrics.c: http.metrics_port ------------------------------------ */
+
+/* Starts the listener of http.metrics_port (none when 0) at ss's address
+ * (its port replaced); flags: the main server's (MHD_USE_IPv6). */
+dl_status http_metrics_start(http_server *h, const struct sockaddr_storage *ss, unsigned flags,
+                             dl_err *err);
+/* Stops it, if started. */
+void http_metrics_stop(http_server *h);
+
+/* ---- http_body.c: content codings ---------------------------------------- */
+
+/* Takes Content-Encoding ce (NULL: none): true for identity, gzip and
+ * deflate (rq->z set up for the last two), false for any other coding
+ * (415). */
+bool http_body_coding(request *rq, const char *ce);
+/* Inflates n encoded bytes onto rq's body, holding at most max + 1 bytes:
+ * past max, too_big (the body freed, the rest not inflated); a corrupt
+ * stream sets bad_coding. */
+void http_body_inflate(request *rq, const char *data, size_t n, size_t max);
+/* The complete body's coding failed (corrupt or cut short): true with a
+ * 400 in *a. */
+bool http_body_error(request *rq, answer *a);
+/* Frees rq's decoder. */
+void http_body_fini(request *rq);
+/* Compresses a (2xx) with gzip when it is worth it and the request's
+ * Accept-Encoding asks for it; true when the answer depends on
+ * Accept-Encoding (to say so with Vary), compressed or not. */
+bool http_answer_compress(struct MHD_Connection *c, answer *a);
 
 /* ---- http_routes.c: the routes ---------------------------------------------- */
 
@@ -181,6 +239,8 @@ served *http_acquire(http_server *h, const oip_route *r, dl_err *err);
 /* The answer to a request whose body is complete, in *a; false when it
  * comes later: an infer request waits in the batcher. */
 bool http_dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer *a);
+/* GET /metrics: the Prometheus exposition (500 out of memory). */
+answer http_metrics_answer(http_server *h);
 
 /* ---- http_infer.c: infer requests and held batches -------------------------- */
 

@@ -97,19 +97,49 @@ static void log_answer_ids(const request *rq, const char *method, const char *ur
     dl_log_ids_pop(prev);
 }
 
+/* The handler label of dlserve_http_responses_total: the route's name. */
+static const char *handler_name(oip_route_kind kind)
+{
+    static const char *const names[] = {
+        [OIP_ROUTE_NONE] = "unknown",          [OIP_ROUTE_LIVE] = "health_live",
+        [OIP_ROUTE_READY] = "health_ready",    [OIP_ROUTE_SERVER] = "server_metadata",
+        [OIP_ROUTE_MODEL] = "model_metadata",  [OIP_ROUTE_MODEL_READY] = "model_ready",
+        [OIP_ROUTE_INFER] = "infer",           [OIP_ROUTE_MODEL_STATS] = "model_stats",
+        [OIP_ROUTE_MODEL_CONFIG] = "model_config", [OIP_ROUTE_REPO_INDEX] = "repository_index",
+        [OIP_ROUTE_REPO_LOAD] = "repository_load", [OIP_ROUTE_REPO_UNLOAD] = "repository_unload",
+        [OIP_ROUTE_METRICS] = "metrics",       [OIP_ROUTE_STATUS] = "status",
+        [OIP_ROUTE_PAGE] = "page",             [OIP_ROUTE_PAGE_FILE] = "page_file",
+        [OIP_ROUTE_TRAINING] = "training",
+    };
+    size_t k = (size_t)kind;
+    return k < sizeof(names) / sizeof(names[0]) && names[k] ? names[k] : "unknown";
+}
+
+const char *http_method_name(const char *method)
+{
+    static const char *const known[] = {"GET", "HEAD", "POST", "PUT", "DELETE",
+                                        "OPTIONS", "PATCH", "TRACE", "CONNECT"};
+    for (size_t i = 0; method && i < sizeof(known) / sizeof(known[0]); i++)
+        if (strcmp(method, known[i]) == 0)
+            return known[i];
+    return "other";
+}
+
 /* Queues a (taking its body), counts and logs it. */
 static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const request *rq,
                                const char *method, const char *url, answer a)
 {
     static const char oom[] = "{\"error\":\"out of memory\"}";
+    bool vary = http_answer_compress(c, &a);
     size_t len = a.len ? a.len : a.body ? strlen(a.body) : 0;
     struct MHD_Response *resp =
-        a.body ? MHD_create_response_from_buffer(len, a.body, a.page ? MHD_RESPMEM_PERSISTENT
-                                                                     : MHD_RESPMEM_MUST_FREE)
+        a.body ? MHD_create_response_from_buffer(len, a.body,
+                                                 a.page && !a.gzip ? MHD_RESPMEM_PERSISTENT
+                                                                   : MHD_RESPMEM_MUST_FREE)
                : MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom,
                                                  MHD_RESPMEM_PERSISTENT);
     if (!resp) {
-        if (!a.page)
+        if (!a.page || a.gzip)
             free(a.body);
         return MHD_NO;
     }
@@ -121,6 +151,10 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const r
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             a.json_len ? CT_BINARY : a.ctype ? a.ctype : CT_JSON);
     trace_answer(resp, &rq->trace);
+    if (vary)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, MHD_HTTP_HEADER_ACCEPT_ENCODING);
+    if (a.gzip)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
     if (a.hname)
         MHD_add_response_header(resp, a.hname, a.hvalue);
     if (a.json_len) {
@@ -128,12 +162,15 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const r
         snprintf(n, sizeof(n), "%zu", a.json_len);
         MHD_add_response_header(resp, OIP_HEADER_JSON_LEN, n);
     }
+    /* Every 503 says when to come back (RFC 9110 15.6.4). */
+    if (a.code == 503)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, HTTP_RETRY_AFTER);
     /* While stopping, keep-alive connections end with this answer. */
     if (atomic_load(&h->stopping))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result r = MHD_queue_response(c, (unsigned)a.code, resp);
     MHD_destroy_response(resp);
-    stats_http(h->deps->st, a.code);
+    stats_http(h->deps->st, http_method_name(method), handler_name(rq->route.kind), a.code);
     log_answer_ids(rq, method, url, &a);
     return r;
 }
@@ -241,6 +278,15 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
         a->hvalue = oip_route_allow(kind);
         return true;
     }
+    const char *ce =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    if (!http_body_coding(rq, ce)) {
+        *a = error_answer(415, "Content-Encoding '%.60s' is not supported (gzip, deflate or "
+                          "identity)", ce);
+        a->hname = MHD_HTTP_HEADER_ACCEPT_ENCODING;   /* RFC 9110 15.5.16 */
+        a->hvalue = "gzip, deflate";
+        return true;
+    }
     const char *cl =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
@@ -254,24 +300,34 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
     return false;
 }
 
-static size_t drain_limit(const http_server *h);
+static bool linger(const http_server *h, request *rq, size_t n);
 
 /* Appends upload data to the request body. Past the limit the rest is
  * read and dropped (a chunked body has no Content-Length to refuse up
- * front), up to the drain limit; false then: answer 413 at once. */
+ * front) while linger allows; false then: answer 413 at once. */
 static bool take_body(http_server *h, request *rq, const char *data, size_t n)
 {
     size_t max = (size_t)h->deps->conf->max_body_bytes;
+    if (rq->z && !rq->too_big && !rq->nomem && !rq->bad_coding) {
+        /* the limit holds for the encoded bytes too: no endless stream of
+         * empty blocks */
+        rq->coded += n;
+        if (rq->coded > max)
+            rq->too_big = true;
+        else
+            http_body_inflate(rq, data, n, max);
+        return true;
+    }
+    if (rq->z || rq->bad_coding)   /* refused, or corrupt: the rest is dropped */
+        return linger(h, rq, n);
     if (!rq->too_big && !rq->nomem && n > max - rq->len) {
         rq->too_big = true;
         free(rq->body);
         rq->body = NULL;
         rq->len = rq->cap = 0;
     }
-    if (rq->too_big || rq->nomem) {
-        rq->dropped += n;
-        return rq->dropped <= drain_limit(h);
-    }
+    if (rq->too_big || rq->nomem)
+        return linger(h, rq, n);
     if (rq->len + n > rq->cap) {
         /* One allocation for a body of the declared length. */
         size_t cap = rq->cap ? rq->cap : rq->declared > 0 ? rq->declared : 4096;
@@ -280,8 +336,7 @@ static bool take_body(http_server *h, request *rq, const char *data, size_t n)
         char *p = realloc(rq->body, cap);
         if (!p) {
             rq->nomem = true;
-            rq->dropped += n;
-            return true;
+            return linger(h, rq, n);
         }
         rq->body = p;
         rq->cap = cap;
@@ -291,16 +346,32 @@ static bool take_body(http_server *h, request *rq, const char *data, size_t n)
     return true;
 }
 
-/* Body bytes read and discarded after an early answer before it is sent:
- * twice the body limit. A larger body gets the answer at once (and the
- * connection closes: a client still sending may see a reset). */
-static size_t drain_limit(const http_server *h)
+/* The most body bytes read and discarded after a refusal before it is
+ * sent: far above the body limit. */
+static size_t linger_bytes(const http_server *h)
 {
-    return 2 * (size_t)h->deps->conf->max_body_bytes;
+    size_t four = 4 * (size_t)h->deps->conf->max_body_bytes;
+    return four > HTTP_LINGER_BYTES ? four : HTTP_LINGER_BYTES;
+}
+
+/* Discards n body bytes after a refusal (or past the limit): true while
+ * the rest is still read and dropped, for HTTP_LINGER_S from the first
+ * byte dropped and up to linger_bytes (as nginx lingers on a refused
+ * body), so that a client which sends its whole body before it reads
+ * (Python's http.client and urllib) reads the answer. False past either
+ * bound: the answer goes at once, and the connection closes after it (a
+ * client still sending may see a reset). */
+static bool linger(const http_server *h, request *rq, size_t n)
+{
+    double now = dl_time_now();
+    if (rq->dropped == 0)
+        rq->drop_since = now;
+    rq->dropped += n;
+    return rq->dropped <= linger_bytes(h) && now - rq->drop_since <= HTTP_LINGER_S;
 }
 
 /* Whether a body follows the headers that the client sends without
- * waiting for an answer: a declared length within the drain limit, or a
+ * waiting for an answer: a declared length within linger_bytes, or a
  * chunked body. A client that sent "Expect: 100-continue" waits for
  * one: it gets the answer at once. */
 static bool body_follows(const http_server *h, struct MHD_Connection *c)
@@ -312,7 +383,7 @@ static bool body_follows(const http_server *h, struct MHD_Connection *c)
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
         unsigned long long n = strtoull(cl, NULL, 10);
-        return n > 0 && n <= drain_limit(h);
+        return n > 0 && n <= linger_bytes(h);
     }
     const char *te =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
@@ -349,6 +420,7 @@ void http_request_free(request *rq)
         free(take_refusal(rq).body);
     free(rq->q.out);   /* NULL unless its batch ran */
     oip_request_fini(&rq->in);
+    http_body_fini(rq);
     served_release(rq->sv);
     free(rq->body);
     free(rq);
@@ -381,11 +453,8 @@ static enum MHD_Result on_upload(http_server *h, struct MHD_Connection *c, reque
                                  const char *method, const char *url, const char *upload,
                                  size_t n)
 {
-    if (rq->stage == REQ_REFUSED_DRAINING) {   /* discarded: the answer is already decided */
-        rq->dropped += n;
-        return rq->dropped <= drain_limit(h) ? MHD_YES
-                                             : respond(h, c, rq, method, url, take_refusal(rq));
-    }
+    if (rq->stage == REQ_REFUSED_DRAINING)   /* discarded: the answer is already decided */
+        return linger(h, rq, n) ? MHD_YES : respond(h, c, rq, method, url, take_refusal(rq));
     if (take_body(h, rq, upload, n))
         return MHD_YES;
     return respond(h, c, rq, method, url,

@@ -113,7 +113,7 @@ static answer status(http_server *h)
     return http_json_answer(200, o);
 }
 
-static answer metrics(http_server *h)
+answer http_metrics_answer(http_server *h)
 {
     answer a = {.code = 200, .ctype = CT_METRICS};
     char *extra = h->deps->metrics_extra ? h->deps->metrics_extra(h->deps->ctx) : NULL;
@@ -166,6 +166,8 @@ bool http_dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer
         *a = http_status_answer(DL_ERR_NOMEM, "out of memory for the request body");
         return true;
     }
+    if (http_body_error(rq, a))   /* a corrupt gzip or deflate body: 400 */
+        return true;
     switch (rq->route.kind) {
     case OIP_ROUTE_INFER:       return http_infer_start(h, c, rq, a);
     case OIP_ROUTE_LIVE:        *a = http_json_answer(200, json_pack("{s:b}", "live", 1)); break;
@@ -182,7 +184,7 @@ bool http_dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer
     case OIP_ROUTE_REPO_UNLOAD: *a = repo_change(h, rq, false); break;
     case OIP_ROUTE_MODEL_STATS:  *a = model_json(h, &rq->route, http_model_stats); break;
     case OIP_ROUTE_MODEL_CONFIG: *a = model_json(h, &rq->route, http_model_config); break;
-    case OIP_ROUTE_METRICS:     *a = metrics(h); break;
+    case OIP_ROUTE_METRICS:     *a = http_metrics_answer(h); break;
     case OIP_ROUTE_STATUS:      *a = status(h); break;
     case OIP_ROUTE_PAGE:        *a = page_file("index.html", true); break;
     case OIP_ROUTE_PAGE_FILE:   *a = page_file(rq->route.model, false); break;

@@ -245,9 +245,12 @@ dl_status http_start(const http_deps *deps, http_server **out, int *port, dl_err
             st = dl_err_set(err, DL_ERR_IO, "cannot start the HTTP event loops%s%s",
                             errno ? ": " : "", errno ? strerror(errno) : " (see the log)");
     }
+    if (st == DL_OK)
+        st = http_metrics_start(h, &ss, flags, err);
     if (st == DL_OK && pthread_create(&h->acceptor, NULL, acceptor_main, h) != 0)
         st = dl_err_set(err, DL_ERR_IO, "cannot start the HTTP acceptor thread");
     if (st != DL_OK) {
+        http_metrics_stop(h);
         if (h->d)
             MHD_stop_daemon(h->d);
         server_free(h);
@@ -294,5 +297,6 @@ void http_stop(http_server *h)
         DL_LOG(DL_LOG_WARNING, "http", "stopping with %lld requests unanswered after %d s",
                (long long)left, HTTP_DRAIN_S);
     MHD_stop_daemon(h->d);
+    http_metrics_stop(h);   /* scraped until the end */
     server_free(h);
 }
