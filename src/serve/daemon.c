@@ -79,14 +79,21 @@ static void watch_tree(int fd, const char *dir, int depth)
     closedir(d);
 }
 
-/* The components, started in this order (HTTP first) and stopped in
+/* The components, started in this order (the span exporter, then HTTP)
+ * and stopped in
  * reverse before the batcher drains: Kafka's records in flight are answered
  * and committed first, then the Redis watcher stops; HTTP takes no stop
  * (new infer requests get 503 meanwhile) but finishes once the batcher has
  * drained, answering what is in flight; Redis's status link is freed after
- * HTTP has stopped. A build without a library registers its stand-in,
+ * HTTP has stopped; the span exporter finishes last, sending the spans of
+ * HTTP's last answers. A build without a library registers its stand-in,
  * which refuses a configuration that asks for it. */
 static const component *const components[] = {
+#ifdef DL_HAVE_OTLP
+    &component_otlp,
+#else
+    &component_otlp_missing,
+#endif
     &component_http,
 #ifdef DL_HAVE_REDIS
     &component_redis,
@@ -109,6 +116,7 @@ typedef struct daemon_ctx {
     registry     *reg;
     stats        *st;
     batcher      *bat;
+    tracer       *tr;
     double        start;
     int64_t       reloads;
     component_env env;
@@ -294,12 +302,15 @@ static dl_status start(daemon_ctx *d, dl_err *err)
         st = stats_new(&d->st, err);
     if (st == DL_OK)
         st = batcher_new(&d->conf.batching, instances, d->reg, d->st, &d->bat, err);
+    if (st == DL_OK)
+        st = tracer_new(&d->conf.trace, &d->tr, err);
     if (st != DL_OK)
         return st;
     d->env.conf = &d->conf;
     d->env.reg = d->reg;
     d->env.bat = d->bat;
     d->env.st = d->st;
+    d->env.tracer = d->tr;
     d->env.rescan_fd = d->wake[1];
     d->env.start_time = d->start;
     d->env.ready = is_ready;
@@ -347,6 +358,7 @@ static void stop(daemon_ctx *d)
         if (state)
             components[i]->free(state);
     }
+    tracer_free(d->tr);
     pthread_mutex_destroy(&d->env.mu);
     close(d->wake[0]);
     close(d->wake[1]);
