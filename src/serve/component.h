@@ -57,6 +57,8 @@ typedef struct component_env {
     /* The spans of traced requests (tracer.h), for every build and
      * transport; exported by component_otlp while it runs. */
     tracer              *tracer;
+    /* The status page's history (GET /status/history, new), or NULL. */
+    json_t            *(*history)(void *ctx);
 } component_env;
 
 typedef struct component {

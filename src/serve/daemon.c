@@ -6,6 +6,7 @@
  * exits 0. Signal handlers only set flags. */
 #define _GNU_SOURCE
 #include "serve/component.h"
+#include "serve/history.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -117,6 +118,7 @@ typedef struct daemon_ctx {
     stats        *st;
     batcher      *bat;
     tracer       *tr;
+    history      *hs;            /* the status page's history */
     double        start;
     int64_t       reloads;
     component_env env;
@@ -174,6 +176,29 @@ static char *metrics_extra(void *ctx)
     return b.s;
 }
 
+static json_t *history_of(void *ctx)
+{
+    return history_json(((daemon_ctx *)ctx)->hs);
+}
+
+/* A snapshot for the status page's history, from what /status and
+ * /metrics answer now. */
+static void take_snapshot(daemon_ctx *d)
+{
+    json_t *status = json_pack("{s:o, s:o, s:o}", "models", registry_status(d->reg), "batcher",
+                               batcher_status(d->bat), "counters", stats_json(d->st));
+    json_t *extra = status_extra(d);
+    json_t *kafka = json_object_get(extra, "kafka");
+    if (status && kafka)
+        json_object_set(status, "kafka", kafka);
+    char *prom = stats_prometheus(d->st, NULL);
+    if (status && prom)
+        history_add(d->hs, history_snapshot(dl_time_now() - d->start, status, prom));
+    free(prom);
+    json_decref(extra);
+    json_decref(status);
+}
+
 static void status_line(daemon_ctx *d)
 {
     json_t *models = registry_status(d->reg);
@@ -218,10 +243,17 @@ static void main_loop(daemon_ctx *d)
     int fd = d->conf.models.watch ? inotify_init1(IN_NONBLOCK | IN_CLOEXEC) : -1;
     if (fd >= 0)
         watch_tree(fd, d->conf.models.dir, 2);
-    double wd = watchdog_seconds(), last_pet = 0.0, changed = 0.0;
+    double wd = watchdog_seconds(), last_pet = 0.0, changed = 0.0, next_snapshot = 0.0;
     bool dirty = false;
     while (!stop_flag) {
+        if (dl_time_now() >= next_snapshot) {
+            take_snapshot(d);
+            next_snapshot = dl_time_now() + HISTORY_INTERVAL_S;
+        }
         int timeout = dirty ? 50 : wd > 0 ? (int)(wd * 250) : 1000;
+        int until_snapshot = (int)((next_snapshot - dl_time_now()) * 1000) + 1;
+        if (until_snapshot < timeout)
+            timeout = until_snapshot;
         struct pollfd p[2] = { { .fd = fd, .events = POLLIN },
                                { .fd = d->wake[0], .events = POLLIN } };
         char buf[16384];
@@ -304,6 +336,8 @@ static dl_status start(daemon_ctx *d, dl_err *err)
         st = batcher_new(&d->conf.batching, instances, d->reg, d->st, &d->bat, err);
     if (st == DL_OK)
         st = tracer_new(&d->conf.trace, &d->tr, err);
+    if (st == DL_OK)
+        st = history_new(&d->hs, err);
     if (st != DL_OK)
         return st;
     d->env.conf = &d->conf;
@@ -311,6 +345,7 @@ static dl_status start(daemon_ctx *d, dl_err *err)
     d->env.bat = d->bat;
     d->env.st = d->st;
     d->env.tracer = d->tr;
+    d->env.history = history_of;
     d->env.rescan_fd = d->wake[1];
     d->env.start_time = d->start;
     d->env.ready = is_ready;
@@ -359,6 +394,7 @@ static void stop(daemon_ctx *d)
             components[i]->free(state);
     }
     tracer_free(d->tr);
+    history_free(d->hs);
     pthread_mutex_destroy(&d->env.mu);
     close(d->wake[0]);
     close(d->wake[1]);

@@ -26,6 +26,8 @@ typedef struct http_deps {
     char             *(*metrics_extra)(void *ctx);
     /* the spans of traced requests and Triton's trace settings (tracer.h) */
     tracer             *tr;
+    /* the status page's history for GET /status/history (new), may be NULL */
+    json_t           *(*history)(void *ctx);
 } http_deps;
 
 /* Triton's statistics extension for GET /v2/models/{m}[/versions/{v}]/stats:

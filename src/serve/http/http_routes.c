@@ -175,6 +175,14 @@ static answer trace_setting(http_server *h, request *rq)
     return http_json_answer(200, tracer_setting(h->deps->tr, model));
 }
 
+/* The status page's history: what the page draws when it opens. */
+static answer history(http_server *h)
+{
+    json_t *j = h->deps->history ? h->deps->history(h->deps->ctx)
+                                 : json_pack("{s:i, s:[]}", "interval_s", 2, "samples");
+    return j ? http_json_answer(200, j) : http_status_answer(DL_ERR_NOMEM, "out of memory");
+}
+
 bool http_dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer *a)
 {
     if (rq->too_big) {
@@ -207,6 +215,7 @@ bool http_dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer
     case OIP_ROUTE_PAGE:        *a = page_file("index.html", true); break;
     case OIP_ROUTE_PAGE_FILE:   *a = page_file(rq->route.model, false); break;
     case OIP_ROUTE_TRAINING:    *a = training(h); break;
+    case OIP_ROUTE_HISTORY:     *a = history(h); break;
     case OIP_ROUTE_TRACE_SETTING: *a = trace_setting(h, rq); break;
     case OIP_ROUTE_NONE:        *a = http_status_answer(DL_ERR_NOT_FOUND, "not found"); break;
     }

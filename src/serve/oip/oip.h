@@ -35,6 +35,7 @@ typedef enum oip_route_kind {
     OIP_ROUTE_PAGE,          /* GET  / (the status page) */
     OIP_ROUTE_PAGE_FILE,     /* GET  /ui/{file} (its scripts and styles) */
     OIP_ROUTE_TRAINING,      /* GET  /status/training */
+    OIP_ROUTE_HISTORY,       /* GET  /status/history */
     OIP_ROUTE_TRACE_SETTING, /* GET|POST /v2[/models/{m}]/trace/setting (model: r->model) */
 } oip_route_kind;
 

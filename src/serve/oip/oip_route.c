@@ -105,7 +105,8 @@ static oip_route_kind route_repository(const seg *s, int n, oip_route *r)
     return OIP_ROUTE_NONE;
 }
 
-/* The status page: /, /ui/{file} (the name in r->model), /status/training. */
+/* The status page: /, /ui/{file} (the name in r->model), /status/training,
+ * /status/history. */
 static oip_route_kind route_page(const seg *s, int n, oip_route *r)
 {
     if (n == 0)
@@ -114,6 +115,8 @@ static oip_route_kind route_page(const seg *s, int n, oip_route *r)
         return OIP_ROUTE_PAGE_FILE;
     if (n == 2 && seg_is(s[0], "status") && seg_is(s[1], "training"))
         return OIP_ROUTE_TRAINING;
+    if (n == 2 && seg_is(s[0], "status") && seg_is(s[1], "history"))
+        return OIP_ROUTE_HISTORY;
     return OIP_ROUTE_NONE;
 }
 
