@@ -74,9 +74,12 @@ static void *export_main(void *arg)
 static dl_status otlp_start(component_env *env, void **state, dl_err *err)
 {
     *state = NULL;
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)   /* before any other thread */
+        return dl_err_set(err, DL_ERR_UNAVAILABLE, "libcurl did not initialize");
     otlp *o = calloc(1, sizeof(*o));
     if (!o || !(o->curl = curl_easy_init())) {
         free(o);
+        curl_global_cleanup();
         return dl_err_set(err, DL_ERR_NOMEM, "OTLP exporter");
     }
     o->tr = env->tracer;
@@ -91,6 +94,7 @@ static dl_status otlp_start(component_env *env, void **state, dl_err *err)
     if (pthread_create(&o->thread, NULL, export_main, o) != 0) {
         curl_slist_free_all(h);
         curl_easy_cleanup(o->curl);
+        curl_global_cleanup();
         free(o);
         return dl_err_set(err, DL_ERR_NOMEM, "OTLP exporter thread");
     }
@@ -117,6 +121,7 @@ static void otlp_free(void *state)
     curl_easy_getinfo(o->curl, CURLINFO_PRIVATE, (char **)&h);
     curl_slist_free_all(h);
     curl_easy_cleanup(o->curl);
+    curl_global_cleanup();
     free(o);
 }
 

@@ -367,6 +367,10 @@ dl_status dl_serve_conf_validate(const dl_serve_conf *c, dl_err *err)
     if (c->kafka.delivery == DL_DELIVERY_REDIS && !c->redis.host[0])
         return dl_err_set(err, DL_ERR_INVALID,
                           "[kafka] delivery = redis needs [redis] host");
+    const char *otlp = c->trace.otlp_endpoint;
+    if (otlp[0] && strncmp(otlp, "http://", 7) != 0 && strncmp(otlp, "https://", 8) != 0)
+        return dl_err_set(err, DL_ERR_INVALID, "[trace] otlp_endpoint '%.200s' is not an "
+                          "http:// or https:// URL", otlp);
     dl_kafka_topic topics[DL_KAFKA_TOPICS_MAX];
     int ntopics;
     if ((c->kafka.brokers[0] || c->kafka.embedded) &&

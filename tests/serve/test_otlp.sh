@@ -113,8 +113,8 @@ PYEOF
 
 # ---- Triton's trace extension -------------------------------------------------
 check "GET /v2/trace/setting: 200" test "$(code GET /v2/trace/setting)" = 200
-check "... TIMESTAMPS, every request, no count limit" test "$(jq_get \
-    '(d["trace_level"], d["trace_rate"], d["trace_count"], d["trace_mode"], "log_frequency" in d)')" \
+check "... TIMESTAMPS, every request, no count limit" test "$(jq_get '(d["trace_level"],
+    d["trace_rate"], d["trace_count"], d["trace_mode"], "log_frequency" in d)')" \
     = "(['TIMESTAMPS'], '1', '-1', 'opentelemetry', True)"
 check "server metadata lists the trace extension" \
     test "$(code GET /v2)" = 200 -a "$(jq_get '"trace" in d["extensions"]')" = True
@@ -201,6 +201,10 @@ check "the failed export is counted and logged" wait_for 10 \
            grep -q 'spans of 1 requests lost' '$LOG'"
 check "daemon stops cleanly" stop_daemon
 
+"$DLSERVE" --models "$WORK/repo" --set trace.otlp_endpoint=127.0.0.1:4318 --set http.port=0 \
+    > /dev/null 2> "$WORK/err"
+check "an otlp_endpoint that is not an http(s) URL is refused at start" \
+    fails_with "$WORK/err" $? "otlp_endpoint '127.0.0.1:4318' is not an http:// or https:// URL"
 "$DLSERVE" --models "$WORK/repo" --set trace.rate=1.5 --set http.port=0 > /dev/null 2> "$WORK/err"
 check "a [trace] rate over 1 is refused at start" fails_with "$WORK/err" $? "\[trace\] rate"
 finish
