@@ -81,14 +81,14 @@ static void watch_tree(int fd, const char *dir, int depth)
 }
 
 /* The components, started in this order (the span exporter, then HTTP)
- * and stopped in
- * reverse before the batcher drains: Kafka's records in flight are answered
- * and committed first, then the Redis watcher stops; HTTP takes no stop
- * (new infer requests get 503 meanwhile) but finishes once the batcher has
- * drained, answering what is in flight; Redis's status link is freed after
- * HTTP has stopped; the span exporter finishes last, sending the spans of
- * HTTP's last answers. A build without a library registers its stand-in,
- * which refuses a configuration that asks for it. */
+ * and stopped in reverse before the batcher drains: Kafka's records in
+ * flight are answered and committed first, then the Redis watcher stops;
+ * HTTP takes no stop (new infer requests get 503 meanwhile) but finishes
+ * once the batcher has drained, answering what is in flight; Redis's
+ * status link is freed after HTTP has stopped; the span exporter finishes
+ * last, sending the spans of HTTP's last answers. A build without a
+ * library registers its stand-in, which refuses a configuration that asks
+ * for it. */
 static const component *const components[] = {
 #ifdef DL_HAVE_OTLP
     &component_otlp,

@@ -81,10 +81,11 @@ static answer repo_index(http_server *h)
 static answer server_metadata(http_server *h)
 {
     const char *version = h->deps->server_version ? h->deps->server_version : DL_VERSION_STRING;
-    return http_json_answer(200, json_pack("{s:s, s:s, s:[s, s, s, s, s, s, s]}", "name", "dlserve",
-                                           "version", version, "extensions", "model_repository",
-                                           "metrics", "status", "binary_tensor_data",
-                                           "statistics", "model_configuration", "trace"));
+    return http_json_answer(200, json_pack("{s:s, s:s, s:[s, s, s, s, s, s, s]}", "name",
+                                           "dlserve", "version", version, "extensions",
+                                           "model_repository", "metrics", "status",
+                                           "binary_tensor_data", "statistics",
+                                           "model_configuration", "trace"));
 }
 
 static bool server_ready(http_server *h)
@@ -167,11 +168,12 @@ static answer trace_setting(http_server *h, request *rq)
             return http_status_answer(err.code, "%s", err.msg);
         served_release(sv);
     }
-    if (rq->post &&
-        tracer_update(h->deps->tr, model, rq->body, rq->len, &err) != DL_OK)
-        return http_status_answer(err.code, "%s", err.msg);
-    if (rq->post)
-        DL_LOG(DL_LOG_NOTICE, "http", "trace settings of %s changed", model ? model : "all models");
+    if (rq->post) {
+        if (tracer_update(h->deps->tr, model, rq->body, rq->len, &err) != DL_OK)
+            return http_status_answer(err.code, "%s", err.msg);
+        DL_LOG(DL_LOG_NOTICE, "http", "trace settings of %s changed",
+               model ? model : "all models");
+    }
     return http_json_answer(200, tracer_setting(h->deps->tr, model));
 }
 

@@ -392,7 +392,8 @@ function derive(s, p) {
   const bk = (b) => b && b.map(([le, n]) => ({le: le === null ? Infinity : le, n}));
   const out = {t: s.t, rate: {}, p50: {}, p90: {}, p99: {}, queue: {}, lag: {}, errors: {},
                kin: null, kout: null, klat50: null, klat99: null,
-               cpu: per(s.cpu, p && p.cpu), rss: typeof s.rss === 'number' ? s.rss / 2 ** 20 : null};
+               cpu: per(s.cpu, p && p.cpu),
+               rss: typeof s.rss === 'number' ? s.rss / 2 ** 20 : null};   // MiB
   for (const m of s.models) {
     out.queue[m] = s.queue[m] || 0;
     if (dt && s.counts[m] !== undefined) out.rate[m] = per(s.counts[m], p.counts[m] || 0);
