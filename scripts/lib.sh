@@ -27,6 +27,8 @@ SERVE_PACKAGES=(libmicrohttpd-dev libinih-dev libsystemd-dev curl librdkafka-dev
 # systemd-analyze, redis-server (each Redis test starts its own
 # redis-server, and each Kafka or Redis test its own Kafka mock cluster, on
 # free ports), Chromium, headless, for the status page, and clang with
-# libFuzzer for the fuzz harnesses.
+# libFuzzer for the fuzz harnesses; mmdebstrap, buildah, podman and runc
+# for the container image test (tests/deploy/test_image.sh), python3-yaml
+# for the manifest test.
 TEST_PACKAGES=(libcriterion-dev python3-torch prometheus systemd redis-server chromium
-               clang-14 libclang-rt-14-dev)
+               clang-14 libclang-rt-14-dev mmdebstrap buildah podman runc python3-yaml)

@@ -162,6 +162,8 @@ static char *metrics_extra(void *ctx)
         dl_prom_family(&b, "dlserve_gpu_memory_total_bytes", "gauge", "GPU memory of the device.");
         dl_prom_sample(&b, "dlserve_gpu_memory_total_bytes", (double)total, "device", device, NULL);
     }
+    if (d->reg)
+        registry_metrics(d->reg, &b);
     if (d->bat)
         batcher_metrics(d->bat, &b);
     for (size_t i = 0; i < NCOMPONENTS; i++) {

@@ -29,6 +29,7 @@ typedef struct entry {
     bool         present;           /* folder seen in the last scan */
     int          on_disk;           /* versions with weights in the folder */
     char         reason[256];       /* why the last load failed, or "" */
+    long long    refused;           /* versions refused, every attempt */
 } entry;
 
 struct registry {
@@ -200,7 +201,7 @@ static int sync_model_locked(registry *r, const char *name)
 
     /* Load outside the lock: requests keep flowing to the old versions. */
     served_impl *next[MAX_VERSIONS];
-    int n = 0, changes = 0;
+    int n = 0, changes = 0, refused = 0;
     char reason[256] = "";
     for (int i = 0; i < nwant; i++) {
         served_impl *s = NULL;
@@ -214,6 +215,7 @@ static int sync_model_locked(registry *r, const char *name)
                        (long long)want[i], err.msg);
                 snprintf(reason, sizeof(reason), "version %lld refused: %.200s",
                          (long long)want[i], err.msg);
+                refused++;
                 continue;
             }
             DL_LOG(DL_LOG_NOTICE, "models", "%s version %lld loaded", name, (long long)want[i]);
@@ -241,6 +243,7 @@ static int sync_model_locked(registry *r, const char *name)
     publish(e, next, n);
     e->on_disk = nhave;
     snprintf(e->reason, sizeof(e->reason), "%s", reason);
+    e->refused += refused;
     pthread_mutex_unlock(&r->mu);
     return changes;
 }
@@ -417,6 +420,26 @@ json_t *registry_status(registry *r)
     }
     pthread_mutex_unlock(&r->mu);
     return arr;
+}
+
+void registry_metrics(registry *r, dl_sbuf *out)
+{
+    pthread_mutex_lock(&r->mu);
+    dl_prom_family(out, "dlserve_model_versions_refused_total", "counter",
+                   "Model versions that failed to load or validate, by model (every attempt).");
+    for (int i = 0; i < r->n; i++)
+        dl_prom_sample(out, "dlserve_model_versions_refused_total", (double)r->e[i].refused,
+                       "model", r->e[i].name, NULL);
+    /* As registry_ready: models whose folder holds weights. */
+    dl_prom_family(out, "dlserve_model_ready", "gauge",
+                   "1 when the model serves a version, by model with weights in its folder.");
+    for (int i = 0; i < r->n; i++) {
+        const entry *e = &r->e[i];
+        if (e->present && e->on_disk > 0)
+            dl_prom_sample(out, "dlserve_model_ready", e->nv > 0 && !e->unloaded ? 1 : 0,
+                           "model", e->name, NULL);
+    }
+    pthread_mutex_unlock(&r->mu);
 }
 
 char **registry_names(registry *r)

@@ -66,6 +66,10 @@ bool registry_ready(registry *r);
  * /v2/repository/index. */
 json_t *registry_status(registry *r);
 
+/* Prometheus text: dlserve_model_versions_refused_total, by model, and
+ * dlserve_model_ready, by model with weights in its folder. */
+void registry_metrics(registry *r, dl_sbuf *out);
+
 /* Names of the models (new array of new strings, NULL-terminated). */
 char **registry_names(registry *r);
 

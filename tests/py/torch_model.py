@@ -14,7 +14,8 @@ from the IDX gz files, and either measures throughput or trains.
 Each prints one JSON line on stdout; progress goes to stderr.  Only the
 Python standard library, numpy and torch (Debian's python3-torch) are used.
 Shared by the interop test (tests/cli/test_torch_interop.sh) and the
-benchmarks (tests/bench/cpu_vs_torch, ddp_peer.py, gpu_vs_torch.py).
+benchmarks (tests/bench/cpu_vs_torch, ddp_peer.py, gpu_vs_torch.py,
+kafka_python_peer.py).
 """
 
 import argparse

@@ -42,7 +42,7 @@ check "systemd-analyze verify says nothing about dlserve.service" \
 # The contract (docs/serving.md, "Running under systemd"): each setting, uncommented.
 has() { grep -qx "$1" "$UNIT"; }
 for line in 'Type=notify' 'NotifyAccess=main' 'ExecReload=/bin/kill -HUP $MAINPID' \
-            'WatchdogSec=30' 'Restart=on-failure' 'TimeoutStopSec=30' \
+            'WatchdogSec=30' 'Restart=on-failure' 'TimeoutStopSec=60' \
             'DynamicUser=yes' 'StateDirectory=dlserve' 'ConfigurationDirectory=dlserve' \
             'NoNewPrivileges=yes' 'ProtectSystem=strict' 'DevicePolicy=closed' \
             'DeviceAllow=char-nvidia-uvm rw' 'WantedBy=multi-user.target'; do

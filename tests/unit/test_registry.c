@@ -1,13 +1,16 @@
 /* test_registry.c: the served model repository's lookups and what their
  * failures say: an unknown model, version or unloaded model is
  * DL_ERR_NOT_FOUND (404), a known model with no version ready is
- * DL_ERR_UNAVAILABLE (503). A real repository in a temporary folder. */
+ * DL_ERR_UNAVAILABLE (503); and the registry's metrics (refused versions,
+ * readiness). A real repository in a temporary folder. */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 #include "fixture.h"
 
 #include "serve/oip/oip.h"
 #include "serve/serve.h"
+
+#include <sys/stat.h>
 
 static char dir[64];
 static dl_backend *be;
@@ -123,4 +126,39 @@ Test(registry, load_and_unload_refusals)
     cr_expect_eq(registry_load(reg, "empty", &err), DL_ERR_INVALID);
     cr_expect_not_null(strstr(err.msg, "cannot be loaded"), "%s", err.msg);
     cr_expect_eq(oip_http_code(err.code), 400);
+}
+
+/* metrics_has TEXT: the registry's /metrics lines hold TEXT. */
+static bool metrics_has(const char *text)
+{
+    dl_sbuf b = {0};
+    registry_metrics(reg, &b);
+    bool has = b.s && strstr(b.s, text);
+    dl_sbuf_free(&b);
+    return has;
+}
+
+Test(registry, metrics_count_refused_versions_and_readiness)
+{
+    cr_expect(metrics_has("dlserve_model_ready{model=\"tiny\"} 1\n"));
+    cr_expect(!metrics_has("dlserve_model_ready{model=\"empty\"}"),
+              "a folder without weights holds no readiness back");
+    cr_expect(metrics_has("dlserve_model_versions_refused_total{model=\"tiny\"} 0\n"));
+
+    /* A corrupt version 2: refused, version 1 still serves. */
+    char path[192];
+    snprintf(path, sizeof(path), "%s/tiny/2", dir);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/tiny/2/model.safetensors", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("not safetensors", f);
+    fclose(f);
+    registry_rescan(reg);
+    cr_expect(metrics_has("dlserve_model_versions_refused_total{model=\"tiny\"} 1\n"));
+    cr_expect(metrics_has("dlserve_model_ready{model=\"tiny\"} 1\n"));
+
+    dl_err err = {0};
+    cr_assert_eq(registry_unload(reg, "tiny", &err), DL_OK, "%s", err.msg);
+    cr_expect(metrics_has("dlserve_model_ready{model=\"tiny\"} 0\n"));
 }
