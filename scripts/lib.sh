@@ -22,7 +22,7 @@ CORE_PACKAGES=(gcc meson ninja-build pkg-config libopenblas-dev libjansson-dev
 # The daemon: HTTP, configuration files, systemd, Kafka, Redis; curl and
 # kcat for the demo.
 SERVE_PACKAGES=(libmicrohttpd-dev libinih-dev libsystemd-dev curl librdkafka-dev kcat
-                libhiredis-dev libjemalloc-dev)
+                libhiredis-dev libjemalloc-dev libcurl4-openssl-dev)
 # What the test suites need besides: Criterion, the PyTorch peer, promtool,
 # systemd-analyze, redis-server (each Redis test starts its own
 # redis-server, and each Kafka or Redis test its own Kafka mock cluster, on

@@ -13,6 +13,11 @@ bool component_kafka_wanted(const dl_serve_conf *c)
     return c->kafka.brokers[0] != '\0' || c->kafka.embedded;
 }
 
+bool component_otlp_wanted(const dl_serve_conf *c)
+{
+    return c->trace.otlp_endpoint[0] != '\0';
+}
+
 const component component_redis_missing = {
     .name = "redis",
     .wanted = component_redis_wanted,
@@ -23,4 +28,11 @@ const component component_kafka_missing = {
     .name = "kafka",
     .wanted = component_kafka_wanted,
     .missing = "[kafka] is configured but this dlserve was built without Kafka (librdkafka)",
+};
+
+const component component_otlp_missing = {
+    .name = "trace",
+    .wanted = component_otlp_wanted,
+    .missing = "[trace] otlp_endpoint is set but this dlserve was built without span export "
+               "(libcurl)",
 };

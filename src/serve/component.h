@@ -25,6 +25,7 @@
 #define DL_SERVE_COMPONENT_H
 
 #include "serve/serve.h"
+#include "serve/tracer.h"
 
 #include <pthread.h>
 
@@ -53,6 +54,11 @@ typedef struct component_env {
     void                *ctx;
     /* The port HTTP listens on, written by its start (0 until then). */
     int                  http_port;
+    /* The spans of traced requests (tracer.h), for every build and
+     * transport; exported by component_otlp while it runs. */
+    tracer              *tracer;
+    /* The status page's history (GET /status/history, new), or NULL. */
+    json_t            *(*history)(void *ctx);
 } component_env;
 
 typedef struct component {
@@ -79,6 +85,7 @@ typedef struct component {
  * ([kafka] brokers, or the embedded cluster); any build. */
 bool component_redis_wanted(const dl_serve_conf *c);
 bool component_kafka_wanted(const dl_serve_conf *c);
+bool component_otlp_wanted(const dl_serve_conf *c);
 
 /* HTTP (http/component_http.c): http.h's server, in every build. */
 extern const component component_http;
@@ -87,9 +94,13 @@ extern const component component_http;
 extern const component component_redis;
 /* With librdkafka (component_kafka.c): kafka.h's service. */
 extern const component component_kafka;
+/* With libcurl (component_otlp.c): the OTLP/HTTP exporter of env->tracer's
+ * spans ([trace] otlp_endpoint). */
+extern const component component_otlp;
 
 /* Stand-ins for builds without them (component.c). */
 extern const component component_redis_missing;
 extern const component component_kafka_missing;
+extern const component component_otlp_missing;
 
 #endif /* DL_SERVE_COMPONENT_H */

@@ -20,6 +20,8 @@
 #define BOOL(sec, f, dflt, text) {OPT(sec, f, DL_OPT_BOOL, dflt, text)}
 #define STR(sec, f, dflt, text)                                               \
     {OPT(sec, f, DL_OPT_STRING, dflt, text), .size = FIELD_SIZE(sec, f)}
+#define DOUBLE(sec, f, dflt, lo, hi, text)                                    \
+    {OPT(sec, f, DL_OPT_DOUBLE, dflt, text), .min = lo, .max = hi}
 #define ENUM(sec, f, dflt, w, text) {OPT(sec, f, DL_OPT_ENUM, dflt, text), .words = w}
 #define CUSTOM(sec, f, dflt, w, p, fmt, text)                                 \
     {OPT(sec, f, DL_OPT_CUSTOM, dflt, text), .size = FIELD_SIZE(sec, f), .words = w, \
@@ -40,6 +42,12 @@ static const dl_opt_word output_format_words[] = {
     {"dlserve", DL_OUTPUT_DLSERVE},
     {"oip-json", DL_OUTPUT_OIP_JSON},
     {"oip-binary", DL_OUTPUT_OIP_BINARY},
+    {NULL, 0},
+};
+
+static const dl_opt_word trace_level_words[] = {
+    {"off", DL_TRACE_LEVEL_OFF},
+    {"timestamps", DL_TRACE_LEVEL_TIMESTAMPS},
     {NULL, 0},
 };
 
@@ -154,6 +162,17 @@ const dl_opt dl_serve_opts[] = {
     ENUM(kafka, output_format, "dlserve", output_format_words,
          "predictions as dlserve JSON, an OIP InferenceResponse, or one with binary tensors"),
     DL_REDIS_OPTS(offsetof(dl_serve_conf, redis)),
+    STR(trace, otlp_endpoint, "",
+        "OTLP/HTTP collector URL for spans, e.g. http://127.0.0.1:4318/v1/traces; empty: no "
+        "tracing"),
+    ENUM(trace, level, "timestamps", trace_level_words,
+         "spans recorded: off, or timestamps (a span a request with its queue, compute and "
+         "answer stages); settable at run time (/v2/trace/setting)"),
+    DOUBLE(trace, rate, "1", 0, 1,
+           "share of requests traced, 0..1 (every 1/rate-th request); settable at run time"),
+    INT(trace, queue_size, "4096", 16, 1 << 22,
+        "spans waiting for export; when full, new ones are dropped and counted"),
+    INT(trace, flush_ms, "1000", 10, 60000, "longest a span waits before its batch is sent"),
     {0},
 };
 
@@ -353,6 +372,10 @@ dl_status dl_serve_conf_validate(const dl_serve_conf *c, dl_err *err)
     if (c->kafka.delivery == DL_DELIVERY_REDIS && !c->redis.host[0])
         return dl_err_set(err, DL_ERR_INVALID,
                           "[kafka] delivery = redis needs [redis] host");
+    const char *otlp = c->trace.otlp_endpoint;
+    if (otlp[0] && strncmp(otlp, "http://", 7) != 0 && strncmp(otlp, "https://", 8) != 0)
+        return dl_err_set(err, DL_ERR_INVALID, "[trace] otlp_endpoint '%.200s' is not an "
+                          "http:// or https:// URL", otlp);
     dl_kafka_topic topics[DL_KAFKA_TOPICS_MAX];
     int ntopics;
     if ((c->kafka.brokers[0] || c->kafka.embedded) &&

@@ -6,6 +6,7 @@
  * exits 0. Signal handlers only set flags. */
 #define _GNU_SOURCE
 #include "serve/component.h"
+#include "serve/history.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -86,14 +87,21 @@ static void watch_tree(int fd, const char *dir, int depth)
     closedir(d);
 }
 
-/* The components, started in this order (HTTP first) and stopped in
- * reverse before the batcher drains: Kafka's records in flight are answered
- * and committed first, then the Redis watcher stops; HTTP takes no stop
- * (new infer requests get 503 meanwhile) but finishes once the batcher has
- * drained, answering what is in flight; Redis's status link is freed after
- * HTTP has stopped. A build without a library registers its stand-in,
- * which refuses a configuration that asks for it. */
+/* The components, started in this order (the span exporter, then HTTP)
+ * and stopped in reverse before the batcher drains: Kafka's records in
+ * flight are answered and committed first, then the Redis watcher stops;
+ * HTTP takes no stop (new infer requests get 503 meanwhile) but finishes
+ * once the batcher has drained, answering what is in flight; Redis's
+ * status link is freed after HTTP has stopped; the span exporter finishes
+ * last, sending the spans of HTTP's last answers. A build without a
+ * library registers its stand-in, which refuses a configuration that asks
+ * for it. */
 static const component *const components[] = {
+#ifdef DL_HAVE_OTLP
+    &component_otlp,
+#else
+    &component_otlp_missing,
+#endif
     &component_http,
 #ifdef DL_HAVE_REDIS
     &component_redis,
@@ -116,6 +124,8 @@ typedef struct daemon_ctx {
     registry     *reg;
     stats        *st;
     batcher      *bat;
+    tracer       *tr;
+    history      *hs;            /* the status page's history */
     double        start;
     int64_t       reloads;
     component_env env;
@@ -180,6 +190,29 @@ static char *metrics_extra(void *ctx)
     return b.s;
 }
 
+static json_t *history_of(void *ctx)
+{
+    return history_json(((daemon_ctx *)ctx)->hs);
+}
+
+/* A snapshot for the status page's history, from what /status and
+ * /metrics answer now. */
+static void take_snapshot(daemon_ctx *d)
+{
+    json_t *status = json_pack("{s:o, s:o, s:o}", "models", registry_status(d->reg), "batcher",
+                               batcher_status(d->bat), "counters", stats_json(d->st));
+    json_t *extra = status_extra(d);
+    json_t *kafka = json_object_get(extra, "kafka");
+    if (status && kafka)
+        json_object_set(status, "kafka", kafka);
+    char *prom = stats_prometheus(d->st, NULL);
+    if (status && prom)
+        history_add(d->hs, history_snapshot(dl_time_now() - d->start, status, prom));
+    free(prom);
+    json_decref(extra);
+    json_decref(status);
+}
+
 static void status_line(daemon_ctx *d)
 {
     json_t *models = registry_status(d->reg);
@@ -224,10 +257,17 @@ static void main_loop(daemon_ctx *d)
     int fd = d->conf.models.watch ? inotify_init1(IN_NONBLOCK | IN_CLOEXEC) : -1;
     if (fd >= 0)
         watch_tree(fd, d->conf.models.dir, 2);
-    double wd = watchdog_seconds(), last_pet = 0.0, changed = 0.0;
+    double wd = watchdog_seconds(), last_pet = 0.0, changed = 0.0, next_snapshot = 0.0;
     bool dirty = false;
     while (!stop_flag) {
+        if (dl_time_now() >= next_snapshot) {
+            take_snapshot(d);
+            next_snapshot = dl_time_now() + HISTORY_INTERVAL_S;
+        }
         int timeout = dirty ? 50 : wd > 0 ? (int)(wd * 250) : 1000;
+        int until_snapshot = (int)((next_snapshot - dl_time_now()) * 1000) + 1;
+        if (until_snapshot < timeout)
+            timeout = until_snapshot;
         struct pollfd p[2] = { { .fd = fd, .events = POLLIN },
                                { .fd = d->wake[0], .events = POLLIN } };
         char buf[16384];
@@ -334,12 +374,18 @@ static dl_status start(daemon_ctx *d, dl_err *err)
         st = stats_new(&d->st, err);
     if (st == DL_OK)
         st = batcher_new(&d->conf.batching, instances, d->reg, d->st, &d->bat, err);
+    if (st == DL_OK)
+        st = tracer_new(&d->conf.trace, &d->tr, err);
+    if (st == DL_OK)
+        st = history_new(&d->hs, err);
     if (st != DL_OK)
         return st;
     d->env.conf = &d->conf;
     d->env.reg = d->reg;
     d->env.bat = d->bat;
     d->env.st = d->st;
+    d->env.tracer = d->tr;
+    d->env.history = history_of;
     d->env.rescan_fd = d->wake[1];
     d->env.start_time = d->start;
     d->env.ready = is_ready;
@@ -387,6 +433,8 @@ static void stop(daemon_ctx *d)
         if (state)
             components[i]->free(state);
     }
+    tracer_free(d->tr);
+    history_free(d->hs);
     pthread_mutex_destroy(&d->env.mu);
     close(d->wake[0]);
     close(d->wake[1]);

@@ -67,6 +67,21 @@ typedef struct dl_log_conf {
     int     format;              /* DL_LOG_FORMAT_TEXT or DL_LOG_FORMAT_JSON */
 } dl_log_conf;
 
+/* [trace]: OpenTelemetry spans of inference requests (docs/serving.md,
+ * "Tracing"), exported over OTLP/HTTP JSON by a background thread. */
+typedef enum dl_trace_level {
+    DL_TRACE_LEVEL_OFF,          /* no spans */
+    DL_TRACE_LEVEL_TIMESTAMPS,   /* a span a request with its stages' times */
+} dl_trace_level;
+
+typedef struct dl_trace_conf {
+    char    otlp_endpoint[512];  /* http(s)://host:port/v1/traces; "": no export */
+    int     level;               /* dl_trace_level */
+    double  rate;                /* share of requests traced, 0..1 */
+    int64_t queue_size;          /* spans waiting for export before new ones are dropped */
+    int64_t flush_ms;            /* longest a span waits before its batch is sent */
+} dl_trace_conf;
+
 /* Which clients a raw librdkafka property is for: its section. */
 typedef enum dl_kafka_client {
     DL_KAFKA_CLIENT_ALL,         /* [kafka.client]: every client the daemon makes */
@@ -148,6 +163,7 @@ typedef struct dl_serve_conf {
     dl_log_conf      log;
     dl_kafka_conf    kafka;
     dl_redis_conf    redis;
+    dl_trace_conf    trace;
 } dl_serve_conf;
 
 /* The daemon's option table (all sections). */

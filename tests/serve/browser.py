@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """browser.py URL --until JS --dom FILE --screenshot FILE --console FILE
+                 [--then JS --then-out FILE]
                  [--timeout S] [--width W] [--height H] [--chromium PATH]
 
 Opens URL in headless Chromium, driven through the DevTools protocol over a
@@ -8,7 +9,9 @@ the JavaScript expression --until is true (checked every 0.25 s, at most
 --timeout seconds, 30 by default), then writes the rendered DOM, a PNG
 screenshot of the whole page and one line per console error, uncaught
 exception or browser-reported error (failed loads, Content-Security-Policy
-violations) to --console. Exit 0 when --until held, 1 when it never did (the
+violations) to --console. With --then, the JavaScript expression JS is
+evaluated once --until has held (before the DOM is written), and its value
+written to --then-out as JSON. Exit 0 when --until held, 1 when it never did (the
 files are written anyway), 2 when the browser did not answer.
 
 Chromium runs with --no-sandbox (root has no sandbox) and a temporary
@@ -149,6 +152,8 @@ def main():
     ap.add_argument("--dom", required=True)
     ap.add_argument("--screenshot", required=True)
     ap.add_argument("--console", required=True)
+    ap.add_argument("--then")
+    ap.add_argument("--then-out")
     ap.add_argument("--timeout", type=float, default=30)
     ap.add_argument("--width", type=int, default=1280)
     ap.add_argument("--height", type=int, default=900)
@@ -164,6 +169,9 @@ def main():
             held = bool(b.eval(a.until))
             if not held:
                 time.sleep(0.25)
+        if a.then and held:
+            with open(a.then_out, "w") as f:
+                json.dump(b.eval(a.then), f)
         with open(a.dom, "w") as f:
             f.write(b.eval("document.documentElement.outerHTML") or "")
         with open(a.screenshot, "wb") as f:

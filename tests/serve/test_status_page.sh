@@ -5,9 +5,13 @@
 # kafka_tool). The rendered DOM must show the models, their versions and
 # states (with why a version was refused), non-zero request counts, a row per
 # Kafka partition with its lag, the dead letters and the training curves,
-# with no script error or Content-Security-Policy violation; the screenshot
-# is kept in $STATUS_PAGE_OUT (printed). Also: the token rule of the page and
-# its files, their headers, and GET /status/training.
+# with no script error or Content-Security-Policy violation; the charts of
+# errors by code, Kafka records in and out with their latency, CPU and
+# memory, with round y-axis ticks and a hover readout; a partition never
+# read shown as such; and, opened again, the history the daemon kept
+# (GET /status/history) drawn at once. The screenshot is kept in
+# $STATUS_PAGE_OUT (printed). Also: the token rule of the page and its
+# files, their headers, and GET /status/training.
 . "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 . "$SRC/tests/lib/lib_kafka.sh"
@@ -31,10 +35,10 @@ sed 's/"name": *"fashion-mlp"/"name": "broken"/' "$SRC/models/fashion-mlp/model.
     > "$WORK/repo/broken/model.json"
 echo "not safetensors" > "$WORK/repo/broken/1/model.safetensors"
 
-check "mock cluster up" start_mock in:4 out:4 dlq:4
+check "mock cluster up" start_mock in:4 idle:1 out:4 dlq:4
 trap 'touch "$WORK/stop"; kill -9 ${PID:-} 2>/dev/null; stop_mock; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 check "daemon joins the group" start_kafka_daemon page --set http.token=$TOKEN \
-    --set models.watch=false --set kafka.input_topics=in --set kafka.output_topic=out \
+    --set models.watch=false --set kafka.input_topics=in,idle --set kafka.output_topic=out \
     --set kafka.dead_letter_topic=dlq --set kafka.default_model=fashion-mlp \
     --set kafka.consumer.session.timeout.ms=6000
 
@@ -113,8 +117,10 @@ check "40 HTTP requests answered" test $n_ok -eq 40
 check "300 records served, 3 dead letters" wait_for 30 \
     status 'd["kafka"]["outputs"] == 300 and d["kafka"]["dead_letters"]["json"] == 3'
 # Requests go on while the page is open, so that its rates move.
-(while [ ! -e "$WORK/stop" ]; do
-    curl -s -o /dev/null "${AUTH[@]}" "$URL/v2/models/fashion-mlp/infer" -d @"$WORK/req.json"
+# One in five is for a model that does not exist: 404s for the errors chart.
+(i=0; while [ ! -e "$WORK/stop" ]; do
+    model=fashion-mlp; [ $((i++ % 5)) = 0 ] && model=nosuch
+    curl -s -o /dev/null "${AUTH[@]}" "$URL/v2/models/$model/infer" -d @"$WORK/req.json"
     sleep 0.05
 done) &
 LOOP=$!
@@ -122,29 +128,48 @@ LOOP=$!
 # ---- the page in Chromium ----------------------------------------------------
 DOM=$OUTDIR/status-page.html SHOT=$OUTDIR/status-page.png CONSOLE=$OUTDIR/console.txt
 rm -f "$DOM" "$SHOT" "$CONSOLE"
-check "the page renders in headless Chromium (4 polls, 4 partition rows)" \
+# The hover readout: the cursor moved over the right end of the rate chart.
+HOVER="(() => { const c = document.getElementById('rate-chart'), r = c.getBoundingClientRect();
+  c.dispatchEvent(new MouseEvent('mousemove', {clientX: r.right - 12, clientY: r.top + 40}));
+  const box = document.getElementById('readout');
+  return {hidden: box.hidden, text: box.textContent}; })()"
+check "the page renders in headless Chromium (4 polls, 5 partition rows, all charts)" \
     $PY "$SRC/tests/serve/browser.py" "$URL/?token=$TOKEN" --chromium "$CHROMIUM" \
     --dom "$DOM" --screenshot "$SHOT" --console "$CONSOLE" --timeout 40 \
+    --then "$HOVER" --then-out "$WORK/hover.json" \
     --until "document.body.dataset.polls >= 4 &&
-             document.querySelectorAll('#kafka-partitions tr.partition').length == 4 &&
-             document.querySelectorAll('#training canvas').length == 2"
+             document.querySelectorAll('#kafka-partitions tr.partition').length == 5 &&
+             document.querySelectorAll('#training canvas').length == 2 &&
+             ['errors-chart', 'cpu-chart', 'mem-chart', 'kafka-rate-chart',
+              'kafka-latency-chart'].every((id) => document.getElementById(id).dataset.ticks)"
+check "the hover readout names the time and each model's rate" $PY -c '
+import json, re, sys
+h = json.load(open(sys.argv[1]))
+lines = h["text"].split("\n")
+sys.exit(0 if not h["hidden"] and lines[0] in ("now",) + tuple("-%d s" % i for i in range(1000))
+         and re.fullmatch(r"fashion-mlp: [0-9.,]+", lines[1]) else 1)' "$WORK/hover.json"
 touch "$WORK/stop"
 wait $LOOP
 echo "screenshot: $SHOT"
 
 # dom EXPR: EXPR holds on the rendered DOM: t[table id] lists the rows of
-# each table's body ({"attrs": {...}, "cells": [text, ...]}), html is the
-# whole text, num() reads "1,234".
+# each table's body ({"attrs": {...}, "cells": [text, ...]}), canvas[id] the
+# attributes of each canvas with an id, html is the whole text, num() reads
+# "1,234", round_ticks("0,2,4") whether ticks start at 0 and step by 1, 2
+# or 5 times a power of ten.
 dom() {
     $PY - "$DOM" "$1" <<'PYEOF'
-import html.parser, sys
+import html.parser, math, sys
 class Tables(html.parser.HTMLParser):
     def __init__(self):
         super().__init__()
         self.t, self.rows, self.row, self.cell = {}, None, None, None
+        self.canvas = {}
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
-        if tag == "table":
+        if tag == "canvas" and "id" in a:
+            self.canvas[a["id"]] = a
+        elif tag == "table":
             self.t[a.get("id")] = []
         elif tag == "tbody" and self.t:
             self.rows = list(self.t.values())[-1]
@@ -164,10 +189,19 @@ class Tables(html.parser.HTMLParser):
     def handle_data(self, data):
         if self.cell is not None:
             self.cell += data
+def round_ticks(text):
+    ts = [float(x) for x in text.split(",")]
+    if len(ts) < 2 or ts[0] != 0:
+        return False
+    step = ts[1]
+    mant = step / 10 ** math.floor(math.log10(step))
+    return (any(abs(mant - m) < 1e-6 for m in (1, 2, 5)) and
+            all(abs(b - a - step) <= 1e-9 * max(1, b) for a, b in zip(ts, ts[1:])))
 text = open(sys.argv[1]).read()
 p = Tables()
 p.feed(text)
-ok = eval(sys.argv[2], {"t": p.t, "html": text, "num": lambda s: int(s.replace(",", ""))})
+ok = eval(sys.argv[2], {"t": p.t, "canvas": p.canvas, "html": text, "round_ticks": round_ticks,
+                        "num": lambda s: int(s.replace(",", ""))})
 if not ok:
     print("not true on the DOM:", sys.argv[2], file=sys.stderr)
 sys.exit(0 if ok else 1)
@@ -183,7 +217,19 @@ check "... and its inferences (2 an HTTP request, 1 a record)" \
 check "... broken: UNAVAILABLE, saying why version 1 was refused" \
     dom "${model_row}'broken'][0][2] == 'UNAVAILABLE' and 'version 1 refused' in ${model_row}'broken'][0][7]"
 check "a row per Kafka partition, with its lag" \
-    dom 'sorted((r["cells"][0], num(r["cells"][1])) for r in t["kafka-partitions"]) == [("in", p) for p in range(4)] and all(num(r["cells"][5]) >= 0 for r in t["kafka-partitions"])'
+    dom 'sorted((r["cells"][0], num(r["cells"][1])) for r in t["kafka-partitions"]) == [("idle", 0)] + [("in", p) for p in range(4)] and all(num(r["cells"][5]) >= 0 for r in t["kafka-partitions"])'
+check "... the partition never read says so (not -1)" \
+    dom '[r["cells"][2:4] for r in t["kafka-partitions"] if r["cells"][0] == "idle"] == [["never read", "none"]] and "-1" not in [c for r in t["kafka-partitions"] for c in r["cells"]]'
+check "the Kafka summary has the dead-letter total" \
+    dom '"dead letters 3 " in html.replace("\u00b7", " ")'
+check "y-axis ticks are round (0, then steps of 1, 2 or 5 times a power of ten)" \
+    dom 'len(canvas) >= 9 and all(round_ticks(c["data-ticks"]) for c in canvas.values() if "data-ticks" in c)'
+check "errors per second by code: a 404 line" \
+    dom '"404" in canvas["errors-chart"]["data-labels"].split(",")'
+for c in 'kafka-rate-chart:in,out' 'kafka-latency-chart:p50,p99' 'cpu-chart:cpu' 'mem-chart:rss'; do
+    check "the ${c%%:*} panel draws ${c#*:}" \
+        dom "canvas['${c%%:*}'].get('data-labels') == '${c#*:}' and 'data-ticks' in canvas['${c%%:*}']"
+done
 check "... high watermarks adding up to the 303 records" \
     dom 'sum(num(r["cells"][4]) for r in t["kafka-partitions"]) == 303'
 check "the dead letters by reason: json 3" \
@@ -196,6 +242,27 @@ check "a PNG screenshot, 1280 pixels wide" $PY -c '
 import struct, sys
 b = open(sys.argv[1], "rb").read()
 sys.exit(0 if b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">I", b[16:20])[0] == 1280 and len(b) > 20000 else 1)' "$SHOT"
+
+# ---- the history the daemon keeps: a reload draws it at once ---------------------
+check "GET /status/history without the token: 401" test "$(code GET /status/history)" = 401
+check "GET /status/history: 200" test "$(code GET /status/history "${AUTH[@]}")" = 200
+check "... a snapshot every 2 s since start, with the page's counters" body_is '(
+d["interval_s"] == 2 and len(d["samples"]) >= 5 and
+all(b["t"] - a["t"] > 1 for a, b in zip(d["samples"], d["samples"][1:])) and
+d["samples"][-1]["counts"]["fashion-mlp"] >= 340 and d["samples"][-1]["codes"]["404"] >= 1 and
+d["samples"][-1]["kafka"]["in"] >= 303 and d["samples"][-1]["kafka"]["dead"] == 3 and
+d["samples"][-1]["kafka"]["lag"]["idle/0"] == 0 and d["samples"][-1]["rss"] > 0 and
+d["samples"][-1]["buckets"]["fashion-mlp"][-1][0] is None)'
+check "opened again, the page draws the daemon's history at its first poll" \
+    $PY "$SRC/tests/serve/browser.py" "$URL/?token=$TOKEN" --chromium "$CHROMIUM" \
+    --dom "$WORK/again.html" --screenshot "$WORK/again.png" --console "$WORK/again.txt" \
+    --timeout 40 --then "({...document.body.dataset})" --then-out "$WORK/again.json" \
+    --until "document.body.dataset.polls >= 1 && document.getElementById('rate-chart').dataset.ticks"
+check "... the samples it loaded span the daemon's past" $PY -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(0 if int(d["loaded"]) >= 5 and int(d["span"]) >= 10 else 1)' "$WORK/again.json"
+check "... with no script error" test ! -s "$WORK/again.txt"
 
 check "the daemon stops cleanly" stop_daemon
 finish

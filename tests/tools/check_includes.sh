@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # check_includes.sh [SRC]: the daemon's library boundaries (src/serve/meson.build).
 # Only src/serve/http/ may include microhttpd.h, only src/serve/kafka/
-# librdkafka's headers, only src/redis/ hiredis's. Prints each file that
+# librdkafka's headers, only src/redis/ hiredis's, only
+# src/serve/component_otlp.c libcurl's. Prints each file that
 # crosses a boundary and exits 1; exits 0 when none does.
 #
 # With --self-test, plants a crossing in a copy of SRC and fails unless the
@@ -13,7 +14,8 @@ check() {   # check SRC
     # header pattern, the one folder allowed to include it
     local rules=('microhttpd\.h' 'serve/http/'
                  'librdkafka/rdkafka(_mock)?\.h' 'serve/kafka/'
-                 'hiredis/' 'redis/')
+                 'hiredis/' 'redis/'
+                 'curl/curl\.h' 'serve/component_otlp.c')
     local i
     for ((i = 0; i < ${#rules[@]}; i += 2)); do
         while IFS= read -r f; do

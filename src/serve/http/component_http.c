@@ -34,7 +34,8 @@ static dl_status http_comp_start(component_env *env, void **state, dl_err *err)
                             .server_version = DL_VERSION_STRING,
                             .models_dir = env->conf->models.dir, .ready = env->ready,
                             .ctx = env->ctx, .status_extra = env->status_extra,
-                            .metrics_extra = env->metrics_extra };
+                            .metrics_extra = env->metrics_extra, .tr = env->tracer,
+                            .history = env->history };
     dl_status st = http_start(&hc->deps, &hc->srv, &env->http_port, err);
     if (st != DL_OK) {
         free(hc);

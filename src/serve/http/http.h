@@ -5,6 +5,7 @@
 #define DL_SERVE_HTTP_H
 
 #include "serve/serve.h"
+#include "serve/tracer.h"
 
 typedef struct http_server http_server;
 
@@ -23,6 +24,10 @@ typedef struct http_deps {
     json_t           *(*status_extra)(void *ctx);
     /* extra Prometheus text for /metrics (new string), may be NULL */
     char             *(*metrics_extra)(void *ctx);
+    /* the spans of traced requests and Triton's trace settings (tracer.h) */
+    tracer             *tr;
+    /* the status page's history for GET /status/history (new), may be NULL */
+    json_t           *(*history)(void *ctx);
 } http_deps;
 
 /* Triton's statistics extension for GET /v2/models/{m}[/versions/{v}]/stats:

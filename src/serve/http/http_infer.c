@@ -60,6 +60,10 @@ static answer infer_answer(http_server *h, request *rq)
         a = result_answer(&res);
     }
     infer_req_account(h->deps->st, q, rq->arrival, a.code == 200);
+    trace_done d = {.ctx = &rq->trace, .q = rq->refused.code == DL_OK ? q : NULL,
+                    .t_received = rq->arrival, .model = sv->name, .version = sv->version,
+                    .http_status = a.code, .ok = a.code == 200};
+    tracer_record(h->deps->tr, &d);
     return a;
 }
 

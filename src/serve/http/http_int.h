@@ -141,6 +141,7 @@ typedef struct request {
     double    arrival;          /* dl_time_now() */
     req_stage stage;
     oip_route route;
+    bool      post;             /* the method is POST (routes that take GET too) */
     char     *body;
     size_t    len, cap;
     size_t    dropped;          /* body bytes discarded past the limit */

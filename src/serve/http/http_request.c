@@ -250,6 +250,7 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
                          const char *method, request *rq, answer *a)
 {
     oip_route_kind kind = oip_route_parse(url, &rq->route);
+    rq->post = strcmp(method, "POST") == 0;
     rq->json_len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, OIP_HEADER_JSON_LEN);
     if (atomic_load(&h->stopping)) {
         *a = http_status_answer(DL_ERR_UNAVAILABLE, "the server is stopping");

@@ -81,10 +81,11 @@ static answer repo_index(http_server *h)
 static answer server_metadata(http_server *h)
 {
     const char *version = h->deps->server_version ? h->deps->server_version : DL_VERSION_STRING;
-    return http_json_answer(200, json_pack("{s:s, s:s, s:[s, s, s, s, s, s]}", "name", "dlserve",
-                                           "version", version, "extensions", "model_repository",
-                                           "metrics", "status", "binary_tensor_data",
-                                           "statistics", "model_configuration"));
+    return http_json_answer(200, json_pack("{s:s, s:s, s:[s, s, s, s, s, s, s]}", "name",
+                                           "dlserve", "version", version, "extensions",
+                                           "model_repository", "metrics", "status",
+                                           "binary_tensor_data", "statistics",
+                                           "model_configuration", "trace"));
 }
 
 static bool server_ready(http_server *h)
@@ -155,6 +156,35 @@ static answer training(http_server *h)
     return j ? http_json_answer(200, j) : http_status_answer(DL_ERR_NOMEM, "out of memory");
 }
 
+/* Triton's trace extension: GET reads, POST changes the settings of every
+ * model or of one the registry serves; both answer the settings. */
+static answer trace_setting(http_server *h, request *rq)
+{
+    const char *model = rq->route.model[0] ? rq->route.model : NULL;
+    dl_err err = {0};
+    if (model) {
+        served *sv = http_acquire(h, &rq->route, &err);
+        if (!sv)
+            return http_status_answer(err.code, "%s", err.msg);
+        served_release(sv);
+    }
+    if (rq->post) {
+        if (tracer_update(h->deps->tr, model, rq->body, rq->len, &err) != DL_OK)
+            return http_status_answer(err.code, "%s", err.msg);
+        DL_LOG(DL_LOG_NOTICE, "http", "trace settings of %s changed",
+               model ? model : "all models");
+    }
+    return http_json_answer(200, tracer_setting(h->deps->tr, model));
+}
+
+/* The status page's history: what the page draws when it opens. */
+static answer history(http_server *h)
+{
+    json_t *j = h->deps->history ? h->deps->history(h->deps->ctx)
+                                 : json_pack("{s:i, s:[]}", "interval_s", 2, "samples");
+    return j ? http_json_answer(200, j) : http_status_answer(DL_ERR_NOMEM, "out of memory");
+}
+
 bool http_dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer *a)
 {
     if (rq->too_big) {
@@ -189,6 +219,8 @@ bool http_dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer
     case OIP_ROUTE_PAGE:        *a = page_file("index.html", true); break;
     case OIP_ROUTE_PAGE_FILE:   *a = page_file(rq->route.model, false); break;
     case OIP_ROUTE_TRAINING:    *a = training(h); break;
+    case OIP_ROUTE_HISTORY:     *a = history(h); break;
+    case OIP_ROUTE_TRACE_SETTING: *a = trace_setting(h, rq); break;
     case OIP_ROUTE_NONE:        *a = http_status_answer(DL_ERR_NOT_FOUND, "not found"); break;
     }
     return true;

@@ -43,7 +43,8 @@ static dl_status kafka_comp_start(component_env *env, void **state, dl_err *err)
     kc->env = env;
     pthread_mutex_init(&kc->mu, NULL);
     kafka_deps kd = { .conf = &env->conf->kafka, .redis = &env->conf->redis, .reg = env->reg,
-                      .bat = env->bat, .st = env->st, .http_port = env->http_port };
+                      .bat = env->bat, .st = env->st, .tr = env->tracer,
+                      .http_port = env->http_port };
     dl_status st = kafka_start(&kd, &kc->k, err);
     if (st != DL_OK) {
         kafka_comp_free(kc);

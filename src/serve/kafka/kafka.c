@@ -106,6 +106,7 @@ dl_status kafka_start(const kafka_deps *deps, kafka_srv **out, dl_err *err)
     k->reg = deps->reg;
     k->bat = deps->bat;
     k->st = deps->st;
+    k->tr = deps->tr;
     k->mode = mode;
     pthread_mutex_init(&k->out_mu, NULL);
     pthread_mutex_init(&k->hand_mu, NULL);

@@ -20,6 +20,7 @@
 #define DL_SERVE_KAFKA_H
 
 #include "serve/serve.h"
+#include "serve/tracer.h"
 
 typedef struct kafka_srv kafka_srv;
 
@@ -29,6 +30,7 @@ typedef struct kafka_deps {
     registry            *reg;
     batcher             *bat;
     stats               *st;
+    tracer              *tr;         /* spans of traced records (tracer.h) */
     int                  http_port;  /* names the member in the default transactional id */
 } kafka_deps;
 

@@ -186,6 +186,7 @@ struct kafka_srv {
     registry            *reg;
     batcher             *bat;
     stats               *st;
+    tracer              *tr;         /* spans of traced records */
     const kafka_mode    *mode;
     char                 bootstrap[512];
     char                 txn_id[256];  /* the producer's transactional.id (exactly-once) */

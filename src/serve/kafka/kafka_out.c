@@ -219,6 +219,19 @@ static void account(kafka_srv *k, const krec *r, bool ok)
     infer_req_account(k->st, &r->req, r->t_received, ok);
 }
 
+/* The record's spans, when traced: from its consumption to its output's
+ * (or dead letter's) produce, parented on its traceparent header. */
+static void trace_record(kafka_srv *k, const krec *r, bool ok)
+{
+    trace_ctx t;
+    record_trace(r->msg, &t);
+    const served *sv = r->req.sv;
+    trace_done d = {.ctx = &t, .q = &r->req, .t_received = r->t_received, .model = sv->name,
+                    .version = sv->version, .topic = r->tp->topic, .partition = r->tp->partition,
+                    .offset = r->offset, .ok = ok};
+    tracer_record(k->tr, &d);
+}
+
 /* Produces what r needs (nothing when it was forgotten meanwhile), drops
  * what only this use of r needed (its input buffer goes to *back, for the
  * consumer's pool), and hands r back to the consumer thread through its
@@ -235,6 +248,7 @@ static void write_record(kafka_srv *k, krec *r, kbuf **back)
             /* queued past its deadline: "expired"; a failed batch: "inference" */
             record_fault f = r->req.err.code == DL_ERR_TIMEOUT ? REC_EXPIRED : REC_INFERENCE;
             next = ok ? output(k, r) : dead_letter(k, r, f, r->req.err.msg);
+            trace_record(k, r, ok);
         }
     }
     rd_kafka_timestamp_type_t tt;

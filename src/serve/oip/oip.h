@@ -35,6 +35,8 @@ typedef enum oip_route_kind {
     OIP_ROUTE_PAGE,          /* GET  / (the status page) */
     OIP_ROUTE_PAGE_FILE,     /* GET  /ui/{file} (its scripts and styles) */
     OIP_ROUTE_TRAINING,      /* GET  /status/training */
+    OIP_ROUTE_HISTORY,       /* GET  /status/history */
+    OIP_ROUTE_TRACE_SETTING, /* GET|POST /v2[/models/{m}]/trace/setting (model: r->model) */
 } oip_route_kind;
 
 typedef struct oip_route {
@@ -51,7 +53,8 @@ typedef struct oip_route {
  * is OIP_ROUTE_NONE. Never reads past the NUL; never writes past r. */
 oip_route_kind oip_route_parse(const char *path, oip_route *r);
 
-/* The methods a route answers ("GET, HEAD" or "POST"), for 405's Allow. */
+/* The methods a route answers ("GET, HEAD", "POST", or all three), for
+ * 405's Allow. */
 const char *oip_route_allow(oip_route_kind kind);
 
 /* True when `method` is one the route answers (HEAD goes with GET). */

@@ -63,8 +63,8 @@ static bool take_name(seg s, oip_route *r)
     return true;
 }
 
-/* /v2/models/{m}[/versions/{v}][/ready|/infer|/stats|/config]: s[0] is
- * the name. */
+/* /v2/models/{m}[/versions/{v}][/ready|/infer|/stats|/config],
+ * /v2/models/{m}/trace/setting: s[0] is the name. */
 static oip_route_kind route_model(const seg *s, int n, oip_route *r)
 {
     if (!take_name(s[0], r))
@@ -85,6 +85,8 @@ static oip_route_kind route_model(const seg *s, int n, oip_route *r)
         return OIP_ROUTE_MODEL_STATS;
     if (n == 1 && seg_is(s[0], "config"))
         return OIP_ROUTE_MODEL_CONFIG;
+    if (n == 2 && seg_is(s[0], "trace") && seg_is(s[1], "setting") && r->version == 0)
+        return OIP_ROUTE_TRACE_SETTING;
     return OIP_ROUTE_NONE;
 }
 
@@ -103,7 +105,8 @@ static oip_route_kind route_repository(const seg *s, int n, oip_route *r)
     return OIP_ROUTE_NONE;
 }
 
-/* The status page: /, /ui/{file} (the name in r->model), /status/training. */
+/* The status page: /, /ui/{file} (the name in r->model), /status/training,
+ * /status/history. */
 static oip_route_kind route_page(const seg *s, int n, oip_route *r)
 {
     if (n == 0)
@@ -112,6 +115,8 @@ static oip_route_kind route_page(const seg *s, int n, oip_route *r)
         return OIP_ROUTE_PAGE_FILE;
     if (n == 2 && seg_is(s[0], "status") && seg_is(s[1], "training"))
         return OIP_ROUTE_TRAINING;
+    if (n == 2 && seg_is(s[0], "status") && seg_is(s[1], "history"))
+        return OIP_ROUTE_HISTORY;
     return OIP_ROUTE_NONE;
 }
 
@@ -141,6 +146,8 @@ static oip_route_kind route(const char *path, oip_route *r)
         return route_model(s + 2, n - 2, r);
     if (n >= 3 && seg_is(s[1], "repository"))
         return route_repository(s + 2, n - 2, r);
+    if (n == 3 && seg_is(s[1], "trace") && seg_is(s[2], "setting"))
+        return OIP_ROUTE_TRACE_SETTING;
     return OIP_ROUTE_NONE;
 }
 
@@ -161,11 +168,15 @@ static bool route_is_post(oip_route_kind kind)
 
 const char *oip_route_allow(oip_route_kind kind)
 {
+    if (kind == OIP_ROUTE_TRACE_SETTING)
+        return "GET, HEAD, POST";
     return route_is_post(kind) ? "POST" : "GET, HEAD";
 }
 
 bool oip_route_method_ok(oip_route_kind kind, const char *method)
 {
+    if (kind == OIP_ROUTE_TRACE_SETTING && strcmp(method, "POST") == 0)
+        return true;
     if (route_is_post(kind))
         return strcmp(method, "POST") == 0;
     return strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;

@@ -1,17 +1,19 @@
 // dlserve's status page: polls /status and /metrics every POLL_MS and draws
 // tables and small canvas charts of the last WINDOW_S seconds; the training
-// curves come from /status/training. No libraries, no other origin.
+// curves come from /status/training. At start it draws the daemon's own
+// history (/status/history: a snapshot every 2 s), so that a reload keeps
+// the charts. No libraries, no other origin.
 'use strict';
 
 const POLL_MS = 2000;
-const WINDOW_S = 300;
+const WINDOW_S = 900;
 const COLORS = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2', '#ca8a04',
                 '#db2777'];
 // The token of http.token: taken from ?token= and sent as a bearer token.
 const TOKEN = new URLSearchParams(location.search).get('token');
 
-const history = [];     // one sample a poll: {t, rate, p50, p90, p99, queue, lag}
-let prev = null;        // the previous poll: {t, counts, buckets}
+const history = [];     // one sample a snapshot: derive()'s
+let prev = null;        // the previous snapshot (snapshot()'s, or the daemon's)
 let trainingKey = null; // served versions whose curves are shown
 const live = {};        // Redis progress per model: {epoch: {loss, accuracy}}
 let polls = 0;
@@ -108,25 +110,56 @@ function surface(canvas) {
   return {g, w, h};
 }
 
+// Round y-axis ticks for values up to ymax: 0, step, 2 step, ... with step
+// 1, 2 or 5 times a power of ten, five or fewer steps, the last at or above
+// ymax.
+function ticks(ymax) {
+  if (!(ymax > 0)) return [0, 1];
+  const raw = ymax / 5, p = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * p).find((s) => s >= raw);
+  const n = Math.ceil(ymax / step - 1e-9);
+  // the products are rounded to the step's decimals (0.1 * 3 is 0.30000000000000004)
+  const dec = Math.max(0, -Math.floor(Math.log10(step)));
+  return Array.from({length: n + 1}, (_, i) => Number((i * step).toFixed(dec)));
+}
+
 // Lines [{label, color, dash, dots, legend, pts: [[x, y]]}]; xfmt labels the x axis.
+// The canvas keeps what the hover readout needs (canvas.chart), its ticks
+// and its lines' labels (data-ticks, data-labels).
 function lineChart(canvas, lines, xfmt) {
   const {g, w, h} = surface(canvas);
   const pts = lines.flatMap((l) => l.pts).filter((p) => p[1] !== null);
   const L = 46, R = 8, T = 18, B = 18;
   g.strokeStyle = '#c9ced6';
   g.strokeRect(L, T, w - L - R, h - T - B);
+  canvas.chart = null;
+  delete canvas.dataset.ticks;
+  canvas.dataset.labels = lines.map((l) => l.label).join(',');
   if (!pts.length) {
     g.fillStyle = '#9aa3b1';
     g.fillText('no data yet', L + 8, T + 16);
     return;
   }
   const x0 = Math.min(...pts.map((p) => p[0])), x1 = Math.max(...pts.map((p) => p[0]));
-  const y1 = Math.max(...pts.map((p) => p[1])) * 1.1 || 1;
+  const ys = ticks(Math.max(...pts.map((p) => p[1])));
+  const y1 = ys.at(-1);
   const X = (x) => L + (x1 > x0 ? (x - x0) / (x1 - x0) : 1) * (w - L - R);
   const Y = (y) => h - B - (y / y1) * (h - T - B);
+  canvas.chart = {lines, xfmt, x0, x1, L, R, w};
+  canvas.dataset.ticks = ys.join(',');
+  hoverable(canvas);
   g.fillStyle = '#555d6b';
   g.textAlign = 'right';
-  for (const f of [0, 0.5, 1]) g.fillText(fmt(f * y1), L - 4, Y(f * y1) + 4);
+  g.strokeStyle = '#eef0f3';
+  for (const y of ys) {
+    g.fillText(fmt(y), L - 4, Y(y) + 4);
+    if (y > 0 && y < y1) {
+      g.beginPath();
+      g.moveTo(L + 1, Y(y));
+      g.lineTo(w - R - 1, Y(y));
+      g.stroke();
+    }
+  }
   g.textAlign = 'left';
   g.fillText(xfmt(x0), L, h - 4);
   g.textAlign = 'right';
@@ -153,6 +186,35 @@ function lineChart(canvas, lines, xfmt) {
     }
   }
   g.setLineDash([]);
+}
+
+// The hover readout: the time under the cursor and each line's value
+// there (its nearest point), in #readout beside the cursor.
+function hoverable(canvas) {
+  if (canvas.dataset.hover) return;
+  canvas.dataset.hover = '1';
+  const box = document.getElementById('readout');
+  canvas.addEventListener('mousemove', (ev) => {
+    const c = canvas.chart;
+    if (!c) return;
+    const px = ev.clientX - canvas.getBoundingClientRect().left;
+    const x = c.x0 + Math.min(Math.max((px - c.L) / (c.w - c.L - c.R), 0), 1) * (c.x1 - c.x0);
+    const rows = [];
+    let at = null;
+    for (const l of c.lines) {
+      const near = l.pts.filter((p) => p[1] !== null)
+          .reduce((a, p) => (a && Math.abs(a[0] - x) <= Math.abs(p[0] - x) ? a : p), null);
+      if (!near) continue;
+      at = at === null || Math.abs(near[0] - x) < Math.abs(at - x) ? near[0] : at;
+      rows.push(l.label + ': ' + fmt(near[1]));
+    }
+    if (at === null) return;
+    box.textContent = [c.xfmt(at), ...rows].join('\n');
+    box.style.left = ev.clientX + 14 + 'px';
+    box.style.top = ev.clientY + 14 + 'px';
+    box.hidden = false;
+  });
+  canvas.addEventListener('mouseleave', () => { box.hidden = true; });
 }
 
 // Grouped bars: labels along x, one bar per group [{label, color, values}].
@@ -224,19 +286,26 @@ function latencyText(lat) {
     .join('');
 }
 
-function showKafka(k, sample) {
+const sum = (xs) => xs.reduce((a, b) => a + b, 0);
+
+// An offset cell: a partition never read has position -1 (and nothing committed).
+function offset(v, none) {
+  return v === undefined || v === null || v >= 0 ? num(v) : el('td', {class: 'num muted'}, none);
+}
+
+function showKafka(k) {
   document.getElementById('kafka').hidden = !k;
   if (!k) return;
   document.getElementById('kafka-summary').textContent =
       `${k.bootstrap} · group ${k.group_id} · ${k.delivery} · topics ${k.input_topics} · ` +
-      `consumed ${fmt(k.consumed)} · outputs ${fmt(k.outputs)} · in flight ${fmt(k.in_flight)}` +
+      `consumed ${fmt(k.consumed)} · outputs ${fmt(k.outputs)} · ` +
+      `dead letters ${fmt(sum(Object.values(k.dead_letters)))} · in flight ${fmt(k.in_flight)}` +
       ` · partitions ${fmt(k.assigned_partitions || 0)}` + latencyText(k.record_latency) +
       (k.paused ? ' · paused' : '') + (k.fatal ? ' · FATAL: ' + k.fatal : '');
-  fill('kafka-partitions', k.partitions.map((p) => {
-    sample.lag[p.topic + '/' + p.partition] = p.lag;
-    return el('tr', {class: 'partition'}, el('td', {}, p.topic), num(p.partition),
-              num(p.position), num(p.committed), num(p.high), num(p.lag));
-  }));
+  fill('kafka-partitions', k.partitions.map((p) =>
+    el('tr', {class: 'partition' + (p.position < 0 ? ' never-read' : '')},
+       el('td', {}, p.topic), num(p.partition), offset(p.position, 'never read'),
+       offset(p.committed, 'none'), offset(p.high, '-'), offset(p.lag, '-'))));
   fill('dead-letters', Object.entries(k.dead_letters).map(([why, n]) =>
     el('tr', {}, el('td', {}, why), num(n))));
 }
@@ -290,35 +359,97 @@ function curves(m) {
   return card;
 }
 
+// ---- snapshots and samples ---------------------------------------------------
+
+// What a poll saw, in the form of the daemon's history (src/serve/history.h):
+// cumulative counters and gauges.
+function snapshot(st, prom) {
+  const counts = {}, buckets = {};
+  for (const [m, c] of Object.entries(perModel(st.counters))) counts[m] = c.success + c.failure;
+  for (const [m, b] of Object.entries(histograms(prom, 'dlserve_request_duration_seconds')))
+    buckets[m] = b.map((x) => [x.le === Infinity ? null : x.le, x.n]);
+  const one = (name) => (prom.find((x) => x.name === name) || {}).value;
+  const snap = {t: st.uptime_seconds, models: st.models.map((m) => m.name), counts, buckets,
+                queue: st.batcher.queued_samples || {}, codes: st.counters.http || {},
+                cpu: one('process_cpu_seconds_total'), rss: one('process_resident_memory_bytes')};
+  const k = st.kafka;
+  if (k) {
+    const lag = {};
+    for (const p of k.partitions) lag[p.topic + '/' + p.partition] = p.lag >= 0 ? p.lag : null;
+    const lat = Object.values(k.record_latency || {}).find((l) => l.count > 0) || {};
+    snap.kafka = {in: k.consumed, out: k.outputs, dead: sum(Object.values(k.dead_letters)),
+                  p50_ms: lat.p50_ms ?? null, p99_ms: lat.p99_ms ?? null, lag};
+  }
+  return snap;
+}
+
+// A chart sample from a snapshot and the one before it (p, may be null):
+// rates and percentiles between the two, gauges as they are.
+function derive(s, p) {
+  const dt = p && s.t > p.t ? s.t - p.t : 0;
+  const per = (a, b) => (dt && typeof a === 'number' && typeof b === 'number'
+                         ? Math.max(0, (a - b) / dt) : null);
+  const bk = (b) => b && b.map(([le, n]) => ({le: le === null ? Infinity : le, n}));
+  const out = {t: s.t, rate: {}, p50: {}, p90: {}, p99: {}, queue: {}, lag: {}, errors: {},
+               kin: null, kout: null, klat50: null, klat99: null,
+               cpu: per(s.cpu, p && p.cpu),
+               rss: typeof s.rss === 'number' ? s.rss / 2 ** 20 : null};   // MiB
+  for (const m of s.models) {
+    out.queue[m] = s.queue[m] || 0;
+    if (dt && s.counts[m] !== undefined) out.rate[m] = per(s.counts[m], p.counts[m] || 0);
+    for (const q of [50, 90, 99]) {
+      const v = dt && s.buckets[m] ? quantile(q / 100, bk(s.buckets[m]), bk(p.buckets[m])) : null;
+      out['p' + q][m] = v === null ? null : v * 1000;
+    }
+  }
+  for (const c in s.codes)
+    if (Number(c) >= 400 && dt) out.errors[c] = per(s.codes[c], (p.codes || {})[c] || 0);
+  const k = s.kafka, pk = p && p.kafka;
+  if (k) {
+    out.lag = k.lag;
+    out.kin = pk ? per(k.in, pk.in) : null;
+    out.kout = pk ? per(k.out, pk.out) : null;
+    out.klat50 = k.p50_ms;
+    out.klat99 = k.p99_ms;
+  }
+  return out;
+}
+
+function record(snap) {
+  history.push(derive(snap, prev));
+  prev = snap;
+  while (history.length && history[0].t < snap.t - WINDOW_S) history.shift();
+}
+
+// The daemon's history, drawn at start (a page that cannot read it starts empty).
+async function loadHistory() {
+  try {
+    const h = await get('status/history', true);
+    for (const snap of h.samples) record(snap);
+    document.body.dataset.loaded = h.samples.length;
+  } catch (e) {
+    document.body.dataset.loaded = 0;
+  }
+}
+
 async function poll() {
   try {
     const [st, promText] = await Promise.all([get('status', true), get('metrics', false)]);
     const prom = parseProm(promText);
     const t = st.uptime_seconds, counts = perModel(st.counters);
-    const buckets = histograms(prom, 'dlserve_request_duration_seconds');
-    const sample = {t, rate: {}, p50: {}, p90: {}, p99: {}, queue: {}, lag: {}};
-    for (const m of st.models) {
-      sample.queue[m.name] = st.batcher.queued_samples[m.name] || 0;
-      const c = counts[m.name], o = prev && prev.counts[m.name];
-      if (c && prev && t > prev.t)
-        sample.rate[m.name] = (c.success + c.failure - (o ? o.success + o.failure : 0)) /
-                              (t - prev.t);
-      for (const q of ['p50', 'p90', 'p99']) {
-        const v = buckets[m.name] && prev
-            ? quantile(Number(q.slice(1)) / 100, buckets[m.name], prev.buckets[m.name]) : null;
-        sample[q][m.name] = v === null ? null : v * 1000;
-      }
+    if (prev && t < prev.t) {   // the daemon restarted: its history is another one
+      history.length = 0;
+      prev = null;
     }
-    prev = {t, counts, buckets};
+    record(snapshot(st, prom));
+    document.body.dataset.span = Math.round(history.at(-1).t - history[0].t);
     document.getElementById('server').textContent =
         `version ${st.version} · up ${fmt(Math.round(t))} s · ` +
         (st.ready ? 'ready' : 'NOT READY') + (st.http.auth ? ' · token' : '') +
         (st.http.tls ? ' · TLS' : '');
     showModels(st, counts);
-    showKafka(st.kafka, sample);
+    showKafka(st.kafka);
     showRedis(st.redis);
-    history.push(sample);
-    while (history.length && history[0].t < t - WINDOW_S) history.shift();
     draw(st, prom);
     await showTraining(st);
     document.getElementById('error').hidden = true;
@@ -347,9 +478,20 @@ function draw(st, prom) {
            Object.entries(sizes).map(([m, b], i) => ({
              label: m, color: color(models, m, i),
              values: b.map((x, j) => x.n - (j ? b[j - 1].n : 0))})));
-  if (st.kafka)
+  const codes = [...new Set(history.flatMap((s) => Object.keys(s.errors)))].sort();
+  lineChart(document.getElementById('errors-chart'), seriesOf('errors', codes, []), ago);
+  const one = (field, label, i, extra) => Object.assign(
+      {label, color: COLORS[i], pts: history.map((s) => [s.t, s[field]])}, extra || {});
+  lineChart(document.getElementById('cpu-chart'), [one('cpu', 'cpu', 0)], ago);
+  lineChart(document.getElementById('mem-chart'), [one('rss', 'rss', 1)], ago);
+  if (st.kafka) {
     lineChart(document.getElementById('lag-chart'),
               seriesOf('lag', Object.keys(history.at(-1).lag), []), ago);
+    lineChart(document.getElementById('kafka-rate-chart'),
+              [one('kin', 'in', 0), one('kout', 'out', 2)], ago);
+    lineChart(document.getElementById('kafka-latency-chart'),
+              [one('klat50', 'p50', 0, {dash: [5, 3]}), one('klat99', 'p99', 1)], ago);
+  }
 }
 
-poll();
+loadHistory().then(poll);
