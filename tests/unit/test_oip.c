@@ -93,6 +93,10 @@ Test(oip, routes_every_endpoint)
     cr_expect_eq(oip_route_parse("/v2/models/m/stats", &r), OIP_ROUTE_MODEL_STATS);
     cr_expect_eq(oip_route_parse("/v2/models/m/versions/2/stats", &r), OIP_ROUTE_MODEL_STATS);
     cr_expect_eq(r.version, 2);
+    /* every model's statistics: no model named */
+    cr_expect_eq(oip_route_parse("/v2/models/stats", &r), OIP_ROUTE_MODEL_STATS);
+    cr_expect_str_eq(r.model, "");
+    cr_expect_eq(r.version, 0);
     cr_expect_eq(oip_route_parse("/v2/models/m/config", &r), OIP_ROUTE_MODEL_CONFIG);
     cr_expect_str_eq(r.model, "m");
     cr_expect_eq(oip_route_parse("/v2/models/m/versions/4/config", &r), OIP_ROUTE_MODEL_CONFIG);

@@ -25,7 +25,8 @@ typedef enum oip_route_kind {
     OIP_ROUTE_MODEL,         /* GET  /v2/models/{m}[/versions/{v}] */
     OIP_ROUTE_MODEL_READY,   /* GET  /v2/models/{m}[/versions/{v}]/ready */
     OIP_ROUTE_INFER,         /* POST /v2/models/{m}[/versions/{v}]/infer */
-    OIP_ROUTE_MODEL_STATS,   /* GET  /v2/models/{m}[/versions/{v}]/stats */
+    OIP_ROUTE_MODEL_STATS,   /* GET  /v2/models[/{m}[/versions/{v}]]/stats
+                                (no model: every model's) */
     OIP_ROUTE_MODEL_CONFIG,  /* GET  /v2/models/{m}[/versions/{v}]/config */
     OIP_ROUTE_REPO_INDEX,    /* POST /v2/repository/index */
     OIP_ROUTE_REPO_LOAD,     /* POST /v2/repository/models/{m}/load */
