@@ -4,6 +4,7 @@
 #define DL_SERVE_REGISTRY_H
 
 #include "serve/dl_serve.h"
+#include "serve/serving.h"
 
 #include <jansson.h>
 #include <stdatomic.h>
@@ -21,6 +22,11 @@ typedef struct served {
      * transport's thread (batcher_run_now). */
     dl_model            *m[DL_MAX_INSTANCES];
     int64_t              in_dim, out_dim;
+    /* model.json's "serving" block (the daemon's defaults where it gives
+     * none), and the copies loaded: m[0..instances), the batcher's
+     * instances that run this version */
+    serving_conf         serving;
+    int                  instances;
     /* Inference us a sample in the last batch run (at first, the
      * warm-up's single sample). */
     atomic_llong         sample_us;
@@ -62,9 +68,15 @@ void served_release(served *s);
 bool registry_ready(registry *r);
 
 /* JSON (new reference): [{"name", "versions": [..], "state":
- * "READY"|"UNAVAILABLE"|"UNLOADED", "reason"}], for /status and
+ * "READY"|"UNAVAILABLE" (Triton's: no version served, or unloaded),
+ * "reason" ("unloaded" when unloaded), "unloaded", "serving" (the newest
+ * version's serving block: serving_json)}], for /status and
  * /v2/repository/index. */
 json_t *registry_status(registry *r);
+
+/* The daemon's version policy ([models] policy; borrowed, constant): a
+ * model's serving.version_policy overrides it. */
+const char *registry_policy(const registry *r);
 
 /* Names of the models (new array of new strings, NULL-terminated). */
 char **registry_names(registry *r);

@@ -183,6 +183,7 @@ bool http_infer_start(http_server *h, struct MHD_Connection *c, request *rq, ans
     /* Pinned to the version whose input size was checked; raw inputs (the
      * batcher scales its batch); outputs allocated by the batcher. */
     infer_req_init(q, sv, rq->in.batch, rq->in.x, NULL, rq->in.timeout_us, infer_done, rq);
+    q->priority = rq->in.priority;
     rq->h = h;
     rq->c = c;
     batcher *bat = h->deps->bat;
