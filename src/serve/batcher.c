@@ -217,12 +217,12 @@ static bool preferred_reached(const served *sv, int64_t before, int64_t after)
     return false;
 }
 
-/* Wakes the worker that runs a batch of sv: any one, unless sv runs on
- * fewer instances than there are workers (then all, so that one of its
- * own wakes). */
-static void wake_workers(batcher *b, const served *sv)
+/* Wakes the worker that runs a batch of a version that runs on
+ * `instances` instances: any one, unless that is fewer than there are
+ * workers (then all, so that one of its own wakes). */
+static void wake_workers(batcher *b, int instances)
 {
-    if (sv->instances < b->nworkers)
+    if (instances < b->nworkers)
         pthread_cond_broadcast(&b->cv);
     else
         pthread_cond_signal(&b->cv);
@@ -252,6 +252,7 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
     q->level = level_of(q->sv, q->priority);
     q->next = NULL;
     bool wake = false;
+    int instances = q->sv->instances;   /* q is the worker's once queued */
     pthread_mutex_lock(&b->mu);
     queue *qu = st == DL_OK ? queue_for(b, q->sv) : NULL;
     if (st == DL_OK && b->stopping)
@@ -279,7 +280,7 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
     }
     pthread_mutex_unlock(&b->mu);
     if (wake)
-        wake_workers(b, q->sv);
+        wake_workers(b, instances);
     if (st != DL_OK) {
         if (!given) {
             free(q->out);
@@ -306,17 +307,15 @@ void batcher_arriving(batcher *b, int delta)
 }
 
 /* The non-empty queue that worker `instance` runs next, or NULL: of those
- * whose version runs on it, the one whose head has the highest priority
- * level, then the one that has waited longest. */
+ * whose version runs on it, the one that has waited longest. (Priority
+ * levels are a model's own, as Triton's are: they order its queue, not
+ * the models.) */
 static queue *oldest(batcher *b, int instance)
 {
     queue *best = NULL;
     for (int i = 0; i < b->nq; i++) {
         queue *qu = &b->q[i];
-        if (!qu->head || !runs_on(qu->sv, instance))
-            continue;
-        if (!best || qu->head->level < best->head->level ||
-            (qu->head->level == best->head->level && qu->first < best->first))
+        if (qu->head && runs_on(qu->sv, instance) && (!best || qu->first < best->first))
             best = qu;
     }
     return best;
