@@ -24,7 +24,10 @@
  * here, once, to the assembled batch. Deadlines follow Triton's queue
  * policy with REJECT: a request still queued past its timeout ("timeout"
  * parameter, else default_timeout_us) completes with DL_ERR_TIMEOUT,
- * without running. */
+ * without running. Each served version may override these settings (its
+ * model's serving block: batch size, delay, preferred batch sizes, queue
+ * bound, timeout, instances it runs on), and with priority_levels its
+ * queue is ordered by Triton's priority level, highest first. */
 #define _GNU_SOURCE   /* RUSAGE_THREAD */
 #include "serve/serve.h"
 

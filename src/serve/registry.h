@@ -17,9 +17,9 @@ typedef struct served {
     char                 name[DL_NAME_MAX];
     int64_t              version;
     dl_model_conf       *conf;        /* owned */
-    /* Owned: one copy a backend of the registry (models.instances), m[i]
-     * used by whoever holds the batcher's instance i: its worker, or a
-     * transport's thread (batcher_run_now). */
+    /* Owned: one copy a backend of the registry (models.instances, or
+     * fewer: serving.instances), m[i] used by whoever holds the batcher's
+     * instance i: its worker, or a transport's thread (batcher_run_now). */
     dl_model            *m[DL_MAX_INSTANCES];
     int64_t              in_dim, out_dim;
     /* model.json's "serving" block (the daemon's defaults where it gives
