@@ -1339,6 +1339,28 @@ Test(oip, writes_classifications)
     dl_sbuf_free(&b);
 }
 
+/* Ties rank the lower index first; a score that is not a number ranks
+ * last. */
+Test(oip, ranks_ties_by_index)
+{
+    const float y[4] = {0.25f, NAN, 0.5f, 0.25f};
+    const oip_output out[1] = {{.kind = OIP_OUT_TENSOR, .topk = 4}};
+    conf.nlabels = 0;
+    oip_result res = {.model = "tiny", .version = 1, .conf = &conf, .batch = 1, .out_dim = 4,
+                      .y = y, .nout = 1, .out = out};
+    dl_sbuf b = {0};
+    size_t json_len;
+    cr_assert_eq(oip_write_infer(&res, &b, &json_len, NULL), DL_OK);
+    json_t *o = json_loadb(b.s, json_len, JSON_REJECT_DUPLICATES, NULL);
+    json_t *data = json_object_get(json_array_get(json_object_get(o, "outputs"), 0), "data");
+    const char *want[4] = {"0.5:2", "0.25:0", "0.25:3", "null:1"};
+    cr_assert_eq(json_array_size(data), 4);
+    for (int i = 0; i < 4; i++)
+        cr_expect_str_eq(json_string_value(json_array_get(data, i)), want[i]);
+    json_decref(o);
+    dl_sbuf_free(&b);
+}
+
 Test(oip, scans_priority_and_refuses_sequences)
 {
     cr_assert_eq(parse(CLS_INPUT "'parameters':{'priority':2,'my_tag':'x'}}"), DL_OK, "%s",

@@ -31,24 +31,30 @@ static const char *label_of(const oip_result *res, int64_t c)
     return c < res->conf->nlabels ? res->conf->labels[c] : "";
 }
 
-/* Most classes a classification ranks at once without allocating. */
-#define TOPK_STACK 64
+/* A class and its score, for ranking. */
+typedef struct ranked {
+    float   score;
+    int64_t index;
+} ranked;
 
-/* The indices of the k highest of p[0..n) into top, highest first (ties:
- * the lower index first). */
-static void top_classes(const float *p, int64_t n, int64_t k, int64_t *top)
+/* Higher scores first (NaN last), then the lower index. */
+static int cmp_ranked(const void *a, const void *b)
 {
-    for (int64_t r = 0; r < k; r++) {
-        int64_t best = -1;
-        for (int64_t j = 0; j < n; j++) {
-            bool taken = false;
-            for (int64_t t = 0; t < r && !taken; t++)
-                taken = top[t] == j;
-            if (!taken && (best < 0 || p[j] > p[best] || (isnan(p[best]) && !isnan(p[j]))))
-                best = j;
-        }
-        top[r] = best;
-    }
+    const ranked *x = a, *y = b;
+    bool xn = isnan(x->score), yn = isnan(y->score);
+    if (xn != yn)
+        return xn ? 1 : -1;
+    if (!xn && x->score != y->score)
+        return x->score > y->score ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Ranks the n classes of row p into rank (room for n), highest first. */
+static void rank_classes(const float *p, int64_t n, ranked *rank)
+{
+    for (int64_t j = 0; j < n; j++)
+        rank[j] = (ranked){p[j], j};
+    qsort(rank, (size_t)n, sizeof(*rank), cmp_ranked);
 }
 
 /* Triton's classification string of class c of row p:
@@ -70,8 +76,8 @@ static size_t class_text(const oip_result *res, const float *p, int64_t c, char 
  * instead of writing them. */
 static void put_classes(dl_sbuf *b, const oip_result *res, oip_output o, size_t *bytes)
 {
-    int64_t stack[TOPK_STACK], *top = stack;
-    if (o.topk > TOPK_STACK && !(top = malloc((size_t)o.topk * sizeof(*top)))) {
+    ranked *rank = malloc((size_t)res->out_dim * sizeof(*rank));
+    if (!rank) {
         if (b)
             b->oom = true;
         return;
@@ -79,9 +85,9 @@ static void put_classes(dl_sbuf *b, const oip_result *res, oip_output o, size_t 
     char text[1024];   /* a longer label is cut, alike in size and bytes */
     for (int64_t i = 0; i < res->batch; i++) {
         const float *p = res->y + i * res->out_dim;
-        top_classes(p, res->out_dim, o.topk, top);
-        for (int64_t r = 0; r < o.topk; r++) {
-            size_t n = class_text(res, p, top[r], text, sizeof(text));
+        rank_classes(p, res->out_dim, rank);
+        for (int64_t r = 0; r < o.topk && r < res->out_dim; r++) {
+            size_t n = class_text(res, p, rank[r].index, text, sizeof(text));
             if (bytes) {
                 *bytes += 4 + n;
             } else if (o.binary) {
@@ -94,8 +100,7 @@ static void put_classes(dl_sbuf *b, const oip_result *res, oip_output o, size_t 
             }
         }
     }
-    if (top != stack)
-        free(top);
+    free(rank);
 }
 
 /* Bytes of an output's binary data. */
