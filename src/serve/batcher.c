@@ -24,7 +24,10 @@
  * here, once, to the assembled batch. Deadlines follow Triton's queue
  * policy with REJECT: a request still queued past its timeout ("timeout"
  * parameter, else default_timeout_us) completes with DL_ERR_TIMEOUT,
- * without running. */
+ * without running. Each served version may override these settings (its
+ * model's serving block: batch size, delay, preferred batch sizes, queue
+ * bound, timeout, instances it runs on), and with priority_levels its
+ * queue is ordered by Triton's priority level, highest first. */
 #define _GNU_SOURCE   /* RUSAGE_THREAD */
 #include "serve/serve.h"
 
@@ -38,8 +41,9 @@
 
 typedef struct queue {
     served    *sv;              /* the version these requests run on */
-    infer_req *head, *tail;
+    infer_req *head, *tail;     /* by priority level, then arrival */
     int64_t    samples;
+    double     first;           /* the earliest t_arrival queued */
 } queue;
 
 /* A worker: its thread, its instance of the models, its batch staging. */
@@ -74,6 +78,48 @@ struct batcher {
      * (earlier than any left), which costs one needless scan. */
     double           next_deadline;
 };
+
+/* ---- a served version's settings: its serving block, else [batching] ---- */
+
+static int64_t max_batch(const batcher *b, const served *sv)
+{
+    return sv->serving.max_batch_size > 0 ? sv->serving.max_batch_size : b->conf.max_batch_size;
+}
+
+static int64_t max_queue(const batcher *b, const served *sv)
+{
+    return sv->serving.max_queue_size > 0 ? sv->serving.max_queue_size : b->conf.max_queue_size;
+}
+
+static int64_t queue_delay_us(const batcher *b, const served *sv)
+{
+    return sv->serving.max_queue_delay_us >= 0 ? sv->serving.max_queue_delay_us
+                                               : b->conf.max_queue_delay_us;
+}
+
+static int64_t default_timeout_us(const batcher *b, const served *sv)
+{
+    return sv->serving.default_timeout_us >= 0 ? sv->serving.default_timeout_us
+                                               : b->conf.default_timeout_us;
+}
+
+/* The priority level a request is served at, Triton's way: 1 is the
+ * highest; 0, or a level past the model's priority_levels, is the model's
+ * default level; a model without levels serves every request alike (0). */
+static int64_t level_of(const served *sv, int64_t priority)
+{
+    const serving_conf *sc = &sv->serving;
+    if (sc->priority_levels == 0)
+        return 0;
+    return priority == 0 || priority > sc->priority_levels ? sc->default_priority_level
+                                                           : priority;
+}
+
+/* Whether worker `instance` may run sv's batches (sv's serving.instances). */
+static bool runs_on(const served *sv, int instance)
+{
+    return instance < sv->instances;
+}
 
 void infer_req_init(infer_req *q, served *sv, int64_t n, const void *x, float *out,
                     int64_t timeout_us, void (*on_done)(infer_req *q, void *ctx), void *ctx)
@@ -143,6 +189,48 @@ static bool has_outputs(infer_req *q)
     return q->out != NULL;
 }
 
+/* Links q into qu after every request of its level or a higher one (1 is
+ * the highest): requests of one level in arrival order. */
+static void enqueue(queue *qu, infer_req *q)
+{
+    if (!qu->head || q->t_arrival < qu->first)
+        qu->first = q->t_arrival;
+    if (!qu->tail || qu->tail->level <= q->level) {   /* the common case: at the end */
+        if (qu->tail)
+            qu->tail->next = q;
+        else
+            qu->head = q;
+        qu->tail = q;
+        return;
+    }
+    infer_req **pp = &qu->head;
+    while ((*pp)->level <= q->level)
+        pp = &(*pp)->next;
+    q->next = *pp;
+    *pp = q;
+}
+
+/* Whether growing a queue of sv from `before` to `after` samples reached
+ * one of its preferred batch sizes. */
+static bool preferred_reached(const served *sv, int64_t before, int64_t after)
+{
+    for (int i = 0; i < sv->serving.npreferred; i++)
+        if (before < sv->serving.preferred[i] && after >= sv->serving.preferred[i])
+            return true;
+    return false;
+}
+
+/* Wakes the worker that runs a batch of a version that runs on
+ * `instances` instances: any one, unless that is fewer than there are
+ * workers (then all, so that one of its own wakes). */
+static void wake_workers(batcher *b, int instances)
+{
+    if (instances < b->nworkers)
+        pthread_cond_broadcast(&b->cv);
+    else
+        pthread_cond_signal(&b->cv);
+}
+
 dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
 {
     bool pinned = q->sv != NULL;
@@ -154,25 +242,27 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
     dl_status st = DL_OK;
     if (q->n < 1)
         st = dl_err_set(err, DL_ERR_INVALID, "empty batch");
-    else if (q->n > b->conf.max_queue_size)
+    else if (q->n > max_queue(b, q->sv))
         st = dl_err_set(err, DL_ERR_INVALID, "batch of %lld exceeds max_queue_size %lld",
-                        (long long)q->n, (long long)b->conf.max_queue_size);
+                        (long long)q->n, (long long)max_queue(b, q->sv));
     bool given = q->out != NULL;
     if (st == DL_OK && !has_outputs(q))
         st = dl_err_set(err, DL_ERR_NOMEM, "outputs");
     DL_ASSERT(q->on_done);
     q->t_arrival = dl_time_now();
-    int64_t timeout_us = q->timeout_us > 0 ? q->timeout_us : b->conf.default_timeout_us;
+    int64_t timeout_us = q->timeout_us > 0 ? q->timeout_us : default_timeout_us(b, q->sv);
     q->deadline = timeout_us > 0 ? q->t_arrival + (double)timeout_us * 1e-6 : 0;
+    q->level = level_of(q->sv, q->priority);
     q->next = NULL;
     bool wake = false;
+    int instances = q->sv->instances;   /* q is the worker's once queued */
     pthread_mutex_lock(&b->mu);
     queue *qu = st == DL_OK ? queue_for(b, q->sv) : NULL;
     if (st == DL_OK && b->stopping)
         st = dl_err_set(err, DL_ERR_UNAVAILABLE, "the server is stopping");
-    else if (st == DL_OK && model_samples(b, q->sv->name) + q->n > b->conf.max_queue_size)
+    else if (st == DL_OK && model_samples(b, q->sv->name) + q->n > max_queue(b, q->sv))
         st = dl_err_set(err, DL_ERR_BUSY, "queue of model '%s' is full (%lld samples)",
-                        q->sv->name, (long long)b->conf.max_queue_size);
+                        q->sv->name, (long long)max_queue(b, q->sv));
     else if (st == DL_OK && !qu)
         st = dl_err_set(err, DL_ERR_NOMEM, "queue");
     if (st == DL_OK) {
@@ -182,22 +272,18 @@ dl_status batcher_submit(batcher *b, infer_req *q, dl_err *err)
          * after the unlock: a worker woken inside the lock would only wait
          * for it again. */
         bool first = qu->head == NULL;
-        if (qu->tail)
-            qu->tail->next = q;
-        else
-            qu->head = q;
-        qu->tail = q;
-        int64_t before = qu->samples;
+        enqueue(qu, q);
+        int64_t before = qu->samples, most = max_batch(b, q->sv);
         qu->samples += q->n;
         bool sooner = q->deadline > 0 && (b->next_deadline == 0 || q->deadline < b->next_deadline);
         if (sooner)   /* the worker's wait must end by this deadline */
             b->next_deadline = q->deadline;
-        wake = first || sooner ||
-               (before < b->conf.max_batch_size && qu->samples >= b->conf.max_batch_size);
+        wake = first || sooner || (before < most && qu->samples >= most) ||
+               preferred_reached(q->sv, before, qu->samples);
     }
     pthread_mutex_unlock(&b->mu);
     if (wake)
-        pthread_cond_signal(&b->cv);
+        wake_workers(b, instances);
     if (st != DL_OK) {
         if (!given) {
             free(q->out);
@@ -223,14 +309,43 @@ void batcher_arriving(batcher *b, int delta)
     }
 }
 
-/* The non-empty queue whose head arrived first, or NULL. */
-static queue *oldest(batcher *b)
+/* The non-empty queue that worker `instance` runs next, or NULL: of those
+ * whose version runs on it, the one that has waited longest. (Priority
+ * levels are a model's own, as Triton's are: they order its queue, not
+ * the models.) */
+static queue *oldest(batcher *b, int instance)
 {
     queue *best = NULL;
-    for (int i = 0; i < b->nq; i++)
-        if (b->q[i].head && (!best || b->q[i].head->t_arrival < best->head->t_arrival))
-            best = &b->q[i];
+    for (int i = 0; i < b->nq; i++) {
+        queue *qu = &b->q[i];
+        if (qu->head && runs_on(qu->sv, instance) && (!best || qu->first < best->first))
+            best = qu;
+    }
     return best;
+}
+
+/* The earliest arrival in qu's list (after a change to it). */
+static void refresh_first(queue *qu)
+{
+    qu->first = 0;
+    for (infer_req *r = qu->head; r; r = r->next)
+        if (r == qu->head || r->t_arrival < qu->first)
+            qu->first = r->t_arrival;
+}
+
+/* The samples to take from qu now: max_batch_size when it holds that
+ * many, else the largest preferred batch size it holds; 0 when none is
+ * reached (the batch waits for its delay). */
+static int64_t ready_samples(const batcher *b, const queue *qu)
+{
+    int64_t most = max_batch(b, qu->sv);
+    if (qu->samples >= most)
+        return most;
+    const serving_conf *sc = &qu->sv->serving;
+    for (int i = sc->npreferred - 1; i >= 0; i--)
+        if (qu->samples >= sc->preferred[i])
+            return sc->preferred[i];
+    return 0;
 }
 
 static void deadline(double t, struct timespec *ts)
@@ -274,6 +389,7 @@ static void expire(batcher *b, double now, infer_req **expired)
             pp = &r->next;
         }
         qu->tail = last;
+        refresh_first(qu);
         if (!qu->head)   /* drop the empty queue, as take does */
             *qu = b->q[--b->nq];
         else
@@ -282,21 +398,24 @@ static void expire(batcher *b, double now, infer_req **expired)
     b->next_deadline = next;
 }
 
-/* Takes up to max_batch_size samples of whole requests from qu (at least
- * one request). Called with the lock held. */
-static infer_req *take(batcher *b, queue *qu, int64_t *samples)
+/* Takes up to `most` samples of whole requests from qu (at least one
+ * request), in queue order. Called with the lock held. */
+static infer_req *take(batcher *b, queue *qu, int64_t most, int64_t *samples)
 {
     infer_req *first = qu->head, *last = NULL;
     *samples = 0;
     for (infer_req *r = qu->head; r; r = r->next) {
-        if (last && *samples + r->n > b->conf.max_batch_size)
+        if (last && *samples + r->n > most)
             break;
         *samples += r->n;
         last = r;
     }
     qu->head = last->next;
     last->next = NULL;
+    if (!qu->head)
+        qu->tail = NULL;
     qu->samples -= *samples;
+    refresh_first(qu);
     if (!qu->head)   /* drop the empty queue: its version may retire */
         *qu = b->q[--b->nq];
     return first;
@@ -405,16 +524,17 @@ static void *worker(void *arg)
                 continue;
             }
         }
-        queue *qu = oldest(b);
+        queue *qu = oldest(b, w->instance);
         if (w->busy || !qu) {   /* busy: a transport's thread runs a request on it */
             if (!w->busy && b->stopping)
                 break;
             pthread_cond_wait(&b->cv, &b->mu);
             continue;
         }
-        double due = qu->head->t_arrival + (double)b->conf.max_queue_delay_us * 1e-6;
+        double due = qu->first + (double)queue_delay_us(b, qu->sv) * 1e-6;
         bool more = !b->conf.eager || atomic_load(&b->arriving) > 0;
-        if (qu->samples < b->conf.max_batch_size && more && !b->stopping && now < due) {
+        int64_t ready = ready_samples(b, qu);
+        if (ready == 0 && more && !b->stopping && now < due) {
             /* until the batch is due or a queued request's deadline */
             double until = b->next_deadline > 0 && b->next_deadline < due ? b->next_deadline : due;
             struct timespec ts;
@@ -423,10 +543,10 @@ static void *worker(void *arg)
             continue;   /* something arrived, or a time came: look again */
         }
         int64_t samples;
-        infer_req *list = take(b, qu, &samples);
+        infer_req *list = take(b, qu, ready > 0 ? ready : max_batch(b, qu->sv), &samples);
         b->last_take = samples;
         if (b->nworkers > 1 && b->nq > 0)   /* what is left is another worker's */
-            pthread_cond_signal(&b->cv);
+            pthread_cond_broadcast(&b->cv);
         w->busy = true;
         pthread_mutex_unlock(&b->mu);
         run(b, w, list, samples);
@@ -456,7 +576,7 @@ static _Thread_local long sleeps_at_streak;
  * take turns, as the workers do), or NULL. With `lone`, only when eager
  * batching would run a request alone: nothing queued, the workers' last
  * batch of one, no other request on its way; and not once stopping. */
-static worker_ctx *claim(batcher *b, bool lone)
+static worker_ctx *claim(batcher *b, bool lone, const served *sv)
 {
     worker_ctx *w = NULL;
     pthread_mutex_lock(&b->mu);
@@ -464,7 +584,7 @@ static worker_ctx *claim(batcher *b, bool lone)
                   atomic_load(&b->arriving) <= 1))
         for (int i = 0; i < b->nworkers && !w; i++) {
             worker_ctx *c = &b->workers[(b->next_now + i) % b->nworkers];
-            if (!c->busy)
+            if (!c->busy && runs_on(sv, c->instance))
                 w = c;
         }
     if (w) {
@@ -500,7 +620,7 @@ static void release(batcher *b, worker_ctx *w, int64_t samples)
 bool batcher_fits_thread(batcher *b, served *sv, int64_t samples)
 {
     return b->conf.eager && b->conf.direct_max_us > 0 && sv && samples >= 1 &&
-           samples <= b->conf.max_batch_size &&
+           samples <= max_batch(b, sv) &&
            atomic_load(&sv->sample_us) * samples <= b->conf.direct_max_us;
 }
 
@@ -527,7 +647,7 @@ bool batcher_run_now(batcher *b, infer_req *q)
             return false;
         direct_streak = 0;
     }
-    worker_ctx *w = claim(b, true);
+    worker_ctx *w = claim(b, true, q->sv);
     if (!w)
         return false;
     bool ran = has_outputs(q);
@@ -553,13 +673,13 @@ bool batcher_run_batch(batcher *b, infer_req *list)
         r->deadline = 0;
         samples += r->n;
     }
-    worker_ctx *w = claim(b, false);
+    worker_ctx *w = claim(b, false, list->sv);
     /* Once stopping, the queue takes nothing more, and the batch was
      * accepted: it waits for an instance (the workers are draining). */
     while (!w && batcher_stopping(b)) {
         struct timespec ts = {0, 100000};
         nanosleep(&ts, NULL);
-        w = claim(b, false);
+        w = claim(b, false, list->sv);
     }
     if (!w)
         return false;

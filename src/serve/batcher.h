@@ -39,6 +39,11 @@ typedef struct infer_req {
      * still queued past it completes with err.code DL_ERR_TIMEOUT. */
     int64_t      timeout_us;
     double       deadline;       /* the batcher's: t_arrival + the timeout; 0: none */
+    /* Triton's priority (the request's "priority" parameter): 1 the
+     * highest, 0 the model's default_priority_level; ignored by a model
+     * without priority_levels. A transport sets it after infer_req_init. */
+    int64_t      priority;
+    int64_t      level;          /* the batcher's: the level it is served at */
     /* dl_time_now() seconds: submitted, its batch started, the batch's
      * inputs were ready (inference began), the inference ended */
     double       t_arrival, t_start, t_infer, t_end;
@@ -59,7 +64,7 @@ typedef struct infer_req {
  *      or dropped, so that eager batching waits for requests on their way;
  *   2. pin a version: registry_acquire the served model (a reference it
  *      releases after completion) and check the input against it;
- *   3. fill its infer_req with infer_req_init, and nothing else;
+ *   3. fill its infer_req with infer_req_init, and its priority;
  *   4. run it on its own thread when the batcher allows (batcher_run_now,
  *      batcher_run_batch) or batcher_submit it; on_done, on a worker
  *      thread, only hands it back to the transport's own thread;

@@ -4,6 +4,7 @@
  * sections and the printout of it all. */
 #define _POSIX_C_SOURCE 200809L
 #include "serve/dl_serve.h"
+#include "serve/serving.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -230,8 +231,8 @@ static bool positive_int(const char **s)
     return errno == 0 && n >= 1;
 }
 
-/* "latest", "latest:N" or "versions:N[,N...]", every N >= 1. */
-static bool policy_ok(const char *p)
+/* "latest", "latest:N" or "versions:N[,N...]", every N >= 1 (serving.h). */
+bool serving_policy_ok(const char *p)
 {
     if (!strncmp(p, "versions:", 9)) {
         p += 9;
@@ -365,7 +366,7 @@ dl_status dl_serve_conf_validate(const dl_serve_conf *c, dl_err *err)
         return dl_err_set(err, DL_ERR_INVALID,
                           "[http] tls_cert and tls_key must be set together (%s is empty)",
                           c->http.tls_cert[0] ? "tls_key" : "tls_cert");
-    if (!policy_ok(c->models.policy))
+    if (!serving_policy_ok(c->models.policy))
         return dl_err_set(err, DL_ERR_INVALID,
                           "[models] policy '%.60s' is invalid: expected latest, latest:N "
                           "or versions:N,N,... with every N >= 1", c->models.policy);

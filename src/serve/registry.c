@@ -68,9 +68,26 @@ void served_release(served *sv)
         served_free(s);
 }
 
-/* Loads, validates and warms up one version. */
-static dl_status load_version(registry *r, const char *name, int64_t version,
-                              served_impl **out, dl_err *err)
+/* A model's model.json, read for its versions: the text without its
+ * "serving" block (new, *text) and that block's settings. */
+static dl_status read_model_json(const registry *r, const char *name, char **text,
+                                 serving_conf *sc, dl_err *err)
+{
+    char path[DL_PATH_MAX + 128];
+    snprintf(path, sizeof(path), "%s/%s/model.json", r->conf.dir, name);
+    char *raw = NULL;
+    size_t len = 0;
+    dl_status st = dl_file_read(path, &raw, &len, err);
+    if (st == DL_OK)
+        st = serving_split(raw, len, r->nbe, sc, text, err);
+    free(raw);
+    return st;
+}
+
+/* Loads, validates and warms up one version from its model's model.json
+ * `text` (without its serving block) and serving settings sc. */
+static dl_status load_version(registry *r, const char *name, int64_t version, const char *text,
+                              const serving_conf *sc, served_impl **out, dl_err *err)
 {
     *out = NULL;
     char path[DL_PATH_MAX + 128];
@@ -78,13 +95,15 @@ static dl_status load_version(registry *r, const char *name, int64_t version,
     served_impl *s = calloc(1, sizeof(*s));
     if (!s)
         return dl_err_set(err, DL_ERR_NOMEM, "model");
-    dl_status st = dl_model_conf_load(path, &s->pub.conf, err);
+    s->pub.serving = *sc;
+    s->pub.instances = sc->instances > 0 ? (int)sc->instances : r->nbe;
+    dl_status st = dl_model_conf_parse(text, strlen(text), path, &s->pub.conf, err);
     if (st == DL_OK && strcmp(s->pub.conf->name, name) != 0)
         st = dl_err_set(err, DL_ERR_INVALID, "%s: name '%s' differs from the folder '%s'",
                         path, s->pub.conf->name, name);
     snprintf(path, sizeof(path), "%s/%s/%lld/model.safetensors", r->conf.dir, name,
              (long long)version);
-    for (int i = 0; st == DL_OK && i < r->nbe; i++) {   /* a copy an instance */
+    for (int i = 0; st == DL_OK && i < s->pub.instances; i++) {   /* a copy an instance */
         dl_model *m = NULL;
         st = dl_model_new(r->be[i], s->pub.conf, 1, &m, err);
         s->pub.m[i] = m;
@@ -195,11 +214,17 @@ static int sync_model_locked(registry *r, const char *name)
 {
     int64_t have[MAX_VERSIONS], want[MAX_VERSIONS];
     int nhave = list_versions(r, name, have, MAX_VERSIONS);
-    int nwant = dl_repo_select(r->conf.policy, have, nhave, want);
+    char *text = NULL;
+    serving_conf sc;
+    dl_err jerr = {0};
+    bool json_ok = read_model_json(r, name, &text, &sc, &jerr) == DL_OK;
+    const char *policy = json_ok && sc.version_policy[0] ? sc.version_policy : r->conf.policy;
+    int nwant = json_ok ? dl_repo_select(policy, have, nhave, want) : 0;
     pthread_mutex_lock(&r->mu);
     entry *e = find_or_add(r, name);
     if (!e || e->unloaded) {
         pthread_mutex_unlock(&r->mu);
+        free(text);
         return 0;
     }
     e->present = true;
@@ -221,7 +246,7 @@ static int sync_model_locked(registry *r, const char *name)
                 s = current[k];
         if (!s) {
             dl_err err = {0};
-            if (load_version(r, name, want[i], &s, &err) != DL_OK) {
+            if (load_version(r, name, want[i], text, &sc, &s, &err) != DL_OK) {
                 DL_LOG(DL_LOG_ERR, "models", "%s version %lld refused: %s", name,
                        (long long)want[i], err.msg);
                 snprintf(reason, sizeof(reason), "version %lld refused: %.200s",
@@ -251,8 +276,13 @@ static int sync_model_locked(registry *r, const char *name)
             changes++;
         }
     }
-    if (nhave == 0)
+    free(text);
+    if (!json_ok) {   /* a bad model.json or serving block: nothing new loads */
+        DL_LOG(DL_LOG_ERR, "models", "%s refused: %s", name, jerr.msg);
+        snprintf(reason, sizeof(reason), "model.json refused: %.200s", jerr.msg);
+    } else if (nhave == 0) {
         snprintf(reason, sizeof(reason), "no version with model.safetensors");
+    }
     pthread_mutex_lock(&r->mu);
     e = find(r, name);
     publish(e, next, n);
@@ -438,10 +468,14 @@ json_t *registry_status(registry *r)
             json_array_append_new(refused, json_pack("{s:I, s:s}", "version",
                                                      (json_int_t)e->refused[k].version,
                                                      "reason", e->refused[k].why));
-        const char *state = e->unloaded ? "UNLOADED" : e->nv ? "READY" : "UNAVAILABLE";
-        json_array_append_new(arr, json_pack("{s:s, s:o, s:s, s:s, s:o}", "name", e->name,
-                                             "versions", versions, "state", state,
-                                             "reason", e->reason, "refused", refused));
+        /* Triton's states: an unloaded model is UNAVAILABLE, and says so */
+        const char *state = e->nv && !e->unloaded ? "READY" : "UNAVAILABLE";
+        const char *reason = e->unloaded ? "unloaded" : e->reason;
+        json_t *serving = e->nv ? serving_json(&e->v[0]->pub.serving) : json_object();
+        json_array_append_new(arr, json_pack("{s:s, s:o, s:s, s:s, s:b, s:o*, s:o}", "name",
+                                             e->name, "versions", versions, "state", state,
+                                             "reason", reason, "unloaded", e->unloaded,
+                                             "serving", serving, "refused", refused));
     }
     pthread_mutex_unlock(&r->mu);
     return arr;
@@ -479,6 +513,11 @@ void registry_metrics(registry *r, dl_sbuf *out)
                            NULL);
     }
     pthread_mutex_unlock(&r->mu);
+}
+
+const char *registry_policy(const registry *r)
+{
+    return r->conf.policy;
 }
 
 char **registry_names(registry *r)

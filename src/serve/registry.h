@@ -4,6 +4,7 @@
 #define DL_SERVE_REGISTRY_H
 
 #include "serve/dl_serve.h"
+#include "serve/serving.h"
 
 #include <jansson.h>
 #include <stdatomic.h>
@@ -16,11 +17,16 @@ typedef struct served {
     char                 name[DL_NAME_MAX];
     int64_t              version;
     dl_model_conf       *conf;        /* owned */
-    /* Owned: one copy a backend of the registry (models.instances), m[i]
-     * used by whoever holds the batcher's instance i: its worker, or a
-     * transport's thread (batcher_run_now). */
+    /* Owned: one copy a backend of the registry (models.instances, or
+     * fewer: serving.instances), m[i] used by whoever holds the batcher's
+     * instance i: its worker, or a transport's thread (batcher_run_now). */
     dl_model            *m[DL_MAX_INSTANCES];
     int64_t              in_dim, out_dim;
+    /* model.json's "serving" block (the daemon's defaults where it gives
+     * none), and the copies loaded: m[0..instances), the batcher's
+     * instances that run this version */
+    serving_conf         serving;
+    int                  instances;
     /* Inference us a sample in the last batch run (at first, the
      * warm-up's single sample). */
     atomic_llong         sample_us;
@@ -62,9 +68,11 @@ void served_release(served *s);
 bool registry_ready(registry *r);
 
 /* JSON (new reference): [{"name", "versions": [..], "state":
- * "READY"|"UNAVAILABLE"|"UNLOADED", "reason", "refused": [{"version",
- * "reason"}]}], for /status and /v2/repository/index. "refused": the
- * versions the last scan wanted and could not load. */
+ * "READY"|"UNAVAILABLE" (Triton's: no version served, or unloaded),
+ * "reason" ("unloaded" when unloaded), "unloaded", "serving" (the newest
+ * version's serving block: serving_json), "refused": [{"version",
+ * "reason"}] (the versions the last scan wanted and could not load)}], for
+ * /status and /v2/repository/index. */
 json_t *registry_status(registry *r);
 /* Prometheus text to out: dlserve_model_versions_refused_total{model}
  * (every refused attempt) and dlserve_model_ready{model,version}: 1 for
@@ -72,6 +80,10 @@ json_t *registry_status(registry *r);
  * scan refused, and {model,reason} 0 for a model with weights that serves
  * nothing else to show (unloaded, not loaded yet). */
 void registry_metrics(registry *r, dl_sbuf *out);
+
+/* The daemon's version policy ([models] policy; borrowed, constant): a
+ * model's serving.version_policy overrides it. */
+const char *registry_policy(const registry *r);
 
 /* Names of the models (new array of new strings, NULL-terminated). */
 char **registry_names(registry *r);

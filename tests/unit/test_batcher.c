@@ -159,3 +159,88 @@ Test(batcher, infer_req_init_fills_a_request_and_clears_the_rest)
     batcher_free(b);
     stats_free(st);
 }
+
+/* ---- priority levels ---------------------------------------------------- */
+
+typedef struct done_order {
+    atomic_int *next;   /* completions so far */
+    int         at;     /* this request's place among them */
+} done_order;
+
+static void record_order(infer_req *q, void *ctx)
+{
+    (void)q;
+    done_order *d = ctx;
+    d->at = atomic_fetch_add(d->next, 1);
+}
+
+/* Writes model `name`'s model.json (fx_repo_model's) with a serving block. */
+static void write_serving(const char *repo, const char *name, const char *serving)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s/model.json", repo, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"name\": \"%s\", \"input\": {\"shape\": [4]}, \"layers\": [{\"name\": \"fc\", "
+               "\"type\": \"dense\", \"units\": 3}], \"loss\": \"softmax_cross_entropy\", "
+               "\"serving\": %s}", name, serving);
+    fclose(f);
+}
+
+/* Three low-priority requests of one sample wait for their batch (a long
+ * max_queue_delay_us, max_batch_size 4); a high-priority request of two
+ * then fills it. With priority levels the batch is formed highest first:
+ * the high one and two low ones run, the third low one after. Without
+ * levels (the control, model "tiny") the batch takes the three low ones
+ * in arrival order and the high one, which no longer fits, runs last. */
+static int high_place(registry *r, const char *model)
+{
+    dl_err err = {0};
+    stats *st = NULL;
+    batcher *b = NULL;
+    cr_assert_eq(stats_new(&st, &err), DL_OK, "%s", err.msg);
+    dl_batching_conf conf = {.max_batch_size = 4, .max_queue_delay_us = 300000,
+                             .max_queue_size = 64};
+    cr_assert_eq(batcher_new(&conf, 1, r, st, &b, &err), DL_OK, "%s", err.msg);
+    served *sv = NULL;
+    cr_assert_eq(registry_acquire(r, model, 0, &sv, &err), DL_OK, "%s", err.msg);
+    const float x[8] = {0};
+    float y[4][6];
+    atomic_int next = 0;
+    infer_req q[4];
+    done_order order[4];
+    for (int i = 0; i < 4; i++) {
+        order[i] = (done_order){.next = &next, .at = -1};
+        infer_req_init(&q[i], sv, i == 3 ? 2 : 1, x, y[i], 0, record_order, &order[i]);
+        q[i].priority = i == 3 ? 1 : 2;
+        cr_assert_eq(batcher_submit(b, &q[i], &err), DL_OK, "%s", err.msg);
+    }
+    for (int i = 0; i < 5000 && atomic_load(&next) < 4; i++)
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    cr_assert_eq(atomic_load(&next), 4, "the requests did not complete in 5 s");
+    for (int i = 0; i < 4; i++)
+        cr_expect_eq(q[i].err.code, DL_OK, "%s", q[i].err.msg);
+    served_release(sv);
+    batcher_drain(b);
+    batcher_free(b);
+    stats_free(st);
+    return order[3].at;
+}
+
+Test(batcher, higher_priority_levels_are_batched_first)
+{
+    char repo[64];
+    fx_tmpdir(repo, sizeof(repo), "prio");
+    fx_repo_model(be, repo, "prio", true);
+    write_serving(repo, "prio", "{\"priority_levels\": 2, \"default_priority_level\": 2}");
+    dl_models_conf mc = {0};
+    snprintf(mc.dir, sizeof(mc.dir), "%s", repo);
+    snprintf(mc.policy, sizeof(mc.policy), "latest");
+    registry *r = NULL;
+    dl_err err = {0};
+    cr_assert_eq(registry_new(&mc, &be, 1, &r, &err), DL_OK, "%s", err.msg);
+    cr_expect_eq(high_place(r, "prio"), 0, "with priority levels, the high one runs first");
+    cr_expect_eq(high_place(reg, "tiny"), 3, "without levels, the high one waits its turn");
+    registry_free(r);
+    fx_rmtree(repo);
+}

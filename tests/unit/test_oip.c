@@ -93,6 +93,10 @@ Test(oip, routes_every_endpoint)
     cr_expect_eq(oip_route_parse("/v2/models/m/stats", &r), OIP_ROUTE_MODEL_STATS);
     cr_expect_eq(oip_route_parse("/v2/models/m/versions/2/stats", &r), OIP_ROUTE_MODEL_STATS);
     cr_expect_eq(r.version, 2);
+    /* every model's statistics: no model named */
+    cr_expect_eq(oip_route_parse("/v2/models/stats", &r), OIP_ROUTE_MODEL_STATS);
+    cr_expect_str_eq(r.model, "");
+    cr_expect_eq(r.version, 0);
     cr_expect_eq(oip_route_parse("/v2/models/m/config", &r), OIP_ROUTE_MODEL_CONFIG);
     cr_expect_str_eq(r.model, "m");
     cr_expect_eq(oip_route_parse("/v2/models/m/versions/4/config", &r), OIP_ROUTE_MODEL_CONFIG);
@@ -1185,8 +1189,9 @@ static uint64_t le_at(const unsigned char *p, int bytes)
 Test(oip, writes_binary_outputs)
 {
     const float y[6] = {0.1f, 0.2f, 0.7f, 0.6f, 0.3f, 0.1f};
-    const oip_output out[3] = {{OIP_OUT_CLASS, true}, {OIP_OUT_TENSOR, false},
-                               {OIP_OUT_LABEL, true}};
+    const oip_output out[3] = {{.kind = OIP_OUT_CLASS, .binary = true},
+                               {.kind = OIP_OUT_TENSOR, .binary = false},
+                               {.kind = OIP_OUT_LABEL, .binary = true}};
     oip_result res = {.model = "tiny", .version = 3, .id = "q\"1", .conf = &conf, .batch = 2,
                       .out_dim = 3, .y = y, .nout = 3, .out = out};
     dl_sbuf b = {0};
@@ -1223,7 +1228,7 @@ Test(oip, writes_binary_outputs)
     dl_sbuf_free(&b);
 
     /* FP32 as float32 bits. */
-    const oip_output probs[1] = {{OIP_OUT_TENSOR, true}};
+    const oip_output probs[1] = {{.kind = OIP_OUT_TENSOR, .binary = true}};
     res.out = probs;
     res.nout = 1;
     cr_assert_eq(oip_write_infer(&res, &b, &json_len, NULL), DL_OK);
@@ -1255,4 +1260,118 @@ Test(oip, writes_scores_that_read_back_exactly)
     cr_expect(json_is_null(json_array_get(data, 6)));
     cr_expect(json_is_null(json_array_get(data, 7)));
     json_decref(o);
+}
+
+/* ---- Triton's classification extension, priority, sequences ------------- */
+
+#define CLS_INPUT "{'inputs':[{'name':'pixels','shape':[2,4],'datatype':'FP32','data':[1,2,3,4,5,6,7,8]}],"
+
+Test(oip, scans_classification)
+{
+    cr_assert_eq(parse(CLS_INPUT "'outputs':[{'name':'probs','parameters':{'classification':2}}]}"),
+                 DL_OK, "%s", err.msg);
+    cr_assert_eq(req.nout, 1);
+    cr_expect_eq(req.out[0].kind, OIP_OUT_TENSOR);
+    cr_expect_eq(req.out[0].topk, 2);
+    cr_expect_eq(oip_check_classes(&req, &conf, 3, &err), DL_OK, "%s", err.msg);
+    /* more classes than the model has */
+    cr_expect_eq(oip_check_classes(&req, &conf, 1, &err), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "top 2 classes, but model 'tiny' has 1"), "%s", err.msg);
+}
+
+Test(oip, refuses_bad_classifications)
+{
+    refused(CLS_INPUT "'outputs':[{'name':'probs','parameters':{'classification':0}}]}",
+            "outputs[0].parameters.classification must be a class count (an integer >= 1)");
+    refused(CLS_INPUT "'outputs':[{'name':'probs','parameters':{'classification':-3}}]}",
+            "an integer >= 1");
+    refused(CLS_INPUT "'outputs':[{'name':'probs','parameters':{'classification':'2'}}]}",
+            "an integer >= 1), not a string");
+    refused(CLS_INPUT "'outputs':[{'name':'class','parameters':{'classification':1}}]}",
+            "classification is asked of 'class', which is not a tensor of class scores");
+    conf.loss = DL_LOSS_MSE;
+    refused(CLS_INPUT "'outputs':[{'name':'probs','parameters':{'classification':1}}]}",
+            "model 'tiny' is not a classifier");
+}
+
+Test(oip, writes_classifications)
+{
+    const float y[6] = {0.1f, 0.2f, 0.7f, 0.6f, 0.3f, 0.1f};
+    const oip_output out[1] = {{.kind = OIP_OUT_TENSOR, .topk = 2}};
+    oip_result res = {.model = "tiny", .version = 1, .conf = &conf, .batch = 2, .out_dim = 3,
+                      .y = y, .nout = 1, .out = out};
+    dl_sbuf b = {0};
+    size_t json_len;
+    cr_assert_eq(oip_write_infer(&res, &b, &json_len, NULL), DL_OK);
+    json_t *o = json_loadb(b.s, json_len, JSON_REJECT_DUPLICATES, NULL);
+    cr_assert_not_null(o, "%.*s", (int)json_len, b.s);
+    json_t *p = json_array_get(json_object_get(o, "outputs"), 0);
+    cr_expect_str_eq(json_string_value(json_object_get(p, "name")), "probs");
+    cr_expect_str_eq(json_string_value(json_object_get(p, "datatype")), "BYTES");
+    json_t *shape = json_object_get(p, "shape");
+    cr_expect_eq(json_integer_value(json_array_get(shape, 0)), 2);
+    cr_expect_eq(json_integer_value(json_array_get(shape, 1)), 2);
+    /* "score:index:label", the highest first, row after row */
+    const char *want[4] = {"0.7:2:Ankle boot", "0.2:1:dog", "0.6:0:cat", "0.3:1:dog"};
+    json_t *data = json_object_get(p, "data");
+    cr_assert_eq(json_array_size(data), 4);
+    for (int i = 0; i < 4; i++)
+        cr_expect_str_eq(json_string_value(json_array_get(data, i)), want[i]);
+    json_decref(o);
+    dl_sbuf_free(&b);
+
+    /* Without labels: "score:index"; binary: BYTES, a 4-byte length each. */
+    conf.nlabels = 0;
+    const oip_output bin[1] = {{.kind = OIP_OUT_TENSOR, .binary = true, .topk = 1}};
+    res.out = bin;
+    cr_assert_eq(oip_write_infer(&res, &b, &json_len, NULL), DL_OK);
+    o = json_loadb(b.s, json_len, JSON_REJECT_DUPLICATES, NULL);
+    p = json_array_get(json_object_get(o, "outputs"), 0);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(p, "parameters"),
+                                                    "binary_data_size")), 4 + 5 + 4 + 5);
+    json_decref(o);
+    const unsigned char *bin_at = (const unsigned char *)b.s + json_len;
+    cr_assert_eq(b.len - json_len, 18);
+    cr_expect_eq(le_at(bin_at, 4), 5);
+    cr_expect_eq(memcmp(bin_at + 4, "0.7:2", 5), 0);
+    cr_expect_eq(le_at(bin_at + 9, 4), 5);
+    cr_expect_eq(memcmp(bin_at + 13, "0.6:0", 5), 0);
+    dl_sbuf_free(&b);
+}
+
+/* Ties rank the lower index first; a score that is not a number ranks
+ * last. */
+Test(oip, ranks_ties_by_index)
+{
+    const float y[4] = {0.25f, NAN, 0.5f, 0.25f};
+    const oip_output out[1] = {{.kind = OIP_OUT_TENSOR, .topk = 4}};
+    conf.nlabels = 0;
+    oip_result res = {.model = "tiny", .version = 1, .conf = &conf, .batch = 1, .out_dim = 4,
+                      .y = y, .nout = 1, .out = out};
+    dl_sbuf b = {0};
+    size_t json_len;
+    cr_assert_eq(oip_write_infer(&res, &b, &json_len, NULL), DL_OK);
+    json_t *o = json_loadb(b.s, json_len, JSON_REJECT_DUPLICATES, NULL);
+    json_t *data = json_object_get(json_array_get(json_object_get(o, "outputs"), 0), "data");
+    const char *want[4] = {"0.5:2", "0.25:0", "0.25:3", "null:1"};
+    cr_assert_eq(json_array_size(data), 4);
+    for (int i = 0; i < 4; i++)
+        cr_expect_str_eq(json_string_value(json_array_get(data, i)), want[i]);
+    json_decref(o);
+    dl_sbuf_free(&b);
+}
+
+Test(oip, scans_priority_and_refuses_sequences)
+{
+    cr_assert_eq(parse(CLS_INPUT "'parameters':{'priority':2,'my_tag':'x'}}"), DL_OK, "%s",
+                 err.msg);
+    cr_expect_eq(req.priority, 2);
+    oip_request_fini(&req);
+    refused(CLS_INPUT "'parameters':{'priority':-1}}",
+            "'parameters'.priority must be a priority level (an integer >= 0)");
+    refused(CLS_INPUT "'parameters':{'sequence_id':42}}",
+            "model 'tiny' has no sequence batching: sequence_id is not supported");
+    refused(CLS_INPUT "'parameters':{'sequence_start':true}}",
+            "sequence_start is not supported");
+    refused(CLS_INPUT "'parameters':{'sequence_end':false}}", "sequence_end is not supported");
 }

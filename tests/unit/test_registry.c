@@ -166,3 +166,144 @@ Test(registry, metrics_count_refused_versions_and_readiness)
     cr_expect(metrics_has("dlserve_model_ready{model=\"tiny\",reason=\"unloaded\"} 0\n"));
     cr_expect(!metrics_has("dlserve_model_ready{model=\"tiny\",version="));
 }
+
+/* ---- the "serving" block of model.json ---------------------------------- */
+
+/* serving_parse refuses `text` (a block) with `needle` in the message. */
+static void bad_block(const char *text, const char *needle)
+{
+    json_t *block = json_loads(fx_dq(text), 0, NULL);
+    cr_assert_not_null(block, "%s", text);
+    serving_conf sc;
+    dl_err err = {0};
+    cr_expect_eq(serving_parse(block, 2, &sc, &err), DL_ERR_INVALID, "accepted: %s", text);
+    cr_expect_not_null(strstr(err.msg, needle), "'%s' lacks '%s'", err.msg, needle);
+    json_decref(block);
+}
+
+Test(registry, serving_blocks_are_checked)
+{
+    bad_block("[]", "serving must be an object");
+    bad_block("{'max_batch':4}", "serving: unknown key 'max_batch'");
+    bad_block("{'max_batch_size':0}", "serving.max_batch_size must be an integer from 1");
+    bad_block("{'max_batch_size':'8'}", "serving.max_batch_size must be an integer");
+    bad_block("{'max_queue_delay_us':-1}", "serving.max_queue_delay_us must be an integer from 0");
+    bad_block("{'instances':3}", "serving.instances must be an integer from 1 to 2");
+    bad_block("{'preferred_batch_size':[]}", "serving.preferred_batch_size must be a list");
+    bad_block("{'preferred_batch_size':[2,2]}", "lists 2 twice");
+    bad_block("{'max_batch_size':4,'preferred_batch_size':[8]}", "is 8, over serving.max_batch_size 4");
+    bad_block("{'version_policy':'newest'}", "serving.version_policy must be");
+    bad_block("{'priority_levels':2}", "needs serving.default_priority_level");
+    bad_block("{'default_priority_level':1}", "needs serving.priority_levels");
+    bad_block("{'priority_levels':2,'default_priority_level':3}",
+              "serving.default_priority_level must be an integer from 1 to 2");
+    bad_block("{'max_batch_size':8,'max_queue_size':4}", "serving.max_batch_size 8 is over");
+
+    json_t *block = json_loads(fx_dq("{'max_batch_size':8,'preferred_batch_size':[4,2],"
+                                     "'max_queue_delay_us':0,'version_policy':'latest:2',"
+                                     "'priority_levels':3,'default_priority_level':2}"),
+                               0, NULL);
+    serving_conf sc;
+    dl_err err = {0};
+    cr_assert_eq(serving_parse(block, 2, &sc, &err), DL_OK, "%s", err.msg);
+    cr_expect_eq(sc.max_batch_size, 8);
+    cr_expect_eq(sc.npreferred, 2);
+    cr_expect(sc.preferred[0] == 2 && sc.preferred[1] == 4, "sorted");
+    cr_expect_eq(sc.max_queue_delay_us, 0);
+    cr_expect_eq(sc.default_timeout_us, -1, "not given");
+    cr_expect_str_eq(sc.version_policy, "latest:2");
+    cr_expect_eq(sc.default_priority_level, 2);
+    json_decref(block);
+}
+
+static void write_model_json(const char *name, const char *serving)
+{
+    char path[256], text[512];
+    snprintf(path, sizeof(path), "%s/%s/model.json", dir, name);
+    snprintf(text, sizeof(text), "{\"name\": \"%s\", \"input\": {\"shape\": [4]}, \"layers\": "
+             "[{\"name\": \"fc\", \"type\": \"dense\", \"units\": 3}], \"loss\": "
+             "\"softmax_cross_entropy\", \"serving\": %s}", name, serving);
+    fx_write_text(path, text);
+}
+
+static json_t *status_of(registry *r, const char *name)
+{
+    json_t *all = registry_status(r), *found = NULL;
+    size_t i;
+    json_t *e;
+    json_array_foreach(all, i, e)
+        if (strcmp(json_string_value(json_object_get(e, "name")), name) == 0)
+            found = json_incref(e);
+    json_decref(all);
+    cr_assert_not_null(found, "%s not listed", name);
+    return found;
+}
+
+/* A model's serving block: read with the model (instances: copies loaded),
+ * shown in the status; a bad block refuses the new version and the old
+ * one keeps serving with the settings it was loaded with. */
+Test(registry, serving_block_loads_with_the_model)
+{
+    write_model_json("tiny", "{\"max_batch_size\": 4, \"instances\": 1}");
+    dl_backend *two[2] = {be, fx_cpu_backend()};
+    dl_models_conf conf = {0};
+    snprintf(conf.dir, sizeof(conf.dir), "%s", dir);
+    snprintf(conf.policy, sizeof(conf.policy), "latest");
+    registry *r2 = NULL;
+    dl_err err = {0};
+    cr_assert_eq(registry_new(&conf, two, 2, &r2, &err), DL_OK, "%s", err.msg);
+    served *sv = NULL;
+    cr_assert_eq(registry_acquire(r2, "tiny", 0, &sv, &err), DL_OK, "%s", err.msg);
+    cr_expect_eq(sv->serving.max_batch_size, 4);
+    cr_expect_eq(sv->instances, 1);
+    cr_expect(sv->m[0] && !sv->m[1], "one copy for serving.instances 1");
+    served_release(sv);
+    json_t *e = status_of(r2, "tiny");
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(e, "serving"),
+                                                    "max_batch_size")), 4);
+    json_decref(e);
+
+    /* version 2 with a bad block: refused, version 1 serves on */
+    write_model_json("tiny", "{\"max_batch_size\": 0}");
+    char from[256], to[256];
+    snprintf(to, sizeof(to), "%s/tiny/2", dir);
+    cr_assert_eq(mkdir(to, 0755), 0);
+    snprintf(from, sizeof(from), "%s/tiny/1/model.safetensors", dir);
+    snprintf(to, sizeof(to), "%s/tiny/2/model.safetensors", dir);
+    size_t len;
+    char *w = fx_read(from, &len);
+    fx_write(to, w, len);
+    free(w);
+    registry_rescan(r2);
+    cr_assert_eq(registry_acquire(r2, "tiny", 0, &sv, &err), DL_OK, "%s", err.msg);
+    cr_expect_eq(sv->version, 1);
+    cr_expect_eq(sv->serving.max_batch_size, 4);
+    served_release(sv);
+    e = status_of(r2, "tiny");
+    cr_expect_str_eq(json_string_value(json_object_get(e, "state")), "READY");
+    const char *reason = json_string_value(json_object_get(e, "reason"));
+    cr_expect_not_null(strstr(reason, "serving.max_batch_size must be"), "%s", reason);
+    json_decref(e);
+
+    /* fixed: version 2 loads with its settings */
+    write_model_json("tiny", "{\"max_batch_size\": 2}");
+    registry_rescan(r2);
+    cr_assert_eq(registry_acquire(r2, "tiny", 0, &sv, &err), DL_OK, "%s", err.msg);
+    cr_expect_eq(sv->version, 2);
+    cr_expect_eq(sv->serving.max_batch_size, 2);
+    cr_expect_eq(sv->instances, 2, "the daemon's instances");
+    served_release(sv);
+    registry_free(r2);
+    dl_backend_free(two[1]);
+}
+
+/* An unloaded model is UNAVAILABLE, as Triton reports it, with a reason. */
+Test(registry, unloaded_is_unavailable_with_a_reason)
+{
+    dl_err err = {0};
+    cr_assert_eq(registry_unload(reg, "tiny", &err), DL_OK, "%s", err.msg);
+    json_t *e = status_of(reg, "tiny");
+    cr_expect_str_eq(json_string_value(json_object_get(e, "state")), "UNAVAILABLE");
+    cr_expect_str_eq(json_string_value(json_object_get(e, "reason")), "unloaded");
+    json_decref(e);
+}

@@ -30,10 +30,12 @@ typedef struct http_deps {
     json_t           *(*history)(void *ctx);
 } http_deps;
 
-/* Triton's statistics extension for GET /v2/models/{m}[/versions/{v}]/stats:
- * {"model_stats": [...]} (*out new), every version with statistics when
- * version is 0. DL_ERR_NOT_FOUND (404) for a model or version the
- * registry does not know (http_stats.c). */
+/* Triton's statistics extension for GET /v2/models[/{m}[/versions/{v}]]/stats:
+ * {"model_stats": [...]} (*out new): every model's when model is "", each
+ * version with statistics and each served version (zero counts when it
+ * has answered nothing), or only `version` when it is not 0.
+ * DL_ERR_NOT_FOUND (404) for a model or version the registry does not
+ * know (http_stats.c). */
 dl_status http_model_stats(const http_deps *d, const char *model, int64_t version, json_t **out,
                            dl_err *err);
 /* Triton's model configuration (JSON) of a served version for GET

@@ -176,7 +176,8 @@ bool http_infer_start(http_server *h, struct MHD_Connection *c, request *rq, ans
     /* A bad Inference-Header-Content-Length is a 400 like a bad body. */
     if (oip_json_len(rq->json_len, rq->len, &json_len, &err) != DL_OK ||
         oip_parse_infer(rq->body, rq->len, json_len, sv->conf, sv->in_dim, &rq->in, &err) !=
-            DL_OK) {
+            DL_OK ||
+        oip_check_classes(&rq->in, sv->conf, sv->out_dim, &err) != DL_OK) {
         *a = http_status_answer(err.code, "%s", err.msg);   /* 400, or 500 out of memory */
         stats_request(h->deps->st, sv->name, sv->version, false, 0, 0, 0,
                       (dl_time_now() - rq->arrival) * 1e6);
@@ -186,6 +187,7 @@ bool http_infer_start(http_server *h, struct MHD_Connection *c, request *rq, ans
     /* Pinned to the version whose input size was checked; raw inputs (the
      * batcher scales its batch); outputs allocated by the batcher. */
     infer_req_init(q, sv, rq->in.batch, rq->in.x, NULL, rq->in.timeout_us, infer_done, rq);
+    q->priority = rq->in.priority;
     rq->h = h;
     rq->c = c;
     batcher *bat = h->deps->bat;

@@ -85,7 +85,8 @@ static answer server_metadata(http_server *h)
                                            "dlserve", "version", version, "extensions",
                                            "model_repository", "metrics", "status",
                                            "binary_tensor_data", "statistics",
-                                           "model_configuration", "trace"));
+                                           "model_configuration", "classification",
+                                           "trace"));
 }
 
 static bool server_ready(http_server *h)

@@ -25,7 +25,8 @@ typedef enum oip_route_kind {
     OIP_ROUTE_MODEL,         /* GET  /v2/models/{m}[/versions/{v}] */
     OIP_ROUTE_MODEL_READY,   /* GET  /v2/models/{m}[/versions/{v}]/ready */
     OIP_ROUTE_INFER,         /* POST /v2/models/{m}[/versions/{v}]/infer */
-    OIP_ROUTE_MODEL_STATS,   /* GET  /v2/models/{m}[/versions/{v}]/stats */
+    OIP_ROUTE_MODEL_STATS,   /* GET  /v2/models[/{m}[/versions/{v}]]/stats
+                                (no model: every model's) */
     OIP_ROUTE_MODEL_CONFIG,  /* GET  /v2/models/{m}[/versions/{v}]/config */
     OIP_ROUTE_REPO_INDEX,    /* POST /v2/repository/index */
     OIP_ROUTE_REPO_LOAD,     /* POST /v2/repository/models/{m}/load */
@@ -101,12 +102,18 @@ typedef struct oip_name {
 typedef struct oip_asked {
     oip_name name;
     int      binary;         /* parameters.binary_data: 1 or 0; -1 when not given */
+    int64_t  classification; /* parameters.classification: the top classes asked
+                                (Triton's classification extension); 0: none */
 } oip_asked;
 
 /* One output of the answer, in answer order. */
 typedef struct oip_output {
     unsigned kind;           /* OIP_OUT_TENSOR, OIP_OUT_LABEL or OIP_OUT_CLASS */
     bool     binary;         /* sent as raw bytes after the JSON */
+    /* OIP_OUT_TENSOR only: > 0 answers it as Triton's classification
+     * extension does, the topk highest scores of each sample as BYTES
+     * "score:index[:label]", shape [batch, topk]; 0: the tensor itself */
+    int64_t  topk;
 } oip_output;
 
 /* What was wrong with a request that oip_scan_infer refused, for callers
@@ -150,6 +157,12 @@ typedef struct oip_request {
     bool       binary_out;         /* parameters.binary_data_output */
     int64_t    timeout_us;         /* parameters.timeout: microseconds it may queue
                                       (0: the server's default) */
+    int64_t    priority;           /* parameters.priority: Triton's priority level,
+                                      1 the highest (0: the model's default) */
+    const char *sequence;          /* the first of parameters.sequence_id,
+                                      sequence_start, sequence_end given (static
+                                      text; NULL: none): oip_check_infer refuses
+                                      it, no model batches sequences */
     oip_fault  fault;              /* why the scan failed; OIP_FAULT_NONE on success */
     /* ---- filled by oip_check_infer ---- */
     int64_t    batch;              /* samples */
@@ -167,7 +180,9 @@ typedef struct oip_request {
  * duplicate keys refused); "id" a string (or an integer, see id_integer);
  * "model" a string; "model_version" an integer >= 0 or digits;
  * "parameters" an object whose binary_data_output is a bool and whose
- * timeout is an integer >= 0 (microseconds); "inputs" an
+ * timeout (microseconds) and priority are integers >= 0 (its other keys
+ * pass through, as Triton's do; sequence_id, sequence_start and
+ * sequence_end are noted in req->sequence); "inputs" an
  * array whose first entry (the only one read) has a string "name", a
  * "datatype" of "FP32" (numbers) or "UINT8" (integers 0..255), a "shape"
  * of 1..OIP_MAX_DIMS positive integers, and either "data" (flat, or nested
@@ -175,7 +190,8 @@ typedef struct oip_request {
  * exactly the shape's bytes (4 a value for FP32, 1 for UINT8, finite),
  * taken from the binary part, which the inputs must use up exactly;
  * "outputs" an array of objects with a string "name" whose
- * parameters.binary_data is a bool. Other keys are skipped (checked as
+ * parameters.binary_data is a bool and parameters.classification an
+ * integer >= 1. Other keys are skipped (checked as
  * JSON only).
  *
  * On success req holds new memory (oip_request_fini). On failure:
@@ -212,10 +228,18 @@ dl_status oip_scan_record(const char *body, size_t len, size_t json_len, oip_req
  * in the order listed (a name listed twice answers once), or else every
  * output (the tensor, "label" for a model with labels, "class"); each
  * binary when its binary_data says so, else when binary_data_output does.
+ * A classification is asked of the model's tensor only, and only of a
+ * classifier's (softmax cross-entropy): the answer's topk.
  * DL_ERR_INVALID with err naming what does not fit; req keeps its values
  * either way. Thread-safe. */
 dl_status oip_check_infer(oip_request *req, const dl_model_conf *conf, int64_t in_dim,
                           dl_err *err);
+
+/* Checks the classifications a checked request asks for against the
+ * model's out_dim classes: at most out_dim each. DL_ERR_INVALID with err
+ * naming the output otherwise. Thread-safe. */
+dl_status oip_check_classes(const oip_request *req, const dl_model_conf *conf, int64_t out_dim,
+                            dl_err *err);
 
 /* oip_scan_infer then oip_check_infer, for HTTP, with the protocol's rule
  * that an "id" is a string. On failure *req holds nothing but req->fault

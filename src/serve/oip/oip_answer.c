@@ -31,9 +31,87 @@ static const char *label_of(const oip_result *res, int64_t c)
     return c < res->conf->nlabels ? res->conf->labels[c] : "";
 }
 
-/* Bytes of an output's binary data. */
-static size_t binary_size(const oip_result *res, unsigned kind)
+/* A class and its score, for ranking. */
+typedef struct ranked {
+    float   score;
+    int64_t index;
+} ranked;
+
+/* Higher scores first (NaN last), then the lower index. */
+static int cmp_ranked(const void *a, const void *b)
 {
+    const ranked *x = a, *y = b;
+    bool xn = isnan(x->score), yn = isnan(y->score);
+    if (xn != yn)
+        return xn ? 1 : -1;
+    if (!xn && x->score != y->score)
+        return x->score > y->score ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Ranks the n classes of row p into rank (room for n), highest first. */
+static void rank_classes(const float *p, int64_t n, ranked *rank)
+{
+    for (int64_t j = 0; j < n; j++)
+        rank[j] = (ranked){p[j], j};
+    qsort(rank, (size_t)n, sizeof(*rank), cmp_ranked);
+}
+
+/* Triton's classification string of class c of row p:
+ * "score:index[:label]" (label when the model has labels). Returns its
+ * length; buf holds it (NUL-terminated). */
+static size_t class_text(const oip_result *res, const float *p, int64_t c, char *buf,
+                         size_t cap)
+{
+    char num[DL_FLOAT_CHARS + 1];
+    num[dl_fmt_float(num, p[c])] = '\0';
+    int n = res->conf->nlabels > 0
+                ? snprintf(buf, cap, "%s:%lld:%s", num, (long long)c, label_of(res, c))
+                : snprintf(buf, cap, "%s:%lld", num, (long long)c);
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
+/* A classification output's values (o.topk of each row), as JSON strings
+ * or binary BYTES; *bytes (when not NULL) adds up their binary size
+ * instead of writing them. */
+static void put_classes(dl_sbuf *b, const oip_result *res, oip_output o, size_t *bytes)
+{
+    ranked *rank = malloc((size_t)res->out_dim * sizeof(*rank));
+    if (!rank) {
+        if (b)
+            b->oom = true;
+        return;
+    }
+    char text[1024];   /* a longer label is cut, alike in size and bytes */
+    for (int64_t i = 0; i < res->batch; i++) {
+        const float *p = res->y + i * res->out_dim;
+        rank_classes(p, res->out_dim, rank);
+        for (int64_t r = 0; r < o.topk && r < res->out_dim; r++) {
+            size_t n = class_text(res, p, rank[r].index, text, sizeof(text));
+            if (bytes) {
+                *bytes += 4 + n;
+            } else if (o.binary) {
+                put_le(b, n, 4);
+                dl_sbuf_add(b, text, n);
+            } else {
+                if (i > 0 || r > 0)
+                    dl_sbuf_putc(b, ',');
+                dl_sbuf_json_string(b, text);
+            }
+        }
+    }
+    free(rank);
+}
+
+/* Bytes of an output's binary data. */
+static size_t binary_size(const oip_result *res, oip_output o)
+{
+    unsigned kind = o.kind;
+    if (o.topk > 0) {
+        size_t n = 0;
+        put_classes(NULL, res, o, &n);
+        return n;
+    }
     if (kind == OIP_OUT_TENSOR)
         return (size_t)(res->batch * res->out_dim) * sizeof(float);
     if (kind == OIP_OUT_CLASS)
@@ -45,8 +123,14 @@ static size_t binary_size(const oip_result *res, unsigned kind)
 }
 
 /* One output's values, as JSON ("data") or as binary data. */
-static void put_values(dl_sbuf *b, const oip_result *res, unsigned kind, bool binary)
+static void put_values(dl_sbuf *b, const oip_result *res, oip_output o, bool binary)
 {
+    unsigned kind = o.kind;
+    if (o.topk > 0) {
+        o.binary = binary;
+        put_classes(b, res, o, NULL);
+        return;
+    }
     for (int64_t i = 0; i < res->batch; i++) {
         const float *p = res->y + i * res->out_dim;
         if (kind == OIP_OUT_TENSOR) {
@@ -88,7 +172,7 @@ static void put_output(dl_sbuf *b, const oip_result *res, oip_output o)
     const char *name = o.kind == OIP_OUT_TENSOR  ? res->conf->output_name
                        : o.kind == OIP_OUT_LABEL ? "label"
                                                  : "class";
-    const char *type = o.kind == OIP_OUT_TENSOR  ? "FP32"
+    const char *type = o.kind == OIP_OUT_TENSOR  ? (o.topk > 0 ? "BYTES" : "FP32")
                        : o.kind == OIP_OUT_LABEL ? "BYTES"
                                                  : "INT64";
     put(b, "{\"name\":");
@@ -99,16 +183,16 @@ static void put_output(dl_sbuf *b, const oip_result *res, oip_output o)
     dl_sbuf_int(b, res->batch);
     if (o.kind == OIP_OUT_TENSOR) {
         dl_sbuf_putc(b, ',');
-        dl_sbuf_int(b, res->out_dim);
+        dl_sbuf_int(b, o.topk > 0 ? o.topk : res->out_dim);
     }
     if (o.binary) {
         put(b, "],\"parameters\":{\"binary_data_size\":");
-        dl_sbuf_int(b, (int64_t)binary_size(res, o.kind));
+        dl_sbuf_int(b, (int64_t)binary_size(res, o));
         put(b, "}}");
         return;
     }
     put(b, "],\"data\":[");
-    put_values(b, res, o.kind, false);
+    put_values(b, res, o, false);
     put(b, "]}");
 }
 
@@ -175,7 +259,7 @@ dl_status oip_write_infer(const oip_result *res, dl_sbuf *b, size_t *json_len, d
     *json_len = b->len - start;
     for (int i = 0; i < nout; i++)
         if (out[i].binary)
-            put_values(b, res, out[i].kind, true);
+            put_values(b, res, out[i], true);
     if (b->oom)
         return dl_err_set(err, DL_ERR_NOMEM, "out of memory for the answer");
     return DL_OK;

@@ -142,6 +142,8 @@ static oip_route_kind route(const char *path, oip_route *r)
         return seg_is(s[2], "live")    ? OIP_ROUTE_LIVE
                : seg_is(s[2], "ready") ? OIP_ROUTE_READY
                                        : OIP_ROUTE_NONE;
+    if (n == 3 && seg_is(s[1], "models") && seg_is(s[2], "stats"))
+        return OIP_ROUTE_MODEL_STATS;   /* every model's: r->model "" */
     if (n >= 3 && seg_is(s[1], "models"))
         return route_model(s + 2, n - 2, r);
     if (n >= 3 && seg_is(s[1], "repository"))

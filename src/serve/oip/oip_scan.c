@@ -196,6 +196,8 @@ static bool scan_version(scan_ctx *c)
 typedef enum param_kind {
     PARAM_BOOL,    /* true or false into *to.flag (1 or 0) */
     PARAM_COUNT,   /* an integer >= 0 into *to.count */
+    PARAM_POSITIVE,/* an integer >= 1 into *to.count */
+    PARAM_SEEN,    /* any value, skipped: *to.flag set to 1 */
 } param_kind;
 
 typedef struct param_spec {
@@ -213,27 +215,32 @@ static bool scan_param(scan_ctx *c, const char *what, oip_fault kind, const para
 {
     json_scan *s = &c->js;
     js_kind vk = js_peek(s);
+    if (p->kind == PARAM_SEEN) {
+        *p->to.flag = 1;
+        return js_skip(s);
+    }
     if (p->kind == PARAM_BOOL && (vk == JS_TRUE || vk == JS_FALSE)) {
         bool v;
         bool ok = js_bool(s, &v);
         *p->to.flag = v;
         return ok;
     }
-    if (p->kind == PARAM_COUNT && vk == JS_NUMBER) {
+    int least = p->kind == PARAM_POSITIVE ? 1 : 0;
+    if (p->kind != PARAM_BOOL && vk == JS_NUMBER) {
         js_num n = {0};
         if (!js_number(s, &n))
             return false;   /* not JSON: the syntax error is what the caller reports */
-        if (n.fits && n.i >= 0)
+        if (n.fits && n.i >= least)
             *p->to.count = n.i;
         else
-            refuse(c, kind, "%s.%s must be %s (an integer >= 0)", what, p->key, p->unit);
+            refuse(c, kind, "%s.%s must be %s (an integer >= %d)", what, p->key, p->unit, least);
         return true;
     }
     if (p->kind == PARAM_BOOL)
         refuse(c, kind, "%s.%s must be true or false, not %s", what, p->key, js_what(s));
     else
-        refuse(c, kind, "%s.%s must be %s (an integer >= 0), not %s", what, p->key, p->unit,
-               js_what(s));
+        refuse(c, kind, "%s.%s must be %s (an integer >= %d), not %s", what, p->key, p->unit,
+               least, js_what(s));
     return js_skip(s);
 }
 
@@ -709,8 +716,11 @@ static bool scan_output(scan_ctx *c, size_t i, oip_asked *o)
             ok = scan_name(c, w, &o->name);
         } else if (strcmp(key, "parameters") == 0) {
             snprintf(w, sizeof(w), "outputs[%zu].parameters", i);
-            const param_spec p = {"binary_data", PARAM_BOOL, NULL, {.flag = &o->binary}};
-            ok = scan_params(c, w, OIP_FAULT_TENSOR, &p, 1);
+            const param_spec p[] = {
+                {"binary_data", PARAM_BOOL, NULL, {.flag = &o->binary}},
+                {"classification", PARAM_POSITIVE, "a class count", {.count = &o->classification}},
+            };
+            ok = scan_params(c, w, OIP_FAULT_TENSOR, p, 2);
         } else {
             ok = js_skip(s);
         }
@@ -816,11 +826,17 @@ static bool scan_root(scan_ctx *c)
     json_scan *s = &c->js;
     js_iter it;
     const char *key;
-    int binary_out = 0;
-    /* timeout: microseconds the request may queue (0: the server's default) */
+    int binary_out = 0, seq_id = 0, seq_start = 0, seq_end = 0;
+    /* timeout: microseconds the request may queue (0: the server's
+     * default); priority: Triton's level (1 the highest, 0 the default);
+     * the sequence batcher's keys, noted to be refused */
     const param_spec params[] = {
         {"binary_data_output", PARAM_BOOL, NULL, {.flag = &binary_out}},
         {"timeout", PARAM_COUNT, "microseconds", {.count = &c->req->timeout_us}},
+        {"priority", PARAM_COUNT, "a priority level", {.count = &c->req->priority}},
+        {"sequence_id", PARAM_SEEN, NULL, {.flag = &seq_id}},
+        {"sequence_start", PARAM_SEEN, NULL, {.flag = &seq_start}},
+        {"sequence_end", PARAM_SEEN, NULL, {.flag = &seq_end}},
     };
     if (js_peek(s) != JS_OBJECT) {
         if (js_peek(s) != JS_NONE)
@@ -857,6 +873,8 @@ static bool scan_root(scan_ctx *c)
             return false;
     }
     c->req->binary_out = binary_out == 1;
+    c->req->sequence = seq_id ? "sequence_id" : seq_start ? "sequence_start"
+                     : seq_end ? "sequence_end" : NULL;
     return !s->failed;
 }
 
@@ -968,15 +986,18 @@ static unsigned output_kind(const oip_name *name, const dl_model_conf *conf)
     return 0;
 }
 
-static void add_output(oip_request *req, unsigned kind, bool binary)
+static void add_output(oip_request *req, unsigned kind, bool binary, int64_t topk)
 {
     req->outputs |= kind;
-    req->out[req->nout++] = (oip_output){.kind = kind, .binary = binary};
+    req->out[req->nout++] = (oip_output){.kind = kind, .binary = binary, .topk = topk};
 }
 
 dl_status oip_check_infer(oip_request *req, const dl_model_conf *conf, int64_t in_dim,
                           dl_err *err)
 {
+    if (req->sequence)
+        return bad(err, "model '%s' has no sequence batching: %s is not supported", conf->name,
+                   req->sequence);
     if (req->ninputs != 1)
         return bad(err, "'inputs' has %d inputs; model '%s' takes exactly one ('%s')",
                    req->ninputs, conf->name, conf->input_name);
@@ -992,10 +1013,10 @@ dl_status oip_check_infer(oip_request *req, const dl_model_conf *conf, int64_t i
     req->outputs = 0;
     req->nout = 0;
     if (req->nasked == 0) {
-        add_output(req, OIP_OUT_TENSOR, req->binary_out);
+        add_output(req, OIP_OUT_TENSOR, req->binary_out, 0);
         if (conf->nlabels > 0)
-            add_output(req, OIP_OUT_LABEL, req->binary_out);
-        add_output(req, OIP_OUT_CLASS, req->binary_out);
+            add_output(req, OIP_OUT_LABEL, req->binary_out, 0);
+        add_output(req, OIP_OUT_CLASS, req->binary_out, 0);
         return DL_OK;
     }
     for (int i = 0; i < req->nasked; i++) {
@@ -1005,9 +1026,29 @@ dl_status oip_check_infer(oip_request *req, const dl_model_conf *conf, int64_t i
             return bad(err, "outputs[%d]: model '%s' has no output '%s%s' (it has '%s'%s and "
                        "'class')", i, conf->name, a->name.text, a->name.too_long ? "..." : "",
                        conf->output_name, conf->nlabels > 0 ? ", 'label'" : "");
+        if (a->classification > 0 && kind != OIP_OUT_TENSOR)
+            return bad(err, "outputs[%d]: classification is asked of '%s', which is not a "
+                       "tensor of class scores: ask it of '%s'", i, a->name.text,
+                       conf->output_name);
+        if (a->classification > 0 && conf->loss != DL_LOSS_XENT)
+            return bad(err, "outputs[%d]: classification of '%s': model '%s' is not a "
+                       "classifier (its loss is not softmax cross-entropy)", i, a->name.text,
+                       conf->name);
         if (!(req->outputs & kind))
-            add_output(req, kind, a->binary >= 0 ? a->binary == 1 : req->binary_out);
+            add_output(req, kind, a->binary >= 0 ? a->binary == 1 : req->binary_out,
+                       a->classification);
     }
+    return DL_OK;
+}
+
+dl_status oip_check_classes(const oip_request *req, const dl_model_conf *conf, int64_t out_dim,
+                            dl_err *err)
+{
+    for (int i = 0; i < req->nout; i++)
+        if (req->out[i].topk > out_dim)
+            return bad(err, "classification of '%s' asks for the top %lld classes, but model "
+                       "'%s' has %lld", conf->output_name, (long long)req->out[i].topk,
+                       conf->name, (long long)out_dim);
     return DL_OK;
 }
 
