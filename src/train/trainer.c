@@ -167,10 +167,11 @@ static dl_status trainer_open(trainer *t, const dl_run_opts *o, dl_dist *d,
         trainer_close(t);
         return st;
     }
-    /* An embedding table first in the model travels by rows (sparse). */
+    /* An embedding table first in the model, on its only input, travels
+     * by rows (sparse); a batch's ids are then all of its values. */
     t->lay = (dl_ps_layout){ .nparams = t->np };
     const dl_layer_conf *first = &t->s.conf->layers[0];
-    if (first->type == DL_LAYER_EMBEDDING) {
+    if (first->type == DL_LAYER_EMBEDDING && t->s.conf->ninputs == 1) {
         t->lay.rows = first->num_embeddings;
         t->lay.dim = first->dim;
         if (!(t->ids = malloc((size_t)(b * dim) * sizeof(*t->ids)))) {
