@@ -244,6 +244,18 @@ dl_status dl_model_loss(dl_model *m, const int32_t *labels, const float *targets
 void dl_model_output_stats(const dl_model *m, int k, double *loss_sum, int64_t *correct,
                            double *sq_sum);
 
+/* Instead of a loss: sets the gradient of each output k to g[k] (backend
+ * memory, batch * dl_model_output_dim(m, k)) for dl_model_backward, after
+ * a training forward pass. */
+dl_status dl_model_set_output_grads(dl_model *m, const float *const *g, dl_err *err);
+
+/* Whether backward also computes the gradients of the FP32 model inputs
+ * (off by default); then dl_model_input_grad(m, k) gives input k's after
+ * a backward pass (backend memory, borrowed until the next pass), NULL
+ * for an id input or when off. */
+dl_status dl_model_set_input_grads(dl_model *m, bool on, dl_err *err);
+const float *dl_model_input_grad(const dl_model *m, int k);
+
 /* Backpropagates the stored loss gradient through the last forward pass,
  * which must have been a training pass; accumulates into the gradient
  * buffer. */

@@ -78,6 +78,7 @@ struct dl_model {
     float               *host_targets, *host_y;     /* loss: host staging */
     int32_t             *host_labels;
     out_stat            *ostat;
+    bool                 input_grads;               /* FP32 model inputs get gradients */
 };
 
 static dl_status be_alloc(dl_backend *be, int64_t nfloats, float **out, dl_err *err)
@@ -484,6 +485,13 @@ static dl_status plan_acts(dl_model *m, act_plan *p, bool train, dl_err *err)
     return DL_OK;
 }
 
+/* Whether backward computes tensor t's gradient: every layer output, and
+ * the FP32 model inputs when asked (dl_model_set_input_grads). */
+static bool needs_grad(const dl_model *m, int t)
+{
+    return t >= m->ninputs || (m->input_grads && m->conf->inputs[t].dtype == DL_IN_FP32);
+}
+
 /* Whether layer i's input k writes its gradient through a scratch buffer:
  * its tensor already holds a gradient (a model output, a later reader) or
  * an earlier input of the same layer is the same tensor. */
@@ -524,10 +532,12 @@ static dl_status plan_grads(dl_model *m, dl_err *err)
         int nscr = 0;
         for (int k = 0; k < c->nsrc; k++) {
             int s = tensor_of(m, c->src[k]);
-            nscr += s >= m->ninputs && via_scratch(m, i, k);
-            if (s >= m->ninputs && g->slot_of[s] < 0)
+            if (!needs_grad(m, s))
+                continue;
+            nscr += via_scratch(m, i, k);
+            if (g->slot_of[s] < 0)
                 g->slot_of[s] = take_slot(&tmp, free_slot, m->tdim[s]);
-            if (s >= m->ninputs && m->tdim[s] > g->scratch_dim)
+            if (m->tdim[s] > g->scratch_dim)
                 g->scratch_dim = m->tdim[s];
         }
         g->nscratch = nscr > g->nscratch ? nscr : g->nscratch;
@@ -540,6 +550,15 @@ static dl_status plan_grads(dl_model *m, dl_err *err)
     if (!g->buf || !g->scratch)
         return dl_err_set(err, DL_ERR_NOMEM, "gradient plan");
     return DL_OK;
+}
+
+static void free_grad_plan(dl_model *m)
+{
+    free(m->gp.slot_of);
+    free(m->gp.dim);
+    free(m->gp.buf);
+    free(m->gp.scratch);
+    m->gp = (grad_plan){ 0 };
 }
 
 /* The graph's plans, after the layers are built. */
@@ -640,10 +659,7 @@ void dl_model_free(dl_model *m)
         free(m->plan[k].alias);
         free(m->plan[k].dim);
     }
-    free(m->gp.slot_of);
-    free(m->gp.dim);
-    free(m->gp.buf);
-    free(m->gp.scratch);
+    free_grad_plan(m);
     free(m->act);
     free(m->grad);
     free(m->stage);
@@ -969,6 +985,31 @@ void dl_model_grad_range(const dl_model *m, int layer, int64_t *begin, int64_t *
     *end = m->grad_at[layer + 1];
 }
 
+dl_status dl_model_set_input_grads(dl_model *m, bool on, dl_err *err)
+{
+    free_batch_buffers(m);      /* the gradient buffers change */
+    free_grad_plan(m);
+    m->input_grads = on;
+    m->have_out = m->have_dout = false;
+    return plan_grads(m, err);
+}
+
+const float *dl_model_input_grad(const dl_model *m, int k)
+{
+    int s = m->gp.slot_of ? m->gp.slot_of[k] : -1;
+    return needs_grad(m, k) && s >= 0 && m->gp.buf ? m->gp.buf[s] : NULL;
+}
+
+dl_status dl_model_set_output_grads(dl_model *m, const float *const *g, dl_err *err)
+{
+    if (!m->have_out || !m->trained)
+        return dl_err_set(err, DL_ERR_INVALID, "output gradients need a training forward pass");
+    for (int k = 0; k < m->conf->noutputs; k++)
+        m->be->ops->copy(m->be, dout_of(m, k, true), g[k], m->batch * dl_model_output_dim(m, k));
+    m->have_dout = true;
+    return DL_OK;
+}
+
 dl_status dl_model_backward(dl_model *m, dl_err *err)
 {
     return dl_model_backward_hooked(m, NULL, NULL, err);
@@ -982,8 +1023,8 @@ static void input_grads(dl_model *m, int i, float **dxs, bool *add)
     int scr = 0;
     for (int k = 0; k < c->nsrc; k++) {
         int s = tensor_of(m, c->src[k]);
-        add[k] = s >= m->ninputs && via_scratch(m, i, k);
-        dxs[k] = s < m->ninputs ? NULL
+        add[k] = needs_grad(m, s) && via_scratch(m, i, k);
+        dxs[k] = !needs_grad(m, s) ? NULL
                : add[k] ? m->gp.scratch[scr++] : m->gp.buf[m->gp.slot_of[s]];
     }
 }
