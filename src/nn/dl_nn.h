@@ -19,7 +19,8 @@ typedef enum dl_layer_type {
     DL_LAYER_RELU, DL_LAYER_TANH, DL_LAYER_SIGMOID, DL_LAYER_SOFTMAX,
     DL_LAYER_ADD, DL_LAYER_SUB, DL_LAYER_MUL, DL_LAYER_CONCAT, DL_LAYER_IDENTITY,
     DL_LAYER_RESHAPE, DL_LAYER_GLOBAL_AVGPOOL2D, DL_LAYER_LAYERNORM, DL_LAYER_GELU,
-    DL_LAYER_SILU, DL_LAYER_LOG_SOFTMAX,
+    DL_LAYER_SILU, DL_LAYER_LOG_SOFTMAX, DL_LAYER_TRANSPOSE, DL_LAYER_MATMUL,
+    DL_LAYER_REDUCE_MEAN, DL_LAYER_REDUCE_SUM, DL_LAYER_CONV1D, DL_LAYER_MAXPOOL1D,
 } dl_layer_type;
 
 typedef enum dl_loss { DL_LOSS_XENT, DL_LOSS_MSE, DL_LOSS_BCE } dl_loss;
@@ -39,7 +40,8 @@ typedef struct dl_layer_conf {
     dl_layer_type type;
     int64_t       units;                 /* dense */
     int64_t       filters;               /* conv2d */
-    int64_t       kh, kw, sh, sw, ph, pw;/* conv2d, pooling */
+    int64_t       kh, kw, sh, sw, ph, pw;/* conv2d, pooling; conv1d and maxpool1d:
+                                          * kh = sh = 1, ph = 0 */
     int64_t       num_embeddings, dim;   /* embedding */
     bool          bias;                  /* dense, conv2d */
     float         rate;                  /* dropout */
@@ -49,6 +51,10 @@ typedef struct dl_layer_conf {
     int           nshape;                /* reshape: target per-sample shape, */
     int64_t       shape[DL_MAX_DIMS];    /* at most one -1 */
     bool          approx_tanh;           /* gelu: the tanh approximation */
+    int           nperm;                 /* transpose: a permutation of the */
+    int64_t       perm[DL_MAX_DIMS];     /* sample's dimensions */
+    int           naxes;                 /* reduce_mean, reduce_sum: the axes */
+    int64_t       axes[DL_MAX_DIMS];     /* reduced (and dropped) */
     /* Where the layer's inputs come from, resolved at parsing: nsrc >= 1
      * sources, src[k] >= 0 a layer above it, src[k] < 0 model input
      * -1 - src[k]. Without "inputs" the previous layer (or input 0). */

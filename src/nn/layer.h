@@ -88,6 +88,9 @@ dl_status layer_shape(const dl_layer_conf *c, int nin, const int *in_ndim,
 /* Inputs a layer type takes: 1, 2, or -1 for two or more. */
 int layer_arity(dl_layer_type t);
 
+/* The axes a reduce layer drops on ndim-D samples, as a bit set. */
+int layer_reduce_mask(const dl_layer_conf *c, int nd);
+
 /* A (possibly negative) axis of ndim-D samples as an index. */
 int layer_axis(int64_t axis, int ndim);
 
@@ -120,6 +123,7 @@ bool layer_engine_layout(const layer *l);
  * embedding, activations and softmax in layer_misc.c. */
 extern const layer_ops layer_dense_ops, layer_conv2d_ops, layer_maxpool_ops,
     layer_avgpool_ops, layer_batchnorm_ops, layer_dropout_ops,
-    layer_flatten_ops, layer_embedding_ops, layer_act_ops, layer_softmax_ops;
+    layer_flatten_ops, layer_embedding_ops, layer_act_ops, layer_softmax_ops,
+    layer_conv1d_ops;
 
 #endif /* DL_NN_LAYER_H */

@@ -248,6 +248,15 @@ static dl_status shape_layer(dl_model *m, int i, int (*nd)[1], int64_t (*sh)[DL_
     l->out_dim = dl_shape_numel(l->out_ndim, l->out_shape);
     nd[m->ninputs + i][0] = l->out_ndim;
     memcpy(sh[m->ninputs + i], l->out_shape, sizeof(l->out_shape));
+    dl_layer_type ty = l->conf->type;
+    if (st == DL_OK && (ty == DL_LAYER_CONV1D || ty == DL_LAYER_MAXPOOL1D)) {
+        /* a 1-D window is the 2-D one on [C, 1, L] */
+        int64_t in3[DL_MAX_DIMS] = { l->in_shape[0], 1, l->in_shape[1] };
+        int64_t out3[DL_MAX_DIMS] = { l->out_shape[0], 1, l->out_shape[1] };
+        memcpy(l->in_shape, in3, sizeof(in3));
+        memcpy(l->out_shape, out3, sizeof(out3));
+        l->in_ndim = l->out_ndim = 3;
+    }
     bool host = l->ops->host_only || (l->conf->type == DL_LAYER_SOFTMAX &&
                                       layer_axis(l->conf->axis, l->in_ndim) != l->in_ndim - 1);
     if (st == DL_OK && host && m->be->device >= 0)

@@ -136,7 +136,10 @@ static const struct { const char *name; dl_layer_type type; } layer_names[] = {
     {"concat", DL_LAYER_CONCAT}, {"identity", DL_LAYER_IDENTITY},
     {"reshape", DL_LAYER_RESHAPE}, {"global_avgpool2d", DL_LAYER_GLOBAL_AVGPOOL2D},
     {"layernorm", DL_LAYER_LAYERNORM}, {"gelu", DL_LAYER_GELU}, {"silu", DL_LAYER_SILU},
-    {"log_softmax", DL_LAYER_LOG_SOFTMAX},
+    {"log_softmax", DL_LAYER_LOG_SOFTMAX}, {"transpose", DL_LAYER_TRANSPOSE},
+    {"matmul", DL_LAYER_MATMUL}, {"reduce_mean", DL_LAYER_REDUCE_MEAN},
+    {"reduce_sum", DL_LAYER_REDUCE_SUM}, {"conv1d", DL_LAYER_CONV1D},
+    {"maxpool1d", DL_LAYER_MAXPOOL1D},
 };
 
 /* Index of the layer or model input called `name` among the model inputs
@@ -227,6 +230,55 @@ static dl_status get_float(ctx *c, json_t *j, const char *key, double lo, double
     return st;
 }
 
+/* A list of 1 to 4 integers in [lo, hi] (or, with one_ok, one integer). */
+static dl_status get_ints(ctx *c, json_t *obj, const char *key, int64_t lo, int64_t hi,
+                          bool one_ok, int *n, int64_t *out)
+{
+    json_t *v = json_object_get(obj, key);
+    char msg[96];
+    snprintf(msg, sizeof(msg), "must be %san array of 1 to 4 integers in [%lld, %lld]",
+             one_ok ? "an integer or " : "", (long long)lo, (long long)hi);
+    if (one_ok && json_is_integer(v)) {
+        *n = 1;
+        out[0] = json_integer_value(v);
+        return out[0] < lo || out[0] > hi ? bad(c, key, msg) : DL_OK;
+    }
+    size_t len = json_array_size(v);
+    if (!json_is_array(v) || len < 1 || len > DL_MAX_DIMS)
+        return bad(c, key, v ? msg : "is missing");
+    for (size_t k = 0; k < len; k++) {
+        json_t *d = json_array_get(v, k);
+        if (!json_is_integer(d) || json_integer_value(d) < lo || json_integer_value(d) > hi)
+            return bad(c, key, msg);
+        out[k] = json_integer_value(d);
+    }
+    *n = (int)len;
+    return DL_OK;
+}
+
+/* conv1d and maxpool1d: a window over the last dimension of [C, L]. */
+static dl_status parse_1d(ctx *c, json_t *j, dl_layer_conf *l)
+{
+    static const char *const conv[] = {"name", "type", "inputs", "filters", "kernel_size",
+                                       "stride", "padding", "bias", NULL};
+    static const char *const pool[] = {"name", "type", "inputs", "kernel_size", "stride",
+                                       "padding", NULL};
+    bool is_conv = l->type == DL_LAYER_CONV1D;
+    dl_status st = check_keys(c, j, is_conv ? conv : pool);
+    l->kh = l->sh = 1;
+    if (st || (st = get_int(c, j, "kernel_size", 1, 4096, true, &l->kw)))
+        return st;
+    l->sw = is_conv ? 1 : l->kw;
+    if ((st = get_int(c, j, "stride", 1, 4096, false, &l->sw)) ||
+        (st = get_int(c, j, "padding", 0, 4096, false, &l->pw)))
+        return st;
+    if (!is_conv)
+        return DL_OK;
+    if ((st = get_bool(c, j, "bias", &l->bias)))
+        return st;
+    return get_int(c, j, "filters", 1, 1 << 16, true, &l->filters);
+}
+
 /* The keys and defaults of the layer types added for graphs. */
 static dl_status parse_graph_layer(ctx *c, json_t *j, dl_layer_conf *l)
 {
@@ -235,6 +287,7 @@ static dl_status parse_graph_layer(ctx *c, json_t *j, dl_layer_conf *l)
     static const char *const shape[] = {"name", "type", "inputs", "shape", NULL};
     static const char *const ln[] = {"name", "type", "inputs", "eps", NULL};
     static const char *const gelu[] = {"name", "type", "inputs", "approximate", NULL};
+    static const char *const perm[] = {"name", "type", "inputs", "perm", NULL};
     dl_status st;
     switch (l->type) {
     case DL_LAYER_CONCAT:
@@ -252,6 +305,18 @@ static dl_status parse_graph_layer(ctx *c, json_t *j, dl_layer_conf *l)
         if ((st = check_keys(c, j, ln)))
             return st;
         return get_float(c, j, "eps", 1e-12, 1.0, &l->eps);
+    case DL_LAYER_TRANSPOSE:
+        if ((st = check_keys(c, j, perm)))
+            return st;
+        return get_ints(c, j, "perm", 0, DL_MAX_DIMS - 1, false, &l->nperm, l->perm);
+    case DL_LAYER_REDUCE_MEAN:
+    case DL_LAYER_REDUCE_SUM:
+        if ((st = check_keys(c, j, axis)))
+            return st;
+        return get_ints(c, j, "axis", -DL_MAX_DIMS, DL_MAX_DIMS - 1, true, &l->naxes, l->axes);
+    case DL_LAYER_CONV1D:
+    case DL_LAYER_MAXPOOL1D:
+        return parse_1d(c, j, l);
     case DL_LAYER_GELU: {
         if ((st = check_keys(c, j, gelu)))
             return st;
@@ -288,7 +353,8 @@ static dl_status parse_layer(ctx *c, json_t *layers, size_t i, dl_model_conf *m)
         return bad(c, "type", "must be one of dense, conv2d, maxpool2d, avgpool2d, "
                    "batchnorm, dropout, flatten, embedding, relu, tanh, sigmoid, softmax, "
                    "add, sub, mul, concat, identity, reshape, global_avgpool2d, layernorm, "
-                   "gelu, silu, log_softmax");
+                   "gelu, silu, log_softmax, transpose, matmul, reduce_mean, reduce_sum, "
+                   "conv1d, maxpool1d");
     l->type = layer_names[k].type;
     l->bias = true;
     l->eps = 1e-5f;
@@ -655,6 +721,7 @@ static int64_t layer_params(const dl_layer_conf *l, int nd, const int64_t *in)
 {
     switch (l->type) {
     case DL_LAYER_DENSE:     return mul_capped(in[nd - 1] + 1, l->units);
+    case DL_LAYER_CONV1D:
     case DL_LAYER_CONV2D:    return mul_capped(mul_capped(in[0], l->kh * l->kw) + 1, l->filters);
     case DL_LAYER_BATCHNORM: return mul_capped(in[0], 4);
     case DL_LAYER_EMBEDDING: return mul_capped(l->num_embeddings, l->dim);

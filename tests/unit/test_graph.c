@@ -119,8 +119,20 @@ Test(graph, shapes_that_do_not_fit)
     REFUSED(graph("{'name': 'r', 'type': 'reshape', 'inputs': ['a'], 'shape': [2, 3]},"
                   "{'name': 'c', 'type': 'concat', 'inputs': ['r', 'b']}", OUT("c")),
             "layer 'c'", "does not fit");
-    REFUSED(graph(FC("x", "a", 3) ",{'name': 's', 'type': 'add', 'inputs': ['x']}", OUT("s")),
+    REFUSED(graph(FC("x", "a", 3) ",{'name': 's', 'type': 'sub', 'inputs': ['x']}", OUT("s")),
             "layer 's'", "takes 2 inputs");
+    REFUSED(graph(FC("x", "a", 3) ",{'name': 's', 'type': 'add', 'inputs': ['x']}", OUT("s")),
+            "layer 's'", "takes 2 or more inputs");
+    REFUSED(graph("{'name': 'r', 'type': 'reshape', 'inputs': ['a'], 'shape': [2, 3]},"
+                  "{'name': 'mm', 'type': 'matmul', 'inputs': ['r', 'r']}," FC("y", "b", 2),
+                  OUT("mm") "," OUT("y")),
+            "layer 'mm'", "does not fit");
+    REFUSED(graph("{'name': 't', 'type': 'transpose', 'inputs': ['a'], 'perm': [1, 0]},"
+                  FC("y", "b", 2), OUT("t") "," OUT("y")),
+            "layer 't'", "no permutation");
+    REFUSED(graph("{'name': 'm', 'type': 'reduce_mean', 'inputs': ['a'], 'axis': 0},"
+                  FC("y", "b", 2), OUT("m") "," OUT("y")),
+            "layer 'm'", "leave at least one");
 }
 
 Test(graph, ids_feed_embeddings_only)
