@@ -85,6 +85,10 @@ dl_status layer_shape(const dl_layer_conf *c, int nin, const int *in_ndim,
                       const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
                       dl_err *err);
 
+/* Checks a parsed model.json as a whole (model_check.c): sources, shapes,
+ * datatypes, outputs, and that every layer and input is used. */
+dl_status conf_check_graph(const char *what, dl_model_conf *m, dl_err *err);
+
 /* Inputs a layer type takes: 1, 2, or -1 for two or more. */
 int layer_arity(dl_layer_type t);
 

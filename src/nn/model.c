@@ -1,85 +1,13 @@
-/* model.c: a model as a chain of layers over three contiguous buffers
- * (parameters, gradients, state), with forward, loss, backward and
- * batched inference; per-batch buffers grow with the largest batch seen. */
-#include "nn/layer.h"
+/* model.c: a model as a graph of layers over three contiguous buffers
+ * (parameters, gradients, state): building, forward and backward passes
+ * and batched inference; per-batch buffers grow with the largest batch
+ * seen. */
+#include "nn/model.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A named tensor of the model, in safetensors order. */
-typedef struct named {
-    char        name[2 * DL_NAME_MAX + 16];
-    param_slot *slot;
-} named;
-
-/* Activation tensors are numbered: model input k is tensor k, layer i's
- * output tensor ninputs + i. */
-
-/* Where the activations of one kind of pass live: tensor t in buffer
- * slot_of[t] (-1: a model input, or an alias of another tensor). Planned
- * once at build; the buffers are allocated on first use for `cap`. */
-typedef struct act_plan {
-    int       *slot_of;                /* ntensors */
-    int       *alias;                  /* ntensors: the tensor whose buffer t shares, or t */
-    int        nslots;
-    int64_t   *dim;                    /* per-sample floats of each slot */
-    float    **buf;                    /* NULL until allocated */
-} act_plan;
-
-/* The gradient of each layer tensor while backward needs it: slot_of[t]
- * among nslots buffers; scratch[k] takes input k's gradient of a tensor
- * that already holds one (several readers, or a model output), to be
- * added in. */
-typedef struct grad_plan {
-    int       *slot_of;
-    int        nslots, nscratch;
-    int64_t   *dim;
-    float    **buf, **scratch;
-    int64_t    scratch_dim;
-} grad_plan;
-
-/* Per-output figures of the last dl_model_loss. */
-typedef struct out_stat {
-    double  loss, sq;
-    int64_t correct;
-} out_stat;
-
-struct dl_model {
-    dl_backend          *be;
-    const dl_model_conf *conf;
-    int                  nlayers, ninputs, nt;      /* nt: activation tensors */
-    layer               *layers;
-    float               *params, *grads, *state;   /* backend memory */
-    int64_t              nparams, nstate;
-    int64_t             *grad_at;                   /* nlayers + 1: layer i's gradients
-                                                       are [grad_at[i], grad_at[i + 1]) */
-    int                  ntensors;
-    named               *tensors;
-    /* the graph: per activation tensor */
-    int64_t             *tdim;                      /* per-sample floats */
-    int                 *last_reader;               /* layer index, -1 if none */
-    int                 *out_of;                    /* output index, -1 if none */
-    act_plan             plan[2];                   /* [train] */
-    grad_plan            gp;
-    /* per-batch buffers, sized for `cap` samples */
-    int64_t              cap;
-    const float        **act;                       /* this pass: tensor t's values */
-    float              **grad;                      /* this backward: tensor t's gradient */
-    float              **stage;                     /* per input: split rows (ninputs > 1) */
-    float               *stage_in, *stage_out;      /* predict: a device's staging */
-    float               *work;
-    int64_t              batch;
-    bool                 have_out;                  /* a forward pass succeeded */
-    bool                 have_dout;
-    bool                 trained;                   /* last forward was training */
-    uint64_t             seed, stream, counter;     /* dropout masks */
-    float               *host_targets, *host_y;     /* loss: host staging */
-    int32_t             *host_labels;
-    out_stat            *ostat;
-    bool                 input_grads;               /* FP32 model inputs get gradients */
-};
 
 static dl_status be_alloc(dl_backend *be, int64_t nfloats, float **out, dl_err *err)
 {
@@ -130,7 +58,7 @@ static void free_batch_buffers(dl_model *m)
     m->cap = 0;
 }
 
-static int64_t out_dim_sum(const dl_model *m)
+int64_t model_out_dim_sum(const dl_model *m)
 {
     int64_t d = 0;
     for (int k = 0; k < m->conf->noutputs; k++)
@@ -138,7 +66,7 @@ static int64_t out_dim_sum(const dl_model *m)
     return d;
 }
 
-static int64_t target_cols(const dl_model *m)
+int64_t model_target_cols(const dl_model *m)
 {
     int64_t d = 0;
     for (int k = 0; k < m->conf->noutputs; k++)
@@ -150,7 +78,7 @@ static int64_t target_cols(const dl_model *m)
  * staging and host loss buffers, for n samples. */
 static dl_status alloc_common(dl_model *m, int64_t n, dl_err *err)
 {
-    int64_t work = 1, od = out_dim_sum(m), tc = target_cols(m);
+    int64_t work = 1, od = model_out_dim_sum(m), tc = model_target_cols(m);
     dl_status st = DL_OK;
     for (int i = 0; i < m->nlayers && st == DL_OK; i++) {
         layer *l = &m->layers[i];
@@ -225,8 +153,6 @@ static void point_slots(dl_model *m, float *params, float *grads, float *state)
         }
 }
 
-static int tensor_of(const dl_model *m, int src) { return src < 0 ? -1 - src : m->ninputs + src; }
-
 /* Shapes of layer i's inputs and output from the tensors above it. */
 static dl_status shape_layer(dl_model *m, int i, int (*nd)[1], int64_t (*sh)[DL_MAX_DIMS],
                              dl_err *err)
@@ -235,7 +161,7 @@ static dl_status shape_layer(dl_model *m, int i, int (*nd)[1], int64_t (*sh)[DL_
     l->nin = l->conf->nsrc;
     int ind[DL_LAYER_MAX_IN];
     for (int k = 0; k < l->nin; k++) {
-        int t = tensor_of(m, l->conf->src[k]);
+        int t = model_tensor_of(m, l->conf->src[k]);
         ind[k] = l->ins_ndim[k] = nd[t][0];
         memcpy(l->ins_shape[k], sh[t], sizeof(sh[t]));
         l->ins_dim[k] = dl_shape_numel(nd[t][0], sh[t]);
@@ -317,283 +243,6 @@ static dl_status build_layers(dl_model *m, dl_err *err)
     return DL_OK;
 }
 
-static bool is_act(dl_layer_type t)
-{
-    return t == DL_LAYER_RELU || t == DL_LAYER_TANH || t == DL_LAYER_SIGMOID;
-}
-
-/* Readers of each tensor (a layer reading it twice counts twice), the
- * last one, and which output each tensor is. */
-static dl_status index_graph(dl_model *m, int **readers, dl_err *err)
-{
-    *readers = calloc((size_t)m->nt, sizeof(int));
-    m->last_reader = malloc((size_t)m->nt * sizeof(int));
-    m->out_of = malloc((size_t)m->nt * sizeof(int));
-    if (!*readers || !m->last_reader || !m->out_of)
-        return dl_err_set(err, DL_ERR_NOMEM, "graph index");
-    for (int t = 0; t < m->nt; t++)
-        m->last_reader[t] = m->out_of[t] = -1;
-    for (int i = 0; i < m->nlayers; i++)
-        for (int k = 0; k < m->layers[i].conf->nsrc; k++) {
-            int t = tensor_of(m, m->layers[i].conf->src[k]);
-            (*readers)[t]++;
-            m->last_reader[t] = i;
-        }
-    for (int k = 0; k < m->conf->noutputs; k++)
-        m->out_of[m->ninputs + m->conf->outputs[k].from] = k;
-    return DL_OK;
-}
-
-/* Layer i's only reader when its output goes to exactly one layer and is
- * no model output (a plain chain edge); else -1. */
-static int chain_next(const dl_model *m, const int *readers, int i)
-{
-    int t = m->ninputs + i;
-    if (readers[t] != 1 || m->out_of[t] >= 0)
-        return -1;
-    return m->last_reader[t];
-}
-
-/* Folds each activation that follows a conv2d or dense layer over a chain
- * edge into it: the layer applies it to its output in the same pass (a
- * post-op of the convolution engine, the GEMM's epilogue), and the
- * activation layer's output is that same buffer. Its backward is
- * unchanged: it reads only that output. */
-static void fuse_activations(dl_model *m, const int *readers)
-{
-    for (int i = 0; i < m->nlayers; i++) {
-        layer *prev = &m->layers[i];
-        dl_layer_type pt = prev->conf->type;
-        int j = chain_next(m, readers, i);
-        if (j < 0 || (pt != DL_LAYER_CONV2D && pt != DL_LAYER_DENSE) ||
-            !is_act(m->layers[j].conf->type))
-            continue;
-        prev->post_act = layer_act(m->layers[j].conf);
-        prev->post = &prev->post_act;
-        m->layers[j].folded = true;
-    }
-}
-
-/* Keeps activations in the convolution engine's blocked layout from one
- * engine layer (conv2d or pooling) to the next when their channel count
- * is a multiple of the block and only activation layers (elementwise, so
- * indifferent to the layout) lie between them on chain edges: the engine
- * then reorders at the edges of such a run only, not around every layer. */
-static void plan_layouts(dl_model *m, const int *readers)
-{
-    int block = m->be->engine_block;
-    for (int i = 0; block > 0 && i < m->nlayers; i++) {
-        layer *l = &m->layers[i];
-        if (!layer_engine_layout(l) || l->out_shape[0] % block != 0)
-            continue;
-        int j = chain_next(m, readers, i);
-        while (j >= 0 && is_act(m->layers[j].conf->type))
-            j = chain_next(m, readers, j);
-        if (j < 0 || !layer_engine_layout(&m->layers[j]))
-            continue;
-        l->blocked |= DL_BLOCKED_Y;
-        m->layers[j].blocked |= DL_BLOCKED_X;
-        DL_LOG(DL_LOG_DEBUG, "nn", "'%s' -> '%s': activations stay blocked by %d channels",
-               l->conf->name, m->layers[j].conf->name, block);
-    }
-}
-
-static bool is_view(dl_layer_type t)
-{
-    return t == DL_LAYER_FLATTEN || t == DL_LAYER_RESHAPE || t == DL_LAYER_IDENTITY;
-}
-
-/* Elementwise single-input layers that may write over their input. */
-static bool in_place_ok(const layer *l)
-{
-    dl_layer_type t = l->conf->type;
-    return is_act(t) || t == DL_LAYER_GELU || t == DL_LAYER_SILU;
-}
-
-static int root_of(const act_plan *p, int t)
-{
-    while (p->alias[t] != t)
-        t = p->alias[t];
-    return t;
-}
-
-/* A slot of at least `dim` floats a sample: a free one (grown to fit), or a
- * new one. free_slot[k] says whether slot k is free. */
-static int take_slot(act_plan *p, bool *free_slot, int64_t dim)
-{
-    int k = 0;
-    while (k < p->nslots && !free_slot[k])
-        k++;
-    if (k == p->nslots)
-        p->dim[p->nslots++] = 0;
-    free_slot[k] = false;
-    if (p->dim[k] < dim)
-        p->dim[k] = dim;
-    return k;
-}
-
-/* Aliases: a folded activation shares its producer's buffer in every pass,
- * and outside training a flatten, reshape or identity that is no model
- * output passes its input on as it is (only backward reads a copy). */
-static void plan_aliases(dl_model *m, act_plan *p, bool train)
-{
-    for (int t = 0; t < m->nt; t++)
-        p->alias[t] = t;
-    for (int i = 0; i < m->nlayers; i++) {
-        layer *l = &m->layers[i];
-        int t = m->ninputs + i;
-        if (l->folded || (!train && is_view(l->conf->type) && m->out_of[t] < 0))
-            p->alias[t] = tensor_of(m, l->conf->src[0]);
-    }
-}
-
-/* Plans the activation buffers of one kind of pass. Training keeps every
- * tensor for backward; inference gives a buffer back once the last
- * reader of its tensor (and of the tensors aliasing it) has run, and lets
- * an elementwise layer write over an input that dies with it. */
-static dl_status plan_acts(dl_model *m, act_plan *p, bool train, dl_err *err)
-{
-    p->slot_of = malloc((size_t)m->nt * sizeof(int));
-    p->alias = malloc((size_t)m->nt * sizeof(int));
-    p->dim = calloc((size_t)m->nt + 1, sizeof(int64_t));
-    int *until = malloc((size_t)m->nt * sizeof(int));
-    bool *free_slot = calloc((size_t)m->nt + 1, sizeof(bool));
-    if (!p->slot_of || !p->alias || !p->dim || !until || !free_slot) {
-        free(until);
-        free(free_slot);
-        return dl_err_set(err, DL_ERR_NOMEM, "activation plan");
-    }
-    plan_aliases(m, p, train);
-    for (int t = 0; t < m->nt; t++)
-        until[t] = -1;
-    for (int t = 0; t < m->nt; t++) {
-        int r = root_of(p, t), last = m->out_of[t] >= 0 || train ? INT32_MAX : m->last_reader[t];
-        until[r] = last > until[r] ? last : until[r];
-    }
-    for (int i = 0; i < m->nlayers; i++) {
-        int t = m->ninputs + i;
-        p->slot_of[t] = -1;
-        for (int u = m->ninputs; u < t; u++)      /* give back the dead */
-            if (p->slot_of[u] >= 0 && until[u] < i)
-                free_slot[p->slot_of[u]] = true, until[u] = INT32_MAX;
-        if (p->alias[t] != t)
-            continue;
-        int x = root_of(p, tensor_of(m, m->layers[i].conf->src[0]));
-        if (!train && in_place_ok(&m->layers[i]) && x >= m->ninputs && until[x] == i &&
-            p->slot_of[x] >= 0) {
-            p->slot_of[t] = p->slot_of[x];
-            until[x] = INT32_MAX;           /* its slot passes on to t */
-            continue;
-        }
-        p->slot_of[t] = take_slot(p, free_slot, m->tdim[t]);
-    }
-    for (int k = 0; k < m->ninputs; k++)
-        p->slot_of[k] = -1;
-    free(until);
-    free(free_slot);
-    return DL_OK;
-}
-
-/* Whether backward computes tensor t's gradient: every layer output, and
- * the FP32 model inputs when asked (dl_model_set_input_grads). */
-static bool needs_grad(const dl_model *m, int t)
-{
-    return t >= m->ninputs || (m->input_grads && m->conf->inputs[t].dtype == DL_IN_FP32);
-}
-
-/* Whether layer i's input k writes its gradient through a scratch buffer:
- * its tensor already holds a gradient (a model output, a later reader) or
- * an earlier input of the same layer is the same tensor. */
-static bool via_scratch(const dl_model *m, int i, int k)
-{
-    const dl_layer_conf *c = m->layers[i].conf;
-    int t = tensor_of(m, c->src[k]);
-    if (m->out_of[t] >= 0 || m->last_reader[t] != i)
-        return true;
-    for (int q = 0; q < k; q++)
-        if (c->src[q] == c->src[k])
-            return true;
-    return false;
-}
-
-/* Gradient buffers: tensor t's gradient lives from the backward of its
- * last reader (or the loss, for an output) to its producer's backward. A
- * buffer is reused once that interval has ended, so a chain ping-pongs
- * between two. */
-static dl_status plan_grads(dl_model *m, dl_err *err)
-{
-    grad_plan *g = &m->gp;
-    g->slot_of = malloc((size_t)m->nt * sizeof(int));
-    g->dim = calloc((size_t)m->nt + 1, sizeof(int64_t));
-    bool *free_slot = calloc((size_t)m->nt + 1, sizeof(bool));
-    if (!g->slot_of || !g->dim || !free_slot) {
-        free(free_slot);
-        return dl_err_set(err, DL_ERR_NOMEM, "gradient plan");
-    }
-    act_plan tmp = { .dim = g->dim };
-    for (int t = 0; t < m->nt; t++)
-        g->slot_of[t] = -1;
-    for (int t = m->ninputs; t < m->nt; t++)     /* the loss writes these first */
-        if (m->out_of[t] >= 0)
-            g->slot_of[t] = take_slot(&tmp, free_slot, m->tdim[t]);
-    for (int i = m->nlayers - 1; i >= 0; i--) {
-        const dl_layer_conf *c = m->layers[i].conf;
-        int nscr = 0;
-        for (int k = 0; k < c->nsrc; k++) {
-            int s = tensor_of(m, c->src[k]);
-            if (!needs_grad(m, s))
-                continue;
-            nscr += via_scratch(m, i, k);
-            if (g->slot_of[s] < 0)
-                g->slot_of[s] = take_slot(&tmp, free_slot, m->tdim[s]);
-            if (m->tdim[s] > g->scratch_dim)
-                g->scratch_dim = m->tdim[s];
-        }
-        g->nscratch = nscr > g->nscratch ? nscr : g->nscratch;
-        free_slot[g->slot_of[m->ninputs + i]] = true;    /* consumed by this backward */
-    }
-    g->nslots = tmp.nslots;
-    free(free_slot);
-    g->buf = calloc((size_t)g->nslots + 1, sizeof(float *));
-    g->scratch = calloc((size_t)g->nscratch + 1, sizeof(float *));
-    if (!g->buf || !g->scratch)
-        return dl_err_set(err, DL_ERR_NOMEM, "gradient plan");
-    return DL_OK;
-}
-
-static void free_grad_plan(dl_model *m)
-{
-    free(m->gp.slot_of);
-    free(m->gp.dim);
-    free(m->gp.buf);
-    free(m->gp.scratch);
-    m->gp = (grad_plan){ 0 };
-}
-
-/* The graph's plans, after the layers are built. */
-static dl_status plan_graph(dl_model *m, dl_err *err)
-{
-    int *readers = NULL;
-    dl_status st = index_graph(m, &readers, err);
-    if (st == DL_OK) {
-        fuse_activations(m, readers);
-        plan_layouts(m, readers);
-        st = plan_acts(m, &m->plan[0], false, err);
-    }
-    if (st == DL_OK)
-        st = plan_acts(m, &m->plan[1], true, err);
-    if (st == DL_OK)
-        st = plan_grads(m, err);
-    m->act = calloc((size_t)m->nt, sizeof(*m->act));
-    m->grad = calloc((size_t)m->nt, sizeof(*m->grad));
-    m->stage = calloc((size_t)m->ninputs, sizeof(*m->stage));
-    m->ostat = calloc((size_t)m->conf->noutputs, sizeof(*m->ostat));
-    if (st == DL_OK && (!m->act || !m->grad || !m->stage || !m->ostat))
-        st = dl_err_set(err, DL_ERR_NOMEM, "graph tables");
-    free(readers);
-    return st;
-}
-
 /* Initialises parameters on the host, then uploads them. */
 static dl_status init_params(dl_model *m, uint64_t seed, dl_err *err)
 {
@@ -637,7 +286,7 @@ dl_status dl_model_new(dl_backend *be, const dl_model_conf *conf, uint64_t seed,
     dl_status st = m->layers ? build_layers(m, err)
                              : dl_err_set(err, DL_ERR_NOMEM, "layers");
     if (st == DL_OK)
-        st = plan_graph(m, err);
+        st = model_plan_graph(m, err);
     if (st == DL_OK)
         st = be_alloc(be, m->nparams, &m->params, err);
     if (st == DL_OK)
@@ -668,7 +317,7 @@ void dl_model_free(dl_model *m)
         free(m->plan[k].alias);
         free(m->plan[k].dim);
     }
-    free_grad_plan(m);
+    model_free_grad_plan(m);
     free(m->act);
     free(m->grad);
     free(m->stage);
@@ -693,8 +342,8 @@ int64_t dl_model_in_dim(const dl_model *m)
     return d;
 }
 
-int64_t dl_model_out_dim(const dl_model *m) { return out_dim_sum(m); }
-int64_t dl_model_target_dim(const dl_model *m) { return target_cols(m); }
+int64_t dl_model_out_dim(const dl_model *m) { return model_out_dim_sum(m); }
+int64_t dl_model_target_dim(const dl_model *m) { return model_target_cols(m); }
 int dl_model_input_count(const dl_model *m) { return m->ninputs; }
 int dl_model_output_count(const dl_model *m) { return m->conf->noutputs; }
 int64_t dl_model_input_dim(const dl_model *m, int k) { return m->tdim[k]; }
@@ -760,10 +409,10 @@ static dl_status run_layer(dl_model *m, int i, int64_t batch, bool train, dl_err
     if (l->ops->forward_multi) {
         const float *xs[DL_LAYER_MAX_IN];
         for (int k = 0; k < l->nin; k++)
-            xs[k] = m->act[tensor_of(m, l->conf->src[k])];
+            xs[k] = m->act[model_tensor_of(m, l->conf->src[k])];
         return l->ops->forward_multi(l, xs, y, batch, train, err);
     }
-    return l->ops->forward(l, m->act[tensor_of(m, l->conf->src[0])], y, batch, train, err);
+    return l->ops->forward(l, m->act[model_tensor_of(m, l->conf->src[0])], y, batch, train, err);
 }
 
 dl_status dl_model_forward_multi(dl_model *m, const float *const *xs, int64_t batch,
@@ -824,167 +473,6 @@ const float *dl_model_output(const dl_model *m, int k)
     return m->have_out ? m->act[m->ninputs + m->conf->outputs[k].from] : NULL;
 }
 
-/* The loss gradient's buffer of output k, when wanted. */
-static float *dout_of(dl_model *m, int k, bool want_grad)
-{
-    int t = m->ninputs + m->conf->outputs[k].from;
-    return want_grad ? m->gp.buf[m->gp.slot_of[t]] : NULL;
-}
-
-/* Today's single-output loss: labels (class indices) for cross-entropy,
- * targets or one-hot labels for MSE. */
-static dl_status loss_single(dl_model *m, const int32_t *labels, const float *targets,
-                             float grad_scale, bool want_grad, double *loss_sum,
-                             int64_t *correct, dl_err *err)
-{
-    int64_t n = m->batch, k = dl_model_out_dim(m);
-    float *dout = dout_of(m, 0, want_grad);
-    const float *y = dl_model_output(m, 0);
-    for (int64_t i = 0; labels && i < n; i++)
-        if (labels[i] < 0 || labels[i] >= k)
-            return dl_err_set(err, DL_ERR_INVALID, "label %d of sample %lld not in [0, %lld)",
-                              labels[i], (long long)i, (long long)k);
-    if (m->conf->loss == DL_LOSS_XENT) {
-        if (!labels)
-            return dl_err_set(err, DL_ERR_INVALID, "cross-entropy needs labels");
-        m->be->ops->xent(m->be, y, labels, n, k, dout, grad_scale, loss_sum, correct);
-        return DL_OK;
-    }
-    if (!targets) {
-        if (!labels)
-            return dl_err_set(err, DL_ERR_INVALID, "mean squared error needs labels or targets");
-        memset(m->host_targets, 0, (size_t)(n * k) * sizeof(float));
-        for (int64_t i = 0; i < n; i++)
-            m->host_targets[i * k + labels[i]] = 1.0f;
-        targets = m->host_targets;
-    }
-    /* Per-sample loss is the mean over outputs, as PyTorch's MSELoss. */
-    m->be->ops->mse(m->be, y, targets, n * k, dout, grad_scale / (float)k, loss_sum);
-    *loss_sum /= (double)k;
-    if (labels) {
-        m->be->ops->download(m->be, m->host_y, y, (size_t)(n * k) * sizeof(float));
-        for (int64_t i = 0; i < n; i++)
-            *correct += dl_argmax(m->host_y + i * k, k) == labels[i];
-    }
-    return DL_OK;
-}
-
-/* Binary cross-entropy on logits, the mean over a sample's values; on the
- * host. Counts samples whose every value is on the target's side of 0.5. */
-static void bce_host(dl_model *m, const float *y, const float *t, int64_t n, int64_t k,
-                     float *dout, float scale, out_stat *os)
-{
-    float *hy = m->host_y, *g = m->host_targets == t ? NULL : m->host_targets;
-    m->be->ops->download(m->be, hy, y, (size_t)(n * k) * sizeof(float));
-    for (int64_t i = 0; i < n; i++) {
-        bool ok = true;
-        for (int64_t j = 0; j < k; j++) {
-            float x = hy[i * k + j], tt = t[i * k + j];
-            os->loss += (fmaxf(x, 0.0f) - x * tt + log1pf(expf(-fabsf(x)))) / (double)k;
-            ok = ok && (x > 0.0f) == (tt > 0.5f);
-            if (g)
-                g[i * k + j] = (1.0f / (1.0f + expf(-x)) - tt) * scale;
-        }
-        os->correct += ok;
-    }
-    if (dout && g)
-        m->be->ops->upload(m->be, dout, g, (size_t)(n * k) * sizeof(float));
-}
-
-/* Gathers output k's target columns (at column `at` of rows of `tc`) into
- * host memory: class indices (checked) or values. */
-static dl_status gather_targets(dl_model *m, int k, const float *targets, int64_t tc,
-                                int64_t at, dl_err *err)
-{
-    const dl_output_conf *o = &m->conf->outputs[k];
-    for (int64_t i = 0; i < m->batch; i++) {
-        if (o->loss != DL_LOSS_XENT) {
-            memcpy(m->host_y + i * o->dim, targets + i * tc + at, (size_t)o->dim * sizeof(float));
-            continue;
-        }
-        float v = targets[i * tc + at];
-        if (!(v >= 0.0f && v < (float)o->dim && v == floorf(v)))
-            return dl_err_set(err, DL_ERR_INVALID, "output '%s': label %g of sample %lld is "
-                              "not a class in [0, %lld)", o->name, v, (long long)i,
-                              (long long)o->dim);
-        m->host_labels[i] = (int32_t)v;
-    }
-    return DL_OK;
-}
-
-/* Output k's loss into m->ostat[k], its gradient (scaled by the output's
- * weight) into its gradient buffer. */
-static dl_status loss_output(dl_model *m, int k, const float *targets, int64_t at,
-                             float grad_scale, bool want_grad, dl_err *err)
-{
-    const dl_output_conf *o = &m->conf->outputs[k];
-    int64_t n = m->batch, tc = target_cols(m);
-    out_stat *os = &m->ostat[k];
-    float *dout = dout_of(m, k, want_grad), scale = grad_scale * o->weight;
-    const float *y = dl_model_output(m, k);
-    *os = (out_stat){ 0 };
-    dl_status st = gather_targets(m, k, targets, tc, at, err);
-    if (st != DL_OK)
-        return st;
-    if (o->loss == DL_LOSS_XENT) {
-        m->be->ops->xent(m->be, y, m->host_labels, n, o->dim, dout, scale, &os->loss,
-                         &os->correct);
-        return DL_OK;
-    }
-    /* host_y holds the targets now: keep them apart from the staging */
-    memcpy(m->host_targets, m->host_y, (size_t)(n * o->dim) * sizeof(float));
-    if (o->loss == DL_LOSS_MSE) {
-        m->be->ops->mse(m->be, y, m->host_targets, n * o->dim, dout, scale / (float)o->dim,
-                        &os->sq);
-        os->loss = os->sq / (double)o->dim;
-        return DL_OK;
-    }
-    float *t = malloc((size_t)(n * o->dim) * sizeof(float));
-    if (!t)
-        return dl_err_set(err, DL_ERR_NOMEM, "targets");
-    memcpy(t, m->host_targets, (size_t)(n * o->dim) * sizeof(float));
-    bce_host(m, y, t, n, o->dim, dout, scale / (float)o->dim, os);
-    free(t);
-    return DL_OK;
-}
-
-dl_status dl_model_loss(dl_model *m, const int32_t *labels, const float *targets,
-                        float grad_scale, bool want_grad, double *loss_sum,
-                        int64_t *correct, dl_err *err)
-{
-    *correct = 0;
-    *loss_sum = 0.0;
-    if (!m->have_out)
-        return dl_err_set(err, DL_ERR_INVALID, "loss before any forward pass");
-    if (want_grad && !m->trained)
-        return dl_err_set(err, DL_ERR_INVALID, "loss gradient needs a training forward pass");
-    dl_status st = DL_OK;
-    if (!m->conf->graph) {
-        st = loss_single(m, labels, targets, grad_scale, want_grad, loss_sum, correct, err);
-        m->ostat[0] = (out_stat){ *loss_sum, 0.0, *correct };
-    } else if (!targets) {
-        st = dl_err_set(err, DL_ERR_INVALID, "model '%s' needs targets: a column an output "
-                        "(%lld in all)", m->conf->name, (long long)target_cols(m));
-    }
-    for (int k = 0, at = 0; m->conf->graph && targets && k < m->conf->noutputs && st == DL_OK; k++) {
-        st = loss_output(m, k, targets, at, grad_scale, want_grad, err);
-        at += (int)m->conf->outputs[k].tcols;
-        *loss_sum += m->conf->outputs[k].weight * m->ostat[k].loss;
-    }
-    if (m->conf->graph && st == DL_OK)
-        *correct = m->ostat[0].correct;
-    m->have_dout = want_grad && st == DL_OK;
-    return st;
-}
-
-void dl_model_output_stats(const dl_model *m, int k, double *loss_sum, int64_t *correct,
-                           double *sq_sum)
-{
-    *loss_sum = m->ostat[k].loss;
-    *correct = m->ostat[k].correct;
-    *sq_sum = m->ostat[k].sq;
-}
-
 int dl_model_layer_count(const dl_model *m) { return m->nlayers; }
 
 void dl_model_grad_range(const dl_model *m, int layer, int64_t *begin, int64_t *end)
@@ -997,16 +485,16 @@ void dl_model_grad_range(const dl_model *m, int layer, int64_t *begin, int64_t *
 dl_status dl_model_set_input_grads(dl_model *m, bool on, dl_err *err)
 {
     free_batch_buffers(m);      /* the gradient buffers change */
-    free_grad_plan(m);
+    model_free_grad_plan(m);
     m->input_grads = on;
     m->have_out = m->have_dout = false;
-    return plan_grads(m, err);
+    return model_plan_grads(m, err);
 }
 
 const float *dl_model_input_grad(const dl_model *m, int k)
 {
     int s = m->gp.slot_of ? m->gp.slot_of[k] : -1;
-    return needs_grad(m, k) && s >= 0 && m->gp.buf ? m->gp.buf[s] : NULL;
+    return model_needs_grad(m, k) && s >= 0 && m->gp.buf ? m->gp.buf[s] : NULL;
 }
 
 dl_status dl_model_set_output_grads(dl_model *m, const float *const *g, dl_err *err)
@@ -1014,7 +502,7 @@ dl_status dl_model_set_output_grads(dl_model *m, const float *const *g, dl_err *
     if (!m->have_out || !m->trained)
         return dl_err_set(err, DL_ERR_INVALID, "output gradients need a training forward pass");
     for (int k = 0; k < m->conf->noutputs; k++)
-        m->be->ops->copy(m->be, dout_of(m, k, true), g[k], m->batch * dl_model_output_dim(m, k));
+        m->be->ops->copy(m->be, model_dout_of(m, k, true), g[k], m->batch * dl_model_output_dim(m, k));
     m->have_dout = true;
     return DL_OK;
 }
@@ -1031,9 +519,9 @@ static void input_grads(dl_model *m, int i, float **dxs, bool *add)
     const dl_layer_conf *c = m->layers[i].conf;
     int scr = 0;
     for (int k = 0; k < c->nsrc; k++) {
-        int s = tensor_of(m, c->src[k]);
-        add[k] = needs_grad(m, s) && via_scratch(m, i, k);
-        dxs[k] = !needs_grad(m, s) ? NULL
+        int s = model_tensor_of(m, c->src[k]);
+        add[k] = model_needs_grad(m, s) && model_via_scratch(m, i, k);
+        dxs[k] = !model_needs_grad(m, s) ? NULL
                : add[k] ? m->gp.scratch[scr++] : m->gp.buf[m->gp.slot_of[s]];
     }
 }
@@ -1046,7 +534,7 @@ static dl_status backward_layer(dl_model *m, int i, dl_err *err)
     float *dxs[DL_LAYER_MAX_IN];
     bool add[DL_LAYER_MAX_IN];
     for (int k = 0; k < l->nin; k++)
-        xs[k] = m->act[tensor_of(m, l->conf->src[k])];
+        xs[k] = m->act[model_tensor_of(m, l->conf->src[k])];
     input_grads(m, i, dxs, add);
     dl_status st = l->ops->backward_multi
                  ? l->ops->backward_multi(l, xs, m->act[t], dy, dxs, m->batch, err)
@@ -1054,7 +542,7 @@ static dl_status backward_layer(dl_model *m, int i, dl_err *err)
     for (int k = 0; k < l->nin && st == DL_OK; k++)
         if (add[k])      /* a second reader's share: the gradients add up */
             m->be->ops->axpy(m->be, 1.0f, dxs[k],
-                             m->gp.buf[m->gp.slot_of[tensor_of(m, l->conf->src[k])]],
+                             m->gp.buf[m->gp.slot_of[model_tensor_of(m, l->conf->src[k])]],
                              m->batch * l->ins_dim[k]);
     return st;
 }
