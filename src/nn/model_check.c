@@ -82,7 +82,7 @@ static dl_status check_layer(const check *c, const dl_model_conf *m, int i, shap
         if (strcmp(m->layers[k].name, l->name) == 0)
             return dl_err_set(c->err, DL_ERR_INVALID, "%s: layers[%d]: name '%s' is used twice",
                               c->what, i, l->name);
-    for (int k = 0; k < m->ninputs; k++)
+    for (int k = 0; m->graph && k < m->ninputs; k++)
         if (strcmp(m->inputs[k].name, l->name) == 0)
             return dl_err_set(c->err, DL_ERR_INVALID, "%s: layers[%d]: name '%s' is used twice "
                               "(a model input has it)", c->what, i, l->name);
@@ -146,6 +146,11 @@ static dl_status check_output(const check *c, const dl_model_conf *m, dl_output_
         snprintf(where, sizeof(where), "output '%s': ", o->name);
     else
         snprintf(where, sizeof(where), "%s", "");
+    for (const dl_output_conf *p = m->outputs; p < o; p++)
+        if (p->from == o->from)
+            return dl_err_set(c->err, DL_ERR_INVALID, "%s: output '%s': layer '%s' already "
+                              "feeds output '%s' (one output a layer)", c->what, o->name,
+                              m->layers[o->from].name, p->name);
     o->dim = dl_shape_numel(nd, d);
     o->tcols = o->loss == DL_LOSS_XENT ? 1 : o->dim;
     if (o->loss == DL_LOSS_XENT && nd != 1)

@@ -152,6 +152,13 @@ Test(graph, output_from_unknown_layer)
             "output 'o'", "'from'", "'zz'");
 }
 
+Test(graph, one_output_a_layer)
+{
+    REFUSED(graph(FC("x", "a", 3) "," FC("y", "b", 3),
+                  OUT("x") "," OUT("y") ",{'name': 'o', 'from': 'x', 'loss': 'mse'}"),
+            "output 'o'", "layer 'x' already feeds output 'x'");
+}
+
 Test(graph, outputs_exclude_top_level_loss)
 {
     REFUSED("{'name': 'g', 'input': {'shape': [4]}, 'layers': [{'name': 'x', 'type': 'dense',"
