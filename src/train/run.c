@@ -105,6 +105,10 @@ dl_status dl_predict_run(const dl_run_opts *o, dl_err *err)
     dl_dataset *ds = NULL;
     float *out = NULL;
     st = session_load_weights(&s, o, err);
+    if (st == DL_OK && (s.conf->ninputs > 1 || s.conf->noutputs > 1))
+        st = dl_err_set(err, DL_ERR_INVALID, "%s: --predict takes models of one input and one "
+                        "output; '%s' has %d inputs and %d outputs", o->model_dir,
+                        s.conf->name, s.conf->ninputs, s.conf->noutputs);
     if (st == DL_OK && strcmp(path, "-") == 0) {
         st = stdin_to_file(tmp, sizeof(tmp), err);
         path = tmp;

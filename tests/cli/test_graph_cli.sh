@@ -51,6 +51,11 @@ assert 0 <= o["cls"]["accuracy"] <= 1 and o["reg"]["rmse"] >= 0
 assert abs(r["loss"] - (o["cls"]["loss"] + 0.5 * o["reg"]["loss"])) < 2e-3, r
 assert o["cls"]["accuracy"] > 0.7, o' "$WORK/eval.json"
 
+printf '0.1,0.2,0.3,1\n' | "$DLSERVE" --predict "$M" > /dev/null 2> "$WORK/predict.err"
+rc=$?
+check "--predict refuses a model of several inputs and outputs" \
+    fails_with "$WORK/predict.err" $rc "has 2 inputs and 2 outputs"
+
 cp "$D/test.csv" "$WORK/test.csv"
 printf '1,0.5,0.1,0.2,0.3,1.5\n' >> "$D/test.csv"
 "$DLSERVE" --eval "$M" --data "$D" > /dev/null 2> "$WORK/bad.err"
