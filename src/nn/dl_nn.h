@@ -134,8 +134,9 @@ typedef struct dl_model_conf {
 
 /* Parses and validates model.json text. `what` names the source in errors,
  * which read "what: layers[2] (fc1): 'units' must be a positive integer".
- * Also checks that the layers chain (shapes fit) and that the output size
- * matches the labels. *out is new (dl_model_conf_free). */
+ * Also checks the graph: every layer's inputs exist above it, shapes
+ * fit, every layer feeds an output, and each output fits its loss and
+ * labels. *out is new (dl_model_conf_free). */
 dl_status dl_model_conf_parse(const char *text, size_t len, const char *what,
                               dl_model_conf **out, dl_err *err);
 /* Reads and parses a model.json file (or MODEL_DIR/model.json if path is a
@@ -211,10 +212,11 @@ uint64_t dl_model_rng_counter(const dl_model *m);
 /* Zeroes the gradient buffer. */
 void dl_model_zero_grad(dl_model *m);
 
-/* Runs the layers on x (backend memory, batch * in_dim floats). train
+/* Runs the layers on x (backend memory, batch * in_dim floats; with
+ * several inputs, a sample's inputs side by side, split here). train
  * selects batch statistics and dropout. *out (borrowed until the next
- * call) receives batch * out_dim floats: the last layer's output (logits
- * for softmax cross-entropy). */
+ * call) receives output 0's batch * dl_model_output_dim(m, 0) floats
+ * (logits for softmax cross-entropy); dl_model_output gives the others. */
 dl_status dl_model_forward(dl_model *m, const float *x, int64_t batch,
                            bool train, const float **out, dl_err *err);
 

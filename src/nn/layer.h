@@ -1,5 +1,6 @@
 /* layer.h (private to nn/): the layer interface. Each layer type is a
- * const ops table; a model is an array of layers run in order. */
+ * const ops table; a model is an array of layers run in file order, each
+ * reading model inputs or outputs of layers above it. */
 #ifndef DL_NN_LAYER_H
 #define DL_NN_LAYER_H
 
