@@ -318,3 +318,19 @@ Test(graph, trains_as_pytorch_does)
     dl_model_free(ref);
     fx_rmtree(dir);
 }
+
+/* A backend on a device (the CPU's ops under a device index) refuses the
+ * layers written for host memory when the model is built, naming them. */
+Test(graph, device_backend_refuses_host_layers)
+{
+    dl_err err = {0};
+    cr_assert_eq(parse(graph(FC("x", "a", 3) ",{'name': 'g', 'type': 'gelu'}," FC("y", "b", 3),
+                             OUT("g") "," OUT("y")), &err), DL_OK, "%s", err.msg);
+    be = fx_cpu_backend();
+    dl_backend dev = *be;
+    dev.device = 0;
+    cr_expect_eq(dl_model_new(&dev, conf, 1, &m, &err), DL_ERR_INVALID);
+    cr_expect_null(m);
+    cr_expect_not_null(strstr(err.msg, "layer 'g'"), "%s", err.msg);
+    cr_expect_not_null(strstr(err.msg, "lacks the gelu layer"), "%s", err.msg);
+}
