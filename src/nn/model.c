@@ -153,8 +153,29 @@ static void point_slots(dl_model *m, float *params, float *grads, float *state)
         }
 }
 
+/* conv1d and maxpool1d run as the 2-D window on [C, 1, L]. */
+static void window_as_2d(layer *l)
+{
+    dl_layer_type t = l->conf->type;
+    if (t != DL_LAYER_CONV1D && t != DL_LAYER_MAXPOOL1D)
+        return;
+    int64_t in3[DL_MAX_DIMS] = { l->in_shape[0], 1, l->in_shape[1] };
+    int64_t out3[DL_MAX_DIMS] = { l->out_shape[0], 1, l->out_shape[1] };
+    memcpy(l->in_shape, in3, sizeof(in3));
+    memcpy(l->out_shape, out3, sizeof(out3));
+    l->in_ndim = l->out_ndim = 3;
+}
+
+/* Layers written for host memory: the graph layers, and softmax on
+ * another axis than the last. */
+static bool host_only(const layer *l)
+{
+    return l->ops->host_only || (l->conf->type == DL_LAYER_SOFTMAX &&
+                                 layer_axis(l->conf->axis, l->in_ndim) != l->in_ndim - 1);
+}
+
 /* Shapes of layer i's inputs and output from the tensors above it. */
-static dl_status shape_layer(dl_model *m, int i, int (*nd)[1], int64_t (*sh)[DL_MAX_DIMS],
+static dl_status shape_layer(dl_model *m, int i, int *nd, int64_t (*sh)[DL_MAX_DIMS],
                              dl_err *err)
 {
     layer *l = &m->layers[i];
@@ -162,9 +183,9 @@ static dl_status shape_layer(dl_model *m, int i, int (*nd)[1], int64_t (*sh)[DL_
     int ind[DL_LAYER_MAX_IN];
     for (int k = 0; k < l->nin; k++) {
         int t = model_tensor_of(m, l->conf->src[k]);
-        ind[k] = l->ins_ndim[k] = nd[t][0];
+        ind[k] = l->ins_ndim[k] = nd[t];
         memcpy(l->ins_shape[k], sh[t], sizeof(sh[t]));
-        l->ins_dim[k] = dl_shape_numel(nd[t][0], sh[t]);
+        l->ins_dim[k] = dl_shape_numel(nd[t], sh[t]);
     }
     l->in_ndim = l->ins_ndim[0];
     memcpy(l->in_shape, l->ins_shape[0], sizeof(l->in_shape));
@@ -172,20 +193,11 @@ static dl_status shape_layer(dl_model *m, int i, int (*nd)[1], int64_t (*sh)[DL_
     dl_status st = layer_shape(l->conf, l->nin, ind, (const int64_t (*)[DL_MAX_DIMS])l->ins_shape,
                                &l->out_ndim, l->out_shape, err);
     l->out_dim = dl_shape_numel(l->out_ndim, l->out_shape);
-    nd[m->ninputs + i][0] = l->out_ndim;
+    nd[m->ninputs + i] = l->out_ndim;
     memcpy(sh[m->ninputs + i], l->out_shape, sizeof(l->out_shape));
-    dl_layer_type ty = l->conf->type;
-    if (st == DL_OK && (ty == DL_LAYER_CONV1D || ty == DL_LAYER_MAXPOOL1D)) {
-        /* a 1-D window is the 2-D one on [C, 1, L] */
-        int64_t in3[DL_MAX_DIMS] = { l->in_shape[0], 1, l->in_shape[1] };
-        int64_t out3[DL_MAX_DIMS] = { l->out_shape[0], 1, l->out_shape[1] };
-        memcpy(l->in_shape, in3, sizeof(in3));
-        memcpy(l->out_shape, out3, sizeof(out3));
-        l->in_ndim = l->out_ndim = 3;
-    }
-    bool host = l->ops->host_only || (l->conf->type == DL_LAYER_SOFTMAX &&
-                                      layer_axis(l->conf->axis, l->in_ndim) != l->in_ndim - 1);
-    if (st == DL_OK && host && m->be->device >= 0)
+    if (st == DL_OK)
+        window_as_2d(l);
+    if (st == DL_OK && host_only(l) && m->be->device >= 0)
         st = dl_err_set(err, DL_ERR_INVALID, "layer '%s': the %s backend lacks the %s layer "
                         "(it runs on the CPU only)", l->conf->name, m->be->ops->name,
                         dl_layer_type_name(l->conf->type));
@@ -195,14 +207,14 @@ static dl_status shape_layer(dl_model *m, int i, int (*nd)[1], int64_t (*sh)[DL_
 static dl_status build_layers(dl_model *m, dl_err *err)
 {
     const dl_model_conf *c = m->conf;
-    int (*nd)[1] = calloc((size_t)m->nt, sizeof(*nd));
+    int *nd = calloc((size_t)m->nt, sizeof(*nd));
     int64_t (*sh)[DL_MAX_DIMS] = calloc((size_t)m->nt, sizeof(*sh));
     m->grad_at = calloc((size_t)m->nlayers + 1, sizeof(*m->grad_at));
     m->tdim = calloc((size_t)m->nt, sizeof(*m->tdim));
     dl_status st = nd && sh && m->grad_at && m->tdim ? DL_OK
                  : dl_err_set(err, DL_ERR_NOMEM, "layer shapes");
     for (int k = 0; k < m->ninputs && st == DL_OK; k++) {
-        nd[k][0] = c->inputs[k].ndim;
+        nd[k] = c->inputs[k].ndim;
         memcpy(sh[k], c->inputs[k].shape, sizeof(sh[k]));
     }
     for (int i = 0; i < m->nlayers && st == DL_OK; i++) {
@@ -225,7 +237,7 @@ static dl_status build_layers(dl_model *m, dl_err *err)
         m->grad_at[i + 1] = m->nparams;   /* point_slots lays them out in this order */
     }
     for (int t = 0; t < m->nt && st == DL_OK; t++)
-        m->tdim[t] = dl_shape_numel(nd[t][0], sh[t]);
+        m->tdim[t] = dl_shape_numel(nd[t], sh[t]);
     free(nd);
     free(sh);
     if (st != DL_OK)
