@@ -101,7 +101,10 @@ int layer_axis(int64_t axis, int ndim);
 
 const layer_ops *layer_ops_for(dl_layer_type t);
 
-/* The ops of the layer types of layer_graph.c (NULL for others). */
+/* transpose, reduce_mean / reduce_sum and matmul (layer_tensor.c). */
+extern const layer_ops layer_transpose_ops, layer_reduce_ops, layer_matmul_ops;
+
+/* The ops of the layer types added for graphs (NULL for others). */
 const layer_ops *layer_graph_ops_for(dl_layer_type t);
 
 /* softmax over a sample axis other than the last (layer_graph.c). */
