@@ -417,47 +417,66 @@ static bool fits_input(const dl_input_conf *in, double v)
     return in->dtype == DL_IN_FP32 || (v == floor(v) && v >= lo && v <= hi);
 }
 
-/* A graph model's line: targets, then each input's values. */
-static dl_status parse_model_line(const csv_ctx *c, const char *p, const char *end,
-                                  int64_t lineno, int64_t row, dl_err *err)
+/* A graph model's target columns from *p on (field numbers from *f). */
+static dl_status parse_targets(const csv_ctx *c, const char **p, const char *end,
+                               int64_t lineno, int64_t *f, float *t, dl_err *err)
 {
     const dl_model_conf *m = c->conf;
-    int64_t td = c->ds->tdim, want = td + c->dim, found = count_fields(p, end), f = 0;
-    if (found != want)
-        return dl_err_set(err, DL_ERR_INVALID, "%s:%lld: expected %lld fields (%lld targets, "
-                          "%lld inputs), found %lld", c->path, (long long)lineno,
-                          (long long)want, (long long)td, (long long)c->dim, (long long)found);
-    float *t = c->ds->t + row * td, *x = c->ds->x + row * c->dim;
     for (int k = 0; k < m->noutputs; k++)
-        for (int64_t j = 0; j < m->outputs[k].tcols; j++, f++) {
-            const char *fe = field_end(p, end);
+        for (int64_t j = 0; j < m->outputs[k].tcols; j++, (*f)++) {
+            const char *fe = field_end(*p, end);
             double v;
-            bool cls = m->outputs[k].loss == DL_LOSS_XENT, ok = parse_number(p, fe, &v);
+            bool cls = m->outputs[k].loss == DL_LOSS_XENT, ok = parse_number(*p, fe, &v);
             if (!ok || (cls && (v < 0 || v >= (double)m->outputs[k].dim || v != floor(v))))
                 return dl_err_set(err, DL_ERR_INVALID, "%s:%lld: field %lld (output '%s'): "
-                                  "bad %s '%.*s'", c->path, (long long)lineno, (long long)f + 1,
-                                  m->outputs[k].name, cls ? "class" : "target", shown(p, fe), p);
+                                  "bad %s '%.*s'", c->path, (long long)lineno, (long long)*f + 1,
+                                  m->outputs[k].name, cls ? "class" : "target",
+                                  shown(*p, fe), *p);
             *t++ = (float)v;
-            p = fe + 1;
+            *p = fe + 1;
         }
+    return DL_OK;
+}
+
+/* A graph model's input values from *p on, scaled (FP32) or checked (ids). */
+static dl_status parse_inputs(const csv_ctx *c, const char **p, const char *end,
+                              int64_t lineno, int64_t *f, float *x, dl_err *err)
+{
+    const dl_model_conf *m = c->conf;
     for (int k = 0; k < m->ninputs; k++) {
         const dl_input_conf *in = &m->inputs[k];
-        for (int64_t j = 0; j < in->dim; j++, f++) {
-            const char *fe = field_end(p, end);
+        for (int64_t j = 0; j < in->dim; j++, (*f)++) {
+            const char *fe = field_end(*p, end);
             double v;
-            if (!parse_number(p, fe, &v) || !fits_input(in, v))
+            if (!parse_number(*p, fe, &v) || !fits_input(in, v))
                 return dl_err_set(err, DL_ERR_INVALID, "%s:%lld: field %lld (input '%s') is "
-                                  "not %s: '%.*s'", c->path, (long long)lineno, (long long)f + 1,
-                                  in->name, in->dtype == DL_IN_FP32 ? "a number" : "an id",
-                                  shown(p, fe), p);
+                                  "not %s: '%.*s'", c->path, (long long)lineno,
+                                  (long long)*f + 1, in->name,
+                                  in->dtype == DL_IN_FP32 ? "a number" : "an id",
+                                  shown(*p, fe), *p);
             x[j] = (float)v;
-            p = fe + 1;
+            *p = fe + 1;
         }
         if (in->dtype == DL_IN_FP32)
             dl_scaling_apply(&in->sc, x, x, in->dim);
         x += in->dim;
     }
     return DL_OK;
+}
+
+/* A graph model's line: targets, then each input's values. */
+static dl_status parse_model_line(const csv_ctx *c, const char *p, const char *end,
+                                  int64_t lineno, int64_t row, dl_err *err)
+{
+    int64_t td = c->ds->tdim, want = td + c->dim, found = count_fields(p, end), f = 0;
+    if (found != want)
+        return dl_err_set(err, DL_ERR_INVALID, "%s:%lld: expected %lld fields (%lld targets, "
+                          "%lld inputs), found %lld", c->path, (long long)lineno,
+                          (long long)want, (long long)td, (long long)c->dim, (long long)found);
+    dl_status st = parse_targets(c, &p, end, lineno, &f, c->ds->t + row * td, err);
+    if (st == DL_OK)
+        st = parse_inputs(c, &p, end, lineno, &f, c->ds->x + row * c->dim, err);
+    return st;
 }
 
 /* Parses one sample line [p, end) (no line terminator) into row `row`. */

@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 
 #include "fixture.h"
+#include "data/dl_data.h"
 #include "nn/dl_nn.h"
 
 static dl_model_conf *conf;
@@ -333,4 +334,39 @@ Test(graph, device_backend_refuses_host_layers)
     cr_expect_null(m);
     cr_expect_not_null(strstr(err.msg, "layer 'g'"), "%s", err.msg);
     cr_expect_not_null(strstr(err.msg, "lacks the gelu layer"), "%s", err.msg);
+}
+
+/* CSV data of a graph model: each output's target columns, then each
+ * input's values, scaled as that input says; a short row is refused
+ * with file:line. */
+Test(graph, csv_targets_then_inputs)
+{
+    dl_err err = {0};
+    cr_assert_eq(parse("{'name': 'g', 'inputs': [{'name': 'a', 'shape': [2],"
+                       " 'scaling': {'scale': 2.0, 'mean': 1.0, 'std': 0.5}},"
+                       " {'name': 'u', 'shape': [1], 'datatype': 'INT32'}],"
+                       " 'layers': [" FC("x", "a", 3) ",{'name': 'e', 'type': 'embedding',"
+                       " 'inputs': ['u'], 'num_embeddings': 9, 'dim': 2}],"
+                       " 'outputs': [{'name': 'x', 'loss': 'softmax_cross_entropy'},"
+                       " {'name': 'e', 'loss': 'mse'}]}", &err), DL_OK, "%s", err.msg);
+    char path[256];
+    fx_tmpfile(path, sizeof(path), "graphcsv");
+    fx_write_text(path, "2,0.5,0.25,-1,3,7\n0,0,0,0,1,8\n");
+    dl_dataset *ds = NULL;
+    cr_assert_eq(dl_dataset_load_csv_model(path, conf, &ds, &err), DL_OK, "%s", err.msg);
+    cr_expect_eq(ds->n, 2);
+    cr_expect_eq(ds->tdim, 3);   /* a class, then the embedding's 1 x 2 values */
+    cr_expect_eq(ds->dim, 3);
+    const float t0[3] = { 2, 0.5f, 0.25f }, x0[3] = { -6, 10, 7 };  /* (v*2-1)/0.5 */
+    cr_expect_eq(memcmp(ds->t, t0, sizeof(t0)), 0);
+    cr_expect_eq(memcmp(ds->x, x0, sizeof(x0)), 0, "%g %g %g", ds->x[0], ds->x[1], ds->x[2]);
+    dl_dataset_free(ds);
+    fx_write_text(path, "2,0.5,0.25,-1,3,7\n1,0,0,0,1\n");
+    cr_expect_eq(dl_dataset_load_csv_model(path, conf, &ds, &err), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, ":2: expected 6 fields (3 targets, 3 inputs), found 5"),
+                       "%s", err.msg);
+    fx_write_text(path, "2,0.5,0.25,-1,3,9.5\n");
+    cr_expect_eq(dl_dataset_load_csv_model(path, conf, &ds, &err), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, ":1: field 6 (input 'u') is not an id"), "%s", err.msg);
+    unlink(path);
 }
