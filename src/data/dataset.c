@@ -78,6 +78,11 @@ void dl_dataset_truncate(dl_dataset *ds, int64_t n)
         if (y)
             ds->y = y;
     }
+    if (ds->t) {
+        float *t = realloc(ds->t, (size_t)(n * ds->tdim) * sizeof(float));
+        if (t)
+            ds->t = t;
+    }
 }
 
 void dl_dataset_free(dl_dataset *ds)
@@ -86,6 +91,7 @@ void dl_dataset_free(dl_dataset *ds)
         return;
     free(ds->x);
     free(ds->y);
+    free(ds->t);
     free(ds);
 }
 
@@ -318,11 +324,12 @@ dl_status dl_dataset_load_idx(const char *images_path, const char *labels_path,
 /* ---- CSV ------------------------------------------------------------ */
 
 typedef struct csv_ctx {
-    const char       *path;
-    int64_t           dim;
-    bool              has_label;
-    const dl_scaling *sc;
-    dl_dataset       *ds;
+    const char          *path;
+    int64_t              dim;
+    bool                 has_label;
+    const dl_scaling    *sc;
+    dl_dataset          *ds;
+    const dl_model_conf *conf;         /* a graph model's layout, or NULL */
 } csv_ctx;
 
 /* Up to 9 digits with an optional sign: exact in a double, and by far the
@@ -401,10 +408,83 @@ static bool is_header(const char *p, const char *end)
     return !parse_number(p, field_end(p, end), &v);
 }
 
+/* Whether v fits the input's datatype: any number for FP32, else a
+ * whole number in the type's range and below 2^24 (exact as a float). */
+static bool fits_input(const dl_input_conf *in, double v)
+{
+    double lo = in->dtype == DL_IN_UINT8 ? 0 : -16777216.0;
+    double hi = in->dtype == DL_IN_UINT8 ? 255 : 16777216.0;
+    return in->dtype == DL_IN_FP32 || (v == floor(v) && v >= lo && v <= hi);
+}
+
+/* A graph model's target columns from *p on (field numbers from *f). */
+static dl_status parse_targets(const csv_ctx *c, const char **p, const char *end,
+                               int64_t lineno, int64_t *f, float *t, dl_err *err)
+{
+    const dl_model_conf *m = c->conf;
+    for (int k = 0; k < m->noutputs; k++)
+        for (int64_t j = 0; j < m->outputs[k].tcols; j++, (*f)++) {
+            const char *fe = field_end(*p, end);
+            double v;
+            bool cls = m->outputs[k].loss == DL_LOSS_XENT, ok = parse_number(*p, fe, &v);
+            if (!ok || (cls && (v < 0 || v >= (double)m->outputs[k].dim || v != floor(v))))
+                return dl_err_set(err, DL_ERR_INVALID, "%s:%lld: field %lld (output '%s'): "
+                                  "bad %s '%.*s'", c->path, (long long)lineno, (long long)*f + 1,
+                                  m->outputs[k].name, cls ? "class" : "target",
+                                  shown(*p, fe), *p);
+            *t++ = (float)v;
+            *p = fe + 1;
+        }
+    return DL_OK;
+}
+
+/* A graph model's input values from *p on, scaled (FP32) or checked (ids). */
+static dl_status parse_inputs(const csv_ctx *c, const char **p, const char *end,
+                              int64_t lineno, int64_t *f, float *x, dl_err *err)
+{
+    const dl_model_conf *m = c->conf;
+    for (int k = 0; k < m->ninputs; k++) {
+        const dl_input_conf *in = &m->inputs[k];
+        for (int64_t j = 0; j < in->dim; j++, (*f)++) {
+            const char *fe = field_end(*p, end);
+            double v;
+            if (!parse_number(*p, fe, &v) || !fits_input(in, v))
+                return dl_err_set(err, DL_ERR_INVALID, "%s:%lld: field %lld (input '%s') is "
+                                  "not %s: '%.*s'", c->path, (long long)lineno,
+                                  (long long)*f + 1, in->name,
+                                  in->dtype == DL_IN_FP32 ? "a number" : "an id",
+                                  shown(*p, fe), *p);
+            x[j] = (float)v;
+            *p = fe + 1;
+        }
+        if (in->dtype == DL_IN_FP32)
+            dl_scaling_apply(&in->sc, x, x, in->dim);
+        x += in->dim;
+    }
+    return DL_OK;
+}
+
+/* A graph model's line: targets, then each input's values. */
+static dl_status parse_model_line(const csv_ctx *c, const char *p, const char *end,
+                                  int64_t lineno, int64_t row, dl_err *err)
+{
+    int64_t td = c->ds->tdim, want = td + c->dim, found = count_fields(p, end), f = 0;
+    if (found != want)
+        return dl_err_set(err, DL_ERR_INVALID, "%s:%lld: expected %lld fields (%lld targets, "
+                          "%lld inputs), found %lld", c->path, (long long)lineno,
+                          (long long)want, (long long)td, (long long)c->dim, (long long)found);
+    dl_status st = parse_targets(c, &p, end, lineno, &f, c->ds->t + row * td, err);
+    if (st == DL_OK)
+        st = parse_inputs(c, &p, end, lineno, &f, c->ds->x + row * c->dim, err);
+    return st;
+}
+
 /* Parses one sample line [p, end) (no line terminator) into row `row`. */
 static dl_status parse_line(const csv_ctx *c, const char *p, const char *end,
                             int64_t lineno, int64_t row, dl_err *err)
 {
+    if (c->conf)
+        return parse_model_line(c, p, end, lineno, row, err);
     int64_t want = c->dim + (c->has_label ? 1 : 0);
     int64_t found = count_fields(p, end);
     if (found != want)
@@ -457,7 +537,7 @@ static dl_status parse_csv(const csv_ctx *c, const char *buf, size_t len,
             return dl_err_set(err, DL_ERR_INVALID,
                               "%s:%lld: blank line inside the data",
                               c->path, (long long)blank_at);
-        } else if (!(lineno == 0 && is_header(p, eol))) {
+        } else if (!(lineno == 0 && !c->conf && is_header(p, eol))) {
             dl_status st = parse_line(c, p, eol, lineno + 1, row++, err);
             if (st != DL_OK)
                 return st;
@@ -485,19 +565,25 @@ static int64_t count_lines(const char *p, size_t len)
 /* Parses text[0..len), NUL-terminated at text[len]: strtod stops there. */
 static dl_status csv_parse_text(const char *text, size_t len, const char *what,
                                 int64_t dim, bool has_label, const dl_scaling *sc,
-                                dl_dataset **out, dl_err *err)
+                                const dl_model_conf *conf, dl_dataset **out, dl_err *err)
 {
     /* Every line is at most one sample; a sample needs >= 2 chars a field. */
     int64_t cap = count_lines(text, len);
     int64_t by_size = (int64_t)(len / (size_t)(2 * dim)) + 1;
     cap = cap < by_size ? cap : by_size;
-    csv_ctx c = {what, dim, has_label, sc, NULL};
+    csv_ctx c = {what, dim, has_label, sc, NULL, conf};
     int64_t n = 0;
     dl_status st = DL_OK;
     if (cap > MAX_VALUES / dim)
         st = dl_err_set(err, DL_ERR_NOMEM, "%s: too large", what);
     if (st == DL_OK)
         st = dataset_new(cap, 1, &dim, has_label, &c.ds, err);
+    if (st == DL_OK && conf) {
+        for (int k = 0; k < conf->noutputs; k++)
+            c.ds->tdim += conf->outputs[k].tcols;
+        if (!(c.ds->t = malloc((size_t)(cap * c.ds->tdim) * sizeof(float))))
+            st = dl_err_set(err, DL_ERR_NOMEM, "%s: targets", what);
+    }
     if (st == DL_OK)
         st = parse_csv(&c, text, len, &n, err);
     if (st != DL_OK) {
@@ -533,7 +619,24 @@ dl_status dl_dataset_load_csv(const char *path, int64_t dim, bool has_label,
     st = dl_file_read(path, &buf, &len, err);   /* NUL-terminated */
     if (st != DL_OK)
         return st;
-    st = csv_parse_text(buf, len, path, dim, has_label, sc, out, err);
+    st = csv_parse_text(buf, len, path, dim, has_label, sc, NULL, out, err);
+    free(buf);
+    return st;
+}
+
+dl_status dl_dataset_load_csv_model(const char *path, const dl_model_conf *conf,
+                                    dl_dataset **out, dl_err *err)
+{
+    *out = NULL;
+    int64_t dim = 0;
+    for (int k = 0; k < conf->ninputs; k++)
+        dim += conf->inputs[k].dim;
+    char *buf;
+    size_t len;
+    dl_status st = dl_file_read(path, &buf, &len, err);
+    if (st != DL_OK)
+        return st;
+    st = csv_parse_text(buf, len, path, dim, false, &identity, conf, out, err);
     free(buf);
     return st;
 }
@@ -554,7 +657,7 @@ dl_status dl_dataset_parse_csv(const char *text, size_t len, const char *what,
     if (len)
         memcpy(copy, text, len);
     copy[len] = '\0';
-    st = csv_parse_text(copy, len, what, dim, has_label, sc, out, err);
+    st = csv_parse_text(copy, len, what, dim, has_label, sc, NULL, out, err);
     free(copy);
     return st;
 }

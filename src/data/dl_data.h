@@ -21,6 +21,8 @@ typedef struct dl_dataset {
     int64_t  dim;                        /* product of shape */
     float   *x;                          /* n * dim scaled inputs (owned) */
     int32_t *y;                          /* n labels (owned), NULL if none */
+    int64_t  tdim;                       /* target columns a sample (graph models) */
+    float   *t;                          /* n * tdim targets (owned), NULL if none */
 } dl_dataset;
 
 /* Loads an IDX image file (magic 0x00000803, u8, 1-3 dims after the count;
@@ -45,6 +47,17 @@ dl_status dl_dataset_load_csv(const char *path, int64_t dim, bool has_label,
 dl_status dl_dataset_parse_csv(const char *text, size_t len, const char *what,
                                int64_t dim, bool has_label, const dl_scaling *sc,
                                dl_dataset **out, dl_err *err);
+
+/* Loads a CSV file for a graph model (conf->graph): each line holds
+ * the target columns of every output in the order of "outputs" (a class
+ * index for softmax cross-entropy, else one value a unit: conf's tcols),
+ * then each input's values in the order of "inputs", FP32 ones scaled as
+ * the input says, ids (integer datatypes) whole numbers in the type's
+ * range below 2^24. No header line. A bad line is refused with file:line.
+ * Samples get the inputs' values side by side (dim = their sum) and
+ * targets in t. *out is new. */
+dl_status dl_dataset_load_csv_model(const char *path, const dl_model_conf *conf,
+                                    dl_dataset **out, dl_err *err);
 
 /* Loads a split ("train" or "test") from a data folder: the IDX pair
  * (train-images-idx3-ubyte[.gz] + train-labels-idx1-ubyte[.gz], or
@@ -81,6 +94,10 @@ void dl_data_shard(int64_t n, int64_t batch, int rank, int nranks,
  * y is not NULL, their labels into y. */
 void dl_data_gather(const dl_dataset *ds, const int64_t *idx, int64_t count,
                     float *x, int32_t *y);
+
+/* Copies the targets of samples idx[0..count) into t (count * ds->tdim). */
+void dl_data_gather_targets(const dl_dataset *ds, const int64_t *idx, int64_t count,
+                            float *t);
 
 #ifdef __cplusplus
 }

@@ -75,3 +75,11 @@ void dl_data_gather(const dl_dataset *ds, const int64_t *idx, int64_t count,
             y[i] = ds->y[k];
     }
 }
+
+void dl_data_gather_targets(const dl_dataset *ds, const int64_t *idx, int64_t count,
+                            float *t)
+{
+    DL_ASSERT(ds->t);
+    for (int64_t i = 0; i < count; i++)
+        memcpy(t + i * ds->tdim, ds->t + idx[i] * ds->tdim, (size_t)ds->tdim * sizeof(float));
+}

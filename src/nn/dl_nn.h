@@ -17,9 +17,20 @@ typedef enum dl_layer_type {
     DL_LAYER_DENSE, DL_LAYER_CONV2D, DL_LAYER_MAXPOOL2D, DL_LAYER_AVGPOOL2D,
     DL_LAYER_BATCHNORM, DL_LAYER_DROPOUT, DL_LAYER_FLATTEN, DL_LAYER_EMBEDDING,
     DL_LAYER_RELU, DL_LAYER_TANH, DL_LAYER_SIGMOID, DL_LAYER_SOFTMAX,
+    DL_LAYER_ADD, DL_LAYER_SUB, DL_LAYER_MUL, DL_LAYER_CONCAT, DL_LAYER_IDENTITY,
+    DL_LAYER_RESHAPE, DL_LAYER_GLOBAL_AVGPOOL2D, DL_LAYER_LAYERNORM, DL_LAYER_GELU,
+    DL_LAYER_SILU, DL_LAYER_LOG_SOFTMAX, DL_LAYER_TRANSPOSE, DL_LAYER_MATMUL,
+    DL_LAYER_REDUCE_MEAN, DL_LAYER_REDUCE_SUM, DL_LAYER_CONV1D, DL_LAYER_MAXPOOL1D,
 } dl_layer_type;
 
-typedef enum dl_loss { DL_LOSS_XENT, DL_LOSS_MSE } dl_loss;
+typedef enum dl_loss { DL_LOSS_XENT, DL_LOSS_MSE, DL_LOSS_BCE } dl_loss;
+
+/* How a model input's values are typed: ids (integer types) feed only
+ * embedding layers and are held as floats, exact below 2^24. */
+typedef enum dl_in_type { DL_IN_FP32, DL_IN_UINT8, DL_IN_INT32, DL_IN_INT64 } dl_in_type;
+
+/* Most inputs one layer may read (concat, add, ...). */
+#define DL_LAYER_MAX_IN 8
 typedef enum dl_optim_kind { DL_OPTIM_SGD, DL_OPTIM_MOMENTUM, DL_OPTIM_ADAM } dl_optim_kind;
 typedef enum dl_sched_kind { DL_SCHED_NONE, DL_SCHED_STEP, DL_SCHED_COSINE } dl_sched_kind;
 
@@ -29,11 +40,26 @@ typedef struct dl_layer_conf {
     dl_layer_type type;
     int64_t       units;                 /* dense */
     int64_t       filters;               /* conv2d */
-    int64_t       kh, kw, sh, sw, ph, pw;/* conv2d, pooling */
+    int64_t       kh, kw, sh, sw, ph, pw;/* conv2d, pooling; conv1d and maxpool1d:
+                                          * kh = sh = 1, ph = 0 */
     int64_t       num_embeddings, dim;   /* embedding */
     bool          bias;                  /* dense, conv2d */
     float         rate;                  /* dropout */
-    float         eps, momentum;         /* batchnorm */
+    float         eps, momentum;         /* batchnorm; eps: layernorm */
+    int64_t       axis;                  /* concat, softmax, log_softmax: of one
+                                          * sample, negative counts from the end */
+    int           nshape;                /* reshape: target per-sample shape, */
+    int64_t       shape[DL_MAX_DIMS];    /* at most one -1 */
+    bool          approx_tanh;           /* gelu: the tanh approximation */
+    int           nperm;                 /* transpose: a permutation of the */
+    int64_t       perm[DL_MAX_DIMS];     /* sample's dimensions */
+    int           naxes;                 /* reduce_mean, reduce_sum: the axes */
+    int64_t       axes[DL_MAX_DIMS];     /* reduced (and dropped) */
+    /* Where the layer's inputs come from, resolved at parsing: nsrc >= 1
+     * sources, src[k] >= 0 a layer above it, src[k] < 0 model input
+     * -1 - src[k]. Without "inputs" the previous layer (or input 0). */
+    int           nsrc;
+    int           src[DL_LAYER_MAX_IN];
 } dl_layer_conf;
 
 /* Training defaults from model.json; command-line flags override them. */
@@ -50,7 +76,41 @@ typedef struct dl_hparams {
     uint64_t      seed;
 } dl_hparams;
 
-/* A parsed, validated model.json. Plain struct, read-only after parsing. */
+/* Input scaling: x = (raw * scale - mean) / std. Plain struct. */
+typedef struct dl_scaling {
+    float scale;
+    float mean;
+    float std;
+} dl_scaling;
+
+/* One model input of model.json ("inputs" list, or the "input" object). */
+typedef struct dl_input_conf {
+    char        name[DL_NAME_MAX];
+    int         ndim;
+    int64_t     shape[DL_MAX_DIMS];      /* per sample */
+    int64_t     dim;                     /* product of shape */
+    dl_in_type  dtype;
+    dl_scaling  sc;                      /* FP32 only; ids are not scaled */
+} dl_input_conf;
+
+/* One model output ("outputs" list, or "output" + "loss": the last layer). */
+typedef struct dl_output_conf {
+    char        name[DL_NAME_MAX];
+    int         from;                    /* layer index */
+    dl_loss     loss;
+    float       weight;                  /* in the summed loss; default 1 */
+    int         nlabels;
+    char      **labels;                  /* owned; may be 0 labels */
+    int64_t     dim;                     /* values per sample */
+    int64_t     tcols;                   /* target columns in CSV data: 1 for
+                                          * softmax cross-entropy (the class),
+                                          * else dim */
+} dl_output_conf;
+
+/* A parsed, validated model.json. Plain struct, read-only after parsing.
+ * The single-input fields (input_name .. std) mirror inputs[0], and loss,
+ * output_name, nlabels and labels mirror outputs[0]: callers that know one
+ * input and one output read those. */
 typedef struct dl_model_conf {
     char           name[DL_NAME_MAX];
     char          *json;                 /* the file's text (owned) */
@@ -65,12 +125,18 @@ typedef struct dl_model_conf {
     int            nlabels;
     char         **labels;               /* owned; may be 0 labels */
     dl_hparams     train;
+    int            ninputs, noutputs;    /* >= 1 each */
+    dl_input_conf *inputs;               /* owned */
+    dl_output_conf *outputs;             /* owned; outputs[0].labels is labels */
+    bool           graph;                /* "inputs" or "outputs" given: data
+                                          * carries target columns (tcols) */
 } dl_model_conf;
 
 /* Parses and validates model.json text. `what` names the source in errors,
  * which read "what: layers[2] (fc1): 'units' must be a positive integer".
- * Also checks that the layers chain (shapes fit) and that the output size
- * matches the labels. *out is new (dl_model_conf_free). */
+ * Also checks the graph: every layer's inputs exist above it, shapes
+ * fit, every layer feeds an output, and each output fits its loss and
+ * labels. *out is new (dl_model_conf_free). */
 dl_status dl_model_conf_parse(const char *text, size_t len, const char *what,
                               dl_model_conf **out, dl_err *err);
 /* Reads and parses a model.json file (or MODEL_DIR/model.json if path is a
@@ -89,14 +155,6 @@ const char *dl_layer_type_name(dl_layer_type t);
 bool dl_layer_is_conv_or_pool(dl_layer_type t);
 
 /* ---- input scaling --------------------------------------------------- */
-
-/* How raw values become inputs: x = (raw * scale - mean) / std. Plain
- * struct, read-only in use. */
-typedef struct dl_scaling {
-    float scale;
-    float mean;
-    float std;
-} dl_scaling;
 
 /* The input scaling that model.json declares. */
 dl_scaling dl_scaling_of(const dl_model_conf *conf);
@@ -121,9 +179,23 @@ void dl_model_free(dl_model *m);
 
 const dl_model_conf *dl_model_conf_of(const dl_model *m);
 dl_backend *dl_model_backend(const dl_model *m);
-/* Features per input sample and outputs per sample. */
+/* Features per input sample and outputs per sample: with several inputs
+ * (outputs), the sum over them, a sample's inputs (outputs) side by side
+ * in model.json's order. */
 int64_t dl_model_in_dim(const dl_model *m);
 int64_t dl_model_out_dim(const dl_model *m);
+/* Target columns per sample that dl_model_loss reads for a graph model
+ * (conf->graph): the outputs' tcols summed. */
+int64_t dl_model_target_dim(const dl_model *m);
+
+/* The named inputs and outputs: counts, per-sample sizes, and the index of
+ * a name (-1 if none). */
+int     dl_model_input_count(const dl_model *m);
+int     dl_model_output_count(const dl_model *m);
+int64_t dl_model_input_dim(const dl_model *m, int k);
+int64_t dl_model_output_dim(const dl_model *m, int k);
+int     dl_model_input_index(const dl_model *m, const char *name);
+int     dl_model_output_index(const dl_model *m, const char *name);
 
 /* The contiguous buffers (borrowed, backend memory). Gradients have the
  * parameters' layout; state holds running statistics. */
@@ -140,14 +212,31 @@ uint64_t dl_model_rng_counter(const dl_model *m);
 /* Zeroes the gradient buffer. */
 void dl_model_zero_grad(dl_model *m);
 
-/* Runs the layers on x (backend memory, batch * in_dim floats). train
+/* Runs the layers on x (backend memory, batch * in_dim floats; with
+ * several inputs, a sample's inputs side by side, split here). train
  * selects batch statistics and dropout. *out (borrowed until the next
- * call) receives batch * out_dim floats: the last layer's output (logits
- * for softmax cross-entropy). */
+ * call) receives output 0's batch * dl_model_output_dim(m, 0) floats
+ * (logits for softmax cross-entropy); dl_model_output gives the others. */
 dl_status dl_model_forward(dl_model *m, const float *x, int64_t batch,
                            bool train, const float **out, dl_err *err);
 
-/* Loss of the last forward pass. labels (host, batch ints) for
+/* dl_model_forward with one buffer an input: xs[k] (backend memory,
+ * batch * dl_model_input_dim(m, k) floats; ids as floats). Read the
+ * outputs with dl_model_output. */
+dl_status dl_model_forward_multi(dl_model *m, const float *const *xs, int64_t batch,
+                                 bool train, dl_err *err);
+
+/* Output k of the last successful forward pass (backend memory, batch *
+ * dl_model_output_dim(m, k) floats: logits for the classifier losses),
+ * borrowed until the next call; NULL when there is none. */
+const float *dl_model_output(const dl_model *m, int k);
+
+/* Loss of the last forward pass. A graph model (conf->graph) reads
+ * `targets` (host, batch * dl_model_target_dim floats: each output's
+ * columns in order, a class index for softmax cross-entropy, else one
+ * value a unit) and ignores labels; the loss is the outputs' losses
+ * summed with their weights, *correct output 0's count (argmax, or every
+ * unit on the right side for binary cross-entropy). Otherwise labels (host, batch ints) for
  * cross-entropy; for MSE, targets are one-hot labels unless `targets`
  * (host, batch * out_dim) is given. Returns in *loss_sum the loss summed
  * over the batch's samples (for MSE a sample's loss is the mean over its
@@ -157,6 +246,23 @@ dl_status dl_model_forward(dl_model *m, const float *x, int64_t batch,
 dl_status dl_model_loss(dl_model *m, const int32_t *labels, const float *targets,
                         float grad_scale, bool want_grad, double *loss_sum,
                         int64_t *correct, dl_err *err);
+
+/* Figures of output k in the last dl_model_loss: its loss summed over the
+ * samples, correct predictions, and (MSE) summed squared errors. */
+void dl_model_output_stats(const dl_model *m, int k, double *loss_sum, int64_t *correct,
+                           double *sq_sum);
+
+/* Instead of a loss: sets the gradient of each output k to g[k] (backend
+ * memory, batch * dl_model_output_dim(m, k)) for dl_model_backward, after
+ * a training forward pass. */
+dl_status dl_model_set_output_grads(dl_model *m, const float *const *g, dl_err *err);
+
+/* Whether backward also computes the gradients of the FP32 model inputs
+ * (off by default); then dl_model_input_grad(m, k) gives input k's after
+ * a backward pass (backend memory, borrowed until the next pass), NULL
+ * for an id input or when off. */
+dl_status dl_model_set_input_grads(dl_model *m, bool on, dl_err *err);
+const float *dl_model_input_grad(const dl_model *m, int k);
 
 /* Backpropagates the stored loss gradient through the last forward pass,
  * which must have been a training pass; accumulates into the gradient
@@ -193,6 +299,13 @@ dl_status dl_model_backward_hooked(dl_model *m, dl_grad_hook fn, void *ctx,
  * class probabilities (softmax of the logits). */
 dl_status dl_model_predict(dl_model *m, const float *x, int64_t n, int64_t batch,
                            float *out, dl_err *err);
+
+/* dl_model_predict with one host array an input (xs[k]: n *
+ * dl_model_input_dim(m, k)) and an output (outs[k]: n *
+ * dl_model_output_dim(m, k)), as served: softmax for softmax
+ * cross-entropy, sigmoid for binary cross-entropy, values for MSE. */
+dl_status dl_model_predict_multi(dl_model *m, const float *const *xs, int64_t n,
+                                 int64_t batch, float *const *outs, dl_err *err);
 
 /* Writes the weights as safetensors with PyTorch names and layouts, and
  * metadata "format" = "pt", "dlserve.model" = the model.json text and

@@ -29,8 +29,184 @@ static dl_status window_shape(const dl_layer_conf *c, const int64_t *in,
     return DL_OK;
 }
 
-dl_status layer_shape(const dl_layer_conf *c, int in_ndim, const int64_t *in,
-                      int *out_ndim, int64_t *out, dl_err *err)
+static dl_status check_axis(const dl_layer_conf *c, int ndim, dl_err *err)
+{
+    if (c->axis >= -ndim && c->axis < ndim)
+        return DL_OK;
+    return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s): axis %lld is out of range for "
+                      "%d-D samples", c->name, dl_layer_type_name(c->type), (long long)c->axis,
+                      ndim);
+}
+
+/* NumPy broadcasting of the per-sample shapes, aligned at the right. */
+static dl_status broadcast_shape(const dl_layer_conf *c, int nin, const int *nd,
+                                 const int64_t (*in)[DL_MAX_DIMS], int *out_ndim,
+                                 int64_t *out, dl_err *err)
+{
+    int n = 0;
+    for (int k = 0; k < nin; k++)
+        n = nd[k] > n ? nd[k] : n;
+    for (int d = 0; d < n; d++) {
+        out[d] = 1;
+        for (int k = 0; k < nin; k++) {
+            int e = nd[k] - n + d;
+            int64_t dk = e >= 0 ? in[k][e] : 1;
+            if (dk != out[d] && dk != 1 && out[d] != 1) {
+                char sa[96], sb[96];
+                return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s): shapes %s and %s do "
+                                  "not broadcast", c->name, dl_layer_type_name(c->type),
+                                  dl_shape_str(nd[0], in[0], sa, sizeof(sa)),
+                                  dl_shape_str(nd[k], in[k], sb, sizeof(sb)));
+            }
+            out[d] = dk > out[d] ? dk : out[d];
+        }
+    }
+    *out_ndim = n;
+    return DL_OK;
+}
+
+/* [..., M, K] @ [..., K, N] -> [..., M, N], the leading dimensions
+ * broadcast. */
+static dl_status matmul_shape(const dl_layer_conf *c, const int *nd,
+                              const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                              dl_err *err)
+{
+    char sa[96], sb[96];
+    const int64_t *a = in[0], *b = in[1];
+    if (nd[0] < 2 || nd[1] < 2 || a[nd[0] - 1] != b[nd[1] - 2])
+        return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (matmul): %s @ %s does not fit "
+                          "(each at least 2-D, [..., M, K] @ [..., K, N])", c->name,
+                          dl_shape_str(nd[0], a, sa, sizeof(sa)),
+                          dl_shape_str(nd[1], b, sb, sizeof(sb)));
+    int lead[2] = { nd[0] - 2, nd[1] - 2 };
+    int64_t lin[2][DL_MAX_DIMS];
+    memcpy(lin[0], a, sizeof(lin[0]));
+    memcpy(lin[1], b, sizeof(lin[1]));
+    if (lead[0] == 0 && lead[1] == 0)
+        *out_ndim = 0;
+    else if (broadcast_shape(c, 2, lead, (const int64_t (*)[DL_MAX_DIMS])lin, out_ndim, out,
+                             err) != DL_OK)
+        return DL_ERR_INVALID;
+    out[(*out_ndim)++] = a[nd[0] - 2];
+    out[(*out_ndim)++] = b[nd[1] - 1];
+    return DL_OK;
+}
+
+static dl_status transpose_shape(const dl_layer_conf *c, int nd, const int64_t *in,
+                                 int *out_ndim, int64_t *out, dl_err *err)
+{
+    bool seen[DL_MAX_DIMS] = { false };
+    bool ok = c->nperm == nd;
+    for (int d = 0; ok && d < nd; d++) {
+        ok = c->perm[d] < nd && !seen[c->perm[d]];
+        seen[ok ? c->perm[d] : 0] = true;
+        out[d] = ok ? in[c->perm[d]] : 0;
+    }
+    *out_ndim = nd;
+    if (ok)
+        return DL_OK;
+    char sa[96];
+    return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (transpose): 'perm' is no permutation "
+                      "of the %d dimensions of %s", c->name, nd,
+                      dl_shape_str(nd, in, sa, sizeof(sa)));
+}
+
+/* The axes a reduce layer drops, as a bit set; 0 when one is out of range
+ * or repeated, or every dimension would go. */
+int layer_reduce_mask(const dl_layer_conf *c, int nd)
+{
+    int mask = 0;
+    for (int k = 0; k < c->naxes; k++) {
+        int ax = layer_axis(c->axes[k], nd);
+        if (ax < 0 || ax >= nd || (mask & (1 << ax)))
+            return 0;
+        mask |= 1 << ax;
+    }
+    return mask == (1 << nd) - 1 ? 0 : mask;
+}
+
+static dl_status reduce_shape(const dl_layer_conf *c, int nd, const int64_t *in,
+                              int *out_ndim, int64_t *out, dl_err *err)
+{
+    int mask = layer_reduce_mask(c, nd);
+    *out_ndim = 0;
+    for (int d = 0; d < nd; d++)
+        if (!(mask & (1 << d)))
+            out[(*out_ndim)++] = in[d];
+    if (mask)
+        return DL_OK;
+    char sa[96];
+    return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s): 'axis' must name distinct "
+                      "dimensions of %s and leave at least one", c->name,
+                      dl_layer_type_name(c->type), dl_shape_str(nd, in, sa, sizeof(sa)));
+}
+
+/* conv1d, maxpool1d on [C, L]: the 2-D window on [C, 1, L]. */
+static dl_status window1d_shape(const dl_layer_conf *c, int nd, const int64_t *in,
+                                int *out_ndim, int64_t *out, dl_err *err)
+{
+    if (need_ndim(c, nd, in, 2, "[C, L]", err) != DL_OK)
+        return err ? err->code : DL_ERR_INVALID;
+    int64_t in3[3] = { in[0], 1, in[1] }, out3[3] = { 0, 0, 0 };
+    dl_status st = window_shape(c, in3, c->type == DL_LAYER_CONV1D ? c->filters : in[0], out3,
+                                err);
+    *out_ndim = 2;
+    out[0] = out3[0];
+    out[1] = out3[2];
+    return st;
+}
+
+static dl_status concat_shape(const dl_layer_conf *c, int nin, const int *nd,
+                              const int64_t (*in)[DL_MAX_DIMS], int *out_ndim,
+                              int64_t *out, dl_err *err)
+{
+    if (check_axis(c, nd[0], err) != DL_OK)
+        return DL_ERR_INVALID;
+    int ax = layer_axis(c->axis, nd[0]);
+    *out_ndim = nd[0];
+    memcpy(out, in[0], sizeof(in[0]));
+    for (int k = 1; k < nin; k++) {
+        bool fit = nd[k] == nd[0];
+        for (int d = 0; fit && d < nd[0]; d++)
+            fit = d == ax || in[k][d] == in[0][d];
+        if (!fit) {
+            char sa[96], sb[96];
+            return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (concat): input %d has shape %s, "
+                              "which does not fit %s outside axis %d", c->name, k,
+                              dl_shape_str(nd[k], in[k], sb, sizeof(sb)),
+                              dl_shape_str(nd[0], in[0], sa, sizeof(sa)), ax);
+        }
+        out[ax] += in[k][ax];
+    }
+    return DL_OK;
+}
+
+static dl_status reshape_shape(const dl_layer_conf *c, int in_ndim, const int64_t *in,
+                               int *out_ndim, int64_t *out, dl_err *err)
+{
+    int64_t n = dl_shape_numel(in_ndim, in), known = 1;
+    int free_at = -1;
+    for (int k = 0; k < c->nshape; k++) {
+        out[k] = c->shape[k];
+        if (c->shape[k] == -1)
+            free_at = k;
+        else
+            known *= c->shape[k];
+    }
+    *out_ndim = c->nshape;
+    if (free_at >= 0 && known > 0 && n % known == 0)
+        out[free_at] = n / known;
+    if (dl_shape_numel(c->nshape, out) == n && out[free_at >= 0 ? free_at : 0] > 0)
+        return DL_OK;
+    char sa[96], sb[96];
+    return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (reshape): %s does not fit %s (%lld values)",
+                      c->name, dl_shape_str(c->nshape, c->shape, sb, sizeof(sb)),
+                      dl_shape_str(in_ndim, in, sa, sizeof(sa)), (long long)n);
+}
+
+/* The shape of a single-input layer. */
+static dl_status shape_one(const dl_layer_conf *c, int in_ndim, const int64_t *in,
+                           int *out_ndim, int64_t *out, dl_err *err)
 {
     *out_ndim = in_ndim;
     memcpy(out, in, (size_t)in_ndim * sizeof(*in));
@@ -47,29 +223,81 @@ dl_status layer_shape(const dl_layer_conf *c, int in_ndim, const int64_t *in,
         if (need_ndim(c, in_ndim, in, 3, "[C, H, W]", err) != DL_OK)
             return err ? err->code : DL_ERR_INVALID;
         return window_shape(c, in, in[0], out, err);
+    case DL_LAYER_GLOBAL_AVGPOOL2D:
+        *out_ndim = 1;
+        return need_ndim(c, in_ndim, in, 3, "[C, H, W]", err);
     case DL_LAYER_BATCHNORM:
-        if (in_ndim != 1 && in_ndim != 3)
-            return need_ndim(c, in_ndim, in, 3, "[C, H, W] or [F]", err);
+        if (in_ndim > 3)
+            return need_ndim(c, in_ndim, in, 3, "[C, H, W], [C, L] or [F]", err);
         return DL_OK;
+    case DL_LAYER_TRANSPOSE:
+        return transpose_shape(c, in_ndim, in, out_ndim, out, err);
+    case DL_LAYER_REDUCE_MEAN:
+    case DL_LAYER_REDUCE_SUM:
+        return reduce_shape(c, in_ndim, in, out_ndim, out, err);
+    case DL_LAYER_CONV1D:
+    case DL_LAYER_MAXPOOL1D:
+        return window1d_shape(c, in_ndim, in, out_ndim, out, err);
     case DL_LAYER_FLATTEN:
         *out_ndim = 1;
         out[0] = dl_shape_numel(in_ndim, in);
         return DL_OK;
-    case DL_LAYER_EMBEDDING:
-        if (in_ndim != 1)
-            return need_ndim(c, in_ndim, in, 1, "[T] of ids", err);
-        *out_ndim = 2;
-        out[0] = in[0];
-        out[1] = c->dim;
+    case DL_LAYER_RESHAPE:
+        return reshape_shape(c, in_ndim, in, out_ndim, out, err);
+    case DL_LAYER_EMBEDDING:        /* ids of any shape: shape + [dim] */
+        if (in_ndim >= DL_MAX_DIMS)
+            return need_ndim(c, in_ndim, in, DL_MAX_DIMS - 1, "of ids", err);
+        *out_ndim = in_ndim + 1;
+        out[in_ndim] = c->dim;
         return DL_OK;
-    case DL_LAYER_DROPOUT:
-    case DL_LAYER_RELU:
-    case DL_LAYER_TANH:
-    case DL_LAYER_SIGMOID:
     case DL_LAYER_SOFTMAX:
+    case DL_LAYER_LOG_SOFTMAX:
+        return check_axis(c, in_ndim, err);
+    default:
         return DL_OK;
     }
-    return dl_err_set(err, DL_ERR_INVALID, "layer '%s': unknown type", c->name);
+}
+
+dl_status layer_shape(const dl_layer_conf *c, int nin, const int *in_ndim,
+                      const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                      dl_err *err)
+{
+    int want = layer_arity(c->type);
+    if (want > 0 && nin != want)
+        return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s) takes %d input%s, got %d",
+                          c->name, dl_layer_type_name(c->type), want, want > 1 ? "s" : "", nin);
+    if (want < 0 && nin < 2)
+        return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s) takes 2 or more inputs, got %d",
+                          c->name, dl_layer_type_name(c->type), nin);
+    switch (c->type) {
+    case DL_LAYER_ADD:
+    case DL_LAYER_SUB:
+    case DL_LAYER_MUL:
+        return broadcast_shape(c, nin, in_ndim, in, out_ndim, out, err);
+    case DL_LAYER_MATMUL:
+        return matmul_shape(c, in_ndim, in, out_ndim, out, err);
+    case DL_LAYER_CONCAT:
+        return concat_shape(c, nin, in_ndim, in, out_ndim, out, err);
+    default:
+        return shape_one(c, in_ndim[0], in[0], out_ndim, out, err);
+    }
+}
+
+int layer_arity(dl_layer_type t)
+{
+    switch (t) {
+    case DL_LAYER_SUB:
+    case DL_LAYER_MATMUL: return 2;
+    case DL_LAYER_ADD:
+    case DL_LAYER_MUL:
+    case DL_LAYER_CONCAT: return -1;
+    default:              return 1;
+    }
+}
+
+int layer_axis(int64_t axis, int ndim)
+{
+    return (int)(axis < 0 ? axis + ndim : axis);
 }
 
 const layer_ops *layer_ops_for(dl_layer_type t)
@@ -87,8 +315,10 @@ const layer_ops *layer_ops_for(dl_layer_type t)
     case DL_LAYER_TANH:
     case DL_LAYER_SIGMOID:   return &layer_act_ops;
     case DL_LAYER_SOFTMAX:   return &layer_softmax_ops;
+    case DL_LAYER_CONV1D:    return &layer_conv1d_ops;
+    case DL_LAYER_MAXPOOL1D: return &layer_maxpool_ops;
+    default:                 return layer_graph_ops_for(t);
     }
-    return NULL;
 }
 
 const char *dl_layer_type_name(dl_layer_type t)
@@ -96,6 +326,9 @@ const char *dl_layer_type_name(dl_layer_type t)
     static const char *names[] = {
         "dense", "conv2d", "maxpool2d", "avgpool2d", "batchnorm", "dropout",
         "flatten", "embedding", "relu", "tanh", "sigmoid", "softmax",
+        "add", "sub", "mul", "concat", "identity", "reshape", "global_avgpool2d",
+        "layernorm", "gelu", "silu", "log_softmax", "transpose", "matmul",
+        "reduce_mean", "reduce_sum", "conv1d", "maxpool1d",
     };
     return (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
 }

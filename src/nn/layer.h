@@ -1,5 +1,6 @@
 /* layer.h (private to nn/): the layer interface. Each layer type is a
- * const ops table; a model is an array of layers run in order. */
+ * const ops table; a model is an array of layers run in file order, each
+ * reading model inputs or outputs of layers above it. */
 #ifndef DL_NN_LAYER_H
 #define DL_NN_LAYER_H
 
@@ -34,15 +35,30 @@ typedef struct layer_ops {
     /* dx may be NULL (first layer): then only parameter gradients. */
     dl_status (*backward)(layer *l, const float *x, const float *y,
                           const float *dy, float *dx, int64_t n, dl_err *err);
+    /* Layers of several inputs (nin of them) set these instead: xs[i] is
+     * input i; backward overwrites each dxs[i] that is not NULL (the
+     * engine sums the gradients of a tensor that several layers read). */
+    dl_status (*forward_multi)(layer *l, const float *const *xs, float *y, int64_t n,
+                               bool train, dl_err *err);
+    dl_status (*backward_multi)(layer *l, const float *const *xs, const float *y,
+                                const float *dy, float *const *dxs, int64_t n,
+                                dl_err *err);
+    /* Set by layers written for host memory only: a backend on a device
+     * refuses them when the model is built. */
+    bool host_only;
 } layer_ops;
 
 struct layer {
     const layer_ops     *ops;
     const dl_layer_conf *conf;
     dl_backend          *be;
-    int                  in_ndim, out_ndim;      /* per sample */
+    int                  in_ndim, out_ndim;      /* per sample; in_*: input 0 */
     int64_t              in_shape[DL_MAX_DIMS], out_shape[DL_MAX_DIMS];
     int64_t              in_dim, out_dim;
+    int                  nin;                    /* inputs (conf->nsrc) */
+    int                  ins_ndim[DL_LAYER_MAX_IN];
+    int64_t              ins_shape[DL_LAYER_MAX_IN][DL_MAX_DIMS];
+    int64_t              ins_dim[DL_LAYER_MAX_IN];
     int                  nparams;
     param_slot           p[LAYER_MAX_PARAMS];
     void                *aux;                    /* backend memory */
@@ -64,12 +80,37 @@ struct layer {
                                                   * forward's im2col matrices */
 };
 
-/* Output shape of a layer for a per-sample input shape; errors say what
- * does not fit ("expects 3-D input [C, H, W], got [784]"). */
-dl_status layer_shape(const dl_layer_conf *c, int in_ndim, const int64_t *in,
-                      int *out_ndim, int64_t *out, dl_err *err);
+/* Output shape of a layer for the per-sample shapes of its nin inputs;
+ * errors say what does not fit ("expects 3-D input [C, H, W], got [784]"). */
+dl_status layer_shape(const dl_layer_conf *c, int nin, const int *in_ndim,
+                      const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                      dl_err *err);
+
+/* Checks a parsed model.json as a whole (model_check.c): sources, shapes,
+ * datatypes, outputs, and that every layer and input is used. */
+dl_status conf_check_graph(const char *what, dl_model_conf *m, dl_err *err);
+
+/* Inputs a layer type takes: 1, 2, or -1 for two or more. */
+int layer_arity(dl_layer_type t);
+
+/* The axes a reduce layer drops on ndim-D samples, as a bit set. */
+int layer_reduce_mask(const dl_layer_conf *c, int nd);
+
+/* A (possibly negative) axis of ndim-D samples as an index. */
+int layer_axis(int64_t axis, int ndim);
 
 const layer_ops *layer_ops_for(dl_layer_type t);
+
+/* transpose, reduce_mean / reduce_sum and matmul (layer_tensor.c). */
+extern const layer_ops layer_transpose_ops, layer_reduce_ops, layer_matmul_ops;
+
+/* The ops of the layer types added for graphs (NULL for others). */
+const layer_ops *layer_graph_ops_for(dl_layer_type t);
+
+/* softmax over a sample axis other than the last (layer_graph.c). */
+dl_status layer_softmax_axis_fwd(layer *l, const float *x, float *y, int64_t n);
+dl_status layer_softmax_axis_bwd(layer *l, const float *y, const float *dy, float *dx,
+                                 int64_t n);
 
 /* Adds a parameter slot to l. */
 void layer_declare(layer *l, const char *suffix, bool trainable, int ndim,
@@ -90,6 +131,7 @@ bool layer_engine_layout(const layer *l);
  * embedding, activations and softmax in layer_misc.c. */
 extern const layer_ops layer_dense_ops, layer_conv2d_ops, layer_maxpool_ops,
     layer_avgpool_ops, layer_batchnorm_ops, layer_dropout_ops,
-    layer_flatten_ops, layer_embedding_ops, layer_act_ops, layer_softmax_ops;
+    layer_flatten_ops, layer_embedding_ops, layer_act_ops, layer_softmax_ops,
+    layer_conv1d_ops;
 
 #endif /* DL_NN_LAYER_H */

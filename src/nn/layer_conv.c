@@ -214,11 +214,31 @@ const layer_ops layer_conv2d_ops = {
     .backward    = conv_backward,
 };
 
+/* conv1d: the convolution on [C, 1, L] (model.c gives it that shape) with
+ * PyTorch's weight [filters, C, kernel]: the same values in the same
+ * order as [filters, C, 1, kernel]. */
+static void conv1d_declare(layer *l)
+{
+    layer_declare(l, "weight", true, 3, l->conf->filters, l->in_shape[0], l->conf->kw, 0);
+    if (l->conf->bias)
+        layer_declare(l, "bias", true, 1, l->conf->filters, 0, 0, 0);
+}
+
+const layer_ops layer_conv1d_ops = {
+    .declare     = conv1d_declare,
+    .init        = conv_init,
+    .aux_bytes   = conv_aux,
+    .work_floats = conv_work,
+    .forward     = conv_forward,
+    .backward    = conv_backward,
+};
+
 /* ---- pooling ------------------------------------------------------------ */
 
 static dl_pool_kind pool_kind(const layer *l)
 {
-    return l->conf->type == DL_LAYER_MAXPOOL2D ? DL_POOL_MAX : DL_POOL_AVG;
+    dl_layer_type t = l->conf->type;
+    return t == DL_LAYER_MAXPOOL2D || t == DL_LAYER_MAXPOOL1D ? DL_POOL_MAX : DL_POOL_AVG;
 }
 
 static size_t pool_aux(const layer *l, int64_t n)

@@ -107,11 +107,19 @@ const layer_ops layer_act_ops = {
 
 static int64_t last(const layer *l) { return l->in_shape[l->in_ndim - 1]; }
 
+/* softmax over another axis than the last: the host code of layer_graph.c */
+static bool other_axis(const layer *l)
+{
+    return layer_axis(l->conf->axis, l->in_ndim) != l->in_ndim - 1;
+}
+
 static dl_status sm_forward(layer *l, const float *x, float *y, int64_t n,
                             bool train, dl_err *err)
 {
     (void)train;
     (void)err;
+    if (other_axis(l))
+        return layer_softmax_axis_fwd(l, x, y, n);
     l->be->ops->softmax_fwd(l->be, x, y, n * l->in_dim / last(l), last(l));
     return DL_OK;
 }
@@ -121,6 +129,8 @@ static dl_status sm_backward(layer *l, const float *x, const float *y,
 {
     (void)x;
     (void)err;
+    if (dx && other_axis(l))
+        return layer_softmax_axis_bwd(l, y, dy, dx, n);
     if (dx)
         l->be->ops->softmax_bwd(l->be, y, dy, dx, n * l->in_dim / last(l), last(l));
     return DL_OK;

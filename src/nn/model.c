@@ -1,41 +1,13 @@
-/* model.c: a model as a chain of layers over three contiguous buffers
- * (parameters, gradients, state), with forward, loss, backward and
- * batched inference; per-batch buffers grow with the largest batch seen. */
-#include "nn/layer.h"
+/* model.c: a model as a graph of layers over three contiguous buffers
+ * (parameters, gradients, state): building, forward and backward passes
+ * and batched inference; per-batch buffers grow with the largest batch
+ * seen. */
+#include "nn/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A named tensor of the model, in safetensors order. */
-typedef struct named {
-    char        name[2 * DL_NAME_MAX + 16];
-    param_slot *slot;
-} named;
-
-struct dl_model {
-    dl_backend          *be;
-    const dl_model_conf *conf;
-    int                  nlayers;
-    layer               *layers;
-    float               *params, *grads, *state;   /* backend memory */
-    int64_t              nparams, nstate;
-    int64_t             *grad_at;                   /* nlayers + 1: layer i's gradients
-                                                       are [grad_at[i], grad_at[i + 1]) */
-    int                  ntensors;
-    named               *tensors;
-    /* per-batch buffers, sized for `cap` samples */
-    int64_t              cap;
-    float              **act;                       /* act[i]: output of layer i */
-    float               *dbuf[2];                   /* gradient ping-pong */
-    float               *work;
-    const float         *input;                     /* of the last forward */
-    int64_t              batch;
-    bool                 have_dout;
-    bool                 trained;                   /* last forward was training */
-    uint64_t             seed, stream, counter;     /* dropout masks */
-    float               *host_targets;              /* one-hot MSE targets */
-};
 
 static dl_status be_alloc(dl_backend *be, int64_t nfloats, float **out, dl_err *err)
 {
@@ -49,63 +21,116 @@ static void be_release(dl_backend *be, void *p)
         be->ops->release(be, p);
 }
 
+static void release_all(dl_backend *be, float **bufs, int n)
+{
+    for (int i = 0; bufs && i < n; i++) {
+        be_release(be, bufs[i]);
+        bufs[i] = NULL;
+    }
+}
+
+static void free_plan_buffers(dl_model *m, act_plan *p)
+{
+    release_all(m->be, p->buf, p->nslots);
+    free(p->buf);
+    p->buf = NULL;
+}
+
 static void free_batch_buffers(dl_model *m)
 {
-    for (int i = 0; m->act && i < m->nlayers; i++) {
-        if (!m->layers[i].folded)
-            be_release(m->be, m->act[i]);
+    free_plan_buffers(m, &m->plan[0]);
+    free_plan_buffers(m, &m->plan[1]);
+    release_all(m->be, m->gp.buf, m->gp.nslots);
+    release_all(m->be, m->gp.scratch, m->gp.nscratch);
+    release_all(m->be, m->stage, m->ninputs);
+    for (int i = 0; i < m->nlayers; i++) {
         be_release(m->be, m->layers[i].aux);
         m->layers[i].aux = NULL;
     }
-    free(m->act);
-    m->act = NULL;
-    be_release(m->be, m->dbuf[0]);
-    be_release(m->be, m->dbuf[1]);
+    be_release(m->be, m->stage_in);
+    be_release(m->be, m->stage_out);
     be_release(m->be, m->work);
     free(m->host_targets);
-    m->dbuf[0] = m->dbuf[1] = m->work = m->host_targets = NULL;
+    free(m->host_y);
+    free(m->host_labels);
+    m->stage_in = m->stage_out = m->work = m->host_targets = m->host_y = NULL;
+    m->host_labels = NULL;
     m->cap = 0;
 }
 
-static dl_status ensure_capacity(dl_model *m, int64_t n, dl_err *err)
+int64_t model_out_dim_sum(const dl_model *m)
 {
-    if (n <= m->cap)
-        return DL_OK;
-    free_batch_buffers(m);
-    m->act = calloc((size_t)m->nlayers, sizeof(*m->act));
-    if (!m->act)
-        return dl_err_set(err, DL_ERR_NOMEM, "activation table");
-    int64_t maxdim = dl_model_in_dim(m), work = 1;
+    int64_t d = 0;
+    for (int k = 0; k < m->conf->noutputs; k++)
+        d += m->tdim[m->ninputs + m->conf->outputs[k].from];
+    return d;
+}
+
+int64_t model_target_cols(const dl_model *m)
+{
+    int64_t d = 0;
+    for (int k = 0; k < m->conf->noutputs; k++)
+        d += m->conf->outputs[k].tcols;
+    return d;
+}
+
+/* Buffers for every kind of pass: gradients, scratch, layer aux memory,
+ * staging and host loss buffers, for n samples. */
+static dl_status alloc_common(dl_model *m, int64_t n, dl_err *err)
+{
+    int64_t work = 1, od = model_out_dim_sum(m), tc = model_target_cols(m);
     dl_status st = DL_OK;
     for (int i = 0; i < m->nlayers && st == DL_OK; i++) {
         layer *l = &m->layers[i];
-        maxdim = l->out_dim > maxdim ? l->out_dim : maxdim;
         if (l->ops->work_floats && l->ops->work_floats(l, n) > work)
             work = l->ops->work_floats(l, n);
-        if (l->folded)
-            m->act[i] = m->act[i - 1];
-        else
-            st = be_alloc(m->be, n * l->out_dim, &m->act[i], err);
         size_t aux = l->ops->aux_bytes ? l->ops->aux_bytes(l, n) : 0;
-        if (st == DL_OK && aux)
+        if (aux)
             st = m->be->ops->alloc(m->be, aux, &l->aux, err);
     }
-    if (st == DL_OK)
-        st = be_alloc(m->be, n * maxdim, &m->dbuf[0], err);
-    if (st == DL_OK)
-        st = be_alloc(m->be, n * maxdim, &m->dbuf[1], err);
+    for (int k = 0; k < m->gp.nslots && st == DL_OK; k++)
+        st = be_alloc(m->be, n * m->gp.dim[k], &m->gp.buf[k], err);
+    for (int k = 0; k < m->gp.nscratch && st == DL_OK; k++)
+        st = be_alloc(m->be, n * m->gp.scratch_dim, &m->gp.scratch[k], err);
+    for (int k = 0; m->ninputs > 1 && k < m->ninputs && st == DL_OK; k++)
+        st = be_alloc(m->be, n * m->tdim[k], &m->stage[k], err);
+    if (st == DL_OK && m->be->device >= 0)
+        st = be_alloc(m->be, n * dl_model_in_dim(m), &m->stage_in, err);
+    if (st == DL_OK && m->be->device >= 0)
+        st = be_alloc(m->be, n * od, &m->stage_out, err);
     if (st == DL_OK)
         st = be_alloc(m->be, work, &m->work, err);
-    if (st == DL_OK && !(m->host_targets = malloc((size_t)(n * dl_model_out_dim(m)) * sizeof(float))))
-        st = dl_err_set(err, DL_ERR_NOMEM, "target buffer");
-    if (st != DL_OK) {
-        free_batch_buffers(m);
-        return st;
-    }
+    int64_t hd = od > tc ? od : tc;
+    if (st == DL_OK && (!(m->host_targets = malloc((size_t)(n * hd) * sizeof(float))) ||
+                        !(m->host_y = malloc((size_t)(n * hd) * sizeof(float))) ||
+                        !(m->host_labels = malloc((size_t)n * sizeof(int32_t)))))
+        st = dl_err_set(err, DL_ERR_NOMEM, "loss buffers");
     for (int i = 0; i < m->nlayers; i++)
         m->layers[i].work = m->work;
-    m->cap = n;
-    return DL_OK;
+    return st;
+}
+
+static dl_status ensure_capacity(dl_model *m, int64_t n, bool train, dl_err *err)
+{
+    dl_status st = DL_OK;
+    if (n > m->cap) {
+        free_batch_buffers(m);
+        if ((st = alloc_common(m, n, err)) != DL_OK) {
+            free_batch_buffers(m);
+            return st;
+        }
+        m->cap = n;
+    }
+    act_plan *p = &m->plan[train];
+    if (p->buf)
+        return DL_OK;
+    if (!(p->buf = calloc((size_t)p->nslots + 1, sizeof(*p->buf))))
+        return dl_err_set(err, DL_ERR_NOMEM, "activation table");
+    for (int k = 0; k < p->nslots && st == DL_OK; k++)
+        st = be_alloc(m->be, m->cap * p->dim[k], &p->buf[k], err);
+    if (st != DL_OK)
+        free_plan_buffers(m, p);
+    return st;
 }
 
 /* Lays the slots out over the buffers (host staging or backend). */
@@ -128,27 +153,77 @@ static void point_slots(dl_model *m, float *params, float *grads, float *state)
         }
 }
 
+/* conv1d and maxpool1d run as the 2-D window on [C, 1, L]. */
+static void window_as_2d(layer *l)
+{
+    dl_layer_type t = l->conf->type;
+    if (t != DL_LAYER_CONV1D && t != DL_LAYER_MAXPOOL1D)
+        return;
+    int64_t in3[DL_MAX_DIMS] = { l->in_shape[0], 1, l->in_shape[1] };
+    int64_t out3[DL_MAX_DIMS] = { l->out_shape[0], 1, l->out_shape[1] };
+    memcpy(l->in_shape, in3, sizeof(in3));
+    memcpy(l->out_shape, out3, sizeof(out3));
+    l->in_ndim = l->out_ndim = 3;
+}
+
+/* Layers written for host memory: the graph layers, and softmax on
+ * another axis than the last. */
+static bool host_only(const layer *l)
+{
+    return l->ops->host_only || (l->conf->type == DL_LAYER_SOFTMAX &&
+                                 layer_axis(l->conf->axis, l->in_ndim) != l->in_ndim - 1);
+}
+
+/* Shapes of layer i's inputs and output from the tensors above it. */
+static dl_status shape_layer(dl_model *m, int i, int *nd, int64_t (*sh)[DL_MAX_DIMS],
+                             dl_err *err)
+{
+    layer *l = &m->layers[i];
+    l->nin = l->conf->nsrc;
+    int ind[DL_LAYER_MAX_IN];
+    for (int k = 0; k < l->nin; k++) {
+        int t = model_tensor_of(m, l->conf->src[k]);
+        ind[k] = l->ins_ndim[k] = nd[t];
+        memcpy(l->ins_shape[k], sh[t], sizeof(sh[t]));
+        l->ins_dim[k] = dl_shape_numel(nd[t], sh[t]);
+    }
+    l->in_ndim = l->ins_ndim[0];
+    memcpy(l->in_shape, l->ins_shape[0], sizeof(l->in_shape));
+    l->in_dim = l->ins_dim[0];
+    dl_status st = layer_shape(l->conf, l->nin, ind, (const int64_t (*)[DL_MAX_DIMS])l->ins_shape,
+                               &l->out_ndim, l->out_shape, err);
+    l->out_dim = dl_shape_numel(l->out_ndim, l->out_shape);
+    nd[m->ninputs + i] = l->out_ndim;
+    memcpy(sh[m->ninputs + i], l->out_shape, sizeof(l->out_shape));
+    if (st == DL_OK)
+        window_as_2d(l);
+    if (st == DL_OK && host_only(l) && m->be->device >= 0)
+        st = dl_err_set(err, DL_ERR_INVALID, "layer '%s': the %s backend lacks the %s layer "
+                        "(it runs on the CPU only)", l->conf->name, m->be->ops->name,
+                        dl_layer_type_name(l->conf->type));
+    return st;
+}
+
 static dl_status build_layers(dl_model *m, dl_err *err)
 {
     const dl_model_conf *c = m->conf;
-    int ndim = c->in_ndim;
-    int64_t shape[DL_MAX_DIMS];
-    memcpy(shape, c->in_shape, sizeof(shape));
+    int *nd = calloc((size_t)m->nt, sizeof(*nd));
+    int64_t (*sh)[DL_MAX_DIMS] = calloc((size_t)m->nt, sizeof(*sh));
     m->grad_at = calloc((size_t)m->nlayers + 1, sizeof(*m->grad_at));
-    if (!m->grad_at)
-        return dl_err_set(err, DL_ERR_NOMEM, "gradient ranges");
-    for (int i = 0; i < m->nlayers; i++) {
+    m->tdim = calloc((size_t)m->nt, sizeof(*m->tdim));
+    dl_status st = nd && sh && m->grad_at && m->tdim ? DL_OK
+                 : dl_err_set(err, DL_ERR_NOMEM, "layer shapes");
+    for (int k = 0; k < m->ninputs && st == DL_OK; k++) {
+        nd[k] = c->inputs[k].ndim;
+        memcpy(sh[k], c->inputs[k].shape, sizeof(sh[k]));
+    }
+    for (int i = 0; i < m->nlayers && st == DL_OK; i++) {
         layer *l = &m->layers[i];
         l->conf = &c->layers[i];
         l->be = m->be;
         l->ops = layer_ops_for(l->conf->type);
-        l->in_ndim = ndim;
-        memcpy(l->in_shape, shape, sizeof(shape));
-        dl_status st = layer_shape(l->conf, ndim, shape, &l->out_ndim, l->out_shape, err);
-        if (st != DL_OK)
-            return st;
-        l->in_dim = dl_shape_numel(l->in_ndim, l->in_shape);
-        l->out_dim = dl_shape_numel(l->out_ndim, l->out_shape);
+        if ((st = shape_layer(m, i, nd, sh, err)) != DL_OK)
+            break;
         if (l->ops->declare)
             l->ops->declare(l);
         for (int k = 0; k < l->nparams; k++) {
@@ -160,9 +235,13 @@ static dl_status build_layers(dl_model *m, dl_err *err)
             m->ntensors++;
         }
         m->grad_at[i + 1] = m->nparams;   /* point_slots lays them out in this order */
-        ndim = l->out_ndim;
-        memcpy(shape, l->out_shape, sizeof(shape));
     }
+    for (int t = 0; t < m->nt && st == DL_OK; t++)
+        m->tdim[t] = dl_shape_numel(nd[t], sh[t]);
+    free(nd);
+    free(sh);
+    if (st != DL_OK)
+        return st;
     m->tensors = calloc((size_t)(m->ntensors ? m->ntensors : 1), sizeof(*m->tensors));
     if (!m->tensors)
         return dl_err_set(err, DL_ERR_NOMEM, "tensor table");
@@ -174,54 +253,6 @@ static dl_status build_layers(dl_model *m, dl_err *err)
             m->tensors[t].slot = &m->layers[i].p[k];
         }
     return DL_OK;
-}
-
-static bool is_act(dl_layer_type t)
-{
-    return t == DL_LAYER_RELU || t == DL_LAYER_TANH || t == DL_LAYER_SIGMOID;
-}
-
-/* Folds each activation that follows a conv2d or dense layer into it: the
- * layer applies it to its output in the same pass (a post-op of the
- * convolution engine, the GEMM's epilogue), and the activation layer's
- * output is that same buffer. Its backward is unchanged: it reads only
- * that output. */
-static void fuse_activations(dl_model *m)
-{
-    for (int i = 1; i < m->nlayers; i++) {
-        layer *prev = &m->layers[i - 1], *l = &m->layers[i];
-        dl_layer_type pt = prev->conf->type;
-        if (!is_act(l->conf->type) || prev->folded ||
-            (pt != DL_LAYER_CONV2D && pt != DL_LAYER_DENSE))
-            continue;
-        prev->post_act = layer_act(l->conf);
-        prev->post = &prev->post_act;
-        l->folded = true;
-    }
-}
-
-/* Keeps activations in the convolution engine's blocked layout from one
- * engine layer (conv2d or pooling) to the next when their channel count
- * is a multiple of the block and only activation layers (elementwise, so
- * indifferent to the layout) lie between them: the engine then reorders
- * at the edges of such a run only, not around every layer. */
-static void plan_layouts(dl_model *m)
-{
-    int block = m->be->engine_block;
-    for (int i = 0; block > 0 && i < m->nlayers; i++) {
-        layer *l = &m->layers[i];
-        if (!layer_engine_layout(l) || l->out_shape[0] % block != 0)
-            continue;
-        int j = i + 1;
-        while (j < m->nlayers && is_act(m->layers[j].conf->type))
-            j++;
-        if (j == m->nlayers || !layer_engine_layout(&m->layers[j]))
-            continue;
-        l->blocked |= DL_BLOCKED_Y;
-        m->layers[j].blocked |= DL_BLOCKED_X;
-        DL_LOG(DL_LOG_DEBUG, "nn", "'%s' -> '%s': activations stay blocked by %d channels",
-               l->conf->name, m->layers[j].conf->name, block);
-    }
 }
 
 /* Initialises parameters on the host, then uploads them. */
@@ -261,13 +292,13 @@ dl_status dl_model_new(dl_backend *be, const dl_model_conf *conf, uint64_t seed,
     m->be = be;
     m->conf = conf;
     m->nlayers = conf->nlayers;
+    m->ninputs = conf->ninputs;
+    m->nt = m->ninputs + m->nlayers;
     m->layers = calloc((size_t)conf->nlayers, sizeof(*m->layers));
     dl_status st = m->layers ? build_layers(m, err)
                              : dl_err_set(err, DL_ERR_NOMEM, "layers");
-    if (st == DL_OK) {
-        fuse_activations(m);
-        plan_layouts(m);
-    }
+    if (st == DL_OK)
+        st = model_plan_graph(m, err);
     if (st == DL_OK)
         st = be_alloc(be, m->nparams, &m->params, err);
     if (st == DL_OK)
@@ -293,6 +324,19 @@ void dl_model_free(dl_model *m)
     be_release(m->be, m->params);
     be_release(m->be, m->grads);
     be_release(m->be, m->state);
+    for (int k = 0; k < 2; k++) {
+        free(m->plan[k].slot_of);
+        free(m->plan[k].alias);
+        free(m->plan[k].dim);
+    }
+    model_free_grad_plan(m);
+    free(m->act);
+    free(m->grad);
+    free(m->stage);
+    free(m->ostat);
+    free(m->tdim);
+    free(m->last_reader);
+    free(m->out_of);
     free(m->layers);
     free(m->tensors);
     free(m->grad_at);
@@ -304,12 +348,37 @@ dl_backend *dl_model_backend(const dl_model *m) { return m->be; }
 
 int64_t dl_model_in_dim(const dl_model *m)
 {
-    return dl_shape_numel(m->conf->in_ndim, m->conf->in_shape);
+    int64_t d = 0;
+    for (int k = 0; k < m->ninputs; k++)
+        d += m->tdim[k];
+    return d;
 }
 
-int64_t dl_model_out_dim(const dl_model *m)
+int64_t dl_model_out_dim(const dl_model *m) { return model_out_dim_sum(m); }
+int64_t dl_model_target_dim(const dl_model *m) { return model_target_cols(m); }
+int dl_model_input_count(const dl_model *m) { return m->ninputs; }
+int dl_model_output_count(const dl_model *m) { return m->conf->noutputs; }
+int64_t dl_model_input_dim(const dl_model *m, int k) { return m->tdim[k]; }
+
+int64_t dl_model_output_dim(const dl_model *m, int k)
 {
-    return m->layers[m->nlayers - 1].out_dim;
+    return m->tdim[m->ninputs + m->conf->outputs[k].from];
+}
+
+int dl_model_input_index(const dl_model *m, const char *name)
+{
+    for (int k = 0; k < m->ninputs; k++)
+        if (strcmp(m->conf->inputs[k].name, name) == 0)
+            return k;
+    return -1;
+}
+
+int dl_model_output_index(const dl_model *m, const char *name)
+{
+    for (int k = 0; k < m->conf->noutputs; k++)
+        if (strcmp(m->conf->outputs[k].name, name) == 0)
+            return k;
+    return -1;
 }
 
 float *dl_model_params(dl_model *m, int64_t *n) { *n = m->nparams; return m->params; }
@@ -331,92 +400,89 @@ void dl_model_zero_grad(dl_model *m)
     m->be->ops->fill(m->be, m->grads, m->nparams, 0.0f);
 }
 
+/* Points each tensor of this pass at its buffer (aliases included). */
+static void bind_acts(dl_model *m, const float *const *xs, bool train)
+{
+    act_plan *p = &m->plan[train];
+    for (int k = 0; k < m->ninputs; k++)
+        m->act[k] = xs[k];
+    for (int t = m->ninputs; t < m->nt; t++)
+        m->act[t] = p->alias[t] != t ? m->act[p->alias[t]] : p->buf[p->slot_of[t]];
+}
+
+static dl_status run_layer(dl_model *m, int i, int64_t batch, bool train, dl_err *err)
+{
+    layer *l = &m->layers[i];
+    int t = m->ninputs + i;
+    float *y = (float *)m->act[t];
+    l->calls = m->counter;
+    if (!train && m->plan[0].alias[t] != t && !l->folded)
+        return DL_OK;                         /* a view: the input as it is */
+    if (l->ops->forward_multi) {
+        const float *xs[DL_LAYER_MAX_IN];
+        for (int k = 0; k < l->nin; k++)
+            xs[k] = m->act[model_tensor_of(m, l->conf->src[k])];
+        return l->ops->forward_multi(l, xs, y, batch, train, err);
+    }
+    return l->ops->forward(l, m->act[model_tensor_of(m, l->conf->src[0])], y, batch, train, err);
+}
+
+dl_status dl_model_forward_multi(dl_model *m, const float *const *xs, int64_t batch,
+                                 bool train, dl_err *err)
+{
+    m->have_dout = false;
+    m->have_out = false;      /* no loss on a failed pass: set again on success */
+    if (batch < 1)
+        return dl_err_set(err, DL_ERR_INVALID, "batch of %lld samples", (long long)batch);
+    dl_status st = ensure_capacity(m, batch, train, err);
+    if (st != DL_OK)
+        return st;
+    if (train)
+        m->counter++;
+    bind_acts(m, xs, train);
+    for (int i = 0; i < m->nlayers; i++)
+        if ((st = run_layer(m, i, batch, train, err)) != DL_OK)
+            return dl_err_prefix(err, "layer '%s'", m->layers[i].conf->name);
+    m->batch = batch;
+    m->trained = train;
+    m->have_out = true;
+    return DL_OK;
+}
+
+/* Splits rows of all inputs side by side (x: batch * in_dim) into one
+ * buffer an input. */
+static void split_inputs(dl_model *m, const float *x, int64_t batch)
+{
+    int64_t din = dl_model_in_dim(m), at = 0;
+    for (int k = 0; k < m->ninputs; k++) {
+        for (int64_t i = 0; i < batch; i++)
+            m->be->ops->copy(m->be, m->stage[k] + i * m->tdim[k], x + i * din + at, m->tdim[k]);
+        at += m->tdim[k];
+    }
+}
+
 dl_status dl_model_forward(dl_model *m, const float *x, int64_t batch,
                            bool train, const float **out, dl_err *err)
 {
     *out = NULL;
-    m->have_dout = false;
-    m->input = NULL;          /* no loss on a failed pass: set again on success */
-    if (batch < 1)
-        return dl_err_set(err, DL_ERR_INVALID, "batch of %lld samples", (long long)batch);
-    dl_status st = ensure_capacity(m, batch, err);
-    if (st != DL_OK)
-        return st;
-    const float *in = x;
-    if (train)
-        m->counter++;
-    for (int i = 0; i < m->nlayers; i++) {
-        layer *l = &m->layers[i];
-        l->calls = m->counter;
-        /* Outside training a flatten passes its input on as it is, not a
-         * copy: only backward reads act[i] of a layer before the last
-         * (and the layer after, were it folded into it). */
-        if (!train && l->conf->type == DL_LAYER_FLATTEN && i < m->nlayers - 1 &&
-            !m->layers[i + 1].folded)
-            continue;
-        st = l->ops->forward(l, in, m->act[i], batch, train, err);
+    const float *xs[1] = { x };
+    if (m->ninputs > 1) {
+        dl_status st = batch < 1 ? DL_OK : ensure_capacity(m, batch, train, err);
         if (st != DL_OK)
-            return dl_err_prefix(err, "layer '%s'", l->conf->name);
-        in = m->act[i];
+            return st;
+        if (batch >= 1)
+            split_inputs(m, x, batch);
     }
-    m->input = x;
-    m->batch = batch;
-    m->trained = train;
-    *out = in;
-    return DL_OK;
+    dl_status st = dl_model_forward_multi(m, m->ninputs > 1 ? (const float *const *)m->stage
+                                                            : xs, batch, train, err);
+    if (st == DL_OK)
+        *out = m->act[m->ninputs + m->conf->outputs[0].from];
+    return st;
 }
 
-dl_status dl_model_loss(dl_model *m, const int32_t *labels, const float *targets,
-                        float grad_scale, bool want_grad, double *loss_sum,
-                        int64_t *correct, dl_err *err)
+const float *dl_model_output(const dl_model *m, int k)
 {
-    int64_t n = m->batch, k = dl_model_out_dim(m);
-    float *dout = want_grad ? m->dbuf[0] : NULL;
-    *correct = 0;
-    if (!m->input)
-        return dl_err_set(err, DL_ERR_INVALID, "loss before any forward pass");
-    const float *y = m->act[m->nlayers - 1];   /* act is NULL before the first forward */
-    for (int64_t i = 0; labels && i < n; i++)
-        if (labels[i] < 0 || labels[i] >= k)
-            return dl_err_set(err, DL_ERR_INVALID, "label %d of sample %lld not in [0, %lld)",
-                              labels[i], (long long)i, (long long)k);
-    if (m->conf->loss == DL_LOSS_XENT) {
-        if (!labels)
-            return dl_err_set(err, DL_ERR_INVALID, "cross-entropy needs labels");
-        m->be->ops->xent(m->be, y, labels, n, k, dout, grad_scale, loss_sum, correct);
-    } else {
-        if (!targets) {
-            if (!labels)
-                return dl_err_set(err, DL_ERR_INVALID, "mean squared error needs labels or targets");
-            memset(m->host_targets, 0, (size_t)(n * k) * sizeof(float));
-            for (int64_t i = 0; i < n; i++)
-                m->host_targets[i * k + labels[i]] = 1.0f;
-            targets = m->host_targets;
-        }
-        /* Per-sample loss is the mean over outputs, as PyTorch's MSELoss. */
-        m->be->ops->mse(m->be, y, targets, n * k, dout, grad_scale / (float)k, loss_sum);
-        *loss_sum /= (double)k;
-        if (labels) {
-            float *host = m->host_targets == targets ? NULL : m->host_targets;
-            float *probe = host ? host : malloc((size_t)(n * k) * sizeof(float));
-            if (!probe)
-                return dl_err_set(err, DL_ERR_NOMEM, "accuracy buffer");
-            m->be->ops->download(m->be, probe, y, (size_t)(n * k) * sizeof(float));
-            for (int64_t i = 0; i < n; i++) {
-                int64_t arg = 0;
-                for (int64_t j = 1; j < k; j++)
-                    if (probe[i * k + j] > probe[i * k + arg])
-                        arg = j;
-                *correct += arg == labels[i];
-            }
-            if (!host)
-                free(probe);
-        }
-    }
-    m->have_dout = want_grad && m->trained;
-    if (want_grad && !m->trained)
-        return dl_err_set(err, DL_ERR_INVALID, "loss gradient needs a training forward pass");
-    return DL_OK;
+    return m->have_out ? m->act[m->ninputs + m->conf->outputs[k].from] : NULL;
 }
 
 int dl_model_layer_count(const dl_model *m) { return m->nlayers; }
@@ -428,24 +494,81 @@ void dl_model_grad_range(const dl_model *m, int layer, int64_t *begin, int64_t *
     *end = m->grad_at[layer + 1];
 }
 
+dl_status dl_model_set_input_grads(dl_model *m, bool on, dl_err *err)
+{
+    free_batch_buffers(m);      /* the gradient buffers change */
+    model_free_grad_plan(m);
+    m->input_grads = on;
+    m->have_out = m->have_dout = false;
+    return model_plan_grads(m, err);
+}
+
+const float *dl_model_input_grad(const dl_model *m, int k)
+{
+    int s = m->gp.slot_of ? m->gp.slot_of[k] : -1;
+    return model_needs_grad(m, k) && s >= 0 && m->gp.buf ? m->gp.buf[s] : NULL;
+}
+
+dl_status dl_model_set_output_grads(dl_model *m, const float *const *g, dl_err *err)
+{
+    if (!m->have_out || !m->trained)
+        return dl_err_set(err, DL_ERR_INVALID, "output gradients need a training forward pass");
+    for (int k = 0; k < m->conf->noutputs; k++)
+        m->be->ops->copy(m->be, model_dout_of(m, k, true), g[k], m->batch * dl_model_output_dim(m, k));
+    m->have_dout = true;
+    return DL_OK;
+}
+
 dl_status dl_model_backward(dl_model *m, dl_err *err)
 {
     return dl_model_backward_hooked(m, NULL, NULL, err);
+}
+
+/* Gradient buffers of layer i's inputs: the tensor's own, a scratch one
+ * to add in afterwards, or NULL for a model input (no gradient). */
+static void input_grads(dl_model *m, int i, float **dxs, bool *add)
+{
+    const dl_layer_conf *c = m->layers[i].conf;
+    int scr = 0;
+    for (int k = 0; k < c->nsrc; k++) {
+        int s = model_tensor_of(m, c->src[k]);
+        add[k] = model_needs_grad(m, s) && model_via_scratch(m, i, k);
+        dxs[k] = !model_needs_grad(m, s) ? NULL
+               : add[k] ? m->gp.scratch[scr++] : m->gp.buf[m->gp.slot_of[s]];
+    }
+}
+
+static dl_status backward_layer(dl_model *m, int i, dl_err *err)
+{
+    layer *l = &m->layers[i];
+    int t = m->ninputs + i;
+    const float *xs[DL_LAYER_MAX_IN], *dy = m->gp.buf[m->gp.slot_of[t]];
+    float *dxs[DL_LAYER_MAX_IN];
+    bool add[DL_LAYER_MAX_IN];
+    for (int k = 0; k < l->nin; k++)
+        xs[k] = m->act[model_tensor_of(m, l->conf->src[k])];
+    input_grads(m, i, dxs, add);
+    dl_status st = l->ops->backward_multi
+                 ? l->ops->backward_multi(l, xs, m->act[t], dy, dxs, m->batch, err)
+                 : l->ops->backward(l, xs[0], m->act[t], dy, dxs[0], m->batch, err);
+    for (int k = 0; k < l->nin && st == DL_OK; k++)
+        if (add[k])      /* a second reader's share: the gradients add up */
+            m->be->ops->axpy(m->be, 1.0f, dxs[k],
+                             m->gp.buf[m->gp.slot_of[model_tensor_of(m, l->conf->src[k])]],
+                             m->batch * l->ins_dim[k]);
+    return st;
 }
 
 dl_status dl_model_backward_hooked(dl_model *m, dl_grad_hook fn, void *ctx, dl_err *err)
 {
     if (!m->have_dout)
         return dl_err_set(err, DL_ERR_INVALID, "backward without a loss gradient");
-    int cur = 0;
     for (int i = m->nlayers - 1; i >= 0; i--) {
-        layer *l = &m->layers[i];
-        const float *x = i ? m->act[i - 1] : m->input;
-        float *dx = i ? m->dbuf[1 - cur] : NULL;
-        dl_status st = l->ops->backward(l, x, m->act[i], m->dbuf[cur], dx, m->batch, err);
-        if (st != DL_OK)
-            return dl_err_prefix(err, "layer '%s'", l->conf->name);
-        cur = 1 - cur;
+        dl_status st = backward_layer(m, i, err);
+        if (st != DL_OK) {
+            m->have_dout = false;
+            return dl_err_prefix(err, "layer '%s'", m->layers[i].conf->name);
+        }
         /* The layer wrote its own gradients and no later step touches them. */
         if (fn && (st = fn(ctx, i, m->grad_at[i], m->grad_at[i + 1], err)) != DL_OK) {
             m->have_dout = false;
@@ -456,38 +579,95 @@ dl_status dl_model_backward_hooked(dl_model *m, dl_grad_hook fn, void *ctx, dl_e
     return DL_OK;
 }
 
+/* Probabilities from output k's values as served: softmax for
+ * cross-entropy, sigmoid for binary cross-entropy, else as they are. */
+static void serve_output(dl_model *m, int k, const float *y, float *p, int64_t b)
+{
+    const dl_output_conf *o = &m->conf->outputs[k];
+    if (o->loss == DL_LOSS_XENT)
+        m->be->ops->softmax_fwd(m->be, y, p, b, o->dim);
+    else if (o->loss == DL_LOSS_BCE)
+        m->be->ops->act_fwd(m->be, DL_ACT_SIGMOID, y, p, b * o->dim);
+    else
+        m->be->ops->copy(m->be, p, y, b * o->dim);
+}
+
+dl_status dl_model_predict_multi(dl_model *m, const float *const *xs, int64_t n,
+                                 int64_t batch, float *const *outs, dl_err *err)
+{
+    if (batch < 1)
+        batch = 256;
+    dl_status st = ensure_capacity(m, n < batch ? (n > 0 ? n : 1) : batch, false, err);
+    bool host = m->be->device < 0;
+    for (int64_t i = 0; i < n && st == DL_OK; i += batch) {
+        int64_t b = n - i < batch ? n - i : batch;
+        const float *xb[64];
+        for (int k = 0; k < m->ninputs; k++)
+            xb[k] = xs[k] + i * m->tdim[k];
+        if (!host) {       /* a device's inputs: staged one after the other */
+            int64_t at = 0;
+            for (int k = 0; k < m->ninputs; k++) {
+                m->be->ops->upload(m->be, m->stage_in + at, xb[k],
+                                   (size_t)(b * m->tdim[k]) * sizeof(float));
+                xb[k] = m->stage_in + at;
+                at += b * m->tdim[k];
+            }
+        }
+        st = dl_model_forward_multi(m, xb, b, false, err);
+        for (int k = 0; k < m->conf->noutputs && st == DL_OK; k++) {
+            int64_t od = dl_model_output_dim(m, k);
+            float *ob = outs[k] + i * od, *p = host ? ob : m->stage_out;
+            serve_output(m, k, dl_model_output(m, k), p, b);
+            if (!host)
+                m->be->ops->download(m->be, ob, p, (size_t)(b * od) * sizeof(float));
+        }
+    }
+    m->have_out = false;
+    return st;
+}
+
+/* Copies cols values of each of n rows of stride `from` to rows of stride
+ * `to`. Host memory. */
+static void copy_rows(float *dst, int64_t to, const float *src, int64_t from, int64_t n,
+                      int64_t cols)
+{
+    for (int64_t i = 0; i < n; i++)
+        memcpy(dst + i * to, src + i * from, (size_t)cols * sizeof(float));
+}
+
 dl_status dl_model_predict(dl_model *m, const float *x, int64_t n, int64_t batch,
                            float *out, dl_err *err)
 {
     int64_t din = dl_model_in_dim(m), dout = dl_model_out_dim(m);
+    if (m->ninputs == 1 && m->conf->noutputs == 1)
+        return dl_model_predict_multi(m, &x, n, batch, &out, err);
+    /* Rows of all inputs side by side in, rows of all outputs side by side
+     * out: split into one host array an input and an output. */
     if (batch < 1)
         batch = 256;
-    dl_status st = ensure_capacity(m, n < batch ? (n > 0 ? n : 1) : batch, err);
-    if (st != DL_OK)
-        return st;
-    /* A device's inputs are staged in dbuf[1] (at least cap * in_dim);
-     * host memory is read and written where it is. */
-    bool host = m->be->device < 0;
-    for (int64_t i = 0; i < n && st == DL_OK; i += batch) {
-        int64_t b = n - i < batch ? n - i : batch;
-        const float *xb = x + i * din, *y;
-        float *ob = out + i * dout;
-        if (!host) {
-            m->be->ops->upload(m->be, m->dbuf[1], xb, (size_t)(b * din) * sizeof(float));
-            xb = m->dbuf[1];
+    int64_t b0 = n < batch ? (n > 0 ? n : 1) : batch;
+    float *buf = malloc((size_t)(b0 * (din + dout)) * sizeof(float));
+    if (!buf)
+        return dl_err_set(err, DL_ERR_NOMEM, "predict staging");
+    const float *xs[64];
+    float *outs[64];
+    dl_status st = DL_OK;
+    for (int64_t i = 0; i < n && st == DL_OK; i += b0) {
+        int64_t b = n - i < b0 ? n - i : b0, at = 0;
+        for (int k = 0; k < m->ninputs; at += m->tdim[k++]) {
+            xs[k] = buf + b0 * at;
+            copy_rows(buf + b0 * at, m->tdim[k], x + i * din + at, din, b, m->tdim[k]);
         }
-        st = dl_model_forward(m, xb, b, false, &y, err);
-        if (st != DL_OK)
-            break;
-        if (m->conf->loss == DL_LOSS_XENT) {
-            float *p = host ? ob : m->dbuf[0];
-            m->be->ops->softmax_fwd(m->be, y, p, b, dout);
-            y = p;
-        }
-        if (y != ob)
-            m->be->ops->download(m->be, ob, y, (size_t)(b * dout) * sizeof(float));
+        at = 0;
+        for (int k = 0; k < m->conf->noutputs; at += dl_model_output_dim(m, k++))
+            outs[k] = buf + b0 * (din + at);
+        st = dl_model_predict_multi(m, xs, b, b, outs, err);
+        at = 0;
+        for (int k = 0; k < m->conf->noutputs && st == DL_OK; at += dl_model_output_dim(m, k++))
+            copy_rows(out + i * dout + at, dout, outs[k], dl_model_output_dim(m, k), b,
+                      dl_model_output_dim(m, k));
     }
-    m->input = NULL;
+    free(buf);
     return st;
 }
 

@@ -132,10 +132,210 @@ static const struct { const char *name; dl_layer_type type; } layer_names[] = {
     {"flatten", DL_LAYER_FLATTEN}, {"embedding", DL_LAYER_EMBEDDING},
     {"relu", DL_LAYER_RELU}, {"tanh", DL_LAYER_TANH},
     {"sigmoid", DL_LAYER_SIGMOID}, {"softmax", DL_LAYER_SOFTMAX},
+    {"add", DL_LAYER_ADD}, {"sub", DL_LAYER_SUB}, {"mul", DL_LAYER_MUL},
+    {"concat", DL_LAYER_CONCAT}, {"identity", DL_LAYER_IDENTITY},
+    {"reshape", DL_LAYER_RESHAPE}, {"global_avgpool2d", DL_LAYER_GLOBAL_AVGPOOL2D},
+    {"layernorm", DL_LAYER_LAYERNORM}, {"gelu", DL_LAYER_GELU}, {"silu", DL_LAYER_SILU},
+    {"log_softmax", DL_LAYER_LOG_SOFTMAX}, {"transpose", DL_LAYER_TRANSPOSE},
+    {"matmul", DL_LAYER_MATMUL}, {"reduce_mean", DL_LAYER_REDUCE_MEAN},
+    {"reduce_sum", DL_LAYER_REDUCE_SUM}, {"conv1d", DL_LAYER_CONV1D},
+    {"maxpool1d", DL_LAYER_MAXPOOL1D},
 };
 
-static dl_status parse_layer(ctx *c, json_t *j, dl_layer_conf *l)
+/* Index of the layer or model input called `name` among the model inputs
+ * and layers [0, upto), as a source (see dl_layer_conf.src); 1 if none. */
+static int find_source(const dl_model_conf *m, int upto, const char *name)
 {
+    for (int k = 0; k < upto; k++)
+        if (strcmp(m->layers[k].name, name) == 0)
+            return k;
+    for (int k = 0; k < m->ninputs; k++)
+        if (strcmp(m->inputs[k].name, name) == 0)
+            return -1 - k;
+    return INT32_MAX;
+}
+
+/* Whether a layer after position i in the JSON array is called name. */
+static bool named_below(json_t *layers, size_t i, const char *name)
+{
+    for (size_t k = i + 1; k < json_array_size(layers); k++) {
+        const char *s = json_string_value(json_object_get(json_array_get(layers, k), "name"));
+        if (s && strcmp(s, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* A layer's "inputs": names of model inputs or layers above it. Without
+ * them, the previous layer (the first layer: the first model input). */
+static dl_status parse_sources(ctx *c, json_t *j, json_t *layers, size_t i,
+                               dl_model_conf *m, dl_layer_conf *l)
+{
+    json_t *in = json_object_get(j, "inputs");
+    if (!in) {
+        l->nsrc = 1;
+        l->src[0] = i ? (int)i - 1 : -1;
+        return DL_OK;
+    }
+    size_t n = json_array_size(in);
+    if (!json_is_array(in) || n < 1 || n > DL_LAYER_MAX_IN)
+        return bad(c, "inputs", "must be an array of 1 to 8 names");
+    for (size_t k = 0; k < n; k++) {
+        const char *s = json_string_value(json_array_get(in, k));
+        char msg[256];
+        if (!s)
+            return bad(c, "inputs", "must be an array of 1 to 8 names");
+        int src = find_source(m, (int)i, s);
+        if (src == INT32_MAX && (strcmp(s, l->name) == 0 || named_below(layers, i, s))) {
+            snprintf(msg, sizeof(msg), "names '%.64s', which is not above this layer: a layer "
+                     "reads only model inputs and layers above it (no cycles)", s);
+            return bad(c, "inputs", msg);
+        }
+        if (src == INT32_MAX) {
+            snprintf(msg, sizeof(msg), "names unknown input '%.64s'", s);
+            return bad(c, "inputs", msg);
+        }
+        l->src[k] = src;
+    }
+    l->nsrc = (int)n;
+    return DL_OK;
+}
+
+/* A reshape's "shape": 1 to 4 positive integers, at most one -1. */
+static dl_status get_shape(ctx *c, json_t *obj, dl_layer_conf *l)
+{
+    json_t *v = json_object_get(obj, "shape");
+    size_t n = json_array_size(v);
+    int minus = 0;
+    if (!json_is_array(v) || n < 1 || n > DL_MAX_DIMS)
+        return bad(c, "shape", "must be an array of 1 to 4 positive integers (one may be -1)");
+    for (size_t k = 0; k < n; k++) {
+        json_t *d = json_array_get(v, k);
+        int64_t x = json_is_integer(d) ? json_integer_value(d) : 0;
+        minus += x == -1;
+        if ((x < 1 && x != -1) || x > (1 << 24) || minus > 1)
+            return bad(c, "shape", "must be an array of 1 to 4 positive integers (one may be -1)");
+        l->shape[k] = x;
+    }
+    l->nshape = (int)n;
+    return DL_OK;
+}
+
+static dl_status get_float(ctx *c, json_t *j, const char *key, double lo, double hi,
+                           float *out)
+{
+    double d = *out;
+    dl_status st = get_num(c, j, key, lo, hi, &d);
+    *out = (float)d;
+    return st;
+}
+
+/* A list of 1 to 4 integers in [lo, hi] (or, with one_ok, one integer). */
+static dl_status get_ints(ctx *c, json_t *obj, const char *key, int64_t lo, int64_t hi,
+                          bool one_ok, int *n, int64_t *out)
+{
+    json_t *v = json_object_get(obj, key);
+    char msg[96];
+    snprintf(msg, sizeof(msg), "must be %san array of 1 to 4 integers in [%lld, %lld]",
+             one_ok ? "an integer or " : "", (long long)lo, (long long)hi);
+    if (one_ok && json_is_integer(v)) {
+        *n = 1;
+        out[0] = json_integer_value(v);
+        return out[0] < lo || out[0] > hi ? bad(c, key, msg) : DL_OK;
+    }
+    size_t len = json_array_size(v);
+    if (!json_is_array(v) || len < 1 || len > DL_MAX_DIMS)
+        return bad(c, key, v ? msg : "is missing");
+    for (size_t k = 0; k < len; k++) {
+        json_t *d = json_array_get(v, k);
+        if (!json_is_integer(d) || json_integer_value(d) < lo || json_integer_value(d) > hi)
+            return bad(c, key, msg);
+        out[k] = json_integer_value(d);
+    }
+    *n = (int)len;
+    return DL_OK;
+}
+
+/* conv1d and maxpool1d: a window over the last dimension of [C, L]. */
+static dl_status parse_1d(ctx *c, json_t *j, dl_layer_conf *l)
+{
+    static const char *const conv[] = {"name", "type", "inputs", "filters", "kernel_size",
+                                       "stride", "padding", "bias", NULL};
+    static const char *const pool[] = {"name", "type", "inputs", "kernel_size", "stride",
+                                       "padding", NULL};
+    bool is_conv = l->type == DL_LAYER_CONV1D;
+    dl_status st = check_keys(c, j, is_conv ? conv : pool);
+    l->kh = l->sh = 1;
+    if (st || (st = get_int(c, j, "kernel_size", 1, 4096, true, &l->kw)))
+        return st;
+    l->sw = is_conv ? 1 : l->kw;
+    if ((st = get_int(c, j, "stride", 1, 4096, false, &l->sw)) ||
+        (st = get_int(c, j, "padding", 0, 4096, false, &l->pw)))
+        return st;
+    if (!is_conv)
+        return DL_OK;
+    if ((st = get_bool(c, j, "bias", &l->bias)))
+        return st;
+    return get_int(c, j, "filters", 1, 1 << 16, true, &l->filters);
+}
+
+/* The keys and defaults of the layer types added for graphs. */
+static dl_status parse_graph_layer(ctx *c, json_t *j, dl_layer_conf *l)
+{
+    static const char *const plain[] = {"name", "type", "inputs", NULL};
+    static const char *const axis[] = {"name", "type", "inputs", "axis", NULL};
+    static const char *const shape[] = {"name", "type", "inputs", "shape", NULL};
+    static const char *const ln[] = {"name", "type", "inputs", "eps", NULL};
+    static const char *const gelu[] = {"name", "type", "inputs", "approximate", NULL};
+    static const char *const perm[] = {"name", "type", "inputs", "perm", NULL};
+    dl_status st;
+    switch (l->type) {
+    case DL_LAYER_CONCAT:
+    case DL_LAYER_SOFTMAX:
+    case DL_LAYER_LOG_SOFTMAX:
+        l->axis = l->type == DL_LAYER_CONCAT ? 0 : -1;
+        if ((st = check_keys(c, j, axis)))
+            return st;
+        return get_int(c, j, "axis", -DL_MAX_DIMS, DL_MAX_DIMS - 1, false, &l->axis);
+    case DL_LAYER_RESHAPE:
+        if ((st = check_keys(c, j, shape)))
+            return st;
+        return get_shape(c, j, l);
+    case DL_LAYER_LAYERNORM:
+        if ((st = check_keys(c, j, ln)))
+            return st;
+        return get_float(c, j, "eps", 1e-12, 1.0, &l->eps);
+    case DL_LAYER_TRANSPOSE:
+        if ((st = check_keys(c, j, perm)))
+            return st;
+        return get_ints(c, j, "perm", 0, DL_MAX_DIMS - 1, false, &l->nperm, l->perm);
+    case DL_LAYER_REDUCE_MEAN:
+    case DL_LAYER_REDUCE_SUM:
+        if ((st = check_keys(c, j, axis)))
+            return st;
+        return get_ints(c, j, "axis", -DL_MAX_DIMS, DL_MAX_DIMS - 1, true, &l->naxes, l->axes);
+    case DL_LAYER_CONV1D:
+    case DL_LAYER_MAXPOOL1D:
+        return parse_1d(c, j, l);
+    case DL_LAYER_GELU: {
+        if ((st = check_keys(c, j, gelu)))
+            return st;
+        json_t *a = json_object_get(j, "approximate");
+        const char *s = json_string_value(a);
+        if (a && (!s || (strcmp(s, "tanh") && strcmp(s, "none"))))
+            return bad(c, "approximate", "must be \"none\" or \"tanh\"");
+        l->approx_tanh = s && !strcmp(s, "tanh");
+        return DL_OK;
+    }
+    default:
+        return check_keys(c, j, plain);
+    }
+}
+
+static dl_status parse_layer(ctx *c, json_t *layers, size_t i, dl_model_conf *m)
+{
+    json_t *j = json_array_get(layers, i);
+    dl_layer_conf *l = &m->layers[i];
     if (!json_is_object(j))
         return dl_err_set(c->err, DL_ERR_INVALID, "%s: %smust be an object",
                           c->what, c->where);
@@ -151,22 +351,27 @@ static dl_status parse_layer(ctx *c, json_t *j, dl_layer_conf *l)
         k++;
     if (k == nk)
         return bad(c, "type", "must be one of dense, conv2d, maxpool2d, avgpool2d, "
-                   "batchnorm, dropout, flatten, embedding, relu, tanh, sigmoid, softmax");
+                   "batchnorm, dropout, flatten, embedding, relu, tanh, sigmoid, softmax, "
+                   "add, sub, mul, concat, identity, reshape, global_avgpool2d, layernorm, "
+                   "gelu, silu, log_softmax, transpose, matmul, reduce_mean, reduce_sum, "
+                   "conv1d, maxpool1d");
     l->type = layer_names[k].type;
     l->bias = true;
     l->eps = 1e-5f;
     l->momentum = 0.1f;
     l->sh = l->sw = 1;
+    if ((st = parse_sources(c, j, layers, i, m, l)))
+        return st;
 
-    static const char *const plain[] = {"name", "type", NULL};
-    static const char *const dense[] = {"name", "type", "units", "bias", NULL};
-    static const char *const conv[] = {"name", "type", "filters", "kernel_size",
+    static const char *const dense[] = {"name", "type", "inputs", "units", "bias", NULL};
+    static const char *const conv[] = {"name", "type", "inputs", "filters", "kernel_size",
                                        "stride", "padding", "bias", NULL};
-    static const char *const pool[] = {"name", "type", "kernel_size", "stride",
+    static const char *const pool[] = {"name", "type", "inputs", "kernel_size", "stride",
                                        "padding", NULL};
-    static const char *const bn[] = {"name", "type", "eps", "momentum", NULL};
-    static const char *const drop[] = {"name", "type", "rate", NULL};
-    static const char *const emb[] = {"name", "type", "num_embeddings", "dim", NULL};
+    static const char *const bn[] = {"name", "type", "inputs", "eps", "momentum", NULL};
+    static const char *const drop[] = {"name", "type", "inputs", "rate", NULL};
+    static const char *const emb[] = {"name", "type", "inputs", "num_embeddings", "dim",
+                                      NULL};
     double d;
     switch (l->type) {
     case DL_LAYER_DENSE:
@@ -214,21 +419,52 @@ static dl_status parse_layer(ctx *c, json_t *j, dl_layer_conf *l)
             return st;
         return get_int(c, j, "dim", 1, 1 << 20, true, &l->dim);
     default:
-        return check_keys(c, j, plain);
+        return parse_graph_layer(c, j, l);
     }
 }
 
-static dl_status parse_input(ctx *c, json_t *in, dl_model_conf *m)
+static dl_status parse_scaling(ctx *c, json_t *sc, dl_scaling *out)
+{
+    static const char *const skeys[] = {"scale", "mean", "std", NULL};
+    if (!json_is_object(sc))
+        return bad(c, "scaling", "must be an object");
+    double scale = 1.0, mean = 0.0, sd = 1.0;
+    dl_status st;
+    if ((st = check_keys(c, sc, skeys)) || (st = get_num(c, sc, "scale", -1e30, 1e30, &scale)) ||
+        (st = get_num(c, sc, "mean", -1e30, 1e30, &mean)) ||
+        (st = get_num(c, sc, "std", 1e-30, 1e30, &sd)))
+        return st;
+    *out = (dl_scaling){ (float)scale, (float)mean, (float)sd };
+    return DL_OK;
+}
+
+static dl_status get_dtype(ctx *c, json_t *in, dl_in_type *out)
+{
+    static const char *const names[] = {"FP32", "UINT8", "INT32", "INT64"};
+    json_t *v = json_object_get(in, "datatype");
+    const char *dt = json_string_value(v);
+    *out = DL_IN_FP32;
+    for (int k = 0; v && k < 4; k++)
+        if (dt && strcmp(dt, names[k]) == 0) {
+            *out = (dl_in_type)k;
+            return DL_OK;
+        }
+    return v ? bad(c, "datatype", "must be \"FP32\", \"UINT8\", \"INT32\" or \"INT64\"")
+             : DL_OK;
+}
+
+/* One model input object; `named` when its name is required (a list). */
+static dl_status parse_input(ctx *c, json_t *in, bool named, dl_input_conf *ic)
 {
     static const char *const keys[] = {"name", "shape", "datatype", "scaling", NULL};
-    static const char *const skeys[] = {"scale", "mean", "std", NULL};
-    snprintf(c->where, sizeof(c->where), "input: ");
     if (!json_is_object(in))
         return bad(c, "input", "must be an object");
     dl_status st = check_keys(c, in, keys);
-    strcpy(m->input_name, "input");
-    if (st || (st = get_name(c, in, "name", false, m->input_name)))
+    strcpy(ic->name, "input");
+    if (st || (st = get_name(c, in, "name", named, ic->name)))
         return st;
+    if (named)
+        snprintf(c->where, sizeof(c->where), "input '%s': ", ic->name);
     json_t *shape = json_object_get(in, "shape");
     size_t nd = json_array_size(shape);
     if (!json_is_array(shape) || nd < 1 || nd > DL_MAX_DIMS)
@@ -237,61 +473,164 @@ static dl_status parse_input(ctx *c, json_t *in, dl_model_conf *m)
         json_t *v = json_array_get(shape, i);
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 24))
             return bad(c, "shape", "must be an array of 1 to 4 positive integers");
-        m->in_shape[i] = json_integer_value(v);
+        ic->shape[i] = json_integer_value(v);
     }
-    m->in_ndim = (int)nd;
-    const char *dt = json_string_value(json_object_get(in, "datatype"));
-    if (json_object_get(in, "datatype") && (!dt || strcmp(dt, "FP32") != 0))
-        return bad(c, "datatype", "must be \"FP32\"");
-    m->scale = 1.0f;
-    m->mean = 0.0f;
-    m->std = 1.0f;
+    ic->ndim = (int)nd;
+    ic->dim = dl_shape_numel(ic->ndim, ic->shape);
+    ic->sc = (dl_scaling){ 1.0f, 0.0f, 1.0f };
+    if ((st = get_dtype(c, in, &ic->dtype)))
+        return st;
     json_t *sc = json_object_get(in, "scaling");
+    if (sc && ic->dtype != DL_IN_FP32)
+        return bad(c, "scaling", "applies to FP32 inputs only (ids are not scaled)");
     if (!sc)
         return DL_OK;
-    snprintf(c->where, sizeof(c->where), "input.scaling: ");
-    if (!json_is_object(sc))
-        return bad(c, "scaling", "must be an object");
-    double scale = 1.0, mean = 0.0, sd = 1.0;
-    if ((st = check_keys(c, sc, skeys)) || (st = get_num(c, sc, "scale", -1e30, 1e30, &scale)) ||
-        (st = get_num(c, sc, "mean", -1e30, 1e30, &mean)) ||
-        (st = get_num(c, sc, "std", 1e-30, 1e30, &sd)))
-        return st;
-    m->scale = (float)scale;
-    m->mean = (float)mean;
-    m->std = (float)sd;
+    if (!named)
+        snprintf(c->where, sizeof(c->where), "input.scaling: ");
+    return parse_scaling(c, sc, &ic->sc);
+}
+
+/* "inputs" (a list) or "input" (one object); names are unique. */
+static dl_status parse_inputs(ctx *c, json_t *list, json_t *one, dl_model_conf *m)
+{
+    snprintf(c->where, sizeof(c->where), "input: ");
+    if (list && one)
+        return bad(c, "inputs", "and 'input' exclude each other");
+    if (!list && !one)
+        return bad(c, "input", "is missing");
+    size_t n = list ? json_array_size(list) : 1;
+    if (list && (!json_is_array(list) || n < 1 || n > 64))
+        return bad(c, "inputs", "must be an array of 1 to 64 input objects");
+    if (!(m->inputs = calloc(n, sizeof(*m->inputs))))
+        return dl_err_set(c->err, DL_ERR_NOMEM, "inputs");
+    for (size_t i = 0; i < n; i++) {
+        if (list)
+            snprintf(c->where, sizeof(c->where), "inputs[%zu]: ", i);
+        dl_status st = parse_input(c, list ? json_array_get(list, i) : one, list != NULL,
+                                   &m->inputs[i]);
+        if (st)
+            return st;
+        m->ninputs = (int)i + 1;
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(m->inputs[k].name, m->inputs[i].name) == 0)
+                return bad(c, "name", "is used twice");
+    }
+    dl_input_conf *in0 = &m->inputs[0];
+    strcpy(m->input_name, in0->name);
+    m->in_ndim = in0->ndim;
+    memcpy(m->in_shape, in0->shape, sizeof(m->in_shape));
+    m->scale = in0->sc.scale;
+    m->mean = in0->sc.mean;
+    m->std = in0->sc.std;
     return DL_OK;
 }
 
-static dl_status parse_output(ctx *c, json_t *o, dl_model_conf *m)
+static dl_status parse_labels(ctx *c, json_t *labels, dl_output_conf *o)
 {
-    static const char *const keys[] = {"name", "labels", NULL};
-    snprintf(c->where, sizeof(c->where), "output: ");
-    strcpy(m->output_name, "output");
-    if (!o)
-        return DL_OK;
-    if (!json_is_object(o))
-        return bad(c, "output", "must be an object");
-    dl_status st = check_keys(c, o, keys);
-    if (st || (st = get_name(c, o, "name", false, m->output_name)))
-        return st;
-    json_t *labels = json_object_get(o, "labels");
     if (!labels)
         return DL_OK;
     if (!json_is_array(labels))
         return bad(c, "labels", "must be an array of strings");
-    m->labels = calloc(json_array_size(labels) + 1, sizeof(char *));
-    if (!m->labels)
+    o->labels = calloc(json_array_size(labels) + 1, sizeof(char *));
+    if (!o->labels)
         return dl_err_set(c->err, DL_ERR_NOMEM, "labels");
     for (size_t i = 0; i < json_array_size(labels); i++) {
         const char *s = json_string_value(json_array_get(labels, i));
         if (!s || !*s)
             return bad(c, "labels", "must be an array of non-empty strings");
-        if (!(m->labels[i] = strdup(s)))
+        if (!(o->labels[i] = strdup(s)))
             return dl_err_set(c->err, DL_ERR_NOMEM, "labels");
-        m->nlabels = (int)i + 1;
+        o->nlabels = (int)i + 1;
     }
     return DL_OK;
+}
+
+static dl_status get_loss(ctx *c, json_t *obj, dl_loss *out)
+{
+    json_t *v = json_object_get(obj, "loss");
+    const char *s = json_string_value(v);
+    *out = DL_LOSS_XENT;
+    if (!v)
+        return DL_OK;
+    if (s && !strcmp(s, "mse"))
+        *out = DL_LOSS_MSE;
+    else if (s && !strcmp(s, "bce_with_logits"))
+        *out = DL_LOSS_BCE;
+    else if (!s || strcmp(s, "softmax_cross_entropy"))
+        return bad(c, "loss", "must be \"softmax_cross_entropy\", \"mse\" or "
+                   "\"bce_with_logits\"");
+    return DL_OK;
+}
+
+/* One entry of "outputs": name, from (default: name), loss, weight, labels. */
+static dl_status parse_graph_output(ctx *c, json_t *o, dl_model_conf *m, dl_output_conf *oc)
+{
+    static const char *const keys[] = {"name", "from", "loss", "weight", "labels", NULL};
+    if (!json_is_object(o))
+        return bad(c, "outputs", "must hold output objects");
+    dl_status st = check_keys(c, o, keys);
+    if (st || (st = get_name(c, o, "name", true, oc->name)))
+        return st;
+    snprintf(c->where, sizeof(c->where), "output '%s': ", oc->name);
+    char from[DL_NAME_MAX];
+    strcpy(from, oc->name);
+    double w = 1.0;
+    if ((st = get_name(c, o, "from", false, from)) || (st = get_loss(c, o, &oc->loss)) ||
+        (st = get_num(c, o, "weight", 0.0, 1e6, &w)) ||
+        (st = parse_labels(c, json_object_get(o, "labels"), oc)))
+        return st;
+    oc->weight = (float)w;
+    oc->from = find_source(m, m->nlayers, from);
+    if (oc->from < 0 || oc->from == INT32_MAX) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "names '%s', which is not a layer", from);
+        return bad(c, "from", msg);
+    }
+    return DL_OK;
+}
+
+/* "outputs" (a list) or "output" + top-level "loss" (the last layer). */
+static dl_status parse_outputs(ctx *c, json_t *root, dl_model_conf *m)
+{
+    json_t *list = json_object_get(root, "outputs"), *one = json_object_get(root, "output");
+    c->where[0] = '\0';
+    if (list && (one || json_object_get(root, "loss")))
+        return bad(c, "outputs", "excludes 'output' and a top-level 'loss' (each output "
+                   "names its loss)");
+    size_t n = list ? json_array_size(list) : 1;
+    if (list && (!json_is_array(list) || n < 1 || n > 64))
+        return bad(c, "outputs", "must be an array of 1 to 64 output objects");
+    if (!(m->outputs = calloc(n, sizeof(*m->outputs))))
+        return dl_err_set(c->err, DL_ERR_NOMEM, "outputs");
+    dl_status st = DL_OK;
+    for (size_t i = 0; list && i < n && st == DL_OK; i++) {
+        snprintf(c->where, sizeof(c->where), "outputs[%zu]: ", i);
+        st = parse_graph_output(c, json_array_get(list, i), m, &m->outputs[i]);
+        m->noutputs = (int)i + 1;
+        for (size_t k = 0; st == DL_OK && k < i; k++)
+            if (strcmp(m->outputs[k].name, m->outputs[i].name) == 0)
+                st = bad(c, "name", "is used twice");
+    }
+    if (!list) {
+        dl_output_conf *oc = &m->outputs[0];
+        m->noutputs = 1;
+        *oc = (dl_output_conf){ .from = m->nlayers - 1, .weight = 1.0f };
+        strcpy(oc->name, "output");
+        if ((st = get_loss(c, root, &oc->loss)) == DL_OK && one) {
+            static const char *const keys[] = {"name", "labels", NULL};
+            snprintf(c->where, sizeof(c->where), "output: ");
+            if (!json_is_object(one))
+                return bad(c, "output", "must be an object");
+            if ((st = check_keys(c, one, keys)) == DL_OK &&
+                (st = get_name(c, one, "name", false, oc->name)) == DL_OK)
+                st = parse_labels(c, json_object_get(one, "labels"), oc);
+        }
+    }
+    strcpy(m->output_name, m->outputs[0].name);
+    m->loss = m->outputs[0].loss;
+    m->nlabels = m->outputs[0].nlabels;
+    m->labels = m->outputs[0].labels;
+    return st;
 }
 
 static dl_status parse_training(ctx *c, json_t *t, dl_hparams *h)
@@ -355,95 +694,12 @@ static dl_status parse_training(ctx *c, json_t *t, dl_hparams *h)
     return get_num(c, s, "gamma", 0.0, 1.0, &h->gamma);
 }
 
-/* Most values a sample may have at any layer (the input included), and most
- * parameters a model may have: 2^34 floats (64 GiB), past any model that
- * fits in memory and low enough that no size computed from them overflows. */
-#define MAX_COUNT (INT64_C(1) << 34)
-
-/* a * b when both are >= 0 and the product at most MAX_COUNT; else -1. */
-static int64_t mul_capped(int64_t a, int64_t b)
-{
-    if (a < 0 || b < 0 || (a != 0 && b > MAX_COUNT / a))
-        return -1;
-    return a * b;
-}
-
-static int64_t numel_capped(int nd, const int64_t *shape)
-{
-    int64_t n = 1;
-    for (int i = 0; i < nd; i++)
-        n = mul_capped(n, shape[i]);
-    return n;
-}
-
-/* Parameters (and running statistics) of layer l on a sample of shape
- * in[0..nd), which layer_shape accepted; -1 past MAX_COUNT. */
-static int64_t layer_params(const dl_layer_conf *l, int nd, const int64_t *in)
-{
-    switch (l->type) {
-    case DL_LAYER_DENSE:     return mul_capped(in[nd - 1] + 1, l->units);
-    case DL_LAYER_CONV2D:    return mul_capped(mul_capped(in[0], l->kh * l->kw) + 1, l->filters);
-    case DL_LAYER_BATCHNORM: return mul_capped(in[0], 4);
-    case DL_LAYER_EMBEDDING: return mul_capped(l->num_embeddings, l->dim);
-    default:                 return 0;
-    }
-}
-
-/* Walks the layer shapes and checks the whole chain. */
-static dl_status check_chain(ctx *c, dl_model_conf *m)
-{
-    int nd = m->in_ndim;
-    int64_t shape[DL_MAX_DIMS];
-    memcpy(shape, m->in_shape, sizeof(shape));
-    if (numel_capped(nd, shape) < 0)
-        return dl_err_set(c->err, DL_ERR_INVALID,
-                          "%s: input: 'shape' has more than %lld values a sample", c->what,
-                          (long long)MAX_COUNT);
-    int64_t params = 0;
-    for (int i = 0; i < m->nlayers; i++) {
-        const dl_layer_conf *l = &m->layers[i];
-        for (int k = 0; k < i; k++)
-            if (strcmp(m->layers[k].name, l->name) == 0)
-                return dl_err_set(c->err, DL_ERR_INVALID, "%s: layers[%d]: name '%s' is used twice",
-                                  c->what, i, l->name);
-        if (l->type == DL_LAYER_EMBEDDING && i != 0)
-            return dl_err_set(c->err, DL_ERR_INVALID, "%s: layer '%s': embedding must be the first layer",
-                              c->what, l->name);
-        int ond;
-        int64_t out[DL_MAX_DIMS];
-        if (layer_shape(l, nd, shape, &ond, out, c->err) != DL_OK)
-            return dl_err_prefix(c->err, "%s", c->what);
-        int64_t lp = layer_params(l, nd, shape);
-        params = lp < 0 ? -1 : mul_capped(params + lp, 1);
-        if (params < 0)
-            return dl_err_set(c->err, DL_ERR_INVALID, "%s: layer '%s': the model has more "
-                              "than %lld parameters", c->what, l->name, (long long)MAX_COUNT);
-        if (numel_capped(ond, out) < 0)
-            return dl_err_set(c->err, DL_ERR_INVALID, "%s: layer '%s' gives more than %lld "
-                              "values a sample", c->what, l->name, (long long)MAX_COUNT);
-        nd = ond;
-        memcpy(shape, out, sizeof(out));
-    }
-    char buf[96];
-    if (m->loss == DL_LOSS_XENT && nd != 1)
-        return dl_err_set(c->err, DL_ERR_INVALID,
-                          "%s: softmax_cross_entropy needs a 1-D output per sample, the layers give %s",
-                          c->what, dl_shape_str(nd, shape, buf, sizeof(buf)));
-    if (m->loss == DL_LOSS_XENT && m->layers[m->nlayers - 1].type == DL_LAYER_SOFTMAX)
-        return dl_err_set(c->err, DL_ERR_INVALID,
-                          "%s: with softmax_cross_entropy the last layer must give logits: "
-                          "drop the final softmax (the loss applies it)", c->what);
-    if (m->nlabels && m->nlabels != dl_shape_numel(nd, shape))
-        return dl_err_set(c->err, DL_ERR_INVALID,
-                          "%s: output: 'labels' has %d entries but the model gives %lld outputs",
-                          c->what, m->nlabels, (long long)dl_shape_numel(nd, shape));
-    return DL_OK;
-}
-
 static dl_status parse_root(ctx *c, json_t *root, dl_model_conf *m)
 {
-    static const char *const keys[] = {"name", "description", "input", "layers",
-                                       "loss", "output", "training", NULL};
+    /* "serving" is the daemon's (src/serve/serving.c): known, not read here. */
+    static const char *const keys[] = {"name", "description", "input", "inputs", "layers",
+                                       "loss", "output", "outputs", "training", "serving",
+                                       NULL};
     if (!json_is_object(root))
         return dl_err_set(c->err, DL_ERR_INVALID, "%s: must be a JSON object", c->what);
     dl_status st = check_keys(c, root, keys);
@@ -454,9 +710,8 @@ static dl_status parse_root(ctx *c, json_t *root, dl_model_conf *m)
         return bad(c, "name", "must not start with '.'");
     if (json_object_get(root, "description") && !json_is_string(json_object_get(root, "description")))
         return bad(c, "description", "must be a string");
-    if (!json_object_get(root, "input"))
-        return bad(c, "input", "is missing");
-    if ((st = parse_input(c, json_object_get(root, "input"), m)))
+    m->graph = json_object_get(root, "inputs") || json_object_get(root, "outputs");
+    if ((st = parse_inputs(c, json_object_get(root, "inputs"), json_object_get(root, "input"), m)))
         return st;
     c->where[0] = '\0';
     json_t *layers = json_object_get(root, "layers");
@@ -467,20 +722,14 @@ static dl_status parse_root(ctx *c, json_t *root, dl_model_conf *m)
         return dl_err_set(c->err, DL_ERR_NOMEM, "layers");
     for (size_t i = 0; i < json_array_size(layers); i++) {
         snprintf(c->where, sizeof(c->where), "layers[%zu]: ", i);
-        if ((st = parse_layer(c, json_array_get(layers, i), &m->layers[i])))
+        if ((st = parse_layer(c, layers, i, m)))
             return st;
         m->nlayers = (int)i + 1;
     }
-    c->where[0] = '\0';
-    const char *loss = json_string_value(json_object_get(root, "loss"));
-    if (json_object_get(root, "loss") && (!loss || (strcmp(loss, "softmax_cross_entropy") &&
-                                                    strcmp(loss, "mse"))))
-        return bad(c, "loss", "must be \"softmax_cross_entropy\" or \"mse\"");
-    m->loss = loss && !strcmp(loss, "mse") ? DL_LOSS_MSE : DL_LOSS_XENT;
-    if ((st = parse_output(c, json_object_get(root, "output"), m)) ||
+    if ((st = parse_outputs(c, root, m)) ||
         (st = parse_training(c, json_object_get(root, "training"), &m->train)))
         return st;
-    return check_chain(c, m);
+    return conf_check_graph(c->what, m, c->err);
 }
 
 dl_status dl_model_conf_parse(const char *text, size_t len, const char *what,
@@ -531,9 +780,13 @@ void dl_model_conf_free(dl_model_conf *conf)
 {
     if (!conf)
         return;
-    for (int i = 0; i < conf->nlabels; i++)
-        free(conf->labels[i]);
-    free(conf->labels);
+    for (int k = 0; k < conf->noutputs; k++) {
+        for (int i = 0; i < conf->outputs[k].nlabels; i++)
+            free(conf->outputs[k].labels[i]);
+        free(conf->outputs[k].labels);
+    }
+    free(conf->outputs);
+    free(conf->inputs);
     free(conf->layers);
     free(conf->json);
     free(conf);

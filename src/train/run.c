@@ -11,6 +11,23 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The --eval line of a model with several outputs: the total loss and
+ * each output's loss with its accuracy (classifiers) or RMSE (MSE). */
+static void print_outputs(const session *s, double loss, int64_t n, double rate)
+{
+    printf("{\"model\":\"%s\",\"version\":%lld,\"loss\":%.4f,\"outputs\":{",
+           s->conf->name, (long long)s->version, loss);
+    for (int k = 0; k < s->conf->noutputs; k++) {
+        const dl_output_conf *o = &s->conf->outputs[k];
+        printf("%s\"%s\":{\"loss\":%.4f,", k ? "," : "", o->name, s->out_loss[k]);
+        if (o->loss == DL_LOSS_MSE)
+            printf("\"rmse\":%.4f}", s->out_rmse[k]);
+        else
+            printf("\"accuracy\":%.4f}", s->out_acc[k]);
+    }
+    printf("},\"samples\":%lld,\"samples_per_sec\":%.0f}\n", (long long)n, rate);
+}
+
 dl_status dl_eval_run(const dl_run_opts *o, dl_err *err)
 {
     session s;
@@ -24,11 +41,13 @@ dl_status dl_eval_run(const dl_run_opts *o, dl_err *err)
     double loss = 0.0, acc = 0.0, t0 = dl_time_now();
     if (st == DL_OK)
         st = session_evaluate(&s, test, 256, &loss, &acc, err);
-    if (st == DL_OK)
+    double rate = st == DL_OK ? (double)test->n / (dl_time_now() - t0) : 0.0;
+    if (st == DL_OK && s.conf->noutputs > 1)
+        print_outputs(&s, loss, test->n, rate);
+    else if (st == DL_OK)
         printf("{\"model\":\"%s\",\"version\":%lld,\"accuracy\":%.4f,\"loss\":%.4f,"
                "\"samples\":%lld,\"samples_per_sec\":%.0f}\n",
-               s.conf->name, (long long)s.version, acc, loss, (long long)test->n,
-               (double)test->n / (dl_time_now() - t0));
+               s.conf->name, (long long)s.version, acc, loss, (long long)test->n, rate);
     dl_dataset_free(test);
     session_close(&s);
     return st;
@@ -86,6 +105,10 @@ dl_status dl_predict_run(const dl_run_opts *o, dl_err *err)
     dl_dataset *ds = NULL;
     float *out = NULL;
     st = session_load_weights(&s, o, err);
+    if (st == DL_OK && (s.conf->ninputs > 1 || s.conf->noutputs > 1))
+        st = dl_err_set(err, DL_ERR_INVALID, "%s: --predict takes models of one input and one "
+                        "output; '%s' has %d inputs and %d outputs", o->model_dir,
+                        s.conf->name, s.conf->ninputs, s.conf->noutputs);
     if (st == DL_OK && strcmp(path, "-") == 0) {
         st = stdin_to_file(tmp, sizeof(tmp), err);
         path = tmp;

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "train/session.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,8 +66,12 @@ dl_status session_data(session *s, const dl_run_opts *o, const char *split,
                        dl_dataset **out, dl_err *err)
 {
     const char *dir = o->data_dir ? o->data_dir : DL_DEFAULT_DATA_DIR;
-    dl_status st = dl_dataset_load_dir(dir, split, dl_model_in_dim(s->m), &s->sc,
-                                       out, err);
+    char csv[4200];
+    snprintf(csv, sizeof(csv), "%s/%s.csv", dir, split);
+    /* A graph model's data: targets of every output, then every input. */
+    dl_status st = s->conf->graph
+                 ? dl_dataset_load_csv_model(csv, s->conf, out, err)
+                 : dl_dataset_load_dir(dir, split, dl_model_in_dim(s->m), &s->sc, out, err);
     if (st == DL_OK)
         dl_dataset_truncate(*out, o->limit);
     return st;
@@ -81,8 +86,8 @@ dl_status session_evaluate(session *s, const dl_dataset *ds, int64_t batch,
                                   (void **)&x, err);
     if (st != DL_OK)
         return st;
-    double sum = 0.0;
-    int64_t ok = 0;
+    double sum = 0.0, per[64][3] = {{0}};
+    int64_t ok = 0, no = dl_model_output_count(s->m);
     for (int64_t i = 0; i < ds->n && st == DL_OK; i += batch) {
         int64_t b = ds->n - i < batch ? ds->n - i : batch;
         be->ops->upload(be, x, ds->x + i * ds->dim, (size_t)(b * ds->dim) * sizeof(float));
@@ -91,9 +96,23 @@ dl_status session_evaluate(session *s, const dl_dataset *ds, int64_t batch,
         int64_t c = 0;
         st = dl_model_forward(s->m, x, b, false, &y, err);
         if (st == DL_OK)
-            st = dl_model_loss(s->m, ds->y + i, NULL, 1.0f, false, &l, &c, err);
+            st = dl_model_loss(s->m, ds->t ? NULL : ds->y + i, ds->t ? ds->t + i * ds->tdim : NULL,
+                               1.0f, false, &l, &c, err);
         sum += l;
         ok += c;
+        for (int64_t k = 0; k < no && st == DL_OK; k++) {
+            double ls, sq;
+            int64_t ck;
+            dl_model_output_stats(s->m, (int)k, &ls, &ck, &sq);
+            per[k][0] += ls;
+            per[k][1] += (double)ck;
+            per[k][2] += sq;
+        }
+    }
+    for (int64_t k = 0; k < no && ds->n; k++) {
+        s->out_loss[k] = per[k][0] / (double)ds->n;
+        s->out_acc[k] = per[k][1] / (double)ds->n;
+        s->out_rmse[k] = sqrt(per[k][2] / (double)(ds->n * dl_model_output_dim(s->m, (int)k)));
     }
     be->ops->release(be, x);
     *loss = ds->n ? sum / (double)ds->n : 0.0;

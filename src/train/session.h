@@ -13,6 +13,9 @@ typedef struct session {
     dl_scaling     sc;
     int64_t        version;      /* loaded version, 0 for fresh weights */
     char           weights[4096];
+    /* per output, from the last session_evaluate: mean loss, accuracy and
+     * (MSE) root mean squared error */
+    double         out_loss[64], out_acc[64], out_rmse[64];
 } session;
 
 /* Opens model.json, the backend and a model with fresh weights (seed). */

@@ -25,6 +25,7 @@ typedef struct trainer {
     int64_t    *perm, *idx;
     float      *hx, *x;          /* host batch and backend batch */
     int32_t    *hy;
+    float      *ht;          /* a graph model's targets (b * tdim) */
     float      *host;            /* host staging for exchanges */
     /* allreduce on the CPU: the gradient sum in buckets, started while
      * backward runs (NULL: one sum after backward) */
@@ -77,6 +78,7 @@ static void trainer_close(trainer *t)
     free(t->idx);
     free(t->hx);
     free(t->hy);
+    free(t->ht);
     free(t->host);
     free(t->ids);
     dl_dist_buckets_free(t->buckets);
@@ -156,18 +158,20 @@ static dl_status trainer_open(trainer *t, const dl_run_opts *o, dl_dist *d,
         t->idx = malloc((size_t)b * sizeof(*t->idx));
         t->hx = malloc((size_t)(b * dim) * sizeof(float));
         t->hy = malloc((size_t)b * sizeof(int32_t));
+        t->ht = malloc((size_t)(b * (t->train->tdim + 1)) * sizeof(float));
         t->host = malloc((size_t)(most + 1) * sizeof(float));
-        if (!t->perm || !t->idx || !t->hx || !t->hy || !t->host)
+        if (!t->perm || !t->idx || !t->hx || !t->hy || !t->ht || !t->host)
             st = dl_err_set(err, DL_ERR_NOMEM, "batch buffers");
     }
     if (st != DL_OK) {
         trainer_close(t);
         return st;
     }
-    /* An embedding table first in the model travels by rows (sparse). */
+    /* An embedding table first in the model, on its only input, travels
+     * by rows (sparse); a batch's ids are then all of its values. */
     t->lay = (dl_ps_layout){ .nparams = t->np };
     const dl_layer_conf *first = &t->s.conf->layers[0];
-    if (first->type == DL_LAYER_EMBEDDING) {
+    if (first->type == DL_LAYER_EMBEDDING && t->s.conf->ninputs == 1) {
         t->lay.rows = first->num_embeddings;
         t->lay.dim = first->dim;
         if (!(t->ids = malloc((size_t)(b * dim) * sizeof(*t->ids)))) {
@@ -268,7 +272,9 @@ static void gather(trainer *t, int64_t s, int64_t *count, int64_t *global)
     *global = t->train->n - s * G < G ? t->train->n - s * G : G;
     for (int64_t i = 0; i < *count; i++)
         t->idx[i] = t->perm[begin + i];
-    dl_data_gather(t->train, t->idx, *count, t->hx, t->hy);
+    dl_data_gather(t->train, t->idx, *count, t->hx, t->train->t ? NULL : t->hy);
+    if (t->train->t)
+        dl_data_gather_targets(t->train, t->idx, *count, t->ht);
     if (!t->ids)
         return;
     int64_t n = 0;
@@ -312,7 +318,8 @@ static dl_status compute(trainer *t, int64_t count, int64_t global, double *loss
     int64_t c = 0;
     dl_status st = dl_model_forward(t->s.m, t->x, count, true, &y, err);
     if (st == DL_OK)
-        st = dl_model_loss(t->s.m, t->hy, NULL, scale, true, &l, &c, err);
+        st = dl_model_loss(t->s.m, t->train->t ? NULL : t->hy, t->train->t ? t->ht : NULL,
+                           scale, true, &l, &c, err);
     if (st == DL_OK)
         st = t->buckets ? dl_model_backward_hooked(t->s.m, grads_ready, t->buckets, err)
                         : dl_model_backward(t->s.m, err);
@@ -440,7 +447,8 @@ static dl_status evaluate(trainer *t, double sums[3], dl_err *err)
     dl_dataset part = *t->test;
     part.n = e - b;
     part.x = t->test->x + b * t->test->dim;
-    part.y = t->test->y + b;
+    part.y = t->test->y ? t->test->y + b : NULL;
+    part.t = t->test->t ? t->test->t + b * t->test->tdim : NULL;
     double loss = 0.0, acc = 0.0;
     dl_status st = part.n > 0 ? session_evaluate(&t->s, &part, 1024, &loss, &acc, err)
                               : DL_OK;

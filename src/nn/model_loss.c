@@ -1,0 +1,170 @@
+/* model_loss.c: the losses of a model's outputs (softmax cross-entropy,
+ * mean squared error, binary cross-entropy on logits), their gradients
+ * and per-output figures. */
+#include "nn/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The loss gradient's buffer of output k, when wanted. */
+float *model_dout_of(dl_model *m, int k, bool want_grad)
+{
+    int t = m->ninputs + m->conf->outputs[k].from;
+    return want_grad ? m->gp.buf[m->gp.slot_of[t]] : NULL;
+}
+
+/* Today's single-output loss: labels (class indices) for cross-entropy,
+ * targets or one-hot labels for MSE. */
+static dl_status loss_single(dl_model *m, const int32_t *labels, const float *targets,
+                             float grad_scale, bool want_grad, double *loss_sum,
+                             int64_t *correct, dl_err *err)
+{
+    int64_t n = m->batch, k = dl_model_out_dim(m);
+    float *dout = model_dout_of(m, 0, want_grad);
+    const float *y = dl_model_output(m, 0);
+    for (int64_t i = 0; labels && i < n; i++)
+        if (labels[i] < 0 || labels[i] >= k)
+            return dl_err_set(err, DL_ERR_INVALID, "label %d of sample %lld not in [0, %lld)",
+                              labels[i], (long long)i, (long long)k);
+    if (m->conf->loss == DL_LOSS_XENT) {
+        if (!labels)
+            return dl_err_set(err, DL_ERR_INVALID, "cross-entropy needs labels");
+        m->be->ops->xent(m->be, y, labels, n, k, dout, grad_scale, loss_sum, correct);
+        return DL_OK;
+    }
+    if (!targets) {
+        if (!labels)
+            return dl_err_set(err, DL_ERR_INVALID, "mean squared error needs labels or targets");
+        memset(m->host_targets, 0, (size_t)(n * k) * sizeof(float));
+        for (int64_t i = 0; i < n; i++)
+            m->host_targets[i * k + labels[i]] = 1.0f;
+        targets = m->host_targets;
+    }
+    /* Per-sample loss is the mean over outputs, as PyTorch's MSELoss. */
+    m->be->ops->mse(m->be, y, targets, n * k, dout, grad_scale / (float)k, loss_sum);
+    *loss_sum /= (double)k;
+    if (labels) {
+        m->be->ops->download(m->be, m->host_y, y, (size_t)(n * k) * sizeof(float));
+        for (int64_t i = 0; i < n; i++)
+            *correct += dl_argmax(m->host_y + i * k, k) == labels[i];
+    }
+    return DL_OK;
+}
+
+/* Binary cross-entropy on logits, the mean over a sample's values; on the
+ * host. Counts samples whose every value is on the target's side of 0.5. */
+static void bce_host(dl_model *m, const float *y, const float *t, int64_t n, int64_t k,
+                     float *dout, float scale, out_stat *os)
+{
+    float *hy = m->host_y, *g = m->host_targets == t ? NULL : m->host_targets;
+    m->be->ops->download(m->be, hy, y, (size_t)(n * k) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        bool ok = true;
+        for (int64_t j = 0; j < k; j++) {
+            float x = hy[i * k + j], tt = t[i * k + j];
+            os->loss += (fmaxf(x, 0.0f) - x * tt + log1pf(expf(-fabsf(x)))) / (double)k;
+            ok = ok && (x > 0.0f) == (tt > 0.5f);
+            if (g)
+                g[i * k + j] = (1.0f / (1.0f + expf(-x)) - tt) * scale;
+        }
+        os->correct += ok;
+    }
+    if (dout && g)
+        m->be->ops->upload(m->be, dout, g, (size_t)(n * k) * sizeof(float));
+}
+
+/* Gathers output k's target columns (at column `at` of rows of `tc`) into
+ * host memory: class indices (checked) or values. */
+static dl_status gather_targets(dl_model *m, int k, const float *targets, int64_t tc,
+                                int64_t at, dl_err *err)
+{
+    const dl_output_conf *o = &m->conf->outputs[k];
+    for (int64_t i = 0; i < m->batch; i++) {
+        if (o->loss != DL_LOSS_XENT) {
+            memcpy(m->host_y + i * o->dim, targets + i * tc + at, (size_t)o->dim * sizeof(float));
+            continue;
+        }
+        float v = targets[i * tc + at];
+        if (!(v >= 0.0f && v < (float)o->dim && v == floorf(v)))
+            return dl_err_set(err, DL_ERR_INVALID, "output '%s': label %g of sample %lld is "
+                              "not a class in [0, %lld)", o->name, v, (long long)i,
+                              (long long)o->dim);
+        m->host_labels[i] = (int32_t)v;
+    }
+    return DL_OK;
+}
+
+/* Output k's loss into m->ostat[k], its gradient (scaled by the output's
+ * weight) into its gradient buffer. */
+static dl_status loss_output(dl_model *m, int k, const float *targets, int64_t at,
+                             float grad_scale, bool want_grad, dl_err *err)
+{
+    const dl_output_conf *o = &m->conf->outputs[k];
+    int64_t n = m->batch, tc = model_target_cols(m);
+    out_stat *os = &m->ostat[k];
+    float *dout = model_dout_of(m, k, want_grad), scale = grad_scale * o->weight;
+    const float *y = dl_model_output(m, k);
+    *os = (out_stat){ 0 };
+    dl_status st = gather_targets(m, k, targets, tc, at, err);
+    if (st != DL_OK)
+        return st;
+    if (o->loss == DL_LOSS_XENT) {
+        m->be->ops->xent(m->be, y, m->host_labels, n, o->dim, dout, scale, &os->loss,
+                         &os->correct);
+        return DL_OK;
+    }
+    /* host_y holds the targets now: keep them apart from the staging */
+    memcpy(m->host_targets, m->host_y, (size_t)(n * o->dim) * sizeof(float));
+    if (o->loss == DL_LOSS_MSE) {
+        m->be->ops->mse(m->be, y, m->host_targets, n * o->dim, dout, scale / (float)o->dim,
+                        &os->sq);
+        os->loss = os->sq / (double)o->dim;
+        return DL_OK;
+    }
+    float *t = malloc((size_t)(n * o->dim) * sizeof(float));
+    if (!t)
+        return dl_err_set(err, DL_ERR_NOMEM, "targets");
+    memcpy(t, m->host_targets, (size_t)(n * o->dim) * sizeof(float));
+    bce_host(m, y, t, n, o->dim, dout, scale / (float)o->dim, os);
+    free(t);
+    return DL_OK;
+}
+
+dl_status dl_model_loss(dl_model *m, const int32_t *labels, const float *targets,
+                        float grad_scale, bool want_grad, double *loss_sum,
+                        int64_t *correct, dl_err *err)
+{
+    *correct = 0;
+    *loss_sum = 0.0;
+    if (!m->have_out)
+        return dl_err_set(err, DL_ERR_INVALID, "loss before any forward pass");
+    if (want_grad && !m->trained)
+        return dl_err_set(err, DL_ERR_INVALID, "loss gradient needs a training forward pass");
+    dl_status st = DL_OK;
+    if (!m->conf->graph) {
+        st = loss_single(m, labels, targets, grad_scale, want_grad, loss_sum, correct, err);
+        m->ostat[0] = (out_stat){ *loss_sum, 0.0, *correct };
+    } else if (!targets) {
+        st = dl_err_set(err, DL_ERR_INVALID, "model '%s' needs targets: a column an output "
+                        "(%lld in all)", m->conf->name, (long long)model_target_cols(m));
+    }
+    for (int k = 0, at = 0; m->conf->graph && targets && k < m->conf->noutputs && st == DL_OK; k++) {
+        st = loss_output(m, k, targets, at, grad_scale, want_grad, err);
+        at += (int)m->conf->outputs[k].tcols;
+        *loss_sum += m->conf->outputs[k].weight * m->ostat[k].loss;
+    }
+    if (m->conf->graph && st == DL_OK)
+        *correct = m->ostat[0].correct;
+    m->have_dout = want_grad && st == DL_OK;
+    return st;
+}
+
+void dl_model_output_stats(const dl_model *m, int k, double *loss_sum, int64_t *correct,
+                           double *sq_sum)
+{
+    *loss_sum = m->ostat[k].loss;
+    *correct = m->ostat[k].correct;
+    *sq_sum = m->ostat[k].sq;
+}
+

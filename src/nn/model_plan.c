@@ -1,0 +1,285 @@
+/* model_plan.c: a model's graph planned once at build: who reads each
+ * tensor, activations folded into conv2d and dense, blocked layouts kept
+ * over chain edges, and the activation and gradient buffers. */
+#include "nn/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool is_act(dl_layer_type t)
+{
+    return t == DL_LAYER_RELU || t == DL_LAYER_TANH || t == DL_LAYER_SIGMOID;
+}
+
+/* Readers of each tensor (a layer reading it twice counts twice), the
+ * last one, and which output each tensor is. */
+static dl_status index_graph(dl_model *m, int **readers, dl_err *err)
+{
+    *readers = calloc((size_t)m->nt, sizeof(int));
+    m->last_reader = malloc((size_t)m->nt * sizeof(int));
+    m->out_of = malloc((size_t)m->nt * sizeof(int));
+    if (!*readers || !m->last_reader || !m->out_of)
+        return dl_err_set(err, DL_ERR_NOMEM, "graph index");
+    for (int t = 0; t < m->nt; t++)
+        m->last_reader[t] = m->out_of[t] = -1;
+    for (int i = 0; i < m->nlayers; i++)
+        for (int k = 0; k < m->layers[i].conf->nsrc; k++) {
+            int t = model_tensor_of(m, m->layers[i].conf->src[k]);
+            (*readers)[t]++;
+            m->last_reader[t] = i;
+        }
+    for (int k = 0; k < m->conf->noutputs; k++)
+        m->out_of[m->ninputs + m->conf->outputs[k].from] = k;
+    return DL_OK;
+}
+
+/* Layer i's only reader when its output goes to exactly one layer and is
+ * no model output (a plain chain edge); else -1. */
+static int chain_next(const dl_model *m, const int *readers, int i)
+{
+    int t = m->ninputs + i;
+    if (readers[t] != 1 || m->out_of[t] >= 0)
+        return -1;
+    return m->last_reader[t];
+}
+
+/* Folds each activation that follows a conv2d or dense layer over a chain
+ * edge into it: the layer applies it to its output in the same pass (a
+ * post-op of the convolution engine, the GEMM's epilogue), and the
+ * activation layer's output is that same buffer. Its backward is
+ * unchanged: it reads only that output. */
+static void fuse_activations(dl_model *m, const int *readers)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        layer *prev = &m->layers[i];
+        dl_layer_type pt = prev->conf->type;
+        int j = chain_next(m, readers, i);
+        if (j < 0 || (pt != DL_LAYER_CONV2D && pt != DL_LAYER_DENSE) ||
+            !is_act(m->layers[j].conf->type))
+            continue;
+        prev->post_act = layer_act(m->layers[j].conf);
+        prev->post = &prev->post_act;
+        m->layers[j].folded = true;
+    }
+}
+
+/* Keeps activations in the convolution engine's blocked layout from one
+ * engine layer (conv2d or pooling) to the next when their channel count
+ * is a multiple of the block and only activation layers (elementwise, so
+ * indifferent to the layout) lie between them on chain edges: the engine
+ * then reorders at the edges of such a run only, not around every layer. */
+static void plan_layouts(dl_model *m, const int *readers)
+{
+    int block = m->be->engine_block;
+    for (int i = 0; block > 0 && i < m->nlayers; i++) {
+        layer *l = &m->layers[i];
+        if (!layer_engine_layout(l) || l->out_shape[0] % block != 0)
+            continue;
+        int j = chain_next(m, readers, i);
+        while (j >= 0 && is_act(m->layers[j].conf->type))
+            j = chain_next(m, readers, j);
+        if (j < 0 || !layer_engine_layout(&m->layers[j]))
+            continue;
+        l->blocked |= DL_BLOCKED_Y;
+        m->layers[j].blocked |= DL_BLOCKED_X;
+        DL_LOG(DL_LOG_DEBUG, "nn", "'%s' -> '%s': activations stay blocked by %d channels",
+               l->conf->name, m->layers[j].conf->name, block);
+    }
+}
+
+static bool is_view(dl_layer_type t)
+{
+    return t == DL_LAYER_FLATTEN || t == DL_LAYER_RESHAPE || t == DL_LAYER_IDENTITY;
+}
+
+/* Elementwise single-input layers that may write over their input. */
+static bool in_place_ok(const layer *l)
+{
+    dl_layer_type t = l->conf->type;
+    return is_act(t) || t == DL_LAYER_GELU || t == DL_LAYER_SILU;
+}
+
+static int root_of(const act_plan *p, int t)
+{
+    while (p->alias[t] != t)
+        t = p->alias[t];
+    return t;
+}
+
+/* A slot of at least `dim` floats a sample: a free one (grown to fit), or a
+ * new one. free_slot[k] says whether slot k is free. */
+static int take_slot(act_plan *p, bool *free_slot, int64_t dim)
+{
+    int k = 0;
+    while (k < p->nslots && !free_slot[k])
+        k++;
+    if (k == p->nslots)
+        p->dim[p->nslots++] = 0;
+    free_slot[k] = false;
+    if (p->dim[k] < dim)
+        p->dim[k] = dim;
+    return k;
+}
+
+/* Aliases: a folded activation shares its producer's buffer in every pass,
+ * and outside training a flatten, reshape or identity that is no model
+ * output passes its input on as it is (only backward reads a copy). */
+static void plan_aliases(dl_model *m, act_plan *p, bool train)
+{
+    for (int t = 0; t < m->nt; t++)
+        p->alias[t] = t;
+    for (int i = 0; i < m->nlayers; i++) {
+        layer *l = &m->layers[i];
+        int t = m->ninputs + i;
+        if (l->folded || (!train && is_view(l->conf->type) && m->out_of[t] < 0))
+            p->alias[t] = model_tensor_of(m, l->conf->src[0]);
+    }
+}
+
+/* Plans the activation buffers of one kind of pass. Training keeps every
+ * tensor for backward; inference gives a buffer back once the last
+ * reader of its tensor (and of the tensors aliasing it) has run, and lets
+ * an elementwise layer write over an input that dies with it. */
+static dl_status plan_acts(dl_model *m, act_plan *p, bool train, dl_err *err)
+{
+    p->slot_of = malloc((size_t)m->nt * sizeof(int));
+    p->alias = malloc((size_t)m->nt * sizeof(int));
+    p->dim = calloc((size_t)m->nt + 1, sizeof(int64_t));
+    int *until = malloc((size_t)m->nt * sizeof(int));
+    bool *free_slot = calloc((size_t)m->nt + 1, sizeof(bool));
+    if (!p->slot_of || !p->alias || !p->dim || !until || !free_slot) {
+        free(until);
+        free(free_slot);
+        return dl_err_set(err, DL_ERR_NOMEM, "activation plan");
+    }
+    plan_aliases(m, p, train);
+    for (int t = 0; t < m->nt; t++)
+        until[t] = -1;
+    for (int t = 0; t < m->nt; t++) {
+        int r = root_of(p, t), last = m->out_of[t] >= 0 || train ? INT32_MAX : m->last_reader[t];
+        until[r] = last > until[r] ? last : until[r];
+    }
+    for (int i = 0; i < m->nlayers; i++) {
+        int t = m->ninputs + i;
+        p->slot_of[t] = -1;
+        for (int u = m->ninputs; u < t; u++)      /* give back the dead */
+            if (p->slot_of[u] >= 0 && until[u] < i)
+                free_slot[p->slot_of[u]] = true, until[u] = INT32_MAX;
+        if (p->alias[t] != t)
+            continue;
+        int x = root_of(p, model_tensor_of(m, m->layers[i].conf->src[0]));
+        if (!train && in_place_ok(&m->layers[i]) && x >= m->ninputs && until[x] == i &&
+            p->slot_of[x] >= 0) {
+            p->slot_of[t] = p->slot_of[x];
+            until[x] = INT32_MAX;           /* its slot passes on to t */
+            continue;
+        }
+        p->slot_of[t] = take_slot(p, free_slot, m->tdim[t]);
+    }
+    for (int k = 0; k < m->ninputs; k++)
+        p->slot_of[k] = -1;
+    free(until);
+    free(free_slot);
+    return DL_OK;
+}
+
+/* Whether backward computes tensor t's gradient: every layer output, and
+ * the FP32 model inputs when asked (dl_model_set_input_grads). */
+bool model_needs_grad(const dl_model *m, int t)
+{
+    return t >= m->ninputs || (m->input_grads && m->conf->inputs[t].dtype == DL_IN_FP32);
+}
+
+/* Whether layer i's input k writes its gradient through a scratch buffer:
+ * its tensor already holds a gradient (a model output, a later reader) or
+ * an earlier input of the same layer is the same tensor. */
+bool model_via_scratch(const dl_model *m, int i, int k)
+{
+    const dl_layer_conf *c = m->layers[i].conf;
+    int t = model_tensor_of(m, c->src[k]);
+    if (m->out_of[t] >= 0 || m->last_reader[t] != i)
+        return true;
+    for (int q = 0; q < k; q++)
+        if (c->src[q] == c->src[k])
+            return true;
+    return false;
+}
+
+/* Gradient buffers: tensor t's gradient lives from the backward of its
+ * last reader (or the loss, for an output) to its producer's backward. A
+ * buffer is reused once that interval has ended, so a chain ping-pongs
+ * between two. */
+dl_status model_plan_grads(dl_model *m, dl_err *err)
+{
+    grad_plan *g = &m->gp;
+    g->slot_of = malloc((size_t)m->nt * sizeof(int));
+    g->dim = calloc((size_t)m->nt + 1, sizeof(int64_t));
+    bool *free_slot = calloc((size_t)m->nt + 1, sizeof(bool));
+    if (!g->slot_of || !g->dim || !free_slot) {
+        free(free_slot);
+        return dl_err_set(err, DL_ERR_NOMEM, "gradient plan");
+    }
+    act_plan tmp = { .dim = g->dim };
+    for (int t = 0; t < m->nt; t++)
+        g->slot_of[t] = -1;
+    for (int t = m->ninputs; t < m->nt; t++)     /* the loss writes these first */
+        if (m->out_of[t] >= 0)
+            g->slot_of[t] = take_slot(&tmp, free_slot, m->tdim[t]);
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        const dl_layer_conf *c = m->layers[i].conf;
+        int nscr = 0;
+        for (int k = 0; k < c->nsrc; k++) {
+            int s = model_tensor_of(m, c->src[k]);
+            if (!model_needs_grad(m, s))
+                continue;
+            nscr += model_via_scratch(m, i, k);
+            if (g->slot_of[s] < 0)
+                g->slot_of[s] = take_slot(&tmp, free_slot, m->tdim[s]);
+            if (m->tdim[s] > g->scratch_dim)
+                g->scratch_dim = m->tdim[s];
+        }
+        g->nscratch = nscr > g->nscratch ? nscr : g->nscratch;
+        free_slot[g->slot_of[m->ninputs + i]] = true;    /* consumed by this backward */
+    }
+    g->nslots = tmp.nslots;
+    free(free_slot);
+    g->buf = calloc((size_t)g->nslots + 1, sizeof(float *));
+    g->scratch = calloc((size_t)g->nscratch + 1, sizeof(float *));
+    if (!g->buf || !g->scratch)
+        return dl_err_set(err, DL_ERR_NOMEM, "gradient plan");
+    return DL_OK;
+}
+
+void model_free_grad_plan(dl_model *m)
+{
+    free(m->gp.slot_of);
+    free(m->gp.dim);
+    free(m->gp.buf);
+    free(m->gp.scratch);
+    m->gp = (grad_plan){ 0 };
+}
+
+/* The graph's plans, after the layers are built. */
+dl_status model_plan_graph(dl_model *m, dl_err *err)
+{
+    int *readers = NULL;
+    dl_status st = index_graph(m, &readers, err);
+    if (st == DL_OK) {
+        fuse_activations(m, readers);
+        plan_layouts(m, readers);
+        st = plan_acts(m, &m->plan[0], false, err);
+    }
+    if (st == DL_OK)
+        st = plan_acts(m, &m->plan[1], true, err);
+    if (st == DL_OK)
+        st = model_plan_grads(m, err);
+    m->act = calloc((size_t)m->nt, sizeof(*m->act));
+    m->grad = calloc((size_t)m->nt, sizeof(*m->grad));
+    m->stage = calloc((size_t)m->ninputs, sizeof(*m->stage));
+    m->ostat = calloc((size_t)m->conf->noutputs, sizeof(*m->ostat));
+    if (st == DL_OK && (!m->act || !m->grad || !m->stage || !m->ostat))
+        st = dl_err_set(err, DL_ERR_NOMEM, "graph tables");
+    free(readers);
+    return st;
+}
+

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# A graph model end to end: two inputs (features and ids), two outputs
+# (a classifier and a regression), trained from CSV data with --train,
+# evaluated with --eval (the "outputs" object), and a bad data row refused
+# with file:line.
+. "$(dirname "$0")/../lib/lib.sh"
+M=$WORK/models/two
+D=$WORK/data
+mkdir -p "$M" "$D"
+cat > "$M/model.json" <<'JSON'
+{"name": "two",
+ "inputs": [{"name": "feat", "shape": [3], "datatype": "FP32"},
+            {"name": "id", "shape": [1], "datatype": "INT64"}],
+ "layers": [
+   {"name": "emb", "type": "embedding", "inputs": ["id"], "num_embeddings": 4, "dim": 3},
+   {"name": "flat", "type": "flatten"},
+   {"name": "fc", "type": "dense", "inputs": ["feat"], "units": 3},
+   {"name": "sum", "type": "add", "inputs": ["fc", "flat"]},
+   {"name": "act", "type": "relu"},
+   {"name": "cls", "type": "dense", "units": 2},
+   {"name": "reg", "type": "dense", "inputs": ["act"], "units": 1}],
+ "outputs": [{"name": "cls", "loss": "softmax_cross_entropy", "labels": ["lo", "hi"]},
+             {"name": "reg", "loss": "mse", "weight": 0.5}],
+ "training": {"epochs": 30, "batch_size": 16, "optimizer": "adam", "lr": 0.01}}
+JSON
+# class, target, then feat (3 values), then id
+/usr/bin/python3 - "$D" <<'PY'
+import random, sys
+random.seed(3)
+for split, n in (("train", 400), ("test", 100)):
+    with open(f"{sys.argv[1]}/{split}.csv", "w") as f:
+        for _ in range(n):
+            x = [random.uniform(-1, 1) for _ in range(3)]
+            i = random.randrange(4)
+            c = int(x[0] + 0.3 * i > 0.5)
+            f.write(f"{c},{x[1] * 2 + i * 0.1:.4f},{x[0]:.4f},{x[1]:.4f},{x[2]:.4f},{i}\n")
+PY
+"$DLSERVE" --train "$M" --data "$D" --threads 1 --no-progress > "$WORK/train.json" 2> "$WORK/train.err"
+rc=$?
+check "--train of a graph model exits 0" test $rc -eq 0
+check "it writes version 1" test -s "$M/1/model.safetensors"
+"$DLSERVE" --eval "$M" --data "$D" > "$WORK/eval.json" 2> "$WORK/eval.err"
+check "--eval exits 0" test $? -eq 0
+cat "$WORK/eval.json"
+check "--eval prints the outputs object" /usr/bin/python3 -c '
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+o = r["outputs"]
+assert set(o) == {"cls", "reg"}, o
+assert 0 <= o["cls"]["accuracy"] <= 1 and o["reg"]["rmse"] >= 0
+assert abs(r["loss"] - (o["cls"]["loss"] + 0.5 * o["reg"]["loss"])) < 2e-3, r
+assert o["cls"]["accuracy"] > 0.7, o' "$WORK/eval.json"
+
+printf '0.1,0.2,0.3,1\n' | "$DLSERVE" --predict "$M" > /dev/null 2> "$WORK/predict.err"
+rc=$?
+check "--predict refuses a model of several inputs and outputs" \
+    fails_with "$WORK/predict.err" $rc "has 2 inputs and 2 outputs"
+
+cp "$D/test.csv" "$WORK/test.csv"
+printf '1,0.5,0.1,0.2,0.3,1.5\n' >> "$D/test.csv"
+"$DLSERVE" --eval "$M" --data "$D" > /dev/null 2> "$WORK/bad.err"
+rc=$?
+cat "$WORK/bad.err"
+check "a fractional id is refused with file:line" \
+    fails_with "$WORK/bad.err" $rc "test.csv:101: field 6 (input 'id') is not an id"
+printf '2,0.5,0.1,0.2,0.3,1\n' > "$D/test.csv"
+"$DLSERVE" --eval "$M" --data "$D" > /dev/null 2> "$WORK/bad2.err"
+rc=$?
+check "a class out of range is refused with file:line" \
+    fails_with "$WORK/bad2.err" $rc "test.csv:1: field 1 (output 'cls'): bad class"
+finish
