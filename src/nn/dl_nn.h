@@ -188,6 +188,14 @@ int64_t dl_model_out_dim(const dl_model *m);
  * (conf->graph): the outputs' tcols summed. */
 int64_t dl_model_target_dim(const dl_model *m);
 
+/* Per-sample floats of the activation buffers the graph's plans hold: an
+ * inference pass, a training pass, backward's gradients, and the sum of
+ * every layer output (what one buffer per tensor would take). */
+typedef struct dl_act_sizes {
+    int64_t infer, train, grads, all;
+} dl_act_sizes;
+dl_act_sizes dl_model_act_sizes(const dl_model *m);
+
 /* The named inputs and outputs: counts, per-sample sizes, and the index of
  * a name (-1 if none). */
 int     dl_model_input_count(const dl_model *m);

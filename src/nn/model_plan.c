@@ -259,6 +259,35 @@ void model_free_grad_plan(dl_model *m)
     m->gp = (grad_plan){ 0 };
 }
 
+static int64_t slot_floats(const int64_t *dim, int nslots)
+{
+    int64_t sum = 0;
+    for (int k = 0; k < nslots; k++)
+        sum += dim[k];
+    return sum;
+}
+
+dl_act_sizes dl_model_act_sizes(const dl_model *m)
+{
+    dl_act_sizes a = {
+        .infer = slot_floats(m->plan[0].dim, m->plan[0].nslots),
+        .train = slot_floats(m->plan[1].dim, m->plan[1].nslots),
+        .grads = slot_floats(m->gp.dim, m->gp.nslots),
+    };
+    for (int t = m->ninputs; t < m->nt; t++)
+        a.all += m->tdim[t];
+    return a;
+}
+
+static void log_act_sizes(const dl_model *m)
+{
+    dl_act_sizes a = dl_model_act_sizes(m);
+    DL_LOG(DL_LOG_DEBUG, "nn", "activation plan, floats a sample: inference %lld in %d "
+           "buffers, training %lld, gradients %lld; every layer output %lld",
+           (long long)a.infer, m->plan[0].nslots, (long long)a.train, (long long)a.grads,
+           (long long)a.all);
+}
+
 /* The graph's plans, after the layers are built. */
 dl_status model_plan_graph(dl_model *m, dl_err *err)
 {
@@ -280,6 +309,8 @@ dl_status model_plan_graph(dl_model *m, dl_err *err)
     if (st == DL_OK && (!m->act || !m->grad || !m->stage || !m->ostat))
         st = dl_err_set(err, DL_ERR_NOMEM, "graph tables");
     free(readers);
+    if (st == DL_OK)
+        log_act_sizes(m);
     return st;
 }
 

@@ -820,12 +820,16 @@ dl_status dl_bench_run(const dl_run_opts *o, dl_err *err)
         secs = dl_time_now() - t1;
     }
     double infer_rate = (double)(passes * n) / (secs > 0 ? secs : 1e-9);
+    dl_act_sizes a = dl_model_act_sizes(t.s.m);
+    const double mib256 = 256.0 * sizeof(float) / (1024.0 * 1024.0);
     if (st == DL_OK)
         printf("{\"model\":\"%s\",\"threads\":%d,\"conv\":\"%s\",\"batch_size\":%lld,"
                "\"steps\":%lld,\"train_samples_per_sec\":%.1f,\"infer_batch_size\":256,"
-               "\"infer_samples_per_sec\":%.1f}\n",
+               "\"infer_samples_per_sec\":%.1f,\"act_mib_batch256\":{\"infer\":%.2f,"
+               "\"train\":%.2f,\"grads\":%.2f,\"all\":%.2f}}\n",
                t.s.conf->name, t.s.be->threads, dl_backend_conv_engine(t.s.be),
-               (long long)t.hp.batch_size, (long long)steps, train_rate, infer_rate);
+               (long long)t.hp.batch_size, (long long)steps, train_rate, infer_rate,
+               a.infer * mib256, a.train * mib256, a.grads * mib256, a.all * mib256);
     free(probs);
     trainer_close(&t);
     dl_dist_free(d);

@@ -11,6 +11,9 @@ from the IDX gz files, and either measures throughput or trains.
     torch_model.py train --model models/fashion-cnn/model.json --threads 2 \
         [--epochs E] --out /tmp/cnn.safetensors
 
+bench --graph builds the model with torch_graph.py instead (layers that
+name their `inputs`, such as models/fashion-resnet; one input, one output).
+
 Each prints one JSON line on stdout; progress goes to stderr.  Only the
 Python standard library, numpy and torch (Debian's python3-torch) are used.
 Shared by the interop test (tests/cli/test_torch_interop.sh) and the
@@ -345,6 +348,23 @@ def _setup(args):
     return spec
 
 
+def graph_model(spec):
+    """A one-input, one-output model.json built by torch_graph.py, as a
+    module that returns its single output."""
+    import torch
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import torch_graph
+
+    class Single(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.graph = torch_graph.build(spec)
+
+        def forward(self, x):
+            return self.graph(x)[0]
+    return Single()
+
+
 def cmd_bench(args):
     """Training throughput: `warmup` untimed then `steps` timed optimizer
     steps at the training batch size, over one fixed shuffle of the training
@@ -357,7 +377,7 @@ def cmd_bench(args):
     bs = args.batch_size or int(tr.get("batch_size", 64))
     torch.manual_seed(int(tr.get("seed", 42)))
     xtr, ytr, xte, yte = load_fashion(args.data, spec)
-    model = build_model(spec)
+    model = graph_model(spec) if args.graph else build_model(spec)
     loss_fn = make_loss(spec)
     opt = make_optimizer(spec, model.parameters())
 
@@ -492,6 +512,8 @@ def main(argv=None):
             s.add_argument("--infer-batch-size", type=int, default=256)
             s.add_argument("--infer-seconds", type=float, default=1.0,
                            help="repeat test-set passes at least this long")
+            s.add_argument("--graph", action="store_true",
+                           help="build the model with torch_graph.py")
         else:
             s.add_argument("--epochs", type=int, default=0,
                            help="default: model.json")

@@ -1,6 +1,7 @@
 /* test_graph.c: graph models: model.json's inputs, per-layer inputs and
  * outputs are checked (each bad file refused naming the layer and the
  * reason), inference (buffers reused) gives what a training pass gives,
+ * the activation plan holds fewer floats than one buffer a tensor,
  * and a graph with a residual join, a concat of two branches and three
  * outputs trains step for step as PyTorch does (tests/py/graph_steps.py). */
 #define _POSIX_C_SOURCE 200809L
@@ -165,6 +166,25 @@ Test(graph, outputs_exclude_top_level_loss)
     REFUSED("{'name': 'g', 'input': {'shape': [4]}, 'layers': [{'name': 'x', 'type': 'dense',"
             " 'units': 2}], 'loss': 'mse', 'outputs': [{'name': 'x', 'loss': 'mse'}]}",
             "'outputs'", "'loss'");
+}
+
+/* The activation plan: training keeps every tensor (a folded tanh shares
+ * its dense layer's buffer); inference gives a buffer back after its last
+ * reader, so 'fb' reuses the buffer of 'x'. */
+Test(graph, activation_plan_sizes)
+{
+    dl_err err = {0};
+    cr_assert_eq(parse(graph(FC("x", "a", 8) ",{'name': 't', 'type': 'tanh'},"
+                             FC("s", "t", 8) "," FC("fb", "b", 8) ","
+                             "{'name': 'u', 'type': 'add', 'inputs': ['s', 'fb']}", OUT("u")),
+                       &err), DL_OK, "%s", err.msg);
+    be = fx_cpu_backend();
+    cr_assert_eq(dl_model_new(be, conf, 3, &m, &err), DL_OK, "%s", err.msg);
+    dl_act_sizes a = dl_model_act_sizes(m);
+    cr_expect_eq(a.all, 40);
+    cr_expect_eq(a.train, 32);
+    cr_expect_eq(a.infer, 24);
+    cr_expect(a.grads > 0 && a.grads <= a.all, "grads %lld", (long long)a.grads);
 }
 
 /* ---- the reference graph ----------------------------------------------------- */

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Data-parallel training of a graph model: two-tower (an embedding, concat,
+# two outputs and their weighted losses) under `mpirun -n 2 --dist
+# allreduce` at batch 32 a rank equals one process at batch 64 after 8
+# steps, and differs from one process at batch 32 (the check has teeth).
+. "$(dirname "$0")/../lib/lib.sh"
+
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp
+        --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+CMP="$SRC/tests/dist/compare_weights.py"
+D=$WORK/data
+/usr/bin/python3 "$SRC/tests/py/make_two_tower.py" "$D" --train 1024 --test 256
+COMMON=(--data "$D" --epochs 1 --limit 512 --optimizer momentum --lr 0.05 --threads 1
+        --seed 3 --no-progress --deterministic)
+
+fresh() {  # name: a new two-tower folder
+    mkdir -p "$WORK/$1"; cp "$SRC/models/two-tower/model.json" "$WORK/$1/"; echo "$WORK/$1"
+}
+
+ref=$(fresh ref)
+"$DLSERVE" --train "$ref" "${COMMON[@]}" --batch-size 64 > "$WORK/ref.json" 2> "$WORK/ref.log"
+check "reference: one process, batch 64" test -s "$ref/1/model.safetensors"
+small=$(fresh small)
+"$DLSERVE" --train "$small" "${COMMON[@]}" --batch-size 32 > /dev/null 2> "$WORK/small.log"
+check "one process, batch 32" test -s "$small/1/model.safetensors"
+
+ar=$(fresh allreduce-2)
+timeout 300 "${MPIRUN[@]}" -np 2 "$DLSERVE" --train "$ar" "${COMMON[@]}" --dist allreduce \
+    --batch-size 32 > "$WORK/ar.json" 2> "$WORK/ar.log"
+check "allreduce-2: job exits 0" test $? -eq 0
+cat "$WORK/ar.json"
+check "allreduce-2: 2 ranks" test "$(json_get "$WORK/ar.json" ranks)" = 2
+check "allreduce-2 at batch 32 equals one process at batch 64 (rel err <= 1e-5)" \
+    /usr/bin/python3 "$CMP" "$ar/1/model.safetensors" "$ref/1/model.safetensors" 1e-5
+differs() { ! /usr/bin/python3 "$CMP" "$1" "$2" 1e-3; }
+check "one process at batch 32 does not (rel err > 1e-3: the comparison has teeth)" \
+    differs "$small/1/model.safetensors" "$ref/1/model.safetensors"
+finish
