@@ -3,13 +3,18 @@
 --   WRK_BODY_FILE=body.json wrk -s tests/bench/wrk_post.lua URL   POST the file as JSON
 --   WRK_BODY_FILE=body.bin WRK_JSON_LEN=N \
 --     WRK_CONTENT_TYPE=application/octet-stream wrk -s ...  URL   POST a binary request
+--   WRK_BODY_FILE=body.json.gz WRK_CONTENT_ENCODING=gzip \
+--     WRK_ACCEPT_ENCODING=gzip wrk -s ...  URL                    a gzip'ed body
 --   wrk -s tests/bench/wrk_post.lua URL                           plain GET
 --
 -- With WRK_BODY_FILE set, every request is a POST with that file's bytes as
 -- body and Content-Type: WRK_CONTENT_TYPE (default application/json); with
 -- WRK_JSON_LEN set too, the header Inference-Header-Content-Length: N tells
 -- the server that the body is the Open Inference Protocol's binary tensor
--- data extension (N bytes of JSON, raw tensors after them). Without
+-- data extension (N bytes of JSON, raw tensors after them). The file is
+-- sent byte for byte (a binary or compressed body too): WRK_CONTENT_ENCODING
+-- names its Content-Encoding (e.g. gzip). WRK_ACCEPT_ENCODING, with or
+-- without a body, sets Accept-Encoding (answers may come compressed). Without
 -- WRK_BODY_FILE the requests are wrk's default GET. No request() /
 -- response() hook is defined, so wrk's fast path is kept (the request is
 -- built once, responses are not handed to Lua). done() prints one
@@ -32,6 +37,14 @@ if path and path ~= "" then
     if json_len and json_len ~= "" then
         wrk.headers["Inference-Header-Content-Length"] = json_len
     end
+    local coding = os.getenv("WRK_CONTENT_ENCODING")
+    if coding and coding ~= "" then
+        wrk.headers["Content-Encoding"] = coding
+    end
+end
+local accept = os.getenv("WRK_ACCEPT_ENCODING")
+if accept and accept ~= "" then
+    wrk.headers["Accept-Encoding"] = accept
 end
 
 function done(summary, latency, requests)
