@@ -81,7 +81,7 @@ static answer repo_index(http_server *h)
 static answer server_metadata(http_server *h)
 {
     const char *version = h->deps->server_version ? h->deps->server_version : DL_VERSION_STRING;
-    return http_json_answer(200, json_pack("{s:s, s:s, s:[s, s, s, s, s, s, s]}", "name",
+    return http_json_answer(200, json_pack("{s:s, s:s, s:[s, s, s, s, s, s, s, s]}", "name",
                                            "dlserve", "version", version, "extensions",
                                            "model_repository", "metrics", "status",
                                            "binary_tensor_data", "statistics",
