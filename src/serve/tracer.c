@@ -263,70 +263,100 @@ void tracer_wake(tracer *tr)
     pthread_mutex_unlock(&tr->mu);
 }
 
-static json_t *attr_str(const char *key, const char *v)
+/* The OTLP JSON is written straight into a string buffer: at rate 1,
+ * building it as jansson objects and dumping them cost more CPU than the
+ * request being traced. */
+#define PUT(b, lit) dl_sbuf_add((b), (lit), sizeof(lit) - 1)
+
+static void attr_str(dl_sbuf *b, const char *key, const char *v)
 {
-    return json_pack("{s:s, s:{s:s}}", "key", key, "value", "stringValue", v);
+    PUT(b, "{\"key\":");
+    dl_sbuf_json_string(b, key);
+    PUT(b, ",\"value\":{\"stringValue\":");
+    dl_sbuf_json_string(b, v);
+    PUT(b, "}}");
 }
 
-static json_t *attr_int(const char *key, int64_t v)
+static void attr_int(dl_sbuf *b, const char *key, int64_t v)
 {
-    char s[24];
-    snprintf(s, sizeof(s), "%lld", (long long)v);   /* OTLP JSON: int64 as a string */
-    return json_pack("{s:s, s:{s:s}}", "key", key, "value", "intValue", s);
+    PUT(b, "{\"key\":");
+    dl_sbuf_json_string(b, key);
+    PUT(b, ",\"value\":{\"intValue\":\"");   /* OTLP JSON: int64 as a string */
+    dl_sbuf_int(b, v);
+    PUT(b, "\"}}");
 }
 
-static json_t *span(const char *trace_id, const char *id, const char *parent, const char *name,
-                    int kind, int64_t t0, int64_t t1)
+/* A span up to its open "attributes" array: ids, name, kind and times. */
+static void span_open(dl_sbuf *b, const char *trace_id, const char *id, const char *parent,
+                      const char *name, int kind, int64_t t0, int64_t t1)
 {
-    char a[24], b[24];
-    snprintf(a, sizeof(a), "%lld", (long long)t0);
-    snprintf(b, sizeof(b), "%lld", (long long)(t1 > t0 ? t1 : t0));
-    json_t *s = json_pack("{s:s, s:s, s:s, s:i, s:s, s:s, s:[]}", "traceId", trace_id, "spanId",
-                          id, "name", name, "kind", kind, "startTimeUnixNano", a,
-                          "endTimeUnixNano", b, "attributes");
-    if (s && parent[0])
-        json_object_set_new(s, "parentSpanId", json_string(parent));
-    return s;
+    PUT(b, "{\"traceId\":");
+    dl_sbuf_json_string(b, trace_id);
+    PUT(b, ",\"spanId\":");
+    dl_sbuf_json_string(b, id);
+    if (parent[0]) {
+        PUT(b, ",\"parentSpanId\":");
+        dl_sbuf_json_string(b, parent);
+    }
+    PUT(b, ",\"name\":");
+    dl_sbuf_json_string(b, name);
+    PUT(b, ",\"kind\":");
+    dl_sbuf_int(b, kind);
+    PUT(b, ",\"startTimeUnixNano\":\"");
+    dl_sbuf_int(b, t0);
+    PUT(b, "\",\"endTimeUnixNano\":\"");
+    dl_sbuf_int(b, t1 > t0 ? t1 : t0);
+    PUT(b, "\",\"attributes\":[");
 }
 
 /* The request's own span: SERVER (HTTP) or CONSUMER (Kafka), with its
  * attributes and its status. */
-static json_t *root_span(const span_rec *r, const char *id)
+static void root_span(dl_sbuf *b, const span_rec *r, const char *id)
 {
     char name[300];
     if (r->kafka)
         snprintf(name, sizeof(name), "%s process", r->topic);
     else
         snprintf(name, sizeof(name), "POST /v2/models/{model}/infer");
-    json_t *s = span(r->trace_id, id, r->parent_id, name, r->kafka ? 5 : 2, r->t_received,
-                     r->t_done);
-    json_t *at = json_object_get(s, "attributes");
-    json_array_append_new(at, attr_str("dlserve.model", r->model));
-    json_array_append_new(at, attr_int("dlserve.model_version", r->version));
+    span_open(b, r->trace_id, id, r->parent_id, name, r->kafka ? 5 : 2, r->t_received, r->t_done);
+    attr_str(b, "dlserve.model", r->model);
+    dl_sbuf_putc(b, ',');
+    attr_int(b, "dlserve.model_version", r->version);
     if (r->kafka) {
         char part[16];
         snprintf(part, sizeof(part), "%d", r->partition);
-        json_array_append_new(at, attr_str("messaging.system", "kafka"));
-        json_array_append_new(at, attr_str("messaging.operation.type", "process"));
-        json_array_append_new(at, attr_str("messaging.destination.name", r->topic));
-        json_array_append_new(at, attr_str("messaging.destination.partition.id", part));
-        json_array_append_new(at, attr_int("messaging.kafka.offset", r->offset));
+        dl_sbuf_putc(b, ',');
+        attr_str(b, "messaging.system", "kafka");
+        dl_sbuf_putc(b, ',');
+        attr_str(b, "messaging.operation.type", "process");
+        dl_sbuf_putc(b, ',');
+        attr_str(b, "messaging.destination.name", r->topic);
+        dl_sbuf_putc(b, ',');
+        attr_str(b, "messaging.destination.partition.id", part);
+        dl_sbuf_putc(b, ',');
+        attr_int(b, "messaging.kafka.offset", r->offset);
     } else {
-        json_array_append_new(at, attr_str("http.request.method", "POST"));
-        json_array_append_new(at, attr_str("http.route", "/v2/models/{model}/infer"));
-        json_array_append_new(at, attr_int("http.response.status_code", r->http_status));
+        dl_sbuf_putc(b, ',');
+        attr_str(b, "http.request.method", "POST");
+        dl_sbuf_putc(b, ',');
+        attr_str(b, "http.route", "/v2/models/{model}/infer");
+        dl_sbuf_putc(b, ',');
+        attr_int(b, "http.response.status_code", r->http_status);
     }
     bool error = r->kafka ? !r->ok : r->http_status >= 500;
-    json_object_set_new(s, "status", json_pack("{s:i}", "code", error ? 2 : 0));
-    return s;
+    PUT(b, "],\"status\":{\"code\":");
+    dl_sbuf_int(b, error ? 2 : 0);
+    PUT(b, "}}");
 }
 
-/* r's spans appended to spans. */
-static void rec_spans(const span_rec *r, json_t *spans)
+/* r's spans appended to b's spans array (a comma before each but the first). */
+static void rec_spans(dl_sbuf *b, const span_rec *r, bool first)
 {
     char id[17], child[17];
     random_hex(id, 16);
-    json_array_append_new(spans, root_span(r, id));
+    if (!first)
+        dl_sbuf_putc(b, ',');
+    root_span(b, r, id);
     if (!r->stages)
         return;
     const struct { const char *name; int64_t t0, t1; } stage[] = {
@@ -336,23 +366,28 @@ static void rec_spans(const span_rec *r, json_t *spans)
     };
     for (size_t i = 0; i < 3; i++) {
         random_hex(child, 16);
-        json_array_append_new(spans, span(r->trace_id, child, id, stage[i].name, 1, stage[i].t0,
-                                          stage[i].t1));
+        dl_sbuf_putc(b, ',');
+        span_open(b, r->trace_id, child, id, stage[i].name, 1, stage[i].t0, stage[i].t1);
+        PUT(b, "]}");
     }
 }
 
 static char *otlp_body(const span_rec *recs, size_t n)
 {
-    json_t *spans = json_array();
-    for (size_t i = 0; spans && i < n; i++)
-        rec_spans(&recs[i], spans);
-    json_t *body = json_pack(
-        "{s:[{s:{s:[o]}, s:[{s:{s:s, s:s}, s:o}]}]}", "resourceSpans", "resource", "attributes",
-        attr_str("service.name", "dlserve"), "scopeSpans", "scope", "name", "dlserve",
-        "version", DL_VERSION_STRING, "spans", spans);
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    return text;
+    dl_sbuf b = {0};
+    PUT(&b, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[");
+    attr_str(&b, "service.name", "dlserve");
+    PUT(&b, "]},\"scopeSpans\":[{\"scope\":{\"name\":\"dlserve\",\"version\":");
+    dl_sbuf_json_string(&b, DL_VERSION_STRING);
+    PUT(&b, "},\"spans\":[");
+    for (size_t i = 0; i < n; i++)
+        rec_spans(&b, &recs[i], i == 0);
+    PUT(&b, "]}]}]}");
+    if (b.oom) {
+        dl_sbuf_free(&b);
+        return NULL;
+    }
+    return b.s;
 }
 
 char *tracer_take(tracer *tr, size_t max, size_t *n)

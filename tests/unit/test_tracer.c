@@ -5,6 +5,7 @@
  * extension (serve/oip/oip_route.c). */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "serve/oip/oip.h"
@@ -149,6 +150,66 @@ Test(tracer, otlp_json_of_a_traced_request)
         cr_expect_str_eq(json_string_value(json_object_get(s, "name")), names[i - 1]);
         cr_expect_str_eq(json_string_value(json_object_get(s, "parentSpanId")), id);
     }
+    json_decref(j);
+    free(body);
+    tracer_free(tr);
+}
+
+/* The value of attribute key in a span's attributes (NULL: none). */
+static json_t *attr_value(json_t *span, const char *key)
+{
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(span, "attributes"), i, a) {
+        if (strcmp(json_string_value(json_object_get(a, "key")), key) == 0)
+            return json_object_get(a, "value");
+    }
+    return NULL;
+}
+
+Test(tracer, otlp_json_of_a_batch)
+{
+    tracer *tr = fresh();
+    double now = dl_time_now();
+    infer_req q = {.t_arrival = now - 0.003, .t_start = now - 0.002, .t_end = now - 0.001};
+    trace_done kafka = {.q = &q, .t_received = now - 0.004, .model = "say \"hi\"\\\n",
+                        .version = 2, .topic = "in", .partition = 1, .offset = 9007199254740993,
+                        .ok = false};
+    trace_done refused = {.t_received = now - 0.001, .model = "m", .version = 1,
+                          .http_status = 503};
+    tracer_record(tr, &kafka);
+    tracer_record(tr, &refused);
+    size_t n;
+    char *body = tracer_take(tr, 10, &n);
+    cr_assert_not_null(body);
+    cr_expect_eq(n, 2);
+    json_error_t je;
+    json_t *j = json_loads(body, JSON_REJECT_DUPLICATES, &je);
+    cr_assert_not_null(j, "not JSON: %s: %s", je.text, body);
+    json_t *rs = json_array_get(json_object_get(j, "resourceSpans"), 0);
+    json_t *res = json_array_get(json_object_get(json_object_get(rs, "resource"), "attributes"), 0);
+    cr_expect_str_eq(json_string_value(json_object_get(res, "key")), "service.name");
+    json_t *spans = json_object_get(json_array_get(json_object_get(rs, "scopeSpans"), 0),
+                                    "spans");
+    cr_assert_eq(json_array_size(spans), 5);   /* the refused request: its own span only */
+    json_t *k = json_array_get(spans, 0), *h = json_array_get(spans, 4);
+    cr_expect_str_eq(json_string_value(json_object_get(k, "name")), "in process");
+    cr_expect_eq(json_integer_value(json_object_get(k, "kind")), 5);
+    cr_expect_null(json_object_get(k, "parentSpanId"));   /* no traceparent: a new trace */
+    cr_expect_eq(strlen(json_string_value(json_object_get(k, "traceId"))), 32);
+    cr_expect_str_eq(json_string_value(json_object_get(attr_value(k, "dlserve.model"),
+                                                       "stringValue")), "say \"hi\"\\\n");
+    cr_expect_str_eq(json_string_value(json_object_get(attr_value(k, "messaging.kafka.offset"),
+                                                       "intValue")), "9007199254740993");
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(k, "status"), "code")), 2);
+    cr_expect_str_eq(json_string_value(json_object_get(h, "name")),
+                     "POST /v2/models/{model}/infer");
+    cr_expect_str_eq(json_string_value(json_object_get(
+                         attr_value(h, "http.response.status_code"), "intValue")), "503");
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(h, "status"), "code")), 2);
+    long long t0 = atoll(json_string_value(json_object_get(h, "startTimeUnixNano")));
+    long long t1 = atoll(json_string_value(json_object_get(h, "endTimeUnixNano")));
+    cr_expect(t0 > 0 && t0 <= t1, "%lld %lld", t0, t1);
     json_decref(j);
     free(body);
     tracer_free(tr);
