@@ -476,7 +476,12 @@ static dl_status parse_input(ctx *c, json_t *in, bool named, dl_input_conf *ic)
         ic->shape[i] = json_integer_value(v);
     }
     ic->ndim = (int)nd;
-    ic->dim = dl_shape_numel(ic->ndim, ic->shape);
+    /* -1 past int64 (4 dimensions of 2^24 are 2^96): model_check.c refuses
+     * such a shape, naming its limit. */
+    ic->dim = 1;
+    for (int i = 0; i < ic->ndim && ic->dim > 0; i++)
+        if (__builtin_mul_overflow(ic->dim, ic->shape[i], &ic->dim))
+            ic->dim = -1;
     ic->sc = (dl_scaling){ 1.0f, 0.0f, 1.0f };
     if ((st = get_dtype(c, in, &ic->dtype)))
         return st;
