@@ -140,7 +140,7 @@ json_t *kafka_status(kafka_srv *k)
     pthread_mutex_lock(&k->snap_mu);
     json_t *o = json_pack(
         "{s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-        "s:O}",
+        "s:o}",
         "bootstrap", k->bootstrap, "delivery", k->mode->name, "group_id", k->conf.group_id,
         "input_topics", k->conf.input_topics, "paused", atomic_load(&k->c.paused),
         "in_flight", (json_int_t)atomic_load(&k->c.in_flight),
@@ -154,7 +154,9 @@ json_t *kafka_status(kafka_srv *k)
         "commits", (json_int_t)atomic_load(&k->c.commits),
         "transactions_committed", (json_int_t)atomic_load(&k->c.txn_commits),
         "transactions_aborted", (json_int_t)atomic_load(&k->c.txn_aborts),
-        "partitions", k->snap_parts ? k->snap_parts : json_array());
+        /* a reference of its own either way ("o" takes it): an "O" of a
+         * new empty array leaked it before the first statistics came */
+        "partitions", k->snap_parts ? json_incref(k->snap_parts) : json_array());
     if (o && k->mode->transactional)
         json_object_set_new(o, "transactional_id", json_string(k->txn_id));
     if (o && k->fatal[0])
