@@ -341,11 +341,19 @@ static void emit_reshape(exporter *e, const lctx *c)
     op2(e, "Reshape", c->in[0], sn, c->out);
 }
 
+/* embedding: Gather of the weight's rows. It reads a model input: ids
+ * given as FP32 (integer values: the engine refuses others) are cast. */
 static void emit_embedding(exporter *e, const lctx *c)
 {
-    char w[TNAME_MAX];
+    char w[TNAME_MAX], ids[TNAME_MAX];
+    dl_strlcpy(ids, c->in[0], TNAME_MAX);
     dl_sbuf n;
-    node_begin(&n, "Gather", 2, (const char *const[]){ param(w, c, "weight"), c->in[0] }, c->out);
+    if (e->conf->inputs[-1 - c->l->src[0]].dtype == DL_IN_FP32) {
+        node_begin(&n, "Cast", 1, c->in, sub_name(ids, c->l->name, "ids"));
+        attr_int(&n, "to", DT_INT64);
+        node_end(e, &n);
+    }
+    node_begin(&n, "Gather", 2, (const char *const[]){ param(w, c, "weight"), ids }, c->out);
     attr_int(&n, "axis", 0);
     node_end(e, &n);
 }
