@@ -144,6 +144,13 @@ dl_status dl_model_conf_parse(const char *text, size_t len, const char *what,
 dl_status dl_model_conf_load(const char *path, dl_model_conf **out, dl_err *err);
 void dl_model_conf_free(dl_model_conf *conf);
 
+/* The per-sample shapes of a parsed model.json's tensors, as its checks
+ * infer them: nd[t] and d[t] for t < ninputs the model input t, for
+ * t = ninputs + i the output of layer i (room for ninputs + nlayers
+ * entries each). For exporters and tools that map layers one by one. */
+dl_status dl_model_conf_shapes(const dl_model_conf *conf, int *nd,
+                               int64_t (*d)[DL_MAX_DIMS], dl_err *err);
+
 /* True when s[0..len) is a valid model name: 1 to DL_NAME_MAX - 1 bytes of
  * [A-Za-z0-9._-], not starting with '.'. The one rule for model names in
  * URLs, Kafka records, Redis keys and announcements. */
