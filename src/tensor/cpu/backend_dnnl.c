@@ -229,6 +229,15 @@ static void conv_mds(const dl_dnnl *d, const dl_conv_geom *g, bool any,
 /* The descriptors below keep the names src, wei, dst, b and cd in their
  * oneDNN calls: DNNL_CHECK's message quotes the call. */
 
+/* Grouped and dilated convolutions run through im2col (the layers keep
+ * them off the engine; this guards the primitives). */
+static dl_status plain_conv(const dl_conv_geom *g, dl_err *err)
+{
+    if (g->groups > 1 || g->dh > 1 || g->dw > 1)
+        return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN: grouped or dilated convolution");
+    return DL_OK;
+}
+
 /* The forward convolution descriptor, for the forward primitive and as the
  * hint the backward ones need. */
 static dl_status conv_fwd_desc(const dl_conv_geom *g, bool bias, dnnl_convolution_desc_t *cd,
@@ -236,7 +245,7 @@ static dl_status conv_fwd_desc(const dl_conv_geom *g, bool bias, dnnl_convolutio
 {
     dnnl_dims_t st = { g->sh, g->sw }, pl, pr;
     dnnl_memory_desc_t src, wei, dst, b;
-    if (pads(g, pl, pr, err) != DL_OK)
+    if (plain_conv(g, err) != DL_OK || pads(g, pl, pr, err) != DL_OK)
         return DL_ERR_UNAVAILABLE;
     conv_mds(NULL, g, true, &src, &wei, &dst, &b);
     DNNL_CHECK(dnnl_convolution_forward_desc_init(cd, dnnl_forward_training,
@@ -251,7 +260,7 @@ static dl_status conv_bwd_desc(const dl_conv_geom *g, op_kind kind, bool bias,
 {
     dnnl_dims_t st = { g->sh, g->sw }, pl, pr;
     dnnl_memory_desc_t src, wei, dst, b;
-    if (pads(g, pl, pr, err) != DL_OK)
+    if (plain_conv(g, err) != DL_OK || pads(g, pl, pr, err) != DL_OK)
         return DL_ERR_UNAVAILABLE;
     conv_mds(NULL, g, true, &src, &wei, &dst, &b);
     dnnl_convolution_desc_t cd;
