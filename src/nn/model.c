@@ -201,6 +201,10 @@ static dl_status shape_layer(dl_model *m, int i, int *nd, int64_t (*sh)[DL_MAX_D
         st = dl_err_set(err, DL_ERR_INVALID, "layer '%s': the %s backend lacks the %s layer "
                         "(it runs on the CPU only)", l->conf->name, m->be->ops->name,
                         dl_layer_type_name(l->conf->type));
+    if (st == DL_OK && (l->conf->dh > 1 || l->conf->dw > 1) && !m->be->conv_dilation)
+        st = dl_err_set(err, DL_ERR_INVALID, "layer '%s': the %s backend lacks dilated "
+                        "convolutions (they run on the CPU only)", l->conf->name,
+                        m->be->ops->name);
     return st;
 }
 
@@ -424,7 +428,8 @@ static dl_status run_layer(dl_model *m, int i, int64_t batch, bool train, dl_err
             xs[k] = m->act[model_tensor_of(m, l->conf->src[k])];
         return l->ops->forward_multi(l, xs, y, batch, train, err);
     }
-    return l->ops->forward(l, m->act[model_tensor_of(m, l->conf->src[0])], y, batch, train, err);
+    const float *x = l->nin ? m->act[model_tensor_of(m, l->conf->src[0])] : NULL;
+    return l->ops->forward(l, x, y, batch, train, err);
 }
 
 dl_status dl_model_forward_multi(dl_model *m, const float *const *xs, int64_t batch,
@@ -542,8 +547,8 @@ static dl_status backward_layer(dl_model *m, int i, dl_err *err)
 {
     layer *l = &m->layers[i];
     int t = m->ninputs + i;
-    const float *xs[DL_LAYER_MAX_IN], *dy = m->gp.buf[m->gp.slot_of[t]];
-    float *dxs[DL_LAYER_MAX_IN];
+    const float *xs[DL_LAYER_MAX_IN] = { NULL }, *dy = m->gp.buf[m->gp.slot_of[t]];
+    float *dxs[DL_LAYER_MAX_IN] = { NULL };
     bool add[DL_LAYER_MAX_IN];
     for (int k = 0; k < l->nin; k++)
         xs[k] = m->act[model_tensor_of(m, l->conf->src[k])];
