@@ -218,10 +218,14 @@ int     dl_model_input_index(const dl_model *m, const char *name);
 int     dl_model_output_index(const dl_model *m, const char *name);
 
 /* The contiguous buffers (borrowed, backend memory). Gradients have the
- * parameters' layout; state holds running statistics. */
+ * parameters' layout; state holds running statistics, then the values of
+ * constant layers. dl_model_running_state is the running statistics
+ * alone (a prefix of the state): what trainers average, while constants
+ * are the same on every trainer and stay exact. */
 float *dl_model_params(dl_model *m, int64_t *n);
 float *dl_model_grads(dl_model *m, int64_t *n);
 float *dl_model_state(dl_model *m, int64_t *n);
+float *dl_model_running_state(dl_model *m, int64_t *n);
 
 /* Dropout masks derive from the model seed, a stream (distributed
  * trainers use their rank) and a counter that every training forward pass

@@ -15,6 +15,8 @@ typedef struct param_slot {
     int         ndim;
     int64_t     shape[DL_MAX_DIMS];
     bool        trainable;
+    bool        fixed;           /* state that never changes (a constant's
+                                  * value): laid out after the rest */
     float      *data;            /* view into the model's buffer */
     float      *grad;            /* NULL for state */
 } param_slot;

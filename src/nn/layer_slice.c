@@ -67,6 +67,7 @@ static void const_declare(layer *l)
     int nd = l->out_ndim;
     layer_declare(l, "value", false, nd, s[0], nd > 1 ? s[1] : 0, nd > 2 ? s[2] : 0,
                   nd > 3 ? s[3] : 0);
+    l->p[0].fixed = true;
 }
 
 static dl_status const_forward(layer *l, const float *x, float *y, int64_t n, bool train,

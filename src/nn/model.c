@@ -133,23 +133,19 @@ static dl_status ensure_capacity(dl_model *m, int64_t n, bool train, dl_err *err
     return st;
 }
 
-/* Lays the slots out over the buffers (host staging or backend). */
+/* Lays the slots out over the buffers (host staging or backend): the
+ * fixed state (constants) after the running statistics. */
 static void point_slots(dl_model *m, float *params, float *grads, float *state)
 {
-    int64_t po = 0, so = 0;
+    int64_t po = 0, so = 0, fo = m->nrunning;
     for (int i = 0; i < m->nlayers; i++)
         for (int k = 0; k < m->layers[i].nparams; k++) {
             param_slot *p = &m->layers[i].p[k];
             int64_t n = dl_shape_numel(p->ndim, p->shape);
-            if (p->trainable) {
-                p->data = params + po;
-                p->grad = grads ? grads + po : NULL;
-                po += n;
-            } else {
-                p->data = state + so;
-                p->grad = NULL;
-                so += n;
-            }
+            int64_t *at = p->trainable ? &po : p->fixed ? &fo : &so;
+            p->data = (p->trainable ? params : state) + *at;
+            p->grad = p->trainable && grads ? grads + *at : NULL;
+            *at += n;
         }
 }
 
@@ -236,6 +232,8 @@ static dl_status build_layers(dl_model *m, dl_err *err)
                 m->nparams += n;
             else
                 m->nstate += n;
+            if (!l->p[k].trainable && !l->p[k].fixed)
+                m->nrunning += n;
             m->ntensors++;
         }
         m->grad_at[i + 1] = m->nparams;   /* point_slots lays them out in this order */
@@ -388,6 +386,7 @@ int dl_model_output_index(const dl_model *m, const char *name)
 float *dl_model_params(dl_model *m, int64_t *n) { *n = m->nparams; return m->params; }
 float *dl_model_grads(dl_model *m, int64_t *n) { *n = m->nparams; return m->grads; }
 float *dl_model_state(dl_model *m, int64_t *n) { *n = m->nstate; return m->state; }
+float *dl_model_running_state(dl_model *m, int64_t *n) { *n = m->nrunning; return m->state; }
 
 void dl_model_set_rng(dl_model *m, uint64_t stream, uint64_t counter)
 {
