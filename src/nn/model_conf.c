@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "nn/layer.h"
 
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -297,16 +298,17 @@ static dl_status parse_1d(ctx *c, json_t *j, dl_layer_conf *l)
     return get_int(c, j, "filters", 1, 1 << 16, true, &l->filters);
 }
 
-/* A number for key (kept in *out when absent and not required). */
+/* A number for key (kept in *out when absent and not required); one past
+ * float's range is an infinity (ONNX writes -FLT_MAX for "no bound"). */
 static dl_status get_real(ctx *c, json_t *j, const char *key, bool required, float *out)
 {
     json_t *v = json_object_get(j, key);
     if (!v)
         return required ? bad(c, key, "is missing") : DL_OK;
-    if (!json_is_number(v) || !isfinite(json_number_value(v)) ||
-        fabs(json_number_value(v)) > 1e30)
+    if (!json_is_number(v))
         return bad(c, key, "must be a number");
-    *out = (float)json_number_value(v);
+    double d = json_number_value(v);
+    *out = d > FLT_MAX ? INFINITY : d < -FLT_MAX ? -INFINITY : (float)d;
     return DL_OK;
 }
 

@@ -423,6 +423,9 @@ Test(model_conf, clip_min_above_max)
             "layer 'r6'", "'min' must not exceed 'max'");
     REFUSED(model("[4]", LAYER("r6", "clip", ", 'max': true") "," FC("fc", 2), ""),
             "layer 'r6'", "'max' must be a number");
+    /* ONNX writes -FLT_MAX (or less) for an open bound */
+    parses(model("[4]", LAYER("r6", "clip", ", 'min': -3.5e38, 'max': 6") "," FC("fc", 2), ""));
+    cr_expect(isinf(conf->layers[0].lo) && conf->layers[0].lo < 0 && conf->layers[0].hi == 6.0f);
 }
 
 Test(model_conf, slice_axis_and_bounds)
