@@ -25,7 +25,9 @@ static int64_t groups_of(const layer *l) { return l->conf->groups > 1 ? l->conf-
 static int64_t fan_in(const layer *l) { return l->in_shape[0] * l->conf->kh * l->conf->kw; }
 static int64_t wfan(const layer *l) { return fan_in(l) / groups_of(l); }
 
-/* A grouped or dilated convolution: the engine declines it. */
+/* Neither grouped nor dilated: a convolution whose activations may stay
+ * in the engine's blocked layout (the others run in plain NCHW, through
+ * the engine or im2col). */
 static bool plain(const layer *l)
 {
     return groups_of(l) == 1 && l->conf->dh <= 1 && l->conf->dw <= 1;
@@ -90,10 +92,7 @@ static bool engine_declined(layer *l, dl_status st, dl_err *err)
     return true;
 }
 
-static bool use_engine(const layer *l, bool has_op)
-{
-    return has_op && !l->generic && plain(l);
-}
+static bool use_engine(const layer *l, bool has_op) { return has_op && !l->generic; }
 
 bool layer_engine_layout(const layer *l)
 {
