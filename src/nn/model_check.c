@@ -42,7 +42,9 @@ static int64_t layer_params(const dl_layer_conf *l, int nd, const int64_t *in)
     switch (l->type) {
     case DL_LAYER_DENSE:     return mul_capped(in[nd - 1] + 1, l->units);
     case DL_LAYER_CONV1D:
-    case DL_LAYER_CONV2D:    return mul_capped(mul_capped(in[0], l->kh * l->kw) + 1, l->filters);
+    case DL_LAYER_CONV2D:    return mul_capped(mul_capped(in[0] / (l->groups > 1 ? l->groups : 1),
+                                                          l->kh * l->kw) + 1, l->filters);
+    case DL_LAYER_CONSTANT:  return numel_capped(l->nshape, l->shape);
     case DL_LAYER_BATCHNORM: return mul_capped(in[0], 4);
     case DL_LAYER_EMBEDDING: return mul_capped(l->num_embeddings, l->dim);
     case DL_LAYER_LAYERNORM: return mul_capped(in[nd - 1], 2);
@@ -90,8 +92,8 @@ static dl_status check_layer(const check *c, const dl_model_conf *m, int i, shap
     dl_status st = check_dtypes(c, m, l);
     if (st != DL_OK)
         return st;
-    int nd[DL_LAYER_MAX_IN];
-    int64_t in[DL_LAYER_MAX_IN][DL_MAX_DIMS];
+    int nd[DL_LAYER_MAX_IN] = { 0 };
+    int64_t in[DL_LAYER_MAX_IN][DL_MAX_DIMS] = { { 0 } };
     for (int k = 0; k < l->nsrc; k++) {
         int t = tensor_of(m, l->src[k]);
         nd[k] = sh->nd[t];
