@@ -311,7 +311,9 @@ Test(oip, refuses_missing_or_extra_inputs)
 Test(oip, refuses_wrong_datatype)
 {
     refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'INT32','data':[1,2,3,4]}]}",
-            "\"INT32\" is not supported");
+            "input 'pixels': datatype INT32 does not fit model 'tiny', which takes FP32");
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'INT16','data':[1,2,3,4]}]}",
+            "\"INT16\" is not supported");
     refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'fp32','data':[1,2,3,4]}]}",
             "not supported");
     refused("{'inputs':[{'name':'pixels','shape':[1,4],'data':[1,2,3,4]}]}", "datatype must be");
