@@ -652,6 +652,15 @@ static void take_binary(scan_ctx *c, int64_t size)
     c->bin_used += (size_t)size;
 }
 
+/* dst (room for 32 bytes) = a then b, short texts of this file. */
+static void join(char *dst, const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    DL_ASSERT(na + nb < 32);
+    memcpy(dst, a, na);
+    memcpy(dst + na, b, nb + 1);
+}
+
 /* An entry of "inputs": its keys in any order. "data" before "datatype" or "shape"
  * is checked as JSON, then read once they are known. */
 static bool scan_input(scan_ctx *c)
@@ -663,9 +672,9 @@ static bool scan_input(scan_ctx *c)
     js_mark data_at = {0};
     js_iter it;
     const char *key;
-    char name[32], params[32];
-    snprintf(name, sizeof(name), "%s.name", c->at);
-    snprintf(params, sizeof(params), "%s.parameters", c->at);
+    char name[32], params[32];   /* for messages: "inputs[1].name" */
+    join(name, c->at, ".name");
+    join(params, c->at, ".parameters");
     if (js_peek(s) != JS_OBJECT) {
         refuse_in(c, " must be an object, not %s", js_what(s));
         return js_skip(s);
@@ -762,8 +771,11 @@ static bool scan_inputs(scan_ctx *c)
         return false;
     while (js_element(s, &it)) {
         size_t i = it.n - 1;
-        snprintf(c->at, sizeof(c->at), "inputs[%zu]", i);
         bool read = c->st == DL_OK && i < OIP_MAX_INPUTS;
+        if (read && i == 0)
+            memcpy(c->at, "inputs[0]", sizeof("inputs[0]"));
+        else if (read)
+            snprintf(c->at, sizeof(c->at), "inputs[%d]", (int)i);
         if (!(read ? (i == 0 ? scan_input(c) : scan_more(c, i)) : js_skip(s)))
             return false;
     }
