@@ -85,8 +85,8 @@ record_fault record_open(const record_in *in, const char *default_model,
 
 /* The inputs for the model named by env: n samples of in_dim raw values
  * each, unscaled (the batcher scales them). Checks what record_open read
- * against the model (oip_check_infer for "inputs", whole samples for
- * "data" and raw float32) and hands the values over; raw float32 values
+ * against the model (oip_check_infer for "inputs", whole samples and
+ * their ids for "data" and raw float32) and hands the values over; raw float32 values
  * are copied from in. *x is new. On failure err says why: REC_INPUT
  * (DL_ERR_INVALID) or REC_INFERENCE (DL_ERR_NOMEM). The values of a
  * scanned record are handed over once: call it once per record_open
