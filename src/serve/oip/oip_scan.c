@@ -327,8 +327,7 @@ static bool scan_shape(scan_ctx *c)
     js_iter it;
     int64_t total = 1;
     if (k != JS_ARRAY) {
-        refuse_in(c, ".shape must be an array of 1 to %d integers",
-               OIP_MAX_DIMS);
+        refuse_in(c, ".shape must be an array of 1 to %d integers", OIP_MAX_DIMS);
         return js_skip(s);
     }
     if (!js_array(s, &it))
@@ -337,8 +336,7 @@ static bool scan_shape(scan_ctx *c)
         size_t i = it.n - 1;
         js_num d = {0};
         if (i >= OIP_MAX_DIMS) {
-            refuse_in(c, ".shape must be an array of 1 to %d integers",
-                   OIP_MAX_DIMS);
+            refuse_in(c, ".shape must be an array of 1 to %d integers", OIP_MAX_DIMS);
             return skip_from(c, m);
         }
         if (js_peek(s) == JS_NUMBER && !js_number(s, &d))
@@ -357,8 +355,7 @@ static bool scan_shape(scan_ctx *c)
     if (s->failed)
         return false;
     if (it.n == 0)
-        refuse_in(c, ".shape must be an array of 1 to %d integers",
-               OIP_MAX_DIMS);
+        refuse_in(c, ".shape must be an array of 1 to %d integers", OIP_MAX_DIMS);
     req->ndim = (int)it.n;
     req->count = total;
     return true;
@@ -556,8 +553,8 @@ static bool scan_data(scan_ctx *c)
      * shape cannot match, and must not size an allocation. */
     bool room = (uint64_t)total <= (uint64_t)(s->end - s->p) / 2 + 1;
     if (f.nested && !room) {
-        refuse_in(c, ".data holds fewer than the %lld values of shape %s",
-               (long long)total, shape_text(req->shape, req->ndim, sh, sizeof(sh)));
+        refuse_in(c, ".data holds fewer than the %lld values of shape %s", (long long)total,
+                  shape_text(req->shape, req->ndim, sh, sizeof(sh)));
         return js_skip(s);
     }
     if (room && !(f.x = malloc((size_t)total * sizeof(float)))) {
@@ -570,9 +567,8 @@ static bool scan_data(scan_ctx *c)
         return false;
     }
     if (!f.nested && n != total)
-        refuse_in(c, ".data has %lld values; shape %s needs %lld",
-               (long long)n, shape_text(req->shape, req->ndim, sh, sizeof(sh)),
-               (long long)total);
+        refuse_in(c, ".data has %lld values; shape %s needs %lld", (long long)n,
+                  shape_text(req->shape, req->ndim, sh, sizeof(sh)), (long long)total);
     else if (f.why[0])
         refuse(c, OIP_FAULT_TENSOR, "%s", f.why);
     if (c->st != DL_OK) {
@@ -661,8 +657,8 @@ static void join(char *dst, const char *a, const char *b)
     memcpy(dst + na, b, nb + 1);
 }
 
-/* An entry of "inputs": its keys in any order. "data" before "datatype" or "shape"
- * is checked as JSON, then read once they are known. */
+/* An entry of "inputs": its keys in any order. "data" before "datatype"
+ * or "shape" is checked as JSON, then read once they are known. */
 static bool scan_input(scan_ctx *c)
 {
     json_scan *s = &c->js;
@@ -718,8 +714,8 @@ static bool scan_input(scan_ctx *c)
     else if (!shape)
         refuse_in(c, ".shape is missing");
     else if (data && size >= 0)
-        refuse_in(c, " has both \"data\" and "
-               "parameters.binary_data_size: send its values one way");
+        refuse_in(c, " has both \"data\" and parameters.binary_data_size: send its values "
+                  "one way");
     else if (size >= 0)
         take_binary(c, size);
     else if (!data)
