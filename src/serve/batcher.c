@@ -451,6 +451,30 @@ static dl_status batch_status(dl_status st)
     }
 }
 
+/* n samples of raw values (in_dim a sample, any alignment) from src into
+ * dst, scaled as model.json says: each FP32 input with its own scaling,
+ * ids as they are. */
+static void scale_inputs(const dl_model_conf *conf, int64_t in_dim, float *dst, const void *src,
+                         int64_t n)
+{
+    if (conf->ninputs == 1 && conf->inputs[0].dtype == DL_IN_FP32) {
+        dl_scaling sc = dl_scaling_of(conf);
+        dl_scaling_apply(&sc, dst, src, n * in_dim);
+        return;
+    }
+    const char *p = src;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t at = i * in_dim;
+        for (int k = 0; k < conf->ninputs; at += conf->inputs[k++].dim) {
+            const dl_input_conf *in = &conf->inputs[k];
+            if (in->dtype == DL_IN_FP32)
+                dl_scaling_apply(&in->sc, dst + at, p + at * 4, in->dim);
+            else
+                memcpy(dst + at, p + at * 4, (size_t)in->dim * sizeof(float));
+        }
+    }
+}
+
 /* Runs one batch of requests (a list) on w's copy of their served
  * version; the caller completes them. */
 static void run(batcher *b, worker_ctx *w, infer_req *list, int64_t samples)
@@ -464,10 +488,9 @@ static void run(batcher *b, worker_ctx *w, infer_req *list, int64_t samples)
         st = dl_err_set(&err, DL_ERR_NOMEM, "batch buffers");
     /* bx: (samples, in_dim), each request's raw values scaled as the
      * training data was, in the one pass that gathers them */
-    dl_scaling sc = dl_scaling_of(sv->conf);
     int64_t off = 0;
     for (infer_req *r = list; st == DL_OK && r; r = r->next) {
-        dl_scaling_apply(&sc, w->bx + off * sv->in_dim, r->x, r->n * sv->in_dim);
+        scale_inputs(sv->conf, sv->in_dim, w->bx + off * sv->in_dim, r->x, r->n);
         off += r->n;
     }
     double t_in = t0;

@@ -16,12 +16,14 @@ typedef struct infer_req {
     char         model[DL_NAME_MAX];
     int64_t      version;        /* 0: newest */
     int64_t      n;
-    /* n * in_dim RAW float32 values (unscaled: the batcher applies the
-     * served model's input scaling as it gathers them into its batch; x
+    /* n * in_dim RAW float32 values, a sample's inputs side by side in
+     * model.json's order, ids as floats (unscaled: the batcher applies
+     * each FP32 input's scaling as it gathers them into its batch; x
      * is left as it is), owned by the submitter; any alignment (Kafka: raw
      * float32 records are read where they lie; dl_scaling_apply takes any) */
     const void  *x;
-    /* n * out_dim: the submitter's room (Kafka: pooled with the input
+    /* n * out_dim, a sample's outputs side by side (as dl_model_predict
+     * gives them): the submitter's room (Kafka: pooled with the input
      * buffer), or NULL, and the batcher allocates it; either way the
      * submitter's after completion */
     float       *out;

@@ -101,10 +101,6 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
     if (st == DL_OK && strcmp(s->pub.conf->name, name) != 0)
         st = dl_err_set(err, DL_ERR_INVALID, "%s: name '%s' differs from the folder '%s'",
                         path, s->pub.conf->name, name);
-    if (st == DL_OK && (s->pub.conf->ninputs > 1 || s->pub.conf->noutputs > 1))
-        st = dl_err_set(err, DL_ERR_INVALID, "%s: the daemon serves models of one input and "
-                        "one output; this one has %d inputs and %d outputs", path,
-                        s->pub.conf->ninputs, s->pub.conf->noutputs);
     snprintf(path, sizeof(path), "%s/%s/%lld/model.safetensors", r->conf.dir, name,
              (long long)version);
     for (int i = 0; st == DL_OK && i < s->pub.instances; i++) {   /* a copy an instance */

@@ -2,7 +2,9 @@
 """read_outputs.py DLSERVE OIP_JSON OIP_BINARY COUNT: reads one output topic
 per [kafka] output_format (as `kafka_tool collect --out` wrote them: key,
 partition, offset, timestamp, headers, value, tab-separated, escaped) and
-checks that each form answers the same records alike.
+checks that each form answers the same records alike: a classifier's
+probabilities, label and class, or every output of a model of several
+outputs (the dlserve form's "output"/"values" and its "outputs" object).
 
 The OIP forms are read as the Open Inference Protocol describes an
 InferenceResponse (model_name, model_version, id, parameters, outputs with
@@ -86,6 +88,9 @@ def check(key, plain, resp, form):
                                   "source_partition": src["partition"],
                                   "source_offset": src["offset"]}, (form, key, resp)
     outs = {o["name"]: o for o in resp["outputs"]}
+    if "scores" not in plain:   # a model of one output or more, none a classifier
+        check_values(key, plain, resp, form)
+        return
     assert [o["name"] for o in resp["outputs"]] == ["probabilities", "label", "class"], form
     probs = outs["probabilities"]
     assert probs["datatype"] == "FP32" and probs["shape"] == [1, len(plain["scores"])], \
@@ -94,6 +99,24 @@ def check(key, plain, resp, form):
     assert outs["class"]["datatype"] == "INT64" and outs["class"]["shape"] == [1]
     assert outs["class"]["data"] == [plain["class"]], (form, key)
     assert outs["label"]["datatype"] == "BYTES" and outs["label"]["data"] == [plain["label"]]
+
+
+def rows(values):
+    """A dlserve form's values as rows: one sample's list, or one a sample."""
+    return values if values and isinstance(values[0], list) else [values]
+
+
+def check_values(key, plain, resp, form):
+    """The dlserve form's "output"/"values" and "outputs" {name: values} (a
+    model of several outputs) are the InferenceResponse's FP32 outputs, in
+    order, each of shape [samples, values a sample]."""
+    want = [(plain["output"], rows(plain["values"]))]
+    want += [(name, rows(v)) for name, v in plain.get("outputs", {}).items()]
+    got = resp["outputs"]
+    assert [o["name"] for o in got] == [name for name, _ in want], (form, key, got)
+    for o, (name, r) in zip(got, want):
+        assert o["datatype"] == "FP32" and o["shape"] == [len(r), len(r[0])], (form, key, o)
+        assert [f32(v) for v in o["data"]] == [f32(v) for row in r for v in row], (form, key)
 
 
 def main():

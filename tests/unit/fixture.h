@@ -168,6 +168,18 @@ static inline void fx_tiny_classifier(dl_model_conf *conf, char **labels3)
     conf->in_shape[0] = 1, conf->in_shape[1] = 2, conf->in_shape[2] = 2;
     conf->nlabels = 3;
     conf->labels = labels3;
+    /* inputs[0] and outputs[0], which the single-input fields mirror */
+    static dl_input_conf in;
+    static dl_output_conf out;
+    in = (dl_input_conf){.ndim = 3, .shape = {1, 2, 2}, .dim = 4, .dtype = DL_IN_FP32,
+                         .sc = {1.0f, 0.0f, 1.0f}};
+    strcpy(in.name, "pixels");
+    out = (dl_output_conf){.loss = DL_LOSS_XENT, .weight = 1, .nlabels = 3, .labels = labels3,
+                           .dim = 3, .tcols = 1};
+    strcpy(out.name, "probs");
+    conf->ninputs = conf->noutputs = 1;
+    conf->inputs = &in;
+    conf->outputs = &out;
 }
 
 /* The model.json of fx_repo_model: 4 inputs, one dense layer, 3 classes. */

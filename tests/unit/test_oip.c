@@ -311,7 +311,9 @@ Test(oip, refuses_missing_or_extra_inputs)
 Test(oip, refuses_wrong_datatype)
 {
     refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'INT32','data':[1,2,3,4]}]}",
-            "\"INT32\" is not supported");
+            "input 'pixels': datatype INT32 does not fit model 'tiny', which takes FP32");
+    refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'INT16','data':[1,2,3,4]}]}",
+            "\"INT16\" is not supported");
     refused("{'inputs':[{'name':'pixels','shape':[1,4],'datatype':'fp32','data':[1,2,3,4]}]}",
             "not supported");
     refused("{'inputs':[{'name':'pixels','shape':[1,4],'data':[1,2,3,4]}]}", "datatype must be");
@@ -1374,4 +1376,156 @@ Test(oip, scans_priority_and_refuses_sequences)
     refused(CLS_INPUT "'parameters':{'sequence_start':true}}",
             "sequence_start is not supported");
     refused(CLS_INPUT "'parameters':{'sequence_end':false}}", "sequence_end is not supported");
+}
+
+/* ---- a model of several inputs and outputs ----------------------------------
+ * "user" (INT64, one id through an embedding of 10 rows) and "feats" (FP32,
+ * 2 values); outputs "click" (bce, 1 value) and "rating" (mse, 1 value). */
+
+static dl_model_conf two;
+static dl_input_conf two_in[2];
+static dl_output_conf two_out[2];
+static dl_layer_conf two_layers[1];
+
+static void two_tower(void)
+{
+    memset(&two, 0, sizeof(two));
+    strcpy(two.name, "tt");
+    two_in[0] = (dl_input_conf){.ndim = 1, .shape = {1}, .dim = 1, .dtype = DL_IN_INT64};
+    two_in[1] = (dl_input_conf){.ndim = 1, .shape = {2}, .dim = 2, .dtype = DL_IN_FP32,
+                                .sc = {1, 0, 1}};
+    strcpy(two_in[0].name, "user");
+    strcpy(two_in[1].name, "feats");
+    two_out[0] = (dl_output_conf){.loss = DL_LOSS_BCE, .dim = 1};
+    two_out[1] = (dl_output_conf){.loss = DL_LOSS_MSE, .dim = 1};
+    strcpy(two_out[0].name, "click");
+    strcpy(two_out[1].name, "rating");
+    two_layers[0] = (dl_layer_conf){.type = DL_LAYER_EMBEDDING, .num_embeddings = 10, .dim = 4,
+                                    .nsrc = 1, .src = {-1}};
+    two.ninputs = two.noutputs = 2;
+    two.inputs = two_in;
+    two.outputs = two_out;
+    two.nlayers = 1;
+    two.layers = two_layers;
+    strcpy(two.input_name, "user");
+    strcpy(two.output_name, "click");
+    two.loss = DL_LOSS_BCE;
+}
+
+static dl_status parse_two(const char *text)
+{
+    two_tower();
+    const char *body = fx_dq(text);
+    return oip_parse_infer(body, strlen(body), strlen(body), &two, 3, &req, &err);
+}
+
+Test(oip, lays_several_inputs_side_by_side)
+{
+    cr_assert_eq(parse_two("{'inputs':[{'name':'feats','datatype':'FP32','shape':[2,2],"
+                           "'data':[[0.5,1.5],[2.5,3.5]]},{'name':'user','datatype':'INT32',"
+                           "'shape':[2,1],'data':[9,0]}]}"), DL_OK, "%s", err.msg);
+    cr_assert_eq(req.batch, 2);
+    cr_assert_eq(req.count, 6);
+    const float want[6] = {9, 0.5f, 1.5f, 0, 2.5f, 3.5f};
+    for (int i = 0; i < 6; i++)
+        cr_expect_eq(req.x[i], want[i], "x[%d] = %g", i, (double)req.x[i]);
+    cr_expect_eq(req.nout, 2);   /* click, rating; no class of a bce output */
+    cr_expect_eq(req.out[1].index, 1);
+}
+
+Test(oip, reads_binary_ids)
+{
+    two_tower();
+    const char *head = fx_dq("{'inputs':[{'name':'user','datatype':'INT64','shape':[1,1],"
+                             "'parameters':{'binary_data_size':8}},{'name':'feats','datatype':"
+                             "'FP32','shape':[1,2],'parameters':{'binary_data_size':8}}]}");
+    char body[512];
+    size_t n = strlen(head);
+    memcpy(body, head, n);
+    const unsigned char id[8] = {7, 0, 0, 0, 0, 0, 0, 0};
+    const float f[2] = {1, 2};
+    memcpy(body + n, id, 8);
+    memcpy(body + n + 8, f, 8);
+    cr_assert_eq(oip_parse_infer(body, n + 16, n, &two, 3, &req, &err), DL_OK, "%s", err.msg);
+    cr_expect_eq(req.x[0], 7);
+    cr_expect_eq(req.x[2], 2);
+    oip_request_fini(&req);
+    body[n + 7] = (char)0x80;   /* a negative INT64 */
+    cr_expect_eq(oip_parse_infer(body, n + 16, n, &two, 3, &req, &err), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "input 'user'"), "%s", err.msg);
+}
+
+static void refused_two(const char *text, const char *needle)
+{
+    cr_expect_eq(parse_two(text), DL_ERR_INVALID, "accepted: %s", text);
+    cr_expect_not_null(strstr(err.msg, needle), "message was: %s (wanted '%s')", err.msg, needle);
+    cr_expect_null(req.x);
+    oip_request_fini(&req);
+}
+
+#define TWO_FEATS "{'name':'feats','datatype':'FP32','shape':[1,2],'data':[1,2]}"
+
+Test(oip, refuses_bad_inputs_of_several)
+{
+    refused_two("{'inputs':[" TWO_FEATS "]}", "input 'user' of model 'tt' is missing");
+    refused_two("{'inputs':[" TWO_FEATS ",{'name':'usr','datatype':'INT64','shape':[1,1],"
+                "'data':[1]}]}", "inputs[1]: model 'tt' has no input 'usr'");
+    refused_two("{'inputs':[" TWO_FEATS "," TWO_FEATS "]}", "input 'feats' is given twice");
+    refused_two("{'inputs':[" TWO_FEATS ",{'name':'user','datatype':'FP32','shape':[1,1],"
+                "'data':[1]}]}", "input 'user': datatype FP32 does not fit");
+    refused_two("{'inputs':[" TWO_FEATS ",{'name':'user','datatype':'INT64','shape':[2,1],"
+                "'data':[1,2]}]}", "they must agree");
+    refused_two("{'inputs':[" TWO_FEATS ",{'name':'user','datatype':'INT64','shape':[1,1],"
+                "'data':[10]}]}", "input 'user': 10 (sample 0) is not an id: model 'tt' takes "
+                "integers in [0, 10)");
+    refused_two("{'inputs':[" TWO_FEATS ",{'name':'user','datatype':'UINT8','shape':[1,1],"
+                "'data':[300]}]}", "inputs[1].data[0] must be an integer in 0..255 (UINT8)");
+    refused_two("{'inputs':[" TWO_FEATS ",{'name':'user','datatype':'INT64','shape':[1,1],"
+                "'data':[1]}],'outputs':[{'name':'click','parameters':{'classification':1}}]}",
+                "classification of 'click'");
+}
+
+Test(oip, checks_ids_of_flat_values)
+{
+    two_tower();
+    const float ok[6] = {0, 1, 2, 9, 3, 4}, past[6] = {0, 1, 2, 10, 3, 4};
+    cr_expect_eq(oip_check_ids(&two, ok, 2, &err), DL_OK, "%s", err.msg);
+    cr_expect_eq(oip_check_ids(&two, past, 2, &err), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "10 (sample 1)"), "%s", err.msg);
+    cr_expect_eq(oip_id_bound(&two, 0), 10);
+}
+
+Test(oip, writes_each_output_by_name)
+{
+    two_tower();
+    const float y[4] = {0.25f, -1.5f, 0.75f, 2.0f};   /* click, rating a sample */
+    oip_result res = {.model = "tt", .version = 1, .conf = &two, .batch = 2, .out_dim = 2,
+                      .y = y, .outputs = OIP_OUT_ALL};
+    dl_sbuf b = {0};
+    size_t json_len;
+    cr_assert_eq(oip_write_infer(&res, &b, &json_len, NULL), DL_OK);
+    json_t *o = json_loadb(b.s, json_len, JSON_REJECT_DUPLICATES, NULL);
+    cr_assert_not_null(o, "%.*s", (int)json_len, b.s);
+    json_t *outs = json_object_get(o, "outputs");
+    cr_assert_eq(json_array_size(outs), 2);
+    const char *names[2] = {"click", "rating"};
+    const double want[2][2] = {{0.25, 0.75}, {-1.5, 2.0}};
+    for (int k = 0; k < 2; k++) {
+        json_t *t = json_array_get(outs, (size_t)k);
+        cr_expect_str_eq(json_string_value(json_object_get(t, "name")), names[k]);
+        json_t *shape = json_object_get(t, "shape"), *data = json_object_get(t, "data");
+        cr_expect_eq(json_integer_value(json_array_get(shape, 0)), 2);
+        cr_expect_eq(json_integer_value(json_array_get(shape, 1)), 1);
+        for (int i = 0; i < 2; i++)
+            cr_expect_float_eq(json_number_value(json_array_get(data, (size_t)i)), want[k][i],
+                               1e-9);
+    }
+    json_decref(o);
+    dl_sbuf_free(&b);
+    json_t *meta = oip_model_metadata(&two, 2, json_array());
+    cr_assert_not_null(meta);
+    json_t *in0 = json_array_get(json_object_get(meta, "inputs"), 0);
+    cr_expect_str_eq(json_string_value(json_object_get(in0, "datatype")), "INT64");
+    cr_expect_eq(json_array_size(json_object_get(meta, "outputs")), 2);
+    json_decref(meta);
 }

@@ -239,6 +239,37 @@ Test(records, output_oip_binary)
     dl_sbuf_free(&b);
 }
 
+/* A model of two outputs (click: bce, rating: mse; two samples): the
+ * dlserve form gives the first as "output"/"values" and the other in
+ * "outputs"; the OIP form every output by name. */
+Test(records, output_of_two_outputs)
+{
+    dl_output_conf outs[2] = {{.name = "click", .loss = DL_LOSS_BCE, .dim = 1},
+                              {.name = "rating", .loss = DL_LOSS_MSE, .dim = 1}};
+    float y[4] = {0.25f, -1.5f, 0.75f, 2.0f};
+    conf.loss = DL_LOSS_BCE;
+    conf.noutputs = 2;
+    conf.outputs = outs;
+    strcpy(conf.output_name, "click");
+    record_out o = { .id = "r", .model = "tt", .version = 1, .conf = &conf, .n = 2,
+                     .out_dim = 2, .y = y, .topic = "in", .partition = 0, .offset = 7 };
+    size_t len;
+    char *text = record_output(&o, &len);
+    cr_assert_not_null(text);
+    cr_expect_str_eq(text, "{\"id\":\"r\",\"model\":\"tt\",\"version\":1,"
+                           "\"output\":\"click\",\"values\":[[0.25],[0.75]],"
+                           "\"outputs\":{\"rating\":[[-1.5],[2]]},"
+                           "\"source\":{\"topic\":\"in\",\"partition\":0,\"offset\":7}}");
+    free(text);
+    dl_sbuf b = {0};
+    cr_assert(record_format_oip(&o, false, &b, &len));
+    cr_expect_not_null(strstr(b.s, "\"outputs\":[{\"name\":\"click\",\"datatype\":\"FP32\","
+                                   "\"shape\":[2,1],\"data\":[0.25,0.75]},{\"name\":\"rating\","
+                                   "\"datatype\":\"FP32\",\"shape\":[2,1],\"data\":[-1.5,2]}]}"),
+                       "%s", b.s);
+    dl_sbuf_free(&b);
+}
+
 /* A model that is not a classifier (mean squared error) has only its
  * tensor: no class or label in either form. */
 Test(records, output_not_a_classifier)

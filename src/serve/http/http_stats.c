@@ -149,35 +149,65 @@ static json_t *dynamic_batching(const served *sv, const dl_batching_conf *bc)
                      (json_int_t)sc->default_priority_level, "default_queue_policy", policy);
 }
 
+/* The model's inputs as Triton's config lists them. */
+static json_t *config_inputs(const dl_model_conf *conf)
+{
+    static const char *const types[] = {"TYPE_FP32", "TYPE_UINT8", "TYPE_INT32", "TYPE_INT64"};
+    json_t *arr = json_array();
+    for (int k = 0; arr && k < conf->ninputs; k++) {
+        const dl_input_conf *in = &conf->inputs[k];
+        json_t *t = json_pack("{s:s, s:s, s:s}", "name", in->name, "data_type",
+                              types[in->dtype], "format", "FORMAT_NONE");
+        json_t *dims = json_array();
+        for (int i = 0; dims && i < in->ndim; i++)
+            json_array_append_new(dims, json_integer((json_int_t)in->shape[i]));
+        if (!t || !dims || json_object_set_new(t, "dims", dims) != 0 ||
+            json_array_append_new(arr, t) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    return arr;
+}
+
+/* The outputs an answer holds by default (oip_default_outputs). */
+static json_t *config_outputs(const served *sv)
+{
+    const dl_model_conf *conf = sv->conf;
+    oip_output all[OIP_MAX_OUTPUTS];
+    int n = oip_default_outputs(conf, false, all);
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < n; i++) {
+        int k = all[i].index;
+        int64_t dim = conf->noutputs == 1 ? sv->out_dim : conf->outputs[k].dim;
+        json_t *t = all[i].kind == OIP_OUT_TENSOR
+                        ? config_tensor(conf->outputs[k].name, "TYPE_FP32", &dim, 1)
+                    : all[i].kind == OIP_OUT_LABEL ? config_tensor("label", "TYPE_STRING", NULL, 0)
+                                                   : config_tensor("class", "TYPE_INT64", NULL, 0);
+        if (json_array_append_new(arr, t) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    return arr;
+}
+
 /* Triton's model configuration (its JSON form) of a served version: every
  * model batches dynamically, with its serving block over the daemon's
  * [batching] and [models] (`policy`). */
 static json_t *model_config(const served *sv, const dl_batching_conf *bc, const char *policy)
 {
     const dl_model_conf *conf = sv->conf;
-    int64_t out_dims = sv->out_dim;
-    json_t *input = json_pack("{s:s, s:s, s:s, s:o*}", "name", conf->input_name, "data_type",
-                              "TYPE_FP32", "format", "FORMAT_NONE", "dims", json_array());
-    json_t *dims = input ? json_object_get(input, "dims") : NULL;
-    for (int i = 0; dims && i < conf->in_ndim; i++)
-        json_array_append_new(dims, json_integer((json_int_t)conf->in_shape[i]));
-    json_t *outputs = json_array();
-    if (outputs) {
-        json_array_append_new(outputs,
-                              config_tensor(conf->output_name, "TYPE_FP32", &out_dims, 1));
-        if (conf->nlabels > 0)
-            json_array_append_new(outputs, config_tensor("label", "TYPE_STRING", NULL, 0));
-        json_array_append_new(outputs, config_tensor("class", "TYPE_INT64", NULL, 0));
-    }
     int64_t mbs = sv->serving.max_batch_size > 0 ? sv->serving.max_batch_size
                                                  : bc->max_batch_size;
     const char *vp = sv->serving.version_policy[0] ? sv->serving.version_policy : policy;
-    return json_pack("{s:s, s:s, s:s, s:I, s:o*, s:[o*], s:o*, s:o*, s:[{s:s, s:i}], s:s}",
+    return json_pack("{s:s, s:s, s:s, s:I, s:o*, s:o*, s:o*, s:o*, s:[{s:s, s:i}], s:s}",
                      "name", conf->name, "platform", "dlserve", "backend", "dlserve",
                      "max_batch_size", (json_int_t)mbs, "version_policy", version_policy(vp),
-                     "input", input, "output", outputs, "dynamic_batching",
-                     dynamic_batching(sv, bc), "instance_group", "name", conf->name, "count",
-                     sv->instances, "default_model_filename", "model.safetensors");
+                     "input", config_inputs(conf), "output", config_outputs(sv),
+                     "dynamic_batching", dynamic_batching(sv, bc), "instance_group", "name",
+                     conf->name, "count", sv->instances, "default_model_filename",
+                     "model.safetensors");
 }
 
 dl_status http_model_config(const http_deps *d, const char *model, int64_t version,

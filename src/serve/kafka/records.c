@@ -161,9 +161,17 @@ bool record_reserve(float **x, size_t *cap, size_t need)
     return true;
 }
 
+/* The ids of n samples side by side (a model of id inputs; raw float32
+ * and "data" records, which oip_check_infer does not see). */
+static record_fault check_ids(const dl_model_conf *conf, const void *x, int64_t n, dl_err *err)
+{
+    return oip_check_ids(conf, x, n, err) == DL_OK ? REC_OK : REC_INPUT;
+}
+
 /* Raw float32 values, whole samples, checked where they lie: the batcher
  * copies them from the record into its batch. */
-static record_fault check_binary(const record_in *in, int64_t in_dim, int64_t *n, dl_err *err)
+static record_fault check_binary(const record_in *in, const dl_model_conf *conf, int64_t in_dim,
+                                 int64_t *n, dl_err *err)
 {
     size_t sample = (size_t)in_dim * sizeof(float);
     if (in->len % sample)
@@ -174,7 +182,7 @@ static record_fault check_binary(const record_in *in, int64_t in_dim, int64_t *n
     if (bad < cnt)
         return fault(err, REC_INPUT, "value %zu is not finite", bad);
     *n = (int64_t)(in->len / sample);
-    return REC_OK;
+    return check_ids(conf, in->value, *n, err);
 }
 
 /* A scanned record's values, checked against the model and handed over:
@@ -188,6 +196,9 @@ static record_fault take_scanned(oip_request *req, const dl_model_conf *conf, in
                                          "(one sample), at least one", (long long)req->count,
                          (long long)in_dim);
         *n = req->count / in_dim;
+        record_fault f = check_ids(conf, req->x, *n, err);
+        if (f != REC_OK)
+            return f;
     } else {
         dl_status st = oip_check_infer(req, conf, in_dim, err);
         if (st != DL_OK)
@@ -210,7 +221,7 @@ record_fault record_decode_into(const record_in *in, record_env *env,
     *n = 0;
     *values = NULL;
     record_fault f = env->scanned ? take_scanned(&env->req, conf, in_dim, n, x, cap, err)
-                                  : check_binary(in, in_dim, n, err);
+                                  : check_binary(in, conf, in_dim, n, err);
     if (f == REC_OK)
         *values = env->scanned ? (const void *)*x : in->value;
     return f;
@@ -267,33 +278,51 @@ static void put_scores(dl_sbuf *b, const float *y, int64_t n)
 /* Appends a string literal. */
 #define PUT(b, lit) dl_sbuf_add((b), (lit), sizeof(lit) - 1)
 
-/* "scores" (or "values") of every sample: one array, or one a sample. */
-static void put_all_scores(const record_out *o, dl_sbuf *b)
+/* Where model output k lies in a row of o->y: *off, and its *dim values. */
+static void segment(const record_out *o, int k, int64_t *off, int64_t *dim)
+{
+    *off = 0;
+    *dim = o->out_dim;
+    if (o->conf->noutputs == 1)
+        return;
+    for (int j = 0; j < k; j++)
+        *off += o->conf->outputs[j].dim;
+    *dim = o->conf->outputs[k].dim;
+}
+
+/* The values of model output k for every sample: one array, or one a
+ * sample. */
+static void put_all_scores(const record_out *o, int k, dl_sbuf *b)
 {
     bool one = o->n == 1;
+    int64_t off, dim;
+    segment(o, k, &off, &dim);
     if (!one)
         PUT(b, "[");
     for (int64_t s = 0; s < o->n; s++) {
         if (s)
             PUT(b, ",");
-        put_scores(b, o->y + s * o->out_dim, o->out_dim);
+        put_scores(b, o->y + s * o->out_dim + off, dim);
     }
     if (!one)
         PUT(b, "]");
 }
 
-/* ,"class":..,"label":.. of a classifier. The class of a sample is found
- * twice: a scan of out_dim scores costs less than keeping them. */
+/* ,"class":..,"label":.. of a classifier (output 0). The class of a
+ * sample is found twice: a scan of its scores costs less than keeping
+ * them. */
 static void put_classes(const record_out *o, dl_sbuf *b)
 {
     bool one = o->n == 1;
+    int64_t off, dim;
+    segment(o, 0, &off, &dim);
     PUT(b, ",\"class\":");
     if (!one)
         PUT(b, "[");
     for (int64_t s = 0; s < o->n; s++) {
         if (s)
             PUT(b, ",");
-        dl_sbuf_int(b, dl_argmax(o->y + s * o->out_dim, o->out_dim));
+        dl_sbuf_int(b, dl_argmax(o->y + s * o->out_dim, dim));
     }
     if (!one)
         PUT(b, "]");
@@ -303,10 +332,24 @@ static void put_classes(const record_out *o, dl_sbuf *b)
     for (int64_t s = 0; s < o->n; s++) {
         if (s)
             PUT(b, ",");
-        put_label(b, o->conf, dl_argmax(o->y + s * o->out_dim, o->out_dim));
+        put_label(b, o->conf, dl_argmax(o->y + s * o->out_dim, dim));
     }
     if (!one)
         PUT(b, "]");
+}
+
+/* ,"outputs":{"name": values, ...} of a model's outputs after the first. */
+static void put_more_outputs(const record_out *o, dl_sbuf *b)
+{
+    PUT(b, ",\"outputs\":{");
+    for (int k = 1; k < o->conf->noutputs; k++) {
+        if (k > 1)
+            PUT(b, ",");
+        dl_sbuf_json_string(b, o->conf->outputs[k].name);
+        PUT(b, ":");
+        put_all_scores(o, k, b);
+    }
+    PUT(b, "}");
 }
 
 bool record_format(const record_out *o, dl_sbuf *b)
@@ -326,7 +369,9 @@ bool record_format(const record_out *o, dl_sbuf *b)
         dl_sbuf_json_string(b, o->conf->output_name);
         PUT(b, ",\"values\":");
     }
-    put_all_scores(o, b);
+    put_all_scores(o, 0, b);
+    if (o->conf->noutputs > 1)
+        put_more_outputs(o, b);
     PUT(b, ",\"source\":{\"topic\":");
     dl_sbuf_json_string(b, o->topic);
     PUT(b, ",\"partition\":");

@@ -85,8 +85,8 @@ record_fault record_open(const record_in *in, const char *default_model,
 
 /* The inputs for the model named by env: n samples of in_dim raw values
  * each, unscaled (the batcher scales them). Checks what record_open read
- * against the model (oip_check_infer for "inputs", whole samples for
- * "data" and raw float32) and hands the values over; raw float32 values
+ * against the model (oip_check_infer for "inputs", whole samples and
+ * their ids for "data" and raw float32) and hands the values over; raw float32 values
  * are copied from in. *x is new. On failure err says why: REC_INPUT
  * (DL_ERR_INVALID) or REC_INFERENCE (DL_ERR_NOMEM). The values of a
  * scanned record are handed over once: call it once per record_open
@@ -113,7 +113,8 @@ record_fault record_decode_into(const record_in *in, record_env *env,
 
 void record_env_fini(record_env *env);
 
-/* A prediction to write: n samples of out_dim probabilities. */
+/* A prediction to write: n samples of out_dim values (probabilities for
+ * classifiers), a sample's outputs side by side in model.json's order. */
 typedef struct record_out {
     const char          *id;
     const char          *model;
@@ -130,8 +131,10 @@ typedef struct record_out {
  * (oip_model_outputs): a classifier's {"id","model","version","class",
  * "label","scores":[...],"source":{"topic","partition","offset"}}, any
  * other model's {"id","model","version","output","values":[...],"source"}
- * ("output" the tensor's name). For n > 1, "class", "label", "scores" and
- * "values" hold one entry per sample. Values are the shortest text that
+ * ("output" the tensor's name): of the model's first output; a model of
+ * several outputs adds "outputs": {"name": values} for the others. For n
+ * > 1, "class", "label", "scores", "values" and each of "outputs" hold
+ * one entry per sample. Values are the shortest text that
  * reads back as the same float (dl_fmt_float). No allocation but b's
  * growth, so a reused b costs none; false when out of memory (b->oom). */
 bool record_format(const record_out *o, dl_sbuf *b);

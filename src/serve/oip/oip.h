@@ -67,7 +67,7 @@ bool oip_route_method_ok(oip_route_kind kind, const char *method);
  * from the request itself (a Kafka record's "model") reads it only once:
  *
  *   oip_scan_infer   the body alone: strict JSON (json_scan.h, no tree),
- *                    inputs[0] decoded straight into floats, the binary
+ *                    the inputs decoded straight into floats, the binary
  *                    tensor data extension's raw tensors, the outputs
  *                    asked for; needs no model.
  *   oip_check_infer  the scanned request against the model that serves it:
@@ -84,8 +84,15 @@ enum {
     OIP_OUT_ALL    = 7,
 };
 
-/* Most entries a request's "outputs" may list (a model has three outputs). */
+/* Most entries a request's "outputs" may list, and most tensors a model
+ * answers (a model's outputs, then "label" and "class"). */
 #define OIP_MAX_OUTPUTS 16
+/* Most entries of a request's "inputs" that are read. */
+#define OIP_MAX_INPUTS 16
+
+/* An input tensor's datatype: "FP32", or the integer types of ids (and
+ * UINT8 images). Every value is held as a float (ids exact below 2^24). */
+typedef enum oip_dtype { OIP_FP32, OIP_UINT8, OIP_INT32, OIP_INT64 } oip_dtype;
 
 /* The HTTP header of the binary tensor data extension: the byte length of
  * the JSON that starts a request or answer body, binary tensors after it. */
@@ -109,6 +116,7 @@ typedef struct oip_asked {
 /* One output of the answer, in answer order. */
 typedef struct oip_output {
     unsigned kind;           /* OIP_OUT_TENSOR, OIP_OUT_LABEL or OIP_OUT_CLASS */
+    int      index;          /* OIP_OUT_TENSOR: which of the model's outputs */
     bool     binary;         /* sent as raw bytes after the JSON */
     /* OIP_OUT_TENSOR only: > 0 answers it as Triton's classification
      * extension does, the topk highest scores of each sample as BYTES
@@ -125,9 +133,20 @@ typedef enum oip_fault {
     OIP_FAULT_ENVELOPE,      /* JSON, but not an object, or "id", "model",
                                 "model_version", "parameters", "inputs" or
                                 "outputs" not of their type */
-    OIP_FAULT_TENSOR,        /* inputs[0] (name, datatype, shape, data, binary
+    OIP_FAULT_TENSOR,        /* an input (name, datatype, shape, data, binary
                                 data and sizes) or an entry of "outputs" */
 } oip_fault;
+
+/* An entry of "inputs" after the first (which the request holds itself). */
+typedef struct oip_input {
+    oip_name   name;
+    oip_dtype  dtype;
+    bool       binary_in;
+    int        ndim;
+    int64_t    shape[OIP_MAX_DIMS];
+    int64_t    count;              /* values in x */
+    float     *x;                  /* new: count RAW values */
+} oip_input;
 
 typedef struct oip_request {
     /* ---- filled by oip_scan_infer ---- */
@@ -139,16 +158,21 @@ typedef struct oip_request {
                                       model); NULL when absent */
     int64_t    model_version;      /* "model_version", an integer >= 0 or a string
                                       of digits; 0 when absent (the newest) */
-    int        ninputs;            /* entries of "inputs"; only inputs[0] is read
-                                      (oip_check_infer wants exactly one) */
+    int        ninputs;            /* entries of "inputs"; the first OIP_MAX_INPUTS
+                                      are read */
     oip_name   input;              /* inputs[0].name */
-    bool       uint8;              /* inputs[0].datatype "UINT8" (else "FP32") */
+    oip_dtype  dtype;              /* inputs[0].datatype */
+    bool       uint8;              /* inputs[0].datatype "UINT8" */
     bool       binary_in;          /* inputs[0] came as binary data */
     int        ndim;               /* inputs[0].shape, as sent */
     int64_t    shape[OIP_MAX_DIMS];
     int64_t    count;              /* values in x: the product of the shape (for
                                       flat: the values of "data") */
-    float     *x;                  /* new: count RAW values (unscaled) */
+    float     *x;                  /* new: count RAW values (unscaled); after
+                                      oip_check_infer for a model of several
+                                      inputs, batch samples of every input's
+                                      values side by side (count updated) */
+    oip_input *more;               /* new: inputs[1..ninputs), read */
     bool       flat;               /* oip_scan_record only: the record's values
                                       came as "data", a flat array (no "inputs":
                                       no name, datatype or shape) */
@@ -168,7 +192,7 @@ typedef struct oip_request {
     int64_t    batch;              /* samples */
     unsigned   outputs;            /* OIP_OUT_* mask of the answer's outputs */
     int        nout;               /* the answer's outputs, in order */
-    oip_output out[3];
+    oip_output out[OIP_MAX_OUTPUTS];
 } oip_request;
 
 /* Reads an infer request without its model. body[0..json_len) is the JSON
@@ -183,11 +207,13 @@ typedef struct oip_request {
  * timeout (microseconds) and priority are integers >= 0 (its other keys
  * pass through, as Triton's do; sequence_id, sequence_start and
  * sequence_end are noted in req->sequence); "inputs" an
- * array whose first entry (the only one read) has a string "name", a
- * "datatype" of "FP32" (numbers) or "UINT8" (integers 0..255), a "shape"
- * of 1..OIP_MAX_DIMS positive integers, and either "data" (flat, or nested
- * to match the shape, finite as float32) or parameters.binary_data_size:
- * exactly the shape's bytes (4 a value for FP32, 1 for UINT8, finite),
+ * array whose entries (the first OIP_MAX_INPUTS read; req->more holds
+ * all but the first) each have a string "name", a "datatype" of "FP32"
+ * (numbers), "UINT8" (integers 0..255), "INT32" or "INT64" (integers of
+ * their range), a "shape" of 1..OIP_MAX_DIMS positive integers, and either
+ * "data" (flat, or nested to match the shape, finite as float32) or
+ * parameters.binary_data_size: exactly the shape's bytes (4 a value for
+ * FP32 and INT32, 1 for UINT8, 8 for INT64; FP32 finite), each input's
  * taken from the binary part, which the inputs must use up exactly;
  * "outputs" an array of objects with a string "name" whose
  * parameters.binary_data is a bool and parameters.classification an
@@ -220,24 +246,52 @@ dl_status oip_scan_record(const char *body, size_t len, size_t json_len, oip_req
                           dl_err *err);
 
 /* Checks a scanned request against the model that serves it (conf:
- * borrowed, for the names, the sample shape and the labels; in_dim values
- * a sample): exactly one input, named as the model's input; a shape
- * [B, ...] with in_dim values per sample, or of in_dim values in all (the
- * sample shape alone: batch 1); output names the model has. Sets
- * req->batch and the answer's outputs (outputs, nout, out): those listed,
- * in the order listed (a name listed twice answers once), or else every
- * output (the tensor, "label" for a model with labels, "class"); each
- * binary when its binary_data says so, else when binary_data_output does.
- * A classification is asked of the model's tensor only, and only of a
- * classifier's (softmax cross-entropy): the answer's topk.
- * DL_ERR_INVALID with err naming what does not fit; req keeps its values
- * either way. Thread-safe. */
+ * borrowed, for the names, the sample shapes, the datatypes, the
+ * embeddings' sizes and the labels; in_dim values a sample).
+ *
+ * A model of one input: exactly one input, named as the model's input; a
+ * shape [B, ...] with in_dim values per sample, or of in_dim values in all
+ * (the sample shape alone: batch 1). A model of several inputs: each of
+ * its inputs once by name (in any order), none other; each input's shape
+ * fits its own sample shape as above, and all agree on B; req->x then
+ * holds each sample's inputs side by side, in model.json's order
+ * (req->count = B * in_dim). Either way each input's datatype suits it
+ * (FP32 or UINT8 for a float input, UINT8, INT32 or INT64 for ids) and
+ * each id is an integer in [0, oip_id_bound).
+ *
+ * Outputs: names the model has. Sets req->batch and the answer's outputs
+ * (outputs, nout, out): those listed, in the order listed (a name listed
+ * twice answers once), or else oip_default_outputs; each binary when its
+ * binary_data says so, else when binary_data_output does. A
+ * classification is asked of a classifier's tensor only (softmax
+ * cross-entropy): the answer's topk. DL_ERR_INVALID with err naming what
+ * does not fit (the input or output by name); DL_ERR_NOMEM; req keeps its
+ * values either way. Thread-safe. */
 dl_status oip_check_infer(oip_request *req, const dl_model_conf *conf, int64_t in_dim,
                           dl_err *err);
 
+/* The ids model input k (an integer input) takes: [0, bound), bound the
+ * fewest rows of the embeddings that read it (at most 256 for UINT8, 2^24,
+ * where floats stop holding every integer, for the others). */
+int64_t oip_id_bound(const dl_model_conf *conf, int k);
+
+/* Checks the ids of n samples of float32 values (any alignment) held side
+ * by side (in_dim values a sample, each input's in model.json's order):
+ * the "data" and raw float32 forms of Kafka records, which
+ * oip_check_infer does not see. DL_ERR_INVALID with err naming the input
+ * otherwise. */
+dl_status oip_check_ids(const dl_model_conf *conf, const void *x, int64_t n, dl_err *err);
+
+/* The outputs an answer holds when the request lists none, into out (room
+ * for OIP_MAX_OUTPUTS); returns their count: every model output's tensor
+ * in model.json's order, then, for a model of one output or whose first
+ * output is a classifier, "label" (with labels) and "class". */
+int oip_default_outputs(const dl_model_conf *conf, bool binary, oip_output *out);
+
 /* Checks the classifications a checked request asks for against the
- * model's out_dim classes: at most out_dim each. DL_ERR_INVALID with err
- * naming the output otherwise. Thread-safe. */
+ * classes of the output each is asked of: at most as many as it has
+ * (out_dim for a model of one output). DL_ERR_INVALID with err naming
+ * the output otherwise. Thread-safe. */
 dl_status oip_check_classes(const oip_request *req, const dl_model_conf *conf, int64_t out_dim,
                             dl_err *err);
 
@@ -279,11 +333,12 @@ typedef struct oip_result {
     const char          *id;        /* echoed when non-NULL */
     const dl_model_conf *conf;      /* output name and labels */
     int64_t              batch, out_dim;
-    const float         *y;         /* batch * out_dim probabilities */
+    const float         *y;         /* batch * out_dim values: a sample's outputs
+                                       side by side, in model.json's order */
     /* The outputs: out[0..nout) in that order (oip_check_infer's), or when
-     * nout is 0, those of the OIP_OUT_* mask `outputs` in the model's
-     * order (tensor, label, class), all as JSON (all binary when `binary`).
-     * "label" appears only for models with labels. */
+     * nout is 0, those of oip_default_outputs whose kinds are in the
+     * OIP_OUT_* mask `outputs` (OIP_OUT_TENSOR: every model output), all
+     * as JSON (all binary when `binary`). */
     int                  nout;
     const oip_output    *out;
     unsigned             outputs;

@@ -31,6 +31,29 @@ static const char *label_of(const oip_result *res, int64_t c)
     return c < res->conf->nlabels ? res->conf->labels[c] : "";
 }
 
+/* Where model output k lies in a row of res->y: *off, and its *dim values. */
+static void segment(const oip_result *res, int k, int64_t *off, int64_t *dim)
+{
+    const dl_model_conf *conf = res->conf;
+    if (conf->noutputs == 1) {
+        *off = 0;
+        *dim = res->out_dim;
+        return;
+    }
+    *off = 0;
+    for (int j = 0; j < k; j++)
+        *off += conf->outputs[j].dim;
+    *dim = conf->outputs[k].dim;
+}
+
+/* Sample i's values of model output k (*dim of them). */
+static const float *row_of(const oip_result *res, int64_t i, int k, int64_t *dim)
+{
+    int64_t off;
+    segment(res, k, &off, dim);
+    return res->y + i * res->out_dim + off;
+}
+
 /* A class and its score, for ranking. */
 typedef struct ranked {
     float   score;
@@ -60,13 +83,17 @@ static void rank_classes(const float *p, int64_t n, ranked *rank)
 /* Triton's classification string of class c of row p:
  * "score:index[:label]" (label when the model has labels). Returns its
  * length; buf holds it (NUL-terminated). */
-static size_t class_text(const oip_result *res, const float *p, int64_t c, char *buf,
+static size_t class_text(const oip_result *res, int k, const float *p, int64_t c, char *buf,
                          size_t cap)
 {
+    /* output 0's labels as the model's own (conf->labels mirrors them) */
+    const dl_model_conf *conf = res->conf;
+    int nlabels = k == 0 ? conf->nlabels : conf->outputs[k].nlabels;
+    char **labels = k == 0 ? conf->labels : conf->outputs[k].labels;
     char num[DL_FLOAT_CHARS + 1];
     num[dl_fmt_float(num, p[c])] = '\0';
-    int n = res->conf->nlabels > 0
-                ? snprintf(buf, cap, "%s:%lld:%s", num, (long long)c, label_of(res, c))
+    int n = c < nlabels
+                ? snprintf(buf, cap, "%s:%lld:%s", num, (long long)c, labels[c])
                 : snprintf(buf, cap, "%s:%lld", num, (long long)c);
     return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }
@@ -76,7 +103,9 @@ static size_t class_text(const oip_result *res, const float *p, int64_t c, char 
  * instead of writing them. */
 static void put_classes(dl_sbuf *b, const oip_result *res, oip_output o, size_t *bytes)
 {
-    ranked *rank = malloc((size_t)res->out_dim * sizeof(*rank));
+    int64_t dim;
+    row_of(res, 0, o.index, &dim);
+    ranked *rank = malloc((size_t)dim * sizeof(*rank));
     if (!rank) {
         if (b)
             b->oom = true;
@@ -84,10 +113,10 @@ static void put_classes(dl_sbuf *b, const oip_result *res, oip_output o, size_t 
     }
     char text[1024];   /* a longer label is cut, alike in size and bytes */
     for (int64_t i = 0; i < res->batch; i++) {
-        const float *p = res->y + i * res->out_dim;
-        rank_classes(p, res->out_dim, rank);
-        for (int64_t r = 0; r < o.topk && r < res->out_dim; r++) {
-            size_t n = class_text(res, p, rank[r].index, text, sizeof(text));
+        const float *p = row_of(res, i, o.index, &dim);
+        rank_classes(p, dim, rank);
+        for (int64_t r = 0; r < o.topk && r < dim; r++) {
+            size_t n = class_text(res, o.index, p, rank[r].index, text, sizeof(text));
             if (bytes) {
                 *bytes += 4 + n;
             } else if (o.binary) {
@@ -112,13 +141,17 @@ static size_t binary_size(const oip_result *res, oip_output o)
         put_classes(NULL, res, o, &n);
         return n;
     }
+    int64_t dim;
+    row_of(res, 0, o.index, &dim);
     if (kind == OIP_OUT_TENSOR)
-        return (size_t)(res->batch * res->out_dim) * sizeof(float);
+        return (size_t)(res->batch * dim) * sizeof(float);
     if (kind == OIP_OUT_CLASS)
         return (size_t)res->batch * sizeof(int64_t);
     size_t n = 0;
-    for (int64_t i = 0; i < res->batch; i++)
-        n += 4 + strlen(label_of(res, dl_argmax(res->y + i * res->out_dim, res->out_dim)));
+    for (int64_t i = 0; i < res->batch; i++) {
+        const float *p = row_of(res, i, 0, &dim);
+        n += 4 + strlen(label_of(res, dl_argmax(p, dim)));
+    }
     return n;
 }
 
@@ -132,9 +165,10 @@ static void put_values(dl_sbuf *b, const oip_result *res, oip_output o, bool bin
         return;
     }
     for (int64_t i = 0; i < res->batch; i++) {
-        const float *p = res->y + i * res->out_dim;
+        int64_t dim;   /* a label or class is output 0's (o.index is 0) */
+        const float *p = row_of(res, i, o.index, &dim);
         if (kind == OIP_OUT_TENSOR) {
-            for (int64_t j = 0; j < res->out_dim; j++) {
+            for (int64_t j = 0; j < dim; j++) {
                 if (binary) {
                     uint32_t u;
                     memcpy(&u, &p[j], sizeof(u));
@@ -150,7 +184,7 @@ static void put_values(dl_sbuf *b, const oip_result *res, oip_output o, bool bin
             }
             continue;
         }
-        int64_t c = dl_argmax(p, res->out_dim);
+        int64_t c = dl_argmax(p, dim);
         if (!binary && i > 0)
             dl_sbuf_putc(b, ',');
         if (kind == OIP_OUT_CLASS && binary) {
@@ -169,7 +203,9 @@ static void put_values(dl_sbuf *b, const oip_result *res, oip_output o, bool bin
 
 static void put_output(dl_sbuf *b, const oip_result *res, oip_output o)
 {
-    const char *name = o.kind == OIP_OUT_TENSOR  ? res->conf->output_name
+    int64_t dim;
+    row_of(res, 0, o.index, &dim);
+    const char *name = o.kind == OIP_OUT_TENSOR  ? res->conf->outputs[o.index].name
                        : o.kind == OIP_OUT_LABEL ? "label"
                                                  : "class";
     const char *type = o.kind == OIP_OUT_TENSOR  ? (o.topk > 0 ? "BYTES" : "FP32")
@@ -183,7 +219,7 @@ static void put_output(dl_sbuf *b, const oip_result *res, oip_output o)
     dl_sbuf_int(b, res->batch);
     if (o.kind == OIP_OUT_TENSOR) {
         dl_sbuf_putc(b, ',');
-        dl_sbuf_int(b, o.topk > 0 ? o.topk : res->out_dim);
+        dl_sbuf_int(b, o.topk > 0 ? o.topk : dim);
     }
     if (o.binary) {
         put(b, "],\"parameters\":{\"binary_data_size\":");
@@ -225,17 +261,16 @@ static void put_params(dl_sbuf *b, const oip_result *res)
 
 dl_status oip_write_infer(const oip_result *res, dl_sbuf *b, size_t *json_len, dl_err *err)
 {
-    /* Without a list: the mask's outputs in the model's order, as JSON
+    /* Without a list: the default outputs of the mask's kinds, as JSON
      * (or all binary). */
-    oip_output all[3];
+    oip_output all[OIP_MAX_OUTPUTS];
     const oip_output *out = res->out;
     int nout = res->nout;
     if (nout == 0) {
-        static const unsigned order[3] = {OIP_OUT_TENSOR, OIP_OUT_LABEL, OIP_OUT_CLASS};
-        for (int i = 0; i < 3; i++)
-            if ((res->outputs & order[i]) &&
-                (order[i] != OIP_OUT_LABEL || res->conf->nlabels > 0))
-                all[nout++] = (oip_output){.kind = order[i], .binary = res->binary};
+        int n = oip_default_outputs(res->conf, res->binary, all);
+        for (int i = 0; i < n; i++)
+            if (res->outputs & all[i].kind)
+                all[nout++] = all[i];
         out = all;
     }
     size_t start = b->len;
@@ -296,17 +331,55 @@ static json_t *tensor(const char *name, const char *datatype, const int64_t *sha
                      "data", data);
 }
 
+static const char *in_type_name(dl_in_type t)
+{
+    static const char *const names[] = {"FP32", "UINT8", "INT32", "INT64"};
+    return names[t];
+}
+
+/* The model's inputs, each with its datatype and shape [-1, ...]. */
+static json_t *input_tensors(const dl_model_conf *conf)
+{
+    json_t *arr = json_array();
+    for (int k = 0; arr && k < conf->ninputs; k++) {
+        const dl_input_conf *in = &conf->inputs[k];
+        int64_t shape[DL_MAX_DIMS + 1] = {-1};
+        memcpy(shape + 1, in->shape, (size_t)in->ndim * sizeof(int64_t));
+        if (!add(arr, tensor(in->name, in_type_name(in->dtype), shape, in->ndim + 1, NULL))) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    return arr;
+}
+
+/* The outputs an answer holds by default (oip_default_outputs). */
+static json_t *output_tensors(const dl_model_conf *conf, int64_t out_dim)
+{
+    oip_output all[OIP_MAX_OUTPUTS];
+    int n = oip_default_outputs(conf, false, all);
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < n; i++) {
+        int k = all[i].index;
+        int64_t shape[2] = {-1, conf->noutputs == 1 ? out_dim : conf->outputs[k].dim};
+        json_t *t = all[i].kind == OIP_OUT_TENSOR
+                        ? tensor(conf->outputs[k].name, "FP32", shape, 2, NULL)
+                    : all[i].kind == OIP_OUT_LABEL ? tensor("label", "BYTES", shape, 1, NULL)
+                                                   : tensor("class", "INT64", shape, 1, NULL);
+        if (!add(arr, t)) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    return arr;
+}
+
 json_t *oip_model_metadata(const dl_model_conf *conf, int64_t out_dim, json_t *versions)
 {
     /* Shapes with -1 for the batch dimension, as Triton reports them. */
-    int64_t in[DL_MAX_DIMS + 1] = {-1}, out[2] = {-1, out_dim};
-    memcpy(in + 1, conf->in_shape, (size_t)conf->in_ndim * sizeof(int64_t));
-    json_t *label = conf->nlabels > 0 ? tensor("label", "BYTES", out, 1, NULL) : NULL;
-    return json_pack("{s:s, s:O, s:s, s:[o], s:[o, o*, o]}", "name", conf->name, "versions",
-                     versions, "platform", "dlserve", "inputs",
-                     tensor(conf->input_name, "FP32", in, conf->in_ndim + 1, NULL), "outputs",
-                     tensor(conf->output_name, "FP32", out, 2, NULL), label,
-                     tensor("class", "INT64", out, 1, NULL));
+    return json_pack("{s:s, s:O, s:s, s:o, s:o}", "name", conf->name, "versions", versions,
+                     "platform", "dlserve", "inputs", input_tensors(conf), "outputs",
+                     output_tensors(conf, out_dim));
 }
 
 /* A version as registry_status lists it (integer, or digits as a string). */

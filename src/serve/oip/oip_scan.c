@@ -66,6 +66,7 @@ typedef struct scan_ctx {
     dl_status    st;           /* the first refusal; DL_OK so far */
     bool         record;       /* oip_scan_record: a Kafka record, "data" allowed */
     bool         saw_inputs;
+    char         at[16];       /* the input being read: "inputs[0]" */
     size_t       json_len;
     const unsigned char *bin;  /* the binary part: bin[0..bin_len) */
     size_t       bin_len, bin_used;
@@ -83,6 +84,19 @@ static void refuse(scan_ctx *c, oip_fault kind, const char *fmt, ...)
     c->st = dl_err_setv(c->err, DL_ERR_INVALID, fmt, ap);
     va_end(ap);
     c->req->fault = kind;
+}
+
+/* Refuses the input being read: the message follows its name
+ * ("inputs[1]"). */
+static void refuse_in(scan_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void refuse_in(scan_ctx *c, const char *fmt, ...)
+{
+    char msg[sizeof(((dl_err *)0)->msg)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    refuse(c, OIP_FAULT_TENSOR, "%s%s", c->at, msg);
 }
 
 static void out_of_memory(scan_ctx *c, const char *what)
@@ -269,29 +283,40 @@ static bool scan_params(scan_ctx *c, const char *what, oip_fault kind, const par
     return !s->failed;
 }
 
+#define DTYPES "\"FP32\", \"UINT8\", \"INT32\" or \"INT64\""
+
+/* The name of a datatype, as requests and answers spell it. */
+static const char *dtype_name(oip_dtype t)
+{
+    static const char *const names[] = {"FP32", "UINT8", "INT32", "INT64"};
+    return names[t];
+}
+
 static bool scan_datatype(scan_ctx *c)
 {
     json_scan *s = &c->js;
     if (js_peek(s) != JS_STRING) {
-        refuse(c, OIP_FAULT_TENSOR, "inputs[0].datatype must be \"FP32\" or \"UINT8\", not %s",
-               js_what(s));
+        refuse_in(c, ".datatype must be " DTYPES ", not %s", js_what(s));
         return js_skip(s);
     }
     const char *v;
     size_t n;
     if (!js_string(s, &v, &n))
         return false;
-    c->req->uint8 = strcmp(v, "UINT8") == 0;
-    if (!c->req->uint8 && strcmp(v, "FP32") != 0) {
+    int t = 0;
+    while (t <= OIP_INT64 && strcmp(v, dtype_name((oip_dtype)t)) != 0)
+        t++;
+    if (t > OIP_INT64) {
         char dt[33];
-        refuse(c, OIP_FAULT_TENSOR,
-               "inputs[0].datatype \"%s\" is not supported: use \"FP32\" or \"UINT8\"",
-               clip(v, n, dt, sizeof(dt)));
+        refuse_in(c, ".datatype \"%s\" is not supported: use " DTYPES, clip(v, n, dt, sizeof(dt)));
+        return true;
     }
+    c->req->dtype = (oip_dtype)t;
+    c->req->uint8 = t == OIP_UINT8;
     return true;
 }
 
-/* inputs[0].shape: 1..OIP_MAX_DIMS positive integers with a product that
+/* An input's shape: 1..OIP_MAX_DIMS positive integers with a product that
  * fits int64_t. */
 static bool scan_shape(scan_ctx *c)
 {
@@ -302,8 +327,7 @@ static bool scan_shape(scan_ctx *c)
     js_iter it;
     int64_t total = 1;
     if (k != JS_ARRAY) {
-        refuse(c, OIP_FAULT_TENSOR, "inputs[0].shape must be an array of 1 to %d integers",
-               OIP_MAX_DIMS);
+        refuse_in(c, ".shape must be an array of 1 to %d integers", OIP_MAX_DIMS);
         return js_skip(s);
     }
     if (!js_array(s, &it))
@@ -312,18 +336,17 @@ static bool scan_shape(scan_ctx *c)
         size_t i = it.n - 1;
         js_num d = {0};
         if (i >= OIP_MAX_DIMS) {
-            refuse(c, OIP_FAULT_TENSOR, "inputs[0].shape must be an array of 1 to %d integers",
-                   OIP_MAX_DIMS);
+            refuse_in(c, ".shape must be an array of 1 to %d integers", OIP_MAX_DIMS);
             return skip_from(c, m);
         }
         if (js_peek(s) == JS_NUMBER && !js_number(s, &d))
             return false;
         if (!d.integer || d.v < 1) {
-            refuse(c, OIP_FAULT_TENSOR, "inputs[0].shape[%zu] must be a positive integer", i);
+            refuse_in(c, ".shape[%zu] must be a positive integer", i);
             return skip_from(c, m);
         }
         if (!d.fits || d.i > INT64_MAX / total) {
-            refuse(c, OIP_FAULT_TENSOR, "inputs[0].shape is too large");
+            refuse_in(c, ".shape is too large");
             return skip_from(c, m);
         }
         total *= d.i;
@@ -332,14 +355,13 @@ static bool scan_shape(scan_ctx *c)
     if (s->failed)
         return false;
     if (it.n == 0)
-        refuse(c, OIP_FAULT_TENSOR, "inputs[0].shape must be an array of 1 to %d integers",
-               OIP_MAX_DIMS);
+        refuse_in(c, ".shape must be an array of 1 to %d integers", OIP_MAX_DIMS);
     req->ndim = (int)it.n;
     req->count = total;
     return true;
 }
 
-/* ---- inputs[0].data -------------------------------------------------------
+/* ---- an input's data ---------------------------------------------------------
  * Flat (the first element is not an array): exactly `count` values. Nested:
  * an array of shape[0] arrays of shape[1]... values. Refusals follow the
  * order of a walk that checks each array's length before its elements:
@@ -349,6 +371,7 @@ static bool scan_shape(scan_ctx *c)
 typedef struct filler {
     scan_ctx *c;
     bool      nested;
+    bool      fast;                     /* FP32 or UINT8: runs through js_floats */
     float    *x;                        /* count values; NULL: counting only */
     int64_t   pos;
     size_t    idx[OIP_MAX_DIMS];        /* where the walk is, for messages */
@@ -359,7 +382,7 @@ typedef struct filler {
 /* "inputs[0].data[1][3]" for the first `depth` indices. */
 static const char *where(const filler *f, int depth, char *buf, size_t cap)
 {
-    size_t k = (size_t)snprintf(buf, cap, "inputs[0].data");
+    size_t k = (size_t)snprintf(buf, cap, "%s.data", f->c->at);
     for (int i = 0; i < depth && k < cap; i++)
         k += (size_t)snprintf(buf + k, cap - k, "[%zu]", f->idx[i]);
     return buf;
@@ -422,18 +445,22 @@ static void size_fault(filler *f, int depth)
 static bool put_value(filler *f, int depth)
 {
     json_scan *s = &f->c->js;
-    bool u8 = f->c->req->uint8;
+    oip_dtype t = f->c->req->dtype;
+    static const char *const want[] = {"a number (FP32)", "an integer in 0..255 (UINT8)",
+                                       "an integer (INT32)", "an integer (INT64)"};
     if (js_peek(s) != JS_NUMBER) {
-        fault_at(f, depth, u8 ? "must be an integer in 0..255 (UINT8), not %s"
-                              : "must be a number (FP32), not %s", js_what(s));
+        fault_at(f, depth, "must be %s, not %s", want[t], js_what(s));
         return js_skip(s);
     }
     js_num n;
     if (!js_number(s, &n))
         return false;
     float v = (float)n.v;
-    if (u8 && (!n.fits || n.i < 0 || n.i > 255))
-        fault_at(f, depth, "must be an integer in 0..255 (UINT8), not %s",
+    bool range = t == OIP_UINT8   ? n.fits && n.i >= 0 && n.i <= 255
+                 : t == OIP_INT32 ? n.fits && n.i >= INT32_MIN && n.i <= INT32_MAX
+                                  : n.fits;
+    if (t != OIP_FP32 && (!n.integer || !range))
+        fault_at(f, depth, "must be %s, not %s", want[t],
                  n.integer ? "out of range" : "a real");
     else if (!isfinite(v))
         fault_at(f, depth, "is out of the FP32 range");
@@ -460,7 +487,7 @@ static bool put_nested(filler *f, int depth)
         return false;
     for (;;) {
         /* The last dimension's numbers in one run; the rest one by one. */
-        if (depth + 1 == req->ndim && f->x && (int64_t)it.n < want)
+        if (depth + 1 == req->ndim && f->x && f->fast && (int64_t)it.n < want)
             f->pos += (int64_t)js_floats(s, &it, f->x + f->pos, (size_t)(want - (int64_t)it.n),
                                          req->uint8);
         if (!js_element(s, &it))
@@ -494,7 +521,7 @@ static bool put_flat(filler *f, int64_t *n)
         return false;
     for (;;) {
         /* Runs of numbers in one go; the rest one by one. */
-        if (f->x && !f->why[0] && (int64_t)it.n < total)
+        if (f->x && f->fast && !f->why[0] && (int64_t)it.n < total)
             f->pos += (int64_t)js_floats(s, &it, f->x + f->pos, (size_t)(total - (int64_t)it.n),
                                          f->c->req->uint8);
         if (!js_element(s, &it))
@@ -508,7 +535,7 @@ static bool put_flat(filler *f, int64_t *n)
     return !s->failed;
 }
 
-/* inputs[0].data, once datatype and shape are known. */
+/* An input's data, once datatype and shape are known. */
 static bool scan_data(scan_ctx *c)
 {
     json_scan *s = &c->js;
@@ -516,17 +543,18 @@ static bool scan_data(scan_ctx *c)
     int64_t total = req->count, n = 0;
     char sh[160];
     if (js_peek(s) != JS_ARRAY) {
-        refuse(c, OIP_FAULT_TENSOR, "inputs[0].data must be an array, not %s", js_what(s));
+        refuse_in(c, ".data must be an array, not %s", js_what(s));
         return js_skip(s);
     }
     js_mark m = js_save(s);
-    filler f = {.c = c, .nested = js_peek_first(s) == JS_ARRAY};
+    filler f = {.c = c, .nested = js_peek_first(s) == JS_ARRAY,
+                .fast = req->dtype == OIP_FP32 || req->dtype == OIP_UINT8};
     /* Every value takes at least two bytes ("1,") but the last: a larger
      * shape cannot match, and must not size an allocation. */
     bool room = (uint64_t)total <= (uint64_t)(s->end - s->p) / 2 + 1;
     if (f.nested && !room) {
-        refuse(c, OIP_FAULT_TENSOR, "inputs[0].data holds fewer than the %lld values of shape %s",
-               (long long)total, shape_text(req->shape, req->ndim, sh, sizeof(sh)));
+        refuse_in(c, ".data holds fewer than the %lld values of shape %s", (long long)total,
+                  shape_text(req->shape, req->ndim, sh, sizeof(sh)));
         return js_skip(s);
     }
     if (room && !(f.x = malloc((size_t)total * sizeof(float)))) {
@@ -539,9 +567,8 @@ static bool scan_data(scan_ctx *c)
         return false;
     }
     if (!f.nested && n != total)
-        refuse(c, OIP_FAULT_TENSOR, "inputs[0].data has %lld values; shape %s needs %lld",
-               (long long)n, shape_text(req->shape, req->ndim, sh, sizeof(sh)),
-               (long long)total);
+        refuse_in(c, ".data has %lld values; shape %s needs %lld", (long long)n,
+                  shape_text(req->shape, req->ndim, sh, sizeof(sh)), (long long)total);
     else if (f.why[0])
         refuse(c, OIP_FAULT_TENSOR, "%s", f.why);
     if (c->st != DL_OK) {
@@ -558,46 +585,61 @@ static uint32_t le32(const unsigned char *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* inputs[0]'s values from the binary part: `size` bytes from where the
+/* Little-endian int64, whatever the host's order. */
+static int64_t le64(const unsigned char *p)
+{
+    return (int64_t)((uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32);
+}
+
+/* n values of datatype t from b into x; the index of the first that is not
+ * a finite float (FP32 only), else n. */
+static size_t load_binary(const unsigned char *b, oip_dtype t, float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (t == OIP_UINT8) {
+            x[i] = b[i];
+        } else if (t == OIP_INT32) {
+            x[i] = (float)(int32_t)le32(b + 4 * i);
+        } else if (t == OIP_INT64) {
+            x[i] = (float)le64(b + 8 * i);
+        } else {
+            uint32_t u = le32(b + 4 * i);
+            memcpy(&x[i], &u, sizeof(float));
+        }
+    }
+    return t == OIP_FP32 ? dl_first_nonfinite(x, n) : n;
+}
+
+/* An input's values from the binary part: `size` bytes from where the
  * inputs before it stopped. */
 static void take_binary(scan_ctx *c, int64_t size)
 {
     oip_request *req = c->req;
-    size_t el = req->uint8 ? 1 : 4, avail = c->bin_len - c->bin_used;
+    static const size_t bytes[] = {4, 1, 4, 8};
+    size_t el = bytes[req->dtype], avail = c->bin_len - c->bin_used;
     char sh[160];
     if (req->count > INT64_MAX / (int64_t)el || size != req->count * (int64_t)el) {
-        refuse(c, OIP_FAULT_TENSOR, "inputs[0].parameters.binary_data_size is %lld bytes, but "
-               "shape %s of %s takes %lld values of %zu byte%s", (long long)size,
-               shape_text(req->shape, req->ndim, sh, sizeof(sh)), req->uint8 ? "UINT8" : "FP32",
-               (long long)req->count, el, el > 1 ? "s" : "");
+        refuse_in(c, ".parameters.binary_data_size is %lld bytes, but shape %s of %s takes "
+                  "%lld values of %zu byte%s", (long long)size,
+                  shape_text(req->shape, req->ndim, sh, sizeof(sh)), dtype_name(req->dtype),
+                  (long long)req->count, el, el > 1 ? "s" : "");
         return;
     }
     if ((uint64_t)size > avail) {
-        refuse(c, OIP_FAULT_TENSOR, "inputs[0].parameters.binary_data_size is %lld bytes, but "
-               "only %zu follow the %zu bytes of JSON (%s)", (long long)size, avail,
-               c->json_len, OIP_HEADER_JSON_LEN);
+        refuse_in(c, ".parameters.binary_data_size is %lld bytes, but only %zu follow the %zu "
+                  "bytes of JSON (%s)", (long long)size, avail, c->json_len,
+                  OIP_HEADER_JSON_LEN);
         return;
     }
-    const unsigned char *b = c->bin + c->bin_used;
     float *x = malloc((size_t)req->count * sizeof(float));
     if (!x) {
         out_of_memory(c, "the input values");
         return;
     }
-    size_t cnt = (size_t)req->count, bad = cnt;
-    if (req->uint8) {
-        for (size_t i = 0; i < cnt; i++)
-            x[i] = b[i];
-    } else {
-        for (size_t i = 0; i < cnt; i++) {
-            uint32_t u = le32(b + 4 * i);
-            memcpy(&x[i], &u, sizeof(float));
-        }
-        bad = dl_first_nonfinite(x, cnt);
-    }
+    size_t cnt = (size_t)req->count;
+    size_t bad = load_binary(c->bin + c->bin_used, req->dtype, x, cnt);
     if (bad < cnt) {
-        refuse(c, OIP_FAULT_TENSOR, "inputs[0] binary data: value %zu is not a finite "
-               "FP32 number", bad);
+        refuse_in(c, " binary data: value %zu is not a finite FP32 number", bad);
         free(x);
         return;
     }
@@ -606,8 +648,17 @@ static void take_binary(scan_ctx *c, int64_t size)
     c->bin_used += (size_t)size;
 }
 
-/* inputs[0]: its keys in any order. "data" before "datatype" or "shape"
- * is checked as JSON, then read once they are known. */
+/* dst (room for 32 bytes) = a then b, short texts of this file. */
+static void join(char *dst, const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    DL_ASSERT(na + nb < 32);
+    memcpy(dst, a, na);
+    memcpy(dst + na, b, nb + 1);
+}
+
+/* An entry of "inputs": its keys in any order. "data" before "datatype"
+ * or "shape" is checked as JSON, then read once they are known. */
 static bool scan_input(scan_ctx *c)
 {
     json_scan *s = &c->js;
@@ -617,8 +668,11 @@ static bool scan_input(scan_ctx *c)
     js_mark data_at = {0};
     js_iter it;
     const char *key;
+    char name[32], params[32];   /* for messages: "inputs[1].name" */
+    join(name, c->at, ".name");
+    join(params, c->at, ".parameters");
     if (js_peek(s) != JS_OBJECT) {
-        refuse(c, OIP_FAULT_TENSOR, "inputs[0] must be an object, not %s", js_what(s));
+        refuse_in(c, " must be an object, not %s", js_what(s));
         return js_skip(s);
     }
     if (!js_object(s, &it))
@@ -628,7 +682,7 @@ static bool scan_input(scan_ctx *c)
         if (c->st != DL_OK) {
             ok = js_skip(s);
         } else if (strcmp(key, "name") == 0) {
-            ok = scan_name(c, "inputs[0].name", &req->input);
+            ok = scan_name(c, name, &req->input);
         } else if (strcmp(key, "datatype") == 0) {
             ok = scan_datatype(c);
             dtype = true;
@@ -638,7 +692,7 @@ static bool scan_input(scan_ctx *c)
         } else if (strcmp(key, "parameters") == 0) {
             const param_spec p = {"binary_data_size", PARAM_COUNT, "a byte count",
                                   {.count = &size}};
-            ok = scan_params(c, "inputs[0].parameters", OIP_FAULT_TENSOR, &p, 1);
+            ok = scan_params(c, params, OIP_FAULT_TENSOR, &p, 1);
         } else if (strcmp(key, "data") == 0) {
             data = true;
             deferred = !dtype || !shape;
@@ -656,16 +710,16 @@ static bool scan_input(scan_ctx *c)
     if (s->failed || c->st != DL_OK)
         return !s->failed;
     if (!dtype)
-        refuse(c, OIP_FAULT_TENSOR, "inputs[0].datatype must be \"FP32\" or \"UINT8\"");
+        refuse_in(c, ".datatype must be " DTYPES);
     else if (!shape)
-        refuse(c, OIP_FAULT_TENSOR, "inputs[0].shape is missing");
+        refuse_in(c, ".shape is missing");
     else if (data && size >= 0)
-        refuse(c, OIP_FAULT_TENSOR, "inputs[0] has both \"data\" and "
-               "parameters.binary_data_size: send its values one way");
+        refuse_in(c, " has both \"data\" and parameters.binary_data_size: send its values "
+                  "one way");
     else if (size >= 0)
         take_binary(c, size);
     else if (!data)
-        refuse(c, OIP_FAULT_TENSOR, "inputs[0].data is missing");
+        refuse_in(c, ".data is missing");
     else if (deferred) {
         js_mark end = js_save(s);
         js_restore(s, data_at);
@@ -674,6 +728,30 @@ static bool scan_input(scan_ctx *c)
         return ok;
     }
     return true;
+}
+
+/* inputs[i] for i >= 1: read as inputs[0] is, into a request of its
+ * own, then kept in req->more[i - 1]. */
+static bool scan_more(scan_ctx *c, size_t i)
+{
+    oip_request *req = c->req, one = {0};
+    if (!req->more && !(req->more = calloc(OIP_MAX_INPUTS - 1, sizeof(*req->more)))) {
+        out_of_memory(c, "the inputs");
+        return js_skip(&c->js);
+    }
+    c->req = &one;
+    bool ok = scan_input(c);
+    c->req = req;
+    if (c->st != DL_OK) {
+        req->fault = one.fault;
+        free(one.x);
+        return ok;
+    }
+    req->more[i - 1] = (oip_input){.name = one.input, .dtype = one.dtype,
+                                   .binary_in = one.binary_in, .ndim = one.ndim,
+                                   .count = one.count, .x = one.x};
+    memcpy(req->more[i - 1].shape, one.shape, sizeof(one.shape));
+    return ok;
 }
 
 static bool scan_inputs(scan_ctx *c)
@@ -687,9 +765,16 @@ static bool scan_inputs(scan_ctx *c)
     }
     if (!js_array(s, &it))
         return false;
-    while (js_element(s, &it))
-        if (!(it.n == 1 && c->st == DL_OK ? scan_input(c) : js_skip(s)))
+    while (js_element(s, &it)) {
+        size_t i = it.n - 1;
+        bool read = c->st == DL_OK && i < OIP_MAX_INPUTS;
+        if (read && i == 0)
+            memcpy(c->at, "inputs[0]", sizeof("inputs[0]"));
+        else if (read)
+            snprintf(c->at, sizeof(c->at), "inputs[%d]", (int)i);
+        if (!(read ? (i == 0 ? scan_input(c) : scan_more(c, i)) : js_skip(s)))
             return false;
+    }
     c->req->ninputs = it.n > INT_MAX ? INT_MAX : (int)it.n;
     return !s->failed;
 }
@@ -901,7 +986,7 @@ static dl_status scan_request(const char *body, size_t len, size_t json_len, boo
         else if (req->flat && c.bin_len > 0)
             refuse(&c, OIP_FAULT_TENSOR, "the body has %zu bytes after its %zu bytes of JSON "
                    "(%s), but 'data' takes none", c.bin_len, json_len, OIP_HEADER_JSON_LEN);
-        else if (req->ninputs == 1 && c.bin_used != c.bin_len)
+        else if (req->ninputs >= 1 && c.bin_used != c.bin_len)
             refuse(&c, OIP_FAULT_TENSOR, "the body has %zu bytes after its %zu bytes of JSON "
                    "(%s), but the inputs' binary_data_size add up to %zu", c.bin_len,
                    json_len, OIP_HEADER_JSON_LEN, c.bin_used);
@@ -972,32 +1057,187 @@ static dl_status fit_shape(oip_request *req, const dl_model_conf *conf, int64_t 
                shape_text(conf->in_shape, conf->in_ndim, want, sizeof(want)) + 1);
 }
 
-/* The OIP_OUT_* kind a model's output name stands for; 0 for none. */
-static unsigned output_kind(const oip_name *name, const dl_model_conf *conf)
+/* ---- inputs against the model ---- */
+
+/* One input of the request, wherever the request holds it. */
+typedef struct req_input {
+    const oip_name *name;
+    oip_dtype       dtype;
+    int             ndim;
+    const int64_t  *shape;
+    int64_t         count;
+    const float    *x;
+} req_input;
+
+static req_input input_at(const oip_request *req, int i)
 {
-    if (name->too_long)
-        return 0;
-    if (strcmp(name->text, conf->output_name) == 0)
-        return OIP_OUT_TENSOR;
-    if (strcmp(name->text, "label") == 0 && conf->nlabels > 0)
-        return OIP_OUT_LABEL;
-    if (strcmp(name->text, "class") == 0)
-        return OIP_OUT_CLASS;
-    return 0;
+    if (i == 0)
+        return (req_input){&req->input, req->dtype, req->ndim, req->shape, req->count, req->x};
+    const oip_input *in = &req->more[i - 1];
+    return (req_input){&in->name, in->dtype, in->ndim, in->shape, in->count, in->x};
 }
 
-static void add_output(oip_request *req, unsigned kind, bool binary, int64_t topk)
+/* Whether a request's datatype suits a model input: FP32 or UINT8 (image
+ * bytes) for a float input, an integer type for ids. */
+static bool dtype_fits(oip_dtype t, const dl_input_conf *in)
 {
-    req->outputs |= kind;
-    req->out[req->nout++] = (oip_output){.kind = kind, .binary = binary, .topk = topk};
+    return in->dtype == DL_IN_FP32 ? t == OIP_FP32 || t == OIP_UINT8 : t != OIP_FP32;
 }
 
-dl_status oip_check_infer(oip_request *req, const dl_model_conf *conf, int64_t in_dim,
-                          dl_err *err)
+static const char *input_type_name(dl_in_type t)
 {
-    if (req->sequence)
-        return bad(err, "model '%s' has no sequence batching: %s is not supported", conf->name,
-                   req->sequence);
+    static const char *const names[] = {"FP32", "UINT8", "INT32", "INT64"};
+    return names[t];
+}
+
+int64_t oip_id_bound(const dl_model_conf *conf, int k)
+{
+    int64_t bound = conf->inputs[k].dtype == DL_IN_UINT8 ? 256 : (int64_t)1 << 24;
+    for (int i = 0; i < conf->nlayers; i++) {
+        const dl_layer_conf *l = &conf->layers[i];
+        if (l->type == DL_LAYER_EMBEDDING && l->nsrc == 1 && l->src[0] == -1 - k &&
+            l->num_embeddings < bound)
+            bound = l->num_embeddings;
+    }
+    return bound;
+}
+
+/* Ids of model input k: n samples of its values, `stride` floats apart. */
+static dl_status check_ids(const dl_model_conf *conf, int k, const void *x, int64_t n,
+                           int64_t stride, dl_err *err)
+{
+    const dl_input_conf *in = &conf->inputs[k];
+    int64_t bound = oip_id_bound(conf, k);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < in->dim; j++) {
+            float v;   /* any alignment: a Kafka record's raw values */
+            memcpy(&v, (const char *)x + (size_t)(i * stride + j) * sizeof(float), sizeof(v));
+            if (!(v >= 0 && v < (float)bound && v == floorf(v)))
+                return bad(err, "input '%s': %.9g (sample %lld) is not an id: model '%s' "
+                           "takes integers in [0, %lld)", in->name, (double)v, (long long)i,
+                           conf->name, (long long)bound);
+        }
+    return DL_OK;
+}
+
+dl_status oip_check_ids(const dl_model_conf *conf, const void *x, int64_t n, dl_err *err)
+{
+    int64_t stride = 0, at = 0;
+    for (int k = 0; k < conf->ninputs; k++)
+        stride += conf->inputs[k].dim;
+    for (int k = 0; k < conf->ninputs; at += conf->inputs[k++].dim) {
+        dl_status st = conf->inputs[k].dtype == DL_IN_FP32
+                           ? DL_OK
+                           : check_ids(conf, k, (const float *)x + at, n, stride, err);
+        if (st != DL_OK)
+            return st;
+    }
+    return DL_OK;
+}
+
+/* The samples in input t of model input `in` ([B, ...] with in->dim
+ * values per sample, or one sample's values alone); -1 when it fits not. */
+static int64_t samples_of(const req_input *t, const dl_input_conf *in)
+{
+    if (t->ndim >= 2 && product(t->shape + 1, t->ndim - 1) == in->dim)
+        return t->shape[0];
+    return t->count == in->dim ? 1 : -1;
+}
+
+/* Input t against model input k: datatype, shape (its samples into *n),
+ * ids. */
+static dl_status check_input(const req_input *t, const dl_model_conf *conf, int k, int64_t *n,
+                             dl_err *err)
+{
+    const dl_input_conf *in = &conf->inputs[k];
+    char got[160], want[160];
+    if (!dtype_fits(t->dtype, in))
+        return bad(err, "input '%s': datatype %s does not fit model '%s', which takes %s%s",
+                   in->name, dtype_name(t->dtype), conf->name, input_type_name(in->dtype),
+                   in->dtype == DL_IN_FP32 ? " (or UINT8)" : " ids (or INT32, INT64, UINT8)");
+    *n = samples_of(t, in);
+    if (*n < 0)
+        return bad(err, "input '%s': shape %s does not fit model '%s': it takes [B, ...] with "
+                   "%lld values per sample, e.g. [B, %s", in->name,
+                   shape_text(t->shape, t->ndim, got, sizeof(got)), conf->name,
+                   (long long)in->dim, shape_text(in->shape, in->ndim, want, sizeof(want)) + 1);
+    return in->dtype == DL_IN_FP32 ? DL_OK : check_ids(conf, k, t->x, *n, in->dim, err);
+}
+
+/* Which request input is model input k, each request input named once by
+ * a model input: of[k]. */
+static dl_status match_inputs(const oip_request *req, const dl_model_conf *conf, int *of,
+                              dl_err *err)
+{
+    for (int k = 0; k < conf->ninputs; k++)
+        of[k] = -1;
+    int read = req->ninputs < OIP_MAX_INPUTS ? req->ninputs : OIP_MAX_INPUTS;
+    if (req->ninputs > conf->ninputs)
+        return bad(err, "'inputs' has %d inputs; model '%s' takes %d", req->ninputs,
+                   conf->name, conf->ninputs);
+    for (int i = 0; i < read; i++) {
+        const oip_name *name = input_at(req, i).name;
+        int k = 0;
+        while (k < conf->ninputs && (name->too_long || strcmp(name->text, conf->inputs[k].name)))
+            k++;
+        if (!name->given)
+            return bad(err, "inputs[%d].name is missing", i);
+        if (k == conf->ninputs)
+            return bad(err, "inputs[%d]: model '%s' has no input '%s%s'", i, conf->name,
+                       name->text, name->too_long ? "..." : "");
+        if (of[k] >= 0)
+            return bad(err, "inputs[%d]: input '%s' is given twice", i, name->text);
+        of[k] = i;
+    }
+    for (int k = 0; k < conf->ninputs; k++)
+        if (of[k] < 0)
+            return bad(err, "input '%s' of model '%s' is missing", conf->inputs[k].name,
+                       conf->name);
+    return DL_OK;
+}
+
+/* A request for a model of several inputs: each checked, the same batch,
+ * then every sample's inputs side by side in req->x. */
+static dl_status check_inputs(oip_request *req, const dl_model_conf *conf, dl_err *err)
+{
+    int of[OIP_MAX_INPUTS];
+    if (conf->ninputs > OIP_MAX_INPUTS)
+        return bad(err, "model '%s' has %d inputs; requests carry at most %d", conf->name,
+                   conf->ninputs, OIP_MAX_INPUTS);
+    dl_status st = match_inputs(req, conf, of, err);
+    int64_t batch = 0, stride = 0;
+    for (int k = 0; k < conf->ninputs && st == DL_OK; stride += conf->inputs[k++].dim) {
+        req_input t = input_at(req, of[k]);
+        int64_t n;
+        st = check_input(&t, conf, k, &n, err);
+        if (st == DL_OK && k > 0 && n != batch)
+            st = bad(err, "input '%s' has %lld samples, input '%s' %lld: they must agree",
+                     conf->inputs[k].name, (long long)n, conf->inputs[0].name,
+                     (long long)batch);
+        batch = n;
+    }
+    if (st != DL_OK)
+        return st;
+    float *x = malloc((size_t)(batch * stride) * sizeof(float));
+    if (!x)
+        return dl_err_set(err, DL_ERR_NOMEM, "out of memory for the input values");
+    for (int k = 0, at = 0; k < conf->ninputs; at += (int)conf->inputs[k++].dim) {
+        const float *src = input_at(req, of[k]).x;
+        int64_t d = conf->inputs[k].dim;
+        for (int64_t i = 0; i < batch; i++)
+            memcpy(x + i * stride + at, src + i * d, (size_t)d * sizeof(float));
+    }
+    free(req->x);
+    req->x = x;
+    req->count = batch * stride;
+    req->batch = batch;
+    return DL_OK;
+}
+
+/* A request for a model of one input. */
+static dl_status check_one_input(oip_request *req, const dl_model_conf *conf, int64_t in_dim,
+                                 dl_err *err)
+{
     if (req->ninputs != 1)
         return bad(err, "'inputs' has %d inputs; model '%s' takes exactly one ('%s')",
                    req->ninputs, conf->name, conf->input_name);
@@ -1007,48 +1247,123 @@ dl_status oip_check_infer(oip_request *req, const dl_model_conf *conf, int64_t i
     if (req->input.too_long || strcmp(req->input.text, conf->input_name) != 0)
         return bad(err, "inputs[0]: model '%s' has no input '%s%s' (it takes '%s')", conf->name,
                    req->input.text, req->input.too_long ? "..." : "", conf->input_name);
-    dl_status st = fit_shape(req, conf, in_dim, err);
-    if (st != DL_OK)
-        return st;
+    if (conf->inputs[0].dtype == DL_IN_FP32 && dtype_fits(req->dtype, &conf->inputs[0]))
+        return fit_shape(req, conf, in_dim, err);   /* the common case, as it always was */
+    req_input t = input_at(req, 0);
+    return check_input(&t, conf, 0, &req->batch, err);
+}
+
+/* ---- outputs against the model ---- */
+
+/* The OIP_OUT_* kind a name stands for (*index: which model output, for
+ * OIP_OUT_TENSOR); 0 for none. The model's output names come first. */
+static unsigned output_kind(const oip_name *name, const dl_model_conf *conf, int *index)
+{
+    if (name->too_long)
+        return 0;
+    for (*index = 0; *index < conf->noutputs; ++*index)
+        if (strcmp(name->text, conf->outputs[*index].name) == 0)
+            return OIP_OUT_TENSOR;
+    *index = 0;
+    if (strcmp(name->text, "label") == 0 && conf->nlabels > 0)
+        return OIP_OUT_LABEL;
+    if (strcmp(name->text, "class") == 0)
+        return OIP_OUT_CLASS;
+    return 0;
+}
+
+static void add_output(oip_request *req, unsigned kind, int index, bool binary, int64_t topk)
+{
+    for (int i = 0; i < req->nout; i++)
+        if (req->out[i].kind == kind && req->out[i].index == index)
+            return;   /* listed twice: answered once */
+    if (req->nout == OIP_MAX_OUTPUTS)
+        return;
+    req->outputs |= kind;
+    req->out[req->nout++] = (oip_output){.kind = kind, .index = index, .binary = binary,
+                                         .topk = topk};
+}
+
+int oip_default_outputs(const dl_model_conf *conf, bool binary, oip_output *out)
+{
+    int n = 0;
+    for (int k = 0; k < conf->noutputs && n < OIP_MAX_OUTPUTS - 2; k++)
+        out[n++] = (oip_output){.kind = OIP_OUT_TENSOR, .index = k, .binary = binary};
+    if (conf->noutputs > 1 && conf->loss != DL_LOSS_XENT)
+        return n;   /* a class of a value, or of a probability, means nothing */
+    if (conf->nlabels > 0)
+        out[n++] = (oip_output){.kind = OIP_OUT_LABEL, .binary = binary};
+    out[n++] = (oip_output){.kind = OIP_OUT_CLASS, .binary = binary};
+    return n;
+}
+
+/* "'click', 'rating'": the model's output names, for messages. */
+static const char *output_names(const dl_model_conf *conf, char *buf, size_t cap)
+{
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < conf->noutputs && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s'%s'", i ? ", " : "", conf->outputs[i].name);
+    return buf;
+}
+
+static dl_status check_outputs(oip_request *req, const dl_model_conf *conf, dl_err *err)
+{
     req->outputs = 0;
     req->nout = 0;
     if (req->nasked == 0) {
-        add_output(req, OIP_OUT_TENSOR, req->binary_out, 0);
-        if (conf->nlabels > 0)
-            add_output(req, OIP_OUT_LABEL, req->binary_out, 0);
-        add_output(req, OIP_OUT_CLASS, req->binary_out, 0);
+        req->nout = oip_default_outputs(conf, req->binary_out, req->out);
+        for (int i = 0; i < req->nout; i++)
+            req->outputs |= req->out[i].kind;
         return DL_OK;
     }
     for (int i = 0; i < req->nasked; i++) {
         const oip_asked *a = &req->asked[i];
-        unsigned kind = output_kind(&a->name, conf);
+        int k;
+        unsigned kind = output_kind(&a->name, conf, &k);
+        char names[256];
         if (!kind)
-            return bad(err, "outputs[%d]: model '%s' has no output '%s%s' (it has '%s'%s and "
+            return bad(err, "outputs[%d]: model '%s' has no output '%s%s' (it has %s%s and "
                        "'class')", i, conf->name, a->name.text, a->name.too_long ? "..." : "",
-                       conf->output_name, conf->nlabels > 0 ? ", 'label'" : "");
+                       output_names(conf, names, sizeof(names)),
+                       conf->nlabels > 0 ? ", 'label'" : "");
         if (a->classification > 0 && kind != OIP_OUT_TENSOR)
             return bad(err, "outputs[%d]: classification is asked of '%s', which is not a "
                        "tensor of class scores: ask it of '%s'", i, a->name.text,
                        conf->output_name);
-        if (a->classification > 0 && conf->loss != DL_LOSS_XENT)
-            return bad(err, "outputs[%d]: classification of '%s': model '%s' is not a "
+        dl_loss loss = k == 0 ? conf->loss : conf->outputs[k].loss;   /* conf->loss mirrors 0 */
+        if (a->classification > 0 && loss != DL_LOSS_XENT)
+            return bad(err, "outputs[%d]: classification of '%s': %s of model '%s' is not a "
                        "classifier (its loss is not softmax cross-entropy)", i, a->name.text,
-                       conf->name);
-        if (!(req->outputs & kind))
-            add_output(req, kind, a->binary >= 0 ? a->binary == 1 : req->binary_out,
-                       a->classification);
+                       conf->noutputs > 1 ? "this output" : "the output", conf->name);
+        add_output(req, kind, k, a->binary >= 0 ? a->binary == 1 : req->binary_out,
+                   a->classification);
     }
     return DL_OK;
+}
+
+dl_status oip_check_infer(oip_request *req, const dl_model_conf *conf, int64_t in_dim,
+                          dl_err *err)
+{
+    if (req->sequence)
+        return bad(err, "model '%s' has no sequence batching: %s is not supported", conf->name,
+                   req->sequence);
+    dl_status st = conf->ninputs > 1 ? check_inputs(req, conf, err)
+                                     : check_one_input(req, conf, in_dim, err);
+    return st == DL_OK ? check_outputs(req, conf, err) : st;
 }
 
 dl_status oip_check_classes(const oip_request *req, const dl_model_conf *conf, int64_t out_dim,
                             dl_err *err)
 {
-    for (int i = 0; i < req->nout; i++)
-        if (req->out[i].topk > out_dim)
+    for (int i = 0; i < req->nout; i++) {
+        const dl_output_conf *o = &conf->outputs[req->out[i].index];
+        int64_t dim = conf->noutputs == 1 ? out_dim : o->dim;
+        if (req->out[i].topk > dim)
             return bad(err, "classification of '%s' asks for the top %lld classes, but model "
-                       "'%s' has %lld", conf->output_name, (long long)req->out[i].topk,
-                       conf->name, (long long)out_dim);
+                       "'%s' has %lld", o->name, (long long)req->out[i].topk, conf->name,
+                       (long long)dim);
+    }
     return DL_OK;
 }
 
@@ -1073,6 +1388,9 @@ dl_status oip_parse_infer(const char *body, size_t len, size_t json_len,
 
 void oip_request_fini(oip_request *req)
 {
+    for (int i = 0; req->more && i < OIP_MAX_INPUTS - 1; i++)
+        free(req->more[i].x);
+    free(req->more);
     free(req->id);
     free(req->model);
     free(req->x);
