@@ -330,6 +330,7 @@ typedef struct csv_ctx {
     const dl_scaling    *sc;
     dl_dataset          *ds;
     const dl_model_conf *conf;         /* a graph model's layout, or NULL */
+    bool                 targets;      /* with conf: lines start with targets */
 } csv_ctx;
 
 /* Up to 9 digits with an optional sign: exact in a double, and by far the
@@ -469,11 +470,15 @@ static dl_status parse_model_line(const csv_ctx *c, const char *p, const char *e
                                   int64_t lineno, int64_t row, dl_err *err)
 {
     int64_t td = c->ds->tdim, want = td + c->dim, found = count_fields(p, end), f = 0;
+    if (found != want && !td)
+        return dl_err_set(err, DL_ERR_INVALID, "%s:%lld: expected %lld fields (the inputs), "
+                          "found %lld", c->path, (long long)lineno, (long long)want,
+                          (long long)found);
     if (found != want)
         return dl_err_set(err, DL_ERR_INVALID, "%s:%lld: expected %lld fields (%lld targets, "
                           "%lld inputs), found %lld", c->path, (long long)lineno,
                           (long long)want, (long long)td, (long long)c->dim, (long long)found);
-    dl_status st = parse_targets(c, &p, end, lineno, &f, c->ds->t + row * td, err);
+    dl_status st = td ? parse_targets(c, &p, end, lineno, &f, c->ds->t + row * td, err) : DL_OK;
     if (st == DL_OK)
         st = parse_inputs(c, &p, end, lineno, &f, c->ds->x + row * c->dim, err);
     return st;
@@ -565,20 +570,21 @@ static int64_t count_lines(const char *p, size_t len)
 /* Parses text[0..len), NUL-terminated at text[len]: strtod stops there. */
 static dl_status csv_parse_text(const char *text, size_t len, const char *what,
                                 int64_t dim, bool has_label, const dl_scaling *sc,
-                                const dl_model_conf *conf, dl_dataset **out, dl_err *err)
+                                const dl_model_conf *conf, bool targets, dl_dataset **out,
+                                dl_err *err)
 {
     /* Every line is at most one sample; a sample needs >= 2 chars a field. */
     int64_t cap = count_lines(text, len);
     int64_t by_size = (int64_t)(len / (size_t)(2 * dim)) + 1;
     cap = cap < by_size ? cap : by_size;
-    csv_ctx c = {what, dim, has_label, sc, NULL, conf};
+    csv_ctx c = {what, dim, has_label, sc, NULL, conf, targets};
     int64_t n = 0;
     dl_status st = DL_OK;
     if (cap > MAX_VALUES / dim)
         st = dl_err_set(err, DL_ERR_NOMEM, "%s: too large", what);
     if (st == DL_OK)
         st = dataset_new(cap, 1, &dim, has_label, &c.ds, err);
-    if (st == DL_OK && conf) {
+    if (st == DL_OK && conf && targets) {
         for (int k = 0; k < conf->noutputs; k++)
             c.ds->tdim += conf->outputs[k].tcols;
         if (!(c.ds->t = malloc((size_t)(cap * c.ds->tdim) * sizeof(float))))
@@ -619,13 +625,14 @@ dl_status dl_dataset_load_csv(const char *path, int64_t dim, bool has_label,
     st = dl_file_read(path, &buf, &len, err);   /* NUL-terminated */
     if (st != DL_OK)
         return st;
-    st = csv_parse_text(buf, len, path, dim, has_label, sc, NULL, out, err);
+    st = csv_parse_text(buf, len, path, dim, has_label, sc, NULL, false, out, err);
     free(buf);
     return st;
 }
 
-dl_status dl_dataset_load_csv_model(const char *path, const dl_model_conf *conf,
-                                    dl_dataset **out, dl_err *err)
+/* A graph model's CSV file, its lines with target columns or without. */
+static dl_status load_csv_model(const char *path, const dl_model_conf *conf, bool targets,
+                                dl_dataset **out, dl_err *err)
 {
     *out = NULL;
     int64_t dim = 0;
@@ -636,9 +643,21 @@ dl_status dl_dataset_load_csv_model(const char *path, const dl_model_conf *conf,
     dl_status st = dl_file_read(path, &buf, &len, err);
     if (st != DL_OK)
         return st;
-    st = csv_parse_text(buf, len, path, dim, false, &identity, conf, out, err);
+    st = csv_parse_text(buf, len, path, dim, false, &identity, conf, targets, out, err);
     free(buf);
     return st;
+}
+
+dl_status dl_dataset_load_csv_model(const char *path, const dl_model_conf *conf,
+                                    dl_dataset **out, dl_err *err)
+{
+    return load_csv_model(path, conf, true, out, err);
+}
+
+dl_status dl_dataset_load_csv_inputs(const char *path, const dl_model_conf *conf,
+                                     dl_dataset **out, dl_err *err)
+{
+    return load_csv_model(path, conf, false, out, err);
 }
 
 dl_status dl_dataset_parse_csv(const char *text, size_t len, const char *what,
@@ -657,7 +676,7 @@ dl_status dl_dataset_parse_csv(const char *text, size_t len, const char *what,
     if (len)
         memcpy(copy, text, len);
     copy[len] = '\0';
-    st = csv_parse_text(copy, len, what, dim, has_label, sc, NULL, out, err);
+    st = csv_parse_text(copy, len, what, dim, has_label, sc, NULL, false, out, err);
     free(copy);
     return st;
 }

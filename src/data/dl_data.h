@@ -58,6 +58,10 @@ dl_status dl_dataset_parse_csv(const char *text, size_t len, const char *what,
  * targets in t. *out is new. */
 dl_status dl_dataset_load_csv_model(const char *path, const dl_model_conf *conf,
                                     dl_dataset **out, dl_err *err);
+/* dl_dataset_load_csv_model of lines without target columns: each input's
+ * values only, as `dlserve --predict` reads them. */
+dl_status dl_dataset_load_csv_inputs(const char *path, const dl_model_conf *conf,
+                                     dl_dataset **out, dl_err *err);
 
 /* Loads a split ("train" or "test") from a data folder: the IDX pair
  * (train-images-idx3-ubyte[.gz] + train-labels-idx1-ubyte[.gz], or

@@ -1,5 +1,6 @@
 /* run.c: `dlserve --eval` (accuracy of a version on the test split),
- * `dlserve --predict` (class, label and score per input sample) and
+ * `dlserve --predict` (class, label and score per input sample, or every
+ * output's values) and
  * `dlserve --bench --infer-batch` (inference throughput per batch size). */
 #define _POSIX_C_SOURCE 200809L
 #include "train/session.h"
@@ -70,7 +71,8 @@ static dl_status stdin_to_file(char *path, size_t len, dl_err *err)
     return st;
 }
 
-/* IDX if the file starts like one (plain or gzip'd), CSV otherwise. */
+/* IDX if the file starts like one (plain or gzip'd), CSV otherwise; a
+ * model of several inputs reads CSV lines of each input's values. */
 static dl_status load_input(const char *path, const session *s, dl_dataset **out,
                             dl_err *err)
 {
@@ -83,6 +85,11 @@ static dl_status load_input(const char *path, const session *s, dl_dataset **out
     bool idx = got >= 2 && ((head[0] == 0x1f && head[1] == 0x8b) ||
                             (got == 4 && head[0] == 0 && head[1] == 0 && head[2] == 0x08));
     int64_t dim = dl_model_in_dim(s->m);
+    if (s->conf->ninputs > 1)
+        return idx ? dl_err_set(err, DL_ERR_INVALID, "%s: IDX images feed one input; model "
+                                "'%s' has %d: give CSV lines of each input's values",
+                                path, s->conf->name, s->conf->ninputs)
+                   : dl_dataset_load_csv_inputs(path, s->conf, out, err);
     dl_status st = idx ? dl_dataset_load_idx(path, NULL, &s->sc, out, err)
                        : dl_dataset_load_csv(path, dim, false, &s->sc, out, err);
     if (st == DL_OK && (*out)->dim != dim) {
@@ -92,6 +99,30 @@ static dl_status load_input(const char *path, const session *s, dl_dataset **out
         *out = NULL;
     }
     return st;
+}
+
+/* A prediction line: the class, its label and its probability for a
+ * model of one classifier output; else every output's values by name. */
+static void print_prediction(const dl_model_conf *c, int64_t i, const float *p, int64_t k)
+{
+    if (c->noutputs == 1 && (!c->graph || c->outputs[0].loss == DL_LOSS_XENT)) {
+        int64_t best = dl_argmax(p, k);
+        printf("{\"index\":%lld,\"class\":%lld,\"label\":\"%s\",\"score\":%.4f}\n",
+               (long long)i, (long long)best, best < c->nlabels ? c->labels[best] : "",
+               p[best]);
+        return;
+    }
+    printf("{\"index\":%lld,\"outputs\":{", (long long)i);
+    for (int o = 0; o < c->noutputs; p += c->outputs[o++].dim) {
+        printf("%s\"%s\":[", o ? "," : "", c->outputs[o].name);
+        for (int64_t j = 0; j < c->outputs[o].dim; j++) {
+            char num[DL_FLOAT_CHARS];
+            dl_fmt_float(num, p[j]);
+            printf("%s%s", j ? "," : "", num);
+        }
+        printf("]");
+    }
+    printf("}}\n");
 }
 
 dl_status dl_predict_run(const dl_run_opts *o, dl_err *err)
@@ -105,10 +136,6 @@ dl_status dl_predict_run(const dl_run_opts *o, dl_err *err)
     dl_dataset *ds = NULL;
     float *out = NULL;
     st = session_load_weights(&s, o, err);
-    if (st == DL_OK && (s.conf->ninputs > 1 || s.conf->noutputs > 1))
-        st = dl_err_set(err, DL_ERR_INVALID, "%s: --predict takes models of one input and one "
-                        "output; '%s' has %d inputs and %d outputs", o->model_dir,
-                        s.conf->name, s.conf->ninputs, s.conf->noutputs);
     if (st == DL_OK && strcmp(path, "-") == 0) {
         st = stdin_to_file(tmp, sizeof(tmp), err);
         path = tmp;
@@ -121,13 +148,8 @@ dl_status dl_predict_run(const dl_run_opts *o, dl_err *err)
         out = malloc((size_t)(ds->n * k + 1) * sizeof(float));
         st = out ? dl_model_predict(s.m, ds->x, ds->n, 256, out, err)
                  : dl_err_set(err, DL_ERR_NOMEM, "predictions");
-        for (int64_t i = 0; st == DL_OK && i < ds->n; i++) {
-            const float *p = out + i * k;
-            int64_t best = dl_argmax(p, k);
-            printf("{\"index\":%lld,\"class\":%lld,\"label\":\"%s\",\"score\":%.4f}\n",
-                   (long long)i, (long long)best,
-                   best < s.conf->nlabels ? s.conf->labels[best] : "", p[best]);
-        }
+        for (int64_t i = 0; st == DL_OK && i < ds->n; i++)
+            print_prediction(s.conf, i, out + i * k, k);
     }
     if (tmp[0])
         unlink(tmp);

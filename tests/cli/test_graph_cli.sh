@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A graph model end to end: two inputs (features and ids), two outputs
 # (a classifier and a regression), trained from CSV data with --train,
-# evaluated with --eval (the "outputs" object), and a bad data row refused
-# with file:line.
+# evaluated with --eval (the "outputs" object), predicted with --predict
+# (every output, against numpy), and bad data rows refused with file:line.
 . "$(dirname "$0")/../lib/lib.sh"
 M=$WORK/models/two
 D=$WORK/data
@@ -51,10 +51,36 @@ assert 0 <= o["cls"]["accuracy"] <= 1 and o["reg"]["rmse"] >= 0
 assert abs(r["loss"] - (o["cls"]["loss"] + 0.5 * o["reg"]["loss"])) < 2e-3, r
 assert o["cls"]["accuracy"] > 0.7, o' "$WORK/eval.json"
 
-printf '0.1,0.2,0.3,1\n' | "$DLSERVE" --predict "$M" > /dev/null 2> "$WORK/predict.err"
+# --predict: CSV lines of each input's values; every output by name, as
+# served (softmax for the classifier, the regression as it is), against
+# numpy on the safetensors weights.
+printf '0.1,0.2,0.3,1\n-0.5,0.7,0.05,3\n' > "$WORK/predict.csv"
+"$DLSERVE" --predict "$M" "$WORK/predict.csv" > "$WORK/predict.json" 2> "$WORK/predict.err"
+check "--predict of a model of two inputs and outputs exits 0" test $? -eq 0
+check "--predict prints each output's values, equal to numpy's" /usr/bin/python3 -c '
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[3])
+from two_tower_ref import load
+w = load(sys.argv[1])
+rows = [json.loads(l) for l in open(sys.argv[2])]
+assert [r["index"] for r in rows] == [0, 1], rows
+x = np.array([[0.1, 0.2, 0.3], [-0.5, 0.7, 0.05]], dtype=np.float32)
+ids = np.array([1, 3])
+dense = lambda v, n: v @ w[n + ".weight"].T + w[n + ".bias"]
+act = np.maximum(dense(x, "fc") + w["emb.weight"][ids], 0)
+logits = dense(act, "cls")
+cls = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+for i, r in enumerate(rows):
+    assert set(r["outputs"]) == {"cls", "reg"}, r
+    assert np.allclose(r["outputs"]["cls"], cls[i], rtol=1e-5, atol=1e-6), (r, cls[i])
+    assert np.allclose(r["outputs"]["reg"], dense(act, "reg")[i], rtol=1e-5, atol=1e-6), r
+' "$M/1/model.safetensors" "$WORK/predict.json" "$SRC/tests/py"
+printf '0.1,0.2,0.3\n' > "$WORK/short.csv"
+"$DLSERVE" --predict "$M" "$WORK/short.csv" > /dev/null 2> "$WORK/short.err"
 rc=$?
-check "--predict refuses a model of several inputs and outputs" \
-    fails_with "$WORK/predict.err" $rc "has 2 inputs and 2 outputs"
+check "--predict refuses a line without every input's values" \
+    fails_with "$WORK/short.err" $rc "short.csv:1: expected 4 fields (the inputs), found 3"
 
 cp "$D/test.csv" "$WORK/test.csv"
 printf '1,0.5,0.1,0.2,0.3,1.5\n' >> "$D/test.csv"
