@@ -8,6 +8,7 @@
 #include "onnx/onnx_pb.h"
 #include "onnx/onnx_write.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,14 +21,17 @@
 #define PB_MAX ((size_t)INT32_MAX)
 
 /* The export of one model: its tensors' per-sample shapes and ONNX names
- * (model inputs after scaling, then layer outputs), and the graph built
- * so far. */
+ * (model inputs after scaling, then layer outputs), which of them have 1
+ * for a batch (made of constants alone, the same for every sample), and
+ * the graph built so far. */
 typedef struct exporter {
     const dl_model_conf *conf;
     dl_model    *m;
     int         *nd;                    /* ninputs + nlayers */
     int64_t    (*d)[DL_MAX_DIMS];
     char       (*tname)[TNAME_MAX];
+    bool        *one;                   /* [1, shape...] rather than [batch, ...] */
+    char         batch[TNAME_MAX];      /* [batch] as INT64, once made; else "" */
     dl_sbuf      graph;                 /* GraphProto */
     int          nnodes;
 } exporter;
@@ -191,6 +195,35 @@ static void op_const(exporter *e, const char *opname, const char *x, float c, co
     op2(e, opname, x, cn, out);
 }
 
+/* A tensor of 1 for a batch, x ([1, nd dims]), to the batch of the model's
+ * first input, by Expand to [batch, 1...]; "<prefix>/<what>_..." names the
+ * steps. */
+static void expand_to_batch(exporter *e, const char *x, int nd, const char *prefix,
+                            const char *what, const char *out)
+{
+    char ones[TNAME_MAX], shape[TNAME_MAX], w[64];
+    if (!e->batch[0]) {
+        const char *in = e->conf->inputs[0].name;
+        dl_sbuf n;
+        node_begin(&n, "Shape", 1, &in, sub_name(e->batch, in, "batch"));
+        attr_int(&n, "start", 0);
+        attr_int(&n, "end", 1);
+        node_end(e, &n);
+    }
+    int64_t v[DL_MAX_DIMS];
+    for (int k = 0; k < nd; k++)
+        v[k] = 1;
+    snprintf(w, sizeof(w), "%s_ones", what);
+    const_ints(e, sub_name(ones, prefix, w), v, nd);
+    snprintf(w, sizeof(w), "%s_shape", what);
+    dl_sbuf n;
+    node_begin(&n, "Concat", 2, (const char *const[]){ e->batch, ones },
+               sub_name(shape, prefix, w));
+    attr_int(&n, "axis", 0);
+    node_end(e, &n);
+    op2(e, "Expand", x, shape, out);
+}
+
 /* ---- inputs: ids as INT64, scaling ----------------------------------------- */
 
 static int input_dtype(dl_in_type t)
@@ -242,6 +275,7 @@ typedef struct lctx {
     const dl_layer_conf *l;
     const char *in[DL_LAYER_MAX_IN];
     int         in_nd[DL_LAYER_MAX_IN];
+    bool        in_one[DL_LAYER_MAX_IN];   /* of 1 for a batch: a constant's */
     const char *out;
     int         out_nd;
     const int64_t *out_d;
@@ -294,13 +328,18 @@ static void window_attrs(dl_sbuf *n, const dl_layer_conf *l, int spatial)
     attr_ints(n, "pads", p, 2 * spatial);
 }
 
+/* conv2d, conv1d: Conv, with channel groups and dilations. */
 static void emit_conv(exporter *e, const lctx *c)
 {
     char w[TNAME_MAX], b[TNAME_MAX];
     const char *ins[3] = { c->in[0], param(w, c, "weight"), param(b, c, "bias") };
+    bool one_d = c->l->type == DL_LAYER_CONV1D;
+    int64_t dil[2] = { one_d ? c->l->dw : c->l->dh, c->l->dw };
     dl_sbuf n;
     node_begin(&n, "Conv", c->l->bias ? 3 : 2, ins, c->out);
-    window_attrs(&n, c->l, c->l->type == DL_LAYER_CONV1D ? 1 : 2);
+    window_attrs(&n, c->l, one_d ? 1 : 2);
+    attr_ints(&n, "dilations", dil, one_d ? 1 : 2);
+    attr_int(&n, "group", c->l->groups);
     node_end(e, &n);
 }
 
@@ -358,11 +397,11 @@ static void emit_embedding(exporter *e, const lctx *c)
     node_end(e, &n);
 }
 
-/* softmax, log_softmax, concat: a per-sample axis, + 1 for the batch. */
-static void emit_axis_op(exporter *e, const lctx *c, const char *opname, int nin)
+/* softmax, log_softmax: a per-sample axis, + 1 for the batch. */
+static void emit_axis_op(exporter *e, const lctx *c, const char *opname)
 {
     dl_sbuf n;
-    node_begin(&n, opname, nin, c->in, c->out);
+    node_begin(&n, opname, 1, c->in, c->out);
     attr_int(&n, "axis", onnx_axis(c->l->axis, c->in_nd[0]));
     node_end(e, &n);
 }
@@ -390,7 +429,32 @@ static void align_ranks(exporter *e, const lctx *c, int nin, char (*names)[TNAME
     }
 }
 
-/* add, sub, mul (two or more inputs, left to right) and matmul. */
+/* concat: Concat on the axis; when other inputs have the batch, inputs
+ * of 1 for a batch (constants) are expanded to it first. */
+static void emit_concat(exporter *e, const lctx *c)
+{
+    char names[DL_LAYER_MAX_IN][TNAME_MAX];
+    const char *ins[DL_LAYER_MAX_IN];
+    bool batched = false;
+    for (int k = 0; k < c->l->nsrc; k++)
+        batched |= !c->in_one[k];
+    for (int k = 0; k < c->l->nsrc; k++) {
+        ins[k] = c->in[k];
+        if (!batched || !c->in_one[k])
+            continue;
+        char what[32];
+        snprintf(what, sizeof(what), "in%d", k);
+        expand_to_batch(e, c->in[k], c->in_nd[k], c->l->name, what,
+                        sub_name(names[k], c->l->name, what));
+        ins[k] = names[k];
+    }
+    dl_sbuf n;
+    node_begin(&n, "Concat", c->l->nsrc, ins, c->out);
+    attr_int(&n, "axis", onnx_axis(c->l->axis, c->in_nd[0]));
+    node_end(e, &n);
+}
+
+/* add, sub, mul, div (two or more inputs, left to right) and matmul. */
 static void emit_binary(exporter *e, const lctx *c, const char *opname)
 {
     char names[DL_LAYER_MAX_IN][TNAME_MAX] = { { 0 } }, acc[TNAME_MAX], next[TNAME_MAX];
@@ -489,6 +553,53 @@ static void emit_gelu_tanh(exporter *e, const lctx *c)
     op_const(e, "Mul", prod, 0.5f, p, "half", c->out);
 }
 
+/* clip: Clip with its min and max as inputs, an absent bound an empty
+ * name (a trailing one left out). */
+static void emit_clip(exporter *e, const lctx *c)
+{
+    char lo[TNAME_MAX] = "", hi[TNAME_MAX] = "";
+    if (c->l->lo != -INFINITY)
+        const_float(e, sub_name(lo, c->l->name, "min"), c->l->lo);
+    if (c->l->hi != INFINITY)
+        const_float(e, sub_name(hi, c->l->name, "max"), c->l->hi);
+    op(e, "Clip", hi[0] ? 3 : lo[0] ? 2 : 1, (const char *const[]){ c->in[0], lo, hi }, c->out);
+}
+
+/* leaky_relu, hardsigmoid: their alpha (and beta) as attributes. */
+static void emit_alpha_op(exporter *e, const lctx *c, const char *opname, bool beta)
+{
+    dl_sbuf n;
+    node_begin(&n, opname, 1, c->in, c->out);
+    attr_float(&n, "alpha", c->l->alpha);
+    if (beta)
+        attr_float(&n, "beta", c->l->beta);
+    node_end(e, &n);
+}
+
+/* slice: Slice of one axis; its start, end (INT64_MAX when absent) and
+ * positive step follow Python's rules, as ONNX's do. */
+static void emit_slice(exporter *e, const lctx *c)
+{
+    const char *p = c->l->name;
+    char s[TNAME_MAX], en[TNAME_MAX], a[TNAME_MAX], st[TNAME_MAX];
+    int64_t axis = onnx_axis(c->l->axis, c->in_nd[0]);
+    const_ints(e, sub_name(s, p, "starts"), &c->l->start, 1);
+    const_ints(e, sub_name(en, p, "ends"), &c->l->end, 1);
+    const_ints(e, sub_name(a, p, "axes"), &axis, 1);
+    const_ints(e, sub_name(st, p, "steps"), &c->l->step, 1);
+    op(e, "Slice", 5, (const char *const[]){ c->in[0], s, en, a, st }, c->out);
+}
+
+/* constant: its initializer <layer>.value (one sample's shape) with a
+ * batch of 1 in front, which broadcasting stretches to the batch. */
+static void emit_constant(exporter *e, const lctx *c)
+{
+    char v[TNAME_MAX], an[TNAME_MAX];
+    const int64_t axes[1] = { 0 };
+    const_ints(e, sub_name(an, c->l->name, "axes"), axes, 1);
+    op2(e, "Unsqueeze", param(v, c, "value"), an, c->out);
+}
+
 static void emit_silu(exporter *e, const lctx *c)
 {
     char s[TNAME_MAX];
@@ -515,12 +626,13 @@ static dl_status emit_layer(exporter *e, const lctx *c, dl_err *err)
     case DL_LAYER_RELU:             op1(e, "Relu", c->in[0], c->out); break;
     case DL_LAYER_TANH:             op1(e, "Tanh", c->in[0], c->out); break;
     case DL_LAYER_SIGMOID:          op1(e, "Sigmoid", c->in[0], c->out); break;
-    case DL_LAYER_SOFTMAX:          emit_axis_op(e, c, "Softmax", 1); break;
-    case DL_LAYER_LOG_SOFTMAX:      emit_axis_op(e, c, "LogSoftmax", 1); break;
-    case DL_LAYER_CONCAT:           emit_axis_op(e, c, "Concat", c->l->nsrc); break;
+    case DL_LAYER_SOFTMAX:          emit_axis_op(e, c, "Softmax"); break;
+    case DL_LAYER_LOG_SOFTMAX:      emit_axis_op(e, c, "LogSoftmax"); break;
+    case DL_LAYER_CONCAT:           emit_concat(e, c); break;
     case DL_LAYER_ADD:              emit_binary(e, c, "Add"); break;
     case DL_LAYER_SUB:              emit_binary(e, c, "Sub"); break;
     case DL_LAYER_MUL:              emit_binary(e, c, "Mul"); break;
+    case DL_LAYER_DIV:              emit_binary(e, c, "Div"); break;
     case DL_LAYER_MATMUL:           emit_binary(e, c, "MatMul"); break;
     case DL_LAYER_TRANSPOSE:        emit_transpose(e, c); break;
     case DL_LAYER_GLOBAL_AVGPOOL2D: emit_gap(e, c); break;
@@ -530,6 +642,16 @@ static dl_status emit_layer(exporter *e, const lctx *c, dl_err *err)
     case DL_LAYER_GELU:             c->l->approx_tanh ? emit_gelu_tanh(e, c)
                                                       : emit_gelu_erf(e, c); break;
     case DL_LAYER_SILU:             emit_silu(e, c); break;
+    case DL_LAYER_POW:              op_const(e, "Pow", c->in[0], c->l->exponent, c->l->name,
+                                             "exponent", c->out); break;
+    case DL_LAYER_SQRT:             op1(e, "Sqrt", c->in[0], c->out); break;
+    case DL_LAYER_ERF:              op1(e, "Erf", c->in[0], c->out); break;
+    case DL_LAYER_LEAKY_RELU:       emit_alpha_op(e, c, "LeakyRelu", false); break;
+    case DL_LAYER_CLIP:             emit_clip(e, c); break;
+    case DL_LAYER_HARDSIGMOID:      emit_alpha_op(e, c, "HardSigmoid", true); break;
+    case DL_LAYER_HARDSWISH:        op1(e, "HardSwish", c->in[0], c->out); break;
+    case DL_LAYER_SLICE:            emit_slice(e, c); break;
+    case DL_LAYER_CONSTANT:         emit_constant(e, c); break;
     default:
         return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s) has no ONNX form",
                           c->l->name, dl_layer_type_name(c->l->type));
@@ -573,26 +695,45 @@ static void layer_tensor_name(exporter *e, int i)
         dl_strlcpy(name, conf->layers[i].name, TNAME_MAX);
 }
 
-static dl_status emit_layers(exporter *e, dl_err *err)
+/* Layer i: its nodes, its output's name and whether that has 1 for a
+ * batch (a layer of constants alone; a model output gets the batch). */
+static dl_status emit_layer_at(exporter *e, int i, dl_err *err)
 {
     const dl_model_conf *conf = e->conf;
-    for (int i = 0; i < conf->nlayers; i++) {
-        const dl_layer_conf *l = &conf->layers[i];
-        int t = conf->ninputs + i;
-        lctx c = { .l = l, .out = e->tname[t], .out_nd = e->nd[t], .out_d = e->d[t] };
-        for (int k = 0; k < l->nsrc; k++) {
-            int s = tensor_of(conf, l->src[k]);
-            c.in[k] = e->tname[s];
-            c.in_nd[k] = e->nd[s];
-        }
-        layer_tensor_name(e, i);
-        /* dropout does nothing at inference: its output is its input,
-         * unless a model output needs a node of its own */
-        if (l->type == DL_LAYER_DROPOUT && output_of(conf, i) < 0) {
-            dl_strlcpy(e->tname[t], c.in[0], TNAME_MAX);
-            continue;
-        }
-        dl_status st = emit_layer(e, &c, err);
+    const dl_layer_conf *l = &conf->layers[i];
+    int t = conf->ninputs + i;
+    lctx c = { .l = l, .out = e->tname[t], .out_nd = e->nd[t], .out_d = e->d[t] };
+    e->one[t] = true;
+    for (int k = 0; k < l->nsrc; k++) {
+        int s = tensor_of(conf, l->src[k]);
+        c.in[k] = e->tname[s];
+        c.in_nd[k] = e->nd[s];
+        c.in_one[k] = e->one[s];
+        e->one[t] &= e->one[s];
+    }
+    layer_tensor_name(e, i);
+    bool output = output_of(conf, i) >= 0;
+    /* dropout does nothing at inference: its output is its input,
+     * unless a model output needs a node of its own */
+    if (l->type == DL_LAYER_DROPOUT && !output) {
+        dl_strlcpy(e->tname[t], c.in[0], TNAME_MAX);
+        return DL_OK;
+    }
+    char own[TNAME_MAX];
+    if (e->one[t] && output)
+        c.out = sub_name(own, l->name, "unbatched");
+    dl_status st = emit_layer(e, &c, err);
+    if (st == DL_OK && c.out == own) {
+        expand_to_batch(e, own, c.out_nd, l->name, "out", e->tname[t]);
+        e->one[t] = false;
+    }
+    return st;
+}
+
+static dl_status emit_layers(exporter *e, dl_err *err)
+{
+    for (int i = 0; i < e->conf->nlayers; i++) {
+        dl_status st = emit_layer_at(e, i, err);
         if (st != DL_OK)
             return st;
     }
@@ -763,7 +904,8 @@ static dl_status export_model(exporter *e, const char *path, dl_onnx_export_info
     e->nd = calloc((size_t)nt, sizeof(*e->nd));
     e->d = calloc((size_t)nt, sizeof(*e->d));
     e->tname = calloc((size_t)nt, sizeof(*e->tname));
-    if (!e->nd || !e->d || !e->tname)
+    e->one = calloc((size_t)nt, sizeof(*e->one));
+    if (!e->nd || !e->d || !e->tname || !e->one)
         return dl_err_set(err, DL_ERR_NOMEM, "ONNX export");
     dl_status st = dl_model_conf_shapes(e->conf, e->nd, e->d, err);
     if (st == DL_OK)
@@ -792,6 +934,7 @@ dl_status dl_onnx_export(const char *model_dir, int64_t version, const char *pat
     free(e.nd);
     free(e.d);
     free(e.tname);
+    free(e.one);
     dl_sbuf_free(&e.graph);
     dl_model_free(e.m);
     dl_model_conf_free(conf);

@@ -7,7 +7,10 @@
 # dlserve gives (--predict's scores, or --eval's losses for several inputs
 # or outputs) at batch 1 and 32 within 1e-4. Every pass case of
 # tests/unit/fixtures/graph (PyTorch's outputs) is exported and evaluated
-# as well. ~40 s.
+# as well, every layer type among them, with a constant as a model output
+# (given for each sample of the batch); the new operators' options are
+# checked in the graph, and onnx_eval's Slice and Clip against the spec's
+# rules. ~45 s.
 . "$(dirname "$0")/../lib/lib.sh"
 PY=$SRC/tests/py
 IMAGES=$DATA/t10k-images-idx3-ubyte.gz
@@ -238,6 +241,18 @@ json.dump(m, open(sys.argv[2], "w"))
 PY
 if "$DLSERVE" --export "$V" --onnx "$V.onnx" > /dev/null 2>> "$WORK/fx.err"; then
     n=$((n + 1)); else bad=$((bad + 1)); fi
+# a constant as a model output: the same value for every sample of a batch
+K=$WORK/constant_output
+mkdir -p "$K/1"
+cp "$F/constant_affine/init.safetensors" "$K/1/model.safetensors"
+/usr/bin/python3 - "$F/constant_affine/model.json" "$K/model.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["outputs"].append({"name": "bias", "from": "b", "loss": "mse"})
+json.dump(m, open(sys.argv[2], "w"))
+PY
+if "$DLSERVE" --export "$K" --onnx "$K.onnx" > /dev/null 2>> "$WORK/fx.err"; then
+    n=$((n + 1)); else bad=$((bad + 1)); fi
 cat "$WORK/fx.err"
 check "every graph fixture exports ($n, $bad refused)" test $n -ge 40 -a $bad -eq 0
 check "each exported fixture gives PyTorch's outputs (within 1e-4 of 1 + |y|)" \
@@ -286,7 +301,74 @@ for name in sorted(os.listdir(work)):
     types |= kinds
     done += 1
 print(f"{done} fixtures agree; layer types: {' '.join(sorted(types))}")
-assert done >= 35, done
+assert done >= 60, done
+new = {"div", "pow", "sqrt", "erf", "leaky_relu", "clip", "hardsigmoid", "hardswish", "slice",
+       "constant"}
+assert new <= types, sorted(new - types)
+PY
+check "constant_output: the constant is given for every sample; the other output as before" \
+    /usr/bin/python3 - "$K.onnx" "$F/constant_affine" <<'PY'
+import struct, json, sys
+import numpy as np, onnx
+import onnx_eval
+m = onnx.load(sys.argv[1])
+onnx.checker.check_model(m, full_check=True)
+inits = {t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}
+assert inits["b.value"].shape == (4,) and inits["w.value"].shape == (3, 4), inits
+def st(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    head.pop("__metadata__", None)
+    return {k: np.frombuffer(raw[8 + n + h["data_offsets"][0]:8 + n + h["data_offsets"][1]],
+                             dtype=np.float32).reshape(h["shape"]) for k, h in head.items()}
+x = st(sys.argv[2] + "/inputs.safetensors")["x"]
+outs = onnx_eval.run(m, {"x": x})
+assert outs["bias"].shape == (x.shape[0], 4), outs["bias"].shape
+assert np.array_equal(outs["bias"], np.broadcast_to(inits["b.value"], (x.shape[0], 4)))
+want = st(sys.argv[2] + "/expected.safetensors")["output.y"]
+assert np.max(np.abs(outs["y"] - want) / (1 + np.abs(want))) <= 1e-4
+PY
+check "new layer options are written: Conv group and dilations, Clip without a min, Slice" \
+    /usr/bin/python3 - "$WORK/fx" <<'PY'
+import sys, onnx
+from onnx import helper, numpy_helper
+def node(case, op):
+    m = onnx.load(f"{sys.argv[1]}/{case}.onnx")
+    consts = {n.output[0]: numpy_helper.to_array(n.attribute[0].t).tolist()
+              for n in m.graph.node if n.op_type == "Constant"}
+    n = next(n for n in m.graph.node if n.op_type == op)
+    return n, {a.name: helper.get_attribute_value(a) for a in n.attribute}, consts
+n, a, _ = node("conv2d_dilated_groups", "Conv")
+assert a["group"] > 1 and a["dilations"] != [1, 1], a
+n, a, _ = node("conv1d_groups_dilation", "Conv")
+assert a["group"] > 1 and len(a["dilations"]) == 1 and a["dilations"] != [1], a
+n, a, c = node("clip_max", "Clip")
+assert len(n.input) == 3 and n.input[1] == "" and abs(c[n.input[2]] + 0.2) < 1e-7, (n, c)
+n, a, c = node("slice_neg_step2", "Slice")
+assert [c[i] for i in n.input[1:]] == [[-8], [9], [2], [2]], (n, c)
+PY
+check "onnx_eval follows ONNX's Slice clamping and Clip's optional bounds" \
+    /usr/bin/python3 - <<'PY'
+import itertools
+import numpy as np, onnx, torch
+from onnx import helper
+import onnx_eval
+x = np.arange(7 * 3, dtype=np.float32).reshape(7, 3)
+for b, e, s in itertools.product([-100, -8, -1, 0, 3, 6, 9, 2**63 - 1], [-100, -2, 0, 4, 7, 100],
+                                 [-3, -1, 1, 2]):
+    want = x[b:e:s]
+    if want.shape[0] == 0:
+        continue
+    ins = [torch.tensor(v, dtype=torch.int64) for v in ([b], [e], [0], [s])]
+    got = onnx_eval.op_slice(helper.make_node("Slice", [], []), {}, [torch.tensor(x)] + ins)
+    assert np.array_equal(got.numpy(), want), (b, e, s, got, want)
+v = torch.tensor([-2.0, 0.5, 3.0])
+clip = lambda *b: onnx_eval.op_clip(helper.make_node("Clip", [], []), {}, [v, *b]).tolist()
+lo, hi = torch.tensor(0.0), torch.tensor(1.0)
+assert clip() == [-2.0, 0.5, 3.0] and clip(lo) == [0.0, 0.5, 3.0]
+assert clip(None, hi) == [-2.0, 0.5, 1.0] and clip(lo, hi) == [0.0, 0.5, 1.0]
+assert clip(hi, lo) == [0.0, 0.0, 0.0]     # min > max: every value is max
 PY
 
 # ---- errors: one line on stderr naming the problem ----

@@ -167,6 +167,71 @@ def op_transpose(n, a, x):
     return x[0].permute(a.get("perm", list(reversed(range(x[0].dim())))))
 
 
+def op_clip(n, a, x):
+    """Clip (opset 13): min and max are optional inputs (absent: no bound);
+    with min > max every value becomes max."""
+    y = x[0]
+    lo = x[1] if len(x) > 1 else None
+    hi = x[2] if len(x) > 2 else None
+    for b in (lo, hi):
+        need(b is None or b.dim() == 0, n, "min and max must be scalars")
+    if lo is not None:
+        y = torch.maximum(y, lo.to(y.dtype))
+    if hi is not None:
+        y = torch.minimum(y, hi.to(y.dtype))
+    return y
+
+
+def slice_range(n, start, end, step, dim):
+    """The indices Slice (opset 13) keeps of an axis of length dim: negative
+    bounds count from the end, then clamp to [0, dim] for a positive step,
+    start to [0, dim - 1] and end to [-1, dim - 1] for a negative one."""
+    need(step != 0, n, "step 0")
+    start = start + dim if start < 0 else start
+    end = end + dim if end < 0 else end
+    if step > 0:
+        start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+    else:
+        start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+    return list(range(start, end, step))
+
+
+def op_slice(n, a, x):
+    data = x[0]
+    starts, ends = [int(v) for v in x[1]], [int(v) for v in x[2]]
+    axes = [int(v) for v in x[3]] if len(x) > 3 and x[3] is not None \
+        else list(range(len(starts)))
+    steps = [int(v) for v in x[4]] if len(x) > 4 and x[4] is not None else [1] * len(starts)
+    need(len(starts) == len(ends) == len(axes) == len(steps), n, "input lengths differ")
+    axes = [v + data.dim() if v < 0 else v for v in axes]
+    need(len(set(axes)) == len(axes) and all(0 <= v < data.dim() for v in axes), n, "axes")
+    for ax, b, e, s in zip(axes, starts, ends, steps):
+        idx = slice_range(n, b, e, s, data.shape[ax])
+        data = torch.index_select(data, ax, torch.tensor(idx, dtype=torch.int64))
+    return data
+
+
+def op_shape(n, a, x):
+    """Shape (opset 15): dims[start:end], both clamped to the rank."""
+    dims = list(x[0].shape)
+    r = len(dims)
+    start, end = a.get("start", 0), a.get("end", r)
+    start, end = (v + r if v < 0 else v for v in (start, end))
+    start, end = (min(max(v, 0), r) for v in (start, end))
+    return torch.tensor(dims[start:end], dtype=torch.int64)
+
+
+def op_expand(n, a, x):
+    """Expand: the input broadcast with the given shape (either side may
+    hold the 1s)."""
+    shape = torch.broadcast_shapes(tuple(x[0].shape), tuple(int(v) for v in x[1]))
+    return x[0].expand(shape).clone()
+
+
+def op_hardsigmoid(n, a, x):
+    return torch.clamp(a.get("alpha", 0.2) * x[0] + a.get("beta", 0.5), min=0, max=1)
+
+
 def op_cast(n, a, x):
     need(a["to"] in DTYPES, n, f"cast to type {a['to']}")
     return x[0].to(DTYPES[a["to"]])
@@ -186,6 +251,15 @@ OPS = {
     "Tanh": lambda n, a, x: torch.tanh(x[0]),
     "Sigmoid": lambda n, a, x: 1 / (1 + torch.exp(-x[0])),
     "Erf": lambda n, a, x: torch.erf(x[0]),
+    "Sqrt": lambda n, a, x: torch.sqrt(x[0]),
+    "Pow": lambda n, a, x: torch.pow(x[0], x[1]).to(x[0].dtype),
+    "LeakyRelu": lambda n, a, x: torch.where(x[0] < 0, a.get("alpha", 0.01) * x[0], x[0]),
+    "Clip": op_clip,
+    "HardSigmoid": op_hardsigmoid,
+    "HardSwish": lambda n, a, x: x[0] * torch.clamp(x[0] / 6 + 0.5, min=0, max=1),
+    "Slice": op_slice,
+    "Shape": op_shape,
+    "Expand": op_expand,
     "Softmax": lambda n, a, x: torch.softmax(x[0], dim=a.get("axis", -1)),
     "LogSoftmax": lambda n, a, x: torch.log_softmax(x[0], dim=a.get("axis", -1)),
     "Reshape": op_reshape,
