@@ -21,7 +21,8 @@ static const char synopsis[] =
     "       dlserve --train MODEL_DIR [options]         train; write MODEL_DIR/<next version>/\n"
     "       dlserve --eval MODEL_DIR [--version V] [--data DIR]\n"
     "       dlserve --predict MODEL_DIR [--version V] [FILE|-]\n"
-    "       dlserve --bench MODEL_DIR [--threads N] [--batch-size B] [--steps S]\n";
+    "       dlserve --bench MODEL_DIR [--threads N] [--batch-size B] [--steps S]\n"
+    "       dlserve --import FILE.onnx --models DIR --name NAME\n";
 
 /* ---- the table -------------------------------------------------------------- */
 
@@ -102,6 +103,10 @@ static const cli_opt opts[] = {
      .value = CLI_PREDICT, .doc = "predict the samples of FILE or standard input"},
     {"bench", .group = G_MODE, .kind = OPT_CALL, .arg = "MODEL_DIR", .call = call_mode,
      .value = CLI_BENCH, .doc = "measure training and inference samples/s"},
+    {"import", .group = G_MODE, .kind = OPT_CALL, .arg = "FILE.onnx", .call = call_mode,
+     .value = CLI_IMPORT, .doc = "translate an ONNX model into DIR/NAME/<next version>/"},
+    {"name", .group = G_MODE, .kind = OPT_TEXT, .arg = "NAME", FIELD(import_name),
+     .doc = "--import: the model's name (its folder)"},
 
     {"data", .group = G_RUN, .kind = OPT_TEXT, .arg = "DIR", FIELD(run.data_dir),
      .doc = "data folder: IDX (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], "
@@ -304,7 +309,7 @@ static int apply(const cli_opt *o, const char *arg, cli *c)
 static int call_mode(const cli_opt *o, const char *arg, cli *c)
 {
     if (c->mode != CLI_SERVE)
-        return fail("only one of --train, --eval, --predict, --bench");
+        return fail("only one of --train, --eval, --predict, --bench, --import");
     c->mode = (cli_mode)o->value;
     c->run.model_dir = arg;
     return -1;

@@ -14,6 +14,7 @@ typedef enum cli_mode {
     CLI_EVAL,
     CLI_PREDICT,
     CLI_BENCH,
+    CLI_IMPORT,    /* --import FILE.onnx --models DIR --name NAME */
 } cli_mode;
 
 /* What the command line asks for. Strings point into argv or into owned. */
@@ -23,6 +24,7 @@ typedef struct cli {
     const char *config;           /* --config or --check-config FILE; NULL: none */
     bool        check_config;     /* --check-config: print the effective config */
     bool        publish;          /* --train --publish */
+    const char *import_name;      /* --import: --name */
     const char *overrides[CLI_OVERRIDES_MAX];   /* "section.key=value", in order */
     int         noverrides;
     char        owned[CLI_OVERRIDES_MAX][1100]; /* texts built for --port, --models, ... */

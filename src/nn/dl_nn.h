@@ -427,6 +427,11 @@ const char         *dl_st_meta(const dl_st_file *f, const char *key);
 const char         *dl_st_dtype_name(dl_st_dtype dt);
 void                dl_st_free(dl_st_file *f);
 
+/* Model weights (dl_model_load) from tensors in memory (ts, n of them; `what` names
+ * their source in errors), with the same checks. */
+dl_status dl_model_set_weights(dl_model *m, const dl_st_tensor *ts, int n, const char *what,
+                               dl_err *err);
+
 /* ---- model repository: version folders and checkpoints --------------- */
 
 /* A model folder holds model.json, numbered version folders (1/, 2/, ...)
