@@ -68,9 +68,14 @@ int dl_repo_versions(const char *model_dir, bool need_weights, int64_t *out, int
         struct stat sb;
         int len = snprintf(path, sizeof(path), "%s/%s%s", model_dir, e->d_name,
                            need_weights ? "/model.safetensors" : "");
-        if (len < 0 || (size_t)len >= sizeof(path) || stat(path, &sb) != 0)
+        if (len < 0 || (size_t)len >= sizeof(path))
             continue;
-        if (need_weights && !S_ISREG(sb.st_mode))
+        bool found = stat(path, &sb) == 0 && (!need_weights || S_ISREG(sb.st_mode));
+        if (!found && need_weights) {   /* an ONNX model served as it is */
+            snprintf(path, sizeof(path), "%s/%s/model.onnx", model_dir, e->d_name);
+            found = stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+        }
+        if (!found)
             continue;
         n = insert_newest_first(out, n, max, v);
     }
