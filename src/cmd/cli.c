@@ -140,7 +140,8 @@ static const cli_opt opts[] = {
     {"limit", .group = G_RUN, .arg = "N", COUNT(run.limit, 1, COUNT_MAX),
      .doc = "use only the first N samples of each split (quick runs)"},
     {"version", .group = G_RUN, .arg = "V", COUNT(run.version, 1, COUNT_MAX),
-     .doc = "model version for --eval / --predict (default newest)"},
+     .doc = "model version for --eval / --predict (default newest); --train: start from "
+            "its weights (fine-tuning)"},
     {"progress", .group = G_RUN, .kind = OPT_FLAG, FIELD(run.progress), .value = 1,
      .doc = "force the progress bar on (default: on a terminal)"},
     {"no-progress", .group = G_RUN, .kind = OPT_FLAG, FIELD(run.progress), .value = 0,
