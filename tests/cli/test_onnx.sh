@@ -66,6 +66,44 @@ open(sys.argv[2], "wb").write(b)' "$X/mlp.onnx" "$WORK/bad.onnx"
 check "a corrupted file is refused with a reason" fails_with "$WORK/err" $? "bad2\|onnx"
 check "refused imports write nothing" test ! -e "$M/bad/1" -a ! -e "$M/cut/1"
 
+# Fine-tuning: a model.json beside gives the output its loss and labels and
+# the training settings; --train --version 1 starts from the imported
+# weights and equals PyTorch's own SGD from the same weights: every step's
+# loss, and the weights after 5 full-batch steps to 1e-4 relative.
+F=$M/mlpft
+mkdir -p "$F" "$WORK/ft"
+cat > "$F/model.json" <<'JSON'
+{"name": "mlpft", "outputs": [{"name": "y", "loss": "softmax_cross_entropy",
+                               "labels": ["a", "b", "c"]}],
+ "training": {"epochs": 5, "batch_size": 64, "optimizer": "sgd", "lr": 0.1, "momentum": 0}}
+JSON
+/usr/bin/python3 -c '
+import random, sys
+random.seed(1)
+with open(sys.argv[1], "w") as f:
+    for i in range(64):
+        x = [random.uniform(-1, 1) for _ in range(8)]
+        f.write("%d,%s\n" % (int(x[0] + x[1] > 0) + int(x[2] > 0.5), ",".join("%.6f" % v for v in x)))
+' "$X/ft.csv"
+cp "$X/ft.csv" "$WORK/ft/train.csv" && cp "$X/ft.csv" "$WORK/ft/test.csv"
+"$DLSERVE" --import "$X/mlp.onnx" --models "$M" --name mlpft > /dev/null 2>&1
+check "the model.json beside is kept with the graph merged in" /usr/bin/python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["outputs"][0]["loss"] == "softmax_cross_entropy" and d["layers"] and d["training"]["lr"] == 0.1, d' "$F/model.json"
+"$DLSERVE" --train "$F" --version 1 --data "$WORK/ft" --threads 1 --no-progress \
+    > "$WORK/ft.json" 2> "$WORK/ft.err"
+check "--train --version 1 fine-tunes into version 2" test -s "$F/2/model.safetensors"
+/usr/bin/python3 "$SRC/tests/py/onnx_models.py" finetune "$X" 5 64 0.1 "$F/2/model.safetensors" \
+    > "$WORK/ft-torch.txt" 2> "$WORK/ft-torch.err"
+check "the fine-tuned weights equal PyTorch's (1e-4 relative)" test $? -eq 0
+check "every step's loss equals PyTorch's" /usr/bin/python3 -c '
+import re, sys
+ours = [float(v) for v in re.findall(r"epoch \d+/\d+ loss ([0-9.]+)", open(sys.argv[1]).read())]
+theirs = [float(v) for v in open(sys.argv[2]).read().split()[:5]]
+assert len(ours) == 5 and all(abs(a - b) <= 1e-4 for a, b in zip(ours, theirs)), (ours, theirs)
+' "$WORK/ft.err" "$WORK/ft-torch.txt"
+
 # model.onnx served as it is: no model.json, no safetensors.
 R=$WORK/repo
 for m in mlp cnn_bn resnet; do mkdir -p "$R/$m/1" && cp "$X/$m.onnx" "$R/$m/1/model.onnx"; done

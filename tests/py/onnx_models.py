@@ -10,10 +10,13 @@ outputs, for dlserve's ONNX import tests.
         PyTorch's outputs, then the inputs' values, one row a sample) and,
         for one-input models, OUTDIR/<model>.b<N>.json ({"x": inputs,
         "y": outputs}).
-    onnx_models.py finetune OUTDIR STEPS BATCH LR
+    onnx_models.py finetune OUTDIR STEPS BATCH LR [WEIGHTS]
         Trains the mlp from OUTDIR/mlp.onnx's weights with plain SGD on
         OUTDIR/ft.csv (class, then 8 features) with softmax cross-entropy,
-        batch i being rows [i*B, (i+1)*B); prints one mean loss a step.
+        batch i being rows [i*B mod n, +B); prints one mean loss a step
+        (before its update). With WEIGHTS (dlserve's safetensors after the
+        same steps), exits non-zero unless every parameter equals PyTorch's
+        to 1e-4 relative.
 """
 import json
 import os
@@ -148,7 +151,7 @@ def export(out):
                     json.dump({"x": xs[0].tolist(), "y": y.tolist()}, f)
 
 
-def finetune(out, steps, batch, lr):
+def finetune(out, steps, batch, lr, weights=None):
     import onnx
     from onnx import numpy_helper
     m = MLP()
@@ -158,7 +161,8 @@ def finetune(out, steps, batch, lr):
     data = np.loadtxt(f"{out}/ft.csv", delimiter=",", dtype=np.float32, ndmin=2)
     opt = torch.optim.SGD(m.parameters(), lr=lr)
     for s in range(steps):
-        rows = data[s * batch:(s + 1) * batch]
+        lo = (s * batch) % len(data)
+        rows = data[lo:lo + batch]
         x = torch.from_numpy(rows[:, 1:])
         y = torch.from_numpy(rows[:, 0]).long()
         opt.zero_grad()
@@ -166,12 +170,36 @@ def finetune(out, steps, batch, lr):
         loss.backward()
         opt.step()
         print(f"{loss.item():.7f}")
+    if weights:
+        theirs = read_safetensors(weights)
+        for k, v in m.state_dict().items():
+            d = np.abs(theirs[k] - v.numpy())
+            bound = 1e-4 * np.abs(v.numpy()) + 1e-6
+            if not np.all(d <= bound):
+                sys.exit(f"{k}: dlserve's fine-tuned weights differ by {d.max():g}")
+        print("weights equal")
+
+
+def read_safetensors(path):
+    """name -> F32 array of a safetensors file (no safetensors module)."""
+    import struct
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, e in head.items():
+        if k != "__metadata__":
+            a, b = e["data_offsets"]
+            out[k] = np.frombuffer(data[a:b], dtype=np.float32).reshape(e["shape"])
+    return out
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "export":
         export(sys.argv[2])
     elif sys.argv[1] == "finetune":
-        finetune(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))
+        finetune(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]),
+                 sys.argv[6] if len(sys.argv) > 6 else None)
     else:
         sys.exit(__doc__)
