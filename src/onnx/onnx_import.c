@@ -118,8 +118,14 @@ dl_status xl_emit(xl *x, json_t *l, const char *lname, const char *const *srcs, 
     for (int k = 0; in && k < nsrc; k++)
         json_array_append_new(in, json_string(srcs[k]));
     char *name = onnx_strdup(x->g->arena, lname);
-    if (!l || !in || !name || json_object_set_new(l, "name", json_string(lname)) ||
-        json_object_set_new(l, "inputs", in) || json_array_append_new(x->layers, l))
+    if (!l || !in || !name || json_object_set_new(l, "inputs", in) ||
+        json_object_set_new(l, "name", json_string(lname))) {
+        if (!l)
+            json_decref(in);
+        json_decref(l);
+        return dl_err_set(x->err, DL_ERR_NOMEM, "layers");
+    }
+    if (json_array_append_new(x->layers, l))   /* takes l, even when it fails */
         return dl_err_set(x->err, DL_ERR_NOMEM, "layers");
     if (nd < 1 || nd > DL_MAX_DIMS)
         return dl_err_set(x->err, DL_ERR_INVALID, "layer '%s': a sample of %d dimensions "
@@ -208,15 +214,19 @@ static dl_status add_input(xl *x, const onnx_value *in)
     char name[DL_NAME_MAX];
     xl_layer_name(x, in->name, name);
     char *src = onnx_strdup(x->g->arena, name);
-    if (!shape || !v || !src)
+    if (!shape || !v || !src) {
+        json_decref(shape);
         return dl_err_set(x->err, DL_ERR_NOMEM, "inputs");
+    }
     v->src = src;
     v->nd = in->ndim - 1;
     v->ids = in->elem != DT_FLOAT;
     for (int k = 1; k < in->ndim; k++) {
-        if (in->dims[k] < 1)
+        if (in->dims[k] < 1) {
+            json_decref(shape);
             return dl_err_set(x->err, DL_ERR_INVALID, "graph input '%s': dimension %d is "
                               "symbolic: only the first (the batch) may be", in->name, k);
+        }
         v->d[k - 1] = in->dims[k];
         json_array_append_new(shape, json_integer(in->dims[k]));
     }

@@ -118,7 +118,7 @@ static bool all_const(xl *x, const onnx_node *n)
 {
     for (int k = 0; k < n->nin; k++) {
         tvalue *v = arg(x, n, k);
-        if (n->in[k][0] && (!v || !v->c))
+        if (!v || !v->c)
             return false;
     }
     return true;
@@ -1001,8 +1001,8 @@ dl_status xl_node(xl *x, const onnx_node *n)
         return DL_OK;
     for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++)
         if (!strcmp(ops[k].op, n->op)) {
-            if (strcmp(n->op, "Constant") && strcmp(n->op, "Shape") && n->nin < 1)
-                return xl_refuse(x, n, "has no inputs");
+            if (strcmp(n->op, "Constant") && !arg(x, n, 0))
+                return xl_refuse(x, n, "its first input is missing");
             return ops[k].fn(x, n);
         }
     return xl_refuse(x, n, "unsupported operator");

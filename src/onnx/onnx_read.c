@@ -100,6 +100,8 @@ static uint64_t le(const uint8_t *p, int n)
 /* The next field of b into f: 1, or 0 at the end, or -1 (err filled). */
 static int next(rd *r, pb *b, const char *where, field *f)
 {
+    f->data = NULL;
+    f->len = 0;
     if (b->p >= b->end)
         return 0;
     uint64_t key;
@@ -140,7 +142,11 @@ static int next(rd *r, pb *b, const char *where, field *f)
     return -1;
 }
 
-static pb sub(const field *f) { return (pb){ f->data, f->data + f->len }; }
+/* The bytes of a length-delimited field; empty for any other. */
+static pb sub(const field *f)
+{
+    return f->data ? (pb){ f->data, f->data + f->len } : (pb){ NULL, NULL };
+}
 
 static dl_status need(rd *r, const char *where, const field *f, int wt)
 {
