@@ -22,7 +22,9 @@ static const char synopsis[] =
     "       dlserve --eval MODEL_DIR [--version V] [--data DIR]\n"
     "       dlserve --predict MODEL_DIR [--version V] [FILE|-]\n"
     "       dlserve --bench MODEL_DIR [--threads N] [--batch-size B] [--steps S]\n"
-    "       dlserve --import FILE.onnx --models DIR --name NAME\n";
+    "       dlserve --import FILE.onnx --models DIR --name NAME\n"
+
+    "       dlserve --export MODEL_DIR [--version V] --onnx OUT.onnx\n";
 
 /* ---- the table -------------------------------------------------------------- */
 
@@ -103,6 +105,8 @@ static const cli_opt opts[] = {
      .value = CLI_PREDICT, .doc = "predict the samples of FILE or standard input"},
     {"bench", .group = G_MODE, .kind = OPT_CALL, .arg = "MODEL_DIR", .call = call_mode,
      .value = CLI_BENCH, .doc = "measure training and inference samples/s"},
+    {"export", .group = G_MODE, .kind = OPT_CALL, .arg = "MODEL_DIR", .call = call_mode,
+     .value = CLI_EXPORT, .doc = "write a version as ONNX (--onnx)"},
     {"import", .group = G_MODE, .kind = OPT_CALL, .arg = "FILE.onnx", .call = call_mode,
      .value = CLI_IMPORT, .doc = "translate an ONNX model into DIR/NAME/<next version>/"},
     {"name", .group = G_MODE, .kind = OPT_TEXT, .arg = "NAME", FIELD(import_name),
@@ -140,8 +144,10 @@ static const cli_opt opts[] = {
     {"limit", .group = G_RUN, .arg = "N", COUNT(run.limit, 1, COUNT_MAX),
      .doc = "use only the first N samples of each split (quick runs)"},
     {"version", .group = G_RUN, .arg = "V", COUNT(run.version, 1, COUNT_MAX),
-     .doc = "model version for --eval / --predict (default newest); --train: start from "
-            "its weights (fine-tuning)"},
+     .doc = "model version for --eval / --predict / --export (default newest); --train: "
+            "start from its weights (fine-tuning)"},
+    {"onnx", .group = G_RUN, .kind = OPT_TEXT, .arg = "FILE", FIELD(onnx),
+     .doc = "--export: the ONNX file to write (opset 17, a dynamic batch dimension)"},
     {"progress", .group = G_RUN, .kind = OPT_FLAG, FIELD(run.progress), .value = 1,
      .doc = "force the progress bar on (default: on a terminal)"},
     {"no-progress", .group = G_RUN, .kind = OPT_FLAG, FIELD(run.progress), .value = 0,
@@ -310,7 +316,7 @@ static int apply(const cli_opt *o, const char *arg, cli *c)
 static int call_mode(const cli_opt *o, const char *arg, cli *c)
 {
     if (c->mode != CLI_SERVE)
-        return fail("only one of --train, --eval, --predict, --bench, --import");
+        return fail("only one of --train, --eval, --predict, --bench, --export, --import");
     c->mode = (cli_mode)o->value;
     c->run.model_dir = arg;
     return -1;
@@ -516,5 +522,7 @@ int cli_parse(int argc, char **argv, cli *c)
         return fail("unexpected argument '%s'", argv[optind]);
     if (c->publish && c->mode != CLI_TRAIN && c->mode != CLI_SERVE)
         return fail("--publish goes with --train");
+    if ((c->mode == CLI_EXPORT) != (c->onnx != NULL))
+        return fail(c->onnx ? "--onnx goes with --export" : "--export needs --onnx FILE");
     return -1;
 }

@@ -14,6 +14,7 @@ typedef enum cli_mode {
     CLI_EVAL,
     CLI_PREDICT,
     CLI_BENCH,
+    CLI_EXPORT,
     CLI_IMPORT,    /* --import FILE.onnx --models DIR --name NAME */
 } cli_mode;
 
@@ -24,6 +25,7 @@ typedef struct cli {
     const char *config;           /* --config or --check-config FILE; NULL: none */
     bool        check_config;     /* --check-config: print the effective config */
     bool        publish;          /* --train --publish */
+    const char *onnx;             /* --export: the ONNX file to write */
     const char *import_name;      /* --import: --name */
     const char *overrides[CLI_OVERRIDES_MAX];   /* "section.key=value", in order */
     int         noverrides;

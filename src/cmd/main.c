@@ -1,5 +1,6 @@
 /* main.c: dlserve's entry point: the command line (cli.c) dispatched to
- * the daemon, training, evaluation, prediction and benchmarking. */
+ * the daemon, training, evaluation, prediction, benchmarking and the ONNX
+ * export. */
 #define _POSIX_C_SOURCE 200809L
 #include "cmd/cli.h"
 #include "onnx/dl_onnx.h"
@@ -103,6 +104,25 @@ static int import_onnx(const cli *c)
     return 0;
 }
 
+/* --export: one JSON line saying what was written. */
+static dl_status export_onnx(const cli *c, dl_err *err)
+{
+    dl_onnx_export_info info;
+    dl_status st = dl_onnx_export(c->run.model_dir, c->run.version, c->onnx, &info, err);
+    if (st != DL_OK)
+        return st;
+    dl_sbuf b = {0};
+    dl_sbuf_printf(&b, "{\"model_dir\":");
+    dl_sbuf_json_string(&b, c->run.model_dir);
+    dl_sbuf_printf(&b, ",\"version\":%lld,\"onnx\":", (long long)info.version);
+    dl_sbuf_json_string(&b, c->onnx);
+    dl_sbuf_printf(&b, ",\"nodes\":%d,\"initializers\":%d,\"bytes\":%zu}\n", info.nodes,
+                   info.initializers, info.bytes);
+    fputs(b.oom ? "{}\n" : b.s, stdout);
+    dl_sbuf_free(&b);
+    return DL_OK;
+}
+
 int main(int argc, char **argv)
 {
     cli c;
@@ -125,6 +145,7 @@ int main(int argc, char **argv)
     case CLI_PREDICT: st = dl_predict_run(o, &err); break;
     case CLI_BENCH:   st = o->infer_batches ? dl_bench_infer_run(o, &err)
                                             : dl_bench_run(o, &err); break;
+    case CLI_EXPORT:  st = export_onnx(&c, &err); break;
     case CLI_SERVE:
     case CLI_IMPORT:  break;
     }

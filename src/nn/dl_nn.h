@@ -21,6 +21,9 @@ typedef enum dl_layer_type {
     DL_LAYER_RESHAPE, DL_LAYER_GLOBAL_AVGPOOL2D, DL_LAYER_LAYERNORM, DL_LAYER_GELU,
     DL_LAYER_SILU, DL_LAYER_LOG_SOFTMAX, DL_LAYER_TRANSPOSE, DL_LAYER_MATMUL,
     DL_LAYER_REDUCE_MEAN, DL_LAYER_REDUCE_SUM, DL_LAYER_CONV1D, DL_LAYER_MAXPOOL1D,
+    DL_LAYER_DIV, DL_LAYER_POW, DL_LAYER_SQRT, DL_LAYER_ERF, DL_LAYER_LEAKY_RELU,
+    DL_LAYER_CLIP, DL_LAYER_HARDSIGMOID, DL_LAYER_HARDSWISH, DL_LAYER_SLICE,
+    DL_LAYER_CONSTANT,
 } dl_layer_type;
 
 typedef enum dl_loss { DL_LOSS_XENT, DL_LOSS_MSE, DL_LOSS_BCE } dl_loss;
@@ -42,6 +45,8 @@ typedef struct dl_layer_conf {
     int64_t       filters;               /* conv2d */
     int64_t       kh, kw, sh, sw, ph, pw;/* conv2d, pooling; conv1d and maxpool1d:
                                           * kh = sh = 1, ph = 0 */
+    int64_t       dh, dw, groups;        /* conv2d, conv1d: dilation and channel
+                                          * groups, 1 by default (conv1d: dh = 1) */
     int64_t       num_embeddings, dim;   /* embedding */
     bool          bias;                  /* dense, conv2d */
     float         rate;                  /* dropout */
@@ -55,9 +60,16 @@ typedef struct dl_layer_conf {
     int64_t       perm[DL_MAX_DIMS];     /* sample's dimensions */
     int           naxes;                 /* reduce_mean, reduce_sum: the axes */
     int64_t       axes[DL_MAX_DIMS];     /* reduced (and dropped) */
+    float         exponent;              /* pow */
+    float         alpha, beta;           /* leaky_relu: alpha; hardsigmoid:
+                                          * max(0, min(1, alpha * x + beta)) */
+    float         lo, hi;                /* clip: -INFINITY / INFINITY when absent */
+    int64_t       start, end, step;      /* slice (`axis`): Python's semantics, clamped
+                                          * to the axis by layer_slice_range */
     /* Where the layer's inputs come from, resolved at parsing: nsrc >= 1
-     * sources, src[k] >= 0 a layer above it, src[k] < 0 model input
-     * -1 - src[k]. Without "inputs" the previous layer (or input 0). */
+     * sources (0 for a constant), src[k] >= 0 a layer above it, src[k] < 0
+     * model input -1 - src[k]. Without "inputs" the previous layer (or
+     * input 0). A constant's per-sample shape is nshape/shape. */
     int           nsrc;
     int           src[DL_LAYER_MAX_IN];
 } dl_layer_conf;
@@ -144,6 +156,13 @@ dl_status dl_model_conf_parse(const char *text, size_t len, const char *what,
 dl_status dl_model_conf_load(const char *path, dl_model_conf **out, dl_err *err);
 void dl_model_conf_free(dl_model_conf *conf);
 
+/* The per-sample shapes of a parsed model.json's tensors, as its checks
+ * infer them: nd[t] and d[t] for t < ninputs the model input t, for
+ * t = ninputs + i the output of layer i (room for ninputs + nlayers
+ * entries each). For exporters and tools that map layers one by one. */
+dl_status dl_model_conf_shapes(const dl_model_conf *conf, int *nd,
+                               int64_t (*d)[DL_MAX_DIMS], dl_err *err);
+
 /* True when s[0..len) is a valid model name: 1 to DL_NAME_MAX - 1 bytes of
  * [A-Za-z0-9._-], not starting with '.'. The one rule for model names in
  * URLs, Kafka records, Redis keys and announcements. */
@@ -206,10 +225,14 @@ int     dl_model_input_index(const dl_model *m, const char *name);
 int     dl_model_output_index(const dl_model *m, const char *name);
 
 /* The contiguous buffers (borrowed, backend memory). Gradients have the
- * parameters' layout; state holds running statistics. */
+ * parameters' layout; state holds running statistics, then the values of
+ * constant layers. dl_model_running_state is the running statistics
+ * alone (a prefix of the state): what trainers average, while constants
+ * are the same on every trainer and stay exact. */
 float *dl_model_params(dl_model *m, int64_t *n);
 float *dl_model_grads(dl_model *m, int64_t *n);
 float *dl_model_state(dl_model *m, int64_t *n);
+float *dl_model_running_state(dl_model *m, int64_t *n);
 
 /* Dropout masks derive from the model seed, a stream (distributed
  * trainers use their rank) and a counter that every training forward pass

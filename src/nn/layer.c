@@ -15,12 +15,27 @@ static dl_status need_ndim(const dl_layer_conf *c, int in_ndim, const int64_t *i
                       dl_shape_str(in_ndim, in, buf, sizeof(buf)));
 }
 
+/* A convolution's groups divide its channels and its filters. */
+static dl_status check_groups(const dl_layer_conf *c, int64_t channels, dl_err *err)
+{
+    if (c->groups <= 1 || (channels % c->groups == 0 && c->filters % c->groups == 0))
+        return DL_OK;
+    return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s): 'groups' %lld does not divide "
+                      "both the %lld input channels and the %lld filters", c->name,
+                      dl_layer_type_name(c->type), (long long)c->groups, (long long)channels,
+                      (long long)c->filters);
+}
+
 static dl_status window_shape(const dl_layer_conf *c, const int64_t *in,
                               int64_t oc, int64_t *out, dl_err *err)
 {
+    bool conv = c->type == DL_LAYER_CONV2D || c->type == DL_LAYER_CONV1D;
     dl_conv_geom g = { .n = 1, .c = in[0], .h = in[1], .w = in[2], .oc = oc,
                        .kh = c->kh, .kw = c->kw, .sh = c->sh, .sw = c->sw,
-                       .ph = c->ph, .pw = c->pw };
+                       .ph = c->ph, .pw = c->pw, .dh = conv ? c->dh : 1,
+                       .dw = conv ? c->dw : 1 };
+    if (conv && check_groups(c, in[0], err) != DL_OK)
+        return DL_ERR_INVALID;
     if (dl_conv_geom_finish(&g, err) != DL_OK)
         return dl_err_prefix(err, "layer '%s'", c->name);
     out[0] = oc;
@@ -204,6 +219,34 @@ static dl_status reshape_shape(const dl_layer_conf *c, int in_ndim, const int64_
                       dl_shape_str(in_ndim, in, sa, sizeof(sa)), (long long)n);
 }
 
+/* slice: the part of an axis of len it keeps, [*start, *start + *count *
+ * step), as Python slices (negative counts from the end, clamped). */
+void layer_slice_range(const dl_layer_conf *c, int64_t len, int64_t *start, int64_t *count)
+{
+    int64_t b = c->start < 0 ? c->start + len : c->start;
+    int64_t e = c->end < 0 ? c->end + len : c->end;
+    b = b < 0 ? 0 : b > len ? len : b;
+    e = e < 0 ? 0 : e > len ? len : e;
+    *start = b;
+    *count = e > b ? (e - b + c->step - 1) / c->step : 0;
+}
+
+static dl_status slice_shape(const dl_layer_conf *c, int nd, const int64_t *in, int64_t *out,
+                             dl_err *err)
+{
+    if (check_axis(c, nd, err) != DL_OK)
+        return DL_ERR_INVALID;
+    int ax = layer_axis(c->axis, nd);
+    int64_t start;
+    layer_slice_range(c, in[ax], &start, &out[ax]);
+    if (out[ax] > 0)
+        return DL_OK;
+    char sa[96];
+    return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (slice): start %lld, end %lld keep "
+                      "nothing of axis %d of %s", c->name, (long long)c->start,
+                      (long long)c->end, ax, dl_shape_str(nd, in, sa, sizeof(sa)));
+}
+
 /* The shape of a single-input layer. */
 static dl_status shape_one(const dl_layer_conf *c, int in_ndim, const int64_t *in,
                            int *out_ndim, int64_t *out, dl_err *err)
@@ -253,6 +296,8 @@ static dl_status shape_one(const dl_layer_conf *c, int in_ndim, const int64_t *i
     case DL_LAYER_SOFTMAX:
     case DL_LAYER_LOG_SOFTMAX:
         return check_axis(c, in_ndim, err);
+    case DL_LAYER_SLICE:
+        return slice_shape(c, in_ndim, in, out, err);
     default:
         return DL_OK;
     }
@@ -263,9 +308,9 @@ dl_status layer_shape(const dl_layer_conf *c, int nin, const int *in_ndim,
                       dl_err *err)
 {
     int want = layer_arity(c->type);
-    if (want > 0 && nin != want)
+    if (want >= 0 && nin != want)
         return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s) takes %d input%s, got %d",
-                          c->name, dl_layer_type_name(c->type), want, want > 1 ? "s" : "", nin);
+                          c->name, dl_layer_type_name(c->type), want, want == 1 ? "" : "s", nin);
     if (want < 0 && nin < 2)
         return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s) takes 2 or more inputs, got %d",
                           c->name, dl_layer_type_name(c->type), nin);
@@ -273,7 +318,12 @@ dl_status layer_shape(const dl_layer_conf *c, int nin, const int *in_ndim,
     case DL_LAYER_ADD:
     case DL_LAYER_SUB:
     case DL_LAYER_MUL:
+    case DL_LAYER_DIV:
         return broadcast_shape(c, nin, in_ndim, in, out_ndim, out, err);
+    case DL_LAYER_CONSTANT:
+        *out_ndim = c->nshape;
+        memcpy(out, c->shape, (size_t)c->nshape * sizeof(*out));
+        return DL_OK;
     case DL_LAYER_MATMUL:
         return matmul_shape(c, in_ndim, in, out_ndim, out, err);
     case DL_LAYER_CONCAT:
@@ -286,7 +336,9 @@ dl_status layer_shape(const dl_layer_conf *c, int nin, const int *in_ndim,
 int layer_arity(dl_layer_type t)
 {
     switch (t) {
+    case DL_LAYER_CONSTANT: return 0;
     case DL_LAYER_SUB:
+    case DL_LAYER_DIV:
     case DL_LAYER_MATMUL: return 2;
     case DL_LAYER_ADD:
     case DL_LAYER_MUL:
@@ -317,6 +369,15 @@ const layer_ops *layer_ops_for(dl_layer_type t)
     case DL_LAYER_SOFTMAX:   return &layer_softmax_ops;
     case DL_LAYER_CONV1D:    return &layer_conv1d_ops;
     case DL_LAYER_MAXPOOL1D: return &layer_maxpool_ops;
+    case DL_LAYER_POW:
+    case DL_LAYER_SQRT:
+    case DL_LAYER_ERF:
+    case DL_LAYER_LEAKY_RELU:
+    case DL_LAYER_CLIP:
+    case DL_LAYER_HARDSIGMOID:
+    case DL_LAYER_HARDSWISH: return &layer_elem_ops;
+    case DL_LAYER_SLICE:     return &layer_slice_ops;
+    case DL_LAYER_CONSTANT:  return &layer_constant_ops;
     default:                 return layer_graph_ops_for(t);
     }
 }
@@ -328,7 +389,8 @@ const char *dl_layer_type_name(dl_layer_type t)
         "flatten", "embedding", "relu", "tanh", "sigmoid", "softmax",
         "add", "sub", "mul", "concat", "identity", "reshape", "global_avgpool2d",
         "layernorm", "gelu", "silu", "log_softmax", "transpose", "matmul",
-        "reduce_mean", "reduce_sum", "conv1d", "maxpool1d",
+        "reduce_mean", "reduce_sum", "conv1d", "maxpool1d", "div", "pow", "sqrt", "erf",
+        "leaky_relu", "clip", "hardsigmoid", "hardswish", "slice", "constant",
     };
     return (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
 }

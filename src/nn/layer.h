@@ -15,6 +15,8 @@ typedef struct param_slot {
     int         ndim;
     int64_t     shape[DL_MAX_DIMS];
     bool        trainable;
+    bool        fixed;           /* state that never changes (a constant's
+                                  * value): laid out after the rest */
     float      *data;            /* view into the model's buffer */
     float      *grad;            /* NULL for state */
 } param_slot;
@@ -90,11 +92,16 @@ dl_status layer_shape(const dl_layer_conf *c, int nin, const int *in_ndim,
  * datatypes, outputs, and that every layer and input is used. */
 dl_status conf_check_graph(const char *what, dl_model_conf *m, dl_err *err);
 
-/* Inputs a layer type takes: 1, 2, or -1 for two or more. */
+/* Inputs a layer type takes: 0 (constant), 1, 2, or -1 for two or more. */
 int layer_arity(dl_layer_type t);
 
 /* The axes a reduce layer drops on ndim-D samples, as a bit set. */
 int layer_reduce_mask(const dl_layer_conf *c, int nd);
+
+/* slice: the first index it keeps of an axis of len and how many, every
+ * conf->step-th (Python's semantics: negative counts from the end, the
+ * bounds clamped to the axis). */
+void layer_slice_range(const dl_layer_conf *c, int64_t len, int64_t *start, int64_t *count);
 
 /* A (possibly negative) axis of ndim-D samples as an index. */
 int layer_axis(int64_t axis, int ndim);
@@ -103,6 +110,10 @@ const layer_ops *layer_ops_for(dl_layer_type t);
 
 /* transpose, reduce_mean / reduce_sum and matmul (layer_tensor.c). */
 extern const layer_ops layer_transpose_ops, layer_reduce_ops, layer_matmul_ops;
+
+/* pow, sqrt, erf, leaky_relu, clip, hardsigmoid and hardswish
+ * (layer_elem.c); slice and constant (layer_slice.c). */
+extern const layer_ops layer_elem_ops, layer_slice_ops, layer_constant_ops;
 
 /* The ops of the layer types added for graphs (NULL for others). */
 const layer_ops *layer_graph_ops_for(dl_layer_type t);

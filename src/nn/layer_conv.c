@@ -1,5 +1,6 @@
-/* layer_conv.c: 2-D convolution (im2col + one GEMM for the whole batch)
- * and max / average pooling, all over NCHW batches. */
+/* layer_conv.c: 2-D convolution (im2col + one GEMM a channel group for
+ * the whole batch, dilated windows through im2col) and max / average
+ * pooling, all over NCHW batches. */
 #include "nn/layer.h"
 
 #include <math.h>
@@ -11,15 +12,30 @@ static dl_conv_geom geom(const layer *l, int64_t n)
                        .w = l->in_shape[2], .oc = l->out_shape[0],
                        .oh = l->out_shape[1], .ow = l->out_shape[2],
                        .kh = c->kh, .kw = c->kw, .sh = c->sh, .sw = c->sw,
-                       .ph = c->ph, .pw = c->pw, .blocked = l->blocked };
+                       .ph = c->ph, .pw = c->pw, .blocked = l->blocked,
+                       .dh = c->dh, .dw = c->dw, .groups = c->groups };
     return g;
 }
 
+/* Channel groups of a convolution (1 for pooling). */
+static int64_t groups_of(const layer *l) { return l->conf->groups > 1 ? l->conf->groups : 1; }
+
+/* Rows of the im2col matrix, K = C * kh * kw; a group's weights read
+ * wfan = K / groups of them. */
 static int64_t fan_in(const layer *l) { return l->in_shape[0] * l->conf->kh * l->conf->kw; }
+static int64_t wfan(const layer *l) { return fan_in(l) / groups_of(l); }
+
+/* Neither grouped nor dilated: a convolution whose activations may stay
+ * in the engine's blocked layout (the others run in plain NCHW, through
+ * the engine or im2col). */
+static bool plain(const layer *l)
+{
+    return groups_of(l) == 1 && l->conf->dh <= 1 && l->conf->dw <= 1;
+}
 
 static void conv_declare(layer *l)
 {
-    layer_declare(l, "weight", true, 4, l->conf->filters, l->in_shape[0],
+    layer_declare(l, "weight", true, 4, l->conf->filters, l->in_shape[0] / groups_of(l),
                   l->conf->kh, l->conf->kw);
     if (l->conf->bias)
         layer_declare(l, "bias", true, 1, l->conf->filters, 0, 0, 0);
@@ -27,8 +43,8 @@ static void conv_declare(layer *l)
 
 static void conv_init(layer *l, dl_rng *rng)
 {
-    float bound = 1.0f / sqrtf((float)fan_in(l));
-    layer_fill_uniform(l, l->p[0].data, l->conf->filters * fan_in(l), bound, rng);
+    float bound = 1.0f / sqrtf((float)wfan(l));
+    layer_fill_uniform(l, l->p[0].data, l->conf->filters * wfan(l), bound, rng);
     if (l->conf->bias)
         layer_fill_uniform(l, l->p[1].data, l->conf->filters, bound, rng);
 }
@@ -82,7 +98,8 @@ bool layer_engine_layout(const layer *l)
 {
     const dl_backend_ops *ops = l->be->ops;
     bool conv = l->conf->type == DL_LAYER_CONV2D;
-    if (l->be->engine_block <= 0 || l->generic || !dl_layer_is_conv_or_pool(l->conf->type) ||
+    if (l->be->engine_block <= 0 || l->generic || !plain(l) ||
+        !dl_layer_is_conv_or_pool(l->conf->type) ||
         !(conv ? ops->conv_fwd && ops->conv_bwd_data && ops->conv_bwd_weights
                : ops->pool2d_fwd && ops->pool2d_bwd))
         return false;
@@ -94,6 +111,41 @@ bool layer_engine_layout(const layer *l)
 
 static dl_status conv_forward_im2col(layer *l, const float *x, float *y, int64_t n,
                                      bool train, dl_err *err);
+
+/* tmp (OC, B*OHW) = W (OC, wfan) x cols (K, B*OHW), a GEMM a group g:
+ * its filters' rows of W and tmp, its channels' rows of cols. */
+static dl_status gemm_forward(layer *l, const float *cols, float *tmp, int64_t cols_n,
+                              dl_err *err)
+{
+    int64_t ng = groups_of(l), ocg = l->out_shape[0] / ng, wk = wfan(l);
+    dl_status st = DL_OK;
+    for (int64_t g = 0; g < ng && st == DL_OK; g++)
+        st = l->be->ops->gemm(l->be, false, false, ocg, cols_n, wk, 1.0f,
+                              l->p[0].data + g * ocg * wk, cols + g * wk * cols_n, 0.0f,
+                              tmp + g * ocg * cols_n, err);
+    return st;
+}
+
+/* Per group: dW (OCg, wfan) += dyt (OCg, B*OHW) x cols^T with want_dw,
+ * and dcols (wfan, B*OHW) = W^T x dyt with dcols. */
+static dl_status gemm_backward(layer *l, const float *cols, const float *dyt, float *dcols,
+                               int64_t cols_n, bool want_dw, dl_err *err)
+{
+    int64_t ng = groups_of(l), ocg = l->out_shape[0] / ng, wk = wfan(l);
+    const dl_backend_ops *ops = l->be->ops;
+    dl_status st = DL_OK;
+    for (int64_t g = 0; g < ng && st == DL_OK; g++) {
+        const float *dyg = dyt + g * ocg * cols_n;
+        if (want_dw)
+            st = ops->gemm(l->be, false, true, ocg, wk, cols_n, 1.0f, dyg,
+                           cols + g * wk * cols_n, 1.0f, l->p[0].grad + g * ocg * wk, err);
+        if (st == DL_OK && dcols)
+            st = ops->gemm(l->be, true, false, wk, cols_n, ocg, 1.0f,
+                           l->p[0].data + g * ocg * wk, dyg, 0.0f, dcols + g * wk * cols_n,
+                           err);
+    }
+    return st;
+}
 
 static dl_status conv_forward(layer *l, const float *x, float *y, int64_t n,
                               bool train, dl_err *err)
@@ -121,9 +173,7 @@ static dl_status conv_forward_im2col(layer *l, const float *x, float *y, int64_t
         float *cols = train ? (float *)l->aux + i * k * ohw : l->work;
         float *tmp = l->work + k * cols_n, *yb = y + i * l->out_dim;
         l->be->ops->im2col(l->be, &g, x + i * l->in_dim, cols);
-        /* tmp (OC, B*OHW) = W (OC, K) x cols (K, B*OHW) */
-        dl_status st = l->be->ops->gemm(l->be, false, false, g.oc, cols_n, k, 1.0f,
-                                        l->p[0].data, cols, 0.0f, tmp, err);
+        dl_status st = gemm_forward(l, cols, tmp, cols_n, err);
         if (st != DL_OK)
             return st;
         const float *bias = l->conf->bias ? l->p[1].data : NULL;
@@ -159,23 +209,17 @@ static dl_status conv_backward_im2col(layer *l, const float *x, const float *dy,
         float *dcols = l->work, *dyt = l->work + k * cols_n;
         const float *xb = x + i * l->in_dim;
         l->be->ops->swap_outer(l->be, dy + i * l->out_dim, dyt, b, g.oc, g.oh * g.ow);
-        dl_status st = DL_OK;
-        if (want_dw) {
-            if (!l->cols_kept)
-                l->be->ops->im2col(l->be, &g, xb, cols);
-            /* dW (OC, K) += dyt (OC, B*OHW) x cols^T */
-            st = l->be->ops->gemm(l->be, false, true, g.oc, k, cols_n, 1.0f, dyt, cols,
-                                  1.0f, l->p[0].grad, err);
-        }
+        if (want_dw && !l->cols_kept)
+            l->be->ops->im2col(l->be, &g, xb, cols);
+        /* dcols overwrites cols in the work buffer: the weight gradients
+         * of every group first, then dcols */
+        dl_status st = gemm_backward(l, cols, dyt, NULL, cols_n, want_dw, err);
+        if (st == DL_OK && dx)
+            st = gemm_backward(l, cols, dyt, dcols, cols_n, false, err);
         if (st != DL_OK)
             return st;
         if (!dx)
             continue;
-        /* dcols (K, B*OHW) = W^T (K, OC) x dyt (OC, B*OHW) */
-        st = l->be->ops->gemm(l->be, true, false, k, cols_n, g.oc, 1.0f,
-                              l->p[0].data, dyt, 0.0f, dcols, err);
-        if (st != DL_OK)
-            return st;
         float *dxb = dx + i * l->in_dim;
         l->be->ops->fill(l->be, dxb, b * l->in_dim, 0.0f);
         l->be->ops->col2im(l->be, &g, dcols, dxb);
@@ -215,11 +259,12 @@ const layer_ops layer_conv2d_ops = {
 };
 
 /* conv1d: the convolution on [C, 1, L] (model.c gives it that shape) with
- * PyTorch's weight [filters, C, kernel]: the same values in the same
- * order as [filters, C, 1, kernel]. */
+ * PyTorch's weight [filters, C / groups, kernel]: the same values in the
+ * same order as [filters, C / groups, 1, kernel]. */
 static void conv1d_declare(layer *l)
 {
-    layer_declare(l, "weight", true, 3, l->conf->filters, l->in_shape[0], l->conf->kw, 0);
+    layer_declare(l, "weight", true, 3, l->conf->filters, l->in_shape[0] / groups_of(l),
+                  l->conf->kw, 0);
     if (l->conf->bias)
         layer_declare(l, "bias", true, 1, l->conf->filters, 0, 0, 0);
 }

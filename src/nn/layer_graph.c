@@ -1,5 +1,5 @@
 /* layer_graph.c: the layer types of graph models, written for host memory
- * (the CPU backend): add, sub and mul with NumPy broadcasting, concat,
+ * (the CPU backend): add, sub, mul and div with NumPy broadcasting, concat,
  * global average pooling, layernorm, gelu, silu and (log_)softmax on any
  * axis; and the table of every graph layer type. Forward and backward
  * follow PyTorch's definitions. */
@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-/* ---- add, sub, mul: NumPy broadcasting of the per-sample shapes -------- */
+/* ---- add, sub, mul, div: NumPy broadcasting of the per-sample shapes --- */
 
 /* Offset in input k of output position j (per sample). */
 static int64_t bcast_at(const layer *l, int k, int64_t j)
@@ -45,18 +45,23 @@ static dl_status bin_forward(layer *l, const float *const *xs, float *y, int64_t
             float v = in_at(l, xs, 0, i, j);
             for (int k = 1; k < l->nin; k++) {
                 float u = in_at(l, xs, k, i, j);
-                v = t == DL_LAYER_ADD ? v + u : t == DL_LAYER_SUB ? v - u : v * u;
+                v = t == DL_LAYER_ADD ? v + u : t == DL_LAYER_SUB ? v - u
+                  : t == DL_LAYER_DIV ? v / u : v * u;
             }
             y[i * l->out_dim + j] = v;
         }
     return DL_OK;
 }
 
-/* d y / d input k at output position j: 1, -1 (sub's second) or the
- * product of the other inputs (mul). */
+/* d y / d input k at output position j: 1, -1 (sub's second), the
+ * product of the other inputs (mul), or 1 / b and -a / b^2 (div). */
 static float bin_partial(const layer *l, const float *const *xs, int k, int64_t i, int64_t j)
 {
     dl_layer_type t = l->conf->type;
+    if (t == DL_LAYER_DIV) {
+        float b = in_at(l, xs, 1, i, j);
+        return k == 0 ? 1.0f / b : -in_at(l, xs, 0, i, j) / (b * b);
+    }
     if (t != DL_LAYER_MUL)
         return t == DL_LAYER_SUB && k == 1 ? -1.0f : 1.0f;
     float p = 1.0f;
@@ -394,7 +399,8 @@ const layer_ops *layer_graph_ops_for(dl_layer_type t)
     switch (t) {
     case DL_LAYER_ADD:
     case DL_LAYER_SUB:
-    case DL_LAYER_MUL:              return &layer_binary_ops;
+    case DL_LAYER_MUL:
+    case DL_LAYER_DIV:              return &layer_binary_ops;
     case DL_LAYER_CONCAT:           return &layer_concat_ops;
     case DL_LAYER_IDENTITY:
     case DL_LAYER_RESHAPE:          return &layer_flatten_ops;

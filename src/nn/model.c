@@ -133,23 +133,19 @@ static dl_status ensure_capacity(dl_model *m, int64_t n, bool train, dl_err *err
     return st;
 }
 
-/* Lays the slots out over the buffers (host staging or backend). */
+/* Lays the slots out over the buffers (host staging or backend): the
+ * fixed state (constants) after the running statistics. */
 static void point_slots(dl_model *m, float *params, float *grads, float *state)
 {
-    int64_t po = 0, so = 0;
+    int64_t po = 0, so = 0, fo = m->nrunning;
     for (int i = 0; i < m->nlayers; i++)
         for (int k = 0; k < m->layers[i].nparams; k++) {
             param_slot *p = &m->layers[i].p[k];
             int64_t n = dl_shape_numel(p->ndim, p->shape);
-            if (p->trainable) {
-                p->data = params + po;
-                p->grad = grads ? grads + po : NULL;
-                po += n;
-            } else {
-                p->data = state + so;
-                p->grad = NULL;
-                so += n;
-            }
+            int64_t *at = p->trainable ? &po : p->fixed ? &fo : &so;
+            p->data = (p->trainable ? params : state) + *at;
+            p->grad = p->trainable && grads ? grads + *at : NULL;
+            *at += n;
         }
 }
 
@@ -201,6 +197,10 @@ static dl_status shape_layer(dl_model *m, int i, int *nd, int64_t (*sh)[DL_MAX_D
         st = dl_err_set(err, DL_ERR_INVALID, "layer '%s': the %s backend lacks the %s layer "
                         "(it runs on the CPU only)", l->conf->name, m->be->ops->name,
                         dl_layer_type_name(l->conf->type));
+    if (st == DL_OK && (l->conf->dh > 1 || l->conf->dw > 1) && !m->be->conv_dilation)
+        st = dl_err_set(err, DL_ERR_INVALID, "layer '%s': the %s backend lacks dilated "
+                        "convolutions (they run on the CPU only)", l->conf->name,
+                        m->be->ops->name);
     return st;
 }
 
@@ -232,6 +232,8 @@ static dl_status build_layers(dl_model *m, dl_err *err)
                 m->nparams += n;
             else
                 m->nstate += n;
+            if (!l->p[k].trainable && !l->p[k].fixed)
+                m->nrunning += n;
             m->ntensors++;
         }
         m->grad_at[i + 1] = m->nparams;   /* point_slots lays them out in this order */
@@ -384,6 +386,7 @@ int dl_model_output_index(const dl_model *m, const char *name)
 float *dl_model_params(dl_model *m, int64_t *n) { *n = m->nparams; return m->params; }
 float *dl_model_grads(dl_model *m, int64_t *n) { *n = m->nparams; return m->grads; }
 float *dl_model_state(dl_model *m, int64_t *n) { *n = m->nstate; return m->state; }
+float *dl_model_running_state(dl_model *m, int64_t *n) { *n = m->nrunning; return m->state; }
 
 void dl_model_set_rng(dl_model *m, uint64_t stream, uint64_t counter)
 {
@@ -424,7 +427,8 @@ static dl_status run_layer(dl_model *m, int i, int64_t batch, bool train, dl_err
             xs[k] = m->act[model_tensor_of(m, l->conf->src[k])];
         return l->ops->forward_multi(l, xs, y, batch, train, err);
     }
-    return l->ops->forward(l, m->act[model_tensor_of(m, l->conf->src[0])], y, batch, train, err);
+    const float *x = l->nin ? m->act[model_tensor_of(m, l->conf->src[0])] : NULL;
+    return l->ops->forward(l, x, y, batch, train, err);
 }
 
 dl_status dl_model_forward_multi(dl_model *m, const float *const *xs, int64_t batch,
@@ -542,8 +546,8 @@ static dl_status backward_layer(dl_model *m, int i, dl_err *err)
 {
     layer *l = &m->layers[i];
     int t = m->ninputs + i;
-    const float *xs[DL_LAYER_MAX_IN], *dy = m->gp.buf[m->gp.slot_of[t]];
-    float *dxs[DL_LAYER_MAX_IN];
+    const float *xs[DL_LAYER_MAX_IN] = { NULL }, *dy = m->gp.buf[m->gp.slot_of[t]];
+    float *dxs[DL_LAYER_MAX_IN] = { NULL };
     bool add[DL_LAYER_MAX_IN];
     for (int k = 0; k < l->nin; k++)
         xs[k] = m->act[model_tensor_of(m, l->conf->src[k])];

@@ -51,6 +51,7 @@ struct dl_model {
     layer               *layers;
     float               *params, *grads, *state;   /* backend memory */
     int64_t              nparams, nstate;
+    int64_t              nrunning;                  /* state before the fixed part */
     int64_t             *grad_at;                   /* nlayers + 1: layer i's gradients
                                                        are [grad_at[i], grad_at[i + 1]) */
     int                  ntensors;

@@ -1,7 +1,8 @@
 /* model_check.c: the checks of a parsed model.json as a whole: every
  * layer's sources, shapes and datatypes, the parameter and size caps,
  * the outputs against their losses and labels, and that every layer and
- * input is used. Messages name the file, the layer and the reason. */
+ * input is used. Messages name the file, the layer and the reason. Also
+ * the shapes it infers, for exporters (dl_model_conf_shapes). */
 #include "nn/layer.h"
 
 #include <stdlib.h>
@@ -41,7 +42,9 @@ static int64_t layer_params(const dl_layer_conf *l, int nd, const int64_t *in)
     switch (l->type) {
     case DL_LAYER_DENSE:     return mul_capped(in[nd - 1] + 1, l->units);
     case DL_LAYER_CONV1D:
-    case DL_LAYER_CONV2D:    return mul_capped(mul_capped(in[0], l->kh * l->kw) + 1, l->filters);
+    case DL_LAYER_CONV2D:    return mul_capped(mul_capped(in[0] / (l->groups > 1 ? l->groups : 1),
+                                                          l->kh * l->kw) + 1, l->filters);
+    case DL_LAYER_CONSTANT:  return numel_capped(l->nshape, l->shape);
     case DL_LAYER_BATCHNORM: return mul_capped(in[0], 4);
     case DL_LAYER_EMBEDDING: return mul_capped(l->num_embeddings, l->dim);
     case DL_LAYER_LAYERNORM: return mul_capped(in[nd - 1], 2);
@@ -89,8 +92,8 @@ static dl_status check_layer(const check *c, const dl_model_conf *m, int i, shap
     dl_status st = check_dtypes(c, m, l);
     if (st != DL_OK)
         return st;
-    int nd[DL_LAYER_MAX_IN];
-    int64_t in[DL_LAYER_MAX_IN][DL_MAX_DIMS];
+    int nd[DL_LAYER_MAX_IN] = { 0 };
+    int64_t in[DL_LAYER_MAX_IN][DL_MAX_DIMS] = { { 0 } };
     for (int k = 0; k < l->nsrc; k++) {
         int t = tensor_of(m, l->src[k]);
         nd[k] = sh->nd[t];
@@ -196,3 +199,27 @@ dl_status conf_check_graph(const char *what, dl_model_conf *m, dl_err *err)
     return st;
 }
 
+dl_status dl_model_conf_shapes(const dl_model_conf *conf, int *nd,
+                               int64_t (*d)[DL_MAX_DIMS], dl_err *err)
+{
+    for (int k = 0; k < conf->ninputs; k++) {
+        nd[k] = conf->inputs[k].ndim;
+        memcpy(d[k], conf->inputs[k].shape, sizeof(d[k]));
+    }
+    for (int i = 0; i < conf->nlayers; i++) {
+        const dl_layer_conf *l = &conf->layers[i];
+        int ind[DL_LAYER_MAX_IN];
+        int64_t in[DL_LAYER_MAX_IN][DL_MAX_DIMS];
+        for (int k = 0; k < l->nsrc; k++) {
+            int t = tensor_of(conf, l->src[k]);
+            ind[k] = nd[t];
+            memcpy(in[k], d[t], sizeof(in[k]));
+        }
+        int t = conf->ninputs + i;
+        dl_status st = layer_shape(l, l->nsrc, ind, (const int64_t (*)[DL_MAX_DIMS])in,
+                                   &nd[t], d[t], err);
+        if (st != DL_OK)
+            return st;
+    }
+    return DL_OK;
+}

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "nn/layer.h"
 
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -139,7 +140,11 @@ static const struct { const char *name; dl_layer_type type; } layer_names[] = {
     {"log_softmax", DL_LAYER_LOG_SOFTMAX}, {"transpose", DL_LAYER_TRANSPOSE},
     {"matmul", DL_LAYER_MATMUL}, {"reduce_mean", DL_LAYER_REDUCE_MEAN},
     {"reduce_sum", DL_LAYER_REDUCE_SUM}, {"conv1d", DL_LAYER_CONV1D},
-    {"maxpool1d", DL_LAYER_MAXPOOL1D},
+    {"maxpool1d", DL_LAYER_MAXPOOL1D}, {"div", DL_LAYER_DIV}, {"pow", DL_LAYER_POW},
+    {"sqrt", DL_LAYER_SQRT}, {"erf", DL_LAYER_ERF}, {"leaky_relu", DL_LAYER_LEAKY_RELU},
+    {"clip", DL_LAYER_CLIP}, {"hardsigmoid", DL_LAYER_HARDSIGMOID},
+    {"hardswish", DL_LAYER_HARDSWISH}, {"slice", DL_LAYER_SLICE},
+    {"constant", DL_LAYER_CONSTANT},
 };
 
 /* Index of the layer or model input called `name` among the model inputs
@@ -167,11 +172,17 @@ static bool named_below(json_t *layers, size_t i, const char *name)
 }
 
 /* A layer's "inputs": names of model inputs or layers above it. Without
- * them, the previous layer (the first layer: the first model input). */
+ * them, the previous layer (the first layer: the first model input). A
+ * constant says "inputs": [] (it reads none); no other layer may. */
 static dl_status parse_sources(ctx *c, json_t *j, json_t *layers, size_t i,
                                dl_model_conf *m, dl_layer_conf *l)
 {
     json_t *in = json_object_get(j, "inputs");
+    if (l->type == DL_LAYER_CONSTANT) {
+        l->nsrc = 0;
+        return json_is_array(in) && json_array_size(in) == 0
+             ? DL_OK : bad(c, "inputs", "must be [] for a constant (it reads no input)");
+    }
     if (!in) {
         l->nsrc = 1;
         l->src[0] = i ? (int)i - 1 : -1;
@@ -201,20 +212,25 @@ static dl_status parse_sources(ctx *c, json_t *j, json_t *layers, size_t i,
     return DL_OK;
 }
 
-/* A reshape's "shape": 1 to 4 positive integers, at most one -1. */
-static dl_status get_shape(ctx *c, json_t *obj, dl_layer_conf *l)
+/* A reshape's "shape": 1 to 4 positive integers, at most one -1 (with
+ * free_dim; a constant's has none). */
+static dl_status get_shape(ctx *c, json_t *obj, bool free_dim, dl_layer_conf *l)
 {
     json_t *v = json_object_get(obj, "shape");
     size_t n = json_array_size(v);
     int minus = 0;
+    const char *msg = free_dim ? "must be an array of 1 to 4 positive integers (one may be -1)"
+                               : "must be an array of 1 to 4 positive integers";
+    if (!v)
+        return bad(c, "shape", "is missing");
     if (!json_is_array(v) || n < 1 || n > DL_MAX_DIMS)
-        return bad(c, "shape", "must be an array of 1 to 4 positive integers (one may be -1)");
+        return bad(c, "shape", msg);
     for (size_t k = 0; k < n; k++) {
         json_t *d = json_array_get(v, k);
         int64_t x = json_is_integer(d) ? json_integer_value(d) : 0;
         minus += x == -1;
-        if ((x < 1 && x != -1) || x > (1 << 24) || minus > 1)
-            return bad(c, "shape", "must be an array of 1 to 4 positive integers (one may be -1)");
+        if ((x < 1 && (x != -1 || !free_dim)) || x > (1 << 24) || minus > 1)
+            return bad(c, "shape", msg);
         l->shape[k] = x;
     }
     l->nshape = (int)n;
@@ -260,7 +276,8 @@ static dl_status get_ints(ctx *c, json_t *obj, const char *key, int64_t lo, int6
 static dl_status parse_1d(ctx *c, json_t *j, dl_layer_conf *l)
 {
     static const char *const conv[] = {"name", "type", "inputs", "filters", "kernel_size",
-                                       "stride", "padding", "bias", NULL};
+                                       "stride", "padding", "bias", "groups", "dilation",
+                                       NULL};
     static const char *const pool[] = {"name", "type", "inputs", "kernel_size", "stride",
                                        "padding", NULL};
     bool is_conv = l->type == DL_LAYER_CONV1D;
@@ -274,9 +291,73 @@ static dl_status parse_1d(ctx *c, json_t *j, dl_layer_conf *l)
         return st;
     if (!is_conv)
         return DL_OK;
-    if ((st = get_bool(c, j, "bias", &l->bias)))
+    if ((st = get_bool(c, j, "bias", &l->bias)) ||
+        (st = get_int(c, j, "groups", 1, 1 << 16, false, &l->groups)) ||
+        (st = get_int(c, j, "dilation", 1, 4096, false, &l->dw)))
         return st;
     return get_int(c, j, "filters", 1, 1 << 16, true, &l->filters);
+}
+
+/* A number for key (kept in *out when absent and not required); one past
+ * float's range is an infinity (ONNX writes -FLT_MAX for "no bound"). */
+static dl_status get_real(ctx *c, json_t *j, const char *key, bool required, float *out)
+{
+    json_t *v = json_object_get(j, key);
+    if (!v)
+        return required ? bad(c, key, "is missing") : DL_OK;
+    if (!json_is_number(v))
+        return bad(c, key, "must be a number");
+    double d = json_number_value(v);
+    *out = d > FLT_MAX ? INFINITY : d < -FLT_MAX ? -INFINITY : (float)d;
+    return DL_OK;
+}
+
+/* pow (exponent), leaky_relu (alpha), clip (min, max), hardsigmoid
+ * (alpha, beta). */
+static dl_status parse_elem(ctx *c, json_t *j, dl_layer_conf *l)
+{
+    static const char *const pw[] = {"name", "type", "inputs", "exponent", NULL};
+    static const char *const lr[] = {"name", "type", "inputs", "alpha", NULL};
+    static const char *const cl[] = {"name", "type", "inputs", "min", "max", NULL};
+    static const char *const hs[] = {"name", "type", "inputs", "alpha", "beta", NULL};
+    dl_status st;
+    switch (l->type) {
+    case DL_LAYER_POW:
+        return (st = check_keys(c, j, pw)) ? st : get_real(c, j, "exponent", true, &l->exponent);
+    case DL_LAYER_LEAKY_RELU:
+        l->alpha = 0.01f;
+        return (st = check_keys(c, j, lr)) ? st : get_real(c, j, "alpha", false, &l->alpha);
+    case DL_LAYER_CLIP:
+        l->lo = -INFINITY;
+        l->hi = INFINITY;
+        if ((st = check_keys(c, j, cl)) || (st = get_real(c, j, "min", false, &l->lo)) ||
+            (st = get_real(c, j, "max", false, &l->hi)))
+            return st;
+        return l->lo <= l->hi ? DL_OK : bad(c, "min", "must not exceed 'max'");
+    default:
+        l->alpha = 1.0f / 6.0f;
+        l->beta = 0.5f;
+        if ((st = check_keys(c, j, hs)) || (st = get_real(c, j, "alpha", false, &l->alpha)))
+            return st;
+        return get_real(c, j, "beta", false, &l->beta);
+    }
+}
+
+/* slice: axis (required), start (0), end (the axis' end), step (1). */
+static dl_status parse_slice(ctx *c, json_t *j, dl_layer_conf *l)
+{
+    static const char *const keys[] = {"name", "type", "inputs", "axis", "start", "end",
+                                       "step", NULL};
+    dl_status st;
+    l->start = 0;
+    l->end = INT64_MAX;
+    l->step = 1;
+    if ((st = check_keys(c, j, keys)) ||
+        (st = get_int(c, j, "axis", -DL_MAX_DIMS, DL_MAX_DIMS - 1, true, &l->axis)) ||
+        (st = get_int(c, j, "start", INT64_MIN, INT64_MAX, false, &l->start)) ||
+        (st = get_int(c, j, "end", INT64_MIN, INT64_MAX, false, &l->end)))
+        return st;
+    return get_int(c, j, "step", 1, INT32_MAX, false, &l->step);
 }
 
 /* The keys and defaults of the layer types added for graphs. */
@@ -298,9 +379,10 @@ static dl_status parse_graph_layer(ctx *c, json_t *j, dl_layer_conf *l)
             return st;
         return get_int(c, j, "axis", -DL_MAX_DIMS, DL_MAX_DIMS - 1, false, &l->axis);
     case DL_LAYER_RESHAPE:
+    case DL_LAYER_CONSTANT:
         if ((st = check_keys(c, j, shape)))
             return st;
-        return get_shape(c, j, l);
+        return get_shape(c, j, l->type == DL_LAYER_RESHAPE, l);
     case DL_LAYER_LAYERNORM:
         if ((st = check_keys(c, j, ln)))
             return st;
@@ -317,6 +399,13 @@ static dl_status parse_graph_layer(ctx *c, json_t *j, dl_layer_conf *l)
     case DL_LAYER_CONV1D:
     case DL_LAYER_MAXPOOL1D:
         return parse_1d(c, j, l);
+    case DL_LAYER_POW:
+    case DL_LAYER_LEAKY_RELU:
+    case DL_LAYER_CLIP:
+    case DL_LAYER_HARDSIGMOID:
+        return parse_elem(c, j, l);
+    case DL_LAYER_SLICE:
+        return parse_slice(c, j, l);
     case DL_LAYER_GELU: {
         if ((st = check_keys(c, j, gelu)))
             return st;
@@ -354,18 +443,21 @@ static dl_status parse_layer(ctx *c, json_t *layers, size_t i, dl_model_conf *m)
                    "batchnorm, dropout, flatten, embedding, relu, tanh, sigmoid, softmax, "
                    "add, sub, mul, concat, identity, reshape, global_avgpool2d, layernorm, "
                    "gelu, silu, log_softmax, transpose, matmul, reduce_mean, reduce_sum, "
-                   "conv1d, maxpool1d");
+                   "conv1d, maxpool1d, div, pow, sqrt, erf, leaky_relu, clip, hardsigmoid, "
+                   "hardswish, slice, constant");
     l->type = layer_names[k].type;
     l->bias = true;
     l->eps = 1e-5f;
     l->momentum = 0.1f;
     l->sh = l->sw = 1;
+    l->dh = l->dw = l->groups = 1;
     if ((st = parse_sources(c, j, layers, i, m, l)))
         return st;
 
     static const char *const dense[] = {"name", "type", "inputs", "units", "bias", NULL};
     static const char *const conv[] = {"name", "type", "inputs", "filters", "kernel_size",
-                                       "stride", "padding", "bias", NULL};
+                                       "stride", "padding", "bias", "groups", "dilation",
+                                       NULL};
     static const char *const pool[] = {"name", "type", "inputs", "kernel_size", "stride",
                                        "padding", NULL};
     static const char *const bn[] = {"name", "type", "inputs", "eps", "momentum", NULL};
@@ -382,7 +474,9 @@ static dl_status parse_layer(ctx *c, json_t *layers, size_t i, dl_model_conf *m)
         if ((st = check_keys(c, j, conv)) || (st = get_bool(c, j, "bias", &l->bias)) ||
             (st = get_int(c, j, "filters", 1, 1 << 16, true, &l->filters)) ||
             (st = get_pair(c, j, "kernel_size", 1, true, &l->kh, &l->kw)) ||
-            (st = get_pair(c, j, "stride", 1, false, &l->sh, &l->sw)))
+            (st = get_pair(c, j, "stride", 1, false, &l->sh, &l->sw)) ||
+            (st = get_pair(c, j, "dilation", 1, false, &l->dh, &l->dw)) ||
+            (st = get_int(c, j, "groups", 1, 1 << 16, false, &l->groups)))
             return st;
         return get_pair(c, j, "padding", 0, false, &l->ph, &l->pw);
     case DL_LAYER_MAXPOOL2D:

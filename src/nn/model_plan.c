@@ -167,7 +167,8 @@ static dl_status plan_acts(dl_model *m, act_plan *p, bool train, dl_err *err)
                 free_slot[p->slot_of[u]] = true, until[u] = INT32_MAX;
         if (p->alias[t] != t)
             continue;
-        int x = root_of(p, model_tensor_of(m, m->layers[i].conf->src[0]));
+        int x = m->layers[i].nin ? root_of(p, model_tensor_of(m, m->layers[i].conf->src[0]))
+                                 : -1;
         if (!train && in_place_ok(&m->layers[i]) && x >= m->ninputs && until[x] == i &&
             p->slot_of[x] >= 0) {
             p->slot_of[t] = p->slot_of[x];

@@ -1,6 +1,8 @@
-/* dl_onnx.h: ONNX models, translated into the engine's own model.json
- * graph and weights (then loaded by the one validated path: model.json
- * parsing and the safetensors checks). Depends on nn, tensor and util. */
+/* dl_onnx.h: ONNX for dlserve's models: writing a model of the repository
+ * (model.json and a version's safetensors) as an ONNX graph, and reading
+ * ONNX back: translated into the engine's own model.json graph and weights
+ * (then loaded by the one validated path: model.json parsing and the
+ * safetensors checks). Depends on nn, tensor and util. */
 #ifndef DL_ONNX_H
 #define DL_ONNX_H
 
@@ -9,6 +11,29 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- export ------------------------------------------------------------ */
+
+/* What an export wrote. Plain struct. */
+typedef struct dl_onnx_export_info {
+    int64_t version;        /* the version exported */
+    int     nodes;          /* graph nodes */
+    int     initializers;   /* the safetensors tensors, by their names */
+    size_t  bytes;          /* file size */
+} dl_onnx_export_info;
+
+/* Writes version `version` (<= 0: the newest with weights) of the model in
+ * model_dir (model.json, <version>/model.safetensors) to path as ONNX (IR
+ * version 8, opset 17), atomically. Every input and output has the
+ * symbolic first dimension "batch"; input scaling is done by the graph on
+ * raw inputs; outputs are the raw layer outputs (logits for a
+ * classifier); metadata "dlserve.model" holds the name, losses and labels.
+ * A layer type without an ONNX form, a missing version or bad weights are
+ * DL_ERR_INVALID with a message naming them. info may be NULL. */
+dl_status dl_onnx_export(const char *model_dir, int64_t version, const char *path,
+                         dl_onnx_export_info *info, dl_err *err);
+
+/* ---- import ------------------------------------------------------------ */
 
 /* Most bytes of an ONNX file (or of one external data file). */
 #define DL_ONNX_MAX_BYTES (INT64_C(2) << 30)
@@ -47,7 +72,8 @@ dl_status dl_onnx_build(const dl_onnx_model *om, dl_backend *be, const char *wha
                         dl_model_conf **conf, dl_model **m, dl_err *err);
 
 /* dlserve --import: translates `path` and writes MODELS_DIR/NAME/model.json
- * (kept when present, so its labels and settings apply) and
+ * (a model.json already there merged in as for dl_onnx_parse, then
+ * rewritten with the graph) and
  * MODELS_DIR/NAME/<version>/model.safetensors, version the next free one
  * (written into *version). */
 dl_status dl_onnx_import(const char *path, const char *models_dir, const char *name,
@@ -56,4 +82,4 @@ dl_status dl_onnx_import(const char *path, const char *models_dir, const char *n
 #ifdef __cplusplus
 }
 #endif
-#endif
+#endif /* DL_ONNX_H */

@@ -37,13 +37,17 @@ typedef struct dl_conv_geom {
     int64_t oc, oh, ow;        /* output channels and size */
     int64_t kh, kw, sh, sw, ph, pw;
     int64_t blocked;
+    /* Convolution only: dilation of the window (0 or 1: none) and the
+     * channel groups (0 or 1: one). im2col and col2im honour the dilation;
+     * the layer runs the groups as one GEMM a group over its rows. */
+    int64_t dh, dw, groups;
 } dl_conv_geom;
 
 #define DL_BLOCKED_X 1         /* x and dx */
 #define DL_BLOCKED_Y 2         /* y and dy */
 
-/* Fills the output size of g from the input, window, stride and padding;
- * DL_ERR_INVALID if the window does not fit. */
+/* Fills the output size of g from the input, window (its dilated extent),
+ * stride and padding; DL_ERR_INVALID if the window does not fit. */
 dl_status dl_conv_geom_finish(dl_conv_geom *g, dl_err *err);
 
 /* The kernels a backend provides. All pointers are backend memory except
@@ -235,6 +239,9 @@ struct dl_backend {
      * runs a core without small-matrix kernels (all but SkylakeX and its
      * successors), and packs the weights on every call. */
     bool gemm_thin;
+    /* Whether im2col and col2im honour dl_conv_geom's dilation: a backend
+     * without it refuses dilated convolutions when a model is built. */
+    bool conv_dilation;
 };
 
 #define DL_CHUNK_FLOATS (512 * 1024)   /* ~2 MB: still in cache for the GEMM */

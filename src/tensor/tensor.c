@@ -87,18 +87,25 @@ const char *dl_shape_str(int ndim, const int64_t *shape, char *buf, size_t len)
     return buf;
 }
 
+/* The extent of a window of k taps dilated by d (0 or 1: none). */
+static int64_t extent(int64_t k, int64_t d)
+{
+    return (k - 1) * (d > 1 ? d : 1) + 1;
+}
+
 dl_status dl_conv_geom_finish(dl_conv_geom *g, dl_err *err)
 {
     if (g->kh < 1 || g->kw < 1 || g->sh < 1 || g->sw < 1 || g->ph < 0 || g->pw < 0)
         return dl_err_set(err, DL_ERR_INVALID,
                           "kernel, stride must be >= 1 and padding >= 0");
-    int64_t eh = g->h + 2 * g->ph - g->kh, ew = g->w + 2 * g->pw - g->kw;
+    int64_t kh = extent(g->kh, g->dh), kw = extent(g->kw, g->dw);
+    int64_t eh = g->h + 2 * g->ph - kh, ew = g->w + 2 * g->pw - kw;
     if (eh < 0 || ew < 0)
         return dl_err_set(err, DL_ERR_INVALID,
                           "window %lldx%lld does not fit input %lldx%lld with padding %lld,%lld",
-                          (long long)g->kh, (long long)g->kw, (long long)g->h,
+                          (long long)kh, (long long)kw, (long long)g->h,
                           (long long)g->w, (long long)g->ph, (long long)g->pw);
-    if (g->ph >= g->kh || g->pw >= g->kw)
+    if (g->ph >= kh || g->pw >= kw)
         return dl_err_set(err, DL_ERR_INVALID, "padding must be smaller than the window");
     g->oh = eh / g->sh + 1;
     g->ow = ew / g->sw + 1;

@@ -220,6 +220,15 @@ static void avg_anchor(trainer *t)
     be->ops->fill(be, t->delta, t->np, 0.0f);
 }
 
+/* The running statistics averaged over the trainers; constants (the rest
+ * of the state) are the same everywhere and stay as they are. */
+static dl_status reduce_state(trainer *t, float inv, dl_err *err)
+{
+    int64_t n;
+    float *s = dl_model_running_state(t->s.m, &n);
+    return reduce(t, s, n, inv, "state averaging", err);
+}
+
 /* Parameter averaging: parameters, state and optimizer state. The mean
  * of the parameters is the anchor plus the mean of the updates, which
  * are averaged instead: with K = 1 and plain SGD this rounds as one
@@ -236,7 +245,7 @@ static dl_status average(trainer *t, dl_err *err)
         be->ops->fill(be, t->delta, t->np, 0.0f);
     }
     if (st == DL_OK)
-        st = reduce(t, dl_model_state(t->s.m, &n), t->ns, inv, "state averaging", err);
+        st = reduce_state(t, inv, err);
     if (st == DL_OK)
         st = reduce(t, dl_optim_state(t->opt, &n), t->no, inv, "optimizer averaging", err);
     return st;
@@ -587,7 +596,7 @@ static dl_status gather_final(trainer *t, dl_err *err)
     int64_t n;
     float inv = 1.0f / (float)t->T;
     /* Running statistics are per trainer in every mode: average them. */
-    dl_status st = reduce(t, dl_model_state(t->s.m, &n), t->ns, inv, "state averaging", err);
+    dl_status st = reduce_state(t, inv, err);
     if (st != DL_OK || !is_ps(t))
         return st;
     if ((st = dl_ps_done(t->d, err)) != DL_OK || t->me != 0)

@@ -42,12 +42,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "..", "unit", "fixtures", "graph")
 
 
-def inp(name, *shape, high=None):
-    """A model input; `high` makes it an INT64 input of ids in [0, high)."""
+def inp(name, *shape, high=None, positive=False, scale=None):
+    """A model input; `high` makes it an INT64 input of ids in [0, high),
+    `positive` its values uniform in [0.2, 2.2) (sqrt, pow 0.5, divisors),
+    `scale` multiplies its normal values (to reach the outer pieces of
+    hardsigmoid and hardswish)."""
     i = {"name": name, "shape": list(shape)}
     if high is not None:
         i["datatype"] = "INT64"
         i["high"] = high
+    if positive:
+        i["positive"] = True
+    if scale is not None:
+        i["scale"] = scale
     return i
 
 
@@ -59,7 +66,7 @@ def one(name, inputs, layers, mode="train", outputs=None, batch=3):
 
 def L(name, kind, inputs=None, **conf):
     layer = {"name": name, "type": kind}
-    if inputs:
+    if inputs is not None:
         layer["inputs"] = inputs
     layer.update(conf)
     return layer
@@ -160,6 +167,66 @@ PASS_CASES = [
                  {"name": "tokens", "from": "ln", "loss": "mse"}]),
 ]
 
+# The layer types ONNX models need (written after TRAIN_CASES, so that the
+# seeds of the cases above stay as they were).
+OP_CASES = [
+    # div with broadcasting, and constants feeding div, add, matmul, concat
+    one("div_broadcast", [inp("a", 3, 1, 5), inp("b", 4, 5, positive=True)],
+        [L("y", "div", AB)]),
+    one("div_constant", [inp("x", 2, 3)],
+        [L("c", "constant", [], shape=[3]), L("y", "div", ["x", "c"])]),
+    one("constant_affine", [inp("x", 2, 3)],
+        [L("w", "constant", [], shape=[3, 4]), L("b", "constant", [], shape=[4]),
+         L("xw", "matmul", ["x", "w"]), L("y", "add", ["xw", "b"])]),
+    one("constant_concat_sub", [inp("x", 2, 3)],
+        [L("c", "constant", [], shape=[1, 3]), L("cat", "concat", ["c", "x"], axis=0),
+         L("y", "sub", ["cat", "c"])]),
+    # unary elementwise
+    one("pow_2", [inp("x", 3, 5)], [L("y", "pow", exponent=2)]),
+    one("pow_half", [inp("x", 3, 5, positive=True)], [L("y", "pow", exponent=0.5)]),
+    one("pow_neg", [inp("x", 4, 3, positive=True)], [L("y", "pow", exponent=-1.5)]),
+    one("sqrt", [inp("x", 2, 7, positive=True)], [L("y", "sqrt")]),
+    one("erf", [inp("x", 3, 5)], [L("y", "erf")]),
+    one("leaky_relu", [inp("x", 3, 5)], [L("y", "leaky_relu")]),
+    one("leaky_relu_alpha", [inp("x", 7)], [L("y", "leaky_relu", alpha=0.2)]),
+    one("clip_min_max", [inp("x", 3, 5)], [L("y", "clip", min=-0.5, max=0.7)]),
+    one("clip_min", [inp("x", 3, 5)], [L("y", "clip", min=0.1)]),
+    one("clip_max", [inp("x", 3, 5)], [L("y", "clip", max=-0.2)]),
+    one("clip_relu6", [inp("x", 4, 5, scale=4.0)], [L("y", "clip", min=0, max=6)]),
+    one("hardsigmoid", [inp("x", 4, 5, scale=4.0)], [L("y", "hardsigmoid")]),
+    one("hardsigmoid_onnx", [inp("x", 4, 5, scale=4.0)],
+        [L("y", "hardsigmoid", alpha=0.2, beta=0.5)]),
+    one("hardswish", [inp("x", 4, 5, scale=4.0)], [L("y", "hardswish")]),
+    # slice
+    one("slice_neg_step2", [inp("x", 3, 10)],
+        [L("y", "slice", axis=-1, start=-8, end=9, step=2)]),
+    one("slice_axis0", [inp("x", 5, 2, 3)], [L("y", "slice", axis=0, start=1)]),
+    one("slice_clamped", [inp("x", 2, 7, 3)],
+        [L("y", "slice", axis=1, start=-100, end=100, step=3)]),
+    one("slice_mid_dense", [inp("x", 4, 6)],
+        [L("s", "slice", axis=1, start=1, end=-1), L("y", "dense", units=3)]),
+    # grouped, depthwise and dilated convolution
+    one("conv2d_groups", [inp("x", 4, 7, 6)],
+        [L("y", "conv2d", filters=6, kernel_size=3, stride=[1, 2], padding=1, groups=2)]),
+    one("conv2d_depthwise", [inp("x", 3, 6, 7)],
+        [L("y", "conv2d", filters=3, kernel_size=3, padding=1, groups=3, bias=False)]),
+    one("conv2d_depthwise_x2", [inp("x", 3, 5, 5)],
+        [L("y", "conv2d", filters=6, kernel_size=[3, 2], groups=3)]),
+    one("conv2d_dilation", [inp("x", 2, 9, 8)],
+        [L("y", "conv2d", filters=3, kernel_size=3, dilation=[2, 1], padding=[2, 1])]),
+    one("conv2d_dilated_groups", [inp("x", 4, 9, 9)],
+        [L("y", "conv2d", filters=2, kernel_size=3, dilation=3, stride=2, groups=2)]),
+    one("conv1d_groups_dilation", [inp("x", 4, 13)],
+        [L("y", "conv1d", filters=2, kernel_size=3, dilation=2, stride=2, padding=2,
+           groups=2)]),
+    one("mobile_block", [inp("x", 4, 6, 6)],
+        [L("pw", "conv2d", filters=8, kernel_size=1), L("bn", "batchnorm"),
+         L("r6", "clip", min=0, max=6),
+         L("dw", "conv2d", filters=8, kernel_size=3, padding=1, groups=8),
+         L("hs", "hardswish"), L("gap", "global_avgpool2d"),
+         L("gate", "hardsigmoid"), L("y", "leaky_relu", alpha=0.1)]),
+]
+
 TRAIN_CASES = [
     {"name": "train_multi", "steps": 6, "batch": 4, "lr": 0.1,
      "model": {
@@ -190,7 +257,8 @@ TRAIN_CASES = [
 
 def model_of(case):
     """The model.json of a pass case (fixture-only keys dropped)."""
-    ins = [{k: v for k, v in i.items() if k != "high"} for i in case["inputs"]]
+    ins = [{k: v for k, v in i.items() if k not in ("high", "positive", "scale")}
+           for i in case["inputs"]]
     outs = case["outputs"] or [{"name": "y", "from": case["layers"][-1]["name"],
                                 "loss": "mse"}]
     return {"name": case["name"].replace("_", "-"), "inputs": ins,
@@ -215,8 +283,10 @@ def make_pass(case, seed, folder):
         shape = [b] + i["shape"]
         if "high" in i:
             values[i["name"]] = torch.randint(0, i["high"], shape, generator=g)
+        elif i.get("positive"):
+            values[i["name"]] = torch.rand(shape, generator=g) * 2 + 0.2
         else:
-            values[i["name"]] = torch.randn(shape, generator=g)
+            values[i["name"]] = torch.randn(shape, generator=g) * i.get("scale", 1.0)
     xs = tg.input_tensors(model, values, torch.float32)
     with torch.no_grad():
         model.eval()
@@ -336,7 +406,7 @@ def verify_pass(folder):
 
 def cmd_verify(out, only):
     bad = 0
-    for case in PASS_CASES:
+    for case in PASS_CASES + OP_CASES:
         if only and case["name"] not in only:
             continue
         out_err, grad_err, numeric = verify_pass(os.path.join(out, case["name"]))
@@ -357,7 +427,8 @@ def main(argv=None):
     torch.set_num_threads(1)
     if args.verify:
         return cmd_verify(args.out, args.only)
-    cases = [(c, make_pass) for c in PASS_CASES] + [(c, make_train) for c in TRAIN_CASES]
+    cases = [(c, make_pass) for c in PASS_CASES] + [(c, make_train) for c in TRAIN_CASES] + \
+        [(c, make_pass) for c in OP_CASES]
     names = [c["name"] for c, _ in cases]
     assert len(set(names)) == len(names), "case names repeat"
     for seed, (case, make) in enumerate(cases, 1):

@@ -44,8 +44,16 @@ tuple of the outputs in the order of `outputs`.
 Semantics (shapes are per sample; the batch dimension leads and is never
 named; `axis` 0 is the first dimension after the batch, negative counts
 from the end):
-- add, sub, mul: NumPy broadcasting of the per-sample shapes (aligned at
-  the right); add and mul take two or more inputs, sub exactly two.
+- add, sub, mul, div: NumPy broadcasting of the per-sample shapes (aligned
+  at the right); add and mul take two or more inputs, sub and div exactly
+  two.
+- pow (`exponent`), sqrt, erf, leaky_relu (`alpha` 0.01), clip (`min`,
+  `max`, each optional; torch.clamp), hardsigmoid (`alpha` 1/6, `beta`
+  0.5: clamp(alpha * x + beta, 0, 1)), hardswish (nn.Hardswish).
+- slice (`axis`, `start` 0, `end` the axis' end, `step` 1): Python's
+  x[start:end:step] along the axis.
+- constant (`"inputs": []`, `shape`): the buffer "<layer>.value" of the
+  per-sample shape, the same for every sample.
 - concat (`axis`, required), matmul (two inputs of at least 2 dimensions,
   leading dimensions broadcast), transpose (`perm`, a permutation of the
   per-sample dimensions), reshape (`shape`, at most one -1).
@@ -55,8 +63,9 @@ from the end):
   default 1e-5); gelu (`approximate` "none" = erf, default, or "tanh");
   silu; identity.
 - global_avgpool2d: [C, H, W] -> [C].  conv1d ([C, L]; `filters`,
-  `kernel_size`, `stride` 1, `padding` 0, `bias` true; weight
-  [filters, C, kernel]), maxpool1d ([C, L]; `kernel_size`, `stride`
+  `kernel_size`, `stride` 1, `padding` 0, `bias` true, `groups` 1,
+  `dilation` 1; weight [filters, C / groups, kernel]; conv2d takes
+  `groups` and `dilation` too), maxpool1d ([C, L]; `kernel_size`, `stride`
   default kernel_size, `padding` 0).
 - embedding: ids of any shape -> shape + [dim], weight
   [num_embeddings, dim]; ids are an integer input or a float tensor
@@ -175,7 +184,7 @@ def _align(xs):
 
 
 class Elementwise(nn.Module):
-    """add, sub, mul with broadcasting of the per-sample shapes."""
+    """add, sub, mul, div with broadcasting of the per-sample shapes."""
 
     def __init__(self, kind):
         super().__init__()
@@ -188,8 +197,85 @@ class Elementwise(nn.Module):
         xs = _align(xs)
         y = xs[0]
         for x in xs[1:]:
-            y = y + x if self.kind == "add" else y - x if self.kind == "sub" else y * x
+            y = y + x if self.kind == "add" else y - x if self.kind == "sub" \
+                else y / x if self.kind == "div" else y * x
         return y
+
+
+class Pow(nn.Module):
+    def __init__(self, exponent):
+        super().__init__()
+        self.exponent = exponent
+
+    def extra_repr(self):
+        return "exponent=%r" % self.exponent
+
+    def forward(self, x):
+        return torch.pow(x, self.exponent)
+
+
+class Unary(nn.Module):
+    """A parameterless elementwise function (torch.sqrt, torch.erf)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+class Clip(nn.Module):
+    """torch.clamp: the gradient passes at the bounds too."""
+
+    def __init__(self, lo, hi):
+        super().__init__()
+        self.lo, self.hi = lo, hi
+
+    def extra_repr(self):
+        return "min=%r, max=%r" % (self.lo, self.hi)
+
+    def forward(self, x):
+        return torch.clamp(x, self.lo, self.hi)
+
+
+class HardSigmoid(nn.Module):
+    """clamp(alpha * x + beta, 0, 1); nn.Hardsigmoid for 1/6, 0.5."""
+
+    def __init__(self, alpha, beta):
+        super().__init__()
+        self.alpha, self.beta = alpha, beta
+
+    def forward(self, x):
+        if self.alpha == 1.0 / 6.0 and self.beta == 0.5:
+            return F.hardsigmoid(x)
+        return F.hardtanh(self.alpha * x + self.beta, 0.0, 1.0)
+
+
+class Slice(nn.Module):
+    def __init__(self, dim, start, end, step):
+        super().__init__()
+        self.dim, self.start, self.end, self.step = dim, start, end, step
+
+    def extra_repr(self):
+        return "dim=%d, %r:%r:%r" % (self.dim, self.start, self.end, self.step)
+
+    def forward(self, x):
+        idx = [slice(None)] * x.dim()
+        idx[self.dim] = slice(self.start, self.end, self.step)
+        return x[tuple(idx)]
+
+
+class Constant(nn.Module):
+    """The buffer "value" (one sample's shape) repeated for the batch of
+    `like` (the first model input: a constant reads none)."""
+
+    def __init__(self, shape):
+        super().__init__()
+        self.register_buffer("value", torch.zeros(shape))
+
+    def forward(self, like):
+        return self.value.unsqueeze(0).expand([like.shape[0]] + list(self.value.shape))
 
 
 class Concat(nn.Module):
@@ -282,6 +368,7 @@ def _conv2d(name, layer, s, shapes):
     _need(name, "conv2d", s, (3,), "[C, H, W]")
     return nn.Conv2d(s[0], int(layer["filters"]), tm._pair(layer["kernel_size"]),
                      tm._pair(layer.get("stride", 1)), tm._pair(layer.get("padding", 0)),
+                     tm._pair(layer.get("dilation", 1)), int(layer.get("groups", 1)),
                      bias=bool(layer.get("bias", True)))
 
 
@@ -297,6 +384,7 @@ def _conv1d(name, layer, s, shapes):
     _need(name, "conv1d", s, (2,), "[C, L]")
     return nn.Conv1d(s[0], int(layer["filters"]), int(layer["kernel_size"]),
                      int(layer.get("stride", 1)), int(layer.get("padding", 0)),
+                     int(layer.get("dilation", 1)), int(layer.get("groups", 1)),
                      bias=bool(layer.get("bias", True)))
 
 
@@ -383,6 +471,34 @@ def _reduce(name, layer, s, shapes):
                                          for a in axes}))
 
 
+def _pow(name, layer, s, shapes):
+    e = layer.get("exponent")
+    if not isinstance(e, (int, float)) or isinstance(e, bool):
+        raise ModelError("layer '%s': exponent must be a number" % name)
+    return Pow(float(e))
+
+
+def _clip(name, layer, s, shapes):
+    lo, hi = layer.get("min"), layer.get("max")
+    return Clip(None if lo is None else float(lo), None if hi is None else float(hi))
+
+
+def _hardsigmoid(name, layer, s, shapes):
+    return HardSigmoid(float(layer.get("alpha", 1.0 / 6.0)), float(layer.get("beta", 0.5)))
+
+
+def _slice(name, layer, s, shapes):
+    step = int(layer.get("step", 1))
+    if step < 1:
+        raise ModelError("layer '%s': step must be positive" % name)
+    return Slice(_dim(layer["axis"], len(s), name), int(layer.get("start", 0)),
+                 layer.get("end"), step)
+
+
+def _constant(name, layer, s, shapes):
+    return Constant([int(d) for d in layer["shape"]])
+
+
 def _plain(cls):
     return lambda name, layer, s, shapes: cls()
 
@@ -397,12 +513,17 @@ BUILDERS = {
     "softmax": _softmax, "log_softmax": _softmax,
     "add": lambda *a: Elementwise("add"), "sub": lambda *a: Elementwise("sub"),
     "mul": lambda *a: Elementwise("mul"), "concat": _concat, "matmul": _matmul,
+    "div": lambda *a: Elementwise("div"), "pow": _pow,
+    "sqrt": lambda *a: Unary(torch.sqrt), "erf": lambda *a: Unary(torch.erf),
+    "leaky_relu": lambda n, la, s, sh: nn.LeakyReLU(float(la.get("alpha", 0.01))),
+    "clip": _clip, "hardsigmoid": _hardsigmoid, "hardswish": _plain(nn.Hardswish),
+    "slice": _slice, "constant": _constant,
     "transpose": _transpose, "reshape": _reshape,
     "reduce_mean": _reduce, "reduce_sum": _reduce,
 }
 # Layers of several inputs: (fewest, most).
 ARITY = {"add": (2, None), "mul": (2, None), "concat": (2, None),
-         "sub": (2, 2), "matmul": (2, 2)}
+         "sub": (2, 2), "div": (2, 2), "matmul": (2, 2), "constant": (0, 0)}
 
 
 def make_layer(layer, shapes):
@@ -415,7 +536,7 @@ def make_layer(layer, shapes):
         raise ModelError("layer '%s' (%s) takes %s input%s, got %d" % (
             name, kind, lo if lo == hi else "%d or more" % lo,
             "" if hi == 1 else "s", len(shapes)))
-    return BUILDERS[kind](name, layer, shapes[0], shapes)
+    return BUILDERS[kind](name, layer, shapes[0] if shapes else None, shapes)
 
 
 class Graph(nn.Module):
@@ -455,6 +576,7 @@ class Graph(nn.Module):
                 raise ModelError("layer '%s': input '%s' is no model input "
                                  "or layer above it" % (name, s))
         shapes = [list(env[s].shape[1:]) for s in srcs]
+        args = srcs or [self.inputs[0]["name"]]   # a constant: the batch's size
         where = "layer '%s' (%s)" % (name, layer.get("type"))
         try:
             mod = make_layer(layer, shapes)
@@ -470,11 +592,11 @@ class Graph(nn.Module):
             raise ModelError("layer name %r cannot name a module: %s" % (name, e))
         try:
             with torch.no_grad():
-                env[name] = mod.eval()(*[env[s] for s in srcs])
+                env[name] = mod.eval()(*[env[s] for s in args])
         except (RuntimeError, IndexError) as e:
             raise ModelError("%s on inputs %r: %s" % (where, shapes, e))
         mod.train()
-        self.wiring.append((name, srcs))
+        self.wiring.append((name, args))
 
     def _check_outputs(self):
         for o in self.outputs:
@@ -529,6 +651,8 @@ def random_init(model, seed):
             if isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm)):
                 mod.weight.copy_(torch.rand(mod.weight.shape, generator=g) + 0.5)
                 mod.bias.copy_(torch.rand(mod.bias.shape, generator=g) - 0.5)
+            if isinstance(mod, Constant):    # positive: a divisor too
+                mod.value.copy_(torch.rand(mod.value.shape, generator=g) * 1.5 + 0.5)
             if isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d)):
                 mod.running_mean.copy_(torch.rand(mod.running_mean.shape, generator=g) - 0.5)
                 mod.running_var.copy_(torch.rand(mod.running_var.shape, generator=g) + 0.5)
@@ -818,6 +942,16 @@ GRADCHECK_CASES = [
                     "stride": 2, "padding": 1},
                    {"name": "p", "type": "maxpool1d", "kernel_size": 2},
                    {"name": "m", "type": "reduce_mean", "axis": 1}]}),
+    ("constant, div, slice, erf, hardswish", {
+        "inputs": [{"name": "x", "shape": [3, 6]}],
+        "layers": [{"name": "c", "type": "constant", "inputs": [], "shape": [6]},
+                   {"name": "d", "type": "div", "inputs": ["x", "c"]},
+                   {"name": "s", "type": "slice", "axis": -1, "start": -5, "step": 2},
+                   {"name": "e", "type": "erf"}, {"name": "h", "type": "hardswish"}]}),
+    ("grouped dilated conv2d", {
+        "inputs": [{"name": "x", "shape": [4, 7, 7]}],
+        "layers": [{"name": "c", "type": "conv2d", "filters": 6, "kernel_size": 3,
+                    "groups": 2, "dilation": [2, 1], "padding": 1}]}),
 ]
 
 

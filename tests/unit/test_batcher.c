@@ -4,9 +4,7 @@
  * A real repository in a temporary folder, one CPU instance. */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
-#include "fixture.h"
-
-#include "serve/serve.h"
+#include "serve_fixture.h"
 
 #include <stdatomic.h>
 #include <string.h>
@@ -21,12 +19,8 @@ static void setup(void)
 {
     fx_tmpdir(dir, sizeof(dir), "batcher");
     be = fx_cpu_backend();
-    dl_err err = {0};
     fx_repo_model(be, dir, "tiny", true);
-    dl_models_conf conf = {0};
-    snprintf(conf.dir, sizeof(conf.dir), "%s", dir);
-    snprintf(conf.policy, sizeof(conf.policy), "latest");
-    cr_assert_eq(registry_new(&conf, &be, 1, &reg, &err), DL_OK, "%s", err.msg);
+    reg = fx_registry(dir, &be, 1);
 }
 
 static void teardown(void)
@@ -233,12 +227,7 @@ Test(batcher, higher_priority_levels_are_batched_first)
     fx_tmpdir(repo, sizeof(repo), "prio");
     fx_repo_model(be, repo, "prio", true);
     write_serving(repo, "prio", "{\"priority_levels\": 2, \"default_priority_level\": 2}");
-    dl_models_conf mc = {0};
-    snprintf(mc.dir, sizeof(mc.dir), "%s", repo);
-    snprintf(mc.policy, sizeof(mc.policy), "latest");
-    registry *r = NULL;
-    dl_err err = {0};
-    cr_assert_eq(registry_new(&mc, &be, 1, &r, &err), DL_OK, "%s", err.msg);
+    registry *r = fx_registry(repo, &be, 1);
     cr_expect_eq(high_place(r, "prio"), 0, "with priority levels, the high one runs first");
     cr_expect_eq(high_place(reg, "tiny"), 3, "without levels, the high one waits its turn");
     registry_free(r);

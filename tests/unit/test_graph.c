@@ -356,6 +356,74 @@ Test(graph, device_backend_refuses_host_layers)
     cr_expect_not_null(strstr(err.msg, "lacks the gelu layer"), "%s", err.msg);
 }
 
+/* A backend whose im2col lacks dilation (the CUDA one) refuses a dilated
+ * convolution when the model is built, rather than compute it wrongly. */
+Test(graph, backend_without_dilation_refuses_it)
+{
+    dl_err err = {0};
+    cr_assert_eq(parse("{'name': 'g', 'input': {'shape': [2, 7, 7]}, 'layers': ["
+                       "{'name': 'c', 'type': 'conv2d', 'filters': 2, 'kernel_size': 3,"
+                       " 'dilation': 2}, {'name': 'f', 'type': 'flatten'}], 'loss': 'mse'}",
+                       &err), DL_OK, "%s", err.msg);
+    be = fx_cpu_backend();
+    dl_backend plain = *be;
+    plain.conv_dilation = false;
+    cr_expect_eq(dl_model_new(&plain, conf, 1, &m, &err), DL_ERR_INVALID);
+    cr_expect_null(m);
+    cr_expect_not_null(strstr(err.msg, "layer 'c'"), "%s", err.msg);
+    cr_expect_not_null(strstr(err.msg, "lacks dilated convolutions"), "%s", err.msg);
+    cr_expect_eq(dl_model_new(be, conf, 1, &m, &err), DL_OK, "%s", err.msg);
+}
+
+/* A constant is state laid out after the running statistics (what
+ * trainers average), is the same for every sample, and neither a
+ * training pass nor an optimizer step changes it. */
+Test(graph, constant_is_fixed_state)
+{
+    dl_err err = {0};
+    cr_assert_eq(parse(graph("{'name': 'bn', 'type': 'batchnorm', 'inputs': ['a']},"
+                             "{'name': 'c', 'type': 'constant', 'inputs': [], 'shape': [2, 6]},"
+                             "{'name': 'y', 'type': 'add', 'inputs': ['bn', 'c']},"
+                             FC("z", "b", 2), OUT("y") "," OUT("z")), &err), DL_OK, "%s",
+                 err.msg);
+    be = fx_cpu_backend();
+    cr_assert_eq(dl_model_new(be, conf, 1, &m, &err), DL_OK, "%s", err.msg);
+    int64_t np, ns, nr;
+    float *p = dl_model_params(m, &np), *state = dl_model_state(m, &ns);
+    cr_expect_eq(dl_model_running_state(m, &nr), state);
+    cr_expect(np == 12 + 10 && ns == 12 + 12 && nr == 12, "%lld %lld %lld", (long long)np,
+              (long long)ns, (long long)nr);
+    const char *name;
+    int nd;
+    const int64_t *shape;
+    float *c;
+    dl_model_tensor_at(m, dl_model_tensor_index(m, "c.value"), &name, &nd, &shape, &c);
+    cr_assert_eq(c, state + 12, "the constant follows the running statistics");
+    cr_expect(nd == 2 && shape[0] == 2 && shape[1] == 6);
+    float x[3 * 10], want[12];
+    for (int i = 0; i < 12; i++)
+        c[i] = want[i] = 0.5f * (float)i - 2.0f;
+    for (int i = 0; i < 30; i++)
+        x[i] = (float)(i % 7) - 3.0f;
+    const float *xs[2] = { x, x + 18 };
+    cr_assert_eq(dl_model_forward_multi(m, xs, 3, false, &err), DL_OK, "%s", err.msg);
+    const float *y = dl_model_output(m, 0);
+    for (int s = 0; s < 3; s++)           /* bn(a) = a / sqrt(1 + eps), then + c */
+        for (int i = 0; i < 12; i++)
+            cr_expect(fabsf(y[s * 12 + i] - (x[s * 6 + i % 6] / sqrtf(1.00001f) + want[i])) <
+                      1e-5f, "sample %d value %d: %g", s, i, y[s * 12 + i]);
+    cr_assert_eq(dl_model_forward_multi(m, xs, 3, true, &err), DL_OK, "%s", err.msg);
+    const float *g[2] = { y, y };
+    cr_assert_eq(dl_model_set_output_grads(m, g, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_model_backward(m, &err), DL_OK, "%s", err.msg);
+    dl_hparams hp = { .optimizer = DL_OPTIM_SGD, .lr = 0.1 };
+    dl_optim *o = NULL;
+    cr_assert_eq(dl_optim_new(be, &hp, np, &o, &err), DL_OK, "%s", err.msg);
+    dl_optim_step(o, p, dl_model_grads(m, &np), 0.1);
+    dl_optim_free(o);
+    cr_expect_arr_eq(c, want, sizeof(want), "a training step moved the constant");
+}
+
 /* CSV data of a graph model: each output's target columns, then each
  * input's values, scaled as that input says; a short row is refused
  * with file:line. */

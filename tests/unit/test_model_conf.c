@@ -3,6 +3,7 @@
  * DL_ERR_INVALID and a message naming the key or layer and the problem. */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,4 +379,110 @@ Test(model_conf, embedding_not_first)
 Test(model_conf, empty_layers)
 {
     REFUSED(model("[4]", "", ""), "'layers'", "non-empty");
+}
+
+/* ---- the layer types of imported ONNX models ------------------------------ */
+
+#define LAYER(name, type, rest) "{'name': '" name "', 'type': '" type "'" rest "}"
+
+Test(model_conf, onnx_layer_defaults)
+{
+    parses(model("[4, 6, 6]",
+                 LAYER("c", "constant", ", 'inputs': [], 'shape': [6]") ","
+                 LAYER("q", "div", ", 'inputs': ['input', 'c']") ","
+                 LAYER("lr", "leaky_relu", "") "," LAYER("cl", "clip", "") ","
+                 LAYER("hs", "hardsigmoid", "") ","
+                 LAYER("s", "slice", ", 'axis': -1, 'start': -5") ","
+                 LAYER("dw", "conv2d", ", 'filters': 4, 'kernel_size': 3, 'groups': 4") ","
+                 LAYER("dl", "conv2d", ", 'filters': 2, 'kernel_size': 2, 'dilation': [2, 1]") ","
+                 LAYER("f", "flatten", "") "," FC("fc", 3), ""));
+    const dl_layer_conf *l = conf->layers;
+    cr_expect_eq(l[0].nsrc, 0, "a constant reads nothing");
+    cr_expect(l[0].nshape == 1 && l[0].shape[0] == 6);
+    cr_expect(l[2].alpha > 0.00999f && l[2].alpha < 0.01001f, "leaky_relu alpha 0.01");
+    cr_expect(isinf(l[3].lo) && l[3].lo < 0 && isinf(l[3].hi) && l[3].hi > 0,
+              "clip without bounds");
+    cr_expect(fabsf(l[4].alpha - 1.0f / 6.0f) < 1e-7f && l[4].beta == 0.5f,
+              "hardsigmoid as nn.Hardsigmoid");
+    cr_expect(l[5].start == -5 && l[5].end == INT64_MAX && l[5].step == 1);
+    cr_expect(l[6].groups == 4 && l[6].dh == 1 && l[6].dw == 1);
+    cr_expect(l[7].groups == 1 && l[7].dh == 2 && l[7].dw == 1);
+}
+
+Test(model_conf, pow_exponent_must_be_a_number)
+{
+    REFUSED(model("[4]", LAYER("p", "pow", ", 'exponent': 'two'") "," FC("fc", 2), ""),
+            "layer 'p'", "'exponent' must be a number");
+    REFUSED(model("[4]", LAYER("p", "pow", "") "," FC("fc", 2), ""),
+            "layer 'p'", "'exponent' is missing");
+}
+
+Test(model_conf, clip_min_above_max)
+{
+    REFUSED(model("[4]", LAYER("r6", "clip", ", 'min': 6, 'max': 0") "," FC("fc", 2), ""),
+            "layer 'r6'", "'min' must not exceed 'max'");
+    REFUSED(model("[4]", LAYER("r6", "clip", ", 'max': true") "," FC("fc", 2), ""),
+            "layer 'r6'", "'max' must be a number");
+    /* ONNX writes -FLT_MAX (or less) for an open bound */
+    parses(model("[4]", LAYER("r6", "clip", ", 'min': -3.5e38, 'max': 6") "," FC("fc", 2), ""));
+    cr_expect(isinf(conf->layers[0].lo) && conf->layers[0].lo < 0 && conf->layers[0].hi == 6.0f);
+}
+
+Test(model_conf, slice_axis_and_bounds)
+{
+    REFUSED(model("[3, 4]", LAYER("s", "slice", ", 'axis': 2") "," FC("fc", 2), ""),
+            "layer 's'", "axis 2 is out of range for 2-D samples");
+    REFUSED(model("[3, 4]", LAYER("s", "slice", ", 'start': 1") "," FC("fc", 2), ""),
+            "layer 's'", "'axis' is missing");
+    REFUSED(model("[3, 4]", LAYER("s", "slice", ", 'axis': 1, 'start': 3, 'end': -2") ","
+                            FC("fc", 2), ""),
+            "layer 's'", "keep nothing of axis 1 of [3, 4]");
+    REFUSED(model("[3, 4]", LAYER("s", "slice", ", 'axis': 0, 'step': 0") "," FC("fc", 2), ""),
+            "layer 's'", "'step' must be an integer in [1,");
+}
+
+Test(model_conf, constant_needs_empty_inputs_and_a_shape)
+{
+    parses(model("[4]", LAYER("c", "constant", ", 'inputs': [], 'shape': [4]") ","
+                        LAYER("y", "add", ", 'inputs': ['input', 'c']"), ""));
+    REFUSED(model("[4]", LAYER("c", "constant", ", 'inputs': []") ","
+                         LAYER("y", "add", ", 'inputs': ['input', 'c']"), ""),
+            "layer 'c'", "'shape' is missing");
+    REFUSED(model("[4]", LAYER("c", "constant", ", 'shape': [4]") ","
+                         LAYER("y", "add", ", 'inputs': ['input', 'c']"), ""),
+            "layer 'c'", "'inputs' must be [] for a constant");
+    REFUSED(model("[4]", LAYER("c", "constant", ", 'inputs': ['input'], 'shape': [4]") ","
+                         LAYER("y", "add", ", 'inputs': ['input', 'c']"), ""),
+            "layer 'c'", "'inputs' must be [] for a constant");
+    REFUSED(model("[4]", LAYER("c", "constant", ", 'inputs': [], 'shape': [4, -1]") ","
+                         LAYER("y", "add", ", 'inputs': ['input', 'c']"), ""),
+            "layer 'c'", "'shape' must be an array of 1 to 4 positive integers");
+    REFUSED(model("[4]", LAYER("r", "relu", ", 'inputs': []") "," FC("fc", 2), ""),
+            "layer 'r'", "'inputs' must be an array of 1 to 8 names");
+}
+
+Test(model_conf, conv_groups_must_divide)
+{
+    REFUSED(model("[4, 5, 5]", LAYER("c", "conv2d", ", 'filters': 3, 'kernel_size': 3, "
+                                     "'groups': 2") "," LAYER("f", "flatten", ""), ""),
+            "layer 'c'", "'groups' 2 does not divide", "4 input channels and the 3 filters");
+    REFUSED(model("[3, 9]", LAYER("c", "conv1d", ", 'filters': 6, 'kernel_size': 3, "
+                                  "'groups': 2") "," LAYER("f", "flatten", ""), ""),
+            "layer 'c'", "'groups' 2 does not divide");
+    REFUSED(model("[4, 5, 5]", LAYER("c", "conv2d", ", 'filters': 4, 'kernel_size': 3, "
+                                     "'groups': 0") "," LAYER("f", "flatten", ""), ""),
+            "layer 'c'", "'groups' must be an integer in [1,");
+}
+
+Test(model_conf, conv_dilation)
+{
+    REFUSED(model("[1, 5, 5]", LAYER("c", "conv2d", ", 'filters': 2, 'kernel_size': 3, "
+                                     "'dilation': 3") "," LAYER("f", "flatten", ""), ""),
+            "layer 'c'", "window 7x7 does not fit input 5x5");
+    REFUSED(model("[1, 5, 5]", LAYER("c", "conv2d", ", 'filters': 2, 'kernel_size': 3, "
+                                     "'dilation': [1, 0]") "," LAYER("f", "flatten", ""), ""),
+            "layer 'c'", "'dilation' must be a positive integer or [h, w]");
+    REFUSED(model("[2, 9]", LAYER("c", "conv1d", ", 'filters': 2, 'kernel_size': 3, "
+                                  "'dilation': [2, 2]") "," LAYER("f", "flatten", ""), ""),
+            "layer 'c'", "'dilation' must be an integer");
 }

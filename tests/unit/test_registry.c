@@ -5,10 +5,9 @@
  * readiness). A real repository in a temporary folder. */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
-#include "fixture.h"
+#include "serve_fixture.h"
 
 #include "serve/oip/oip.h"
-#include "serve/serve.h"
 
 #include <sys/stat.h>
 
@@ -21,13 +20,9 @@ static void setup(void)
 {
     fx_tmpdir(dir, sizeof(dir), "registry");
     be = fx_cpu_backend();
-    dl_err err = {0};
     fx_repo_model(be, dir, "tiny", true);
     fx_repo_model(be, dir, "empty", false);
-    dl_models_conf conf = {0};
-    snprintf(conf.dir, sizeof(conf.dir), "%s", dir);
-    snprintf(conf.policy, sizeof(conf.policy), "latest");
-    cr_assert_eq(registry_new(&conf, &be, 1, &reg, &err), DL_OK, "%s", err.msg);
+    reg = fx_registry(dir, &be, 1);
 }
 
 static void teardown(void)
@@ -73,12 +68,8 @@ Test(registry, acquires_served_versions)
 Test(registry, loads_a_copy_an_instance)
 {
     dl_backend *two[2] = {be, fx_cpu_backend()};
-    dl_models_conf conf = {0};
-    snprintf(conf.dir, sizeof(conf.dir), "%s", dir);
-    snprintf(conf.policy, sizeof(conf.policy), "latest");
-    registry *r2 = NULL;
+    registry *r2 = fx_registry(dir, two, 2);
     dl_err err = {0};
-    cr_assert_eq(registry_new(&conf, two, 2, &r2, &err), DL_OK, "%s", err.msg);
     served *sv = NULL;
     cr_assert_eq(registry_acquire(r2, "tiny", 0, &sv, &err), DL_OK, "%s", err.msg);
     cr_assert(sv->m[0] && sv->m[1] && sv->m[0] != sv->m[1]);
@@ -246,12 +237,8 @@ Test(registry, serving_block_loads_with_the_model)
 {
     write_model_json("tiny", "{\"max_batch_size\": 4, \"instances\": 1}");
     dl_backend *two[2] = {be, fx_cpu_backend()};
-    dl_models_conf conf = {0};
-    snprintf(conf.dir, sizeof(conf.dir), "%s", dir);
-    snprintf(conf.policy, sizeof(conf.policy), "latest");
-    registry *r2 = NULL;
+    registry *r2 = fx_registry(dir, two, 2);
     dl_err err = {0};
-    cr_assert_eq(registry_new(&conf, two, 2, &r2, &err), DL_OK, "%s", err.msg);
     served *sv = NULL;
     cr_assert_eq(registry_acquire(r2, "tiny", 0, &sv, &err), DL_OK, "%s", err.msg);
     cr_expect_eq(sv->serving.max_batch_size, 4);

@@ -425,11 +425,13 @@ typedef struct conv_job {
     const dl_act *post;
 } conv_job;
 
-/* Output columns [*lo, *hi) whose input column ox * sw - pw + kj lies
- * inside the row; the others read padding. */
-static void valid_cols(const dl_conv_geom *g, int64_t kj, int64_t *lo, int64_t *hi)
+/* The dilation of a geometry (0 or 1: none). */
+static int64_t dil(int64_t d) { return d > 1 ? d : 1; }
+
+/* Output columns [*lo, *hi) whose input column ox * sw + off (off =
+ * kj * dw - pw) lies inside the row; the others read padding. */
+static void valid_cols(const dl_conv_geom *g, int64_t off, int64_t *lo, int64_t *hi)
 {
-    int64_t off = kj - g->pw;          /* ix = ox * sw + off */
     *lo = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw;
     int64_t last = g->w - 1 - off;     /* largest ox * sw allowed */
     *hi = last < 0 ? 0 : last / g->sw + 1;
@@ -456,13 +458,13 @@ static void im2col_task(void *ctx, int64_t r0, int64_t r1)
     int64_t ncols = g->n * g->oh * g->ow;
     for (int64_t r = r0; r < r1; r++) {
         int64_t c = r / (g->kh * g->kw), ki = (r / g->kw) % g->kh, kj = r % g->kw;
-        int64_t lo, hi, off = kj - g->pw;
-        valid_cols(g, kj, &lo, &hi);
+        int64_t lo, hi, off = kj * dil(g->dw) - g->pw;
+        valid_cols(g, off, &lo, &hi);
         float *dst = j->dst + r * ncols;
         for (int64_t n = 0; n < g->n; n++) {
             const float *plane = j->src + (n * g->c + c) * g->h * g->w;
             for (int64_t oy = 0; oy < g->oh; oy++, dst += g->ow) {
-                int64_t iy = oy * g->sh - g->ph + ki;
+                int64_t iy = oy * g->sh - g->ph + ki * dil(g->dh);
                 if (iy < 0 || iy >= g->h) {
                     memset(dst, 0, (size_t)g->ow * sizeof(float));
                     continue;
@@ -493,13 +495,13 @@ static void col2im_task(void *ctx, int64_t c0, int64_t c1)
     for (int64_t c = c0; c < c1; c++)
         for (int64_t ki = 0; ki < g->kh; ki++)
             for (int64_t kj = 0; kj < g->kw; kj++) {
-                int64_t lo, hi, off = kj - g->pw;
-                valid_cols(g, kj, &lo, &hi);
+                int64_t lo, hi, off = kj * dil(g->dw) - g->pw;
+                valid_cols(g, off, &lo, &hi);
                 const float *src = j->src + ((c * g->kh + ki) * g->kw + kj) * ncols;
                 for (int64_t n = 0; n < g->n; n++) {
                     float *plane = j->dst + (n * g->c + c) * g->h * g->w;
                     for (int64_t oy = 0; oy < g->oh; oy++, src += g->ow) {
-                        int64_t iy = oy * g->sh - g->ph + ki;
+                        int64_t iy = oy * g->sh - g->ph + ki * dil(g->dh);
                         if (iy < 0 || iy >= g->h)
                             continue;
                         float *row = plane + iy * g->w + off;
@@ -1191,6 +1193,7 @@ static dl_status cpu_new(int threads, const dl_backend_params *p, dl_backend **o
     be->device = -1;
     be->threads = threads;
     be->gemm_thin = thin;
+    be->conv_dilation = true;
 #ifdef DL_HAVE_DNNL
     if (engine == DL_CONV_ONEDNN) {
         dl_dnnl *d;

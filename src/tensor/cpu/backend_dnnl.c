@@ -77,6 +77,10 @@ static void md_any(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims)
     dnnl_memory_desc_init_by_tag(md, ndims, dims, dnnl_f32, dnnl_format_tag_any);
 }
 
+/* A dilation (0 or 1: none) as the geometry has it, and as oneDNN counts
+ * it (the taps skipped between two). */
+static int64_t dil(int64_t d) { return d > 1 ? d : 1; }
+
 /* Right padding that gives our output size (which rounds down): oneDNN
  * wants it explicit. DL_ERR_UNAVAILABLE when negative: the caller then
  * uses im2col. */
@@ -84,8 +88,9 @@ static dl_status pads(const dl_conv_geom *g, dnnl_dims_t l, dnnl_dims_t r, dl_er
 {
     l[0] = g->ph;
     l[1] = g->pw;
-    r[0] = (g->oh - 1) * g->sh + g->kh - g->h - g->ph;
-    r[1] = (g->ow - 1) * g->sw + g->kw - g->w - g->pw;
+    /* the window's extent: (k - 1) * dilation + 1 */
+    r[0] = (g->oh - 1) * g->sh + (g->kh - 1) * dil(g->dh) + 1 - g->h - g->ph;
+    r[1] = (g->ow - 1) * g->sw + (g->kw - 1) * dil(g->dw) + 1 - g->w - g->pw;
     if (r[0] < 0 || r[1] < 0)
         return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN: window does not reach the edge");
     return DL_OK;
@@ -101,9 +106,17 @@ static void dims_dst(const dl_conv_geom *g, dnnl_dims_t d)
     d[0] = g->n; d[1] = g->oc; d[2] = g->oh; d[3] = g->ow;
 }
 
-static void dims_wei(const dl_conv_geom *g, dnnl_dims_t d)
+/* Weights (OC, C, KH, KW), or grouped (G, OC/G, C/G, KH, KW): the same
+ * memory as our (OC, C/G, KH, KW). Returns the number of dimensions. */
+static int dims_wei(const dl_conv_geom *g, dnnl_dims_t d)
 {
-    d[0] = g->oc; d[1] = g->c; d[2] = g->kh; d[3] = g->kw;
+    if (g->groups <= 1) {
+        d[0] = g->oc; d[1] = g->c; d[2] = g->kh; d[3] = g->kw;
+        return 4;
+    }
+    d[0] = g->groups; d[1] = g->oc / g->groups; d[2] = g->c / g->groups;
+    d[3] = g->kh; d[4] = g->kw;
+    return 5;
 }
 
 /* ---- entries ------------------------------------------------------------- */
@@ -212,15 +225,15 @@ static void conv_mds(const dl_dnnl *d, const dl_conv_geom *g, bool any,
 {
     dnnl_dims_t ds, dw, dd, db = { g->oc };
     dims_src(g, ds);
-    dims_wei(g, dw);
+    int nw = dims_wei(g, dw);
     dims_dst(g, dd);
     if (any) {
         md_any(src, 4, ds);
-        md_any(wei, 4, dw);
+        md_any(wei, nw, dw);
         md_any(dst, 4, dd);
     } else {
         md_plain(src, 4, ds, act_tag(d, g, DL_BLOCKED_X));
-        md_plain(wei, 4, dw, dnnl_oihw);
+        md_plain(wei, nw, dw, nw == 5 ? dnnl_goihw : dnnl_oihw);
         md_plain(dst, 4, dd, act_tag(d, g, DL_BLOCKED_Y));
     }
     md_plain(b, 1, db, dnnl_a);
@@ -234,14 +247,15 @@ static void conv_mds(const dl_dnnl *d, const dl_conv_geom *g, bool any,
 static dl_status conv_fwd_desc(const dl_conv_geom *g, bool bias, dnnl_convolution_desc_t *cd,
                                dl_err *err)
 {
-    dnnl_dims_t st = { g->sh, g->sw }, pl, pr;
+    dnnl_dims_t st = { g->sh, g->sw }, dl = { dil(g->dh) - 1, dil(g->dw) - 1 }, pl, pr;
     dnnl_memory_desc_t src, wei, dst, b;
     if (pads(g, pl, pr, err) != DL_OK)
         return DL_ERR_UNAVAILABLE;
     conv_mds(NULL, g, true, &src, &wei, &dst, &b);
-    DNNL_CHECK(dnnl_convolution_forward_desc_init(cd, dnnl_forward_training,
-                                                  dnnl_convolution_direct, &src, &wei,
-                                                  bias ? &b : NULL, &dst, st, pl, pr), err);
+    DNNL_CHECK(dnnl_dilated_convolution_forward_desc_init(cd, dnnl_forward_training,
+                                                          dnnl_convolution_direct, &src, &wei,
+                                                          bias ? &b : NULL, &dst, st, dl, pl,
+                                                          pr), err);
     return DL_OK;
 }
 
@@ -249,19 +263,19 @@ static dl_status conv_fwd_desc(const dl_conv_geom *g, bool bias, dnnl_convolutio
 static dl_status conv_bwd_desc(const dl_conv_geom *g, op_kind kind, bool bias,
                                dnnl_convolution_desc_t *out, dl_err *err)
 {
-    dnnl_dims_t st = { g->sh, g->sw }, pl, pr;
+    dnnl_dims_t st = { g->sh, g->sw }, dl = { dil(g->dh) - 1, dil(g->dw) - 1 }, pl, pr;
     dnnl_memory_desc_t src, wei, dst, b;
     if (pads(g, pl, pr, err) != DL_OK)
         return DL_ERR_UNAVAILABLE;
     conv_mds(NULL, g, true, &src, &wei, &dst, &b);
     dnnl_convolution_desc_t cd;
     if (kind == OP_CONV_BWD_DATA)
-        DNNL_CHECK(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &src,
-                                                            &wei, &dst, st, pl, pr), err);
+        DNNL_CHECK(dnnl_dilated_convolution_backward_data_desc_init(
+                       &cd, dnnl_convolution_direct, &src, &wei, &dst, st, dl, pl, pr), err);
     else
-        DNNL_CHECK(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct,
-                                                               &src, &wei, bias ? &b : NULL,
-                                                               &dst, st, pl, pr), err);
+        DNNL_CHECK(dnnl_dilated_convolution_backward_weights_desc_init(
+                       &cd, dnnl_convolution_direct, &src, &wei, bias ? &b : NULL, &dst, st,
+                       dl, pl, pr), err);
     *out = cd;
     return DL_OK;
 }

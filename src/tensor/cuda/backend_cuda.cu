@@ -1069,6 +1069,7 @@ dl_status mod_backend_new(int device, bool tf32, dl_backend **out, dl_err *err)
     be->device = device;
     be->threads = 1;
     be->chunk_floats = 32 << 20;   /* 128 MB of im2col: few launches per batch */
+    be->conv_dilation = false;     /* im2col_kernel steps the window by one */
     *out = be;
     return DL_OK;
 }

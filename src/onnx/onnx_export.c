@@ -1,0 +1,800 @@
+/* onnx_export.c: a model of the repository as ONNX (IR 8, opset 17): each
+ * model.json layer mapped to ONNX nodes, the safetensors tensors as
+ * initializers under their own names, input scaling as nodes at the
+ * inputs, a symbolic batch dimension, and the losses and labels as
+ * metadata. The mapping table is in docs/model-repository.md. */
+#define _POSIX_C_SOURCE 200809L
+#include "onnx/dl_onnx.h"
+#include "onnx/onnx_pb.h"
+#include "onnx/onnx_write.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ONNX_IR_VERSION 8
+#define ONNX_OPSET 17
+/* Longest ONNX tensor name we make: a layer name and a suffix. */
+#define TNAME_MAX (DL_NAME_MAX + 32)
+/* Protobuf messages stop at 2 GiB; larger models need external data. */
+#define PB_MAX ((size_t)INT32_MAX)
+
+/* The export of one model: its tensors' per-sample shapes and ONNX names
+ * (model inputs after scaling, then layer outputs), and the graph built
+ * so far. */
+typedef struct exporter {
+    const dl_model_conf *conf;
+    dl_model    *m;
+    int         *nd;                    /* ninputs + nlayers */
+    int64_t    (*d)[DL_MAX_DIMS];
+    char       (*tname)[TNAME_MAX];
+    dl_sbuf      graph;                 /* GraphProto */
+    int          nnodes;
+} exporter;
+
+static int tensor_of(const dl_model_conf *c, int src) { return src < 0 ? -1 - src : c->ninputs + src; }
+
+/* A per-sample axis of nd-D samples (negative: from the end) as the ONNX
+ * axis of the batched tensor. */
+static int64_t onnx_axis(int64_t axis, int nd) { return (axis < 0 ? axis + nd : axis) + 1; }
+
+/* ---- messages ------------------------------------------------------------ */
+
+/* TensorProto: dims, type, name, little-endian raw data. */
+static void tensor_msg(dl_sbuf *t, const char *name, int dtype, int ndim, const int64_t *dims,
+                       const void *raw, size_t nbytes)
+{
+    for (int k = 0; k < ndim; k++)
+        pb_int(t, TENSOR_DIMS, dims[k]);
+    pb_int(t, TENSOR_DATA_TYPE, dtype);
+    pb_str(t, TENSOR_NAME, name);
+    pb_bytes(t, TENSOR_RAW_DATA, raw, nbytes);
+}
+
+/* ValueInfoProto of a graph input or output: ["batch", shape...]. */
+static void value_info(dl_sbuf *g, int field, const char *name, int dtype, int nd,
+                       const int64_t *shape)
+{
+    dl_sbuf dims = {0}, ttype = {0}, type = {0}, vi = {0}, dim = {0};
+    pb_str(&dim, DIM_PARAM, "batch");
+    pb_msg(&dims, SHAPE_DIM, &dim);
+    for (int k = 0; k < nd; k++) {
+        dl_sbuf_free(&dim);
+        pb_int(&dim, DIM_VALUE, shape[k]);
+        pb_msg(&dims, SHAPE_DIM, &dim);
+    }
+    pb_int(&ttype, TTYPE_ELEM_TYPE, dtype);
+    pb_msg(&ttype, TTYPE_SHAPE, &dims);
+    pb_msg(&type, TYPE_TENSOR, &ttype);
+    pb_str(&vi, VALUE_NAME, name);
+    pb_msg(&vi, VALUE_TYPE, &type);
+    pb_msg(g, field, &vi);
+    dl_sbuf_free(&dims);
+    dl_sbuf_free(&ttype);
+    dl_sbuf_free(&type);
+    dl_sbuf_free(&vi);
+    dl_sbuf_free(&dim);
+}
+
+/* ---- nodes --------------------------------------------------------------- */
+
+/* A NodeProto under construction: inputs and output set by node_begin,
+ * attributes added, then node_end appends it to the graph. Its name is its
+ * output's. */
+static void node_begin(dl_sbuf *n, const char *op, int nin, const char *const *ins,
+                       const char *out)
+{
+    *n = (dl_sbuf){0};
+    for (int k = 0; k < nin; k++)
+        pb_str(n, NODE_INPUT, ins[k]);
+    pb_str(n, NODE_OUTPUT, out);
+    pb_str(n, NODE_NAME, out);
+    pb_str(n, NODE_OP_TYPE, op);
+}
+
+static void node_end(exporter *e, dl_sbuf *n)
+{
+    pb_msg(&e->graph, GRAPH_NODE, n);
+    dl_sbuf_free(n);
+    e->nnodes++;
+}
+
+static void attr_int(dl_sbuf *n, const char *name, int64_t v)
+{
+    dl_sbuf a = {0};
+    pb_str(&a, ATTR_NAME, name);
+    pb_int(&a, ATTR_I, v);
+    pb_int(&a, ATTR_TYPE, ATTR_TYPE_INT);
+    pb_msg(n, NODE_ATTRIBUTE, &a);
+    dl_sbuf_free(&a);
+}
+
+static void attr_float(dl_sbuf *n, const char *name, float v)
+{
+    dl_sbuf a = {0};
+    pb_str(&a, ATTR_NAME, name);
+    pb_float(&a, ATTR_F, v);
+    pb_int(&a, ATTR_TYPE, ATTR_TYPE_FLOAT);
+    pb_msg(n, NODE_ATTRIBUTE, &a);
+    dl_sbuf_free(&a);
+}
+
+static void attr_ints(dl_sbuf *n, const char *name, const int64_t *v, int k)
+{
+    dl_sbuf a = {0};
+    pb_str(&a, ATTR_NAME, name);
+    pb_ints(&a, ATTR_INTS, v, k);
+    pb_int(&a, ATTR_TYPE, ATTR_TYPE_INTS);
+    pb_msg(n, NODE_ATTRIBUTE, &a);
+    dl_sbuf_free(&a);
+}
+
+/* A node of op with nin inputs, one output and no attributes. */
+static void op(exporter *e, const char *opname, int nin, const char *const *ins, const char *out)
+{
+    dl_sbuf n;
+    node_begin(&n, opname, nin, ins, out);
+    node_end(e, &n);
+}
+
+static void op1(exporter *e, const char *opname, const char *in, const char *out)
+{
+    op(e, opname, 1, &in, out);
+}
+
+static void op2(exporter *e, const char *opname, const char *a, const char *b, const char *out)
+{
+    const char *ins[2] = { a, b };
+    op(e, opname, 2, ins, out);
+}
+
+/* A Constant node giving a tensor (a scalar when ndim is 0). */
+static void constant(exporter *e, const char *out, int dtype, int ndim, const int64_t *dims,
+                     const void *raw, size_t nbytes)
+{
+    dl_sbuf n, t = {0}, a = {0};
+    node_begin(&n, "Constant", 0, NULL, out);
+    tensor_msg(&t, out, dtype, ndim, dims, raw, nbytes);
+    pb_str(&a, ATTR_NAME, "value");
+    pb_msg(&a, ATTR_T, &t);
+    pb_int(&a, ATTR_TYPE, ATTR_TYPE_TENSOR);
+    pb_msg(&n, NODE_ATTRIBUTE, &a);
+    dl_sbuf_free(&t);
+    dl_sbuf_free(&a);
+    node_end(e, &n);
+}
+
+static void const_float(exporter *e, const char *out, float v)
+{
+    constant(e, out, DT_FLOAT, 0, NULL, &v, sizeof(v));
+}
+
+static void const_ints(exporter *e, const char *out, const int64_t *v, int k)
+{
+    int64_t dims[1] = { k };
+    constant(e, out, DT_INT64, 1, dims, v, (size_t)k * sizeof(*v));
+}
+
+/* "<prefix>/<what>" into buf. */
+static const char *sub_name(char *buf, const char *prefix, const char *what)
+{
+    snprintf(buf, TNAME_MAX, "%s/%s", prefix, what);
+    return buf;
+}
+
+/* x op c with c a float constant named "<prefix>/<cname>". */
+static void op_const(exporter *e, const char *opname, const char *x, float c, const char *prefix,
+                     const char *cname, const char *out)
+{
+    char cn[TNAME_MAX];
+    const_float(e, sub_name(cn, prefix, cname), c);
+    op2(e, opname, x, cn, out);
+}
+
+/* ---- inputs: ids as INT64, scaling ----------------------------------------- */
+
+static int input_dtype(dl_in_type t)
+{
+    switch (t) {
+    case DL_IN_UINT8: return DT_UINT8;
+    case DL_IN_INT32: return DT_INT32;
+    case DL_IN_INT64: return DT_INT64;
+    default:          return DT_FLOAT;
+    }
+}
+
+/* Input k as the layers see it: ids cast to INT64 for Gather, features
+ * scaled as dl_scaling_apply does: (x * scale - mean) / std. */
+static void emit_input(exporter *e, int k)
+{
+    const dl_input_conf *in = &e->conf->inputs[k];
+    char *cur = e->tname[k], next[TNAME_MAX];
+    dl_strlcpy(cur, in->name, TNAME_MAX);
+    if (in->dtype != DL_IN_FP32 && in->dtype != DL_IN_INT64) {
+        dl_sbuf n;
+        node_begin(&n, "Cast", 1, (const char *const *)&cur, sub_name(next, in->name, "int64"));
+        attr_int(&n, "to", DT_INT64);
+        node_end(e, &n);
+        dl_strlcpy(cur, next, TNAME_MAX);
+    }
+    if (in->dtype != DL_IN_FP32)
+        return;
+    const struct { const char *op, *what; float v, unit; } steps[] = {
+        { "Mul", "scale", in->sc.scale, 1.0f },
+        { "Sub", "mean", in->sc.mean, 0.0f },
+        { "Div", "std", in->sc.std, 1.0f },
+    };
+    for (int s = 0; s < 3; s++) {
+        if (steps[s].v == steps[s].unit)
+            continue;
+        char out[TNAME_MAX];
+        snprintf(out, sizeof(out), "%s/%s_out", in->name, steps[s].what);
+        op_const(e, steps[s].op, cur, steps[s].v, in->name, steps[s].what, out);
+        dl_strlcpy(cur, out, TNAME_MAX);
+    }
+}
+
+/* ---- layers ---------------------------------------------------------------- */
+
+/* What a layer's emitter works with: its conf, the names and per-sample
+ * ranks of its inputs, its output's name and per-sample shape. */
+typedef struct lctx {
+    const dl_layer_conf *l;
+    const char *in[DL_LAYER_MAX_IN];
+    int         in_nd[DL_LAYER_MAX_IN];
+    const char *out;
+    int         out_nd;
+    const int64_t *out_d;
+} lctx;
+
+/* "<layer>.<suffix>": a safetensors name, which is the initializer's. */
+static const char *param(char *buf, const lctx *c, const char *suffix)
+{
+    snprintf(buf, TNAME_MAX, "%s.%s", c->l->name, suffix);
+    return buf;
+}
+
+/* dense: Gemm (transB) on [batch, in]; MatMul with the transposed weight,
+ * then Add, on more dimensions. */
+static void emit_dense(exporter *e, const lctx *c)
+{
+    char w[TNAME_MAX], b[TNAME_MAX], wt[TNAME_MAX], mm[TNAME_MAX];
+    param(w, c, "weight");
+    param(b, c, "bias");
+    if (c->in_nd[0] == 1) {
+        const char *ins[3] = { c->in[0], w, b };
+        dl_sbuf n;
+        node_begin(&n, "Gemm", c->l->bias ? 3 : 2, ins, c->out);
+        attr_int(&n, "transB", 1);
+        node_end(e, &n);
+        return;
+    }
+    dl_sbuf n;
+    const int64_t perm[2] = { 1, 0 };
+    node_begin(&n, "Transpose", 1, (const char *const[]){ w }, sub_name(wt, c->l->name, "weight_t"));
+    attr_ints(&n, "perm", perm, 2);
+    node_end(e, &n);
+    op2(e, "MatMul", c->in[0], wt, c->l->bias ? sub_name(mm, c->l->name, "matmul") : c->out);
+    if (c->l->bias)
+        op2(e, "Add", mm, b, c->out);
+}
+
+/* conv2d, conv1d, pooling: the window attributes of 2 or 1 spatial axes.
+ * Pads are symmetric; windows stop at the last full one (floor). */
+static void window_attrs(dl_sbuf *n, const dl_layer_conf *l, int spatial)
+{
+    int64_t k[2] = { l->kh, l->kw }, s[2] = { l->sh, l->sw }, p[4] = { l->ph, l->pw, l->ph, l->pw };
+    if (spatial == 1) {
+        k[0] = l->kw;
+        s[0] = l->sw;
+        p[0] = p[1] = l->pw;
+    }
+    attr_ints(n, "kernel_shape", k, spatial);
+    attr_ints(n, "strides", s, spatial);
+    attr_ints(n, "pads", p, 2 * spatial);
+}
+
+static void emit_conv(exporter *e, const lctx *c)
+{
+    char w[TNAME_MAX], b[TNAME_MAX];
+    const char *ins[3] = { c->in[0], param(w, c, "weight"), param(b, c, "bias") };
+    dl_sbuf n;
+    node_begin(&n, "Conv", c->l->bias ? 3 : 2, ins, c->out);
+    window_attrs(&n, c->l, c->l->type == DL_LAYER_CONV1D ? 1 : 2);
+    node_end(e, &n);
+}
+
+/* Average pooling divides by the whole window, padding included, as the
+ * engine (and PyTorch's default) does. */
+static void emit_pool(exporter *e, const lctx *c)
+{
+    bool avg = c->l->type == DL_LAYER_AVGPOOL2D;
+    dl_sbuf n;
+    node_begin(&n, avg ? "AveragePool" : "MaxPool", 1, c->in, c->out);
+    window_attrs(&n, c->l, c->l->type == DL_LAYER_MAXPOOL1D ? 1 : 2);
+    if (avg)
+        attr_int(&n, "count_include_pad", 1);
+    node_end(e, &n);
+}
+
+/* Inference: the running statistics. ONNX's momentum weighs the old
+ * statistics, PyTorch's (model.json's) the batch's. */
+static void emit_batchnorm(exporter *e, const lctx *c)
+{
+    char w[TNAME_MAX], b[TNAME_MAX], rm[TNAME_MAX], rv[TNAME_MAX];
+    const char *ins[5] = { c->in[0], param(w, c, "weight"), param(b, c, "bias"),
+                           param(rm, c, "running_mean"), param(rv, c, "running_var") };
+    dl_sbuf n;
+    node_begin(&n, "BatchNormalization", 5, ins, c->out);
+    attr_float(&n, "epsilon", c->l->eps);
+    attr_float(&n, "momentum", 1.0f - c->l->momentum);
+    node_end(e, &n);
+}
+
+/* flatten, reshape: Reshape to [0 (the batch), per-sample shape...]. */
+static void emit_reshape(exporter *e, const lctx *c)
+{
+    int64_t shape[DL_MAX_DIMS + 1] = { 0 };
+    memcpy(shape + 1, c->out_d, (size_t)c->out_nd * sizeof(*shape));
+    char sn[TNAME_MAX];
+    const_ints(e, sub_name(sn, c->l->name, "shape"), shape, c->out_nd + 1);
+    op2(e, "Reshape", c->in[0], sn, c->out);
+}
+
+/* embedding: Gather of the weight's rows. It reads a model input: ids
+ * given as FP32 (integer values: the engine refuses others) are cast. */
+static void emit_embedding(exporter *e, const lctx *c)
+{
+    char w[TNAME_MAX], ids[TNAME_MAX];
+    dl_strlcpy(ids, c->in[0], TNAME_MAX);
+    dl_sbuf n;
+    if (e->conf->inputs[-1 - c->l->src[0]].dtype == DL_IN_FP32) {
+        node_begin(&n, "Cast", 1, c->in, sub_name(ids, c->l->name, "ids"));
+        attr_int(&n, "to", DT_INT64);
+        node_end(e, &n);
+    }
+    node_begin(&n, "Gather", 2, (const char *const[]){ param(w, c, "weight"), ids }, c->out);
+    attr_int(&n, "axis", 0);
+    node_end(e, &n);
+}
+
+/* softmax, log_softmax, concat: a per-sample axis, + 1 for the batch. */
+static void emit_axis_op(exporter *e, const lctx *c, const char *opname, int nin)
+{
+    dl_sbuf n;
+    node_begin(&n, opname, nin, c->in, c->out);
+    attr_int(&n, "axis", onnx_axis(c->l->axis, c->in_nd[0]));
+    node_end(e, &n);
+}
+
+/* Inputs of fewer per-sample dimensions than the widest get 1s after the
+ * batch (Unsqueeze), so that ONNX's broadcasting, which aligns whole
+ * tensors at the right, aligns the samples as the engine does. */
+static void align_ranks(exporter *e, const lctx *c, int nin, char (*names)[TNAME_MAX])
+{
+    int top = 0;
+    for (int k = 0; k < nin; k++)
+        top = c->in_nd[k] > top ? c->in_nd[k] : top;
+    for (int k = 0; k < nin; k++) {
+        dl_strlcpy(names[k], c->in[k], TNAME_MAX);
+        if (c->in_nd[k] == top)
+            continue;
+        int64_t axes[DL_MAX_DIMS];
+        for (int a = 0; a < top - c->in_nd[k]; a++)
+            axes[a] = a + 1;
+        char an[TNAME_MAX], what[32];
+        snprintf(what, sizeof(what), "in%d_axes", k);
+        const_ints(e, sub_name(an, c->l->name, what), axes, top - c->in_nd[k]);
+        snprintf(what, sizeof(what), "in%d", k);
+        op2(e, "Unsqueeze", c->in[k], an, sub_name(names[k], c->l->name, what));
+    }
+}
+
+/* add, sub, mul (two or more inputs, left to right) and matmul. */
+static void emit_binary(exporter *e, const lctx *c, const char *opname)
+{
+    char names[DL_LAYER_MAX_IN][TNAME_MAX] = { { 0 } }, acc[TNAME_MAX], next[TNAME_MAX];
+    int nin = c->l->nsrc;
+    align_ranks(e, c, nin, names);
+    dl_strlcpy(acc, names[0], TNAME_MAX);
+    for (int k = 1; k < nin; k++) {
+        char what[32];
+        snprintf(what, sizeof(what), "acc%d", k);
+        const char *out = k == nin - 1 ? c->out : sub_name(next, c->l->name, what);
+        op2(e, opname, acc, names[k], out);
+        dl_strlcpy(acc, out, TNAME_MAX);
+    }
+}
+
+static void emit_transpose(exporter *e, const lctx *c)
+{
+    int64_t perm[DL_MAX_DIMS + 1] = { 0 };
+    for (int k = 0; k < c->l->nperm; k++)
+        perm[k + 1] = c->l->perm[k] + 1;
+    dl_sbuf n;
+    node_begin(&n, "Transpose", 1, c->in, c->out);
+    attr_ints(&n, "perm", perm, c->l->nperm + 1);
+    node_end(e, &n);
+}
+
+/* global_avgpool2d: [C, H, W] -> [C], as GlobalAveragePool then Flatten. */
+static void emit_gap(exporter *e, const lctx *c)
+{
+    char pooled[TNAME_MAX];
+    op1(e, "GlobalAveragePool", c->in[0], sub_name(pooled, c->l->name, "pool"));
+    dl_sbuf n;
+    node_begin(&n, "Flatten", 1, (const char *const[]){ pooled }, c->out);
+    attr_int(&n, "axis", 1);
+    node_end(e, &n);
+}
+
+/* reduce_mean (axes an attribute in opset 17), reduce_sum (axes an
+ * input since opset 13); the reduced axes are dropped. */
+static void emit_reduce(exporter *e, const lctx *c)
+{
+    int64_t axes[DL_MAX_DIMS];
+    for (int k = 0; k < c->l->naxes; k++)
+        axes[k] = onnx_axis(c->l->axes[k], c->in_nd[0]);
+    char an[TNAME_MAX];
+    bool sum = c->l->type == DL_LAYER_REDUCE_SUM;
+    if (sum)
+        const_ints(e, sub_name(an, c->l->name, "axes"), axes, c->l->naxes);
+    dl_sbuf n;
+    node_begin(&n, sum ? "ReduceSum" : "ReduceMean", sum ? 2 : 1,
+               (const char *const[]){ c->in[0], an }, c->out);
+    if (!sum)
+        attr_ints(&n, "axes", axes, c->l->naxes);
+    attr_int(&n, "keepdims", 0);
+    node_end(e, &n);
+}
+
+static void emit_layernorm(exporter *e, const lctx *c)
+{
+    char w[TNAME_MAX], b[TNAME_MAX];
+    dl_sbuf n;
+    node_begin(&n, "LayerNormalization", 3,
+               (const char *const[]){ c->in[0], param(w, c, "weight"), param(b, c, "bias") },
+               c->out);
+    attr_int(&n, "axis", -1);
+    attr_float(&n, "epsilon", c->l->eps);
+    node_end(e, &n);
+}
+
+/* gelu, erf form: x * (1 + erf(x / sqrt 2)) * 0.5, as PyTorch exports it. */
+static void emit_gelu_erf(exporter *e, const lctx *c)
+{
+    const char *x = c->in[0], *p = c->l->name;
+    char t1[TNAME_MAX], t2[TNAME_MAX], t3[TNAME_MAX], t4[TNAME_MAX];
+    op_const(e, "Div", x, 1.4142135623730951f, p, "sqrt2", sub_name(t1, p, "div"));
+    op1(e, "Erf", t1, sub_name(t2, p, "erf"));
+    op_const(e, "Add", t2, 1.0f, p, "one", sub_name(t3, p, "add"));
+    op2(e, "Mul", x, t3, sub_name(t4, p, "mul"));
+    op_const(e, "Mul", t4, 0.5f, p, "half", c->out);
+}
+
+/* gelu, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+static void emit_gelu_tanh(exporter *e, const lctx *c)
+{
+    const char *x = c->in[0], *p = c->l->name;
+    char sq[TNAME_MAX], cube[TNAME_MAX], t[TNAME_MAX], inner[TNAME_MAX], u[TNAME_MAX],
+        th[TNAME_MAX], one[TNAME_MAX], prod[TNAME_MAX];
+    op2(e, "Mul", x, x, sub_name(sq, p, "sq"));
+    op2(e, "Mul", sq, x, sub_name(cube, p, "cube"));
+    op_const(e, "Mul", cube, 0.044715f, p, "c", sub_name(t, p, "cube_c"));
+    op2(e, "Add", x, t, sub_name(inner, p, "inner"));
+    op_const(e, "Mul", inner, 0.7978845608028654f, p, "k", sub_name(u, p, "scaled"));
+    op1(e, "Tanh", u, sub_name(th, p, "tanh"));
+    op_const(e, "Add", th, 1.0f, p, "one", sub_name(one, p, "add"));
+    op2(e, "Mul", x, one, sub_name(prod, p, "mul"));
+    op_const(e, "Mul", prod, 0.5f, p, "half", c->out);
+}
+
+static void emit_silu(exporter *e, const lctx *c)
+{
+    char s[TNAME_MAX];
+    op1(e, "Sigmoid", c->in[0], sub_name(s, c->l->name, "sigmoid"));
+    op2(e, "Mul", c->in[0], s, c->out);
+}
+
+/* The nodes of one layer, ending in c->out. */
+static dl_status emit_layer(exporter *e, const lctx *c, dl_err *err)
+{
+    switch (c->l->type) {
+    case DL_LAYER_DENSE:            emit_dense(e, c); break;
+    case DL_LAYER_CONV2D:
+    case DL_LAYER_CONV1D:           emit_conv(e, c); break;
+    case DL_LAYER_MAXPOOL2D:
+    case DL_LAYER_AVGPOOL2D:
+    case DL_LAYER_MAXPOOL1D:        emit_pool(e, c); break;
+    case DL_LAYER_BATCHNORM:        emit_batchnorm(e, c); break;
+    case DL_LAYER_DROPOUT:
+    case DL_LAYER_IDENTITY:         op1(e, "Identity", c->in[0], c->out); break;
+    case DL_LAYER_FLATTEN:
+    case DL_LAYER_RESHAPE:          emit_reshape(e, c); break;
+    case DL_LAYER_EMBEDDING:        emit_embedding(e, c); break;
+    case DL_LAYER_RELU:             op1(e, "Relu", c->in[0], c->out); break;
+    case DL_LAYER_TANH:             op1(e, "Tanh", c->in[0], c->out); break;
+    case DL_LAYER_SIGMOID:          op1(e, "Sigmoid", c->in[0], c->out); break;
+    case DL_LAYER_SOFTMAX:          emit_axis_op(e, c, "Softmax", 1); break;
+    case DL_LAYER_LOG_SOFTMAX:      emit_axis_op(e, c, "LogSoftmax", 1); break;
+    case DL_LAYER_CONCAT:           emit_axis_op(e, c, "Concat", c->l->nsrc); break;
+    case DL_LAYER_ADD:              emit_binary(e, c, "Add"); break;
+    case DL_LAYER_SUB:              emit_binary(e, c, "Sub"); break;
+    case DL_LAYER_MUL:              emit_binary(e, c, "Mul"); break;
+    case DL_LAYER_MATMUL:           emit_binary(e, c, "MatMul"); break;
+    case DL_LAYER_TRANSPOSE:        emit_transpose(e, c); break;
+    case DL_LAYER_GLOBAL_AVGPOOL2D: emit_gap(e, c); break;
+    case DL_LAYER_REDUCE_MEAN:
+    case DL_LAYER_REDUCE_SUM:       emit_reduce(e, c); break;
+    case DL_LAYER_LAYERNORM:        emit_layernorm(e, c); break;
+    case DL_LAYER_GELU:             c->l->approx_tanh ? emit_gelu_tanh(e, c)
+                                                      : emit_gelu_erf(e, c); break;
+    case DL_LAYER_SILU:             emit_silu(e, c); break;
+    default:
+        return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s) has no ONNX form",
+                          c->l->name, dl_layer_type_name(c->l->type));
+    }
+    return DL_OK;
+}
+
+/* The output fed by layer i, or -1. */
+static int output_of(const dl_model_conf *conf, int i)
+{
+    for (int k = 0; k < conf->noutputs; k++)
+        if (conf->outputs[k].from == i)
+            return k;
+    return -1;
+}
+
+/* Whether name is a model input's or output's (other than output `own`). */
+static bool name_taken(const dl_model_conf *conf, const char *name, int own)
+{
+    for (int k = 0; k < conf->ninputs; k++)
+        if (strcmp(conf->inputs[k].name, name) == 0)
+            return true;
+    for (int k = 0; k < conf->noutputs; k++)
+        if (k != own && strcmp(conf->outputs[k].name, name) == 0)
+            return true;
+    return false;
+}
+
+/* Layer i's output tensor: the model output it feeds, else the layer's
+ * name (made distinct from the inputs' and outputs' names). */
+static void layer_tensor_name(exporter *e, int i)
+{
+    const dl_model_conf *conf = e->conf;
+    char *name = e->tname[conf->ninputs + i];
+    int k = output_of(conf, i);
+    if (k >= 0)
+        dl_strlcpy(name, conf->outputs[k].name, TNAME_MAX);
+    else if (name_taken(conf, conf->layers[i].name, -1))
+        snprintf(name, TNAME_MAX, "%s/out", conf->layers[i].name);
+    else
+        dl_strlcpy(name, conf->layers[i].name, TNAME_MAX);
+}
+
+static dl_status emit_layers(exporter *e, dl_err *err)
+{
+    const dl_model_conf *conf = e->conf;
+    for (int i = 0; i < conf->nlayers; i++) {
+        const dl_layer_conf *l = &conf->layers[i];
+        int t = conf->ninputs + i;
+        lctx c = { .l = l, .out = e->tname[t], .out_nd = e->nd[t], .out_d = e->d[t] };
+        for (int k = 0; k < l->nsrc; k++) {
+            int s = tensor_of(conf, l->src[k]);
+            c.in[k] = e->tname[s];
+            c.in_nd[k] = e->nd[s];
+        }
+        layer_tensor_name(e, i);
+        /* dropout does nothing at inference: its output is its input,
+         * unless a model output needs a node of its own */
+        if (l->type == DL_LAYER_DROPOUT && output_of(conf, i) < 0) {
+            dl_strlcpy(e->tname[t], c.in[0], TNAME_MAX);
+            continue;
+        }
+        dl_status st = emit_layer(e, &c, err);
+        if (st != DL_OK)
+            return st;
+    }
+    return DL_OK;
+}
+
+/* ---- the graph and the model ------------------------------------------------ */
+
+static void emit_initializers(exporter *e)
+{
+    for (int i = 0; i < dl_model_tensor_count(e->m); i++) {
+        const char *name;
+        int ndim;
+        const int64_t *shape;
+        float *data;
+        dl_model_tensor_at(e->m, i, &name, &ndim, &shape, &data);
+        dl_sbuf t = {0};
+        tensor_msg(&t, name, DT_FLOAT, ndim, shape, data,
+                   (size_t)dl_shape_numel(ndim, shape) * sizeof(float));
+        pb_msg(&e->graph, GRAPH_INITIALIZER, &t);
+        dl_sbuf_free(&t);
+    }
+}
+
+static void emit_io(exporter *e)
+{
+    const dl_model_conf *conf = e->conf;
+    for (int k = 0; k < conf->ninputs; k++)
+        value_info(&e->graph, GRAPH_INPUT, conf->inputs[k].name,
+                   input_dtype(conf->inputs[k].dtype), e->nd[k], e->d[k]);
+    for (int k = 0; k < conf->noutputs; k++) {
+        int t = conf->ninputs + conf->outputs[k].from;
+        value_info(&e->graph, GRAPH_OUTPUT, conf->outputs[k].name, DT_FLOAT, e->nd[t], e->d[t]);
+    }
+}
+
+static dl_status build_graph(exporter *e, dl_err *err)
+{
+    pb_str(&e->graph, GRAPH_NAME, e->conf->name);
+    for (int k = 0; k < e->conf->ninputs; k++)
+        emit_input(e, k);
+    dl_status st = emit_layers(e, err);
+    if (st != DL_OK)
+        return st;
+    emit_initializers(e);
+    emit_io(e);
+    if (e->graph.oom)
+        return dl_err_set(err, DL_ERR_NOMEM, "ONNX graph");
+    if (e->graph.len > PB_MAX)
+        return dl_err_set(err, DL_ERR_INVALID, "model '%s' takes %zu bytes as ONNX, past "
+                          "protobuf's 2 GiB", e->conf->name, e->graph.len);
+    return DL_OK;
+}
+
+static const char *loss_name(dl_loss l)
+{
+    switch (l) {
+    case DL_LOSS_MSE: return "mse";
+    case DL_LOSS_BCE: return "bce_with_logits";
+    default:          return "softmax_cross_entropy";
+    }
+}
+
+/* metadata "dlserve.model": {"name", "outputs": [{"name", "loss", "labels"}]} */
+static void model_json(const dl_model_conf *conf, dl_sbuf *j)
+{
+    dl_sbuf_add(j, "{\"name\":", 8);
+    dl_sbuf_json_string(j, conf->name);
+    dl_sbuf_printf(j, ",\"outputs\":[");
+    for (int k = 0; k < conf->noutputs; k++) {
+        const dl_output_conf *o = &conf->outputs[k];
+        dl_sbuf_printf(j, "%s{\"name\":", k ? "," : "");
+        dl_sbuf_json_string(j, o->name);
+        dl_sbuf_printf(j, ",\"loss\":\"%s\",\"labels\":[", loss_name(o->loss));
+        for (int q = 0; q < o->nlabels; q++) {
+            if (q)
+                dl_sbuf_putc(j, ',');
+            dl_sbuf_json_string(j, o->labels[q]);
+        }
+        dl_sbuf_printf(j, "]}");
+    }
+    dl_sbuf_printf(j, "]}");
+}
+
+/* The ModelProto's fields but the graph, which goes after them. */
+static void model_head(const dl_model_conf *conf, dl_sbuf *mp)
+{
+    dl_sbuf opset = {0}, meta = {0}, j = {0};
+    pb_int(mp, MODEL_IR_VERSION, ONNX_IR_VERSION);
+    pb_str(mp, MODEL_PRODUCER_NAME, "dlserve");
+    pb_str(mp, MODEL_PRODUCER_VERSION, DL_VERSION_STRING);
+    pb_str(&opset, OPSET_DOMAIN, "");
+    pb_int(&opset, OPSET_VERSION, ONNX_OPSET);
+    pb_msg(mp, MODEL_OPSET_IMPORT, &opset);
+    model_json(conf, &j);
+    pb_str(&meta, ENTRY_KEY, "dlserve.model");
+    pb_bytes(&meta, ENTRY_VALUE, j.s, j.len);
+    if (j.oom)
+        meta.oom = true;
+    pb_msg(mp, MODEL_METADATA_PROPS, &meta);
+    dl_sbuf_free(&opset);
+    dl_sbuf_free(&meta);
+    dl_sbuf_free(&j);
+}
+
+/* Head, then the graph field's key and length, then the graph itself,
+ * written from its buffer without another copy. */
+static dl_status write_model(exporter *e, const char *path, size_t *bytes, dl_err *err)
+{
+    dl_sbuf head = {0}, key = {0};
+    model_head(e->conf, &head);
+    pb_key(&key, MODEL_GRAPH, PB_LEN);
+    pb_varint(&key, e->graph.len);
+    dl_status st = head.oom || key.oom ? dl_err_set(err, DL_ERR_NOMEM, "ONNX model") : DL_OK;
+    const void *parts[3] = { head.s, key.s, e->graph.s };
+    size_t lens[3] = { head.len, key.len, e->graph.len };
+    if (st == DL_OK)
+        st = dl_file_write_atomic(path, parts, lens, 3, err);
+    *bytes = lens[0] + lens[1] + lens[2];
+    dl_sbuf_free(&head);
+    dl_sbuf_free(&key);
+    return st;
+}
+
+/* ---- loading ------------------------------------------------------------------ */
+
+/* Whether version v of model_dir holds weights. */
+static bool has_version(const char *model_dir, int64_t v)
+{
+    int64_t have[256];
+    int n = dl_repo_versions(model_dir, true, have, 256);
+    for (int k = 0; k < n; k++)
+        if (have[k] == v)
+            return true;
+    return n == 256;    /* past the newest 256: dl_model_load will tell */
+}
+
+/* The model with the version's weights, checked against model.json. */
+static dl_status load_model(const char *model_dir, int64_t *version, dl_backend **be,
+                            dl_model_conf **conf, dl_model **m, dl_err *err)
+{
+    dl_status st = dl_model_conf_load(model_dir, conf, err);
+    if (st != DL_OK)
+        return st;
+    int64_t v = *version > 0 ? *version : dl_repo_latest(model_dir);
+    if (v <= 0)
+        return dl_err_set(err, DL_ERR_INVALID, "%s: no trained version (train it first with "
+                          "--train)", model_dir);
+    if (!has_version(model_dir, v))
+        return dl_err_set(err, DL_ERR_INVALID, "%s: no version %lld with weights (newest: %lld)",
+                          model_dir, (long long)v, (long long)dl_repo_latest(model_dir));
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%lld/model.safetensors", model_dir, (long long)v);
+    *version = v;
+    dl_backend_params bp = { .threads = 1 };
+    st = dl_backend_new("cpu", &bp, be, err);
+    if (st == DL_OK)
+        st = dl_model_new(*be, *conf, 1, m, err);
+    if (st == DL_OK)
+        st = dl_model_load(*m, path, err);
+    return st;
+}
+
+static dl_status export_model(exporter *e, const char *path, dl_onnx_export_info *info,
+                              dl_err *err)
+{
+    int nt = e->conf->ninputs + e->conf->nlayers;
+    e->nd = calloc((size_t)nt, sizeof(*e->nd));
+    e->d = calloc((size_t)nt, sizeof(*e->d));
+    e->tname = calloc((size_t)nt, sizeof(*e->tname));
+    if (!e->nd || !e->d || !e->tname)
+        return dl_err_set(err, DL_ERR_NOMEM, "ONNX export");
+    dl_status st = dl_model_conf_shapes(e->conf, e->nd, e->d, err);
+    if (st == DL_OK)
+        st = build_graph(e, err);
+    if (st == DL_OK)
+        st = write_model(e, path, &info->bytes, err);
+    info->nodes = e->nnodes;
+    info->initializers = dl_model_tensor_count(e->m);
+    return st;
+}
+
+dl_status dl_onnx_export(const char *model_dir, int64_t version, const char *path,
+                         dl_onnx_export_info *info, dl_err *err)
+{
+    dl_onnx_export_info scratch;
+    info = info ? info : &scratch;
+    memset(info, 0, sizeof(*info));
+    dl_backend *be = NULL;
+    dl_model_conf *conf = NULL;
+    exporter e = {0};
+    dl_status st = load_model(model_dir, &version, &be, &conf, &e.m, err);
+    info->version = version;
+    e.conf = conf;
+    if (st == DL_OK)
+        st = export_model(&e, path, info, err);
+    free(e.nd);
+    free(e.d);
+    free(e.tname);
+    dl_sbuf_free(&e.graph);
+    dl_model_free(e.m);
+    dl_model_conf_free(conf);
+    dl_backend_free(be);
+    return st;
+}

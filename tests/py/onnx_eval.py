@@ -1,0 +1,244 @@
+#!/usr/bin/python3
+"""onnx_eval.py: a small evaluator of ONNX graphs (opset 17) for the tests,
+written on torch from the ONNX operator specification, independently of
+dlserve's code: the operators that `dlserve --export` writes, nothing more.
+
+    import onnx_eval
+    outs = onnx_eval.run(onnx.load(path), {"input": array})   # name -> numpy
+
+    onnx_eval.py MODEL.onnx NAME=FILE.npy ...   prints {"output": [[...], ...]}
+
+An operator or attribute value it does not know is an error, never a guess.
+"""
+import json
+import sys
+
+import numpy as np
+import onnx
+import torch
+import torch.nn.functional as F
+from onnx import helper, numpy_helper
+
+DTYPES = {
+    onnx.TensorProto.FLOAT: torch.float32, onnx.TensorProto.DOUBLE: torch.float64,
+    onnx.TensorProto.INT64: torch.int64, onnx.TensorProto.INT32: torch.int32,
+    onnx.TensorProto.UINT8: torch.uint8, onnx.TensorProto.INT8: torch.int8,
+    onnx.TensorProto.BOOL: torch.bool,
+}
+
+
+def tensor(proto):
+    return torch.from_numpy(np.array(numpy_helper.to_array(proto)))
+
+
+def attrs(node):
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def need(cond, node, what):
+    if not cond:
+        raise ValueError(f"node {node.name!r} ({node.op_type}): {what}")
+
+
+# ---- operators: f(node, attributes, inputs) -> one output ----
+
+def op_gemm(n, a, x):
+    A, B = x[0], x[1]
+    A = A.t() if a.get("transA", 0) else A
+    B = B.t() if a.get("transB", 0) else B
+    y = a.get("alpha", 1.0) * (A @ B)
+    if len(x) > 2 and x[2] is not None:
+        y = y + a.get("beta", 1.0) * x[2]
+    return y
+
+
+def op_reshape(n, a, x):
+    data, shape = x[0], [int(v) for v in x[1]]
+    need(not a.get("allowzero", 0), n, "allowzero is not supported")
+    shape = [data.shape[i] if v == 0 else v for i, v in enumerate(shape)]
+    return data.reshape(shape)
+
+
+def pads_for(n, a, nsp):
+    """ONNX pads [x1_begin, x2_begin, ..., x1_end, x2_end] as F.pad's list
+    (last dimension first)."""
+    p = a.get("pads", [0] * (2 * nsp))
+    need(a.get("auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET"), n, "auto_pad")
+    out = []
+    for d in reversed(range(nsp)):
+        out += [p[d], p[d + nsp]]
+    return out
+
+
+def op_conv(n, a, x):
+    X, W = x[0], x[1]
+    nsp = X.dim() - 2
+    need(a.get("kernel_shape", list(W.shape[2:])) == list(W.shape[2:]), n, "kernel_shape")
+    X = F.pad(X, pads_for(n, a, nsp))
+    conv = {1: F.conv1d, 2: F.conv2d}[nsp]
+    b = x[2] if len(x) > 2 else None
+    return conv(X, W, b, stride=a.get("strides", [1] * nsp),
+                dilation=a.get("dilations", [1] * nsp), groups=a.get("group", 1))
+
+
+def op_maxpool(n, a, x):
+    X = x[0]
+    nsp = X.dim() - 2
+    need(not a.get("ceil_mode", 0) and a.get("storage_order", 0) == 0, n, "ceil_mode")
+    need(a.get("dilations", [1] * nsp) == [1] * nsp, n, "dilations")
+    X = F.pad(X, pads_for(n, a, nsp), value=float("-inf"))
+    pool = {1: F.max_pool1d, 2: F.max_pool2d}[nsp]
+    return pool(X, a["kernel_shape"], a.get("strides", [1] * nsp))
+
+
+def op_avgpool(n, a, x):
+    X = x[0]
+    nsp = X.dim() - 2
+    need(not a.get("ceil_mode", 0), n, "ceil_mode")
+    k, s = a["kernel_shape"], a.get("strides", [1] * nsp)
+    pool = {1: F.avg_pool1d, 2: F.avg_pool2d}[nsp]
+    total = pool(F.pad(X, pads_for(n, a, nsp)), k, s) * float(np.prod(k))
+    if a.get("count_include_pad", 0):
+        return total / float(np.prod(k))
+    ones = F.pad(torch.ones_like(X), pads_for(n, a, nsp))
+    return total / (pool(ones, k, s) * float(np.prod(k)))
+
+
+def op_batchnorm(n, a, x):
+    X, scale, bias, mean, var = x
+    need(not a.get("training_mode", 0), n, "training_mode")
+    shape = [1, -1] + [1] * (X.dim() - 2)
+    eps = a.get("epsilon", 1e-5)
+    return ((X - mean.reshape(shape)) / torch.sqrt(var.reshape(shape) + eps)
+            * scale.reshape(shape) + bias.reshape(shape))
+
+
+def op_gather(n, a, x):
+    data, idx = x
+    axis = a.get("axis", 0) % data.dim()
+    idx = idx.to(torch.int64)
+    idx = torch.where(idx < 0, idx + data.shape[axis], idx)
+    flat = torch.index_select(data, axis, idx.reshape(-1))
+    return flat.reshape(list(data.shape[:axis]) + list(idx.shape) + list(data.shape[axis + 1:]))
+
+
+def op_flatten(n, a, x):
+    X, axis = x[0], a.get("axis", 1) % (x[0].dim() + 1)
+    return X.reshape(int(np.prod(X.shape[:axis])), -1)
+
+
+def reduce_axes(X, axes):
+    return sorted(int(v) % X.dim() for v in axes) if axes is not None else list(range(X.dim()))
+
+
+def op_reducemean(n, a, x):
+    axes = reduce_axes(x[0], a.get("axes"))
+    return x[0].mean(dim=axes, keepdim=bool(a.get("keepdims", 1)))
+
+
+def op_reducesum(n, a, x):
+    axes = x[1] if len(x) > 1 else None
+    if axes is None or axes.numel() == 0:
+        if a.get("noop_with_empty_axes", 0):
+            return x[0]
+        axes = None
+    return x[0].sum(dim=reduce_axes(x[0], axes), keepdim=bool(a.get("keepdims", 1)))
+
+
+def op_layernorm(n, a, x):
+    X, scale = x[0], x[1]
+    axis = a.get("axis", -1) % X.dim()
+    dims = list(range(axis, X.dim()))
+    mean = X.mean(dim=dims, keepdim=True)
+    var = ((X - mean) ** 2).mean(dim=dims, keepdim=True)
+    y = (X - mean) / torch.sqrt(var + a.get("epsilon", 1e-5)) * scale
+    return y + x[2] if len(x) > 2 else y
+
+
+def op_unsqueeze(n, a, x):
+    X, axes = x[0], [int(v) for v in x[1]]
+    rank = X.dim() + len(axes)
+    for ax in sorted(v % rank for v in axes):
+        X = X.unsqueeze(ax)
+    return X
+
+
+def op_transpose(n, a, x):
+    return x[0].permute(a.get("perm", list(reversed(range(x[0].dim())))))
+
+
+def op_cast(n, a, x):
+    need(a["to"] in DTYPES, n, f"cast to type {a['to']}")
+    return x[0].to(DTYPES[a["to"]])
+
+
+OPS = {
+    "Constant": lambda n, a, x: tensor(a["value"]),
+    "Identity": lambda n, a, x: x[0],
+    "Cast": op_cast,
+    "Add": lambda n, a, x: x[0] + x[1],
+    "Sub": lambda n, a, x: x[0] - x[1],
+    "Mul": lambda n, a, x: x[0] * x[1],
+    "Div": lambda n, a, x: x[0] / x[1],
+    "MatMul": lambda n, a, x: torch.matmul(x[0], x[1]),
+    "Gemm": op_gemm,
+    "Relu": lambda n, a, x: torch.clamp(x[0], min=0),
+    "Tanh": lambda n, a, x: torch.tanh(x[0]),
+    "Sigmoid": lambda n, a, x: 1 / (1 + torch.exp(-x[0])),
+    "Erf": lambda n, a, x: torch.erf(x[0]),
+    "Softmax": lambda n, a, x: torch.softmax(x[0], dim=a.get("axis", -1)),
+    "LogSoftmax": lambda n, a, x: torch.log_softmax(x[0], dim=a.get("axis", -1)),
+    "Reshape": op_reshape,
+    "Flatten": op_flatten,
+    "Conv": op_conv,
+    "MaxPool": op_maxpool,
+    "AveragePool": op_avgpool,
+    "GlobalAveragePool": lambda n, a, x: x[0].mean(dim=list(range(2, x[0].dim())), keepdim=True),
+    "BatchNormalization": op_batchnorm,
+    "Gather": op_gather,
+    "Concat": lambda n, a, x: torch.cat(x, dim=a["axis"]),
+    "Transpose": op_transpose,
+    "Unsqueeze": op_unsqueeze,
+    "ReduceMean": op_reducemean,
+    "ReduceSum": op_reducesum,
+    "LayerNormalization": op_layernorm,
+}
+
+
+def run(model, feeds):
+    """Evaluates model (a ModelProto) on feeds (input name -> array);
+    returns output name -> numpy array. Nodes must be in topological
+    order, as the ONNX checker requires."""
+    env = {i.name: tensor(i) for i in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in env:
+            continue
+        if vi.name not in feeds:
+            raise ValueError(f"no value for input {vi.name!r}")
+        dt = DTYPES[vi.type.tensor_type.elem_type]
+        env[vi.name] = torch.as_tensor(np.array(feeds[vi.name])).to(dt)
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx") and imp.version != 17:
+            raise ValueError(f"opset {imp.version}: this evaluator follows opset 17")
+    with torch.no_grad():
+        for n in model.graph.node:
+            if n.op_type not in OPS or n.domain not in ("", "ai.onnx"):
+                raise ValueError(f"node {n.name!r}: operator {n.op_type} is not supported")
+            x = [env[i] if i else None for i in n.input]
+            need(len(n.output) == 1, n, "one output expected")
+            env[n.output[0]] = OPS[n.op_type](n, attrs(n), x)
+    return {o.name: env[o.name].numpy() for o in model.graph.output}
+
+
+def main(argv):
+    model = onnx.load(argv[1])
+    feeds = {}
+    for arg in argv[2:]:
+        name, path = arg.split("=", 1)
+        feeds[name] = np.load(path)
+    outs = run(model, feeds)
+    print(json.dumps({k: v.tolist() for k, v in outs.items()}))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
