@@ -742,6 +742,73 @@ static dl_status op_transpose(xl *x, const onnx_node *n)
     return unary(x, n, "transpose", json_pack("{s:o}", "perm", perm), a, a->nd, d);
 }
 
+/* The length of Python's x[start:end:step] on an axis of n (step > 0). */
+static int64_t slice_len(int64_t n, int64_t *start, int64_t *end, int64_t step)
+{
+    int64_t a = *start < 0 ? *start + n : *start, b = *end < 0 ? *end + n : *end;
+    a = a < 0 ? 0 : a > n ? n : a;
+    b = b < 0 ? 0 : b > n ? n : b;
+    *start = a;
+    *end = b;
+    return b > a ? (b - a + step - 1) / step : 0;
+}
+
+/* A constant integer list of Slice (input k since opset 10, else the
+ * attribute); n_out its length, -1 when absent, -2 when not constant. */
+static int slice_list(xl *x, const onnx_node *n, int k, const char *attr, int64_t *out)
+{
+    const onnx_attr *a = onnx_attr_find(n, attr);
+    tvalue *v = x->g->opset >= 10 ? arg(x, n, k) : NULL;
+    const int64_t *src = a ? a->ints : v && v->c && v->c->i ? v->c->i : NULL;
+    int64_t len = a ? a->nints : v && v->c && v->c->i ? v->c->n : 0;
+    if (!a && !v)
+        return -1;
+    if (!src || len > ONNX_MAX_DIMS)
+        return -2;
+    memcpy(out, src, (size_t)len * sizeof(*out));
+    return (int)len;
+}
+
+/* Slice of a per-sample tensor: one slice layer an axis; the batch axis
+ * must be kept whole. */
+static dl_status op_slice(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0);
+    int64_t st[ONNX_MAX_DIMS], en[ONNX_MAX_DIMS], ax[ONNX_MAX_DIMS], sp[ONNX_MAX_DIMS];
+    int ns = slice_list(x, n, 1, "starts", st), ne = slice_list(x, n, 2, "ends", en);
+    int na = slice_list(x, n, 3, "axes", ax), np = slice_list(x, n, 4, "steps", sp);
+    if (a->c || ns < 1 || ne != ns || na == -2 || np == -2 || (na >= 0 && na != ns) ||
+        (np >= 0 && np != ns))
+        return xl_refuse(x, n, "needs a per-sample input and constant starts, ends, axes and "
+                         "steps of one length");
+    tvalue cur = *a;
+    for (int k = 0; k < ns; k++) {
+        int64_t axis = na >= 0 ? ax[k] : k, step = np >= 0 ? sp[k] : 1;
+        int pa = ps_axis(axis, cur.nd);
+        if (step < 1)
+            return xl_refuse(x, n, "negative or zero steps are not supported");
+        if ((axis == 0 || axis == -(int64_t)cur.nd - 1) &&
+            (st[k] == 0 || st[k] <= -INT32_MAX) && en[k] >= INT32_MAX && step == 1)
+            continue;   /* the whole batch */
+        if (pa < 0)
+            return xl_refuse(x, n, "slicing the batch axis is not supported");
+        int64_t d[ONNX_MAX_DIMS], s0 = st[k], e0 = en[k];
+        memcpy(d, cur.d, sizeof(d));
+        d[pa] = slice_len(cur.d[pa], &s0, &e0, step);
+        if (d[pa] == 0)
+            return xl_refuse(x, n, "the slice keeps nothing");
+        dl_status r = unary(x, n, "slice", json_pack("{s:i,s:I,s:I,s:I}", "axis", pa,
+                                                     "start", (json_int_t)s0, "end",
+                                                     (json_int_t)e0, "step", (json_int_t)step),
+                            &cur, cur.nd, d);
+        if (r)
+            return r;
+        cur = *xl_find(x, n->out[0]);
+        x->nv--;
+    }
+    return alias(x, n, &cur);
+}
+
 /* ---- element-wise and multi-input -------------------------------------- */
 
 static dl_status op_concat(xl *x, const onnx_node *n)
@@ -889,8 +956,11 @@ static dl_status op_pointwise(xl *x, const onnx_node *n)
             json_decref(l);
             return xl_refuse(x, n, "min and max must be constants");
         }
-        json_object_set_new(l, "min", json_real(lo ? lo->f[0] : attr_f(n, "min", -INFINITY)));
-        json_object_set_new(l, "max", json_real(hi ? hi->f[0] : attr_f(n, "max", INFINITY)));
+        const onnx_attr *amin = onnx_attr_find(n, "min"), *amax = onnx_attr_find(n, "max");
+        if (lo || amin)
+            json_object_set_new(l, "min", json_real(lo ? lo->f[0] : amin->f));
+        if (hi || amax)
+            json_object_set_new(l, "max", json_real(hi ? hi->f[0] : amax->f));
     } else {
         const onnx_tensor *e = weight(x, n, 1);
         type = "pow";
@@ -985,7 +1055,7 @@ static const struct {
     {"Identity", op_pass, false}, {"Dropout", op_pass, false}, {"Cast", op_pass, false},
     {"Pad", op_pass, false}, {"ReduceMean", op_reduce, false},
     {"ReduceSum", op_reduce, false}, {"Constant", op_constant, false},
-    {"Shape", op_shape, false},
+    {"Shape", op_shape, false}, {"Slice", op_slice, false},
 };
 
 dl_status xl_node(xl *x, const onnx_node *n)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # ONNX import: PyTorch models exported with torch.onnx.export (an MLP, a CNN
 # with batchnorm, a residual CNN, an embedding + concat model of two
-# inputs; tests/py/onnx_models.py) imported with --import and evaluated
+# inputs, a model of the other operators: grouped and dilated convolution,
+# Slice, Div, Pow, Sqrt, Erf, Clip, LeakyRelu, HardSigmoid, HardSwish,
+# constant operands; tests/py/onnx_models.py) imported with --import and evaluated
 # against PyTorch's outputs at batch 1 and 32; model.onnx served as it is
 # over HTTP; an unsupported operator refused (operator, node, opset named)
 # while another model keeps serving; truncated and corrupted files refused
@@ -16,7 +18,7 @@ check "PyTorch exports the models" test -s "$X/emb2.onnx"
 
 # --eval's loss of an "mse" output whose targets are PyTorch's outputs: the
 # mean squared difference, printed to 4 decimals (0.0000 below 5e-5).
-for m in mlp cnn_bn resnet emb2; do
+for m in mlp cnn_bn resnet emb2 ops; do
     "$DLSERVE" --import "$X/$m.onnx" --models "$M" --name $m > "$WORK/imp.json" 2> "$WORK/imp.err"
     check "$m: --import writes version 1" test -s "$M/$m/1/model.safetensors"
     for b in 1 32; do
@@ -106,11 +108,11 @@ assert len(ours) == 5 and all(abs(a - b) <= 1e-4 for a, b in zip(ours, theirs)),
 
 # model.onnx served as it is: no model.json, no safetensors.
 R=$WORK/repo
-for m in mlp cnn_bn resnet; do mkdir -p "$R/$m/1" && cp "$X/$m.onnx" "$R/$m/1/model.onnx"; done
+for m in mlp cnn_bn resnet ops; do mkdir -p "$R/$m/1" && cp "$X/$m.onnx" "$R/$m/1/model.onnx"; done
 mkdir -p "$R/odd/1" && cp "$X/unsupported.onnx" "$R/odd/1/model.onnx"
 start_daemon onnx --models "$R"
 check "the daemon starts" test -n "$PORT"
-for m in mlp cnn_bn resnet; do
+for m in mlp cnn_bn resnet ops; do
     for b in 1 32; do
         /usr/bin/python3 - "$X/$m.b$b.json" $m > "$WORK/req.json" <<'PY'
 import json, sys

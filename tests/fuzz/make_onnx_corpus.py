@@ -16,7 +16,7 @@ out = os.path.join(here, "corpus", "onnx")
 os.makedirs(out, exist_ok=True)
 with tempfile.TemporaryDirectory() as tmp:
     onnx_models.export(tmp)
-    for name in ("mlp", "cnn_bn", "resnet", "emb2", "unsupported"):
+    for name in ("mlp", "cnn_bn", "resnet", "emb2", "ops", "unsupported"):
         shutil.copy(f"{tmp}/{name}.onnx", f"{out}/{name}.onnx")
     data = open(f"{tmp}/mlp.onnx", "rb").read()
     open(f"{out}/mlp_cut.onnx", "wb").write(data[:len(data) // 2])

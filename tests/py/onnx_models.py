@@ -3,7 +3,7 @@
 outputs, for dlserve's ONNX import tests.
 
     onnx_models.py export OUTDIR
-        For each model (mlp, cnn_bn, resnet, emb2, unsupported) writes
+        For each model (mlp, cnn_bn, resnet, emb2, ops, unsupported) writes
         OUTDIR/<model>.onnx (torch.onnx.export, a dynamic batch axis),
         OUTDIR/<model>.names (the state_dict's names) and, for batch 1
         and 32, OUTDIR/<model>.b<N>/test.csv (and an identical train.csv:
@@ -85,6 +85,27 @@ class Emb2(nn.Module):
         return self.head(h)
 
 
+class Ops(nn.Module):
+    """The operators of imported models beyond the classic layers: grouped
+    and dilated convolution, Slice, ReduceMean, Div, Pow, Sqrt, Erf (exact
+    GELU), LeakyRelu, Clip, HardSigmoid, HardSwish, constant operands."""
+
+    def __init__(self):
+        super().__init__()
+        self.pw = nn.Conv2d(1, 4, 1)
+        self.dw = nn.Conv2d(4, 4, 3, padding=2, dilation=2, groups=4)
+        self.fc = nn.Linear(4 * 3, 6)
+        self.scale = nn.Parameter(torch.rand(6) + 0.5)
+
+    def forward(self, x):
+        h = nn.functional.hardswish(self.dw(self.pw(x)))
+        h = nn.functional.leaky_relu(h, 0.1)[:, :, 1:4, :]
+        h = self.fc(h.mean(dim=3).flatten(1)) / self.scale
+        h = torch.pow(torch.sqrt(h * h + 1.0), 2.0)
+        h = torch.clamp(nn.functional.gelu(h), -1.0, 3.0)
+        return nn.functional.hardsigmoid(h) + h
+
+
 class Unsupported(nn.Module):
     def __init__(self):
         super().__init__()
@@ -102,6 +123,7 @@ def models():
         "resnet": (ResNet(), lambda b: [torch.randn(b, 3, 6, 6)], ["image"], 17),
         "emb2": (Emb2(), lambda b: [torch.randint(0, 10, (b, 2)), torch.randn(b, 5)],
                  ["ids", "x"], 15),
+        "ops": (Ops(), lambda b: [torch.randn(b, 1, 6, 6)], ["image"], 14),
         "unsupported": (Unsupported(), lambda b: [torch.randn(b, 4)], ["x"], 13),
     }
 
