@@ -7,7 +7,7 @@
 # against PyTorch's outputs at batch 1 and 32; model.onnx served as it is
 # over HTTP; an unsupported operator refused (operator, node, opset named)
 # while another model keeps serving; truncated and corrupted files refused
-# with a reason.
+# with a reason; fine-tuning equal to PyTorch's; --export then --import.
 . "$(dirname "$0")/../lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 X=$WORK/onnx
@@ -105,6 +105,24 @@ ours = [float(v) for v in re.findall(r"epoch \d+/\d+ loss ([0-9.]+)", open(sys.a
 theirs = [float(v) for v in open(sys.argv[2]).read().split()[:5]]
 assert len(ours) == 5 and all(abs(a - b) <= 1e-4 for a, b in zip(ours, theirs)), (ours, theirs)
 ' "$WORK/ft.err" "$WORK/ft-torch.txt"
+
+# dlserve's own export comes back: the input scaling it writes into the
+# graph (constant operands), the labels and loss of its "dlserve.model"
+# metadata; the predictions are the original's.
+RT=$WORK/rt
+mkdir -p "$RT/fashion-mlp"
+cp "$SRC/models/fashion-mlp/model.json" "$RT/fashion-mlp/"
+"$DLSERVE" --train "$RT/fashion-mlp" --epochs 1 --limit 2000 --threads 1 --no-progress \
+    > /dev/null 2>&1
+"$DLSERVE" --export "$RT/fashion-mlp" --onnx "$WORK/fm.onnx" > /dev/null 2>&1
+"$DLSERVE" --import "$WORK/fm.onnx" --models "$RT" --name fm > /dev/null 2> "$WORK/rt.err"
+check "an exported model imports" test -s "$RT/fm/1/model.safetensors"
+IMG=/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz
+"$DLSERVE" --predict "$RT/fashion-mlp" --limit 300 "$IMG" > "$WORK/rt-a.txt" 2>&1
+"$DLSERVE" --predict "$RT/fm" --limit 300 "$IMG" > "$WORK/rt-b.txt" 2>&1
+check "export then import predicts as the original (class, label, score)" \
+    cmp -s "$WORK/rt-a.txt" "$WORK/rt-b.txt"
+check "... on 300 images" test "$(grep -c '"label":"[A-Z]' "$WORK/rt-b.txt")" -eq 300
 
 # model.onnx served as it is: no model.json, no safetensors.
 R=$WORK/repo
