@@ -4,10 +4,11 @@
  * with attributes, initializers (inline or external data), graph inputs
  * and outputs. Every read is bounds-checked and every count capped: a
  * truncated or corrupted file gets a reason, never a crash. */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700   /* realpath */
 #include "onnx/onnx.h"
 #include "onnx/onnx_pb.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,8 +284,11 @@ static dl_status external(rd *r, const char *where, const char *loc, uint64_t of
     if (!loc || !*loc || loc[0] == '/' || strstr(loc, "..") || strchr(loc, '\\'))
         return bad(r, where, "the external data location must be a relative path inside "
                    "the model's folder");
-    char path[4200];
+    char path[4200], real[PATH_MAX], realdir[PATH_MAX];
     snprintf(path, sizeof(path), "%s/%s", r->dir, loc);
+    size_t n = realpath(r->dir, realdir) ? strlen(realdir) : 0;
+    if (n && realpath(path, real) && (strncmp(real, realdir, n) || real[n] != '/'))
+        return bad(r, where, "the external data file lies outside the model's folder (a link)");
     FILE *fp = fopen(path, "rb");
     if (!fp)
         return dl_err_set(r->err, DL_ERR_IO, "%s: %s: cannot open external data '%s'",

@@ -106,6 +106,37 @@ theirs = [float(v) for v in open(sys.argv[2]).read().split()[:5]]
 assert len(ours) == 5 and all(abs(a - b) <= 1e-4 for a, b in zip(ours, theirs)), (ours, theirs)
 ' "$WORK/ft.err" "$WORK/ft-torch.txt"
 
+# External data: read from the model's folder; a location outside it (a
+# ".." path, or a link) is refused.
+E=$WORK/ext
+mkdir -p "$E/a" "$E/b"
+/usr/bin/python3 - "$X/mlp.onnx" "$E" <<'PY'
+import onnx, sys
+m = onnx.load(sys.argv[1])
+onnx.save_model(m, f"{sys.argv[2]}/a/model.onnx", save_as_external_data=True,
+                all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+m = onnx.load(f"{sys.argv[2]}/a/model.onnx", load_external_data=False)
+for t in m.graph.initializer:
+    for e in t.external_data:
+        if e.key == "location":
+            e.value = "../weights.bin"
+onnx.save_model(m, f"{sys.argv[2]}/a/escape.onnx")
+PY
+cp "$E/a/weights.bin" "$E/weights.bin"
+cp "$E/a/model.onnx" "$E/b/model.onnx" && ln -s ../weights.bin "$E/b/weights.bin"
+"$DLSERVE" --import "$E/a/model.onnx" --models "$M" --name ext > /dev/null 2>&1
+"$DLSERVE" --eval "$M/ext" --data "$X/mlp.b32" > "$WORK/eval.json" 2>&1
+check "external data is read from the model's folder" /usr/bin/python3 -c '
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+assert r["samples"] == 32 and r["loss"] < 5e-5, r' "$WORK/eval.json"
+"$DLSERVE" --import "$E/a/escape.onnx" --models "$M" --name ext2 > /dev/null 2> "$WORK/err"
+check "an external data path leaving the folder is refused" \
+    fails_with "$WORK/err" $? "must be a relative path inside the model's folder"
+"$DLSERVE" --import "$E/b/model.onnx" --models "$M" --name ext3 > /dev/null 2> "$WORK/err"
+check "an external data link leaving the folder is refused" \
+    fails_with "$WORK/err" $? "outside the model's folder"
+
 # dlserve's own export comes back: the input scaling it writes into the
 # graph (constant operands), the labels and loss of its "dlserve.model"
 # metadata; the predictions are the original's.
