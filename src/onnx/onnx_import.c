@@ -82,20 +82,25 @@ static bool layer_taken(xl *x, const char *s)
     return false;
 }
 
-void xl_layer_name(xl *x, const char *base, char out[DL_NAME_MAX])
+void xl_sanitize(const char *base, char out[DL_NAME_MAX])
 {
-    char s[DL_NAME_MAX];
     int n = 0;
     while (*base == '/' || *base == '.')
         base++;
     for (; *base && n < DL_NAME_MAX - 8; base++)
-        s[n++] = isalnum((unsigned char)*base) || *base == '-' || *base == '_' ? *base : '.';
-    s[n] = '\0';
+        out[n++] = isalnum((unsigned char)*base) || *base == '-' || *base == '_' ? *base : '.';
+    out[n] = '\0';
     if (!n)
-        snprintf(s, sizeof(s), "layer");
+        snprintf(out, DL_NAME_MAX, "layer");
+}
+
+void xl_layer_name(xl *x, const char *base, char out[DL_NAME_MAX])
+{
+    char s[DL_NAME_MAX];
+    xl_sanitize(base, s);
     snprintf(out, DL_NAME_MAX, "%s", s);
-    for (int k = 2; layer_taken(x, out); k++)
-        snprintf(out, DL_NAME_MAX, "%s_%d", s, k);
+    for (unsigned k = 2; layer_taken(x, out) && k < 100000; k++)
+        snprintf(out, DL_NAME_MAX, "%.54s_%u", s, k % 100000u);
 }
 
 void xl_node_layer_name(xl *x, const onnx_node *n, const char *weight, char out[DL_NAME_MAX])
@@ -221,6 +226,7 @@ static dl_status add_input(xl *x, const onnx_value *in)
     v->src = src;
     v->nd = in->ndim - 1;
     v->ids = in->elem != DT_FLOAT;
+    v->input = true;
     for (int k = 1; k < in->ndim; k++) {
         if (in->dims[k] < 1) {
             json_decref(shape);
@@ -252,7 +258,11 @@ static dl_status add_output(xl *x, int k, json_t *outs)
     json_array_foreach(x->inputs, i, o)
         shared = shared || !strcmp(json_string_value(json_object_get(o, "name")), v->src);
     char lname[DL_NAME_MAX], oname[DL_NAME_MAX];
-    xl_layer_name(x, name, oname);
+    xl_sanitize(name, oname);
+    json_array_foreach(outs, i, o)
+        if (!strcmp(json_string_value(json_object_get(o, "name")), oname))
+            return dl_err_set(x->err, DL_ERR_INVALID, "graph output '%s': its name is used "
+                              "twice", name);
     if (shared) {
         tvalue *nv = xl_add(x, name);
         xl_layer_name(x, name, lname);
@@ -379,11 +389,14 @@ static dl_status merge(xl *x, json_t *root, const char *beside)
     if (!x->g->meta_model)
         return DL_OK;
     json_t *m = json_loads(x->g->meta_model, 0, &je);
-    if (json_is_object(m))
-        merge_outputs(json_object_get(root, "outputs"), json_object_get(m, "outputs"), NULL,
-                      NULL);
+    if (!json_is_object(m)) {
+        json_decref(m);
+        return dl_err_set(x->err, DL_ERR_INVALID, "metadata 'dlserve.model' is not a JSON "
+                          "object");
+    }
+    merge_outputs(json_object_get(root, "outputs"), json_object_get(m, "outputs"), NULL, NULL);
     json_decref(m);
-    return json_is_object(m) || !m ? DL_OK : DL_OK;
+    return DL_OK;
 }
 
 /* ---- the translation ------------------------------------------------------ */

@@ -226,9 +226,13 @@ static dl_status fold_shape_op(xl *x, const onnx_node *n)
             d[nd++] = ins ? 1 : a->dims[s++];
         }
     } else if (!strcmp(n->op, "Squeeze")) {
-        for (int k = 0; k < a->ndim; k++)
-            if (a->dims[k] != 1)
+        for (int k = 0; k < a->ndim; k++) {
+            bool drop = na == 0 && a->dims[k] == 1;
+            for (int j = 0; j < na; j++)
+                drop = drop || (axes[j] < 0 ? axes[j] + a->ndim : axes[j]) == k;
+            if (!drop)
                 d[nd++] = a->dims[k];
+        }
     } else {
         nd = a->ndim;
         memcpy(d, a->dims, sizeof(d));
@@ -438,12 +442,13 @@ static dl_status op_matmul(xl *x, const onnx_node *n)
     free(wt);
     if (st || !add)
         return st;
-    tvalue *o = xl_find(x, n->out[0]), *fused = xl_add(x, add->out[0]);
+    tvalue *fused = xl_add(x, add->out[0]);
     if (!fused)
         return nomem(x);
     const char *name = fused->name;
-    *fused = *o;
+    *fused = *xl_find(x, n->out[0]);
     fused->name = name;
+    fused->fused = true;
     return DL_OK;
 }
 
@@ -653,9 +658,11 @@ static dl_status op_flatten(xl *x, const onnx_node *n)
     tvalue *a = arg(x, n, 0);
     if (a->c)
         return xl_refuse(x, n, "flattening a constant is not supported");
-    int ax = ps_axis(attr_i(n, "axis", 1), a->nd + 1);
-    if (ax < 0)
+    int64_t r = attr_i(n, "axis", 1);
+    r = r < 0 ? r + a->nd + 1 : r;            /* in [0, rank] */
+    if (r < 1 || r > a->nd + 1)
         return xl_refuse(x, n, "axis 0 would merge the batch into a sample");
+    int ax = (int)r - 1;
     int64_t d[2] = { 1, 1 };
     for (int k = 0; k < a->nd; k++)
         d[k < ax ? 0 : 1] *= a->d[k];
@@ -1012,8 +1019,17 @@ static dl_status op_pass(xl *x, const onnx_node *n)
         return xl_refuse(x, n, "its input is missing");
     if (a->c && strcmp(n->op, "Pad"))
         return fold_shape_op(x, n);
-    if (!strcmp(n->op, "Cast") && (a->ids || attr_i(n, "to", DT_FLOAT) != DT_FLOAT))
-        return xl_refuse(x, n, "only a cast of floats to float is elided");
+    int64_t to = attr_i(n, "to", DT_FLOAT);
+    bool to_int = to == DT_INT64 || to == DT_INT32;
+    if (!strcmp(n->op, "Cast") && a->input && to_int) {   /* ids for an embedding */
+        dl_status st = alias(x, n, a);
+        if (!st)
+            xl_find(x, n->out[0])->ids = true;
+        return st;
+    }
+    if (!strcmp(n->op, "Cast") && (a->ids || to != DT_FLOAT))
+        return xl_refuse(x, n, "only a cast of floats to float (or of a model input to "
+                         "integer ids) is elided");
     if (!strcmp(n->op, "Dropout") && n->nout > 1 && n->out[1][0])
         return xl_refuse(x, n, "the mask output is not supported");
     if (!strcmp(n->op, "Pad")) {
@@ -1067,8 +1083,11 @@ dl_status xl_node(xl *x, const onnx_node *n)
     for (int k = 0; k < n->nin; k++)
         if (n->in[k][0] && !xl_find(x, n->in[k]))
             return xl_refuse(x, n, "input '%.80s' is produced by no node above it", n->in[k]);
-    if (xl_find(x, n->out[0]))   /* the Add of a MatMul's bias, already fused */
+    tvalue *done = xl_find(x, n->out[0]);
+    if (done && done->fused && !strcmp(n->op, "Add"))   /* a MatMul's bias */
         return DL_OK;
+    if (done)
+        return xl_refuse(x, n, "output '%.80s' is produced twice", n->out[0]);
     for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++)
         if (!strcmp(ops[k].op, n->op)) {
             if (strcmp(n->op, "Constant") && !arg(x, n, 0))

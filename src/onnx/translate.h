@@ -20,7 +20,9 @@ typedef struct tvalue {
     const char  *src;                     /* dynamic: layer or input name */
     int          nd;
     int64_t      d[ONNX_MAX_DIMS];
-    bool         ids;                     /* an integer model input */
+    bool         ids;                     /* a model input's values as ids */
+    bool         input;                   /* a model input itself */
+    bool         fused;                   /* an Add folded into the layer before */
 } tvalue;
 
 typedef struct tensor_out {
@@ -52,7 +54,10 @@ int xl_uses(xl *x, const char *name);
 dl_status xl_refuse(xl *x, const onnx_node *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* A unique layer name from base (sanitized to [A-Za-z0-9._-]); into out. */
+/* base as a name of model.json: [A-Za-z0-9._-], leading '/' and '.'
+ * dropped, cut to fit; "layer" when nothing is left. */
+void xl_sanitize(const char *base, char out[DL_NAME_MAX]);
+/* A unique layer name from base (sanitized); into out. */
 void xl_layer_name(xl *x, const char *base, char out[DL_NAME_MAX]);
 /* Name for node n's layer: its weight initializer's PyTorch prefix when
  * `weight` ends with ".weight", else the node's name. */

@@ -155,6 +155,23 @@ check "export then import predicts as the original (class, label, score)" \
     cmp -s "$WORK/rt-a.txt" "$WORK/rt-b.txt"
 check "... on 300 images" test "$(grep -c '"label":"[A-Z]' "$WORK/rt-b.txt")" -eq 300
 
+# The same for two-tower: two inputs (ids and features), two outputs with
+# their losses from the metadata; each output's figures are the original's.
+mkdir -p "$RT/two-tower" "$WORK/tt"
+cp "$SRC/models/two-tower/model.json" "$RT/two-tower/"
+/usr/bin/python3 "$SRC/tests/py/make_two_tower.py" "$WORK/tt" --train 500 --test 200 > /dev/null
+"$DLSERVE" --train "$RT/two-tower" --data "$WORK/tt" --epochs 1 --threads 1 --no-progress \
+    > /dev/null 2>&1
+"$DLSERVE" --export "$RT/two-tower" --onnx "$WORK/tt.onnx" > /dev/null 2>&1
+"$DLSERVE" --import "$WORK/tt.onnx" --models "$RT" --name tt > /dev/null 2>&1
+"$DLSERVE" --eval "$RT/two-tower" --data "$WORK/tt" > "$WORK/tt-a.json" 2>&1
+"$DLSERVE" --eval "$RT/tt" --data "$WORK/tt" > "$WORK/tt-b.json" 2>&1
+check "two-tower exported and imported: each output's loss and metric are the original's" \
+    /usr/bin/python3 -c '
+import json, sys
+a, b = (json.loads(open(f).readline())["outputs"] for f in sys.argv[1:3])
+assert a == b and set(a) == {"click", "rating"}, (a, b)' "$WORK/tt-a.json" "$WORK/tt-b.json"
+
 # model.onnx served as it is: no model.json, no safetensors.
 R=$WORK/repo
 for m in mlp cnn_bn resnet ops; do mkdir -p "$R/$m/1" && cp "$X/$m.onnx" "$R/$m/1/model.onnx"; done
