@@ -466,9 +466,12 @@ dl_status dl_model_set_weights(dl_model *m, const dl_st_tensor *ts, int n, const
 
 /* The newest `max` versions in model_dir into out (room for max), newest
  * first; returns how many. With need_weights only folders holding a regular
- * file model.safetensors (or model.onnx, served as it is) count; otherwise
- * every entry with a version name. */
+ * file model.safetensors count; otherwise every entry with a version name. */
 int dl_repo_versions(const char *model_dir, bool need_weights, int64_t *out, int max);
+
+/* dl_repo_versions of the folders the daemon serves: holding a regular
+ * file model.safetensors, or model.onnx (translated at load). */
+int dl_repo_served_versions(const char *model_dir, int64_t *out, int max);
 
 /* The newest version holding a model.safetensors, or 0 if none. */
 int64_t dl_repo_latest(const char *model_dir);

@@ -188,12 +188,12 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
     return DL_OK;
 }
 
-/* Version folders holding weights, newest first; returns the count. */
+/* Version folders holding weights or model.onnx, newest first; returns the count. */
 static int list_versions(const registry *r, const char *name, int64_t *out, int max)
 {
     char dir[DL_PATH_MAX + 80];
     snprintf(dir, sizeof(dir), "%s/%s", r->conf.dir, name);
-    return dl_repo_versions(dir, true, out, max);
+    return dl_repo_served_versions(dir, out, max);
 }
 
 /* ---- entries -------------------------------------------------------------- */
@@ -354,7 +354,7 @@ static bool is_model_dir(const registry *r, const char *name)
         return true;
     int64_t v;
     snprintf(path, sizeof(path), "%s/%s", r->conf.dir, name);
-    return dl_repo_versions(path, true, &v, 1) > 0;   /* model.onnx alone */
+    return dl_repo_served_versions(path, &v, 1) > 0;   /* model.onnx alone */
 }
 
 int registry_rescan(registry *r)
@@ -426,7 +426,8 @@ void registry_free(registry *r)
 dl_status registry_load(registry *r, const char *name, dl_err *err)
 {
     if (!is_model_dir(r, name))
-        return dl_err_set(err, DL_ERR_NOT_FOUND, "unknown model '%s': no %s/%s/model.json",
+        return dl_err_set(err, DL_ERR_NOT_FOUND,
+                          "unknown model '%s': no %s/%s/model.json or version with model.onnx",
                           name, r->conf.dir, name);
     pthread_mutex_lock(&r->mu);
     entry *e = find_or_add(r, name);
