@@ -430,9 +430,7 @@ static dl_status translate(xl *x, const char *name, const char *beside, char **j
         st = merge(x, root, beside);
     if (st == DL_OK && !(*json = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER)))
         st = dl_err_set(x->err, DL_ERR_NOMEM, "model.json");
-    if (!root)
-        json_decref(outs);
-    json_decref(root);
+    json_decref(root);   /* json_pack took outs, even when it failed */
     return st;
 }
 
