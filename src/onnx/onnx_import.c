@@ -119,17 +119,22 @@ void xl_node_layer_name(xl *x, const onnx_node *n, const char *weight, char out[
 dl_status xl_emit(xl *x, json_t *l, const char *lname, const char *const *srcs, int nsrc,
                   tvalue *out, int nd, const int64_t *d)
 {
-    json_t *in = json_array();
+    json_t *in = json_array(), *named = json_pack("{s:s,s:s?}", "name", lname, "type",
+                                                  json_string_value(json_object_get(l, "type")));
     for (int k = 0; in && k < nsrc; k++)
         json_array_append_new(in, json_string(srcs[k]));
     char *name = onnx_strdup(x->g->arena, lname);
-    if (!l || !in || !name || json_object_set_new(l, "inputs", in) ||
-        json_object_set_new(l, "name", json_string(lname))) {
-        if (!l)
+    /* "name" and "type" first, "inputs" last: as one writes model.json. */
+    if (!l || !named || !in || !name || json_object_update(named, l) ||
+        json_object_set_new(named, "inputs", in)) {
+        if (!named || !l)
             json_decref(in);
         json_decref(l);
+        json_decref(named);
         return dl_err_set(x->err, DL_ERR_NOMEM, "layers");
     }
+    json_decref(l);
+    l = named;
     if (json_array_append_new(x->layers, l))   /* takes l, even when it fails */
         return dl_err_set(x->err, DL_ERR_NOMEM, "layers");
     if (nd < 1 || nd > DL_MAX_DIMS)
@@ -401,6 +406,36 @@ static dl_status merge(xl *x, json_t *root, const char *beside)
 
 /* ---- the translation ------------------------------------------------------ */
 
+/* model.json's text: one line a key, and one line an entry of inputs,
+ * layers and outputs. New, or NULL when out of memory. */
+static char *dump(json_t *root)
+{
+    dl_sbuf b = {0};
+    const char *key;
+    json_t *v;
+    size_t left = json_object_size(root);
+    dl_sbuf_printf(&b, "{\n");
+    json_object_foreach(root, key, v) {
+        bool list = json_is_array(v) && json_array_size(v) > 0;
+        char *text = json_dumps(v, JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+        dl_sbuf_printf(&b, "  \"%s\": %s", key, list ? "[\n" : text ? text : "null");
+        free(text);
+        for (size_t i = 0; list && i < json_array_size(v); i++) {
+            text = json_dumps(json_array_get(v, i), JSON_PRESERVE_ORDER);
+            dl_sbuf_printf(&b, "    %s%s\n", text ? text : "null",
+                           i + 1 < json_array_size(v) ? "," : "");
+            free(text);
+        }
+        dl_sbuf_printf(&b, "%s%s\n", list ? "  ]" : "", --left ? "," : "");
+    }
+    dl_sbuf_printf(&b, "}");
+    if (b.oom) {
+        dl_sbuf_free(&b);
+        return NULL;
+    }
+    return b.s;
+}
+
 static dl_status translate(xl *x, const char *name, const char *beside, char **json)
 {
     dl_status st = DL_OK;
@@ -428,7 +463,7 @@ static dl_status translate(xl *x, const char *name, const char *beside, char **j
         st = dl_err_set(x->err, DL_ERR_NOMEM, "model.json");
     if (st == DL_OK)
         st = merge(x, root, beside);
-    if (st == DL_OK && !(*json = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER)))
+    if (st == DL_OK && !(*json = dump(root)))
         st = dl_err_set(x->err, DL_ERR_NOMEM, "model.json");
     json_decref(root);   /* json_pack took outs, even when it failed */
     return st;
