@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Caps on what one file may hold. */
 #define MAX_COUNT   1000000               /* nodes, initializers, attributes... */
@@ -274,10 +275,11 @@ static void from_raw(onnx_tensor *t, const uint8_t *p)
     }
 }
 
-/* An external data file's bytes [offset, offset + len) into buf: the
- * location must stay inside the model's folder. */
+/* An external data file's bytes [offset, offset + len) into *buf (new):
+ * the location must stay inside the model's folder, and the file hold
+ * those bytes (checked before anything is allocated). */
 static dl_status external(rd *r, const char *where, const char *loc, uint64_t off,
-                          size_t len, uint8_t *buf)
+                          size_t len, uint8_t **buf)
 {
     if (!r->dir)
         return bad(r, where, "external data is not allowed here");
@@ -290,13 +292,20 @@ static dl_status external(rd *r, const char *where, const char *loc, uint64_t of
     if (n && realpath(path, real) && (strncmp(real, realdir, n) || real[n] != '/'))
         return bad(r, where, "the external data file lies outside the model's folder (a link)");
     FILE *fp = fopen(path, "rb");
+    struct stat sb;
     if (!fp)
         return dl_err_set(r->err, DL_ERR_IO, "%s: %s: cannot open external data '%s'",
                           r->what, where, loc);
-    bool ok = off <= INT64_MAX && fseeko(fp, (off_t)off, SEEK_SET) == 0 &&
-              fread(buf, 1, len, fp) == len;
+    bool ok = fstat(fileno(fp), &sb) == 0 && off <= (uint64_t)sb.st_size &&
+              len <= (uint64_t)sb.st_size - off && fseeko(fp, (off_t)off, SEEK_SET) == 0;
+    *buf = ok ? malloc(len ? len : 1) : NULL;
+    ok = ok && *buf && fread(*buf, 1, len, fp) == len;
     fclose(fp);
-    return ok ? DL_OK : bad(r, where, "the external data file is shorter than the tensor");
+    if (ok)
+        return DL_OK;
+    free(*buf);
+    *buf = NULL;
+    return bad(r, where, "the external data file is shorter than the tensor");
 }
 
 /* The dims, type and value fields of a TensorProto (first pass). */
@@ -358,6 +367,46 @@ static dl_status tensor_meta(rd *r, pb b, const char *where, onnx_tensor *t, tin
     return st;
 }
 
+/* The field a tensor's values are in, and their size when fixed (0: varints). */
+static int value_field(int dt, int *fixed)
+{
+    *fixed = dt == DT_FLOAT ? 4 : dt == DT_DOUBLE ? 8 : 0;
+    return dt == DT_FLOAT ? TENSOR_FLOAT_DATA
+         : dt == DT_DOUBLE ? TENSOR_DOUBLE_DATA
+         : dt == DT_INT64 ? TENSOR_INT64_DATA
+         : dt == DT_UINT64 || dt == DT_UINT32 ? TENSOR_UINT64_DATA
+         : TENSOR_INT32_DATA;
+}
+
+/* Most values the typed fields of a TensorProto can hold (each value takes
+ * at least one byte, or its fixed size): checked before allocating. */
+static int64_t values_present(rd *r, pb b, const char *where, int want, int fixed)
+{
+    field f;
+    int64_t n = 0;
+    while (next(r, &b, where, &f) == 1)
+        if (f.num == want)
+            n += f.wt == PB_LEN ? (int64_t)f.len / (fixed ? fixed : 1) : 1;
+    return n;
+}
+
+/* Where a tensor's bytes are, checked against its dimensions before its
+ * values are allocated; *ext (new) holds external data. */
+static dl_status tensor_source(rd *r, pb b, const char *where, const onnx_tensor *t,
+                               const tinfo *ti, uint8_t **ext)
+{
+    int fixed, want = value_field(t->dtype, &fixed);
+    size_t nbytes = (size_t)t->n * elem_size(t->dtype);
+    *ext = NULL;
+    if (ti->ext)
+        return external(r, where, ti->loc, ti->off, nbytes, ext);
+    if (ti->raw && ti->rawlen != nbytes)
+        return bad(r, where, "raw_data's length does not match its dimensions");
+    if (!ti->raw && values_present(r, b, where, want, fixed) < t->n)
+        return bad(r, where, "holds fewer values than its dimensions say");
+    return DL_OK;
+}
+
 static dl_status tensor(rd *r, pb b, onnx_tensor *t)
 {
     tinfo ti = {0};
@@ -367,42 +416,29 @@ static dl_status tensor(rd *r, pb b, onnx_tensor *t)
     if (st)
         return st;
     snprintf(where, sizeof(where), "tensor '%.100s'", t->name);
-    size_t es = elem_size(t->dtype);
-    if (!es)
+    if (!elem_size(t->dtype))
         return bad(r, where, "has a data type dlserve does not read (float, double and "
                    "integer types only)");
+    uint8_t *ext;
+    if ((st = tensor_source(r, b, where, t, &ti, &ext)))
+        return st;
     void *vals = onnx_alloc(r->a, (size_t)(t->n ? t->n : 1) * 8);
-    if (!vals)
+    if (!vals) {
+        free(ext);
         return dl_err_set(r->err, DL_ERR_NOMEM, "%s: %s", r->what, where);
+    }
     if (is_float(t->dtype))
         t->f = vals;
     else
         t->i = vals;
-    size_t nbytes = (size_t)t->n * es;
-    if (ti.ext) {
-        uint8_t *buf = malloc(nbytes ? nbytes : 1);
-        if (!buf)
-            return dl_err_set(r->err, DL_ERR_NOMEM, "%s: %s", r->what, where);
-        if ((st = external(r, where, ti.loc, ti.off, nbytes, buf)) == DL_OK)
-            from_raw(t, buf);
-        free(buf);
-        return st;
-    }
-    if (ti.raw) {
-        if (ti.rawlen != nbytes)
-            return bad(r, where, "raw_data's length does not match its dimensions");
-        from_raw(t, ti.raw);
+    if (ext || ti.raw) {
+        from_raw(t, ext ? ext : ti.raw);
+        free(ext);
         return DL_OK;
     }
     int64_t n = 0;
     field f;
-    int got;
-    int want = t->dtype == DT_FLOAT ? TENSOR_FLOAT_DATA
-             : t->dtype == DT_DOUBLE ? TENSOR_DOUBLE_DATA
-             : t->dtype == DT_INT64 ? TENSOR_INT64_DATA
-             : t->dtype == DT_UINT64 || t->dtype == DT_UINT32 ? TENSOR_UINT64_DATA
-             : TENSOR_INT32_DATA;
-    int fixed = t->dtype == DT_FLOAT ? 4 : t->dtype == DT_DOUBLE ? 8 : 0;
+    int got, fixed, want = value_field(t->dtype, &fixed);
     while (st == DL_OK && (got = next(r, &b, where, &f)) == 1)
         if (f.num == want)
             st = numbers(r, where, &f, fixed, t->n, &n, vals, is_float(t->dtype));
