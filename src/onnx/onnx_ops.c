@@ -1032,18 +1032,16 @@ static dl_status op_pass(xl *x, const onnx_node *n)
                          "integer ids) is elided");
     if (!strcmp(n->op, "Dropout") && n->nout > 1 && n->out[1][0])
         return xl_refuse(x, n, "the mask output is not supported");
-    if (!strcmp(n->op, "Pad")) {
+    if (!strcmp(n->op, "Pad")) {   /* pads: input 1 since opset 11, else an attribute */
         tvalue *p = arg(x, n, 1);
         const onnx_attr *pa = onnx_attr_find(n, "pads");
-        for (int64_t k = 0; p && p->c && p->c->i && k < p->c->n; k++)
-            if (p->c->i[k])
-                return xl_refuse(x, n, "only pads of zeros are supported");
-        if ((p && (!p->c || !p->c->i)) || (!p && (!pa || pa->nints)))
-            for (int k = 0; !p && pa && k < pa->nints; k++)
-                if (pa->ints[k])
-                    return xl_refuse(x, n, "only pads of zeros are supported");
         if (p && (!p->c || !p->c->i))
             return xl_refuse(x, n, "pads must be constant");
+        const int64_t *pads = p ? p->c->i : pa ? pa->ints : NULL;
+        int64_t npads = p ? p->c->n : pa ? pa->nints : 0;
+        for (int64_t k = 0; k < npads; k++)
+            if (pads[k])
+                return xl_refuse(x, n, "only pads of zeros are supported");
     }
     return alias(x, n, a);
 }
@@ -1051,27 +1049,26 @@ static dl_status op_pass(xl *x, const onnx_node *n)
 static const struct {
     const char *op;
     dl_status (*fn)(xl *x, const onnx_node *n);
-    bool fold_first;                      /* all-constant inputs: fold */
 } ops[] = {
-    {"Gemm", op_gemm, false}, {"MatMul", op_matmul, false}, {"Conv", op_conv, false},
-    {"BatchNormalization", op_batchnorm, false},
-    {"LayerNormalization", op_layernorm, false},
-    {"MaxPool", op_pool, false}, {"AveragePool", op_pool, false},
-    {"GlobalAveragePool", op_global_avg, false},
-    {"Relu", op_plain, false}, {"Sigmoid", op_plain, false}, {"Tanh", op_plain, false},
-    {"Sqrt", op_plain, false}, {"Erf", op_plain, false}, {"HardSwish", op_plain, false},
-    {"LeakyRelu", op_pointwise, false}, {"HardSigmoid", op_pointwise, false},
-    {"Clip", op_pointwise, false}, {"Pow", op_pointwise, false},
-    {"Softmax", op_softmax, false}, {"LogSoftmax", op_softmax, false},
-    {"Flatten", op_flatten, false}, {"Reshape", op_reshape, false},
-    {"Squeeze", op_squeeze, false}, {"Unsqueeze", op_squeeze, false},
-    {"Transpose", op_transpose, false}, {"Concat", op_concat, false},
-    {"Add", op_binary, false}, {"Sub", op_binary, false}, {"Mul", op_binary, false},
-    {"Div", op_binary, false}, {"Gather", op_gather, false},
-    {"Identity", op_pass, false}, {"Dropout", op_pass, false}, {"Cast", op_pass, false},
-    {"Pad", op_pass, false}, {"ReduceMean", op_reduce, false},
-    {"ReduceSum", op_reduce, false}, {"Constant", op_constant, false},
-    {"Shape", op_shape, false}, {"Slice", op_slice, false},
+    {"Gemm", op_gemm}, {"MatMul", op_matmul}, {"Conv", op_conv},
+    {"BatchNormalization", op_batchnorm},
+    {"LayerNormalization", op_layernorm},
+    {"MaxPool", op_pool}, {"AveragePool", op_pool},
+    {"GlobalAveragePool", op_global_avg},
+    {"Relu", op_plain}, {"Sigmoid", op_plain}, {"Tanh", op_plain},
+    {"Sqrt", op_plain}, {"Erf", op_plain}, {"HardSwish", op_plain},
+    {"LeakyRelu", op_pointwise}, {"HardSigmoid", op_pointwise},
+    {"Clip", op_pointwise}, {"Pow", op_pointwise},
+    {"Softmax", op_softmax}, {"LogSoftmax", op_softmax},
+    {"Flatten", op_flatten}, {"Reshape", op_reshape},
+    {"Squeeze", op_squeeze}, {"Unsqueeze", op_squeeze},
+    {"Transpose", op_transpose}, {"Concat", op_concat},
+    {"Add", op_binary}, {"Sub", op_binary}, {"Mul", op_binary},
+    {"Div", op_binary}, {"Gather", op_gather},
+    {"Identity", op_pass}, {"Dropout", op_pass}, {"Cast", op_pass},
+    {"Pad", op_pass}, {"ReduceMean", op_reduce},
+    {"ReduceSum", op_reduce}, {"Constant", op_constant},
+    {"Shape", op_shape}, {"Slice", op_slice},
 };
 
 dl_status xl_node(xl *x, const onnx_node *n)

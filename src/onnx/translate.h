@@ -40,7 +40,6 @@ typedef struct xl {
     json_t         *layers, *inputs;      /* model.json arrays */
     tensor_out     *t;
     int             nt, capt;
-    int            *uses;                 /* per node output name: readers */
 } xl;
 
 /* The value called name, or NULL. */
