@@ -23,7 +23,6 @@ static const char synopsis[] =
     "       dlserve --predict MODEL_DIR [--version V] [FILE|-]\n"
     "       dlserve --bench MODEL_DIR [--threads N] [--batch-size B] [--steps S]\n"
     "       dlserve --import FILE.onnx --models DIR --name NAME\n"
-
     "       dlserve --export MODEL_DIR [--version V] --onnx OUT.onnx\n";
 
 /* ---- the table -------------------------------------------------------------- */

@@ -66,6 +66,11 @@ for i in range(40, len(b), 97):
 open(sys.argv[2], "wb").write(b)' "$X/mlp.onnx" "$WORK/bad.onnx"
 "$DLSERVE" --import "$WORK/bad.onnx" --models "$M" --name bad2 > /dev/null 2> "$WORK/err"
 check "a corrupted file is refused with a reason" fails_with "$WORK/err" $? "bad2\|onnx"
+"$DLSERVE" --import "$X/mlp.onnx" --models "$M" > /dev/null 2> "$WORK/err"
+check "--import without --name is refused" fails_with "$WORK/err" $? "needs --name NAME"
+"$DLSERVE" --import "$X/mlp.onnx" --models "$M" --name ../up > /dev/null 2> "$WORK/err"
+check "--import with a name that is no folder name is refused" \
+    fails_with "$WORK/err" $? "not a valid model name"
 check "refused imports write nothing" test ! -e "$M/bad/1" -a ! -e "$M/cut/1"
 
 # Fine-tuning: a model.json beside gives the output its loss and labels and
