@@ -22,6 +22,7 @@ static const char synopsis[] =
     "       dlserve --eval MODEL_DIR [--version V] [--data DIR]\n"
     "       dlserve --predict MODEL_DIR [--version V] [FILE|-]\n"
     "       dlserve --bench MODEL_DIR [--threads N] [--batch-size B] [--steps S]\n"
+    "       dlserve --import FILE.onnx --models DIR --name NAME\n"
     "       dlserve --export MODEL_DIR [--version V] --onnx OUT.onnx\n";
 
 /* ---- the table -------------------------------------------------------------- */
@@ -105,6 +106,10 @@ static const cli_opt opts[] = {
      .value = CLI_BENCH, .doc = "measure training and inference samples/s"},
     {"export", .group = G_MODE, .kind = OPT_CALL, .arg = "MODEL_DIR", .call = call_mode,
      .value = CLI_EXPORT, .doc = "write a version as ONNX (--onnx)"},
+    {"import", .group = G_MODE, .kind = OPT_CALL, .arg = "FILE.onnx", .call = call_mode,
+     .value = CLI_IMPORT, .doc = "translate an ONNX model into DIR/NAME/<next version>/"},
+    {"name", .group = G_MODE, .kind = OPT_TEXT, .arg = "NAME", FIELD(import_name),
+     .doc = "--import: the model's name (its folder)"},
 
     {"data", .group = G_RUN, .kind = OPT_TEXT, .arg = "DIR", FIELD(run.data_dir),
      .doc = "data folder: IDX (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], "
@@ -138,7 +143,8 @@ static const cli_opt opts[] = {
     {"limit", .group = G_RUN, .arg = "N", COUNT(run.limit, 1, COUNT_MAX),
      .doc = "use only the first N samples of each split (quick runs)"},
     {"version", .group = G_RUN, .arg = "V", COUNT(run.version, 1, COUNT_MAX),
-     .doc = "model version for --eval / --predict / --export (default newest)"},
+     .doc = "model version for --eval / --predict / --export (default newest); --train: "
+            "start from its weights (fine-tuning)"},
     {"onnx", .group = G_RUN, .kind = OPT_TEXT, .arg = "FILE", FIELD(onnx),
      .doc = "--export: the ONNX file to write (opset 17, a dynamic batch dimension)"},
     {"progress", .group = G_RUN, .kind = OPT_FLAG, FIELD(run.progress), .value = 1,
@@ -309,7 +315,7 @@ static int apply(const cli_opt *o, const char *arg, cli *c)
 static int call_mode(const cli_opt *o, const char *arg, cli *c)
 {
     if (c->mode != CLI_SERVE)
-        return fail("only one of --train, --eval, --predict, --bench, --export");
+        return fail("only one of --train, --eval, --predict, --bench, --export, --import");
     c->mode = (cli_mode)o->value;
     c->run.model_dir = arg;
     return -1;

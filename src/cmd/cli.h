@@ -15,6 +15,7 @@ typedef enum cli_mode {
     CLI_PREDICT,
     CLI_BENCH,
     CLI_EXPORT,
+    CLI_IMPORT,    /* --import FILE.onnx --models DIR --name NAME */
 } cli_mode;
 
 /* What the command line asks for. Strings point into argv or into owned. */
@@ -25,6 +26,7 @@ typedef struct cli {
     bool        check_config;     /* --check-config: print the effective config */
     bool        publish;          /* --train --publish */
     const char *onnx;             /* --export: the ONNX file to write */
+    const char *import_name;      /* --import: --name */
     const char *overrides[CLI_OVERRIDES_MAX];   /* "section.key=value", in order */
     int         noverrides;
     char        owned[CLI_OVERRIDES_MAX][1100]; /* texts built for --port, --models, ... */

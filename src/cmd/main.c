@@ -83,6 +83,27 @@ static int train_and_publish(dl_run_opts *o, const char *config, const char *con
 #endif
 }
 
+/* --import FILE.onnx --models DIR --name NAME: DIR from the last
+ * models.dir override (--models or --set), "models" without one. */
+static int import_onnx(const cli *c)
+{
+    const char *dir = "models", *key = "models.dir=";
+    for (int i = 0; i < c->noverrides; i++)
+        if (strncmp(c->overrides[i], key, strlen(key)) == 0)
+            dir = c->overrides[i] + strlen(key);
+    if (!c->import_name)
+        return fail("--import needs --name NAME (the model's folder under %s)%s", dir, "");
+    dl_err err = {0};
+    int64_t version = 0;
+    if (dl_onnx_import(c->run.model_dir, dir, c->import_name, &version, &err) != DL_OK) {
+        fprintf(stderr, "dlserve: %s\n", err.msg);
+        return 1;
+    }
+    printf("{\"model\":\"%s\",\"version\":%lld,\"path\":\"%s/%s/%lld\"}\n",
+           c->import_name, (long long)version, dir, c->import_name, (long long)version);
+    return 0;
+}
+
 /* --export: one JSON line saying what was written. */
 static dl_status export_onnx(const cli *c, dl_err *err)
 {
@@ -108,6 +129,8 @@ int main(int argc, char **argv)
     int rc = cli_parse(argc, argv, &c);
     if (rc >= 0)
         return rc;
+    if (c.mode == CLI_IMPORT)
+        return import_onnx(&c);
     if (c.mode == CLI_SERVE)
         return serve(c.config, c.check_config, c.overrides, c.noverrides);
     if (c.publish)
@@ -123,7 +146,8 @@ int main(int argc, char **argv)
     case CLI_BENCH:   st = o->infer_batches ? dl_bench_infer_run(o, &err)
                                             : dl_bench_run(o, &err); break;
     case CLI_EXPORT:  st = export_onnx(&c, &err); break;
-    case CLI_SERVE:   break;
+    case CLI_SERVE:
+    case CLI_IMPORT:  break;
     }
     if (st != DL_OK) {
         fprintf(stderr, "dlserve: %s\n", err.msg);

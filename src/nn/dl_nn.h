@@ -450,6 +450,11 @@ const char         *dl_st_meta(const dl_st_file *f, const char *key);
 const char         *dl_st_dtype_name(dl_st_dtype dt);
 void                dl_st_free(dl_st_file *f);
 
+/* Model weights (dl_model_load) from tensors in memory (ts, n of them; `what` names
+ * their source in errors), with the same checks. */
+dl_status dl_model_set_weights(dl_model *m, const dl_st_tensor *ts, int n, const char *what,
+                               dl_err *err);
+
 /* ---- model repository: version folders and checkpoints --------------- */
 
 /* A model folder holds model.json, numbered version folders (1/, 2/, ...)
@@ -463,6 +468,10 @@ void                dl_st_free(dl_st_file *f);
  * first; returns how many. With need_weights only folders holding a regular
  * file model.safetensors count; otherwise every entry with a version name. */
 int dl_repo_versions(const char *model_dir, bool need_weights, int64_t *out, int max);
+
+/* dl_repo_versions of the folders the daemon serves: holding a regular
+ * file model.safetensors, or model.onnx (translated at load). */
+int dl_repo_served_versions(const char *model_dir, int64_t *out, int max);
 
 /* The newest version holding a model.safetensors, or 0 if none. */
 int64_t dl_repo_latest(const char *model_dir);

@@ -73,9 +73,17 @@ static bool is_ignored_extra(const char *name)
     return n > k && strcmp(name + n - k, suffix) == 0;
 }
 
-/* Checks every tensor of the file against the model and copies the
- * values into the host staging buffers. */
-static dl_status match(dl_model *m, const dl_st_file *f, const char *path,
+static const dl_st_tensor *find_in(const dl_st_tensor *ts, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(ts[i].name, name) == 0)
+            return &ts[i];
+    return NULL;
+}
+
+/* Checks every tensor (ts, n of them, from `path`) against the model and
+ * copies the values into the host staging buffers. */
+static dl_status match(dl_model *m, const dl_st_tensor *ts, int n, const char *path,
                        float *hp, float *hs, dl_err *err)
 {
     char want[96], got[96];
@@ -85,7 +93,7 @@ static dl_status match(dl_model *m, const dl_st_file *f, const char *path,
         const int64_t *shape;
         float *data;
         dl_model_tensor_at(m, i, &name, &ndim, &shape, &data);
-        const dl_st_tensor *t = dl_st_find(f, name);
+        const dl_st_tensor *t = find_in(ts, n, name);
         if (!t)
             return dl_err_set(err, DL_ERR_INVALID, "%s: tensor '%s' is missing", path, name);
         if (t->dtype != DL_ST_F32)
@@ -98,8 +106,8 @@ static dl_status match(dl_model *m, const dl_st_file *f, const char *path,
                               dl_shape_str(ndim, shape, want, sizeof(want)));
         memcpy(host_ptr(m, data, hp, hs), t->data, t->nbytes);
     }
-    for (int i = 0; i < dl_st_count(f); i++) {
-        const char *name = dl_st_at(f, i)->name;
+    for (int i = 0; i < n; i++) {
+        const char *name = ts[i].name;
         if (dl_model_tensor_index(m, name) < 0 && !is_ignored_extra(name))
             return dl_err_set(err, DL_ERR_INVALID,
                               "%s: tensor '%s' is not part of model '%s'", path, name,
@@ -108,16 +116,13 @@ static dl_status match(dl_model *m, const dl_st_file *f, const char *path,
     return DL_OK;
 }
 
-dl_status dl_model_load(dl_model *m, const char *path, dl_err *err)
+dl_status dl_model_set_weights(dl_model *m, const dl_st_tensor *ts, int n, const char *what,
+                               dl_err *err)
 {
-    dl_st_file *f;
-    dl_status st = dl_st_load(path, &f, err);
-    if (st != DL_OK)
-        return st;
     float *hp = NULL, *hs = NULL;
-    st = download_all(m, &hp, &hs, err);
+    dl_status st = download_all(m, &hp, &hs, err);
     if (st == DL_OK)
-        st = match(m, f, path, hp, hs, err);
+        st = match(m, ts, n, what, hp, hs, err);
     if (st == DL_OK) {
         /* Everything matched: only now replace the model's weights. */
         int64_t np, ns;
@@ -128,6 +133,17 @@ dl_status dl_model_load(dl_model *m, const char *path, dl_err *err)
     }
     free(hp);
     free(hs);
+    return st;
+}
+
+dl_status dl_model_load(dl_model *m, const char *path, dl_err *err)
+{
+    dl_st_file *f;
+    dl_status st = dl_st_load(path, &f, err);
+    if (st != DL_OK)
+        return st;
+    st = dl_model_set_weights(m, dl_st_count(f) ? dl_st_at(f, 0) : NULL, dl_st_count(f),
+                              path, err);
     dl_st_free(f);
     return st;
 }

@@ -13,7 +13,7 @@
 #define MAX_DIGITS 18
 
 /* A model folder path (up to 4096 bytes), an entry name (up to 255) and
- * "/model.safetensors". */
+ * "/model.safetensors" or "/model.onnx". */
 enum { PATH_CAP = 4400 };
 
 #define CKPT_PREFIX "step-"
@@ -53,7 +53,10 @@ static int insert_newest_first(int64_t *out, int n, int max, int64_t v)
     return n + 1;
 }
 
-int dl_repo_versions(const char *model_dir, bool need_weights, int64_t *out, int max)
+/* The newest `max` versions whose folder holds one of the regular files
+ * files[0..nfiles) (nfiles 0: any entry with a version name). */
+static int versions_with(const char *model_dir, const char *const *files, int nfiles,
+                         int64_t *out, int max)
 {
     DIR *d = opendir(model_dir);
     if (!d)
@@ -66,16 +69,30 @@ int dl_repo_versions(const char *model_dir, bool need_weights, int64_t *out, int
             continue;
         char path[PATH_CAP];
         struct stat sb;
-        int len = snprintf(path, sizeof(path), "%s/%s%s", model_dir, e->d_name,
-                           need_weights ? "/model.safetensors" : "");
-        if (len < 0 || (size_t)len >= sizeof(path) || stat(path, &sb) != 0)
-            continue;
-        if (need_weights && !S_ISREG(sb.st_mode))
-            continue;
-        n = insert_newest_first(out, n, max, v);
+        bool found = false;
+        for (int k = 0; k < (nfiles ? nfiles : 1) && !found; k++) {
+            int len = snprintf(path, sizeof(path), "%s/%s%s%s", model_dir, e->d_name,
+                               nfiles ? "/" : "", nfiles ? files[k] : "");
+            found = len > 0 && (size_t)len < sizeof(path) && stat(path, &sb) == 0 &&
+                    (!nfiles || S_ISREG(sb.st_mode));
+        }
+        if (found)
+            n = insert_newest_first(out, n, max, v);
     }
     closedir(d);
     return n;
+}
+
+int dl_repo_versions(const char *model_dir, bool need_weights, int64_t *out, int max)
+{
+    static const char *const weights[] = {"model.safetensors"};
+    return versions_with(model_dir, weights, need_weights ? 1 : 0, out, max);
+}
+
+int dl_repo_served_versions(const char *model_dir, int64_t *out, int max)
+{
+    static const char *const files[] = {"model.safetensors", "model.onnx"};
+    return versions_with(model_dir, files, 2, out, max);
 }
 
 int64_t dl_repo_latest(const char *model_dir)

@@ -1,6 +1,8 @@
 /* dl_onnx.h: ONNX for dlserve's models: writing a model of the repository
  * (model.json and a version's safetensors) as an ONNX graph, and reading
- * ONNX back. Depends on nn, tensor and util. */
+ * ONNX back: translated into the engine's own model.json graph and weights
+ * (then loaded by the one validated path: model.json parsing and the
+ * safetensors checks). Depends on nn, tensor and util. */
 #ifndef DL_ONNX_H
 #define DL_ONNX_H
 
@@ -30,6 +32,52 @@ typedef struct dl_onnx_export_info {
  * DL_ERR_INVALID with a message naming them. info may be NULL. */
 dl_status dl_onnx_export(const char *model_dir, int64_t version, const char *path,
                          dl_onnx_export_info *info, dl_err *err);
+
+/* ---- import ------------------------------------------------------------ */
+
+/* Most bytes of an ONNX file (or of one external data file). */
+#define DL_ONNX_MAX_BYTES (INT64_C(2) << 30)
+
+/* An ONNX model translated: model.json text and F32 weights with PyTorch
+ * names. Read-only once made. */
+typedef struct dl_onnx_model dl_onnx_model;
+
+/* Translates the ONNX model in buf (len bytes) into a model called
+ * `name`. dir (may be NULL: external data is then refused) holds its
+ * external data files; beside (may be NULL) is the text of a model.json
+ * beside it, whose name, description, training, per-input scaling
+ * (matched by name) and per-output loss and labels (matched by name)
+ * apply; its layers are ignored. Without beside, the model's metadata
+ * "dlserve.model" gives the outputs' loss and labels; without either,
+ * outputs are served as they are ("mse"). An operator or attribute the
+ * engine cannot run exactly is refused: "node 'NAME' (OP, opset N):
+ * reason". `what` names the source in errors. *out is new. */
+dl_status dl_onnx_parse(const void *buf, size_t len, const char *dir, const char *name,
+                        const char *beside, const char *what, dl_onnx_model **out,
+                        dl_err *err);
+/* dl_onnx_parse of a file; dir is the file's folder. */
+dl_status dl_onnx_load(const char *path, const char *name, const char *beside,
+                       dl_onnx_model **out, dl_err *err);
+void dl_onnx_free(dl_onnx_model *om);
+
+/* The model.json text (borrowed), and the weights: count and tensor i
+ * (borrowed; F32, names as "<layer>.weight"). */
+const char *dl_onnx_json(const dl_onnx_model *om);
+int dl_onnx_tensor_count(const dl_onnx_model *om);
+const dl_st_tensor *dl_onnx_tensor_at(const dl_onnx_model *om, int i);
+
+/* Parses the translation's model.json (*conf new) and, when m is not
+ * NULL, builds the model on be with the translated weights (*m new). */
+dl_status dl_onnx_build(const dl_onnx_model *om, dl_backend *be, const char *what,
+                        dl_model_conf **conf, dl_model **m, dl_err *err);
+
+/* dlserve --import: translates `path` and writes MODELS_DIR/NAME/model.json
+ * (a model.json already there merged in as for dl_onnx_parse, then
+ * rewritten with the graph) and
+ * MODELS_DIR/NAME/<version>/model.safetensors, version the next free one
+ * (written into *version). */
+dl_status dl_onnx_import(const char *path, const char *models_dir, const char *name,
+                         int64_t *version, dl_err *err);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
  * are freed when their last request releases them. */
 #define _POSIX_C_SOURCE 200809L
 #include "serve/serve.h"
+#include "onnx/dl_onnx.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -69,7 +70,9 @@ void served_release(served *sv)
 }
 
 /* A model's model.json, read for its versions: the text without its
- * "serving" block (new, *text) and that block's settings. */
+ * "serving" block (new, *text) and that block's settings. A model served
+ * from model.onnx files may have none: then *text is "" and the settings
+ * are the defaults. */
 static dl_status read_model_json(const registry *r, const char *name, char **text,
                                  serving_conf *sc, dl_err *err)
 {
@@ -77,6 +80,13 @@ static dl_status read_model_json(const registry *r, const char *name, char **tex
     snprintf(path, sizeof(path), "%s/%s/model.json", r->conf.dir, name);
     char *raw = NULL;
     size_t len = 0;
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        dl_status st = serving_split("{}", 2, r->nbe, sc, text, err);
+        if (st == DL_OK)
+            (*text)[0] = '\0';
+        return st;
+    }
     dl_status st = dl_file_read(path, &raw, &len, err);
     if (st == DL_OK)
         st = serving_split(raw, len, r->nbe, sc, text, err);
@@ -84,8 +94,34 @@ static dl_status read_model_json(const registry *r, const char *name, char **tex
     return st;
 }
 
+/* The model.json of a version: a version folder with model.onnx and no
+ * model.safetensors is translated (the model's model.json text, when there
+ * is one, merged in: *om new), any other uses the model's. */
+static dl_status version_conf(registry *r, const char *name, int64_t version,
+                              const char *text, dl_onnx_model **om, dl_model_conf **conf,
+                              dl_err *err)
+{
+    char path[DL_PATH_MAX + 128], onnx[DL_PATH_MAX + 128];
+    struct stat sb;
+    *om = NULL;
+    snprintf(path, sizeof(path), "%s/%s/%lld/model.safetensors", r->conf.dir, name,
+             (long long)version);
+    snprintf(onnx, sizeof(onnx), "%s/%s/%lld/model.onnx", r->conf.dir, name,
+             (long long)version);
+    if (stat(path, &sb) != 0 && stat(onnx, &sb) == 0) {
+        dl_status st = dl_onnx_load(onnx, name, text[0] ? text : NULL, om, err);
+        return st ? st : dl_onnx_build(*om, NULL, onnx, conf, NULL, err);
+    }
+    snprintf(path, sizeof(path), "%s/%s/model.json", r->conf.dir, name);
+    if (!text[0])
+        return dl_err_set(err, DL_ERR_INVALID, "%s: missing (version %lld has no model.onnx)",
+                          path, (long long)version);
+    return dl_model_conf_parse(text, strlen(text), path, conf, err);
+}
+
 /* Loads, validates and warms up one version from its model's model.json
- * `text` (without its serving block) and serving settings sc. */
+ * `text` (without its serving block; "" when there is none) and serving
+ * settings sc. */
 static dl_status load_version(registry *r, const char *name, int64_t version, const char *text,
                               const serving_conf *sc, served_impl **out, dl_err *err)
 {
@@ -97,7 +133,8 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
         return dl_err_set(err, DL_ERR_NOMEM, "model");
     s->pub.serving = *sc;
     s->pub.instances = sc->instances > 0 ? (int)sc->instances : r->nbe;
-    dl_status st = dl_model_conf_parse(text, strlen(text), path, &s->pub.conf, err);
+    dl_onnx_model *om = NULL;
+    dl_status st = version_conf(r, name, version, text, &om, &s->pub.conf, err);
     if (st == DL_OK && strcmp(s->pub.conf->name, name) != 0)
         st = dl_err_set(err, DL_ERR_INVALID, "%s: name '%s' differs from the folder '%s'",
                         path, s->pub.conf->name, name);
@@ -107,7 +144,10 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
         dl_model *m = NULL;
         st = dl_model_new(r->be[i], s->pub.conf, 1, &m, err);
         s->pub.m[i] = m;
-        if (st == DL_OK)
+        if (st == DL_OK && om)
+            st = dl_model_set_weights(m, dl_onnx_tensor_at(om, 0), dl_onnx_tensor_count(om),
+                                      path, err);
+        else if (st == DL_OK)
             st = dl_model_load(m, path, err);
         if (st != DL_OK)
             break;
@@ -132,6 +172,7 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
         free(x);
         free(y);
     }
+    dl_onnx_free(om);
     if (st != DL_OK) {
         served_free(s);
         return st;
@@ -143,12 +184,12 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
     return DL_OK;
 }
 
-/* Version folders holding weights, newest first; returns the count. */
+/* Version folders holding weights or model.onnx, newest first; returns the count. */
 static int list_versions(const registry *r, const char *name, int64_t *out, int max)
 {
     char dir[DL_PATH_MAX + 80];
     snprintf(dir, sizeof(dir), "%s/%s", r->conf.dir, name);
-    return dl_repo_versions(dir, true, out, max);
+    return dl_repo_served_versions(dir, out, max);
 }
 
 /* ---- entries -------------------------------------------------------------- */
@@ -281,7 +322,7 @@ static int sync_model_locked(registry *r, const char *name)
         DL_LOG(DL_LOG_ERR, "models", "%s refused: %s", name, jerr.msg);
         snprintf(reason, sizeof(reason), "model.json refused: %.200s", jerr.msg);
     } else if (nhave == 0) {
-        snprintf(reason, sizeof(reason), "no version with model.safetensors");
+        snprintf(reason, sizeof(reason), "no version with model.safetensors or model.onnx");
     }
     pthread_mutex_lock(&r->mu);
     e = find(r, name);
@@ -305,7 +346,11 @@ static bool is_model_dir(const registry *r, const char *name)
     char path[DL_PATH_MAX + 80];
     struct stat sb;
     snprintf(path, sizeof(path), "%s/%s/model.json", r->conf.dir, name);
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+        return true;
+    int64_t v;
+    snprintf(path, sizeof(path), "%s/%s", r->conf.dir, name);
+    return dl_repo_served_versions(path, &v, 1) > 0;   /* model.onnx alone */
 }
 
 int registry_rescan(registry *r)
@@ -377,7 +422,8 @@ void registry_free(registry *r)
 dl_status registry_load(registry *r, const char *name, dl_err *err)
 {
     if (!is_model_dir(r, name))
-        return dl_err_set(err, DL_ERR_NOT_FOUND, "unknown model '%s': no %s/%s/model.json",
+        return dl_err_set(err, DL_ERR_NOT_FOUND,
+                          "unknown model '%s': no %s/%s/model.json or version with model.onnx",
                           name, r->conf.dir, name);
     pthread_mutex_lock(&r->mu);
     entry *e = find_or_add(r, name);

@@ -101,6 +101,21 @@ Test(repo, folders_without_weights)
     cr_expect_eq(dl_repo_next(dir), 5);
 }
 
+/* The daemon also serves a version folder holding model.onnx alone; the
+ * trainer's and the command line's newest version still needs weights. */
+Test(repo, onnx_versions_are_served)
+{
+    make_version("1");
+    make_dir("2");
+    make_file("2/model.onnx");
+    make_dir("3");
+    make_dir("3/model.onnx");              /* not a regular file */
+    int64_t v[8];
+    expect_list(v, dl_repo_served_versions(dir, v, 8), (int64_t[]){2, 1}, 2);
+    expect_list(v, dl_repo_versions(dir, true, v, 8), (int64_t[]){1}, 1);
+    cr_expect_eq(dl_repo_latest(dir), 1);
+}
+
 Test(repo, empty_and_missing_folders)
 {
     int64_t v[4];

@@ -1,0 +1,1095 @@
+/* onnx_ops.c: one translation an ONNX operator: into engine layers (dense,
+ * conv2d, batchnorm, ...), or folded when its inputs are constants (the
+ * Shape/Gather/Unsqueeze/Concat/Cast chains that exporters write for
+ * reshapes). The batch is axis 0 of every graph input and must stay axis
+ * 0: anything that would move or merge it, and any attribute the engine
+ * cannot honour exactly, is refused naming the node. */
+#define _POSIX_C_SOURCE 200809L
+#include "onnx/translate.h"
+#include "onnx/onnx_pb.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static tvalue *arg(xl *x, const onnx_node *n, int k)
+{
+    return k < n->nin && n->in[k][0] ? xl_find(x, n->in[k]) : NULL;
+}
+
+static int64_t attr_i(const onnx_node *n, const char *name, int64_t dflt)
+{
+    const onnx_attr *a = onnx_attr_find(n, name);
+    return a ? a->i : dflt;
+}
+
+static float attr_f(const onnx_node *n, const char *name, float dflt)
+{
+    const onnx_attr *a = onnx_attr_find(n, name);
+    return a ? a->f : dflt;
+}
+
+/* The per-sample axis of ONNX axis a of a value of per-sample rank nd; -1
+ * when it is the batch or out of range. */
+static int ps_axis(int64_t a, int nd)
+{
+    int64_t r = a < 0 ? a + nd + 1 : a;
+    return r >= 1 && r <= nd ? (int)(r - 1) : -1;
+}
+
+static tvalue *out0(xl *x, const onnx_node *n)
+{
+    return n->nout >= 1 ? xl_add(x, n->out[0]) : NULL;
+}
+
+static dl_status nomem(xl *x) { return dl_err_set(x->err, DL_ERR_NOMEM, "translation"); }
+
+/* Emits a one-input layer of `type` (object l, may be NULL) on v. */
+static dl_status unary(xl *x, const onnx_node *n, const char *type, json_t *l, tvalue *v,
+                       int nd, const int64_t *d)
+{
+    char name[DL_NAME_MAX];
+    xl_node_layer_name(x, n, NULL, name);
+    if (!l)
+        l = json_object();
+    json_object_set_new(l, "type", json_string(type));
+    tvalue *o = out0(x, n);
+    return o ? xl_emit(x, l, name, &v->src, 1, o, nd, d) : nomem(x);
+}
+
+/* A reshape of v to d[0..nd) under a name from n. */
+static dl_status reshape_to(xl *x, const onnx_node *n, tvalue *v, int nd, const int64_t *d)
+{
+    json_t *shape = json_array();
+    for (int k = 0; k < nd; k++)
+        json_array_append_new(shape, json_integer(d[k]));
+    return unary(x, n, "reshape", json_pack("{s:o}", "shape", shape), v, nd, d);
+}
+
+/* An alias: the output is the input value itself. */
+static dl_status alias(xl *x, const onnx_node *n, tvalue *v)
+{
+    tvalue copy = *v;
+    tvalue *o = out0(x, n);
+    if (!o)
+        return nomem(x);
+    const char *name = o->name;
+    *o = copy;
+    o->name = name;
+    return DL_OK;
+}
+
+/* A constant operand as a `constant` layer: its shape per sample (a
+ * leading 1 of full rank is the batch). */
+static dl_status constant_layer(xl *x, const onnx_node *n, tvalue *c, int rank, tvalue *out)
+{
+    const onnx_tensor *t = c->c;
+    int skip = t->ndim == rank + 1 ? 1 : 0;
+    if (t->ndim > rank + 1 || (skip && t->dims[0] != 1) || !t->f)
+        return xl_refuse(x, n, "operand '%s' is not a float constant that broadcasts over "
+                         "the batch", c->name);
+    int64_t d[ONNX_MAX_DIMS];
+    int nd = 0;
+    for (int k = skip; k < t->ndim; k++)
+        d[nd++] = t->dims[k];
+    if (nd == 0)
+        d[nd++] = 1;
+    if (nd > DL_MAX_DIMS)
+        return xl_refuse(x, n, "constant '%s' has too many dimensions", c->name);
+    char name[DL_NAME_MAX];
+    xl_layer_name(x, c->name, name);
+    json_t *shape = json_array();
+    for (int k = 0; k < nd; k++)
+        json_array_append_new(shape, json_integer(d[k]));
+    dl_status st = xl_emit(x, json_pack("{s:s,s:o}", "type", "constant", "shape", shape), name,
+                           NULL, 0, out, nd, d);
+    if (st == DL_OK)
+        json_object_set_new(json_array_get(x->layers, json_array_size(x->layers) - 1),
+                            "inputs", json_array());
+    return st ? st : xl_tensor(x, name, "value", nd, d, t->f, 0);
+}
+
+/* ---- constant folding ---------------------------------------------------- */
+
+static bool all_const(xl *x, const onnx_node *n)
+{
+    for (int k = 0; k < n->nin; k++) {
+        tvalue *v = arg(x, n, k);
+        if (!v || !v->c)
+            return false;
+    }
+    return true;
+}
+
+static dl_status set_const(xl *x, const onnx_node *n, onnx_tensor *t)
+{
+    tvalue *o = t ? out0(x, n) : NULL;
+    if (!o)
+        return nomem(x);
+    o->c = t;
+    return DL_OK;
+}
+
+static bool has_batch(const onnx_tensor *t)
+{
+    for (int64_t k = 0; t->i && k < t->n; k++)
+        if (t->i[k] == ONNX_BATCH)
+            return true;
+    return false;
+}
+
+static double cv(const onnx_tensor *t, int64_t k) { return t->f ? t->f[k] : (double)t->i[k]; }
+
+/* Elementwise Add/Sub/Mul/Div of constants: same shapes or one scalar. */
+static dl_status fold_arith(xl *x, const onnx_node *n)
+{
+    const onnx_tensor *a = arg(x, n, 0)->c, *b = arg(x, n, 1)->c;
+    if (a->n != b->n && a->n != 1 && b->n != 1)
+        return xl_refuse(x, n, "constant operands of different shapes are not folded");
+    if (has_batch(a) || has_batch(b))
+        return xl_refuse(x, n, "arithmetic on the batch size");
+    const onnx_tensor *big = a->n >= b->n ? a : b;
+    onnx_tensor *t = xl_const(x, a->f || b->f, big->ndim, big->dims);
+    char op = n->op[0];
+    for (int64_t k = 0; t && k < t->n; k++) {
+        double p = cv(a, a->n == 1 ? 0 : k), q = cv(b, b->n == 1 ? 0 : k);
+        double r = op == 'A' ? p + q : op == 'S' ? p - q : op == 'M' ? p * q
+                 : q != 0 ? (t->f ? p / q : (double)(int64_t)(p / q)) : 0;
+        if (t->f)
+            t->f[k] = (float)r;
+        else
+            t->i[k] = (int64_t)r;
+    }
+    return set_const(x, n, t);
+}
+
+static dl_status fold_gather(xl *x, const onnx_node *n)
+{
+    const onnx_tensor *d = arg(x, n, 0)->c, *ix = arg(x, n, 1)->c;
+    int64_t axis = attr_i(n, "axis", 0);
+    if (d->ndim != 1 || axis != 0 || !ix->i || ix->ndim > 1)
+        return xl_refuse(x, n, "only a 1-D constant gathered with integer indices is folded");
+    onnx_tensor *t = xl_const(x, d->f != NULL, ix->ndim, ix->dims);
+    for (int64_t k = 0; t && k < t->n; k++) {
+        int64_t i = ix->i[k] < 0 ? ix->i[k] + d->n : ix->i[k];
+        if (i < 0 || i >= d->n)
+            return xl_refuse(x, n, "index %lld is out of range", (long long)ix->i[k]);
+        if (t->f)
+            t->f[k] = d->f[i];
+        else
+            t->i[k] = d->i[i];
+    }
+    return set_const(x, n, t);
+}
+
+/* The axes of Squeeze/Unsqueeze/Reduce*: an attribute before opset 13
+ * (ReduceMean: 18), the second input since. */
+static int axes_of(xl *x, const onnx_node *n, int64_t *axes)
+{
+    const onnx_attr *a = onnx_attr_find(n, "axes");
+    if (a) {
+        for (int k = 0; k < a->nints && k < ONNX_MAX_DIMS; k++)
+            axes[k] = a->ints[k];
+        return a->nints <= ONNX_MAX_DIMS ? a->nints : -1;
+    }
+    tvalue *v = arg(x, n, 1);
+    if (!v)
+        return 0;
+    if (!v->c || !v->c->i || v->c->n > ONNX_MAX_DIMS)
+        return -1;
+    for (int k = 0; k < v->c->n; k++)
+        axes[k] = v->c->i[k];
+    return (int)v->c->n;
+}
+
+/* Unsqueeze/Squeeze/Identity/Cast of a constant: the same values, new
+ * dims (or type). */
+static dl_status fold_shape_op(xl *x, const onnx_node *n)
+{
+    const onnx_tensor *a = arg(x, n, 0)->c;
+    int64_t axes[ONNX_MAX_DIMS], d[ONNX_MAX_DIMS];
+    int na = strcmp(n->op, "Unsqueeze") && strcmp(n->op, "Squeeze") ? 0 : axes_of(x, n, axes);
+    int nd = 0;
+    if (na < 0)
+        return xl_refuse(x, n, "axes are not constant");
+    if (!strcmp(n->op, "Unsqueeze")) {
+        int r = a->ndim + na;
+        if (r > ONNX_MAX_DIMS)
+            return xl_refuse(x, n, "too many dimensions");
+        for (int k = 0, s = 0; k < r; k++) {
+            bool ins = false;
+            for (int j = 0; j < na; j++)
+                ins = ins || (axes[j] < 0 ? axes[j] + r : axes[j]) == k;
+            d[nd++] = ins ? 1 : a->dims[s++];
+        }
+    } else if (!strcmp(n->op, "Squeeze")) {
+        for (int k = 0; k < a->ndim; k++) {
+            bool drop = na == 0 && a->dims[k] == 1;
+            for (int j = 0; j < na; j++)
+                drop = drop || (axes[j] < 0 ? axes[j] + a->ndim : axes[j]) == k;
+            if (!drop)
+                d[nd++] = a->dims[k];
+        }
+    } else {
+        nd = a->ndim;
+        memcpy(d, a->dims, sizeof(d));
+    }
+    bool to_f = a->f != NULL;
+    if (!strcmp(n->op, "Cast")) {
+        int64_t to = attr_i(n, "to", DT_FLOAT);
+        to_f = to == DT_FLOAT || to == DT_DOUBLE;
+    }
+    onnx_tensor *t = xl_const(x, to_f, nd, d);
+    if (t && dl_shape_numel(nd, d) != a->n)
+        return xl_refuse(x, n, "the element count changes");
+    for (int64_t k = 0; t && k < t->n; k++)
+        if (t->f)
+            t->f[k] = (float)cv(a, k);
+        else
+            t->i[k] = a->f ? (int64_t)a->f[k] : a->i[k];
+    return set_const(x, n, t);
+}
+
+static dl_status fold_concat(xl *x, const onnx_node *n)
+{
+    int64_t total = 0;
+    bool f = false;
+    for (int k = 0; k < n->nin; k++) {
+        const onnx_tensor *c = arg(x, n, k)->c;
+        if (c->ndim != 1)
+            return xl_refuse(x, n, "only 1-D constants are concatenated when folding");
+        total += c->n;
+        f = f || c->f;
+    }
+    onnx_tensor *t = xl_const(x, f, 1, &total);
+    int64_t at = 0;
+    for (int k = 0; t && k < n->nin; k++) {
+        const onnx_tensor *c = arg(x, n, k)->c;
+        for (int64_t j = 0; j < c->n; j++, at++)
+            if (f)
+                t->f[at] = (float)cv(c, j);
+            else
+                t->i[at] = c->i[j];
+    }
+    return set_const(x, n, t);
+}
+
+static dl_status op_constant(xl *x, const onnx_node *n)
+{
+    const onnx_attr *a = onnx_attr_find(n, "value");
+    if (a && a->t)
+        return set_const(x, n, a->t);
+    int64_t one = 1;
+    if ((a = onnx_attr_find(n, "value_float"))) {
+        onnx_tensor *t = xl_const(x, true, 0, &one);
+        if (t)
+            t->f[0] = a->f;
+        return set_const(x, n, t);
+    }
+    if ((a = onnx_attr_find(n, "value_int"))) {
+        onnx_tensor *t = xl_const(x, false, 0, &one);
+        if (t)
+            t->i[0] = a->i;
+        return set_const(x, n, t);
+    }
+    if ((a = onnx_attr_find(n, "value_ints"))) {
+        int64_t len = a->nints;
+        onnx_tensor *t = xl_const(x, false, 1, &len);
+        if (t)
+            memcpy(t->i, a->ints, (size_t)len * sizeof(int64_t));
+        return set_const(x, n, t);
+    }
+    return xl_refuse(x, n, "only value, value_float, value_int and value_ints are supported");
+}
+
+/* Shape of a per-sample tensor: [batch, dims...]. */
+static dl_status op_shape(xl *x, const onnx_node *n)
+{
+    tvalue *v = arg(x, n, 0);
+    int64_t r = v->nd + 1;
+    int64_t lo = attr_i(n, "start", 0), hi = attr_i(n, "end", r);
+    lo = lo < 0 ? lo + r : lo;
+    hi = hi < 0 ? hi + r : hi > r ? r : hi;
+    int64_t len = hi > lo ? hi - lo : 0;
+    onnx_tensor *t = xl_const(x, false, 1, &len);
+    for (int64_t k = 0; t && k < len; k++)
+        t->i[k] = lo + k == 0 ? ONNX_BATCH : v->d[lo + k - 1];
+    return set_const(x, n, t);
+}
+
+/* ---- layers with weights --------------------------------------------------- */
+
+/* The float constant of input k, or NULL. */
+static const onnx_tensor *weight(xl *x, const onnx_node *n, int k)
+{
+    tvalue *v = arg(x, n, k);
+    return v && v->c && v->c->f ? v->c : NULL;
+}
+
+/* dense from W[units, in] (scaled by alpha) and bias (beta * C). */
+static dl_status dense(xl *x, const onnx_node *n, tvalue *a, const float *w, int64_t units,
+                       int64_t in, const char *wname, const onnx_tensor *c, float alpha,
+                       float beta)
+{
+    if (c && c->n != units && c->n != 1)
+        return xl_refuse(x, n, "the bias does not broadcast over %lld units", (long long)units);
+    char name[DL_NAME_MAX];
+    xl_node_layer_name(x, n, wname, name);
+    int64_t ws[2] = { units, in }, d[ONNX_MAX_DIMS];
+    memcpy(d, a->d, sizeof(d));
+    d[a->nd - 1] = units;
+    tvalue *o = out0(x, n);
+    dl_status st = o ? xl_emit(x, json_pack("{s:s,s:I,s:b}", "type", "dense", "units",
+                                           (json_int_t)units, "bias", c != NULL),
+                               name, &a->src, 1, o, a->nd, d) : nomem(x);
+    float *sw = malloc((size_t)(units * in) * sizeof(float));
+    if (!st && !sw)
+        st = nomem(x);
+    for (int64_t k = 0; !st && k < units * in; k++)
+        sw[k] = alpha * w[k];
+    if (!st)
+        st = xl_tensor(x, name, "weight", 2, ws, sw, 0);
+    free(sw);
+    if (st || !c)
+        return st;
+    float *b = malloc((size_t)units * sizeof(float));
+    for (int64_t k = 0; b && k < units; k++)
+        b[k] = beta * c->f[c->n == 1 ? 0 : k];
+    st = b ? xl_tensor(x, name, "bias", 1, &units, b, 0) : nomem(x);
+    free(b);
+    return st;
+}
+
+static dl_status op_gemm(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0);
+    const onnx_tensor *b = weight(x, n, 1), *c = n->nin > 2 ? weight(x, n, 2) : NULL;
+    if (!a || a->c || a->nd != 1 || !b || b->ndim != 2 || (n->nin > 2 && n->in[2][0] && !c))
+        return xl_refuse(x, n, "needs a per-sample vector times a constant matrix (and a "
+                         "constant bias)");
+    if (attr_i(n, "transA", 0))
+        return xl_refuse(x, n, "transA=1 would move the batch axis");
+    bool tb = attr_i(n, "transB", 0) != 0;
+    int64_t units = tb ? b->dims[0] : b->dims[1], in = tb ? b->dims[1] : b->dims[0];
+    if (in != a->d[0])
+        return xl_refuse(x, n, "the weight's shape does not fit the input");
+    const float *w = b->f;
+    float *wt = NULL;
+    if (!tb) {
+        if (!(wt = malloc((size_t)(units * in) * sizeof(float))))
+            return nomem(x);
+        for (int64_t i = 0; i < in; i++)
+            for (int64_t u = 0; u < units; u++)
+                wt[u * in + i] = b->f[i * units + u];
+        w = wt;
+    }
+    dl_status st = dense(x, n, a, w, units, in, b->name, c, attr_f(n, "alpha", 1.0f),
+                         attr_f(n, "beta", 1.0f));
+    free(wt);
+    return st;
+}
+
+/* The Add that reads only node n's output and a constant, if any. */
+static const onnx_node *bias_add(xl *x, const onnx_node *n, int64_t units)
+{
+    if (xl_uses(x, n->out[0]) != 1)
+        return NULL;
+    for (int i = 0; i < x->g->nnodes; i++) {
+        const onnx_node *m = &x->g->nodes[i];
+        if (strcmp(m->op, "Add") || m->nin != 2)
+            continue;
+        int k = !strcmp(m->in[0], n->out[0]) ? 1 : !strcmp(m->in[1], n->out[0]) ? 0 : -1;
+        const onnx_tensor *c = k >= 0 ? weight(x, m, k) : NULL;
+        if (c && c->n == units && c->dims[c->ndim - 1] == units)
+            return m;
+    }
+    return NULL;
+}
+
+static dl_status op_matmul(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0), *bv = arg(x, n, 1);
+    const onnx_tensor *b = weight(x, n, 1);
+    if (a && bv && !a->c && !bv->c) {
+        int64_t d[ONNX_MAX_DIMS];
+        memcpy(d, a->d, sizeof(d));
+        d[a->nd - 1] = bv->d[bv->nd - 1];
+        const char *srcs[2] = { a->src, bv->src };
+        char name[DL_NAME_MAX];
+        xl_node_layer_name(x, n, NULL, name);
+        tvalue *o = out0(x, n);
+        return o ? xl_emit(x, json_pack("{s:s}", "type", "matmul"), name, srcs, 2, o,
+                           a->nd, d) : nomem(x);
+    }
+    if (!a || a->c || !b || b->ndim != 2 || b->dims[0] != a->d[a->nd - 1])
+        return xl_refuse(x, n, "needs a per-sample tensor times a constant [K, N] matrix, "
+                         "or two per-sample tensors");
+    int64_t in = b->dims[0], units = b->dims[1];
+    float *wt = malloc((size_t)(units * in) * sizeof(float));
+    if (!wt)
+        return nomem(x);
+    for (int64_t i = 0; i < in; i++)
+        for (int64_t u = 0; u < units; u++)
+            wt[u * in + i] = b->f[i * units + u];
+    const onnx_node *add = bias_add(x, n, units);
+    const onnx_tensor *c = NULL;
+    if (add)
+        c = weight(x, add, strcmp(add->in[0], n->out[0]) ? 0 : 1);
+    dl_status st = dense(x, n, a, wt, units, in, b->name, c, 1.0f, 1.0f);
+    free(wt);
+    if (st || !add)
+        return st;
+    tvalue *fused = xl_add(x, add->out[0]);
+    if (!fused)
+        return nomem(x);
+    const char *name = fused->name;
+    *fused = *xl_find(x, n->out[0]);
+    fused->name = name;
+    fused->fused = true;
+    return DL_OK;
+}
+
+/* kernel, stride, symmetric pads and dilation of a 1-D or 2-D window. */
+typedef struct window {
+    int     nd;
+    int64_t k[2], s[2], p[2], dil[2];
+} window;
+
+static dl_status window_of(xl *x, const onnx_node *n, int nd, const int64_t *kdims, window *w)
+{
+    const onnx_attr *ks = onnx_attr_find(n, "kernel_shape"), *st = onnx_attr_find(n, "strides");
+    const onnx_attr *pads = onnx_attr_find(n, "pads"), *dil = onnx_attr_find(n, "dilations");
+    const onnx_attr *ap = onnx_attr_find(n, "auto_pad");
+    if (ap && ap->s && strcmp(ap->s, "NOTSET") && strcmp(ap->s, "VALID"))
+        return xl_refuse(x, n, "auto_pad %s is not supported (give explicit pads)", ap->s);
+    if (attr_i(n, "ceil_mode", 0))
+        return xl_refuse(x, n, "ceil_mode=1 is not supported");
+    w->nd = nd;
+    for (int k = 0; k < nd; k++) {
+        w->k[k] = ks && ks->nints == nd ? ks->ints[k] : kdims ? kdims[k] : 0;
+        w->s[k] = st && st->nints == nd ? st->ints[k] : 1;
+        w->dil[k] = dil && dil->nints == nd ? dil->ints[k] : 1;
+        w->p[k] = pads && pads->nints == 2 * nd ? pads->ints[k] : 0;
+        if (pads && pads->nints == 2 * nd && pads->ints[k] != pads->ints[k + nd])
+            return xl_refuse(x, n, "asymmetric pads are not supported");
+        if (w->k[k] < 1 || w->s[k] < 1 || w->p[k] < 0 || w->dil[k] < 1)
+            return xl_refuse(x, n, "kernel, strides, pads or dilations are invalid");
+    }
+    return DL_OK;
+}
+
+static int64_t out_len(int64_t in, int64_t k, int64_t s, int64_t p, int64_t dil)
+{
+    return (in + 2 * p - dil * (k - 1) - 1) / s + 1;
+}
+
+static json_t *pair(const window *w, const int64_t *v)
+{
+    return w->nd == 1 ? json_integer(v[0]) : json_pack("[I,I]", v[0], v[1]);
+}
+
+static dl_status op_conv(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0);
+    const onnx_tensor *wt = weight(x, n, 1), *b = n->nin > 2 ? weight(x, n, 2) : NULL;
+    if (!a || a->c || !wt || (a->nd != 2 && a->nd != 3) || wt->ndim != a->nd + 1)
+        return xl_refuse(x, n, "needs a per-sample [C, L] or [C, H, W] tensor and constant "
+                         "weights");
+    window w;
+    int sp = a->nd - 1;
+    dl_status st = window_of(x, n, sp, wt->dims + 2, &w);
+    int64_t groups = attr_i(n, "group", 1);
+    if (st)
+        return st;
+    if (groups < 1 || a->d[0] != wt->dims[1] * groups || wt->dims[0] % groups)
+        return xl_refuse(x, n, "the weight's shape does not fit the input and groups");
+    json_t *l = json_pack("{s:s,s:I,s:o,s:o,s:o,s:b}", "type", sp == 1 ? "conv1d" : "conv2d",
+                          "filters", (json_int_t)wt->dims[0], "kernel_size", pair(&w, w.k),
+                          "stride", pair(&w, w.s), "padding", pair(&w, w.p), "bias", b != NULL);
+    if (groups != 1)
+        json_object_set_new(l, "groups", json_integer(groups));
+    if (w.dil[0] != 1 || (sp == 2 && w.dil[1] != 1))
+        json_object_set_new(l, "dilation", pair(&w, w.dil));
+    int64_t d[ONNX_MAX_DIMS] = { wt->dims[0] };
+    for (int k = 0; k < sp; k++)
+        d[k + 1] = out_len(a->d[k + 1], w.k[k], w.s[k], w.p[k], w.dil[k]);
+    char name[DL_NAME_MAX];
+    xl_node_layer_name(x, n, wt->name, name);
+    tvalue *o = out0(x, n);
+    st = o ? xl_emit(x, l, name, &a->src, 1, o, a->nd, d) : nomem(x);
+    if (!st)
+        st = xl_tensor(x, name, "weight", wt->ndim, wt->dims, wt->f, 0);
+    if (!st && b)
+        st = xl_tensor(x, name, "bias", 1, &wt->dims[0], b->f, 0);
+    return st;
+}
+
+static dl_status op_pool(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0);
+    bool max = !strcmp(n->op, "MaxPool");
+    if (!a || a->c || (a->nd != 3 && !(a->nd == 2 && max)))
+        return xl_refuse(x, n, "needs a per-sample [C, H, W] tensor (MaxPool also [C, L])");
+    if (n->nout > 1 && n->out[1][0])
+        return xl_refuse(x, n, "the indices output is not supported");
+    window w;
+    dl_status st = window_of(x, n, a->nd - 1, NULL, &w);
+    if (st)
+        return st;
+    if (w.dil[0] != 1 || (w.nd == 2 && w.dil[1] != 1))
+        return xl_refuse(x, n, "dilations are not supported");
+    if (!max && (w.p[0] || (w.nd == 2 && w.p[1])))
+        return xl_refuse(x, n, "AveragePool with pads is not supported");
+    int64_t d[ONNX_MAX_DIMS] = { a->d[0] };
+    for (int k = 0; k < w.nd; k++)
+        d[k + 1] = out_len(a->d[k + 1], w.k[k], w.s[k], w.p[k], 1);
+    json_t *l = json_pack("{s:o,s:o,s:o}", "kernel_size", pair(&w, w.k), "stride",
+                          pair(&w, w.s), "padding", pair(&w, w.p));
+    return unary(x, n, w.nd == 1 ? "maxpool1d" : max ? "maxpool2d" : "avgpool2d", l, a,
+                 a->nd, d);
+}
+
+static dl_status op_batchnorm(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0);
+    const onnx_tensor *p[4];
+    for (int k = 0; k < 4; k++)
+        p[k] = weight(x, n, k + 1);
+    if (!a || a->c || !p[0] || !p[1] || !p[2] || !p[3] || a->nd > 3)
+        return xl_refuse(x, n, "needs a per-sample tensor and constant scale, bias, mean "
+                         "and variance");
+    if (attr_i(n, "training_mode", 0) || (n->nout > 1 && n->out[1][0]))
+        return xl_refuse(x, n, "training_mode is not supported (export in eval mode)");
+    int64_t c = a->d[0];
+    for (int k = 0; k < 4; k++)
+        if (p[k]->n != c)
+            return xl_refuse(x, n, "parameters do not have %lld channels", (long long)c);
+    char name[DL_NAME_MAX];
+    xl_node_layer_name(x, n, p[0]->name, name);
+    json_t *l = json_pack("{s:s,s:f,s:f}", "type", "batchnorm", "eps",
+                          (double)attr_f(n, "epsilon", 1e-5f), "momentum",
+                          1.0 - (double)attr_f(n, "momentum", 0.9f));
+    tvalue *o = out0(x, n);
+    dl_status st = o ? xl_emit(x, l, name, &a->src, 1, o, a->nd, a->d) : nomem(x);
+    static const char *const sfx[4] = { "weight", "bias", "running_mean", "running_var" };
+    for (int k = 0; k < 4 && !st; k++)
+        st = xl_tensor(x, name, sfx[k], 1, &c, p[k]->f, 0);
+    return st;
+}
+
+static dl_status op_layernorm(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0);
+    const onnx_tensor *s = weight(x, n, 1), *b = n->nin > 2 ? weight(x, n, 2) : NULL;
+    if (!a || a->c || !s || (n->nin > 2 && n->in[2][0] && !b))
+        return xl_refuse(x, n, "needs a per-sample tensor and constant scale and bias");
+    if (ps_axis(attr_i(n, "axis", -1), a->nd) != a->nd - 1)
+        return xl_refuse(x, n, "only the last axis is normalized by the engine");
+    int64_t c = a->d[a->nd - 1];
+    if (s->n != c || (b && b->n != c))
+        return xl_refuse(x, n, "scale and bias must have %lld values", (long long)c);
+    char name[DL_NAME_MAX];
+    xl_node_layer_name(x, n, s->name, name);
+    tvalue *o = out0(x, n);
+    dl_status st = o ? xl_emit(x, json_pack("{s:s,s:f}", "type", "layernorm", "eps",
+                                           (double)attr_f(n, "epsilon", 1e-5f)),
+                               name, &a->src, 1, o, a->nd, a->d) : nomem(x);
+    if (!st)
+        st = xl_tensor(x, name, "weight", 1, &c, s->f, 0);
+    if (!st)
+        st = xl_tensor(x, name, "bias", 1, &c, b ? b->f : NULL, 0);
+    return st;
+}
+
+/* Gather: an embedding (a constant table, ids from a model input), a
+ * constant index on a non-batch axis (slice + reshape), or folding. */
+static dl_status op_gather(xl *x, const onnx_node *n)
+{
+    tvalue *d = arg(x, n, 0), *ix = arg(x, n, 1);
+    if (!d || !ix)
+        return xl_refuse(x, n, "an input is missing");
+    if (d->c && ix->c)
+        return fold_gather(x, n);
+    if (d->c && d->c->f && d->c->ndim == 2 && !ix->c && ix->ids && attr_i(n, "axis", 0) == 0) {
+        char name[DL_NAME_MAX];
+        xl_node_layer_name(x, n, d->c->name, name);
+        int64_t od[ONNX_MAX_DIMS];
+        memcpy(od, ix->d, sizeof(od));
+        od[ix->nd] = d->c->dims[1];
+        tvalue *o = out0(x, n);
+        dl_status st = o ? xl_emit(x, json_pack("{s:s,s:I,s:I}", "type", "embedding",
+                                               "num_embeddings", (json_int_t)d->c->dims[0],
+                                               "dim", (json_int_t)d->c->dims[1]),
+                                   name, &ix->src, 1, o, ix->nd + 1, od) : nomem(x);
+        return st ? st : xl_tensor(x, name, "weight", 2, d->c->dims, d->c->f, 0);
+    }
+    int ax = d->c ? -1 : ps_axis(attr_i(n, "axis", 0), d->nd);
+    if (ax < 0 || !ix->c || !ix->c->i || ix->c->ndim != 0)
+        return xl_refuse(x, n, "only an embedding (a constant table read with a model "
+                         "input's ids) or a constant scalar index on a non-batch axis");
+    int64_t i = ix->c->i[0] < 0 ? ix->c->i[0] + d->d[ax] : ix->c->i[0];
+    if (i < 0 || i >= d->d[ax] || d->nd < 2)
+        return xl_refuse(x, n, "the index is out of range or would leave no dimension");
+    int64_t sd[ONNX_MAX_DIMS], rd[ONNX_MAX_DIMS];
+    memcpy(sd, d->d, sizeof(sd));
+    sd[ax] = 1;
+    int nr = 0;
+    for (int k = 0; k < d->nd; k++)
+        if (k != ax)
+            rd[nr++] = d->d[k];
+    tvalue tmp;
+    dl_status st = unary(x, n, "slice", json_pack("{s:i,s:I,s:I,s:i}", "axis", ax, "start",
+                                                  (json_int_t)i, "end", (json_int_t)(i + 1),
+                                                  "step", 1), d, d->nd, sd);
+    if (st)
+        return st;
+    tmp = *xl_find(x, n->out[0]);
+    x->nv--;
+    return reshape_to(x, n, &tmp, nr, rd);
+}
+
+/* ---- shape operators ----------------------------------------------------- */
+
+static dl_status op_flatten(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0);
+    if (a->c)
+        return xl_refuse(x, n, "flattening a constant is not supported");
+    int64_t r = attr_i(n, "axis", 1);
+    r = r < 0 ? r + a->nd + 1 : r;            /* in [0, rank] */
+    if (r < 1 || r > a->nd + 1)
+        return xl_refuse(x, n, "axis 0 would merge the batch into a sample");
+    int ax = (int)r - 1;
+    int64_t d[2] = { 1, 1 };
+    for (int k = 0; k < a->nd; k++)
+        d[k < ax ? 0 : 1] *= a->d[k];
+    if (ax == 0)
+        return unary(x, n, "flatten", NULL, a, 1, &d[1]);
+    return reshape_to(x, n, a, 2, d);
+}
+
+static dl_status op_reshape(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0), *s = arg(x, n, 1);
+    if (!s || !s->c || !s->c->i || s->c->ndim != 1 || s->c->n < 2 || s->c->n > 5)
+        return xl_refuse(x, n, "the target shape must be a constant of 2 to 5 dimensions "
+                         "(after folding)");
+    if (a->c)
+        return xl_refuse(x, n, "reshaping a constant is not supported");
+    const int64_t *t = s->c->i;
+    int nd = (int)s->c->n - 1;
+    int64_t d[ONNX_MAX_DIMS], known = 1, numel = dl_shape_numel(a->nd, a->d);
+    bool minus = false;
+    for (int k = 0; k < nd; k++) {
+        d[k] = t[k + 1] == 0 && !attr_i(n, "allowzero", 0) && k < a->nd ? a->d[k] : t[k + 1];
+        if (d[k] == ONNX_BATCH || d[k] < -1 || d[k] == 0)
+            return xl_refuse(x, n, "dimension %d of the target is not a fixed size", k + 1);
+        minus = minus || d[k] == -1;
+        known *= d[k] == -1 ? 1 : d[k];
+    }
+    bool batch_kept = t[0] == ONNX_BATCH || t[0] == 0 || ((t[0] == -1 || t[0] == 1) && !minus &&
+                                                         known == numel);
+    if (!batch_kept)
+        return xl_refuse(x, n, "the target shape would merge the batch with another axis");
+    for (int k = 0; k < nd; k++)
+        d[k] = d[k] == -1 && known > 0 ? numel / known : d[k];
+    return reshape_to(x, n, a, nd, d);
+}
+
+static dl_status op_squeeze(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0);
+    if (a->c)
+        return fold_shape_op(x, n);
+    int64_t axes[ONNX_MAX_DIMS], d[ONNX_MAX_DIMS];
+    int na = axes_of(x, n, axes), nd = 0;
+    bool un = !strcmp(n->op, "Unsqueeze");
+    if (na <= 0)
+        return xl_refuse(x, n, "needs constant axes");
+    int r = a->nd + 1 + (un ? na : 0);
+    bool hit[ONNX_MAX_DIMS + 8] = { false };
+    for (int k = 0; k < na; k++) {
+        int64_t ax = axes[k] < 0 ? axes[k] + r : axes[k];
+        if (ax <= 0 || ax >= r)
+            return xl_refuse(x, n, "axis %lld is the batch or out of range", (long long)axes[k]);
+        hit[ax] = true;
+    }
+    for (int k = 1, s = 0; k < r; k++) {
+        if (un)
+            d[nd++] = hit[k] ? 1 : a->d[s++];
+        else if (!hit[k])
+            d[nd++] = a->d[k - 1];
+        else if (a->d[k - 1] != 1)
+            return xl_refuse(x, n, "squeezes an axis of size %lld", (long long)a->d[k - 1]);
+    }
+    if (nd < 1)
+        return xl_refuse(x, n, "would leave a sample without dimensions");
+    return reshape_to(x, n, a, nd, d);
+}
+
+static dl_status op_transpose(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0);
+    const onnx_attr *p = onnx_attr_find(n, "perm");
+    if (a->c)
+        return xl_refuse(x, n, "transposing a constant is not supported");
+    if (!p || p->nints != a->nd + 1 || p->ints[0] != 0)
+        return xl_refuse(x, n, "perm must keep the batch axis 0 first");
+    json_t *perm = json_array();
+    int64_t d[ONNX_MAX_DIMS];
+    for (int k = 1; k <= a->nd; k++) {
+        if (p->ints[k] < 1 || p->ints[k] > a->nd)
+            return xl_refuse(x, n, "perm is not a permutation");
+        json_array_append_new(perm, json_integer(p->ints[k] - 1));
+        d[k - 1] = a->d[p->ints[k] - 1];
+    }
+    return unary(x, n, "transpose", json_pack("{s:o}", "perm", perm), a, a->nd, d);
+}
+
+/* The length of Python's x[start:end:step] on an axis of n (step > 0). */
+static int64_t slice_len(int64_t n, int64_t *start, int64_t *end, int64_t step)
+{
+    int64_t a = *start < 0 ? *start + n : *start, b = *end < 0 ? *end + n : *end;
+    a = a < 0 ? 0 : a > n ? n : a;
+    b = b < 0 ? 0 : b > n ? n : b;
+    *start = a;
+    *end = b;
+    return b > a ? (b - a + step - 1) / step : 0;
+}
+
+/* A constant integer list of Slice (input k since opset 10, else the
+ * attribute); n_out its length, -1 when absent, -2 when not constant. */
+static int slice_list(xl *x, const onnx_node *n, int k, const char *attr, int64_t *out)
+{
+    const onnx_attr *a = onnx_attr_find(n, attr);
+    tvalue *v = x->g->opset >= 10 ? arg(x, n, k) : NULL;
+    const int64_t *src = a ? a->ints : v && v->c && v->c->i ? v->c->i : NULL;
+    int64_t len = a ? a->nints : v && v->c && v->c->i ? v->c->n : 0;
+    if (!a && !v)
+        return -1;
+    if (!src || len > ONNX_MAX_DIMS)
+        return -2;
+    memcpy(out, src, (size_t)len * sizeof(*out));
+    return (int)len;
+}
+
+/* Slice of a per-sample tensor: one slice layer an axis; the batch axis
+ * must be kept whole. */
+static dl_status op_slice(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0);
+    int64_t st[ONNX_MAX_DIMS], en[ONNX_MAX_DIMS], ax[ONNX_MAX_DIMS], sp[ONNX_MAX_DIMS];
+    int ns = slice_list(x, n, 1, "starts", st), ne = slice_list(x, n, 2, "ends", en);
+    int na = slice_list(x, n, 3, "axes", ax), np = slice_list(x, n, 4, "steps", sp);
+    if (a->c || ns < 1 || ne != ns || na == -2 || np == -2 || (na >= 0 && na != ns) ||
+        (np >= 0 && np != ns))
+        return xl_refuse(x, n, "needs a per-sample input and constant starts, ends, axes and "
+                         "steps of one length");
+    tvalue cur = *a;
+    for (int k = 0; k < ns; k++) {
+        int64_t axis = na >= 0 ? ax[k] : k, step = np >= 0 ? sp[k] : 1;
+        int pa = ps_axis(axis, cur.nd);
+        if (step < 1)
+            return xl_refuse(x, n, "negative or zero steps are not supported");
+        if ((axis == 0 || axis == -(int64_t)cur.nd - 1) &&
+            (st[k] == 0 || st[k] <= -INT32_MAX) && en[k] >= INT32_MAX && step == 1)
+            continue;   /* the whole batch */
+        if (pa < 0)
+            return xl_refuse(x, n, "slicing the batch axis is not supported");
+        int64_t d[ONNX_MAX_DIMS], s0 = st[k], e0 = en[k];
+        memcpy(d, cur.d, sizeof(d));
+        d[pa] = slice_len(cur.d[pa], &s0, &e0, step);
+        if (d[pa] == 0)
+            return xl_refuse(x, n, "the slice keeps nothing");
+        dl_status r = unary(x, n, "slice", json_pack("{s:i,s:I,s:I,s:I}", "axis", pa,
+                                                     "start", (json_int_t)s0, "end",
+                                                     (json_int_t)e0, "step", (json_int_t)step),
+                            &cur, cur.nd, d);
+        if (r)
+            return r;
+        cur = *xl_find(x, n->out[0]);
+        x->nv--;
+    }
+    return alias(x, n, &cur);
+}
+
+/* ---- element-wise and multi-input -------------------------------------- */
+
+static dl_status op_concat(xl *x, const onnx_node *n)
+{
+    if (all_const(x, n))
+        return fold_concat(x, n);
+    tvalue *v[DL_LAYER_MAX_IN], tmp[DL_LAYER_MAX_IN];
+    if (n->nin < 1 || n->nin > DL_LAYER_MAX_IN)
+        return xl_refuse(x, n, "takes 1 to %d inputs here", DL_LAYER_MAX_IN);
+    int rank = 0;
+    for (int k = 0; k < n->nin; k++)
+        if ((v[k] = arg(x, n, k)) && !v[k]->c)
+            rank = v[k]->nd;
+    const char *srcs[DL_LAYER_MAX_IN];
+    for (int k = 0; k < n->nin; k++) {
+        if (!v[k])
+            return xl_refuse(x, n, "an input is missing");
+        dl_status st = v[k]->c ? constant_layer(x, n, v[k], rank, &tmp[k]) : DL_OK;
+        if (st)
+            return st;
+        v[k] = v[k]->c ? &tmp[k] : v[k];
+        srcs[k] = v[k]->src;
+    }
+    int ax = ps_axis(attr_i(n, "axis", 0), rank);
+    if (ax < 0)
+        return xl_refuse(x, n, "concatenating along the batch axis is not supported");
+    int64_t d[ONNX_MAX_DIMS];
+    memcpy(d, v[0]->d, sizeof(d));
+    for (int k = 1; k < n->nin; k++)
+        d[ax] += v[k]->d[ax];
+    if (n->nin == 1)
+        return alias(x, n, v[0]);
+    char name[DL_NAME_MAX];
+    xl_node_layer_name(x, n, NULL, name);
+    tvalue *o = out0(x, n);
+    return o ? xl_emit(x, json_pack("{s:s,s:i}", "type", "concat", "axis", ax), name, srcs,
+                       n->nin, o, rank, d) : nomem(x);
+}
+
+static dl_status op_binary(xl *x, const onnx_node *n)
+{
+    static const struct { const char *op, *type; } map[] = {
+        {"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"}, {"Div", "div"},
+    };
+    if (n->nin != 2)
+        return xl_refuse(x, n, "takes two inputs");
+    if (all_const(x, n))
+        return fold_arith(x, n);
+    tvalue *v[2] = { arg(x, n, 0), arg(x, n, 1) }, tmp[2];
+    if (!v[0] || !v[1])
+        return xl_refuse(x, n, "an input is missing");
+    int rank = v[0]->c ? v[1]->nd : v[0]->nd;
+    for (int k = 0; k < 2; k++) {
+        dl_status st = v[k]->c ? constant_layer(x, n, v[k], rank, &tmp[k]) : DL_OK;
+        if (st)
+            return st;
+        v[k] = v[k]->c ? &tmp[k] : v[k];
+    }
+    const char *type = "add";
+    for (size_t k = 0; k < sizeof(map) / sizeof(map[0]); k++)
+        type = !strcmp(map[k].op, n->op) ? map[k].type : type;
+    int nd = v[0]->nd > v[1]->nd ? v[0]->nd : v[1]->nd;
+    int64_t d[ONNX_MAX_DIMS];
+    for (int k = 0; k < nd; k++) {
+        int e0 = v[0]->nd - nd + k, e1 = v[1]->nd - nd + k;
+        int64_t a = e0 >= 0 ? v[0]->d[e0] : 1, b = e1 >= 0 ? v[1]->d[e1] : 1;
+        d[k] = a > b ? a : b;
+    }
+    const char *srcs[2] = { v[0]->src, v[1]->src };
+    char name[DL_NAME_MAX];
+    xl_node_layer_name(x, n, NULL, name);
+    tvalue *o = out0(x, n);
+    return o ? xl_emit(x, json_pack("{s:s}", "type", type), name, srcs, 2, o, nd, d)
+             : nomem(x);
+}
+
+/* Softmax/LogSoftmax: before opset 13 the input is coerced to 2-D at axis,
+ * the same as a per-sample axis only when that is the last one. */
+static dl_status op_softmax(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0);
+    int64_t dflt = x->g->opset < 13 ? 1 : -1;
+    int ax = a->c ? -1 : ps_axis(attr_i(n, "axis", dflt), a->nd);
+    if (ax < 0 || (x->g->opset < 13 && ax != a->nd - 1))
+        return xl_refuse(x, n, "axis must be a non-batch axis (the last one before opset 13)");
+    return unary(x, n, !strcmp(n->op, "Softmax") ? "softmax" : "log_softmax",
+                 json_pack("{s:i}", "axis", ax), a, a->nd, a->d);
+}
+
+static dl_status op_reduce(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0);
+    int64_t axes[ONNX_MAX_DIMS], d[ONNX_MAX_DIMS], kd[ONNX_MAX_DIMS];
+    int na = a->c ? -1 : axes_of(x, n, axes), nd = 0;
+    if (na <= 0)
+        return xl_refuse(x, n, "needs constant axes on a per-sample tensor");
+    json_t *list = json_array();
+    bool hit[ONNX_MAX_DIMS] = { false };
+    for (int k = 0; k < na; k++) {
+        int ax = ps_axis(axes[k], a->nd);
+        if (ax < 0) {
+            json_decref(list);
+            return xl_refuse(x, n, "reducing the batch axis is not supported");
+        }
+        hit[ax] = true;
+        json_array_append_new(list, json_integer(ax));
+    }
+    for (int k = 0; k < a->nd; k++) {
+        kd[k] = hit[k] ? 1 : a->d[k];
+        if (!hit[k])
+            d[nd++] = a->d[k];
+    }
+    const char *type = !strcmp(n->op, "ReduceMean") ? "reduce_mean" : "reduce_sum";
+    bool keep = attr_i(n, "keepdims", 1) != 0;
+    if (!keep)
+        return unary(x, n, type, json_pack("{s:o}", "axis", list), a, nd, d);
+    tvalue tmp;
+    dl_status st = unary(x, n, type, json_pack("{s:o}", "axis", list), a, nd, d);
+    if (st)
+        return st;
+    tmp = *xl_find(x, n->out[0]);
+    x->nv--;
+    return reshape_to(x, n, &tmp, a->nd, kd);
+}
+
+/* Element-wise operators with attributes (or constant inputs) of their own. */
+static dl_status op_pointwise(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0);
+    if (!a || a->c)
+        return xl_refuse(x, n, "needs a per-sample input");
+    json_t *l = json_object();
+    const char *type;
+    if (!strcmp(n->op, "LeakyRelu")) {
+        type = "leaky_relu";
+        json_object_set_new(l, "alpha", json_real(attr_f(n, "alpha", 0.01f)));
+    } else if (!strcmp(n->op, "HardSigmoid")) {
+        type = "hardsigmoid";
+        json_object_set_new(l, "alpha", json_real(attr_f(n, "alpha", 0.2f)));
+        json_object_set_new(l, "beta", json_real(attr_f(n, "beta", 0.5f)));
+    } else if (!strcmp(n->op, "Clip")) {
+        type = "clip";
+        const onnx_tensor *lo = weight(x, n, 1), *hi = weight(x, n, 2);
+        if ((n->nin > 1 && n->in[1][0] && !lo) || (n->nin > 2 && n->in[2][0] && !hi)) {
+            json_decref(l);
+            return xl_refuse(x, n, "min and max must be constants");
+        }
+        const onnx_attr *amin = onnx_attr_find(n, "min"), *amax = onnx_attr_find(n, "max");
+        if (lo || amin)
+            json_object_set_new(l, "min", json_real(lo ? lo->f[0] : amin->f));
+        if (hi || amax)
+            json_object_set_new(l, "max", json_real(hi ? hi->f[0] : amax->f));
+    } else {
+        const onnx_tensor *e = weight(x, n, 1);
+        type = "pow";
+        if (!e || e->n != 1) {
+            json_decref(l);
+            return xl_refuse(x, n, "the exponent must be a constant scalar");
+        }
+        json_object_set_new(l, "exponent", json_real(e->f[0]));
+    }
+    return unary(x, n, type, l, a, a->nd, a->d);
+}
+
+/* ---- the table ------------------------------------------------------------- */
+
+static dl_status op_plain(xl *x, const onnx_node *n)
+{
+    static const struct { const char *op, *type; } map[] = {
+        {"Relu", "relu"}, {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"Sqrt", "sqrt"},
+        {"Erf", "erf"}, {"HardSwish", "hardswish"},
+    };
+    tvalue *a = arg(x, n, 0);
+    if (!a || a->c)
+        return xl_refuse(x, n, "needs a per-sample input (constants are not folded here)");
+    for (size_t k = 0; k < sizeof(map) / sizeof(map[0]); k++)
+        if (!strcmp(map[k].op, n->op))
+            return unary(x, n, map[k].type, NULL, a, a->nd, a->d);
+    return xl_refuse(x, n, "unsupported operator");
+}
+
+static dl_status op_global_avg(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0);
+    if (!a || a->c || a->nd != 3)
+        return xl_refuse(x, n, "needs a per-sample [C, H, W] tensor");
+    dl_status st = unary(x, n, "global_avgpool2d", NULL, a, 1, a->d);
+    if (st)
+        return st;
+    tvalue tmp = *xl_find(x, n->out[0]);
+    x->nv--;
+    int64_t d[3] = { a->d[0], 1, 1 };
+    return reshape_to(x, n, &tmp, 3, d);
+}
+
+/* Identity, Dropout (inference), Cast to float of a float, Pad of zeros. */
+static dl_status op_pass(xl *x, const onnx_node *n)
+{
+    tvalue *a = arg(x, n, 0);
+    if (!a)
+        return xl_refuse(x, n, "its input is missing");
+    if (a->c && strcmp(n->op, "Pad"))
+        return fold_shape_op(x, n);
+    int64_t to = attr_i(n, "to", DT_FLOAT);
+    bool to_int = to == DT_INT64 || to == DT_INT32;
+    if (!strcmp(n->op, "Cast") && a->input && to_int) {   /* ids for an embedding */
+        dl_status st = alias(x, n, a);
+        if (!st)
+            xl_find(x, n->out[0])->ids = true;
+        return st;
+    }
+    if (!strcmp(n->op, "Cast") && (a->ids || to != DT_FLOAT))
+        return xl_refuse(x, n, "only a cast of floats to float (or of a model input to "
+                         "integer ids) is elided");
+    if (!strcmp(n->op, "Dropout") && n->nout > 1 && n->out[1][0])
+        return xl_refuse(x, n, "the mask output is not supported");
+    if (!strcmp(n->op, "Pad")) {   /* pads: input 1 since opset 11, else an attribute */
+        tvalue *p = arg(x, n, 1);
+        const onnx_attr *pa = onnx_attr_find(n, "pads");
+        if (p && (!p->c || !p->c->i))
+            return xl_refuse(x, n, "pads must be constant");
+        const int64_t *pads = p ? p->c->i : pa ? pa->ints : NULL;
+        int64_t npads = p ? p->c->n : pa ? pa->nints : 0;
+        for (int64_t k = 0; k < npads; k++)
+            if (pads[k])
+                return xl_refuse(x, n, "only pads of zeros are supported");
+    }
+    return alias(x, n, a);
+}
+
+static const struct {
+    const char *op;
+    dl_status (*fn)(xl *x, const onnx_node *n);
+} ops[] = {
+    {"Gemm", op_gemm}, {"MatMul", op_matmul}, {"Conv", op_conv},
+    {"BatchNormalization", op_batchnorm},
+    {"LayerNormalization", op_layernorm},
+    {"MaxPool", op_pool}, {"AveragePool", op_pool},
+    {"GlobalAveragePool", op_global_avg},
+    {"Relu", op_plain}, {"Sigmoid", op_plain}, {"Tanh", op_plain},
+    {"Sqrt", op_plain}, {"Erf", op_plain}, {"HardSwish", op_plain},
+    {"LeakyRelu", op_pointwise}, {"HardSigmoid", op_pointwise},
+    {"Clip", op_pointwise}, {"Pow", op_pointwise},
+    {"Softmax", op_softmax}, {"LogSoftmax", op_softmax},
+    {"Flatten", op_flatten}, {"Reshape", op_reshape},
+    {"Squeeze", op_squeeze}, {"Unsqueeze", op_squeeze},
+    {"Transpose", op_transpose}, {"Concat", op_concat},
+    {"Add", op_binary}, {"Sub", op_binary}, {"Mul", op_binary},
+    {"Div", op_binary}, {"Gather", op_gather},
+    {"Identity", op_pass}, {"Dropout", op_pass}, {"Cast", op_pass},
+    {"Pad", op_pass}, {"ReduceMean", op_reduce},
+    {"ReduceSum", op_reduce}, {"Constant", op_constant},
+    {"Shape", op_shape}, {"Slice", op_slice},
+};
+
+dl_status xl_node(xl *x, const onnx_node *n)
+{
+    if (n->domain[0] && strcmp(n->domain, "ai.onnx"))
+        return xl_refuse(x, n, "operators of domain '%s' are not supported", n->domain);
+    if (n->nout < 1 || !n->out[0][0])
+        return xl_refuse(x, n, "has no output");
+    for (int k = 0; k < n->nin; k++)
+        if (n->in[k][0] && !xl_find(x, n->in[k]))
+            return xl_refuse(x, n, "input '%.80s' is produced by no node above it", n->in[k]);
+    tvalue *done = xl_find(x, n->out[0]);
+    if (done && done->fused && !strcmp(n->op, "Add"))   /* a MatMul's bias */
+        return DL_OK;
+    if (done)
+        return xl_refuse(x, n, "output '%.80s' is produced twice", n->out[0]);
+    for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++)
+        if (!strcmp(ops[k].op, n->op)) {
+            if (strcmp(n->op, "Constant") && !arg(x, n, 0))
+                return xl_refuse(x, n, "its first input is missing");
+            return ops[k].fn(x, n);
+        }
+    return xl_refuse(x, n, "unsupported operator");
+}

@@ -1,0 +1,227 @@
+#!/usr/bin/python3
+"""onnx_models.py: small PyTorch models exported to ONNX, with reference
+outputs, for dlserve's ONNX import tests.
+
+    onnx_models.py export OUTDIR
+        For each model (mlp, cnn_bn, resnet, emb2, ops, unsupported) writes
+        OUTDIR/<model>.onnx (torch.onnx.export, a dynamic batch axis),
+        OUTDIR/<model>.names (the state_dict's names) and, for batch 1
+        and 32, OUTDIR/<model>.b<N>/test.csv (and an identical train.csv:
+        PyTorch's outputs, then the inputs' values, one row a sample) and,
+        for one-input models, OUTDIR/<model>.b<N>.json ({"x": inputs,
+        "y": outputs}).
+    onnx_models.py finetune OUTDIR STEPS BATCH LR [WEIGHTS]
+        Trains the mlp from OUTDIR/mlp.onnx's weights with plain SGD on
+        OUTDIR/ft.csv (class, then 8 features) with softmax cross-entropy,
+        batch i being rows [i*B mod n, +B); prints one mean loss a step
+        (before its update). With WEIGHTS (dlserve's safetensors after the
+        same steps), exits non-zero unless every parameter equals PyTorch's
+        to 1e-4 relative.
+"""
+import json
+import os
+import sys
+import numpy as np
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 3)
+
+    def forward(self, x):
+        x = torch.tanh(self.fc2(torch.relu(self.fc1(x))))
+        return self.out(x)
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(4)
+        self.pool = nn.MaxPool2d(2)
+        self.conv2 = nn.Conv2d(4, 6, 3, stride=1)
+        self.avg = nn.AvgPool2d(2)
+        self.fc = nn.Linear(6, 5)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.bn1(self.conv1(x))))
+        x = self.avg(torch.sigmoid(self.conv2(x)))
+        return torch.log_softmax(self.fc(torch.flatten(x, 1)), dim=1)
+
+
+class ResNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.c1 = nn.Conv2d(8, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        y = self.c2(torch.relu(self.c1(x)))
+        x = torch.relu(x + y)
+        x = nn.functional.adaptive_avg_pool2d(x, 1)
+        return torch.softmax(self.fc(x.reshape(x.shape[0], -1)), dim=1)
+
+
+class Emb2(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.feat = nn.Linear(5, 4)
+        self.head = nn.Linear(8 + 4, 2)
+
+    def forward(self, ids, x):
+        e = self.emb(ids).flatten(1)
+        h = torch.cat([e, torch.relu(self.feat(x))], dim=1)
+        return self.head(h)
+
+
+class Ops(nn.Module):
+    """The operators of imported models beyond the classic layers: grouped
+    and dilated convolution, Slice, ReduceMean, Div, Pow, Sqrt, Erf (exact
+    GELU), LeakyRelu, Clip, HardSigmoid, HardSwish, constant operands."""
+
+    def __init__(self):
+        super().__init__()
+        self.pw = nn.Conv2d(1, 4, 1)
+        self.dw = nn.Conv2d(4, 4, 3, padding=2, dilation=2, groups=4)
+        self.fc = nn.Linear(4 * 3, 6)
+        self.scale = nn.Parameter(torch.rand(6) + 0.5)
+
+    def forward(self, x):
+        h = nn.functional.hardswish(self.dw(self.pw(x)))
+        h = nn.functional.leaky_relu(h, 0.1)[:, :, 1:4, :]
+        h = self.fc(h.mean(dim=3).flatten(1)) / self.scale
+        h = torch.pow(torch.sqrt(h * h + 1.0), 2.0)
+        h = torch.clamp(nn.functional.gelu(h), -1.0, 3.0)
+        return nn.functional.hardsigmoid(h) + h
+
+
+class Unsupported(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.cumsum(self.fc(x), dim=1)
+
+
+def models():
+    """name -> (module, example inputs maker(batch), input names, opset)."""
+    return {
+        "mlp": (MLP(), lambda b: [torch.randn(b, 8)], ["x"], 13),
+        "cnn_bn": (CNN(), lambda b: [torch.randn(b, 1, 8, 8)], ["image"], 14),
+        "resnet": (ResNet(), lambda b: [torch.randn(b, 3, 6, 6)], ["image"], 17),
+        "emb2": (Emb2(), lambda b: [torch.randint(0, 10, (b, 2)), torch.randn(b, 5)],
+                 ["ids", "x"], 15),
+        "ops": (Ops(), lambda b: [torch.randn(b, 1, 6, 6)], ["image"], 14),
+        "unsupported": (Unsupported(), lambda b: [torch.randn(b, 4)], ["x"], 13),
+    }
+
+
+def randomize_bn(m):
+    for mod in m.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+            mod.weight.data.uniform_(0.5, 1.5)
+            mod.bias.data.uniform_(-0.5, 0.5)
+
+
+def write_csv(d, y, xs):
+    """d/test.csv and d/train.csv: PyTorch's outputs (the targets of an
+    "mse" output), then each input's values, one row a sample."""
+    os.makedirs(d, exist_ok=True)
+    cols = [y.reshape(len(y), -1).double()] + [x.reshape(len(x), -1).double() for x in xs]
+    rows = torch.cat(cols, dim=1).numpy()
+    for split in ("test", "train"):
+        with open(f"{d}/{split}.csv", "w") as f:
+            for r in rows:
+                f.write(",".join(repr(float(v)) for v in r) + "\n")
+
+
+def export(out):
+    for name, (m, make, names, opset) in models().items():
+        randomize_bn(m)
+        m.eval()
+        ex = make(2)
+        axes = {n: {0: "batch"} for n in names}
+        axes["y"] = {0: "batch"}
+        torch.onnx.export(m, tuple(ex), f"{out}/{name}.onnx", input_names=names,
+                          output_names=["y"], dynamic_axes=axes, opset_version=opset,
+                          training=torch.onnx.TrainingMode.PRESERVE,
+                          do_constant_folding=False)
+        with open(f"{out}/{name}.names", "w") as f:
+            f.write("".join(k + "\n" for k in m.state_dict()
+                            if not k.endswith("num_batches_tracked")))
+        for b in (1, 32):
+            xs = make(b)
+            with torch.no_grad():
+                y = m(*xs)
+            write_csv(f"{out}/{name}.b{b}", y, xs)
+            if len(xs) == 1:
+                with open(f"{out}/{name}.b{b}.json", "w") as f:
+                    json.dump({"x": xs[0].tolist(), "y": y.tolist()}, f)
+
+
+def finetune(out, steps, batch, lr, weights=None):
+    import onnx
+    from onnx import numpy_helper
+    m = MLP()
+    g = onnx.load(f"{out}/mlp.onnx").graph
+    sd = {i.name: torch.from_numpy(numpy_helper.to_array(i).copy()) for i in g.initializer}
+    m.load_state_dict(sd)
+    data = np.loadtxt(f"{out}/ft.csv", delimiter=",", dtype=np.float32, ndmin=2)
+    opt = torch.optim.SGD(m.parameters(), lr=lr)
+    for s in range(steps):
+        lo = (s * batch) % len(data)
+        rows = data[lo:lo + batch]
+        x = torch.from_numpy(rows[:, 1:])
+        y = torch.from_numpy(rows[:, 0]).long()
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        print(f"{loss.item():.7f}")
+    if weights:
+        theirs = read_safetensors(weights)
+        for k, v in m.state_dict().items():
+            d = np.abs(theirs[k] - v.numpy())
+            bound = 1e-4 * np.abs(v.numpy()) + 1e-6
+            if not np.all(d <= bound):
+                sys.exit(f"{k}: dlserve's fine-tuned weights differ by {d.max():g}")
+        print("weights equal")
+
+
+def read_safetensors(path):
+    """name -> F32 array of a safetensors file (no safetensors module)."""
+    import struct
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, e in head.items():
+        if k != "__metadata__":
+            a, b = e["data_offsets"]
+            out[k] = np.frombuffer(data[a:b], dtype=np.float32).reshape(e["shape"])
+    return out
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "export":
+        export(sys.argv[2])
+    elif sys.argv[1] == "finetune":
+        finetune(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]),
+                 sys.argv[6] if len(sys.argv) > 6 else None)
+    else:
+        sys.exit(__doc__)
