@@ -17,6 +17,8 @@ tests/deploy/test_manifests.sh and test_alerts.sh. Commands:
                          dashboards, ScaledObjects and HPAs
   known METRICS NAME...  names not in a Prometheus text exposition (exit 1)
   alerts RULES OUT       the rules with every `for:` set to 0s
+  formats RUNTIME ISVC...  the runtime's model formats on one line, then
+                         each InferenceService's format and runtime
 """
 import json
 import os
@@ -168,13 +170,23 @@ def cmd_alerts(rules, out):
         yaml.safe_dump(doc, f)
 
 
+def cmd_formats(runtime, services):
+    (rt,) = load_all(runtime)
+    print(' '.join(f['name'] for f in rt['spec']['supportedModelFormats']))
+    for p in services:
+        for d in load_all(p):
+            m = d['spec']['predictor']['model']
+            print(m['modelFormat']['name'], m.get('runtime', ''))
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     {'parse': lambda: cmd_parse(args), 'resolve': lambda: cmd_resolve(*args),
      'probes': lambda: cmd_probes(*args), 'ports': lambda: cmd_ports(*args),
      'configmap': lambda: cmd_configmap(*args), 'env': lambda: cmd_env(*args),
      'metrics': lambda: cmd_metrics(args), 'known': lambda: cmd_known(args[0], args[1:]),
-     'alerts': lambda: cmd_alerts(*args)}[cmd]()
+     'alerts': lambda: cmd_alerts(*args),
+     'formats': lambda: cmd_formats(args[0], args[1:])}[cmd]()
 
 
 if __name__ == '__main__':

@@ -77,6 +77,11 @@ env "${kserve_env[@]}" "$DLSERVE" --check-config "$SRC/conf/dlserve.conf" > "$WO
 check "the KServe runtime's environment sets port 8080 and /mnt/models" \
     sh -c "grep -qx 'port = 8080' '$WORK/kserve.check' && grep -qx 'dir = /mnt/models' '$WORK/kserve.check' &&
            grep -qx 'address = 0.0.0.0' '$WORK/kserve.check'"
+mapfile -t formats < <($M formats "$SRC/deploy/kserve/servingruntime.yaml" \
+    "$SRC"/deploy/kserve/inferenceservice*.yaml)
+check "the KServe runtime claims the dlserve and onnx formats" test "${formats[0]}" = "dlserve onnx"
+check "each InferenceService names the dlserve runtime and a format it claims" \
+    test "$(printf '%s\n' "${formats[@]:1}" | sort | tr '\n' ' ')" = "dlserve dlserve onnx dlserve "
 
 # ---- ports and the stop ----
 mapfile -t ports < <($M ports "$WORK/base.yaml")
@@ -90,6 +95,9 @@ check "terminationGracePeriodSeconds ($grace) covers preStop ($sleep_s s) and 45
 
 # ---- a live daemon: probes and metric names ----
 make_repo "$WORK/repo"
+# The onnx format: a version folder holding only model.onnx.
+mkdir -p "$WORK/repo/mlp-onnx/1"
+"$DLSERVE" --export "$WORK/repo/fashion-mlp" --onnx "$WORK/repo/mlp-onnx/1/model.onnx" > /dev/null
 check "the daemon starts on the base's dlserve.conf with an embedded Kafka cluster" \
     start_daemon d --config "$K8S/base/dlserve.conf" --set http.address=127.0.0.1 \
         --models "$WORK/repo" --kafka-embedded
@@ -101,6 +109,8 @@ done < "$WORK/probes"
 check "an infer request is served (per-model metrics exist)" \
     test "$(code POST /v2/models/fashion-mlp/infer -H 'Content-Type: application/json' \
             --data-binary @"$WORK/req8.json")" = 200
+check "the onnx format's model (1/model.onnx alone) is ready" \
+    test "$(code GET /v2/models/mlp-onnx/versions/1/ready)" = 200
 # The Kafka component starts after HTTP: its cluster's address is logged.
 boot=""
 for _ in $(seq 300); do
