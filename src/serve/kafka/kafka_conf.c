@@ -154,6 +154,18 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
             st = set(c, "partition.assignment.strategy", "cooperative-sticky", "dlserve", err);
         if (st == DL_OK)
             st = set(c, "auto.commit.interval.ms", interval, "[kafka] commit_interval_ms", err);
+        /* A member gone silent loses its partitions after 10 s (Kafka's
+         * default before 3.0; librdkafka's is 45 s), and a heartbeat a
+         * second tells the others of a rebalance soon. librdkafka 2.0's
+         * mock cluster holds every rebalance after the first for the
+         * session timeout less a second, and refuses a follower's
+         * SyncGroup that comes after the leader's (the follower rejoins:
+         * one more rebalance), so at 45 s a daemon joining a running
+         * group there idled 44-88 s (docs/kafka.md, "Consumer groups"). */
+        if (st == DL_OK)
+            st = set(c, "session.timeout.ms", "10000", "dlserve", err);
+        if (st == DL_OK)
+            st = set(c, "heartbeat.interval.ms", "1000", "dlserve", err);
         /* a resumed partition waits for the fetch in flight: keep it short */
         if (st == DL_OK)
             st = set(c, "fetch.wait.max.ms", "5", "dlserve", err);
