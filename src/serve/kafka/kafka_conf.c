@@ -161,7 +161,7 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
          * session timeout less a second, and refuses a follower's
          * SyncGroup that comes after the leader's (the follower rejoins:
          * one more rebalance), so at 45 s a daemon joining a running
-         * group there idled 44-88 s (docs/kafka.md, "Consumer groups"). */
+         * group there idled 44-88 s (docs/kafka.md, "Scaling out"). */
         if (st == DL_OK)
             st = set(c, "session.timeout.ms", "10000", "dlserve", err);
         if (st == DL_OK)
@@ -169,10 +169,10 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
         /* A resumed partition waits for the fetch in flight: keep it
          * short. The embedded cluster (librdkafka's mock) answers a fetch
          * only once the wait is over, even with data waiting, so there
-         * the wait is the latency: 1 ms (p99 14.5-17 ms at 10,000
-         * records/s against 20-24 ms with 5 in the runs the machine left
-         * alone, docs/benchmarks.md "Kafka latency and scale-out"), for
-         * an idle fetch loop of about twice the CPU. A real broker
+         * the wait is the latency: 1 ms (p99 14.9 and 16.5 ms at 10,000
+         * records/s against 18.8 and 22.7 with 5 in the rounds the
+         * machine left alone, docs/benchmarks.md "Kafka latency and
+         * scale-out"), for an idle fetch loop of about twice the CPU. A real broker
          * answers once data comes, and 5 ms bounds the requests an idle
          * consumer sends. */
         if (st == DL_OK)
