@@ -44,14 +44,14 @@ static const char usage_text1[] =
 "  API: Produce Fetch ListOffsets Metadata OffsetCommit OffsetFetch\n"
 "  FindCoordinator JoinGroup Heartbeat LeaveGroup SyncGroup InitProducerId\n"
 "  AddPartitionsToTxn AddOffsetsToTxn EndTxn TxnOffsetCommit, or a number.\n"
-"  --debug CONTEXTS: librdkafka's debug contexts for the cluster (\"mock\":\n"
-"  its consumer groups' state changes and timers), logged to stderr.\n"
 "  CODE: a Kafka error code, as a number or a name (MSG_SIZE_TOO_LARGE,\n"
 "  NOT_ENOUGH_REPLICAS, NOT_COORDINATOR, PRODUCER_FENCED, ...).\n"
 "  Blank lines get no answer. At the end of stdin the cluster keeps running\n"
 "  until SIGTERM or SIGINT; 'quit' and the signals exit 0. When stdin is a\n"
 "  FIFO, writers may come and go ('echo CMD > fifo' per command): it holds\n"
 "  a write end itself, so the FIFO does not end.\n"
+"  --debug CONTEXTS: librdkafka's debug contexts for the cluster (\"mock\":\n"
+"  its consumer groups' state changes and timers), logged to stderr.\n"
 "\n";
 /* In two parts: C99 compilers need not take string literals over 4095 bytes. */
 static const char usage_text2[] =
