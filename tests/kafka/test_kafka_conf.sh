@@ -58,6 +58,11 @@ done
 check "[kafka.client] reaches the consumer" effective client.rack=rack-all consumer
 check "[kafka.producer] overrides it for the producer" effective client.rack=rack-producer producer
 check "ours stay under [kafka.client] (group.id)" effective group.id=dlserve consumer
+# a member gone silent leaves the group after 10 s, not librdkafka's 45
+check "the consumer's group session is 10 s" effective session.timeout.ms=10000 consumer
+check "... with a heartbeat a second" effective heartbeat.interval.ms=1000 consumer
+# the embedded (mock) cluster answers a fetch only once its wait is over
+check "on the embedded cluster a fetch waits 1 ms" effective fetch.wait.max.ms=1 consumer
 check "the clients try SASL PLAIN on the (SASL-less) mock" \
     wait_for 20 grep -q "SASL Handshake not supported by broker (required by mechanism PLAIN)" "$LOG"
 curl -s -H "Authorization: Bearer $TOKEN" "$URL/status" > "$WORK/status.json"

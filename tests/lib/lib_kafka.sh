@@ -46,9 +46,10 @@ stop_mock() {
 # repository, ready once it has joined the group (partitions assigned).
 # Joining a group that has members takes two cooperative rebalances (the
 # first assigns the newcomer nothing while the others give partitions up),
-# each of which the mock holds until every member has rejoined or
-# session.timeout.ms less a second has passed: 30 s leaves room for a slow
-# sanitizer build. When it fails, the daemon's log tail is shown.
+# each of which librdkafka 2.0's mock holds for session.timeout.ms less a
+# second, however soon the members rejoin (tests/bench/kafka_rejoin): 30 s
+# leaves room for a slow sanitizer build. When it fails, the daemon's log
+# tail is shown.
 start_kafka_daemon() {
     local name=$1; shift
     start_daemon "$name" --models "$WORK/repo" --set kafka.brokers="$BOOT" "$@" || return 1

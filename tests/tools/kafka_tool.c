@@ -27,7 +27,7 @@
 #define MAX_LINE        4096                /* mock: one command line */
 
 static const char usage_text1[] =
-"usage: kafka_tool mock [--brokers N] [--topic NAME[:PARTITIONS]]...\n"
+"usage: kafka_tool mock [--brokers N] [--topic NAME[:PARTITIONS]]... [--debug CONTEXTS]\n"
 "       kafka_tool feed -b BOOTSTRAP -t TOPIC [feed options]\n"
 "       kafka_tool collect -b BOOTSTRAP -t TOPIC [collect options]\n"
 "\n"
@@ -50,6 +50,8 @@ static const char usage_text1[] =
 "  until SIGTERM or SIGINT; 'quit' and the signals exit 0. When stdin is a\n"
 "  FIFO, writers may come and go ('echo CMD > fifo' per command): it holds\n"
 "  a write end itself, so the FIFO does not end.\n"
+"  --debug CONTEXTS: librdkafka's debug contexts for the cluster (\"mock\":\n"
+"  its consumer groups' state changes and timers), logged to stderr.\n"
 "\n";
 /* In two parts: C99 compilers need not take string literals over 4095 bytes. */
 static const char usage_text2[] =
@@ -94,6 +96,12 @@ static const char usage_text2[] =
 "                       tab-separated; in key, headers and value \\ tab CR LF\n"
 "                       read \\\\ \\t \\r \\n, other bytes outside 0x20..0x7e\n"
 "                       (and ; = in headers) \\xHH\n"
+"  --received           a last field on each --out line: when the record was\n"
+"                       polled, us since the epoch (wall clock), fetching\n"
+"                       with fetch.wait.max.ms=1: run it while the topic\n"
+"                       fills to time its records' arrival\n"
+"  --no-values          an empty value field on each --out line (keeps a\n"
+"                       reader of large records cheap)\n"
 "\n"
 "Exit status 2 for a usage error. Errors go to stderr, prefixed 'kafka_tool: '.\n";
 
@@ -456,10 +464,12 @@ static int cmd_mock(int argc, char **argv)
     static const struct option opts[] = {
         {"brokers", required_argument, NULL, 'n'},
         {"topic", required_argument, NULL, 't'},
+        {"debug", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     long brokers = 1;
+    const char *debug = NULL;
     int c;
     /* Topics are created once the cluster runs: parse the count first. */
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -471,6 +481,8 @@ static int cmd_mock(int argc, char **argv)
             return bad_option("mock", argv);
         if (c == 'n' && !parse_long(optarg, 1, 64, &brokers))
             return bad_value("mock", "--brokers", optarg, "want 1..64");
+        if (c == 'd')
+            debug = optarg;
     }
     if (optind < argc) {
         fail("mock: unexpected argument '%s'", argv[optind]);
@@ -493,7 +505,8 @@ static int cmd_mock(int argc, char **argv)
         return 1;
     /* No brokers for this handle: its notice saying so is noise. */
     if (!conf_set(conf, "client.id", "kafka_tool-mock") ||
-        !conf_set(conf, "log_level", "4")) {
+        !conf_set(conf, "log_level", debug ? "7" : "4") ||
+        (debug && !conf_set(conf, "debug", debug))) {
         rd_kafka_conf_destroy(conf);
         return 1;
     }
@@ -1037,7 +1050,7 @@ typedef struct collect_opts {
     const char *bootstrap, *topic, *out;
     long count;
     double timeout, idle;
-    bool read_committed;
+    bool read_committed, received, no_values;
 } collect_opts;
 
 /* The distinct keys seen: open addressing, linear probing, FNV-1a. */
@@ -1129,7 +1142,18 @@ static void put_escaped(FILE *f, const void *p, size_t len, const char *also)
     }
 }
 
-static void write_record(FILE *f, const rd_kafka_message_t *rkm)
+/* Wall-clock microseconds since the epoch (Kafka timestamps' clock). */
+static int64_t wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* One --out line, without the value when no_value; received_us >= 0
+ * adds it as a last field. */
+static void write_record(FILE *f, const rd_kafka_message_t *rkm, bool no_value,
+                         int64_t received_us)
 {
     rd_kafka_timestamp_type_t tstype;
     int64_t ts = rd_kafka_message_timestamp(rkm, &tstype);
@@ -1151,7 +1175,10 @@ static void write_record(FILE *f, const rd_kafka_message_t *rkm)
         }
     }
     putc('\t', f);
-    put_escaped(f, rkm->payload, rkm->payload ? rkm->len : 0, NULL);
+    if (!no_value)
+        put_escaped(f, rkm->payload, rkm->payload ? rkm->len : 0, NULL);
+    if (received_us >= 0)
+        fprintf(f, "\t%" PRId64, received_us);
     putc('\n', f);
 }
 
@@ -1164,6 +1191,8 @@ static int parse_collect(int argc, char **argv, collect_opts *o)
         {"timeout", required_argument, NULL, 'T'},
         {"idle", required_argument, NULL, 'i'},
         {"read-committed", no_argument, NULL, 'R'},
+        {"received", no_argument, NULL, 'r'},
+        {"no-values", no_argument, NULL, 'V'},
         {"out", required_argument, NULL, 'o'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -1176,6 +1205,8 @@ static int parse_collect(int argc, char **argv, collect_opts *o)
         case 't': o->topic = optarg; break;
         case 'o': o->out = optarg; break;
         case 'R': o->read_committed = true; break;
+        case 'r': o->received = true; break;
+        case 'V': o->no_values = true; break;
         case 'n':
             if (!parse_long(optarg, 1, 1000000000L, &o->count))
                 return bad_value("collect", "--count", optarg, "want 1..1000000000");
@@ -1220,7 +1251,8 @@ static rd_kafka_t *collect_consumer(const collect_opts *o)
         !conf_set(conf, "enable.partition.eof", "true") ||
         !conf_set(conf, "auto.offset.reset", "earliest") ||
         !conf_set(conf, "isolation.level",
-                  o->read_committed ? "read_committed" : "read_uncommitted")) {
+                  o->read_committed ? "read_committed" : "read_uncommitted") ||
+        (o->received && !conf_set(conf, "fetch.wait.max.ms", "1"))) {
         rd_kafka_conf_destroy(conf);
         return NULL;
     }
@@ -1349,7 +1381,7 @@ static int cmd_collect(int argc, char **argv)
                 failed = true;
             }
             if (out)
-                write_record(out, rkm);
+                write_record(out, rkm, o.no_values, o.received ? wall_us() : -1);
         }
         rd_kafka_message_destroy(rkm);
     }

@@ -1,6 +1,7 @@
 /* kafka_health.c: which brokers the consumer reaches, from librdkafka's
  * statistics (each broker's connection state) and error callbacks (all
  * brokers down); one log line per transition between none and some. */
+#define _GNU_SOURCE   /* memmem */
 #include "serve/kafka/kafka_int.h"
 
 #include <string.h>
@@ -29,17 +30,33 @@ static void note_transition(kafka_srv *k, int up, int known)
     }
 }
 
+/* The statistics' "brokers" object (new), parsed alone: the whole
+ * document also holds every partition's statistics, and parsing it all
+ * each second was most of an idle consumer thread's CPU (2 ms a second
+ * with 64 partitions). NULL when there is none. */
+static json_t *stats_brokers(const char *json, size_t len)
+{
+    static const char key[] = "\"brokers\":";
+    const char *p = memmem(json, len, key, sizeof(key) - 1);
+    if (!p)
+        return NULL;
+    p += sizeof(key) - 1;
+    json_error_t jerr;
+    json_t *brokers = json_loadb(p, len - (size_t)(p - json), JSON_DISABLE_EOF_CHECK, &jerr);
+    if (!json_is_object(brokers)) {
+        json_decref(brokers);
+        return NULL;
+    }
+    return brokers;
+}
+
 int kafka_health_on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
 {
     (void)rk;
     kafka_srv *k = opaque;
-    json_error_t jerr;
-    json_t *root = json_loadb(json, len, 0, &jerr);
-    json_t *brokers = json_object_get(root, "brokers");
-    if (!json_is_object(brokers)) {
-        json_decref(root);
+    json_t *brokers = stats_brokers(json, len);
+    if (!brokers)
         return 0;
-    }
     /* Brokers learned from metadata (node id >= 0); the bootstrap entries
      * stand in until there are any. Internal and logical ones are not
      * connections. */
@@ -63,7 +80,7 @@ int kafka_health_on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
         else
             up_boot += up;
     }
-    json_decref(root);
+    json_decref(brokers);
     bool use_learned = json_array_size(learned) > 0;
     json_t *rows = use_learned ? learned : boot;
     json_decref(use_learned ? boot : learned);

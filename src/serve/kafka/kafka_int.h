@@ -167,7 +167,7 @@ typedef struct kcounters {
  * its output's delivery report, by timestamp type (0 create time, 1 log
  * append time). Per-bucket counts (not cumulative); the output thread
  * adds, any thread reads (kafka_stats.c). */
-#define KLAT_NBOUNDS 13
+#define KLAT_NBOUNDS 38
 typedef struct klatency {
     atomic_llong bucket[2][KLAT_NBOUNDS + 1];   /* the last: past the last bound */
     atomic_llong count[2];

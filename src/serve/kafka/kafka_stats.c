@@ -8,9 +8,15 @@
 
 /* ---- record latency ------------------------------------------------------ */
 
-/* Seconds: 1 ms (a record answered as it arrives) to 10 s (a backlog). */
+/* Seconds: 1 ms (a record answered as it arrives) to 10 s (a backlog),
+ * each bound at most a third above the one before from 3 ms on: a
+ * quantile interpolated within its bucket (histogram_quantile) stays
+ * within about 10% of the exact one, where the 1-2.5-5 series moved a
+ * p99 by up to 40% (and 1 to 2.5 s by 80%). */
 static const double lat_bounds[KLAT_NBOUNDS] = {
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+    0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008, 0.010, 0.012, 0.015, 0.020,
+    0.025, 0.030, 0.040, 0.050, 0.060, 0.080, 0.100, 0.120, 0.150, 0.200, 0.250,
+    0.300, 0.400, 0.500, 0.600, 0.800, 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10,
 };
 static const char *const lat_types[2] = {"create_time", "log_append_time"};
 
