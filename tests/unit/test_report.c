@@ -64,7 +64,7 @@ static void check_csv(int n, bool with_test)
     fill(e, n, with_test);
     const char *path = fx_join(dir, "metrics.csv");
     dl_err err = {0};
-    cr_assert_eq(dl_report_write_csv(path, e, n, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_report_write_csv(path, NULL, 0, e, n, &err), DL_OK, "%s", err.msg);
 
     char *s = slurp(path);
     int lines = 0;
@@ -106,7 +106,7 @@ static void check_svg(int n, bool with_test)
     fill(e, n, with_test);
     const char *path = fx_join(dir, "curves.svg");
     dl_err err = {0};
-    cr_assert_eq(dl_report_write_svg(path, "fashion-mlp a<b & \"c\" v3", e, n,
+    cr_assert_eq(dl_report_write_svg(path, "fashion-mlp a<b & \"c\" v3", NULL, 0, e, n,
                                      &err), DL_OK, "%s", err.msg);
 
     char *s = slurp(path);
@@ -162,7 +162,7 @@ Test(report, svg_constant_and_nonfinite_values)
     e[3].test_loss = INFINITY;
     const char *path = fx_join(dir, "curves.svg");
     dl_err err = {0};
-    cr_assert_eq(dl_report_write_svg(path, NULL, e, 4, &err), DL_OK, "%s",
+    cr_assert_eq(dl_report_write_svg(path, NULL, NULL, 0, e, 4, &err), DL_OK, "%s",
                  err.msg);
     char *s = slurp(path);
     cr_expect_null(strstr(s, "nan"));
@@ -178,7 +178,7 @@ Test(report, svg_escapes_bad_bytes)
     const char *path = fx_join(dir, "curves.svg");
     dl_err err = {0};
     /* A control character, a broken UTF-8 byte and a valid "é". */
-    cr_assert_eq(dl_report_write_svg(path, "m\x01x\xff" "caf\xc3\xa9", e, 2,
+    cr_assert_eq(dl_report_write_svg(path, "m\x01x\xff" "caf\xc3\xa9", NULL, 0, e, 2,
                                      &err), DL_OK, "%s", err.msg);
     char *s = slurp(path);
     cr_expect_not_null(strstr(s, "m?x?caf\xc3\xa9"));
@@ -198,10 +198,10 @@ Test(report, rejects_bad_arguments)
     fill(e, 1, true);
     const char *path = fx_join(dir, "x");
     dl_err err = {0};
-    cr_expect_eq(dl_report_write_svg(path, "t", e, 0, &err), DL_ERR_INVALID);
-    cr_expect_eq(dl_report_write_svg(NULL, "t", e, 1, &err), DL_ERR_INVALID);
-    cr_expect_eq(dl_report_write_csv(path, NULL, 1, &err), DL_ERR_INVALID);
-    cr_expect_eq(dl_report_write_csv(path, e, -1, &err), DL_ERR_INVALID);
+    cr_expect_eq(dl_report_write_svg(path, "t", NULL, 0, e, 0, &err), DL_ERR_INVALID);
+    cr_expect_eq(dl_report_write_svg(NULL, "t", NULL, 0, e, 1, &err), DL_ERR_INVALID);
+    cr_expect_eq(dl_report_write_csv(path, NULL, 0, NULL, 1, &err), DL_ERR_INVALID);
+    cr_expect_eq(dl_report_write_csv(path, NULL, 0, e, -1, &err), DL_ERR_INVALID);
     cr_expect_eq(access(path, F_OK), -1, "nothing is written");
 }
 
@@ -210,7 +210,7 @@ Test(report, io_error_names_the_file)
     dl_epoch_stats e[1];
     fill(e, 1, true);
     dl_err err = {0};
-    cr_expect_eq(dl_report_write_csv("/nonexistent-dir/metrics.csv", e, 1, &err),
+    cr_expect_eq(dl_report_write_csv("/nonexistent-dir/metrics.csv", NULL, 0, e, 1, &err),
                  DL_ERR_IO);
     cr_expect_not_null(strstr(err.msg, "metrics.csv"), "message: %s", err.msg);
 }
