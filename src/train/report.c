@@ -60,25 +60,57 @@ static void csv_field(dl_sbuf *b, double v, bool optional)
         dl_sbuf_printf(b, ",%.9g", v);
 }
 
-dl_status dl_report_write_csv(const char *path, const dl_epoch_stats *e, int n,
-                              dl_err *err)
+static bool outputs_ok(const dl_report_output *outs, int nouts)
 {
-    if (!path || n < 0 || (n > 0 && !e))
+    return nouts >= 0 && nouts <= DL_REPORT_MAX_OUTPUTS && (nouts == 0 || outs);
+}
+
+static const char *metric_name(const dl_report_output *o)
+{
+    return o->rmse ? "rmse" : "accuracy";
+}
+
+/* The header: today's columns, then four an output. */
+static void csv_header(dl_sbuf *b, const dl_report_output *outs, int nouts)
+{
+    dl_sbuf_printf(b, "epoch,lr,train_loss,train_accuracy,test_loss,"
+                  "test_accuracy,samples_per_sec,seconds");
+    for (int k = 0; k < nouts; k++) {
+        const char *o = outs[k].name, *m = metric_name(&outs[k]);
+        dl_sbuf_printf(b, ",%s_train_loss,%s_train_%s,%s_test_loss,%s_test_%s", o, o, m,
+                       o, o, m);
+    }
+    dl_sbuf_printf(b, "\n");
+}
+
+static void csv_row(dl_sbuf *b, const dl_epoch_stats *e, int nouts)
+{
+    dl_sbuf_printf(b, "%d", e->epoch);
+    csv_field(b, e->lr, false);
+    csv_field(b, e->train_loss, false);
+    csv_field(b, e->train_accuracy, false);
+    csv_field(b, e->test_loss, true);
+    csv_field(b, e->test_accuracy, true);
+    csv_field(b, e->samples_per_sec, false);
+    csv_field(b, e->seconds, false);
+    for (int k = 0; k < nouts; k++) {
+        csv_field(b, e->out[k].train_loss, false);
+        csv_field(b, e->out[k].train_metric, false);
+        csv_field(b, e->out[k].test_loss, true);
+        csv_field(b, e->out[k].test_metric, true);
+    }
+    dl_sbuf_printf(b, "\n");
+}
+
+dl_status dl_report_write_csv(const char *path, const dl_report_output *outs, int nouts,
+                              const dl_epoch_stats *e, int n, dl_err *err)
+{
+    if (!path || n < 0 || (n > 0 && !e) || !outputs_ok(outs, nouts))
         return dl_err_set(err, DL_ERR_INVALID, "metrics.csv: bad arguments");
     dl_sbuf b = {0};
-    dl_sbuf_printf(&b, "epoch,lr,train_loss,train_accuracy,test_loss,"
-                  "test_accuracy,samples_per_sec,seconds\n");
-    for (int i = 0; i < n; i++) {
-        dl_sbuf_printf(&b, "%d", e[i].epoch);
-        csv_field(&b, e[i].lr, false);
-        csv_field(&b, e[i].train_loss, false);
-        csv_field(&b, e[i].train_accuracy, false);
-        csv_field(&b, e[i].test_loss, true);
-        csv_field(&b, e[i].test_accuracy, true);
-        csv_field(&b, e[i].samples_per_sec, false);
-        csv_field(&b, e[i].seconds, false);
-        dl_sbuf_printf(&b, "\n");
-    }
+    csv_header(&b, outs, nouts);
+    for (int i = 0; i < n; i++)
+        csv_row(&b, &e[i], nouts);
     dl_status st = sb_write(&b, path, err);
     free(b.s);
     return st;
@@ -91,6 +123,7 @@ enum {
     SVG_W = 960, SVG_H = 420, PANEL_W = SVG_W / 2,
     PLOT_L = 68, PLOT_R = 24,        /* plot area insets within a panel */
     PLOT_T = 92, PLOT_B = 56,
+    ROW_H = 330, ROW_T = 42,         /* a row of output panels; its plot's top inset */
     INSET_X = 12, INSET_Y = 8,       /* data kept off the axis lines */
     MAX_TICKS = 64,
     MAX_MARKED = 40,                 /* draw point markers up to this many epochs */
@@ -287,8 +320,9 @@ static void svg_series(dl_sbuf *b, const dl_epoch_stats *e, int n,
     }
 }
 
-/* One panel: heading, grid, axes with tick labels, legend, series. */
-static void svg_panel(dl_sbuf *b, int x0, const char *heading,
+/* One panel, its frame from y = top to bottom: heading, grid, axes with
+ * tick labels, legend, series. */
+static void svg_panel(dl_sbuf *b, int x0, int top, int bottom, const char *heading,
                       const dl_epoch_stats *e, int n, const series *ser,
                       int nser, const axis *xa)
 {
@@ -301,8 +335,7 @@ static void svg_panel(dl_sbuf *b, int x0, const char *heading,
             }
     axis ya;
     axis_fit_values(&ya, lo, hi);
-    const plot p = {x0 + PLOT_L, x0 + PANEL_W - PLOT_R, PLOT_T, SVG_H - PLOT_B,
-                    xa, &ya};
+    const plot p = {x0 + PLOT_L, x0 + PANEL_W - PLOT_R, top, bottom, xa, &ya};
 
     svg_text(b, p.l, p.t - 18, "start",
              "font-size=\"14\" font-weight=\"bold\"", heading);
@@ -371,12 +404,29 @@ static void svg_caption(dl_sbuf *b, const dl_epoch_stats *e, int n)
              cap);
 }
 
+/* Output k's metric panel, two a row under the loss and accuracy panels. */
+static void svg_output_panel(dl_sbuf *b, const dl_report_output *o, int k,
+                             const dl_epoch_stats *e, int n, const axis *xa)
+{
+    size_t at = offsetof(dl_epoch_stats, out) + (size_t)k * sizeof(dl_output_stats);
+    const series ser[] = {
+        {at + offsetof(dl_output_stats, train_metric), false, "train", COLOR_TRAIN, NULL},
+        {at + offsetof(dl_output_stats, test_metric), true, "test", COLOR_TEST, "6,3"},
+    };
+    char heading[128];
+    snprintf(heading, sizeof(heading), "%s %s", o->name, metric_name(o));
+    int top = SVG_H + (k / 2) * ROW_H;
+    svg_panel(b, (k % 2) * PANEL_W, top + ROW_T, top + ROW_H - PLOT_B, heading, e, n, ser,
+              2, xa);
+}
+
 dl_status dl_report_write_svg(const char *path, const char *title,
+                              const dl_report_output *outs, int nouts,
                               const dl_epoch_stats *e, int n, dl_err *err)
 {
-    if (!path || !e || n < 1)
+    if (!path || !e || n < 1 || !outputs_ok(outs, nouts))
         return dl_err_set(err, DL_ERR_INVALID, "curves.svg: bad arguments "
-                          "(%d epochs)", n);
+                          "(%d epochs, %d outputs)", n, nouts);
 
     int first = e[0].epoch, last = e[0].epoch;
     for (int i = 1; i < n; i++) {
@@ -395,19 +445,22 @@ dl_status dl_report_write_svg(const char *path, const char *title,
         {offsetof(dl_epoch_stats, test_accuracy), true, "test", COLOR_TEST, "6,3"},
     };
 
+    int height = SVG_H + (nouts + 1) / 2 * ROW_H;
     dl_sbuf b = {0};
     dl_sbuf_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
                   "height=\"%d\" viewBox=\"0 0 %d %d\" "
                   "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" "
                   "font-size=\"12\" fill=\"#222222\" "
                   "style=\"background-color:#ffffff\">\n",
-              SVG_W, SVG_H, SVG_W, SVG_H);
+              SVG_W, height, SVG_W, height);
     svg_text(&b, SVG_W / 2.0, 28, "middle",
              "font-size=\"17\" font-weight=\"bold\"",
              title && *title ? title : "training");
     svg_caption(&b, e, n);
-    svg_panel(&b, 0, "loss", e, n, loss, 2, &xa);
-    svg_panel(&b, PANEL_W, "accuracy", e, n, acc, 2, &xa);
+    svg_panel(&b, 0, PLOT_T, SVG_H - PLOT_B, "loss", e, n, loss, 2, &xa);
+    svg_panel(&b, PANEL_W, PLOT_T, SVG_H - PLOT_B, "accuracy", e, n, acc, 2, &xa);
+    for (int k = 0; k < nouts; k++)
+        svg_output_panel(&b, &outs[k], k, e, n, &xa);
     dl_sbuf_printf(&b, "</svg>\n");
 
     dl_status st = sb_write(&b, path, err);

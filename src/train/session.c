@@ -86,7 +86,7 @@ dl_status session_evaluate(session *s, const dl_dataset *ds, int64_t batch,
                                   (void **)&x, err);
     if (st != DL_OK)
         return st;
-    double sum = 0.0, per[64][3] = {{0}};
+    double sum = 0.0, per[DL_REPORT_MAX_OUTPUTS][3] = {{0}};
     int64_t ok = 0, no = dl_model_output_count(s->m);
     for (int64_t i = 0; i < ds->n && st == DL_OK; i += batch) {
         int64_t b = ds->n - i < batch ? ds->n - i : batch;

@@ -5,6 +5,7 @@
 
 #include "data/dl_data.h"
 #include "train/dl_train.h"
+#include "train/report.h"
 
 typedef struct session {
     dl_model_conf *conf;
@@ -15,7 +16,8 @@ typedef struct session {
     char           weights[4096];
     /* per output, from the last session_evaluate: mean loss, accuracy and
      * (MSE) root mean squared error */
-    double         out_loss[64], out_acc[64], out_rmse[64];
+    double         out_loss[DL_REPORT_MAX_OUTPUTS], out_acc[DL_REPORT_MAX_OUTPUTS],
+                   out_rmse[DL_REPORT_MAX_OUTPUTS];
 } session;
 
 /* Opens model.json, the backend and a model with fresh weights (seed). */

@@ -8,6 +8,7 @@
 #include "train/report.h"
 #include "train/session.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,11 @@ typedef struct trainer {
     int64_t     nids;
     bool        bar;
     dl_ps_stats ps;
+    /* a model of several outputs: their count (0 for one output) and this
+     * epoch's sums of each one's training loss and its correct predictions
+     * (classifiers) or squared errors (MSE) */
+    int         nout;
+    double      out_train[DL_REPORT_MAX_OUTPUTS][2];
 } trainer;
 
 static void apply_overrides(dl_hparams *hp, const dl_run_opts *o)
@@ -67,6 +73,12 @@ static void apply_overrides(dl_hparams *hp, const dl_run_opts *o)
 static bool is_ps(const trainer *t)
 {
     return t->mode == DL_DIST_PS_SYNC || t->mode == DL_DIST_PS_ASYNC;
+}
+
+/* Whether output k's metric is the RMSE (an MSE output), else the accuracy. */
+static bool is_rmse(const trainer *t, int k)
+{
+    return t->s.conf->outputs[k].loss == DL_LOSS_MSE;
 }
 
 static void trainer_close(trainer *t)
@@ -132,6 +144,7 @@ static dl_status trainer_open(trainer *t, const dl_run_opts *o, dl_dist *d,
     apply_overrides(&t->hp, o);
     if ((st = session_open(&t->s, o, t->hp.seed, err)) != DL_OK)
         return st;
+    t->nout = t->s.conf->noutputs > 1 ? t->s.conf->noutputs : 0;
     st = session_data(&t->s, o, "train", &t->train, err);
     if (st == DL_OK && need_test)
         st = session_data(&t->s, o, "test", &t->test, err);
@@ -308,8 +321,20 @@ static dl_status grads_ready(void *ctx, int layer, int64_t begin, int64_t end, d
     return dl_dist_buckets_ready(ctx, begin, err);
 }
 
+/* Adds each output's figures of the last loss to the epoch's sums. */
+static void add_output_sums(trainer *t)
+{
+    for (int k = 0; k < t->nout; k++) {
+        double loss, sq;
+        int64_t correct;
+        dl_model_output_stats(t->s.m, k, &loss, &correct, &sq);
+        t->out_train[k][0] += loss;
+        t->out_train[k][1] += is_rmse(t, k) ? sq : (double)correct;
+    }
+}
+
 /* Forward, loss and backward on the gathered share. Adds the share's
- * summed loss, correct count and size. */
+ * summed loss, correct count and size (and each output's figures). */
 static dl_status compute(trainer *t, int64_t count, int64_t global, double *loss,
                          int64_t *correct, int64_t *seen, dl_err *err)
 {
@@ -329,6 +354,8 @@ static dl_status compute(trainer *t, int64_t count, int64_t global, double *loss
     if (st == DL_OK)
         st = dl_model_loss(t->s.m, t->train->t ? NULL : t->hy, t->train->t ? t->ht : NULL,
                            scale, true, &l, &c, err);
+    if (st == DL_OK)
+        add_output_sums(t);
     if (st == DL_OK)
         st = t->buckets ? dl_model_backward_hooked(t->s.m, grads_ready, t->buckets, err)
                         : dl_model_backward(t->s.m, err);
@@ -449,8 +476,22 @@ static void show_bar(const trainer *t, int64_t epoch, int64_t step, double loss,
             (int)eta / 60, (int)eta % 60);
 }
 
-/* Loss and accuracy sums over this trainer's part of the test set. */
-static dl_status evaluate(trainer *t, double sums[3], dl_err *err)
+/* Each output's test loss and correct-count or squared-error sums over
+ * n samples into out[4k + 2], out[4k + 3], from the session's means. */
+static void test_output_sums(const trainer *t, int64_t n, double *out)
+{
+    for (int k = 0; k < t->nout; k++) {
+        double r = t->s.out_rmse[k];
+        out[4 * k + 2] = t->s.out_loss[k] * (double)n;
+        out[4 * k + 3] = is_rmse(t, k)
+                       ? r * r * (double)(n * dl_model_output_dim(t->s.m, k))
+                       : t->s.out_acc[k] * (double)n;
+    }
+}
+
+/* Loss and accuracy sums over this trainer's part of the test set, and in
+ * sums[3 + 4k + 2], sums[3 + 4k + 3] each output's (see run_epoch). */
+static dl_status evaluate(trainer *t, double *sums, dl_err *err)
 {
     int64_t n = t->test->n, b = n * t->me / t->T, e = n * (t->me + 1) / t->T;
     dl_dataset part = *t->test;
@@ -464,6 +505,8 @@ static dl_status evaluate(trainer *t, double sums[3], dl_err *err)
     sums[0] = loss * (double)part.n;
     sums[1] = acc * (double)part.n;
     sums[2] = (double)part.n;
+    if (part.n > 0)
+        test_output_sums(t, part.n, sums + 3);
     return st;
 }
 
@@ -486,11 +529,52 @@ static double hidden_share(double inflight, double exposed)
     return h < 0.0 ? 0.0 : h > 1.0 ? 1.0 : h;
 }
 
+/* A mean over n samples: the accuracy from a correct count, or the RMSE
+ * from a squared-error sum over n * dim values. */
+static double metric(double sum, double n, bool rmse, int64_t dim)
+{
+    return rmse ? sqrt(sum / (n * (double)dim)) : sum / n;
+}
+
+/* Each output's figures from the epoch's summed statistics (run_epoch). */
+static void output_stats(const trainer *t, const double *sums, dl_epoch_stats *es)
+{
+    double seen = sums[2] ? sums[2] : 1, tested = sums[5];
+    for (int k = 0; k < t->nout; k++) {
+        const double *o = sums + 6 + 4 * k;
+        bool r = is_rmse(t, k);
+        int64_t dim = dl_model_output_dim(t->s.m, k);
+        es->out[k] = (dl_output_stats){
+            .train_loss = o[0] / seen, .train_metric = metric(o[1], seen, r, dim),
+            .test_loss = tested > 0 ? o[2] / tested : -1.0,
+            .test_metric = tested > 0 ? metric(o[3], tested, r, dim) : -1.0 };
+    }
+}
+
+/* The epoch line: the totals, then (several outputs, with a test set)
+ * each output's test loss and metric. */
+static void log_epoch(const trainer *t, const dl_epoch_stats *es)
+{
+    char outs[768] = "";
+    size_t n = 0;
+    for (int k = 0; k < t->nout && es->test_loss >= 0 && n < sizeof(outs); k++)
+        n += (size_t)snprintf(outs + n, sizeof(outs) - n, "%s%s: loss %.4f %s %.4f",
+                              k ? ", " : " | ", t->s.conf->outputs[k].name,
+                              es->out[k].test_loss, is_rmse(t, k) ? "rmse" : "acc",
+                              es->out[k].test_metric);
+    DL_LOG0(DL_LOG_INFO, "train",
+            "epoch %d/%lld loss %.4f acc %.4f test_loss %.4f test_acc %.4f lr %.3g "
+            "%.0f samples/s %.1fs%s", es->epoch, (long long)t->hp.epochs, es->train_loss,
+            es->train_accuracy, es->test_loss, es->test_accuracy, es->lr,
+            es->samples_per_sec, es->seconds, outs);
+}
+
 static dl_status run_epoch(trainer *t, epoch_ctx *ec, dl_epoch_stats *es, bool *stop,
                            dl_err *err)
 {
     const dl_run_opts *o = t->o;
     dl_data_permutation(t->hp.seed, ec->epoch, t->train->n, t->perm);
+    memset(t->out_train, 0, sizeof(t->out_train));
     ec->bytes_start = (double)dl_dist_bytes(t->d);
     dl_dist_overlap(t->d, &ec->inflight_start, &ec->exposed_start);
     double loss = 0.0, t0 = dl_time_now(), last_draw = 0.0;
@@ -525,11 +609,17 @@ static dl_status run_epoch(trainer *t, epoch_ctx *ec, dl_epoch_stats *es, bool *
         st = average(t, err);
     if (st == DL_OK && is_ps(t))
         st = ps_pull(t, true, err);
-    double sums[6] = { loss, (double)correct, (double)seen, 0, 0, 0 };
+    /* training loss, correct, samples; the same of the test set; then for
+     * each output its training loss and metric sums, and its test ones */
+    double sums[6 + 4 * DL_REPORT_MAX_OUTPUTS] = { loss, (double)correct, (double)seen };
+    for (int k = 0; k < t->nout; k++) {
+        sums[6 + 4 * k] = t->out_train[k][0];
+        sums[6 + 4 * k + 1] = t->out_train[k][1];
+    }
     if (st == DL_OK && t->test && t->test->n > 0)
         st = evaluate(t, sums + 3, err);
     if (st == DL_OK)
-        st = dl_dist_sum_f64(t->d, sums, 6, "epoch statistics", err);
+        st = dl_dist_sum_f64(t->d, sums, 6 + 4 * t->nout, "epoch statistics", err);
     int64_t steps = s - ec->first;
     double tmin, tmax;
     if (st == DL_OK)
@@ -544,13 +634,10 @@ static dl_status run_epoch(trainer *t, epoch_ctx *ec, dl_epoch_stats *es, bool *
         .test_loss = sums[5] > 0 ? sums[3] / sums[5] : -1.0,
         .test_accuracy = sums[5] > 0 ? sums[4] / sums[5] : -1.0,
         .samples_per_sec = sums[2] / secs, .seconds = dl_time_now() - t0 };
+    output_stats(t, sums, es);
     if (t->bar)
         fprintf(stderr, "\n");
-    DL_LOG0(DL_LOG_INFO, "train",
-            "epoch %d/%lld loss %.4f acc %.4f test_loss %.4f test_acc %.4f lr %.3g "
-            "%.0f samples/s %.1fs", es->epoch, (long long)t->hp.epochs, es->train_loss,
-            es->train_accuracy, es->test_loss, es->test_accuracy, es->lr,
-            es->samples_per_sec, es->seconds);
+    log_epoch(t, es);
     double inflight, exposed;
     dl_dist_overlap(t->d, &inflight, &exposed);
     char hidden[64] = "";
@@ -583,11 +670,14 @@ static dl_status write_version(trainer *t, int64_t version, const dl_epoch_stats
     if ((st = dl_model_save(t->s.m, weights, summary, err)) != DL_OK)
         return st;
     snprintf(path, sizeof(path), "%s/metrics.csv", dir);
-    if ((st = dl_report_write_csv(path, es, n, err)) != DL_OK)
+    dl_report_output outs[DL_REPORT_MAX_OUTPUTS];
+    for (int k = 0; k < t->nout; k++)
+        outs[k] = (dl_report_output){ t->s.conf->outputs[k].name, is_rmse(t, k) };
+    if ((st = dl_report_write_csv(path, outs, t->nout, es, n, err)) != DL_OK)
         return st;
     snprintf(path, sizeof(path), "%s/curves.svg", dir);
     snprintf(title, sizeof(title), "%s version %lld", t->s.conf->name, (long long)version);
-    return dl_report_write_svg(path, title, es, n, err);
+    return dl_report_write_svg(path, title, outs, t->nout, es, n, err);
 }
 
 /* After the last step: one set of parameters on trainer 0. */

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A graph model end to end: two inputs (features and ids), two outputs
 # (a classifier and a regression), trained from CSV data with --train,
-# evaluated with --eval (the "outputs" object), predicted with --predict
-# (every output, against numpy), and bad data rows refused with file:line.
+# evaluated with --eval (the "outputs" object), each output's figures in
+# the epoch lines and metrics.csv (the last epoch's equal to --eval's),
+# predicted with --predict (every output, against numpy), and bad data
+# rows refused with file:line.
 . "$(dirname "$0")/../lib/lib.sh"
 M=$WORK/models/two
 D=$WORK/data
@@ -50,6 +52,48 @@ assert set(o) == {"cls", "reg"}, o
 assert 0 <= o["cls"]["accuracy"] <= 1 and o["reg"]["rmse"] >= 0
 assert abs(r["loss"] - (o["cls"]["loss"] + 0.5 * o["reg"]["loss"])) < 2e-3, r
 assert o["cls"]["accuracy"] > 0.7, o' "$WORK/eval.json"
+
+# Each epoch line names every output with its test loss and metric.
+NUM='[0-9]+\.[0-9]{4}'
+check "each of the 30 epoch lines names both outputs with their metrics" test "$(grep -cE \
+    "epoch [0-9]+/30 .* \| cls: loss $NUM acc $NUM, reg: loss $NUM rmse $NUM\$" \
+    "$WORK/train.err")" = 30
+check "metrics.csv: each output's columns after today's, sane, the last equal to --eval's" \
+    /usr/bin/python3 -c '
+import csv, json, re, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+r = json.loads(open(sys.argv[2]).readline())
+head = open(sys.argv[1]).readline().strip().split(",")
+assert head == ["epoch", "lr", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
+                "samples_per_sec", "seconds",
+                "cls_train_loss", "cls_train_accuracy", "cls_test_loss", "cls_test_accuracy",
+                "reg_train_loss", "reg_train_rmse", "reg_test_loss", "reg_test_rmse"], head
+assert len(rows) == 30, len(rows)
+for x in rows:
+    v = {k: float(x[k]) for k in head}
+    for s in ("train", "test"):
+        assert 0 <= v[f"cls_{s}_accuracy"] <= 1 and v[f"reg_{s}_rmse"] >= 0, x
+        assert v[f"cls_{s}_loss"] >= 0 and v[f"reg_{s}_loss"] >= 0, x
+        # the total is the outputs losses summed with their weights (reg: 0.5)
+        tot = v[f"cls_{s}_loss"] + 0.5 * v[f"reg_{s}_loss"]
+        assert abs(v[f"{s}_loss"] - tot) < 1e-5 * max(1, tot), (s, x)
+        # MSE of one unit: the loss is the squared RMSE
+        assert abs(v[f"reg_{s}_loss"] - v[f"reg_{s}_rmse"] ** 2) < 1e-6, (s, x)
+    assert v["cls_test_accuracy"] == v["test_accuracy"], x
+last, o = {k: float(rows[-1][k]) for k in head}, r["outputs"]
+for got, want in ((last["cls_test_loss"], o["cls"]["loss"]),
+                  (last["cls_test_accuracy"], o["cls"]["accuracy"]),
+                  (last["reg_test_loss"], o["reg"]["loss"]),
+                  (last["reg_test_rmse"], o["reg"]["rmse"]), (last["test_loss"], r["loss"])):
+    assert abs(got - want) <= 5e-5 + 1e-7, (got, want)   # --eval prints 4 decimals
+line = [l for l in open(sys.argv[3]) if "epoch 30/30" in l][0]
+m = re.search(r"cls: loss (\S+) acc (\S+), reg: loss (\S+) rmse (\S+)$", line.strip())
+assert list(m.groups()) == [f"{last[k]:.4f}" for k in ("cls_test_loss", "cls_test_accuracy",
+                            "reg_test_loss", "reg_test_rmse")], (line, last)
+' "$M/1/metrics.csv" "$WORK/eval.json" "$WORK/train.err"
+check "curves.svg has a panel of the classifier's accuracy" \
+    grep -q ">cls accuracy</text>" "$M/1/curves.svg"
+check "... and one of the regression's RMSE" grep -q ">reg rmse</text>" "$M/1/curves.svg"
 
 # --predict: CSV lines of each input's values; every output by name, as
 # served (softmax for the classifier, the regression as it is), against

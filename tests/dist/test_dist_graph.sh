@@ -2,7 +2,9 @@
 # Data-parallel training of a graph model: two-tower (an embedding, concat,
 # two outputs and their weighted losses) under `mpirun -n 2 --dist
 # allreduce` at batch 32 a rank equals one process at batch 64 after 8
-# steps, and differs from one process at batch 32 (the check has teeth).
+# steps, and differs from one process at batch 32 (the check has teeth);
+# its metrics.csv has the same columns, each output's among them, and the
+# same figures as the one process's.
 . "$(dirname "$0")/../lib/lib.sh"
 
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp
@@ -32,6 +34,19 @@ cat "$WORK/ar.json"
 check "allreduce-2: 2 ranks" test "$(json_get "$WORK/ar.json" ranks)" = 2
 check "allreduce-2 at batch 32 equals one process at batch 64 (rel err <= 1e-5)" \
     /usr/bin/python3 "$CMP" "$ar/1/model.safetensors" "$ref/1/model.safetensors" 1e-5
+check "allreduce-2: metrics.csv has one process's columns and figures, each output's too" \
+    /usr/bin/python3 -c '
+import csv, sys
+a, b = (list(csv.reader(open(f))) for f in sys.argv[1:3])
+assert a[0] == b[0] and "click_test_accuracy" in a[0] and "rating_test_rmse" in a[0], a[0]
+assert len(a) == len(b) == 2, (a, b)
+for name, x, y in zip(a[0], a[1], b[1]):
+    if name not in ("samples_per_sec", "seconds"):
+        assert abs(float(x) - float(y)) <= 1e-4 * max(1, abs(float(y))), (name, x, y)
+' "$ar/1/metrics.csv" "$ref/1/metrics.csv"
+check "allreduce-2: the epoch line names each output" \
+    grep -qE "epoch 1/1 .* \| click: loss [0-9.]+ acc [0-9.]+, rating: loss [0-9.]+ rmse [0-9.]+" \
+    "$WORK/ar.log"
 differs() { ! /usr/bin/python3 "$CMP" "$1" "$2" 1e-3; }
 check "one process at batch 32 does not (rel err > 1e-3: the comparison has teeth)" \
     differs "$small/1/model.safetensors" "$ref/1/model.safetensors"

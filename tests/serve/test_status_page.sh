@@ -4,7 +4,8 @@
 # with a bearer token under HTTP and Kafka traffic (the Kafka mock cluster of
 # kafka_tool). The rendered DOM must show the models, their versions and
 # states (with why a version was refused), non-zero request counts, a row per
-# Kafka partition with its lag, the dead letters and the training curves,
+# Kafka partition with its lag, the dead letters and the training curves
+# (with a chart of each output's metric for a model of several outputs),
 # with no script error or Content-Security-Policy violation; the charts of
 # errors by code, Kafka records in and out with their latency, CPU and
 # memory, with round y-axis ticks and a hover readout; a partition never
@@ -103,6 +104,32 @@ rm "$csv"
 code GET /status/training "${AUTH[@]}" > /dev/null
 check "a version without metrics.csv is left out" body_is 'd["models"] == []'
 cp "$WORK/metrics.csv" "$csv"
+code GET /status/training "${AUTH[@]}" > /dev/null
+check "a model of one output: no outputs of its own" body_is 'd["models"][0]["outputs"] == []'
+# A model of several outputs: two-tower's metrics.csv, trained here, in
+# fashion-mlp's place (the page reads the columns the file names; kept
+# for the page below).
+$PY "$SRC/tests/py/make_two_tower.py" "$WORK/tt-data" --train 512 --test 128 > /dev/null
+mkdir -p "$WORK/tt"
+cp "$SRC/models/two-tower/model.json" "$WORK/tt/"
+"$DLSERVE" --train "$WORK/tt" --data "$WORK/tt-data" --epochs 3 --threads 1 --no-progress \
+    > /dev/null 2>&1
+cp "$WORK/tt/1/metrics.csv" "$csv"
+code GET /status/training "${AUTH[@]}" > /dev/null
+check "two-tower's outputs, read from metrics.csv's header: click accuracy, rating rmse" \
+    body_is 'd["models"][0]["outputs"] == [{"name": "click", "metric": "accuracy"},
+                                          {"name": "rating", "metric": "rmse"}]'
+check "... each output's curves, an epoch a row, as in metrics.csv" $PY -c '
+import csv, json, sys
+m = json.load(open(sys.argv[1]))["models"][0]
+want = list(csv.DictReader(open(sys.argv[2])))
+assert len(m["rows"]) == len(want) == 3, m
+for c in ("click_train_accuracy", "click_test_accuracy", "rating_train_rmse",
+          "rating_test_rmse", "click_test_loss", "rating_test_loss"):
+    got = [r[m["columns"].index(c)] for r in m["rows"]]
+    assert got == [float(w[c]) for w in want], (c, got)
+    assert all(0 <= v <= 1 for v in got) or "accuracy" not in c, (c, got)' \
+    "$WORK/body" "$csv"
 
 # ---- traffic: HTTP requests and a Kafka stream ---------------------------------
 $PY "$SRC/tests/py/make_request.py" 0 2 > "$WORK/req.json"
@@ -139,7 +166,7 @@ check "the page renders in headless Chromium (4 polls, 5 partition rows, all cha
     --then "$HOVER" --then-out "$WORK/hover.json" \
     --until "document.body.dataset.polls >= 4 &&
              document.querySelectorAll('#kafka-partitions tr.partition').length == 5 &&
-             document.querySelectorAll('#training canvas').length == 2 &&
+             document.querySelectorAll('#training canvas').length == 4 &&
              ['errors-chart', 'cpu-chart', 'mem-chart', 'kafka-rate-chart',
               'kafka-latency-chart'].every((id) => document.getElementById(id).dataset.ticks)"
 check "the hover readout names the time and each model's rate" $PY -c '
@@ -167,8 +194,8 @@ class Tables(html.parser.HTMLParser):
         self.canvas = {}
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
-        if tag == "canvas" and "id" in a:
-            self.canvas[a["id"]] = a
+        if tag == "canvas" and ("id" in a or "data-output" in a):
+            self.canvas[a.get("id") or "output:" + a["data-output"]] = a
         elif tag == "table":
             self.t[a.get("id")] = []
         elif tag == "tbody" and self.t:
@@ -236,6 +263,10 @@ check "the dead letters by reason: json 3" \
     dom '[r["cells"] for r in t["dead-letters"] if r["cells"][0] == "json"] == [["json", "3"]]'
 check "the training curves of fashion-mlp version 1" \
     dom '"fashion-mlp version 1</h3>" in html and html.count("<canvas class=\"loss\"") == 1'
+check "a chart of each output's metric, train and test" \
+    dom '(canvas["output:click"]["data-labels"] == "click_train_accuracy,click_test_accuracy" and
+          canvas["output:rating"]["data-labels"] == "rating_train_rmse,rating_test_rmse" and
+          all("data-ticks" in canvas["output:" + o] for o in ("click", "rating")))'
 check "no script error, failed load or CSP violation in the console" test ! -s "$CONSOLE"
 [ -s "$CONSOLE" ] && cat "$CONSOLE"
 check "a PNG screenshot, 1280 pixels wide" $PY -c '

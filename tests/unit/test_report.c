@@ -1,5 +1,6 @@
 /* test_report.c: metrics.csv and curves.svg written for 1 and 5 epochs,
- * with and without a test set; the SVG is checked to be well-formed XML. */
+ * with and without a test set, and with each output's figures of a model
+ * of several; the SVG is checked to be well-formed XML. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -64,7 +65,7 @@ static void check_csv(int n, bool with_test)
     fill(e, n, with_test);
     const char *path = fx_join(dir, "metrics.csv");
     dl_err err = {0};
-    cr_assert_eq(dl_report_write_csv(path, e, n, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_report_write_csv(path, NULL, 0, e, n, &err), DL_OK, "%s", err.msg);
 
     char *s = slurp(path);
     int lines = 0;
@@ -106,7 +107,7 @@ static void check_svg(int n, bool with_test)
     fill(e, n, with_test);
     const char *path = fx_join(dir, "curves.svg");
     dl_err err = {0};
-    cr_assert_eq(dl_report_write_svg(path, "fashion-mlp a<b & \"c\" v3", e, n,
+    cr_assert_eq(dl_report_write_svg(path, "fashion-mlp a<b & \"c\" v3", NULL, 0, e, n,
                                      &err), DL_OK, "%s", err.msg);
 
     char *s = slurp(path);
@@ -162,7 +163,7 @@ Test(report, svg_constant_and_nonfinite_values)
     e[3].test_loss = INFINITY;
     const char *path = fx_join(dir, "curves.svg");
     dl_err err = {0};
-    cr_assert_eq(dl_report_write_svg(path, NULL, e, 4, &err), DL_OK, "%s",
+    cr_assert_eq(dl_report_write_svg(path, NULL, NULL, 0, e, 4, &err), DL_OK, "%s",
                  err.msg);
     char *s = slurp(path);
     cr_expect_null(strstr(s, "nan"));
@@ -178,10 +179,86 @@ Test(report, svg_escapes_bad_bytes)
     const char *path = fx_join(dir, "curves.svg");
     dl_err err = {0};
     /* A control character, a broken UTF-8 byte and a valid "é". */
-    cr_assert_eq(dl_report_write_svg(path, "m\x01x\xff" "caf\xc3\xa9", e, 2,
+    cr_assert_eq(dl_report_write_svg(path, "m\x01x\xff" "caf\xc3\xa9", NULL, 0, e, 2,
                                      &err), DL_OK, "%s", err.msg);
     char *s = slurp(path);
     cr_expect_not_null(strstr(s, "m?x?caf\xc3\xa9"));
+    free(s);
+    if (have_python()) {
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd), "/usr/bin/python3 -c 'import sys,"
+                 "xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])' '%s'",
+                 path);
+        cr_expect_eq(system(cmd), 0, "not well-formed XML");
+    }
+}
+
+static const dl_report_output two[] = { {"click", false}, {"rating", true} };
+
+/* e[i].out[k]: figures that tell the output, the epoch and the field apart. */
+static void fill_outputs(dl_epoch_stats *e, int n, int nouts, bool with_test)
+{
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < nouts; k++)
+            e[i].out[k] = (dl_output_stats){ 0.5 + k + 0.01 * i, 0.25 + 0.1 * k + 0.01 * i,
+                                             with_test ? 0.75 + k + 0.01 * i : -1.0,
+                                             with_test ? 0.125 + 0.1 * k + 0.01 * i : -1.0 };
+}
+
+static void check_csv_outputs(bool with_test)
+{
+    dl_epoch_stats e[3];
+    fill(e, 3, with_test);
+    fill_outputs(e, 3, 2, with_test);
+    const char *path = fx_join(dir, "metrics.csv");
+    dl_err err = {0};
+    cr_assert_eq(dl_report_write_csv(path, two, 2, e, 3, &err), DL_OK, "%s", err.msg);
+    char *s = slurp(path);
+    const char *hdr = "epoch,lr,train_loss,train_accuracy,test_loss,test_accuracy,"
+                      "samples_per_sec,seconds,click_train_loss,click_train_accuracy,"
+                      "click_test_loss,click_test_accuracy,rating_train_loss,"
+                      "rating_train_rmse,rating_test_loss,rating_test_rmse\n";
+    cr_assert_eq(strncmp(s, hdr, strlen(hdr)), 0, "header: %.300s", s);
+    char *p = s + strlen(hdr);
+    for (int i = 0; i < 3; i++) {
+        for (int c = 0; c < 8; c++, p++)   /* today's columns: check_csv */
+            field(&p);
+        for (int k = 0; k < 2; k++) {
+            const dl_output_stats *o = &e[i].out[k];
+            double want[4] = { o->train_loss, o->train_metric, o->test_loss, o->test_metric };
+            for (int c = 0; c < 4; c++, p++) {
+                double got = field(&p);
+                cr_expect(close_to(got, want[c]), "row %d output %d col %d: %g != %g", i,
+                          k, c, got, want[c]);
+                cr_assert_eq(*p, k == 1 && c == 3 ? '\n' : ',', "row %d output %d col %d",
+                             i, k, c);
+            }
+        }
+    }
+    cr_expect_eq(*p, '\0');
+    free(s);
+}
+
+Test(report, csv_outputs)          { check_csv_outputs(true); }
+Test(report, csv_outputs_no_test)  { check_csv_outputs(false); }
+
+Test(report, svg_a_panel_an_output)
+{
+    const dl_report_output three[] = { {"click", false}, {"rating", true}, {"ctr", false} };
+    dl_epoch_stats e[5];
+    fill(e, 5, true);
+    fill_outputs(e, 5, 3, true);
+    const char *path = fx_join(dir, "curves.svg");
+    dl_err err = {0};
+    cr_assert_eq(dl_report_write_svg(path, "two-tower", three, 3, e, 5, &err), DL_OK, "%s",
+                 err.msg);
+    char *s = slurp(path);
+    cr_expect_not_null(strstr(s, ">click accuracy</text>"));
+    cr_expect_not_null(strstr(s, ">rating rmse</text>"));
+    cr_expect_not_null(strstr(s, ">ctr accuracy</text>"));
+    /* two rows of output panels under the first: taller than one model's */
+    cr_expect_not_null(strstr(s, "height=\"1080\""), "%.200s", s);
+    cr_expect_null(strstr(s, "nan"));
     free(s);
     if (have_python()) {
         char cmd[256];
@@ -198,10 +275,14 @@ Test(report, rejects_bad_arguments)
     fill(e, 1, true);
     const char *path = fx_join(dir, "x");
     dl_err err = {0};
-    cr_expect_eq(dl_report_write_svg(path, "t", e, 0, &err), DL_ERR_INVALID);
-    cr_expect_eq(dl_report_write_svg(NULL, "t", e, 1, &err), DL_ERR_INVALID);
-    cr_expect_eq(dl_report_write_csv(path, NULL, 1, &err), DL_ERR_INVALID);
-    cr_expect_eq(dl_report_write_csv(path, e, -1, &err), DL_ERR_INVALID);
+    cr_expect_eq(dl_report_write_svg(path, "t", NULL, 0, e, 0, &err), DL_ERR_INVALID);
+    cr_expect_eq(dl_report_write_svg(NULL, "t", NULL, 0, e, 1, &err), DL_ERR_INVALID);
+    cr_expect_eq(dl_report_write_csv(path, NULL, 0, NULL, 1, &err), DL_ERR_INVALID);
+    cr_expect_eq(dl_report_write_csv(path, NULL, 0, e, -1, &err), DL_ERR_INVALID);
+    cr_expect_eq(dl_report_write_csv(path, NULL, 2, e, 1, &err), DL_ERR_INVALID);
+    cr_expect_eq(dl_report_write_csv(path, two, -1, e, 1, &err), DL_ERR_INVALID);
+    cr_expect_eq(dl_report_write_svg(path, "t", two, DL_REPORT_MAX_OUTPUTS + 1, e, 1, &err),
+                 DL_ERR_INVALID);
     cr_expect_eq(access(path, F_OK), -1, "nothing is written");
 }
 
@@ -210,7 +291,7 @@ Test(report, io_error_names_the_file)
     dl_epoch_stats e[1];
     fill(e, 1, true);
     dl_err err = {0};
-    cr_expect_eq(dl_report_write_csv("/nonexistent-dir/metrics.csv", e, 1, &err),
+    cr_expect_eq(dl_report_write_csv("/nonexistent-dir/metrics.csv", NULL, 0, e, 1, &err),
                  DL_ERR_IO);
     cr_expect_not_null(strstr(err.msg, "metrics.csv"), "message: %s", err.msg);
 }

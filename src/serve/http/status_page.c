@@ -54,6 +54,49 @@ static json_t *csv_columns(char *line)
     return cols;
 }
 
+static bool has_column(const json_t *cols, const char *name)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(cols, i, c)
+        if (strcmp(json_string_value(c), name) == 0)
+            return true;
+    return false;
+}
+
+/* The outputs of a model of several, read from the header by name: a
+ * column <name>_test_loss beside <name>_test_accuracy or <name>_test_rmse
+ * gives {"name", "metric": "accuracy" or "rmse"}. None for one output. */
+static json_t *csv_outputs(const json_t *cols)
+{
+    static const char suffix[] = "_test_loss";
+    const size_t ns = sizeof(suffix) - 1;
+    json_t *outs = json_array();
+    size_t i;
+    json_t *c;
+    json_array_foreach(cols, i, c) {
+        const char *col = json_string_value(c);
+        size_t len = strlen(col);
+        if (!outs || len <= ns || len - ns >= DL_NAME_MAX || strcmp(col + len - ns, suffix))
+            continue;
+        char name[DL_NAME_MAX], want[DL_NAME_MAX + 32];
+        snprintf(name, sizeof(name), "%.*s", (int)(len - ns), col);
+        const char *metric = NULL;
+        snprintf(want, sizeof(want), "%s_test_accuracy", name);
+        if (has_column(cols, want))
+            metric = "accuracy";
+        snprintf(want, sizeof(want), "%s_test_rmse", name);
+        if (!metric && has_column(cols, want))
+            metric = "rmse";
+        if (metric && json_array_append_new(outs, json_pack("{s:s, s:s}", "name", name,
+                                                            "metric", metric)) != 0) {
+            json_decref(outs);
+            outs = NULL;
+        }
+    }
+    return outs;
+}
+
 /* One row of numbers (null for what is not a finite number); its field
  * count in *n. */
 static json_t *csv_row(const char *line, size_t *n)
@@ -76,14 +119,15 @@ static json_t *csv_row(const char *line, size_t *n)
     return row;
 }
 
-/* "rows" (or "error") of one model from the CSV text (modified). False
- * when out of memory. */
+/* "columns", "outputs" and "rows" (or "error") of one model from the CSV
+ * text (modified). False when out of memory. */
 static bool curves_from_csv(json_t *m, char *text, const char *path)
 {
     char *p = text, *line = next_line(&p);
     json_t *cols = line ? csv_columns(line) : json_array();
     json_t *rows = json_array();
-    if (!cols || !rows || json_object_set_new(m, "columns", cols) != 0) {
+    if (!cols || !rows || json_object_set_new(m, "columns", cols) != 0 ||
+        json_object_set_new(m, "outputs", csv_outputs(cols)) != 0) {
         json_decref(rows);
         return false;
     }

@@ -335,7 +335,8 @@ async function showTraining(st) {
   }
 }
 
-// The loss and accuracy charts of one model's metrics.csv (and Redis progress).
+// The loss and accuracy charts of one model's metrics.csv (and Redis progress),
+// then, for a model of several outputs, a chart of each output's metric.
 function curves(m) {
   const card = el('div', {class: 'curves', 'data-model': m.name},
                   el('h3', {}, `${m.name} version ${m.version}`));
@@ -354,6 +355,14 @@ function curves(m) {
     if (progress.length)
       lines.push({label: 'in progress', color: COLORS[3], dash: [4, 3], dots: true,
                   pts: progress.map(([e, p]) => [e, p[what] === undefined ? null : p[what]])});
+    requestAnimationFrame(() => lineChart(canvas, lines, (x) => 'epoch ' + fmt(x)));
+  }
+  for (const o of m.outputs || []) {
+    const canvas = el('canvas', {class: 'output', 'data-output': o.name});
+    card.append(canvas);
+    const lines = [`${o.name}_train_${o.metric}`, `${o.name}_test_${o.metric}`]
+        .filter((n) => m.columns.includes(n))
+        .map((n, i) => ({label: n, color: COLORS[i], dots: true, pts: col(n)}));
     requestAnimationFrame(() => lineChart(canvas, lines, (x) => 'epoch ' + fmt(x)));
   }
   return card;
