@@ -27,7 +27,8 @@ typedef struct dl_onnx_export_info {
  * version 8, opset 17), atomically. Every input and output has the
  * symbolic first dimension "batch"; input scaling is done by the graph on
  * raw inputs; outputs are the raw layer outputs (logits for a
- * classifier); metadata "dlserve.model" holds the name, losses and labels.
+ * classifier); metadata "dlserve.model" holds the name and each output's
+ * loss, weight (in the summed loss) and labels.
  * A layer type without an ONNX form, a missing version or bad weights are
  * DL_ERR_INVALID with a message naming them. info may be NULL. */
 dl_status dl_onnx_export(const char *model_dir, int64_t version, const char *path,
@@ -46,9 +47,9 @@ typedef struct dl_onnx_model dl_onnx_model;
  * `name`. dir (may be NULL: external data is then refused) holds its
  * external data files; beside (may be NULL) is the text of a model.json
  * beside it, whose name, description, training, per-input scaling
- * (matched by name) and per-output loss and labels (matched by name)
+ * (matched by name) and per-output loss, weight and labels (matched by name)
  * apply; its layers are ignored. Without beside, the model's metadata
- * "dlserve.model" gives the outputs' loss and labels; without either,
+ * "dlserve.model" gives the outputs' loss, weight and labels; without either,
  * outputs are served as they are ("mse"). An operator or attribute the
  * engine cannot run exactly is refused: "node 'NAME' (OP, opset N):
  * reason". `what` names the source in errors. *out is new. */

@@ -1,8 +1,8 @@
 /* onnx_export.c: a model of the repository as ONNX (IR 8, opset 17): each
  * model.json layer mapped to ONNX nodes, the safetensors tensors as
  * initializers under their own names, input scaling as nodes at the
- * inputs, a symbolic batch dimension, and the losses and labels as
- * metadata. The mapping table is in docs/model-repository.md. */
+ * inputs, a symbolic batch dimension, and the outputs' losses, weights
+ * and labels as metadata. The mapping table is in docs/model-repository.md. */
 #define _POSIX_C_SOURCE 200809L
 #include "onnx/dl_onnx.h"
 #include "onnx/onnx_pb.h"
@@ -797,7 +797,8 @@ static const char *loss_name(dl_loss l)
     }
 }
 
-/* metadata "dlserve.model": {"name", "outputs": [{"name", "loss", "labels"}]} */
+/* metadata "dlserve.model": {"name", "outputs": [{"name", "loss", "weight", "labels"}]}:
+ * what an import needs to train and evaluate as the model did. */
 static void model_json(const dl_model_conf *conf, dl_sbuf *j)
 {
     dl_sbuf_add(j, "{\"name\":", 8);
@@ -807,7 +808,10 @@ static void model_json(const dl_model_conf *conf, dl_sbuf *j)
         const dl_output_conf *o = &conf->outputs[k];
         dl_sbuf_printf(j, "%s{\"name\":", k ? "," : "");
         dl_sbuf_json_string(j, o->name);
-        dl_sbuf_printf(j, ",\"loss\":\"%s\",\"labels\":[", loss_name(o->loss));
+        char w[DL_FLOAT_CHARS];
+        dl_fmt_float(w, o->weight);
+        dl_sbuf_printf(j, ",\"loss\":\"%s\",\"weight\":%s,\"labels\":[", loss_name(o->loss),
+                       w);
         for (int q = 0; q < o->nlabels; q++) {
             if (q)
                 dl_sbuf_putc(j, ',');

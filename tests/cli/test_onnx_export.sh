@@ -55,8 +55,8 @@ conf = json.load(open(sys.argv[2] + "/model.json"))
 meta = json.loads({p.key: p.value for p in m.metadata_props}["dlserve.model"])
 outs = conf.get("outputs") or [dict(conf["output"], loss=conf["loss"])]
 assert meta["name"] == conf["name"], meta
-assert [(o["name"], o["loss"], o.get("labels", [])) for o in meta["outputs"]] == \
-    [(o.get("name"), o["loss"], o.get("labels", [])) for o in outs], meta
+assert [(o["name"], o["loss"], o["weight"], o.get("labels", [])) for o in meta["outputs"]] == \
+    [(o.get("name"), o["loss"], o.get("weight", 1), o.get("labels", [])) for o in outs], meta
 PY
 }
 

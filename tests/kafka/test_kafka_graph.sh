@@ -8,12 +8,17 @@
 # every output of two-tower included, and two-tower's values are what the
 # model computes from its weights (tests/py/two_tower_ref.py). Records
 # with an id out of range or an input missing go to the dead-letter topic
-# as "input", naming the input.
+# as "input", naming the input. ONNX models exported by PyTorch
+# (tests/py/onnx_models.py) are served from model.onnx: the embedding +
+# concat model of two inputs in OIP JSON records and the CNN with
+# batchnorm in OIP binary answer PyTorch's outputs, value by value (within
+# 1e-4, relative); docs/onnx.md's walk-through model answers its record,
+# sent as the walk-through sends it, with PyTorch's softmax.
 . "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 . "$SRC/tests/lib/lib_kafka.sh"
 
-mkdir -p "$WORK/repo/two-tower" "$WORK/repo/fashion-resnet"
+mkdir -p "$WORK/repo/two-tower" "$WORK/repo/fashion-resnet" "$WORK/onnx" "$WORK/walk"
 cp "$SRC/models/two-tower/model.json" "$WORK/repo/two-tower/"
 cp "$SRC/models/fashion-resnet/model.json" "$WORK/repo/fashion-resnet/"
 $PY "$SRC/tests/py/make_two_tower.py" "$WORK/data" --train 2000 --test 200
@@ -23,10 +28,26 @@ $PY "$SRC/tests/py/make_two_tower.py" "$WORK/data" --train 2000 --test 200
     --threads 1 --no-progress > /dev/null 2>&1
 check "both models train briefly" test -f "$WORK/repo/two-tower/1/model.safetensors" -a \
     -f "$WORK/repo/fashion-resnet/1/model.safetensors"
+# ONNX models as they are: emb2 and cnn_bn without a model.json (outputs
+# served as they are), the walk-through's mlp with its model.json
+X=$WORK/onnx
+W=$WORK/walk
+$PY "$SRC/tests/py/onnx_models.py" export "$X" emb2 cnn_bn > "$WORK/onnx.log" 2>&1 &&
+    $PY "$SRC/tests/py/onnx_models.py" walkthrough "$SRC/docs/onnx.md" "$W" \
+        >> "$WORK/onnx.log" 2>&1 ||
+    sed 's/^/# /' "$WORK/onnx.log"
+for m in emb2 cnn_bn; do
+    mkdir -p "$WORK/repo/$m/1" && cp "$X/$m.onnx" "$WORK/repo/$m/1/model.onnx"
+done
+mkdir -p "$WORK/repo/mlp/1" && cp "$W/mlp.onnx" "$WORK/repo/mlp/1/model.onnx" &&
+    cp "$W/model.json" "$WORK/repo/mlp/"
+check "PyTorch exports the ONNX models" test -s "$WORK/repo/emb2/1/model.onnx" -a \
+    -s "$WORK/repo/cnn_bn/1/model.onnx" -a -s "$WORK/repo/mlp/model.json"
 
-check "mock cluster up" start_mock in:2 out:2 out-json:2 out-bin:2 dlq:2 dlq-json:2 dlq-bin:2
+check "mock cluster up" start_mock in:2 dlserve-in:2 out:2 out-json:2 out-bin:2 dlq:2 dlq-json:2 \
+    dlq-bin:2
 trap 'kill -9 ${PIDS[*]:-} 2>/dev/null; stop_mock; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
-KARGS=(--set kafka.input_topics=in --set models.watch=false --set batching.eager=true)
+KARGS=(--set kafka.input_topics=in,dlserve-in --set models.watch=false --set batching.eager=true)
 PIDS=()
 for f in dlserve:out:dlq oip-json:out-json:dlq-json oip-binary:out-bin:dlq-bin; do
     IFS=: read -r fmt out dlq <<< "$f"
@@ -67,13 +88,37 @@ for i in 0 1; do
     kcat -b "$BOOT" -P -t in -k "tt-bin-$i" -H "Inference-Header-Content-Length=$(cat "$WORK/tt-bin-$i.len")" \
         "$WORK/tt-bin-$i"
 done
-check "9 dlserve outputs" collect out 9 "$WORK/out" --timeout 60
-check "9 oip-json outputs" collect out-json 9 "$WORK/out-json" --timeout 60
-check "9 oip-binary outputs" collect out-bin 9 "$WORK/out-bin" --timeout 60
+# emb2: OIP JSON records of one sample and of three (ids INT64, x FP32);
+# cnn_bn: an OIP binary record of one image
+$PY - "$X" "$WORK" <<'PY' | kcat -b "$BOOT" -P -t in -K'|'
+import json, struct, sys
+x, work = sys.argv[1:3]
+one = json.load(open(f"{x}/emb2.b1.req.json"))["inputs"]
+many = json.load(open(f"{x}/emb2.b32.req.json"))["inputs"]
+for i in many:      # the first three samples
+    i["data"] = i["data"][:3 * i["shape"][1]]
+    i["shape"][0] = 3
+for key, ins in (("onnx-emb2-1", one), ("onnx-emb2-3", many)):
+    print("%s|%s" % (key, json.dumps({"id": key, "model": "emb2", "inputs": ins})))
+img = json.load(open(f"{x}/cnn_bn.b1.req.json"))["inputs"][0]
+raw = struct.pack("<%df" % len(img["data"]), *img["data"])
+head = {"name": img["name"], "datatype": "FP32", "shape": img["shape"],
+        "parameters": {"binary_data_size": len(raw)}}
+head = json.dumps({"id": "onnx-cnn-1", "model": "cnn_bn", "inputs": [head]}).encode()
+open(f"{work}/onnx-cnn-1", "wb").write(head + raw)
+open(f"{work}/onnx-cnn-1.len", "w").write(str(len(head)))
+PY
+kcat -b "$BOOT" -P -t in -k onnx-cnn-1 \
+    -H "Inference-Header-Content-Length=$(cat "$WORK/onnx-cnn-1.len")" "$WORK/onnx-cnn-1"
+# docs/onnx.md's record, sent as the walk-through sends it
+kcat -b "$BOOT" -P -t dlserve-in -K'|' < "$W/record.txt"
+check "13 dlserve outputs" collect out 13 "$WORK/out" --timeout 60
+check "13 oip-json outputs" collect out-json 13 "$WORK/out-json" --timeout 60
+check "13 oip-binary outputs" collect out-bin 13 "$WORK/out-bin" --timeout 60
 check "3 dead letters" collect dlq 3 "$WORK/dlq" --timeout 60
 
 check "the OIP forms answer as the dlserve form, every output of two-tower" \
-    $PY "$SRC/tests/kafka/read_outputs.py" "$WORK/out" "$WORK/out-json" "$WORK/out-bin" 9
+    $PY "$SRC/tests/kafka/read_outputs.py" "$WORK/out" "$WORK/out-json" "$WORK/out-bin" 13
 $PY "$SRC/tests/py/two_tower_ref.py" "$WORK/repo/two-tower/1/model.safetensors" '[5, 99]' "$FEATS" \
     > "$WORK/ref.json"
 check "two-tower's click and rating are the model's, in every record form" \
@@ -96,6 +141,26 @@ for key, samples in want.items():
 for i in range(3):   # fashion-resnet: a classifier's fields, as before
     r = got["img-%d" % i]
     assert r["model"] == "fashion-resnet" and len(r["scores"]) == 10 and "label" in r, r
+PY
+check "the ONNX models answer PyTorch's outputs, value by value" \
+    env PYTHONPATH="$SRC/tests/py" $PY - "$WORK/out" "$X" "$W/record.ref.json" <<'PY'
+import json, sys
+from onnx_check import close
+got = {}
+for line in open(sys.argv[1]):
+    key, _p, _o, _t, _h, value = line.rstrip("\n").split("\t", 5)
+    got[key] = json.loads(value)
+rows = lambda v: v if isinstance(v[0], list) else [v]
+for key, ref, n in (("onnx-emb2-1", "emb2.b1", 1), ("onnx-emb2-3", "emb2.b32", 3),
+                    ("onnx-cnn-1", "cnn_bn.b1", 1)):
+    r = got[key]
+    assert r["model"] == ref.split(".")[0] and r["output"] == "y" and "outputs" not in r, r
+    close(key, rows(r["values"]), json.load(open(f"{sys.argv[2]}/{ref}.json"))["y"][:n])
+r, want = got["r1"], json.load(open(sys.argv[3]))["y"][0]
+k = want.index(max(want))
+assert r["model"] == "mlp" and r["source"]["topic"] == "dlserve-in", r
+assert r["class"] == k and r["label"] == ["cat", "dog", "bird"][k], (r, want)
+close("r1 (docs/onnx.md's record)", r["scores"], want)
 PY
 check "bad records are dead letters of kind input, naming the input" \
     $PY - "$WORK/dlq" <<'PY'

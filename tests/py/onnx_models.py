@@ -2,14 +2,25 @@
 """onnx_models.py: small PyTorch models exported to ONNX, with reference
 outputs, for dlserve's ONNX import tests.
 
-    onnx_models.py export OUTDIR
-        For each model (mlp, cnn_bn, resnet, emb2, ops, unsupported) writes
-        OUTDIR/<model>.onnx (torch.onnx.export, a dynamic batch axis),
-        OUTDIR/<model>.names (the state_dict's names) and, for batch 1
-        and 32, OUTDIR/<model>.b<N>/test.csv (and an identical train.csv:
-        PyTorch's outputs, then the inputs' values, one row a sample) and,
-        for one-input models, OUTDIR/<model>.b<N>.json ({"x": inputs,
-        "y": outputs}).
+    onnx_models.py export OUTDIR [MODEL...]
+        For each model (mlp, cnn_bn, resnet, emb2, ops, unsupported; or
+        those named) writes OUTDIR/<model>.onnx (torch.onnx.export, a
+        dynamic batch axis), OUTDIR/<model>.names (the state_dict's names)
+        and, for random inputs at batch 1 and 32:
+          OUTDIR/<model>.b<N>.csv       each input's values, one line a
+                                        sample (what --predict reads);
+          OUTDIR/<model>.b<N>.req.json  the same as an OIP infer request
+                                        (ids INT64, the rest FP32);
+          OUTDIR/<model>.b<N>.json      {"y": PyTorch's outputs}.
+    onnx_models.py walkthrough DOC OUTDIR
+        Runs the walk-through of DOC (docs/onnx.md) in OUTDIR: its Python
+        export (the first python block: mlp.onnx) and, from the same
+        module, writes its model.json (the first json block), its HTTP
+        request body (request.json: the quoted body after curl's -d), its
+        Kafka record (record.txt: the quoted key|value after kcat's <<<)
+        and, for each, request.ref.json and record.ref.json: {"y": the
+        softmax of the module's output for its input}, what the daemon
+        serves with that model.json.
     onnx_models.py finetune OUTDIR STEPS BATCH LR [WEIGHTS]
         Trains the mlp from OUTDIR/mlp.onnx's weights with plain SGD on
         OUTDIR/ft.csv (class, then 8 features) with softmax cross-entropy,
@@ -20,6 +31,7 @@ outputs, for dlserve's ONNX import tests.
 """
 import json
 import os
+import re
 import sys
 import numpy as np
 import torch
@@ -137,21 +149,30 @@ def randomize_bn(m):
             mod.bias.data.uniform_(-0.5, 0.5)
 
 
-def write_csv(d, y, xs):
-    """d/test.csv and d/train.csv: PyTorch's outputs (the targets of an
-    "mse" output), then each input's values, one row a sample."""
-    os.makedirs(d, exist_ok=True)
-    cols = [y.reshape(len(y), -1).double()] + [x.reshape(len(x), -1).double() for x in xs]
-    rows = torch.cat(cols, dim=1).numpy()
-    for split in ("test", "train"):
-        with open(f"{d}/{split}.csv", "w") as f:
-            for r in rows:
-                f.write(",".join(repr(float(v)) for v in r) + "\n")
+def number(v):
+    """A value's exact text: ids as integers, float32 values as the double
+    they are (which reads back as the same float32)."""
+    return str(int(v)) if isinstance(v, int) else repr(float(v))
 
 
-def export(out):
+def write_inputs(path, xs, names):
+    """path.csv (each input's values, one line a sample) and path.req.json
+    (an OIP infer request of them)."""
+    with open(f"{path}.csv", "w") as f:
+        for i in range(len(xs[0])):
+            f.write(",".join(number(v) for x in xs for v in x[i].reshape(-1).tolist()) + "\n")
+    ins = [{"name": n, "shape": list(x.shape),
+            "datatype": "FP32" if x.is_floating_point() else "INT64",
+            "data": x.reshape(-1).tolist()} for n, x in zip(names, xs)]
+    with open(f"{path}.req.json", "w") as f:
+        json.dump({"inputs": ins}, f)
+
+
+def export(out, only=None):
     for name, (m, make, names, opset) in models().items():
-        randomize_bn(m)
+        randomize_bn(m)     # before the skip: every model's weights stay as they were
+        if only and name not in only:
+            continue
         m.eval()
         ex = make(2)
         axes = {n: {0: "batch"} for n in names}
@@ -167,10 +188,41 @@ def export(out):
             xs = make(b)
             with torch.no_grad():
                 y = m(*xs)
-            write_csv(f"{out}/{name}.b{b}", y, xs)
-            if len(xs) == 1:
-                with open(f"{out}/{name}.b{b}.json", "w") as f:
-                    json.dump({"x": xs[0].tolist(), "y": y.tolist()}, f)
+            write_inputs(f"{out}/{name}.b{b}", xs, names)
+            with open(f"{out}/{name}.b{b}.json", "w") as f:
+                json.dump({"y": y.tolist()}, f)
+
+
+def fenced(doc, lang):
+    """The first ```lang block of the markdown file doc."""
+    m = re.search(r"^```%s\n(.*?)^```" % lang, open(doc).read(), re.M | re.S)
+    return m.group(1)
+
+
+def walkthrough(doc, out):
+    text = open(doc).read()
+    here = os.getcwd()
+    os.chdir(out)
+    env = {}
+    try:
+        exec(fenced(doc, "python"), env)
+    finally:
+        os.chdir(here)
+    with open(f"{out}/model.json", "w") as f:
+        f.write(fenced(doc, "json"))
+    body = re.search(r"curl .*? -d \\\n\s*'(\{.*?\})'", text, re.S).group(1)
+    record = re.search(r"kcat .*?<<< \\\n\s*'([^'|]+\|\{.*?\})'", text, re.S).group(1)
+    with open(f"{out}/request.json", "w") as f:
+        f.write(body)
+    with open(f"{out}/record.txt", "w") as f:
+        f.write(record + "\n")
+    x_req = json.loads(body)["inputs"][0]
+    x_rec = json.loads(record.split("|", 1)[1])["data"]
+    with torch.no_grad():
+        for k, x, shape in (("request", x_req["data"], x_req["shape"]), ("record", x_rec, [1, -1])):
+            y = env["m"](torch.tensor(x, dtype=torch.float32).reshape(shape))
+            with open(f"{out}/{k}.ref.json", "w") as f:
+                json.dump({"y": torch.softmax(y, dim=1).tolist()}, f)
 
 
 def finetune(out, steps, batch, lr, weights=None):
@@ -219,7 +271,9 @@ def read_safetensors(path):
 
 if __name__ == "__main__":
     if sys.argv[1] == "export":
-        export(sys.argv[2])
+        export(sys.argv[2], sys.argv[3:])
+    elif sys.argv[1] == "walkthrough":
+        walkthrough(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "finetune":
         finetune(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]),
                  sys.argv[6] if len(sys.argv) > 6 else None)
