@@ -8,6 +8,7 @@
 # over HTTP; an unsupported operator refused (operator, node, opset named)
 # while another model keeps serving; truncated and corrupted files refused
 # with a reason; fine-tuning equal to PyTorch's; --export then --import.
+# A 2-layer nn.TransformerEncoder classifier, through --predict and HTTP.
 . "$(dirname "$0")/../lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 X=$WORK/onnx
@@ -215,5 +216,64 @@ grep -q "CumSum, opset 13" "$LOG"
 check "the log names the operator, node and opset" test $? -eq 0
 c=$(code GET /v2/models/mlp/ready)
 check "the others keep serving" test "$c" = 200
+stop_daemon
+# nn.TransformerEncoder (2 layers, 2 heads, batch_first): its attention moves
+# the batch off axis 0 and merges it with the heads; imported, each step is
+# per sample. Two exports (opset 17 folded, mean pooling, relu; opset 13
+# unfolded, first token, gelu): --predict and the daemon answer PyTorch's
+# outputs at batch 1 and 32 to 1e-4 relative; a softmax over the batch is
+# refused.
+T=$WORK/tx
+TR=$WORK/txrepo
+mkdir -p "$T"
+/usr/bin/python3 "$SRC/tests/py/onnx_models.py" transformer "$T" > "$WORK/tx-export.log" 2>&1
+check "PyTorch exports the transformer classifiers" test -s "$T/tx_gelu.onnx"
+# close predict|http FILE WANT.json: every output value of FILE (--predict
+# lines, or an HTTP answer) equals WANT's "y" to 1e-4 relative.
+close() {
+    /usr/bin/python3 - "$@" <<'PY'
+import json, sys
+import numpy as np
+mode, path, want = sys.argv[1:4]
+if mode == "http":
+    got = json.load(open(path))["outputs"][0]["data"]
+else:
+    got = [json.loads(line)["outputs"]["y"] for line in open(path)]
+got = np.array(got, dtype=np.float64).reshape(-1)
+want = np.array(json.load(open(want))["y"], dtype=np.float64).reshape(-1)
+assert got.shape == want.shape, (got.shape, want.shape)
+assert np.all(np.abs(got - want) <= 1e-4 * np.abs(want) + 1e-6), np.max(np.abs(got - want))
+PY
+}
+for m in tx_relu tx_gelu; do
+    "$DLSERVE" --import "$T/$m.onnx" --models "$M" --name $m > /dev/null 2> "$WORK/imp.err"
+    check "$m: --import writes version 1" test -s "$M/$m/1/model.safetensors"
+    for b in 1 32; do
+        "$DLSERVE" --predict "$M/$m" "$T/$m.b$b.csv" > "$WORK/pred.txt" 2> "$WORK/pred.err"
+        check "$m: --predict equals PyTorch at batch $b (1e-4 relative)" \
+            close predict "$WORK/pred.txt" "$T/$m.b$b.json"
+    done
+    mkdir -p "$TR/$m/1" && cp "$T/$m.onnx" "$TR/$m/1/model.onnx"
+done
+"$DLSERVE" --import "$T/batchmix.onnx" --models "$M" --name batchmix > /dev/null 2> "$WORK/err"
+check "a softmax over the batch is refused, naming the node" \
+    fails_with "$WORK/err" $? "node '/Softmax' (Softmax, opset 17): axis must be a non-batch"
+start_daemon tx --models "$TR"
+check "the daemon serves the transformers" test -n "$PORT"
+for m in tx_relu tx_gelu; do
+    for b in 1 32; do
+        /usr/bin/python3 -c '
+import json, sys
+x = json.load(open(sys.argv[1]))["x"]
+flat = [v for s in x for row in s for v in row]
+print(json.dumps({"inputs": [{"name": "x", "shape": [len(x), 8, 16], "datatype": "FP32",
+                              "data": flat}]}))' "$T/$m.b$b.json" > "$WORK/req.json"
+        c=$(code POST "/v2/models/$m/infer" -H 'Content-Type: application/json' \
+            --data-binary @"$WORK/req.json")
+        check "$m over HTTP at batch $b: 200" test "$c" = 200
+        check "$m over HTTP at batch $b answers PyTorch's (1e-4 relative)" \
+            close http "$WORK/body" "$T/$m.b$b.json"
+    done
+done
 stop_daemon
 finish

@@ -10,6 +10,14 @@ outputs, for dlserve's ONNX import tests.
         PyTorch's outputs, then the inputs' values, one row a sample) and,
         for one-input models, OUTDIR/<model>.b<N>.json ({"x": inputs,
         "y": outputs}).
+    onnx_models.py transformer OUTDIR
+        Classifiers on a 2-layer nn.TransformerEncoder (batch_first,
+        2 heads): OUTDIR/tx_relu.onnx (opset 17, constant folding, mean
+        over the sequence) and OUTDIR/tx_gelu.onnx (opset 13, no folding,
+        the first token), each with OUTDIR/<model>.b<N>.csv (the inputs, one
+        row a sample) and .b<N>.json ({"x": inputs, "y": outputs}) for
+        batch 1 and 32; and OUTDIR/batchmix.onnx, whose softmax runs over
+        the batch after a transpose.
     onnx_models.py finetune OUTDIR STEPS BATCH LR [WEIGHTS]
         Trains the mlp from OUTDIR/mlp.onnx's weights with plain SGD on
         OUTDIR/ft.csv (class, then 8 features) with softmax cross-entropy,
@@ -115,6 +123,29 @@ class Unsupported(nn.Module):
         return torch.cumsum(self.fc(x), dim=1)
 
 
+class TransformerClassifier(nn.Module):
+    """PyTorch's encoder as exported by torch 1.13: its attention moves the
+    batch off axis 0 and merges it with the heads."""
+
+    def __init__(self, act, pool):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(16, 2, 32, activation=act, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, num_layers=2)
+        self.head = nn.Linear(16, 3)
+        self.pool = pool
+
+    def forward(self, x):
+        h = self.enc(x)
+        return self.head(h.mean(dim=1) if self.pool == "mean" else h[:, 0])
+
+
+class BatchMix(nn.Module):
+    """A softmax over the batch: no per-sample equivalent."""
+
+    def forward(self, x):
+        return torch.softmax(x.t(), dim=1).t()
+
+
 def models():
     """name -> (module, example inputs maker(batch), input names, opset)."""
     return {
@@ -173,6 +204,26 @@ def export(out):
                     json.dump({"x": xs[0].tolist(), "y": y.tolist()}, f)
 
 
+def transformer(out):
+    for name, act, pool, opset, fold in (("tx_relu", "relu", "mean", 17, True),
+                                         ("tx_gelu", "gelu", "first", 13, False)):
+        m = TransformerClassifier(act, pool).eval()
+        torch.onnx.export(m, torch.randn(2, 8, 16), f"{out}/{name}.onnx", input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+                          opset_version=opset, do_constant_folding=fold)
+        for b in (1, 32):
+            x = torch.randn(b, 8, 16)
+            with torch.no_grad():
+                y = m(x)
+            np.savetxt(f"{out}/{name}.b{b}.csv", x.reshape(b, -1).numpy(), delimiter=",",
+                       fmt="%.9g")
+            with open(f"{out}/{name}.b{b}.json", "w") as f:
+                json.dump({"x": x.tolist(), "y": y.tolist()}, f)
+    torch.onnx.export(BatchMix(), torch.randn(2, 4), f"{out}/batchmix.onnx", input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+                      opset_version=17)
+
+
 def finetune(out, steps, batch, lr, weights=None):
     import onnx
     from onnx import numpy_helper
@@ -220,6 +271,8 @@ def read_safetensors(path):
 if __name__ == "__main__":
     if sys.argv[1] == "export":
         export(sys.argv[2])
+    elif sys.argv[1] == "transformer":
+        transformer(sys.argv[2])
     elif sys.argv[1] == "finetune":
         finetune(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]),
                  sys.argv[6] if len(sys.argv) > 6 else None)
