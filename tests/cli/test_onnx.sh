@@ -219,8 +219,9 @@ check "the others keep serving" test "$c" = 200
 stop_daemon
 # nn.TransformerEncoder (2 layers, 2 heads, batch_first): its attention moves
 # the batch off axis 0 and merges it with the heads; imported, each step is
-# per sample. Two exports (opset 17 folded, mean pooling, relu; opset 13
-# unfolded, first token, gelu): --predict and the daemon answer PyTorch's
+# per sample. Three exports (opset 17 folded, mean pooling, relu; opset 13
+# unfolded, first token, gelu; opset 15 with a causal attention mask):
+# --predict and the daemon answer PyTorch's
 # outputs at batch 1 and 32 to 1e-4 relative; a softmax over the batch is
 # refused.
 T=$WORK/tx
@@ -245,7 +246,7 @@ assert got.shape == want.shape, (got.shape, want.shape)
 assert np.all(np.abs(got - want) <= 1e-4 * np.abs(want) + 1e-6), np.max(np.abs(got - want))
 PY
 }
-for m in tx_relu tx_gelu; do
+for m in tx_relu tx_gelu tx_causal; do
     "$DLSERVE" --import "$T/$m.onnx" --models "$M" --name $m > /dev/null 2> "$WORK/imp.err"
     check "$m: --import writes version 1" test -s "$M/$m/1/model.safetensors"
     for b in 1 32; do
@@ -260,7 +261,7 @@ check "a softmax over the batch is refused, naming the node" \
     fails_with "$WORK/err" $? "node '/Softmax' (Softmax, opset 17): axis must be a non-batch"
 start_daemon tx --models "$TR"
 check "the daemon serves the transformers" test -n "$PORT"
-for m in tx_relu tx_gelu; do
+for m in tx_relu tx_gelu tx_causal; do
     for b in 1 32; do
         /usr/bin/python3 -c '
 import json, sys

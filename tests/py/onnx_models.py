@@ -13,8 +13,9 @@ outputs, for dlserve's ONNX import tests.
     onnx_models.py transformer OUTDIR
         Classifiers on a 2-layer nn.TransformerEncoder (batch_first,
         2 heads): OUTDIR/tx_relu.onnx (opset 17, constant folding, mean
-        over the sequence) and OUTDIR/tx_gelu.onnx (opset 13, no folding,
-        the first token), each with OUTDIR/<model>.b<N>.csv (the inputs, one
+        over the sequence), OUTDIR/tx_gelu.onnx (opset 13, no folding,
+        the first token) and OUTDIR/tx_causal.onnx (opset 15, a causal
+        attention mask), each with OUTDIR/<model>.b<N>.csv (the inputs, one
         row a sample) and .b<N>.json ({"x": inputs, "y": outputs}) for
         batch 1 and 32; and OUTDIR/batchmix.onnx, whose softmax runs over
         the batch after a transpose.
@@ -127,15 +128,16 @@ class TransformerClassifier(nn.Module):
     """PyTorch's encoder as exported by torch 1.13: its attention moves the
     batch off axis 0 and merges it with the heads."""
 
-    def __init__(self, act, pool):
+    def __init__(self, act, pool, causal=False):
         super().__init__()
         layer = nn.TransformerEncoderLayer(16, 2, 32, activation=act, batch_first=True)
         self.enc = nn.TransformerEncoder(layer, num_layers=2)
         self.head = nn.Linear(16, 3)
         self.pool = pool
+        self.mask = nn.Transformer.generate_square_subsequent_mask(8) if causal else None
 
     def forward(self, x):
-        h = self.enc(x)
+        h = self.enc(x, mask=self.mask)
         return self.head(h.mean(dim=1) if self.pool == "mean" else h[:, 0])
 
 
@@ -206,8 +208,9 @@ def export(out):
 
 def transformer(out):
     for name, act, pool, opset, fold in (("tx_relu", "relu", "mean", 17, True),
-                                         ("tx_gelu", "gelu", "first", 13, False)):
-        m = TransformerClassifier(act, pool).eval()
+                                         ("tx_gelu", "gelu", "first", 13, False),
+                                         ("tx_causal", "relu", "mean", 15, True)):
+        m = TransformerClassifier(act, pool, name == "tx_causal").eval()
         torch.onnx.export(m, torch.randn(2, 8, 16), f"{out}/{name}.onnx", input_names=["x"],
                           output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
                           opset_version=opset, do_constant_folding=fold)
