@@ -255,9 +255,10 @@ static dl_status add_output(xl *x, int k, json_t *outs)
     if (!v || v->c)
         return dl_err_set(x->err, DL_ERR_INVALID, "graph output '%s' is %s", name,
                           v ? "a constant (nothing to compute)" : "produced by no node");
+    char where[64];
     if (!xl_std(v))
-        return dl_err_set(x->err, DL_ERR_INVALID, "graph output '%s' holds the batch on "
-                          "axis %d, not alone on axis 0", name, v->bax);
+        return dl_err_set(x->err, DL_ERR_INVALID, "graph output '%s' holds the batch %s, "
+                          "not alone on axis 0", name, xl_layout_text(v, where, sizeof(where)));
     bool shared = false;
     size_t i;
     json_t *o;

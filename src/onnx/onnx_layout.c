@@ -20,7 +20,14 @@
  * other operator needs that too, unless it follows (xl_layout_follows). */
 #include "onnx/translate.h"
 
+#include <stdio.h>
 #include <string.h>
+
+/* *acc *= v for sizes: false when the product leaves [1, ONNX_BATCH_KMAX). */
+static bool times(int64_t *acc, int64_t v)
+{
+    return v >= 1 && !__builtin_mul_overflow(*acc, v, acc) && *acc < ONNX_BATCH_KMAX;
+}
 
 int xl_rank(const tvalue *v) { return v->merge ? v->nd : v->nd + 1; }
 
@@ -56,6 +63,15 @@ int xl_onnx_dims(const tvalue *v, int64_t *o)
     return r;
 }
 
+const char *xl_layout_text(const tvalue *v, char *buf, size_t n)
+{
+    if (v->merge)
+        snprintf(buf, n, "merged with %lld into axis %d", (long long)v->d[v->bax], v->bax);
+    else
+        snprintf(buf, n, "on axis %d", v->bax);
+    return buf;
+}
+
 bool xl_same_layout(const tvalue *a, const tvalue *b)
 {
     return xl_rank(a) == xl_rank(b) && a->bax == b->bax && a->merge == b->merge &&
@@ -88,9 +104,10 @@ const char *xl_transpose_layout(const tvalue *v, const int64_t *perm, int np, tv
 
 /* The target's entries resolved: 0 copied from the input (unless
  * allowzero), one -1 inferred; *j the batch's axis and *k its factor.
- * total is |P| * |Q|. */
+ * total is |P| * |Q|; lone: the input holds the batch alone on axis 0,
+ * where a leading literal 1 (an export at batch 1) stands for it. */
 static const char *resolve(const int64_t *o, int r, int64_t *t, int nt, bool allowzero,
-                           int64_t total, int *j, int64_t *k)
+                           bool lone, int64_t total, int *j, int64_t *k)
 {
     int minus = -1;
     int64_t fixed = 1;
@@ -105,27 +122,28 @@ static const char *resolve(const int64_t *o, int r, int64_t *t, int nt, bool all
             *k = xl_batch_k(t[i]);
         } else if (t[i] == -1 && minus < 0) {
             minus = i;
-        } else if (t[i] < 1) {
+        } else if (!times(&fixed, t[i])) {
             return "the target shape has an entry the engine cannot fix";
-        } else {
-            fixed *= t[i];
         }
     }
+    int64_t kf = *j >= 0 ? *k : 1;
+    if (!times(&kf, fixed))
+        return "the target shape is too large";
     if (*j >= 0 && minus >= 0) {
-        if (total % (*k * fixed))
+        if (total % kf)
             return "the target shape does not divide the sample";
-        t[minus] = total / (*k * fixed);
+        t[minus] = total / kf;
     } else if (minus >= 0) {
         if (total % fixed)
             return "the target shape does not divide the sample";
         *j = minus;
         *k = total / fixed;
-    } else if (*j < 0 && t[0] == 1 && fixed == total) {
+    } else if (*j < 0 && lone && t[0] == 1 && fixed == total) {
         *j = 0;   /* a batch-1 export's literal 1 */
         *k = 1;
     } else if (*j < 0) {
         return "the target shape fixes the batch size";
-    } else if (*k * fixed != total) {
+    } else if (kf != total) {
         return "the target shape does not hold the sample";
     }
     t[*j] = *k;   /* from here on, the batch's fixed factor alone */
@@ -142,14 +160,18 @@ const char *xl_reshape_layout(const tvalue *v, const int64_t *target, int nt, bo
     memcpy(t, target, (size_t)nt * sizeof(*t));
     int pcut = v->bax + (v->merge == XL_BATCH_INNER ? 1 : 0);
     for (int e = 0; e < v->nd; e++)
-        *(e < pcut ? &p : &q) *= v->d[e];
-    const char *why = resolve(o, r, t, nt, allowzero, p * q, &j, &k);
+        if (!times(e < pcut ? &p : &q, v->d[e]))
+            return "the tensor is too large";
+    int64_t total = p;
+    if (!times(&total, q))
+        return "the tensor is too large";
+    const char *why = resolve(o, r, t, nt, allowzero, xl_std(v), total, &j, &k);
     if (why)
         return why;
     int64_t pre = 1, post = 1;
     for (int i = 0; i < nt; i++)
-        if (i != j)
-            *(i < j ? &pre : &post) *= t[i];
+        if (i != j && !times(i < j ? &pre : &post, t[i]))
+            return "the target shape is too large";
     if (p % pre || q % post || (p / pre) * (q / post) != k || (p / pre > 1 && q / post > 1))
         return "the target shape mixes the batch with other axes in an order that is not "
                "per sample";

@@ -160,7 +160,7 @@ static int64_t batch_arith(char op, int64_t p, int64_t q, bool p_batch)
     if (c < 1 || xl_batch_k(c) || (op != 'M' && !(op == 'D' && p_batch)))
         return 0;
     if (op == 'M')
-        return k * c < ONNX_BATCH_KMAX ? xl_batch_times(k * c) : 0;
+        return !__builtin_mul_overflow(k, c, &k) && k < ONNX_BATCH_KMAX ? xl_batch_times(k) : 0;
     return k % c == 0 ? xl_batch_times(k / c) : 0;
 }
 
@@ -176,9 +176,12 @@ static dl_status fold_batch_arith(xl *x, const onnx_node *n, const onnx_tensor *
     for (int64_t k = 0; t && k < t->n; k++) {
         int64_t p = a->i[a->n == 1 ? 0 : k], q = b->i[b->n == 1 ? 0 : k];
         bool pb = xl_batch_k(p) != 0, qb = xl_batch_k(q) != 0;
-        t->i[k] = pb || qb ? batch_arith(n->op[0], p, q, pb)
-                : n->op[0] == 'M' ? p * q : q ? p / q : 0;
-        if ((pb || qb) && !t->i[k])
+        bool over = !pb && !qb && n->op[0] == 'M' && __builtin_mul_overflow(p, q, &t->i[k]);
+        if (!pb && !qb && n->op[0] == 'D')
+            t->i[k] = q ? p / q : 0;   /* p is no batch value, so not INT64_MIN */
+        else if (pb || qb)
+            t->i[k] = batch_arith(n->op[0], p, q, pb);
+        if (over || ((pb || qb) && !t->i[k]))
             return xl_refuse(x, n, "arithmetic on the batch size that is not a multiple of "
                              "it");
     }
@@ -921,12 +924,11 @@ static dl_status op_concat(xl *x, const onnx_node *n)
     tvalue *v[DL_LAYER_MAX_IN], tmp[DL_LAYER_MAX_IN];
     if (n->nin < 1 || n->nin > DL_LAYER_MAX_IN)
         return xl_refuse(x, n, "takes 1 to %d inputs here", DL_LAYER_MAX_IN);
-    int rank = 0;
-    tvalue like = { .nd = 0 };
+    tvalue like = { .nd = 0 };   /* the tensor operand (the constants' shapes follow it) */
     for (int k = 0; k < n->nin; k++)
         if ((v[k] = arg(x, n, k)) && !v[k]->c)
             like = *v[k];
-    rank = like.nd;
+    int rank = like.nd;
     const char *srcs[DL_LAYER_MAX_IN];
     for (int k = 0; k < n->nin; k++) {
         if (!v[k])
@@ -1182,9 +1184,11 @@ dl_status xl_node(xl *x, const onnx_node *n)
             return xl_refuse(x, n, "input '%.80s' is produced by no node above it", n->in[k]);
     for (int k = 0; k < n->nin && !xl_layout_follows(n->op); k++) {
         tvalue *v = n->in[k][0] ? xl_find(x, n->in[k]) : NULL;
+        char where[64];
         if (v && !v->c && !xl_std(v))
-            return xl_refuse(x, n, "input '%.80s' holds the batch on axis %d, not alone on "
-                             "axis 0, which this operator needs", n->in[k], v->bax);
+            return xl_refuse(x, n, "input '%.60s' holds the batch %s, not alone on axis 0, "
+                             "which this operator needs", n->in[k],
+                             xl_layout_text(v, where, sizeof(where)));
     }
     tvalue *done = xl_find(x, n->out[0]);
     if (done && done->fused && !strcmp(n->op, "Add"))   /* a MatMul's bias */

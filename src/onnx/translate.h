@@ -98,6 +98,9 @@ int64_t xl_batch_k(int64_t v);
 int xl_axis(const tvalue *v, int64_t a);
 /* v's ONNX shape into o (symbolic at the batch); returns the rank. */
 int xl_onnx_dims(const tvalue *v, int64_t *o);
+/* Where v holds the batch, in words ("on axis 1", "merged with 2 into
+ * axis 1"), into buf; returns buf. */
+const char *xl_layout_text(const tvalue *v, char *buf, size_t n);
 /* Whether a and b hold their batches alike (rank, axis, merge). */
 bool xl_same_layout(const tvalue *a, const tvalue *b);
 /* Transpose of v by perm[0..np): out's layout and engine shape, and the
