@@ -222,8 +222,8 @@ stop_daemon
 # per sample. Three exports (opset 17 folded, mean pooling, relu; opset 13
 # unfolded, first token, gelu; opset 15 with a causal attention mask):
 # --predict and the daemon answer PyTorch's
-# outputs at batch 1 and 32 to 1e-4 relative; a softmax over the batch is
-# refused.
+# outputs at batch 1 and 32 to 1e-4 relative; a softmax over the batch, and
+# an output whose batch is not axis 0, are refused.
 T=$WORK/tx
 TR=$WORK/txrepo
 mkdir -p "$T"
@@ -259,6 +259,9 @@ done
 "$DLSERVE" --import "$T/batchmix.onnx" --models "$M" --name batchmix > /dev/null 2> "$WORK/err"
 check "a softmax over the batch is refused, naming the node" \
     fails_with "$WORK/err" $? "node '/Softmax' (Softmax, opset 17): axis must be a non-batch"
+"$DLSERVE" --import "$T/batchout.onnx" --models "$M" --name batchout > /dev/null 2> "$WORK/err"
+check "an output that holds the batch on axis 1 is refused" \
+    fails_with "$WORK/err" $? "graph output 'y' holds the batch on axis 1, not alone on axis 0"
 start_daemon tx --models "$TR"
 check "the daemon serves the transformers" test -n "$PORT"
 for m in tx_relu tx_gelu tx_causal; do

@@ -17,8 +17,9 @@ outputs, for dlserve's ONNX import tests.
         the first token) and OUTDIR/tx_causal.onnx (opset 15, a causal
         attention mask), each with OUTDIR/<model>.b<N>.csv (the inputs, one
         row a sample) and .b<N>.json ({"x": inputs, "y": outputs}) for
-        batch 1 and 32; and OUTDIR/batchmix.onnx, whose softmax runs over
-        the batch after a transpose.
+        batch 1 and 32; OUTDIR/batchmix.onnx, whose softmax runs over the
+        batch after a transpose, and OUTDIR/batchout.onnx, whose output
+        holds the batch on axis 1.
     onnx_models.py finetune OUTDIR STEPS BATCH LR [WEIGHTS]
         Trains the mlp from OUTDIR/mlp.onnx's weights with plain SGD on
         OUTDIR/ft.csv (class, then 8 features) with softmax cross-entropy,
@@ -148,6 +149,13 @@ class BatchMix(nn.Module):
         return torch.softmax(x.t(), dim=1).t()
 
 
+class BatchOut(nn.Module):
+    """An output of shape (4, batch)."""
+
+    def forward(self, x):
+        return x.t() * 2
+
+
 def models():
     """name -> (module, example inputs maker(batch), input names, opset)."""
     return {
@@ -222,9 +230,10 @@ def transformer(out):
                        fmt="%.9g")
             with open(f"{out}/{name}.b{b}.json", "w") as f:
                 json.dump({"x": x.tolist(), "y": y.tolist()}, f)
-    torch.onnx.export(BatchMix(), torch.randn(2, 4), f"{out}/batchmix.onnx", input_names=["x"],
-                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
-                      opset_version=17)
+    for name, m in (("batchmix", BatchMix()), ("batchout", BatchOut())):
+        torch.onnx.export(m, torch.randn(2, 4), f"{out}/{name}.onnx", input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch"}},
+                          opset_version=17)
 
 
 def finetune(out, steps, batch, lr, weights=None):
