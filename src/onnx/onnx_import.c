@@ -255,6 +255,10 @@ static dl_status add_output(xl *x, int k, json_t *outs)
     if (!v || v->c)
         return dl_err_set(x->err, DL_ERR_INVALID, "graph output '%s' is %s", name,
                           v ? "a constant (nothing to compute)" : "produced by no node");
+    char where[64];
+    if (!xl_std(v))
+        return dl_err_set(x->err, DL_ERR_INVALID, "graph output '%s' holds the batch %s, "
+                          "not alone on axis 0", name, xl_layout_text(v, where, sizeof(where)));
     bool shared = false;
     size_t i;
     json_t *o;
@@ -438,6 +442,14 @@ static char *dump(json_t *root)
 
 static dl_status translate(xl *x, const char *name, const char *beside, char **json)
 {
+    /* Room for every value up front (a node adds at most two), so that no
+     * xl_add moves the values an operator holds pointers to. */
+    int cap = x->g->ninits + x->g->ninputs + x->g->noutputs + 16;
+    for (int i = 0; i < x->g->nnodes; i++)
+        cap += 2 * x->g->nodes[i].nout;
+    if (!(x->v = malloc((size_t)cap * sizeof(*x->v))))
+        return dl_err_set(x->err, DL_ERR_NOMEM, "values");
+    x->capv = cap;
     dl_status st = DL_OK;
     for (int k = 0; k < x->g->ninits && st == DL_OK; k++) {
         tvalue *v = xl_add(x, x->g->inits[k].name);

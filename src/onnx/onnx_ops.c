@@ -1,9 +1,10 @@
 /* onnx_ops.c: one translation an ONNX operator: into engine layers (dense,
  * conv2d, batchnorm, ...), or folded when its inputs are constants (the
  * Shape/Gather/Unsqueeze/Concat/Cast chains that exporters write for
- * reshapes). The batch is axis 0 of every graph input and must stay axis
- * 0: anything that would move or merge it, and any attribute the engine
- * cannot honour exactly, is refused naming the node. */
+ * reshapes). The batch is axis 0 of every graph input; the operators that
+ * xl_layout_follows lists also take it elsewhere (onnx_layout.c), the
+ * others refuse that. Anything that would mix it into a sample, and any
+ * attribute the engine cannot honour exactly, is refused naming the node. */
 #define _POSIX_C_SOURCE 200809L
 #include "onnx/translate.h"
 #include "onnx/onnx_pb.h"
@@ -47,6 +48,18 @@ static tvalue *out0(xl *x, const onnx_node *n)
 
 static dl_status nomem(xl *x) { return dl_err_set(x->err, DL_ERR_NOMEM, "translation"); }
 
+/* Node n's output holds its batch as `from` does (onnx_layout.c); st
+ * passed through. */
+static dl_status keep_layout(xl *x, const onnx_node *n, const tvalue *from, dl_status st)
+{
+    tvalue *o = st == DL_OK ? xl_find(x, n->out[0]) : NULL;
+    if (o) {
+        o->bax = from->bax;
+        o->merge = from->merge;
+    }
+    return st;
+}
+
 /* Emits a one-input layer of `type` (object l, may be NULL) on v. */
 static dl_status unary(xl *x, const onnx_node *n, const char *type, json_t *l, tvalue *v,
                        int nd, const int64_t *d)
@@ -57,7 +70,8 @@ static dl_status unary(xl *x, const onnx_node *n, const char *type, json_t *l, t
         l = json_object();
     json_object_set_new(l, "type", json_string(type));
     tvalue *o = out0(x, n);
-    return o ? xl_emit(x, l, name, &v->src, 1, o, nd, d) : nomem(x);
+    /* the batch sits as in the input, unless the caller moves it */
+    return keep_layout(x, n, v, o ? xl_emit(x, l, name, &v->src, 1, o, nd, d) : nomem(x));
 }
 
 /* A reshape of v to d[0..nd) under a name from n. */
@@ -82,21 +96,17 @@ static dl_status alias(xl *x, const onnx_node *n, tvalue *v)
     return DL_OK;
 }
 
-/* A constant operand as a `constant` layer: its shape per sample (a
- * leading 1 of full rank is the batch). */
-static dl_status constant_layer(xl *x, const onnx_node *n, tvalue *c, int rank, tvalue *out)
+/* A constant operand as a `constant` layer: its shape per sample, as it
+ * broadcasts against the tensor `like` (its 1 on the batch's axis dropped). */
+static dl_status constant_layer(xl *x, const onnx_node *n, tvalue *c, const tvalue *like,
+                                tvalue *out)
 {
     const onnx_tensor *t = c->c;
-    int skip = t->ndim == rank + 1 ? 1 : 0;
-    if (t->ndim > rank + 1 || (skip && t->dims[0] != 1) || !t->f)
-        return xl_refuse(x, n, "operand '%s' is not a float constant that broadcasts over "
-                         "the batch", c->name);
     int64_t d[ONNX_MAX_DIMS];
     int nd = 0;
-    for (int k = skip; k < t->ndim; k++)
-        d[nd++] = t->dims[k];
-    if (nd == 0)
-        d[nd++] = 1;
+    if (!t->f || xl_const_dims(like, t, &nd, d))
+        return xl_refuse(x, n, "operand '%s' is not a float constant that broadcasts over "
+                         "the batch", c->name);
     if (nd > DL_MAX_DIMS)
         return xl_refuse(x, n, "constant '%s' has too many dimensions", c->name);
     char name[DL_NAME_MAX];
@@ -136,9 +146,46 @@ static dl_status set_const(xl *x, const onnx_node *n, onnx_tensor *t)
 static bool has_batch(const onnx_tensor *t)
 {
     for (int64_t k = 0; t->i && k < t->n; k++)
-        if (t->i[k] == ONNX_BATCH)
+        if (xl_batch_k(t->i[k]))
             return true;
     return false;
+}
+
+/* Mul or Div of a symbolic batch multiple by a positive integer: B*k*q or
+ * B*k/q (q dividing k, as the result must not depend on B); 0 when the
+ * result is not such a multiple. */
+static int64_t batch_arith(char op, int64_t p, int64_t q, bool p_batch)
+{
+    int64_t k = xl_batch_k(p_batch ? p : q), c = p_batch ? q : p;
+    if (c < 1 || xl_batch_k(c) || (op != 'M' && !(op == 'D' && p_batch)))
+        return 0;
+    if (op == 'M')
+        return !__builtin_mul_overflow(k, c, &k) && k < ONNX_BATCH_KMAX ? xl_batch_times(k) : 0;
+    return k % c == 0 ? xl_batch_times(k / c) : 0;
+}
+
+/* Mul/Div of integer constants holding the batch size (the sizes of
+ * PyTorch's attention: batch * heads, seq * batch). */
+static dl_status fold_batch_arith(xl *x, const onnx_node *n, const onnx_tensor *a,
+                                  const onnx_tensor *b)
+{
+    if (!a->i || !b->i || (n->op[0] != 'M' && n->op[0] != 'D'))
+        return xl_refuse(x, n, "arithmetic on the batch size");
+    const onnx_tensor *big = a->n >= b->n ? a : b;
+    onnx_tensor *t = xl_const(x, false, big->ndim, big->dims);
+    for (int64_t k = 0; t && k < t->n; k++) {
+        int64_t p = a->i[a->n == 1 ? 0 : k], q = b->i[b->n == 1 ? 0 : k];
+        bool pb = xl_batch_k(p) != 0, qb = xl_batch_k(q) != 0;
+        bool over = !pb && !qb && n->op[0] == 'M' && __builtin_mul_overflow(p, q, &t->i[k]);
+        if (!pb && !qb && n->op[0] == 'D')
+            t->i[k] = q ? p / q : 0;   /* p is no batch value, so not INT64_MIN */
+        else if (pb || qb)
+            t->i[k] = batch_arith(n->op[0], p, q, pb);
+        if (over || ((pb || qb) && !t->i[k]))
+            return xl_refuse(x, n, "arithmetic on the batch size that is not a multiple of "
+                             "it");
+    }
+    return set_const(x, n, t);
 }
 
 static double cv(const onnx_tensor *t, int64_t k) { return t->f ? t->f[k] : (double)t->i[k]; }
@@ -150,7 +197,7 @@ static dl_status fold_arith(xl *x, const onnx_node *n)
     if (a->n != b->n && a->n != 1 && b->n != 1)
         return xl_refuse(x, n, "constant operands of different shapes are not folded");
     if (has_batch(a) || has_batch(b))
-        return xl_refuse(x, n, "arithmetic on the batch size");
+        return fold_batch_arith(x, n, a, b);
     const onnx_tensor *big = a->n >= b->n ? a : b;
     onnx_tensor *t = xl_const(x, a->f || b->f, big->ndim, big->dims);
     char op = n->op[0];
@@ -242,6 +289,8 @@ static dl_status fold_shape_op(xl *x, const onnx_node *n)
         int64_t to = attr_i(n, "to", DT_FLOAT);
         to_f = to == DT_FLOAT || to == DT_DOUBLE;
     }
+    if (to_f && has_batch(a))
+        return xl_refuse(x, n, "the batch size as a float is not folded");
     onnx_tensor *t = xl_const(x, to_f, nd, d);
     if (t && dl_shape_numel(nd, d) != a->n)
         return xl_refuse(x, n, "the element count changes");
@@ -305,18 +354,22 @@ static dl_status op_constant(xl *x, const onnx_node *n)
     return xl_refuse(x, n, "only value, value_float, value_int and value_ints are supported");
 }
 
-/* Shape of a per-sample tensor: [batch, dims...]. */
+/* Shape of a per-sample tensor: its ONNX dims, the batch symbolic. */
 static dl_status op_shape(xl *x, const onnx_node *n)
 {
     tvalue *v = arg(x, n, 0);
-    int64_t r = v->nd + 1;
+    int64_t o[ONNX_MAX_DIMS];
+    int64_t r = v->c ? v->c->ndim : xl_onnx_dims(v, o);
+    if (v->c)
+        memcpy(o, v->c->dims, sizeof(o));
     int64_t lo = attr_i(n, "start", 0), hi = attr_i(n, "end", r);
     lo = lo < 0 ? lo + r : lo;
     hi = hi < 0 ? hi + r : hi > r ? r : hi;
+    lo = lo < 0 ? 0 : lo;
     int64_t len = hi > lo ? hi - lo : 0;
     onnx_tensor *t = xl_const(x, false, 1, &len);
     for (int64_t k = 0; t && k < len; k++)
-        t->i[k] = lo + k == 0 ? ONNX_BATCH : v->d[lo + k - 1];
+        t->i[k] = o[lo + k];
     return set_const(x, n, t);
 }
 
@@ -345,6 +398,7 @@ static dl_status dense(xl *x, const onnx_node *n, tvalue *a, const float *w, int
     dl_status st = o ? xl_emit(x, json_pack("{s:s,s:I,s:b}", "type", "dense", "units",
                                            (json_int_t)units, "bias", c != NULL),
                                name, &a->src, 1, o, a->nd, d) : nomem(x);
+    st = keep_layout(x, n, a, st);   /* the batch is not on the last axis */
     float *sw = malloc((size_t)(units * in) * sizeof(float));
     if (!st && !sw)
         st = nomem(x);
@@ -367,14 +421,15 @@ static dl_status op_gemm(xl *x, const onnx_node *n)
 {
     tvalue *a = arg(x, n, 0);
     const onnx_tensor *b = weight(x, n, 1), *c = n->nin > 2 ? weight(x, n, 2) : NULL;
-    if (!a || a->c || a->nd != 1 || !b || b->ndim != 2 || (n->nin > 2 && n->in[2][0] && !c))
-        return xl_refuse(x, n, "needs a per-sample vector times a constant matrix (and a "
-                         "constant bias)");
+    if (!a || a->c || xl_rank(a) != 2 || xl_axis(a, 1) < 0 || !b || b->ndim != 2 ||
+        (n->nin > 2 && n->in[2][0] && !c))
+        return xl_refuse(x, n, "needs a matrix whose rows hold the batch times a constant "
+                         "matrix (and a constant bias)");
     if (attr_i(n, "transA", 0))
         return xl_refuse(x, n, "transA=1 would move the batch axis");
     bool tb = attr_i(n, "transB", 0) != 0;
     int64_t units = tb ? b->dims[0] : b->dims[1], in = tb ? b->dims[1] : b->dims[0];
-    if (in != a->d[0])
+    if (in != a->d[a->nd - 1])
         return xl_refuse(x, n, "the weight's shape does not fit the input");
     const float *w = b->f;
     float *wt = NULL;
@@ -414,6 +469,9 @@ static dl_status op_matmul(xl *x, const onnx_node *n)
     tvalue *a = arg(x, n, 0), *bv = arg(x, n, 1);
     const onnx_tensor *b = weight(x, n, 1);
     if (a && bv && !a->c && !bv->c) {
+        if (!xl_same_layout(a, bv) || a->bax >= xl_rank(a) - 2)
+            return xl_refuse(x, n, "both tensors must hold the batch alike, on a leading "
+                             "axis");
         int64_t d[ONNX_MAX_DIMS];
         memcpy(d, a->d, sizeof(d));
         d[a->nd - 1] = bv->d[bv->nd - 1];
@@ -421,10 +479,11 @@ static dl_status op_matmul(xl *x, const onnx_node *n)
         char name[DL_NAME_MAX];
         xl_node_layer_name(x, n, NULL, name);
         tvalue *o = out0(x, n);
-        return o ? xl_emit(x, json_pack("{s:s}", "type", "matmul"), name, srcs, 2, o,
-                           a->nd, d) : nomem(x);
+        return keep_layout(x, n, a, o ? xl_emit(x, json_pack("{s:s}", "type", "matmul"), name,
+                                                srcs, 2, o, a->nd, d) : nomem(x));
     }
-    if (!a || a->c || !b || b->ndim != 2 || b->dims[0] != a->d[a->nd - 1])
+    if (!a || a->c || !b || b->ndim != 2 || b->dims[0] != a->d[a->nd - 1] ||
+        xl_axis(a, -1) < 0)
         return xl_refuse(x, n, "needs a per-sample tensor times a constant [K, N] matrix, "
                          "or two per-sample tensors");
     int64_t in = b->dims[0], units = b->dims[1];
@@ -586,7 +645,7 @@ static dl_status op_layernorm(xl *x, const onnx_node *n)
     const onnx_tensor *s = weight(x, n, 1), *b = n->nin > 2 ? weight(x, n, 2) : NULL;
     if (!a || a->c || !s || (n->nin > 2 && n->in[2][0] && !b))
         return xl_refuse(x, n, "needs a per-sample tensor and constant scale and bias");
-    if (ps_axis(attr_i(n, "axis", -1), a->nd) != a->nd - 1)
+    if (xl_axis(a, attr_i(n, "axis", -1)) != a->nd - 1)
         return xl_refuse(x, n, "only the last axis is normalized by the engine");
     int64_t c = a->d[a->nd - 1];
     if (s->n != c || (b && b->n != c))
@@ -597,6 +656,7 @@ static dl_status op_layernorm(xl *x, const onnx_node *n)
     dl_status st = o ? xl_emit(x, json_pack("{s:s,s:f}", "type", "layernorm", "eps",
                                            (double)attr_f(n, "epsilon", 1e-5f)),
                                name, &a->src, 1, o, a->nd, a->d) : nomem(x);
+    st = keep_layout(x, n, a, st);
     if (!st)
         st = xl_tensor(x, name, "weight", 1, &c, s->f, 0);
     if (!st)
@@ -671,32 +731,27 @@ static dl_status op_flatten(xl *x, const onnx_node *n)
     return reshape_to(x, n, a, 2, d);
 }
 
+/* Reshape: per sample when the batch keeps its place in row-major order
+ * (onnx_layout.c); the output may hold it on another axis. */
 static dl_status op_reshape(xl *x, const onnx_node *n)
 {
-    tvalue *a = arg(x, n, 0), *s = arg(x, n, 1);
-    if (!s || !s->c || !s->c->i || s->c->ndim != 1 || s->c->n < 2 || s->c->n > 5)
-        return xl_refuse(x, n, "the target shape must be a constant of 2 to 5 dimensions "
-                         "(after folding)");
+    tvalue *a = arg(x, n, 0), *s = arg(x, n, 1), out;
+    if (!s || !s->c || !s->c->i || s->c->ndim != 1 || s->c->n < 1 ||
+        s->c->n > ONNX_MAX_DIMS)
+        return xl_refuse(x, n, "the target shape must be a constant of 1 to %d dimensions "
+                         "(after folding)", ONNX_MAX_DIMS);
     if (a->c)
         return xl_refuse(x, n, "reshaping a constant is not supported");
-    const int64_t *t = s->c->i;
-    int nd = (int)s->c->n - 1;
-    int64_t d[ONNX_MAX_DIMS], known = 1, numel = dl_shape_numel(a->nd, a->d);
-    bool minus = false;
-    for (int k = 0; k < nd; k++) {
-        d[k] = t[k + 1] == 0 && !attr_i(n, "allowzero", 0) && k < a->nd ? a->d[k] : t[k + 1];
-        if (d[k] == ONNX_BATCH || d[k] < -1 || d[k] == 0)
-            return xl_refuse(x, n, "dimension %d of the target is not a fixed size", k + 1);
-        minus = minus || d[k] == -1;
-        known *= d[k] == -1 ? 1 : d[k];
-    }
-    bool batch_kept = t[0] == ONNX_BATCH || t[0] == 0 || ((t[0] == -1 || t[0] == 1) && !minus &&
-                                                         known == numel);
-    if (!batch_kept)
-        return xl_refuse(x, n, "the target shape would merge the batch with another axis");
-    for (int k = 0; k < nd; k++)
-        d[k] = d[k] == -1 && known > 0 ? numel / known : d[k];
-    return reshape_to(x, n, a, nd, d);
+    const char *why = xl_reshape_layout(a, s->c->i, (int)s->c->n,
+                                        attr_i(n, "allowzero", 0) != 0, &out);
+    if (why)
+        return xl_refuse(x, n, "%s", why);
+    if (out.nd < 1 || out.nd > DL_MAX_DIMS)
+        return xl_refuse(x, n, "a sample of %d dimensions (the engine holds 1 to %d)", out.nd,
+                         DL_MAX_DIMS);
+    bool same = out.nd == a->nd && !memcmp(out.d, a->d, (size_t)a->nd * sizeof(*a->d));
+    dl_status st = same ? alias(x, n, a) : reshape_to(x, n, a, out.nd, out.d);
+    return keep_layout(x, n, &out, st);
 }
 
 static dl_status op_squeeze(xl *x, const onnx_node *n)
@@ -730,23 +785,67 @@ static dl_status op_squeeze(xl *x, const onnx_node *n)
     return reshape_to(x, n, a, nd, d);
 }
 
+/* The transpose of a constant, folded. */
+static dl_status fold_transpose(xl *x, const onnx_node *n, const onnx_tensor *a,
+                                const int64_t *perm)
+{
+    int64_t d[ONNX_MAX_DIMS], stride[ONNX_MAX_DIMS], idx[ONNX_MAX_DIMS] = { 0 }, s = 1;
+    for (int k = a->ndim - 1; k >= 0; k--) {
+        stride[k] = s;
+        s *= a->dims[k];
+    }
+    for (int k = 0; k < a->ndim; k++)
+        d[k] = a->dims[perm[k]];
+    onnx_tensor *t = xl_const(x, a->f != NULL, a->ndim, d);
+    for (int64_t e = 0; t && e < t->n; e++) {
+        int64_t from = 0;
+        for (int k = 0; k < a->ndim; k++)
+            from += idx[k] * stride[perm[k]];
+        if (t->f)
+            t->f[e] = a->f[from];
+        else
+            t->i[e] = a->i[from];
+        for (int k = a->ndim - 1; k >= 0 && ++idx[k] == d[k]; k--)
+            idx[k] = 0;
+    }
+    return set_const(x, n, t);
+}
+
+/* Transpose: the batch goes where perm sends its axis; the engine
+ * transposes the other axes, when their order changes. */
 static dl_status op_transpose(xl *x, const onnx_node *n)
 {
-    tvalue *a = arg(x, n, 0);
+    tvalue *a = arg(x, n, 0), out;
     const onnx_attr *p = onnx_attr_find(n, "perm");
-    if (a->c)
-        return xl_refuse(x, n, "transposing a constant is not supported");
-    if (!p || p->nints != a->nd + 1 || p->ints[0] != 0)
-        return xl_refuse(x, n, "perm must keep the batch axis 0 first");
-    json_t *perm = json_array();
-    int64_t d[ONNX_MAX_DIMS];
-    for (int k = 1; k <= a->nd; k++) {
-        if (p->ints[k] < 1 || p->ints[k] > a->nd)
+    int r = a->c ? a->c->ndim : xl_rank(a);
+    int64_t perm[ONNX_MAX_DIMS], eperm[ONNX_MAX_DIMS];
+    if (r > ONNX_MAX_DIMS || (p && p->nints != r))
+        return xl_refuse(x, n, "perm does not list every axis");
+    for (int k = 0; k < r; k++)
+        perm[k] = p ? p->ints[k] : r - 1 - k;
+    bool seen[ONNX_MAX_DIMS] = { false };
+    for (int k = 0; k < r; k++) {
+        if (perm[k] < 0 || perm[k] >= r || seen[perm[k]])
             return xl_refuse(x, n, "perm is not a permutation");
-        json_array_append_new(perm, json_integer(p->ints[k] - 1));
-        d[k - 1] = a->d[p->ints[k] - 1];
+        seen[perm[k]] = true;
     }
-    return unary(x, n, "transpose", json_pack("{s:o}", "perm", perm), a, a->nd, d);
+    if (a->c)
+        return fold_transpose(x, n, a->c, perm);
+    const char *why = xl_transpose_layout(a, perm, r, &out, eperm);
+    if (why)
+        return xl_refuse(x, n, "%s", why);
+    bool ident = true;
+    json_t *jp = json_array();
+    for (int k = 0; k < out.nd; k++) {
+        ident = ident && eperm[k] == k;
+        json_array_append_new(jp, json_integer(eperm[k]));
+    }
+    if (ident)
+        json_decref(jp);
+    dl_status st = ident ? alias(x, n, a)
+                         : unary(x, n, "transpose", json_pack("{s:o}", "perm", jp), a, out.nd,
+                                 out.d);
+    return keep_layout(x, n, &out, st);
 }
 
 /* The length of Python's x[start:end:step] on an axis of n (step > 0). */
@@ -791,10 +890,10 @@ static dl_status op_slice(xl *x, const onnx_node *n)
     tvalue cur = *a;
     for (int k = 0; k < ns; k++) {
         int64_t axis = na >= 0 ? ax[k] : k, step = np >= 0 ? sp[k] : 1;
-        int pa = ps_axis(axis, cur.nd);
+        int pa = xl_axis(&cur, axis);
         if (step < 1)
             return xl_refuse(x, n, "negative or zero steps are not supported");
-        if ((axis == 0 || axis == -(int64_t)cur.nd - 1) &&
+        if ((axis == cur.bax || axis == cur.bax - (int64_t)xl_rank(&cur)) &&
             (st[k] == 0 || st[k] <= -INT32_MAX) && en[k] >= INT32_MAX && step == 1)
             continue;   /* the whole batch */
         if (pa < 0)
@@ -810,7 +909,7 @@ static dl_status op_slice(xl *x, const onnx_node *n)
                             &cur, cur.nd, d);
         if (r)
             return r;
-        cur = *xl_find(x, n->out[0]);
+        cur = *xl_find(x, n->out[0]);   /* the layout kept by unary */
         x->nv--;
     }
     return alias(x, n, &cur);
@@ -825,15 +924,16 @@ static dl_status op_concat(xl *x, const onnx_node *n)
     tvalue *v[DL_LAYER_MAX_IN], tmp[DL_LAYER_MAX_IN];
     if (n->nin < 1 || n->nin > DL_LAYER_MAX_IN)
         return xl_refuse(x, n, "takes 1 to %d inputs here", DL_LAYER_MAX_IN);
-    int rank = 0;
+    tvalue like = { .nd = 0 };   /* the tensor operand (the constants' shapes follow it) */
     for (int k = 0; k < n->nin; k++)
         if ((v[k] = arg(x, n, k)) && !v[k]->c)
-            rank = v[k]->nd;
+            like = *v[k];
+    int rank = like.nd;
     const char *srcs[DL_LAYER_MAX_IN];
     for (int k = 0; k < n->nin; k++) {
         if (!v[k])
             return xl_refuse(x, n, "an input is missing");
-        dl_status st = v[k]->c ? constant_layer(x, n, v[k], rank, &tmp[k]) : DL_OK;
+        dl_status st = v[k]->c ? constant_layer(x, n, v[k], &like, &tmp[k]) : DL_OK;
         if (st)
             return st;
         v[k] = v[k]->c ? &tmp[k] : v[k];
@@ -867,9 +967,11 @@ static dl_status op_binary(xl *x, const onnx_node *n)
     tvalue *v[2] = { arg(x, n, 0), arg(x, n, 1) }, tmp[2];
     if (!v[0] || !v[1])
         return xl_refuse(x, n, "an input is missing");
-    int rank = v[0]->c ? v[1]->nd : v[0]->nd;
+    tvalue like = v[0]->c ? *v[1] : *v[0];   /* the batch sits as in the tensor operand */
+    if (!v[0]->c && !v[1]->c && !xl_same_layout(v[0], v[1]))
+        return xl_refuse(x, n, "the two tensors must have one rank and hold the batch alike");
     for (int k = 0; k < 2; k++) {
-        dl_status st = v[k]->c ? constant_layer(x, n, v[k], rank, &tmp[k]) : DL_OK;
+        dl_status st = v[k]->c ? constant_layer(x, n, v[k], &like, &tmp[k]) : DL_OK;
         if (st)
             return st;
         v[k] = v[k]->c ? &tmp[k] : v[k];
@@ -888,8 +990,8 @@ static dl_status op_binary(xl *x, const onnx_node *n)
     char name[DL_NAME_MAX];
     xl_node_layer_name(x, n, NULL, name);
     tvalue *o = out0(x, n);
-    return o ? xl_emit(x, json_pack("{s:s}", "type", type), name, srcs, 2, o, nd, d)
-             : nomem(x);
+    return keep_layout(x, n, &like, o ? xl_emit(x, json_pack("{s:s}", "type", type), name,
+                                                srcs, 2, o, nd, d) : nomem(x));
 }
 
 /* Softmax/LogSoftmax: before opset 13 the input is coerced to 2-D at axis,
@@ -898,7 +1000,7 @@ static dl_status op_softmax(xl *x, const onnx_node *n)
 {
     tvalue *a = arg(x, n, 0);
     int64_t dflt = x->g->opset < 13 ? 1 : -1;
-    int ax = a->c ? -1 : ps_axis(attr_i(n, "axis", dflt), a->nd);
+    int ax = a->c ? -1 : xl_axis(a, attr_i(n, "axis", dflt));
     if (ax < 0 || (x->g->opset < 13 && ax != a->nd - 1))
         return xl_refuse(x, n, "axis must be a non-batch axis (the last one before opset 13)");
     return unary(x, n, !strcmp(n->op, "Softmax") ? "softmax" : "log_softmax",
@@ -1080,6 +1182,14 @@ dl_status xl_node(xl *x, const onnx_node *n)
     for (int k = 0; k < n->nin; k++)
         if (n->in[k][0] && !xl_find(x, n->in[k]))
             return xl_refuse(x, n, "input '%.80s' is produced by no node above it", n->in[k]);
+    for (int k = 0; k < n->nin && !xl_layout_follows(n->op); k++) {
+        tvalue *v = n->in[k][0] ? xl_find(x, n->in[k]) : NULL;
+        char where[64];
+        if (v && !v->c && !xl_std(v))
+            return xl_refuse(x, n, "input '%.60s' holds the batch %s, not alone on axis 0, "
+                             "which this operator needs", n->in[k],
+                             xl_layout_text(v, where, sizeof(where)));
+    }
     tvalue *done = xl_find(x, n->out[0]);
     if (done && done->fused && !strcmp(n->op, "Add"))   /* a MatMul's bias */
         return DL_OK;

@@ -8,8 +8,15 @@
 
 #include <jansson.h>
 
-/* A folded shape element that stands for the batch size. */
+/* A folded shape element that stands for the batch size; ONNX_BATCH +
+ * k - 1 stands for k times it (1 <= k < ONNX_BATCH_KMAX). */
 #define ONNX_BATCH INT64_MIN
+#define ONNX_BATCH_KMAX (INT64_C(1) << 40)
+
+/* Where the batch sits in a computed tensor's ONNX shape (onnx_layout.c):
+ * an axis of its own, or merged into axis bax with a fixed factor, the
+ * batch as the outer (slower) or the inner (faster) index. */
+enum { XL_BATCH_ALONE = 0, XL_BATCH_OUTER, XL_BATCH_INNER };
 
 /* A value of the graph: a constant (folded or an initializer) or a
  * tensor the engine computes per sample (a model input or a layer's
@@ -20,6 +27,8 @@ typedef struct tvalue {
     const char  *src;                     /* dynamic: layer or input name */
     int          nd;
     int64_t      d[ONNX_MAX_DIMS];
+    int          bax;                     /* dynamic: the batch's ONNX axis */
+    int          merge;                   /* XL_BATCH_* */
     bool         ids;                     /* a model input's values as ids */
     bool         input;                   /* a model input itself */
     bool         fused;                   /* an Add folded into the layer before */
@@ -75,6 +84,38 @@ dl_status xl_tensor(xl *x, const char *layer, const char *suffix, int ndim,
 
 /* A new constant in the arena: nd dims, float (is_f) or int. */
 onnx_tensor *xl_const(xl *x, bool is_f, int nd, const int64_t *d);
+
+/* ---- the batch's place (onnx_layout.c) ---- */
+
+/* The ONNX rank of dynamic value v; whether its batch is axis 0, alone. */
+int xl_rank(const tvalue *v);
+bool xl_std(const tvalue *v);
+/* The symbolic shape element k * batch; k of element v (0: not symbolic). */
+int64_t xl_batch_times(int64_t k);
+int64_t xl_batch_k(int64_t v);
+/* v's engine axis of ONNX axis a (negative counts from the end); -1 for
+ * the batch's axis or out of range. */
+int xl_axis(const tvalue *v, int64_t a);
+/* v's ONNX shape into o (symbolic at the batch); returns the rank. */
+int xl_onnx_dims(const tvalue *v, int64_t *o);
+/* Where v holds the batch, in words ("on axis 1", "merged with 2 into
+ * axis 1"), into buf; returns buf. */
+const char *xl_layout_text(const tvalue *v, char *buf, size_t n);
+/* Whether a and b hold their batches alike (rank, axis, merge). */
+bool xl_same_layout(const tvalue *a, const tvalue *b);
+/* Transpose of v by perm[0..np): out's layout and engine shape, and the
+ * engine's perm into eperm (out->nd entries). NULL, or the reason. */
+const char *xl_transpose_layout(const tvalue *v, const int64_t *perm, int np, tvalue *out,
+                                int64_t *eperm);
+/* Reshape of v to target[0..nt) (folded: 0, -1, symbolic batch): out's
+ * layout and engine shape (out zeroed first). NULL, or the reason. */
+const char *xl_reshape_layout(const tvalue *v, const int64_t *target, int nt, bool allowzero,
+                              tvalue *out);
+/* The engine shape of constant c broadcast against v (ONNX rules). NULL,
+ * or the reason. */
+const char *xl_const_dims(const tvalue *v, const onnx_tensor *c, int *nd, int64_t *d);
+/* Whether operator op translates inputs whose batch is not axis 0. */
+bool xl_layout_follows(const char *op);
 
 /* Translates one node. */
 dl_status xl_node(xl *x, const onnx_node *n);

@@ -15,7 +15,9 @@
 # output's weight comes back). Refused: an unsupported operator (operator,
 # node, opset named, while the others keep serving), truncated and
 # corrupted files, external data outside the model's folder. Fine-tuning
-# equals PyTorch's. One daemon for every HTTP check. ~30 s.
+# equals PyTorch's. A 2-layer nn.TransformerEncoder classifier (three
+# exports) through --predict and HTTP, and graphs that move the batch off
+# axis 0 refused. One daemon for every HTTP check. ~40 s.
 . "$(dirname "$0")/../lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 PY=/usr/bin/python3
@@ -288,5 +290,51 @@ grep -q "CumSum, opset 13" "$LOG"
 check "the log names the operator, node and opset" test $? -eq 0
 c=$(code GET /v2/models/pt-mlp/ready)
 check "the others keep serving" test "$c" = 200
+stop_daemon
+# nn.TransformerEncoder (2 layers, 2 heads, batch_first): its attention moves
+# the batch off axis 0 and merges it with the heads; imported, each step is
+# per sample. Three exports (opset 17 folded, mean pooling, relu; opset 13
+# unfolded, first token, gelu; opset 15 with a causal attention mask):
+# --predict and the daemon answer PyTorch's
+# outputs at batch 1 and 32 to 1e-4 relative; a softmax over the batch, and
+# an output whose batch is not axis 0, are refused.
+T=$WORK/tx
+TR=$WORK/txrepo
+mkdir -p "$T"
+/usr/bin/python3 "$SRC/tests/py/onnx_models.py" transformer "$T" > "$WORK/tx-export.log" 2>&1
+check "PyTorch exports the transformer classifiers" test -s "$T/tx_gelu.onnx"
+for m in tx_relu tx_gelu tx_causal; do
+    "$DLSERVE" --import "$T/$m.onnx" --models "$M" --name $m > /dev/null 2> "$WORK/imp.err"
+    check "$m: --import writes version 1" test -s "$M/$m/1/model.safetensors"
+    for b in 1 32; do
+        "$DLSERVE" --predict "$M/$m" "$T/$m.b$b.csv" > "$WORK/pred.txt" 2> "$WORK/pred.err"
+        check "$m: --predict equals PyTorch at batch $b (1e-4 relative)" \
+            $PY "$CHECK" predict "$WORK/pred.txt" "$T/$m.b$b.json"
+    done
+    mkdir -p "$TR/$m/1" && cp "$T/$m.onnx" "$TR/$m/1/model.onnx"
+done
+"$DLSERVE" --import "$T/batchmix.onnx" --models "$M" --name batchmix > /dev/null 2> "$WORK/err"
+check "a softmax over the batch is refused, naming the node" \
+    fails_with "$WORK/err" $? "node '/Softmax' (Softmax, opset 17): axis must be a non-batch"
+"$DLSERVE" --import "$T/batchout.onnx" --models "$M" --name batchout > /dev/null 2> "$WORK/err"
+check "an output that holds the batch on axis 1 is refused" \
+    fails_with "$WORK/err" $? "graph output 'y' holds the batch on axis 1, not alone on axis 0"
+start_daemon tx --models "$TR"
+check "the daemon serves the transformers" test -n "$PORT"
+for m in tx_relu tx_gelu tx_causal; do
+    for b in 1 32; do
+        /usr/bin/python3 -c '
+import json, sys
+x = json.load(open(sys.argv[1]))["x"]
+flat = [v for s in x for row in s for v in row]
+print(json.dumps({"inputs": [{"name": "x", "shape": [len(x), 8, 16], "datatype": "FP32",
+                              "data": flat}]}))' "$T/$m.b$b.json" > "$WORK/req.json"
+        c=$(code POST "/v2/models/$m/infer" -H 'Content-Type: application/json' \
+            --data-binary @"$WORK/req.json")
+        check "$m over HTTP at batch $b: 200" test "$c" = 200
+        check "$m over HTTP at batch $b answers PyTorch's (1e-4 relative)" \
+            $PY "$CHECK" answer "$WORK/body" "$T/$m.b$b.json"
+    done
+done
 stop_daemon
 finish

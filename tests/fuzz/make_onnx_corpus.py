@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """make_onnx_corpus.py: the seed corpus of fuzz_onnx (corpus/onnx/): the
-small PyTorch models of tests/py/onnx_models.py exported to ONNX, and a
-truncated copy of one. Run with /usr/bin/python3 (torch); rerun after
+small PyTorch models of tests/py/onnx_models.py exported to ONNX (a
+transformer encoder among them), and a truncated copy of one. Run with /usr/bin/python3 (torch); rerun after
 changing those models."""
 import os
 import shutil
@@ -18,5 +18,7 @@ with tempfile.TemporaryDirectory() as tmp:
     onnx_models.export(tmp)
     for name in ("mlp", "cnn_bn", "resnet", "emb2", "ops", "unsupported"):
         shutil.copy(f"{tmp}/{name}.onnx", f"{out}/{name}.onnx")
+    onnx_models.transformer(tmp)
+    shutil.copy(f"{tmp}/tx_relu.onnx", f"{out}/transformer.onnx")
     data = open(f"{tmp}/mlp.onnx", "rb").read()
     open(f"{out}/mlp_cut.onnx", "wb").write(data[:len(data) // 2])

@@ -21,6 +21,16 @@ outputs, for dlserve's ONNX import tests.
         and, for each, request.ref.json and record.ref.json: {"y": the
         softmax of the module's output for its input}, what the daemon
         serves with that model.json.
+    onnx_models.py transformer OUTDIR
+        Classifiers on a 2-layer nn.TransformerEncoder (batch_first,
+        2 heads): OUTDIR/tx_relu.onnx (opset 17, constant folding, mean
+        over the sequence), OUTDIR/tx_gelu.onnx (opset 13, no folding,
+        the first token) and OUTDIR/tx_causal.onnx (opset 15, a causal
+        attention mask), each with OUTDIR/<model>.b<N>.csv (the inputs, one
+        row a sample) and .b<N>.json ({"x": inputs, "y": outputs}) for
+        batch 1 and 32; OUTDIR/batchmix.onnx, whose softmax runs over the
+        batch after a transpose, and OUTDIR/batchout.onnx, whose output
+        holds the batch on axis 1.
     onnx_models.py finetune OUTDIR STEPS BATCH LR [WEIGHTS]
         Trains the mlp from OUTDIR/mlp.onnx's weights with plain SGD on
         OUTDIR/ft.csv (class, then 8 features) with softmax cross-entropy,
@@ -127,6 +137,37 @@ class Unsupported(nn.Module):
         return torch.cumsum(self.fc(x), dim=1)
 
 
+class TransformerClassifier(nn.Module):
+    """PyTorch's encoder as exported by torch 1.13: its attention moves the
+    batch off axis 0 and merges it with the heads."""
+
+    def __init__(self, act, pool, causal=False):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(16, 2, 32, activation=act, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, num_layers=2)
+        self.head = nn.Linear(16, 3)
+        self.pool = pool
+        self.mask = nn.Transformer.generate_square_subsequent_mask(8) if causal else None
+
+    def forward(self, x):
+        h = self.enc(x, mask=self.mask)
+        return self.head(h.mean(dim=1) if self.pool == "mean" else h[:, 0])
+
+
+class BatchMix(nn.Module):
+    """A softmax over the batch: no per-sample equivalent."""
+
+    def forward(self, x):
+        return torch.softmax(x.t(), dim=1).t()
+
+
+class BatchOut(nn.Module):
+    """An output of shape (4, batch)."""
+
+    def forward(self, x):
+        return x.t() * 2
+
+
 def models():
     """name -> (module, example inputs maker(batch), input names, opset)."""
     return {
@@ -225,6 +266,28 @@ def walkthrough(doc, out):
                 json.dump({"y": torch.softmax(y, dim=1).tolist()}, f)
 
 
+def transformer(out):
+    for name, act, pool, opset, fold in (("tx_relu", "relu", "mean", 17, True),
+                                         ("tx_gelu", "gelu", "first", 13, False),
+                                         ("tx_causal", "relu", "mean", 15, True)):
+        m = TransformerClassifier(act, pool, name == "tx_causal").eval()
+        torch.onnx.export(m, torch.randn(2, 8, 16), f"{out}/{name}.onnx", input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+                          opset_version=opset, do_constant_folding=fold)
+        for b in (1, 32):
+            x = torch.randn(b, 8, 16)
+            with torch.no_grad():
+                y = m(x)
+            np.savetxt(f"{out}/{name}.b{b}.csv", x.reshape(b, -1).numpy(), delimiter=",",
+                       fmt="%.9g")
+            with open(f"{out}/{name}.b{b}.json", "w") as f:
+                json.dump({"x": x.tolist(), "y": y.tolist()}, f)
+    for name, m in (("batchmix", BatchMix()), ("batchout", BatchOut())):
+        torch.onnx.export(m, torch.randn(2, 4), f"{out}/{name}.onnx", input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch"}},
+                          opset_version=17)
+
+
 def finetune(out, steps, batch, lr, weights=None):
     import onnx
     from onnx import numpy_helper
@@ -274,6 +337,8 @@ if __name__ == "__main__":
         export(sys.argv[2], sys.argv[3:])
     elif sys.argv[1] == "walkthrough":
         walkthrough(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "transformer":
+        transformer(sys.argv[2])
     elif sys.argv[1] == "finetune":
         finetune(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]),
                  sys.argv[6] if len(sys.argv) > 6 else None)
