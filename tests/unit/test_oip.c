@@ -1522,7 +1522,9 @@ Test(oip, writes_each_output_by_name)
     }
     json_decref(o);
     dl_sbuf_free(&b);
-    json_t *meta = oip_model_metadata(&two, 2, json_array());
+    json_t *versions = json_array();
+    json_t *meta = oip_model_metadata(&two, 2, versions);
+    json_decref(versions);
     cr_assert_not_null(meta);
     json_t *in0 = json_array_get(json_object_get(meta, "inputs"), 0);
     cr_expect_str_eq(json_string_value(json_object_get(in0, "datatype")), "INT64");
