@@ -7,7 +7,8 @@
 # against PyTorch's outputs at batch 1 and 32; model.onnx served as it is
 # over HTTP; an unsupported operator refused (operator, node, opset named)
 # while another model keeps serving; truncated and corrupted files refused
-# with a reason; fine-tuning equal to PyTorch's; --export then --import.
+# with a reason; fine-tuning equal to PyTorch's; --export then --import;
+# --bench --infer-batch on an imported model.
 . "$(dirname "$0")/../lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 X=$WORK/onnx
@@ -29,6 +30,14 @@ r = json.loads(open(sys.argv[1]).readline())
 assert r["samples"] == int(sys.argv[2]) and r["loss"] < 5e-5, r' "$WORK/eval.json" $b
     done
 done
+
+# --bench --infer-batch measures an imported model as it is: no --data.
+"$DLSERVE" --bench "$M/resnet" --infer-batch 1,4 --threads 1 > "$WORK/bench.json" 2> "$WORK/bench.err"
+check "--bench --infer-batch runs an imported model without --data" /usr/bin/python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+assert [d["batch"] for d in r] == [1, 4] and all(d["infer_samples_per_sec"] > 0 for d in r), r
+' "$WORK/bench.json"
 # The weights keep PyTorch's names.
 check "safetensors names are the state_dict's" /usr/bin/python3 -c '
 import json, struct, sys
