@@ -13,8 +13,9 @@ export), then:
     model's activation plan (built, before the warm-up); median of --loads;
   - inference images/s at batch 1 and 32 (224x224x3), in --rounds
     alternating rounds of: PyTorch eager, torch.jit (trace + freeze), and
-    dlserve --bench --infer-batch 1,1,1,32 on the imported model, all at
-    --threads threads. Medians over the rounds.
+    dlserve --bench --infer-batch 1,1,1,32 on the imported model (seeded
+    inputs, the model's initial weights: the rate depends on neither), all
+    at --threads threads. Medians over the rounds.
 Writes OUT_DIR/results.json and prints a Markdown table.
 """
 import argparse
