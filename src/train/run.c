@@ -233,17 +233,30 @@ static void infer_print(const session *s, const dl_run_opts *o, const char *mode
     fflush(stdout);
 }
 
-/* One batch size: the input tiled from the test set, eager, then graph. */
+/* Fills a batch of inputs: the test set tiled, or without one (no --data)
+ * seeded values in [0, 1). */
+static void infer_fill(float *hx, const dl_dataset *test, int64_t batch, int64_t dim)
+{
+    uint32_t r = 12345u;
+    for (int64_t i = 0; i < batch; i++)
+        for (int64_t j = 0; j < dim && !test; j++) {
+            r = r * 1664525u + 1013904223u;
+            hx[i * dim + j] = (float)(r >> 8) / 16777216.0f;
+        }
+    for (int64_t i = 0; i < batch && test; i++)
+        memcpy(hx + i * dim, test->x + (i % test->n) * dim, (size_t)dim * sizeof(float));
+}
+
+/* One batch size: the input filled by infer_fill, eager, then graph. */
 static dl_status infer_batch(session *s, const dl_run_opts *o, const dl_dataset *test,
                              int64_t batch, dl_err *err)
 {
     dl_backend *be = s->be;
-    int64_t dim = test->dim;
+    int64_t dim = test ? test->dim : dl_model_in_dim(s->m);
     float *hx = malloc((size_t)(batch * dim) * sizeof(float)), *x = NULL;
     if (!hx)
         return dl_err_set(err, DL_ERR_NOMEM, "bench input");
-    for (int64_t i = 0; i < batch; i++)
-        memcpy(hx + i * dim, test->x + (i % test->n) * dim, (size_t)dim * sizeof(float));
+    infer_fill(hx, test, batch, dim);
     dl_status st = be->ops->alloc(be, (size_t)(batch * dim) * sizeof(float), (void **)&x, err);
     if (st == DL_OK)
         be->ops->upload(be, x, hx, (size_t)(batch * dim) * sizeof(float));
@@ -288,8 +301,9 @@ dl_status dl_bench_infer_run(const dl_run_opts *o, dl_err *err)
     if (st != DL_OK)
         return st;
     dl_dataset *test = NULL;
-    st = session_data(&s, o, "test", &test, err);
-    if (st == DL_OK && test->n == 0)
+    if (o->data_dir)
+        st = session_data(&s, o, "test", &test, err);
+    if (st == DL_OK && test && test->n == 0)
         st = dl_err_set(err, DL_ERR_INVALID, "no test samples to run");
     for (int i = 0; i < nb && st == DL_OK; i++)
         st = infer_batch(&s, o, test, batches[i], err);

@@ -17,7 +17,7 @@
 # corrupted files, external data outside the model's folder. Fine-tuning
 # equals PyTorch's. A 2-layer nn.TransformerEncoder classifier (three
 # exports) through --predict and HTTP, and graphs that move the batch off
-# axis 0 refused. One daemon for every HTTP check. ~40 s.
+# axis 0 refused. --bench --infer-batch on an imported model. ~40 s.
 . "$(dirname "$0")/../lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 PY=/usr/bin/python3
@@ -45,6 +45,14 @@ for m in mlp cnn_bn resnet emb2 ops; do
             $PY "$CHECK" predict "$WORK/$m.pred$b" "$X/$m.b$b.json"
     done
 done
+
+# --bench --infer-batch measures an imported model as it is: no --data.
+"$DLSERVE" --bench "$M/resnet" --infer-batch 1,4 --threads 1 > "$WORK/bench.json" 2> "$WORK/bench.err"
+check "--bench --infer-batch runs an imported model without --data" /usr/bin/python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+assert [d["batch"] for d in r] == [1, 4] and all(d["infer_samples_per_sec"] > 0 for d in r), r
+' "$WORK/bench.json"
 # The weights keep PyTorch's names.
 check "safetensors names are the state_dict's" $PY -c '
 import json, struct, sys

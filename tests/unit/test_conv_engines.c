@@ -1,8 +1,9 @@
 /* test_conv_engines.c: the CPU's two convolution and pooling engines (im2col
  * + OpenBLAS, and oneDNN) against each other: the same model, weights and
  * batch give the same outputs and parameter gradients to 1e-5, for strides,
- * padding, rectangular windows, fused activations, both pooling kinds and
- * the blocked layouts oneDNN keeps between layers. */
+ * padding, windows short of the edge, rectangular windows, fused
+ * activations, both pooling kinds and the blocked layouts oneDNN keeps
+ * between layers. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -210,6 +211,19 @@ Test(conv_engines, stride_padding_no_bias)
             "{'name': 's2', 'type': 'sigmoid'},"
             "{'name': 'f', 'type': 'flatten'},"
             "{'name': 'fc', 'type': 'dense', 'units': 4}");
+}
+
+/* Windows that stop short of the edge (negative right padding for
+ * oneDNN): a 1x1 stride-2 projection of an even size, blocked channels,
+ * as in a ResNet's downsampling branch, then a 3x3 stride-2 unpadded one. */
+Test(conv_engines, windows_short_of_the_edge)
+{
+    compare("[16, 8, 8]",
+            "{'name': 'c1', 'type': 'conv2d', 'filters': 16, 'kernel_size': 1, 'stride': 2},"
+            "{'name': 'r1', 'type': 'relu'},"
+            "{'name': 'c2', 'type': 'conv2d', 'filters': 5, 'kernel_size': 3, 'stride': 2},"
+            "{'name': 'f', 'type': 'flatten'},"
+            "{'name': 'fc', 'type': 'dense', 'units': 3}");
 }
 
 Test(conv_engines, rectangular_windows_and_pooling)

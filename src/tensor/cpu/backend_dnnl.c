@@ -82,16 +82,19 @@ static void md_any(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims)
 static int64_t dil(int64_t d) { return d > 1 ? d : 1; }
 
 /* Right padding that gives our output size (which rounds down): oneDNN
- * wants it explicit. DL_ERR_UNAVAILABLE when negative: the caller then
- * uses im2col. */
-static dl_status pads(const dl_conv_geom *g, dnnl_dims_t l, dnnl_dims_t r, dl_err *err)
+ * wants it explicit. It is negative when the last window stops short of
+ * the edge (a 1x1 stride-2 convolution of an even size): oneDNN's
+ * convolutions take that and leave the rows past it unread; for pooling,
+ * DL_ERR_UNAVAILABLE, and the caller uses im2col. */
+static dl_status pads(const dl_conv_geom *g, bool conv, dnnl_dims_t l, dnnl_dims_t r,
+                      dl_err *err)
 {
     l[0] = g->ph;
     l[1] = g->pw;
     /* the window's extent: (k - 1) * dilation + 1 */
     r[0] = (g->oh - 1) * g->sh + (g->kh - 1) * dil(g->dh) + 1 - g->h - g->ph;
     r[1] = (g->ow - 1) * g->sw + (g->kw - 1) * dil(g->dw) + 1 - g->w - g->pw;
-    if (r[0] < 0 || r[1] < 0)
+    if (!conv && (r[0] < 0 || r[1] < 0))
         return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN: window does not reach the edge");
     return DL_OK;
 }
@@ -249,7 +252,7 @@ static dl_status conv_fwd_desc(const dl_conv_geom *g, bool bias, dnnl_convolutio
 {
     dnnl_dims_t st = { g->sh, g->sw }, dl = { dil(g->dh) - 1, dil(g->dw) - 1 }, pl, pr;
     dnnl_memory_desc_t src, wei, dst, b;
-    if (pads(g, pl, pr, err) != DL_OK)
+    if (pads(g, true, pl, pr, err) != DL_OK)
         return DL_ERR_UNAVAILABLE;
     conv_mds(NULL, g, true, &src, &wei, &dst, &b);
     DNNL_CHECK(dnnl_dilated_convolution_forward_desc_init(cd, dnnl_forward_training,
@@ -265,7 +268,7 @@ static dl_status conv_bwd_desc(const dl_conv_geom *g, op_kind kind, bool bias,
 {
     dnnl_dims_t st = { g->sh, g->sw }, dl = { dil(g->dh) - 1, dil(g->dw) - 1 }, pl, pr;
     dnnl_memory_desc_t src, wei, dst, b;
-    if (pads(g, pl, pr, err) != DL_OK)
+    if (pads(g, true, pl, pr, err) != DL_OK)
         return DL_ERR_UNAVAILABLE;
     conv_mds(NULL, g, true, &src, &wei, &dst, &b);
     dnnl_convolution_desc_t cd;
@@ -403,7 +406,7 @@ static dl_status pool_desc(const dl_dnnl *d, const dl_conv_geom *g, int variant,
     dnnl_memory_desc_t src, dst;
     dims_src(g, ds);
     dims_dst(g, dd);
-    if (pads(g, pl, pr, err) != DL_OK)
+    if (pads(g, false, pl, pr, err) != DL_OK)
         return DL_ERR_UNAVAILABLE;
     dnnl_format_tag_t tag = g->blocked ? d->blocked : dnnl_nchw;
     md_plain(&src, 4, ds, tag);
