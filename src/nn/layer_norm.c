@@ -48,6 +48,8 @@ static dl_status bn_forward(layer *l, const float *x, float *y, int64_t n,
         l->be->ops->bn_fwd_infer(l->be, x, y, l->p[0].data, l->p[1].data,
                                  l->p[2].data, l->p[3].data, c->eps, n,
                                  channels(l), spatial(l));
+    if (l->post)      /* a folded activation (model_plan.c) */
+        l->be->ops->act_fwd(l->be, *l->post, y, y, n * l->in_dim);
     return DL_OK;
 }
 
