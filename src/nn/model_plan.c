@@ -1,6 +1,6 @@
 /* model_plan.c: a model's graph planned once at build: who reads each
- * tensor, activations folded into conv2d and dense, blocked layouts kept
- * over chain edges, and the activation and gradient buffers. */
+ * tensor, activations folded into the layers before them, blocked layouts
+ * kept over chain edges, and the activation and gradient buffers. */
 #include "nn/model.h"
 
 #include <stdlib.h>
@@ -72,11 +72,23 @@ static void fuse_activations(dl_model *m, const int *readers)
     }
 }
 
+/* Whether layer l lets the engine's blocked layout through: an activation
+ * (elementwise, so indifferent to the layout), or a batchnorm over [C, H,
+ * W] where the backend has kernels for that layout. */
+static bool passes_blocked(const dl_model *m, const layer *l)
+{
+    const dl_backend_ops *ops = m->be->ops;
+    if (is_act(l->conf->type))
+        return true;
+    return l->conf->type == DL_LAYER_BATCHNORM && l->in_ndim == 3 && ops->bn_fwd_train_blk &&
+           ops->bn_fwd_infer_blk && ops->bn_bwd_blk;
+}
+
 /* Keeps activations in the convolution engine's blocked layout from one
  * engine layer (conv2d or pooling) to the next when their channel count
- * is a multiple of the block and only activation layers (elementwise, so
- * indifferent to the layout) lie between them on chain edges: the engine
- * then reorders at the edges of such a run only, not around every layer. */
+ * is a multiple of the block and only activations and batchnorms lie
+ * between them on chain edges: the engine then reorders at the edges of
+ * such a run only, not around every layer. */
 static void plan_layouts(dl_model *m, const int *readers)
 {
     int block = m->be->engine_block;
@@ -85,12 +97,15 @@ static void plan_layouts(dl_model *m, const int *readers)
         if (!layer_engine_layout(l) || l->out_shape[0] % block != 0)
             continue;
         int j = chain_next(m, readers, i);
-        while (j >= 0 && is_act(m->layers[j].conf->type))
+        while (j >= 0 && passes_blocked(m, &m->layers[j]))
             j = chain_next(m, readers, j);
         if (j < 0 || !layer_engine_layout(&m->layers[j]))
             continue;
         l->blocked |= DL_BLOCKED_Y;
         m->layers[j].blocked |= DL_BLOCKED_X;
+        for (int k = chain_next(m, readers, i); k != j; k = chain_next(m, readers, k))
+            if (m->layers[k].conf->type == DL_LAYER_BATCHNORM)
+                m->layers[k].blocked = DL_BLOCKED_X | DL_BLOCKED_Y;
         DL_LOG(DL_LOG_DEBUG, "nn", "'%s' -> '%s': activations stay blocked by %d channels",
                l->conf->name, m->layers[j].conf->name, block);
     }

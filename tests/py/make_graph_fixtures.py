@@ -187,9 +187,15 @@ TRAIN_CASES = [
          "loss": "mse", "output": {"name": "probabilities"}}},
 ]
 
+BLOCKED = [L("c1", "conv2d", filters=16, kernel_size=3, padding=1, bias=False),
+           L("bn1", "batchnorm"), L("r1", "relu"),
+           L("c2", "conv2d", filters=16, kernel_size=3, padding=1, bias=False),
+           L("bn2", "batchnorm"), L("r2", "relu"),
+           L("pool", "global_avgpool2d"), L("y", "dense", units=3)]
+
 # Pass cases seeded after the training cases, so that the cases above keep
 # their seeds (and bytes): a residual block, batchnorm and add each
-# applying the relu after them.
+# applying the relu after them; batchnorm between convolutions.
 LATE_PASS_CASES = [
     one("residual_relu", [inp("x", 4, 6, 6)],
         [L("conv", "conv2d", filters=4, kernel_size=3, padding=1, bias=False),
@@ -200,6 +206,10 @@ LATE_PASS_CASES = [
          L("bn", "batchnorm"), L("relu1", "relu"), L("add", "add", ["relu1", "x"]),
          L("relu", "relu"), L("pool", "global_avgpool2d"), L("y", "dense", units=3)],
         mode="eval"),
+    # 16 channels: on AVX-512, conv -> batchnorm -> relu -> conv keeps
+    # oneDNN's blocked layout through the batchnorm
+    one("blocked_batchnorm", [inp("x", 2, 5, 5)], BLOCKED),
+    one("blocked_batchnorm_eval", [inp("x", 2, 5, 5)], BLOCKED, mode="eval"),
 ]
 
 
