@@ -114,8 +114,8 @@ static void bin_flat_bwd_task(void *ctx, int64_t b, int64_t e)
     }
 }
 
-/* The folded activation of a broadcasting add, sub or mul, or one other
- * than relu: a pass of its own over y. */
+/* The folded activation, unless the flat loops applied it (relu): a pass
+ * of its own over y. */
 static void bin_post(layer *l, float *y, int64_t n)
 {
     if (l->post && !(bin_flat(l) && *l->post == DL_ACT_RELU))
@@ -130,6 +130,7 @@ static dl_status bin_forward(layer *l, const float *const *xs, float *y, int64_t
     if (bin_flat(l)) {
         bin_job fj = { .l = l, .xs = xs, .y = y };
         dl_parallel_for(n * l->out_dim, BIN_GRAIN, bin_flat_fwd_task, &fj);
+        bin_post(l, y, n);
         return DL_OK;
     }
     dl_layer_type t = l->conf->type;

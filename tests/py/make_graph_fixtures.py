@@ -210,6 +210,9 @@ LATE_PASS_CASES = [
     # oneDNN's blocked layout through the batchnorm
     one("blocked_batchnorm", [inp("x", 2, 5, 5)], BLOCKED),
     one("blocked_batchnorm_eval", [inp("x", 2, 5, 5)], BLOCKED, mode="eval"),
+    # a tanh folded into sub (a pass of its own after the flat loops)
+    one("sub_tanh", [inp("a", 3, 4), inp("b", 3, 4)],
+        [L("d", "sub", ["a", "b"]), L("t", "tanh"), L("y", "dense", units=2)]),
 ]
 
 
