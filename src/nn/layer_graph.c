@@ -34,11 +34,105 @@ static float in_at(const layer *l, const float *const *xs, int k, int64_t i, int
     return xs[k][i * l->ins_dim[k] + bcast_at(l, k, j)];
 }
 
+/* ---- add, sub, mul of inputs of the output's shape: flat, vectorized
+ * loops over contiguous chunks (dl_parallel_for), the folded activation
+ * (model_plan.c) applied in the same chunk; y may be input 0. */
+
+#define BIN_GRAIN 16384   /* values below which the loops stay on one thread */
+
+typedef struct bin_job {
+    const layer        *l;
+    const float *const *xs;
+    const float        *dy;
+    float              *y;
+    float *const       *dxs;
+} bin_job;
+
+/* Whether the flat loops apply: add, sub or mul, each input of the
+ * output's size (so of its shape: broadcasting only grows sizes). */
+static bool bin_flat(const layer *l)
+{
+    dl_layer_type t = l->conf->type;
+    if (t != DL_LAYER_ADD && t != DL_LAYER_SUB && t != DL_LAYER_MUL)
+        return false;
+    for (int k = 0; k < l->nin; k++)
+        if (l->ins_dim[k] != l->out_dim)
+            return false;
+    return true;
+}
+
+/* y op= x over n values. */
+static void bin_rows(dl_layer_type t, float *restrict y, const float *restrict x, int64_t n)
+{
+    if (t == DL_LAYER_ADD)
+        for (int64_t i = 0; i < n; i++)
+            y[i] += x[i];
+    else if (t == DL_LAYER_SUB)
+        for (int64_t i = 0; i < n; i++)
+            y[i] -= x[i];
+    else
+        for (int64_t i = 0; i < n; i++)
+            y[i] *= x[i];
+}
+
+static void relu_rows(float *restrict y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+}
+
+static void bin_flat_fwd_task(void *ctx, int64_t b, int64_t e)
+{
+    const bin_job *j = ctx;
+    dl_layer_type t = j->l->conf->type;
+    if (j->y != j->xs[0])
+        memcpy(j->y + b, j->xs[0] + b, (size_t)(e - b) * sizeof(float));
+    for (int k = 1; k < j->l->nin; k++)
+        bin_rows(t, j->y + b, j->xs[k] + b, e - b);
+    if (j->l->post && *j->l->post == DL_ACT_RELU)
+        relu_rows(j->y + b, e - b);
+}
+
+/* dxs[k] = dy times the partial of input k (1, -1 or the other inputs). */
+static void bin_flat_bwd_task(void *ctx, int64_t b, int64_t e)
+{
+    const bin_job *j = ctx;
+    dl_layer_type t = j->l->conf->type;
+    for (int k = 0; k < j->l->nin; k++) {
+        float *restrict dx = j->dxs[k];
+        const float *restrict dy = j->dy;
+        if (!dx)
+            continue;
+        if (t == DL_LAYER_SUB && k > 0)
+            for (int64_t i = b; i < e; i++)
+                dx[i] = -dy[i];
+        else
+            memcpy(dx + b, dy + b, (size_t)(e - b) * sizeof(float));
+        for (int q = 0; t == DL_LAYER_MUL && q < j->l->nin; q++)
+            if (q != k)
+                bin_rows(t, dx + b, j->xs[q] + b, e - b);
+    }
+}
+
+/* The folded activation, unless the flat loops applied it (relu): a pass
+ * of its own over y. */
+static void bin_post(layer *l, float *y, int64_t n)
+{
+    if (l->post && !(bin_flat(l) && *l->post == DL_ACT_RELU))
+        l->be->ops->act_fwd(l->be, *l->post, y, y, n * l->out_dim);
+}
+
 static dl_status bin_forward(layer *l, const float *const *xs, float *y, int64_t n,
                              bool train, dl_err *err)
 {
     (void)train;
     (void)err;
+    if (bin_flat(l)) {
+        bin_job fj = { .l = l, .xs = xs, .y = y };
+        dl_parallel_for(n * l->out_dim, BIN_GRAIN, bin_flat_fwd_task, &fj);
+        bin_post(l, y, n);
+        return DL_OK;
+    }
     dl_layer_type t = l->conf->type;
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < l->out_dim; j++) {
@@ -50,6 +144,7 @@ static dl_status bin_forward(layer *l, const float *const *xs, float *y, int64_t
             }
             y[i * l->out_dim + j] = v;
         }
+    bin_post(l, y, n);
     return DL_OK;
 }
 
@@ -76,6 +171,11 @@ static dl_status bin_backward(layer *l, const float *const *xs, const float *y,
 {
     (void)y;
     (void)err;
+    if (bin_flat(l)) {
+        bin_job fj = { .l = l, .xs = xs, .dy = dy, .dxs = dxs };
+        dl_parallel_for(n * l->out_dim, BIN_GRAIN, bin_flat_bwd_task, &fj);
+        return DL_OK;
+    }
     for (int k = 0; k < l->nin; k++) {
         if (!dxs[k])
             continue;

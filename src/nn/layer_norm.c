@@ -1,6 +1,7 @@
-/* layer_norm.c: batch normalisation (per channel of [C, H, W] or per
- * feature of [F]; training and inference modes, running statistics as
- * PyTorch) and inverted dropout. */
+/* layer_norm.c: batch normalisation (per channel of [C, H, W], in NCHW or
+ * the convolution engine's blocked layout, or per feature of [F];
+ * training and inference modes, running statistics as PyTorch) and
+ * inverted dropout. */
 #include "nn/layer.h"
 
 /* Channels and positions per channel of one sample. */
@@ -39,15 +40,18 @@ static dl_status bn_forward(layer *l, const float *x, float *y, int64_t n,
 {
     (void)err;
     const dl_layer_conf *c = l->conf;
+    const dl_backend_ops *ops = l->be->ops;
     float *saved = l->aux;
     if (train)
-        l->be->ops->bn_fwd_train(l->be, x, y, l->p[0].data, l->p[1].data, saved,
-                                 saved + channels(l), l->p[2].data, l->p[3].data,
-                                 c->momentum, c->eps, n, channels(l), spatial(l));
+        (l->blocked ? ops->bn_fwd_train_blk : ops->bn_fwd_train)(
+            l->be, x, y, l->p[0].data, l->p[1].data, saved, saved + channels(l), l->p[2].data,
+            l->p[3].data, c->momentum, c->eps, n, channels(l), spatial(l));
     else
-        l->be->ops->bn_fwd_infer(l->be, x, y, l->p[0].data, l->p[1].data,
-                                 l->p[2].data, l->p[3].data, c->eps, n,
-                                 channels(l), spatial(l));
+        (l->blocked ? ops->bn_fwd_infer_blk : ops->bn_fwd_infer)(
+            l->be, x, y, l->p[0].data, l->p[1].data, l->p[2].data, l->p[3].data, c->eps, n,
+            channels(l), spatial(l));
+    if (l->post)      /* a folded activation (model_plan.c) */
+        ops->act_fwd(l->be, *l->post, y, y, n * l->in_dim);
     return DL_OK;
 }
 
@@ -55,12 +59,13 @@ static dl_status bn_backward(layer *l, const float *x, const float *y,
                              const float *dy, float *dx, int64_t n, dl_err *err)
 {
     (void)y;
+    (void)err;
+    const dl_backend_ops *ops = l->be->ops;
     const float *saved = l->aux;
     float *scratch = dx ? dx : l->work;   /* the input gradient is needed anyway */
-    l->be->ops->bn_bwd(l->be, x, dy, l->p[0].data, saved, saved + channels(l),
-                       scratch, l->p[0].grad, l->p[1].grad, n, channels(l),
-                       spatial(l));
-    (void)err;
+    (l->blocked ? ops->bn_bwd_blk : ops->bn_bwd)(l->be, x, dy, l->p[0].data, saved,
+                                                 saved + channels(l), scratch, l->p[0].grad,
+                                                 l->p[1].grad, n, channels(l), spatial(l));
     return DL_OK;
 }
 

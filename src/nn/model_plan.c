@@ -1,6 +1,6 @@
 /* model_plan.c: a model's graph planned once at build: who reads each
- * tensor, activations folded into conv2d and dense, blocked layouts kept
- * over chain edges, and the activation and gradient buffers. */
+ * tensor, activations folded into the layers before them, blocked layouts
+ * kept over chain edges, and the activation and gradient buffers. */
 #include "nn/model.h"
 
 #include <stdlib.h>
@@ -43,9 +43,18 @@ static int chain_next(const dl_model *m, const int *readers, int i)
     return m->last_reader[t];
 }
 
-/* Folds each activation that follows a conv2d or dense layer over a chain
- * edge into it: the layer applies it to its output in the same pass (a
- * post-op of the convolution engine, the GEMM's epilogue), and the
+/* Whether layer type t applies a folded activation itself: conv2d and
+ * dense (a post-op of the convolution engine, the GEMM's epilogue),
+ * batchnorm, add, sub and mul (in their elementwise pass). None of them
+ * reads its own output in backward. */
+static bool takes_post(dl_layer_type t)
+{
+    return t == DL_LAYER_CONV2D || t == DL_LAYER_DENSE || t == DL_LAYER_BATCHNORM ||
+           t == DL_LAYER_ADD || t == DL_LAYER_SUB || t == DL_LAYER_MUL;
+}
+
+/* Folds each activation that follows such a layer over a chain edge into
+ * it: the layer applies it to its output in the same pass, and the
  * activation layer's output is that same buffer. Its backward is
  * unchanged: it reads only that output. */
 static void fuse_activations(dl_model *m, const int *readers)
@@ -54,7 +63,7 @@ static void fuse_activations(dl_model *m, const int *readers)
         layer *prev = &m->layers[i];
         dl_layer_type pt = prev->conf->type;
         int j = chain_next(m, readers, i);
-        if (j < 0 || (pt != DL_LAYER_CONV2D && pt != DL_LAYER_DENSE) ||
+        if (j < 0 || !takes_post(pt) ||
             !is_act(m->layers[j].conf->type))
             continue;
         prev->post_act = layer_act(m->layers[j].conf);
@@ -63,11 +72,23 @@ static void fuse_activations(dl_model *m, const int *readers)
     }
 }
 
+/* Whether layer l lets the engine's blocked layout through: an activation
+ * (elementwise, so indifferent to the layout), or a batchnorm over [C, H,
+ * W] where the backend has kernels for that layout. */
+static bool passes_blocked(const dl_model *m, const layer *l)
+{
+    const dl_backend_ops *ops = m->be->ops;
+    if (is_act(l->conf->type))
+        return true;
+    return l->conf->type == DL_LAYER_BATCHNORM && l->in_ndim == 3 && ops->bn_fwd_train_blk &&
+           ops->bn_fwd_infer_blk && ops->bn_bwd_blk;
+}
+
 /* Keeps activations in the convolution engine's blocked layout from one
  * engine layer (conv2d or pooling) to the next when their channel count
- * is a multiple of the block and only activation layers (elementwise, so
- * indifferent to the layout) lie between them on chain edges: the engine
- * then reorders at the edges of such a run only, not around every layer. */
+ * is a multiple of the block and only activations and batchnorms lie
+ * between them on chain edges: the engine then reorders at the edges of
+ * such a run only, not around every layer. */
 static void plan_layouts(dl_model *m, const int *readers)
 {
     int block = m->be->engine_block;
@@ -76,12 +97,15 @@ static void plan_layouts(dl_model *m, const int *readers)
         if (!layer_engine_layout(l) || l->out_shape[0] % block != 0)
             continue;
         int j = chain_next(m, readers, i);
-        while (j >= 0 && is_act(m->layers[j].conf->type))
+        while (j >= 0 && passes_blocked(m, &m->layers[j]))
             j = chain_next(m, readers, j);
         if (j < 0 || !layer_engine_layout(&m->layers[j]))
             continue;
         l->blocked |= DL_BLOCKED_Y;
         m->layers[j].blocked |= DL_BLOCKED_X;
+        for (int k = chain_next(m, readers, i); k != j; k = chain_next(m, readers, k))
+            if (m->layers[k].conf->type == DL_LAYER_BATCHNORM)
+                m->layers[k].blocked = DL_BLOCKED_X | DL_BLOCKED_Y;
         DL_LOG(DL_LOG_DEBUG, "nn", "'%s' -> '%s': activations stay blocked by %d channels",
                l->conf->name, m->layers[j].conf->name, block);
     }
@@ -92,11 +116,15 @@ static bool is_view(dl_layer_type t)
     return t == DL_LAYER_FLATTEN || t == DL_LAYER_RESHAPE || t == DL_LAYER_IDENTITY;
 }
 
-/* Elementwise single-input layers that may write over their input. */
+/* Elementwise layers that may write over their input 0: activations,
+ * batchnorm, and add, sub and mul where input 0 has the output's size. */
 static bool in_place_ok(const layer *l)
 {
     dl_layer_type t = l->conf->type;
-    return is_act(t) || t == DL_LAYER_GELU || t == DL_LAYER_SILU;
+    if (t == DL_LAYER_ADD || t == DL_LAYER_SUB || t == DL_LAYER_MUL)
+        return l->ins_dim[0] == l->out_dim;
+    return is_act(t) || t == DL_LAYER_GELU || t == DL_LAYER_SILU ||
+           t == DL_LAYER_BATCHNORM;
 }
 
 static int root_of(const act_plan *p, int t)
@@ -104,6 +132,16 @@ static int root_of(const act_plan *p, int t)
     while (p->alias[t] != t)
         t = p->alias[t];
     return t;
+}
+
+/* Whether layer i reads tensor x (a root) through an input other than 0. */
+static bool reads_again(const dl_model *m, const act_plan *p, int i, int x)
+{
+    const dl_layer_conf *c = m->layers[i].conf;
+    for (int k = 1; k < c->nsrc; k++)
+        if (root_of(p, model_tensor_of(m, c->src[k])) == x)
+            return true;
+    return false;
 }
 
 /* A slot of at least `dim` floats a sample: a free one (grown to fit), or a
@@ -170,7 +208,7 @@ static dl_status plan_acts(dl_model *m, act_plan *p, bool train, dl_err *err)
         int x = m->layers[i].nin ? root_of(p, model_tensor_of(m, m->layers[i].conf->src[0]))
                                  : -1;
         if (!train && in_place_ok(&m->layers[i]) && x >= m->ninputs && until[x] == i &&
-            p->slot_of[x] >= 0) {
+            p->slot_of[x] >= 0 && !reads_again(m, p, i, x)) {
             p->slot_of[t] = p->slot_of[x];
             until[x] = INT32_MAX;           /* its slot passes on to t */
             continue;

@@ -178,6 +178,23 @@ typedef struct dl_backend_ops {
                    const float *gamma, const float *save_mean,
                    const float *save_invstd, float *dx, float *dgamma,
                    float *dbeta, int64_t n, int64_t c, int64_t hw);
+    /* Optional: the same three over activations in the convolution
+     * engine's blocked layout (see dl_conv_geom.blocked; c a multiple of
+     * engine_block). NULL: batchnorm sees NCHW only, and the engine
+     * reorders around it. */
+    void (*bn_fwd_train_blk)(dl_backend *be, const float *x, float *y,
+                             const float *gamma, const float *beta,
+                             float *save_mean, float *save_invstd,
+                             float *run_mean, float *run_var, float momentum,
+                             float eps, int64_t n, int64_t c, int64_t hw);
+    void (*bn_fwd_infer_blk)(dl_backend *be, const float *x, float *y,
+                             const float *gamma, const float *beta,
+                             const float *run_mean, const float *run_var,
+                             float eps, int64_t n, int64_t c, int64_t hw);
+    void (*bn_bwd_blk)(dl_backend *be, const float *x, const float *dy,
+                       const float *gamma, const float *save_mean,
+                       const float *save_invstd, float *dx, float *dgamma,
+                       float *dbeta, int64_t n, int64_t c, int64_t hw);
 
     /* Inverted dropout: mask = 0 or 1/(1-p), y = x * mask. */
     void (*dropout_fwd)(dl_backend *be, const float *x, float *y, float *mask,

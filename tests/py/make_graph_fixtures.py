@@ -254,6 +254,34 @@ TRAIN_CASES = [
          "loss": "mse", "output": {"name": "probabilities"}}},
 ]
 
+BLOCKED = [L("c1", "conv2d", filters=16, kernel_size=3, padding=1, bias=False),
+           L("bn1", "batchnorm"), L("r1", "relu"),
+           L("c2", "conv2d", filters=16, kernel_size=3, padding=1, bias=False),
+           L("bn2", "batchnorm"), L("r2", "relu"),
+           L("pool", "global_avgpool2d"), L("y", "dense", units=3)]
+
+# Pass cases seeded after the training cases, so that the cases above keep
+# their seeds (and bytes): a residual block, batchnorm and add each
+# applying the relu after them; batchnorm between convolutions.
+LATE_PASS_CASES = [
+    one("residual_relu", [inp("x", 4, 6, 6)],
+        [L("conv", "conv2d", filters=4, kernel_size=3, padding=1, bias=False),
+         L("bn", "batchnorm"), L("add", "add", ["bn", "x"]), L("relu", "relu"),
+         L("pool", "global_avgpool2d"), L("y", "dense", units=3)]),
+    one("residual_relu_eval", [inp("x", 4, 6, 6)],
+        [L("conv", "conv2d", filters=4, kernel_size=3, padding=1, bias=False),
+         L("bn", "batchnorm"), L("relu1", "relu"), L("add", "add", ["relu1", "x"]),
+         L("relu", "relu"), L("pool", "global_avgpool2d"), L("y", "dense", units=3)],
+        mode="eval"),
+    # 16 channels: on AVX-512, conv -> batchnorm -> relu -> conv keeps
+    # oneDNN's blocked layout through the batchnorm
+    one("blocked_batchnorm", [inp("x", 2, 5, 5)], BLOCKED),
+    one("blocked_batchnorm_eval", [inp("x", 2, 5, 5)], BLOCKED, mode="eval"),
+    # a tanh folded into sub (a pass of its own after the flat loops)
+    one("sub_tanh", [inp("a", 3, 4), inp("b", 3, 4)],
+        [L("d", "sub", ["a", "b"]), L("t", "tanh"), L("y", "dense", units=2)]),
+]
+
 
 def model_of(case):
     """The model.json of a pass case (fixture-only keys dropped)."""
@@ -406,7 +434,7 @@ def verify_pass(folder):
 
 def cmd_verify(out, only):
     bad = 0
-    for case in PASS_CASES + OP_CASES:
+    for case in PASS_CASES + OP_CASES + LATE_PASS_CASES:
         if only and case["name"] not in only:
             continue
         out_err, grad_err, numeric = verify_pass(os.path.join(out, case["name"]))
@@ -427,8 +455,8 @@ def main(argv=None):
     torch.set_num_threads(1)
     if args.verify:
         return cmd_verify(args.out, args.only)
-    cases = [(c, make_pass) for c in PASS_CASES] + [(c, make_train) for c in TRAIN_CASES] + \
-        [(c, make_pass) for c in OP_CASES]
+    cases = ([(c, make_pass) for c in PASS_CASES] + [(c, make_train) for c in TRAIN_CASES]
+             + [(c, make_pass) for c in OP_CASES + LATE_PASS_CASES])
     names = [c["name"] for c, _ in cases]
     assert len(set(names)) == len(names), "case names repeat"
     for seed, (case, make) in enumerate(cases, 1):
