@@ -99,8 +99,15 @@ static int import_onnx(const cli *c)
         fprintf(stderr, "dlserve: %s\n", err.msg);
         return 1;
     }
-    printf("{\"model\":\"%s\",\"version\":%lld,\"path\":\"%s/%s/%lld\"}\n",
-           c->import_name, (long long)version, dir, c->import_name, (long long)version);
+    char path[DL_PATH_MAX + 128];
+    snprintf(path, sizeof(path), "%s/%s/%lld", dir, c->import_name, (long long)version);
+    dl_sbuf b = {0};
+    dl_sbuf_printf(&b, "{\"model\":\"%s\",\"version\":%lld,\"path\":", c->import_name,
+                   (long long)version);
+    dl_sbuf_json_string(&b, path);
+    dl_sbuf_printf(&b, "}\n");
+    fputs(b.oom ? "{}\n" : b.s, stdout);
+    dl_sbuf_free(&b);
     return 0;
 }
 
