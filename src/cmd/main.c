@@ -99,7 +99,7 @@ static int import_onnx(const cli *c)
         fprintf(stderr, "dlserve: %s\n", err.msg);
         return 1;
     }
-    char path[DL_PATH_MAX + 128];
+    char path[4096];
     snprintf(path, sizeof(path), "%s/%s/%lld", dir, c->import_name, (long long)version);
     dl_sbuf b = {0};
     dl_sbuf_printf(&b, "{\"model\":\"%s\",\"version\":%lld,\"path\":", c->import_name,
