@@ -204,11 +204,20 @@ code GET /status > /dev/null
 direct=$(jq_get 'd["batcher"]["direct_runs"]')
 check "one event loop: fewer than half of the requests ran alone on it (direct_runs $direct of 640)" \
     test "$direct" -lt 320
+code GET /metrics > /dev/null
+check "one event loop: they ran in batches (mean batch over 1.2)" batched 640 1.2
+# A held batch needs requests that one pass of the loop reads together; a
+# slow (sanitizer) build can miss that in one burst, so a second is sent.
+code GET /status > /dev/null
 held=$(jq_get 'd["batcher"]["held_batches"]')
+if [ "$held" -eq 0 ]; then
+    curl -s -S --no-progress-meter --parallel --parallel-max 128 -K "$WORK/oneloop.cfg"
+    code GET /status > /dev/null
+    held=$(jq_get 'd["batcher"]["held_batches"]')
+fi
 check "one event loop: it batched requests it read in one pass itself (held_batches $held)" \
     test "$held" -gt 0
 code GET /metrics > /dev/null
-check "one event loop: they ran in batches (mean batch over 1.2)" batched 640 1.2
 check "one event loop: /metrics counts the held batches (dlserve_batcher_held_batches_total $held)" \
     grep -qx "dlserve_batcher_held_batches_total $held" "$WORK/body"
 # The same load again, while 16 clients send 480 requests and reset their
