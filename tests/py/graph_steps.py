@@ -22,19 +22,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from two_tower_ref import load
+
 
 def read_st(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__":
-            continue
-        b, e = v["data_offsets"]
-        out[k] = torch.from_numpy(
-            np.frombuffer(raw[8 + n + b:8 + n + e], dtype="<f4").reshape(v["shape"]).copy())
-    return out
+    return {k: torch.from_numpy(v.copy()) for k, v in load(path).items()}
 
 
 def write_st(path, tensors):
