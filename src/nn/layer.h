@@ -74,7 +74,7 @@ struct layer {
     dl_act               post_act;
     bool                 folded;
     bool                 generic;                /* the engine declined: im2col */
-    /* DL_BLOCKED_* (model.c's plan_layouts): which of this layer's
+    /* DL_BLOCKED_* (model_plan.c's plan_layouts): which of this layer's
      * activations stay in the engine's blocked layout. Such a layer has
      * no generic fallback. */
     int64_t              blocked;

@@ -103,10 +103,12 @@ bool layer_engine_layout(const layer *l)
         !(conv ? ops->conv_fwd && ops->conv_bwd_data && ops->conv_bwd_weights
                : ops->pool2d_fwd && ops->pool2d_bwd))
         return false;
-    /* oneDNN declines a window that stops short of the right or bottom
-     * edge (padding there would be negative) */
+    /* oneDNN's pooling declines a window that stops short of the right
+     * or bottom edge (padding there would be negative); its convolutions
+     * take it (a ResNet's 1x1 stride-2 projection of an even size) */
     dl_conv_geom g = geom(l, 1);
-    return (g.oh - 1) * g.sh + g.kh >= g.h + g.ph && (g.ow - 1) * g.sw + g.kw >= g.w + g.pw;
+    return conv ||
+           ((g.oh - 1) * g.sh + g.kh >= g.h + g.ph && (g.ow - 1) * g.sw + g.kw >= g.w + g.pw);
 }
 
 static dl_status conv_forward_im2col(layer *l, const float *x, float *y, int64_t n,

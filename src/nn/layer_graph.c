@@ -244,18 +244,30 @@ static const layer_ops layer_concat_ops = {
 
 /* ---- global average pooling: (C, H, W) -> (C) --------------------------- */
 
+/* Where x holds channel c at position q of sample i's H*W = hw: plain
+ * NCHW, or the engine's blocked layout (model_plan.c), C a multiple of
+ * the block B, the B channels of a block innermost at each position. */
+static int64_t gap_at(const layer *l, int64_t i, int64_t c, int64_t q, int64_t hw)
+{
+    if (!(l->blocked & DL_BLOCKED_X))
+        return (i * l->out_dim + c) * hw + q;
+    int64_t B = l->be->engine_block;
+    return ((i * l->out_dim + c - c % B) * hw + q * B) + c % B;
+}
+
 static dl_status gap_forward(layer *l, const float *x, float *y, int64_t n, bool train,
                              dl_err *err)
 {
     (void)train;
     (void)err;
     int64_t hw = l->in_dim / l->out_dim;
-    for (int64_t r = 0; r < n * l->out_dim; r++) {
-        float s = 0.0f;
-        for (int64_t q = 0; q < hw; q++)
-            s += x[r * hw + q];
-        y[r] = s / (float)hw;
-    }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < l->out_dim; c++) {
+            float s = 0.0f;
+            for (int64_t q = 0; q < hw; q++)
+                s += x[gap_at(l, i, c, q, hw)];
+            y[i * l->out_dim + c] = s / (float)hw;
+        }
     return DL_OK;
 }
 
@@ -266,9 +278,10 @@ static dl_status gap_backward(layer *l, const float *x, const float *y, const fl
     (void)y;
     (void)err;
     int64_t hw = l->in_dim / l->out_dim;
-    for (int64_t r = 0; dx && r < n * l->out_dim; r++)
-        for (int64_t q = 0; q < hw; q++)
-            dx[r * hw + q] = dy[r] / (float)hw;
+    for (int64_t i = 0; dx && i < n; i++)
+        for (int64_t c = 0; c < l->out_dim; c++)
+            for (int64_t q = 0; q < hw; q++)
+                dx[gap_at(l, i, c, q, hw)] = dy[i * l->out_dim + c] / (float)hw;
     return DL_OK;
 }
 

@@ -1,6 +1,6 @@
 /* model_plan.c: a model's graph planned once at build: who reads each
  * tensor, activations folded into the layers before them, blocked layouts
- * kept over chain edges, and the activation and gradient buffers. */
+ * kept across graph edges, and the activation and gradient buffers. */
 #include "nn/model.h"
 
 #include <stdlib.h>
@@ -72,43 +72,105 @@ static void fuse_activations(dl_model *m, const int *readers)
     }
 }
 
-/* Whether layer l lets the engine's blocked layout through: an activation
- * (elementwise, so indifferent to the layout), or a batchnorm over [C, H,
- * W] where the backend has kernels for that layout. */
-static bool passes_blocked(const dl_model *m, const layer *l)
+/* How a layer meets the engine's blocked layout (plan_layouts). */
+typedef enum blk_role {
+    BLK_PLAIN,     /* reads and writes plain NCHW only */
+    BLK_ENGINE,    /* conv2d, pooling: either layout on either side */
+    BLK_PASS,      /* its inputs and output share one layout: activations,
+                    * batchnorm over [C, H, W] with blocked kernels, and
+                    * add, sub, mul of same-shape inputs (elementwise) */
+    BLK_SINK,      /* reads either layout, writes plain: global_avgpool2d */
+} blk_role;
+
+static blk_role role_of(const dl_model *m, const layer *l)
 {
     const dl_backend_ops *ops = m->be->ops;
-    if (is_act(l->conf->type))
-        return true;
-    return l->conf->type == DL_LAYER_BATCHNORM && l->in_ndim == 3 && ops->bn_fwd_train_blk &&
-           ops->bn_fwd_infer_blk && ops->bn_bwd_blk;
+    dl_layer_type t = l->conf->type;
+    if (layer_engine_layout(l))
+        return BLK_ENGINE;
+    if (is_act(t))
+        return BLK_PASS;
+    if (t == DL_LAYER_BATCHNORM)
+        return l->in_ndim == 3 && ops->bn_fwd_train_blk && ops->bn_fwd_infer_blk &&
+               ops->bn_bwd_blk ? BLK_PASS : BLK_PLAIN;
+    if (t == DL_LAYER_ADD || t == DL_LAYER_SUB || t == DL_LAYER_MUL) {
+        for (int k = 0; k < l->nin; k++)
+            if (l->ins_dim[k] != l->out_dim)
+                return BLK_PLAIN;
+        return BLK_PASS;
+    }
+    return t == DL_LAYER_GLOBAL_AVGPOOL2D ? BLK_SINK : BLK_PLAIN;
 }
 
-/* Keeps activations in the convolution engine's blocked layout from one
- * engine layer (conv2d or pooling) to the next when their channel count
- * is a multiple of the block and only activations and batchnorms lie
- * between them on chain edges: the engine then reorders at the edges of
- * such a run only, not around every layer. */
-static void plan_layouts(dl_model *m, const int *readers)
+static int class_of(int *parent, int t)
+{
+    while (parent[t] != t)
+        t = parent[t] = parent[parent[t]];
+    return t;
+}
+
+/* Whether tensor t may be blocked by itself: a layer's [C, H, W] output,
+ * C a multiple of the block, no model output. */
+static bool tensor_blockable(const dl_model *m, int t, int block)
+{
+    if (t < m->ninputs || m->out_of[t] >= 0)
+        return false;
+    const layer *l = &m->layers[t - m->ninputs];
+    return l->out_ndim == 3 && l->out_shape[0] % block == 0;
+}
+
+/* Keeps activations in the convolution engine's blocked layout across
+ * graph edges, so that the engine reorders only where the graph leaves
+ * it. Tensors joined by a BLK_PASS layer must share a layout: they form
+ * one class, kept blocked when each of its tensors may be, each is made
+ * by an engine or pass layer and read only by engine, pass or sink
+ * layers. A residual block's add then runs on blocked data, and the
+ * tensor read by the next block and by the add stays blocked for both. */
+static dl_status plan_layouts(dl_model *m, dl_err *err)
 {
     int block = m->be->engine_block;
-    for (int i = 0; block > 0 && i < m->nlayers; i++) {
-        layer *l = &m->layers[i];
-        if (!layer_engine_layout(l) || l->out_shape[0] % block != 0)
-            continue;
-        int j = chain_next(m, readers, i);
-        while (j >= 0 && passes_blocked(m, &m->layers[j]))
-            j = chain_next(m, readers, j);
-        if (j < 0 || !layer_engine_layout(&m->layers[j]))
-            continue;
-        l->blocked |= DL_BLOCKED_Y;
-        m->layers[j].blocked |= DL_BLOCKED_X;
-        for (int k = chain_next(m, readers, i); k != j; k = chain_next(m, readers, k))
-            if (m->layers[k].conf->type == DL_LAYER_BATCHNORM)
-                m->layers[k].blocked = DL_BLOCKED_X | DL_BLOCKED_Y;
-        DL_LOG(DL_LOG_DEBUG, "nn", "'%s' -> '%s': activations stay blocked by %d channels",
-               l->conf->name, m->layers[j].conf->name, block);
+    if (block <= 0)
+        return DL_OK;
+    int *parent = malloc((size_t)m->nt * sizeof(int));
+    bool *ok = malloc((size_t)m->nt * sizeof(bool));
+    blk_role *role = malloc((size_t)m->nlayers * sizeof(blk_role));
+    if (!parent || !ok || !role) {
+        free(parent);
+        free(ok);
+        free(role);
+        return dl_err_set(err, DL_ERR_NOMEM, "layout plan");
     }
+    for (int t = 0; t < m->nt; t++)
+        parent[t] = t, ok[t] = true;
+    for (int i = 0; i < m->nlayers; i++) {
+        role[i] = role_of(m, &m->layers[i]);
+        for (int k = 0; role[i] == BLK_PASS && k < m->layers[i].nin; k++)
+            parent[class_of(parent, model_tensor_of(m, m->layers[i].conf->src[k]))] =
+                class_of(parent, m->ninputs + i);
+    }
+    for (int i = 0; i < m->nlayers; i++) {
+        int t = m->ninputs + i;
+        if (!tensor_blockable(m, t, block) || role[i] == BLK_PLAIN || role[i] == BLK_SINK)
+            ok[class_of(parent, t)] = false;
+        for (int k = 0; role[i] == BLK_PLAIN && k < m->layers[i].nin; k++)
+            ok[class_of(parent, model_tensor_of(m, m->layers[i].conf->src[k]))] = false;
+    }
+    for (int t = 0; t < m->ninputs; t++)
+        ok[class_of(parent, t)] = false;
+    for (int i = 0; i < m->nlayers; i++) {
+        layer *l = &m->layers[i];
+        bool y = ok[class_of(parent, m->ninputs + i)];
+        bool x = l->nin > 0 && ok[class_of(parent, model_tensor_of(m, l->conf->src[0]))];
+        if (role[i] == BLK_PLAIN || (!x && !y))
+            continue;
+        l->blocked = (x ? DL_BLOCKED_X : 0) | (y && role[i] != BLK_SINK ? DL_BLOCKED_Y : 0);
+        DL_LOG(DL_LOG_DEBUG, "nn", "'%s': %s%s%s by %d channels", l->conf->name,
+               x ? "reads blocked" : "", x && y ? ", " : "", y ? "writes blocked" : "", block);
+    }
+    free(parent);
+    free(ok);
+    free(role);
+    return DL_OK;
 }
 
 static bool is_view(dl_layer_type t)
@@ -334,9 +396,10 @@ dl_status model_plan_graph(dl_model *m, dl_err *err)
     dl_status st = index_graph(m, &readers, err);
     if (st == DL_OK) {
         fuse_activations(m, readers);
-        plan_layouts(m, readers);
-        st = plan_acts(m, &m->plan[0], false, err);
+        st = plan_layouts(m, err);
     }
+    if (st == DL_OK)
+        st = plan_acts(m, &m->plan[0], false, err);
     if (st == DL_OK)
         st = plan_acts(m, &m->plan[1], true, err);
     if (st == DL_OK)

@@ -3,7 +3,7 @@
  * batch give the same outputs and parameter gradients to 1e-5, for strides,
  * padding, windows short of the edge, rectangular windows, fused
  * activations, both pooling kinds and the blocked layouts oneDNN keeps
- * between layers. */
+ * between layers and across a residual graph's joins. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@
 
 #include "fixture.h"
 #include "nn/dl_nn.h"
+#include "nn/model.h"      /* a layer's planned layout */
 
 #define TOL 1e-5     /* per element, relative to the tensor's largest magnitude (>= 1) */
 #define BATCH 5
@@ -198,6 +199,67 @@ Test(conv_engines, blocked_layouts_between_layers)
             "{'name': 't3', 'type': 'tanh'},"
             "{'name': 'f', 'type': 'flatten'},"
             "{'name': 'fc', 'type': 'dense', 'units': 10}");
+}
+
+/* The planned layout bits of the oneDNN side's layer `name`. */
+static int64_t blocked_of(const char *name)
+{
+    for (int i = 0; i < onednn.m->nlayers; i++)
+        if (strcmp(onednn.m->layers[i].conf->name, name) == 0)
+            return onednn.m->layers[i].blocked;
+    cr_assert_fail("no layer '%s'", name);
+    return 0;
+}
+
+/* A residual graph whose joins keep the blocked layout: the stem's output
+ * read by a convolution and by an add, batchnorms, a strided block whose
+ * projection meets it in a sub and a mul, global average pooling reading
+ * blocked channels; the same values and gradients as im2col in NCHW. */
+Test(conv_engines, residual_graph_blocked_across_joins)
+{
+    compare("[3, 10, 10]",
+            "{'name': 'stem', 'type': 'conv2d', 'filters': 16, 'kernel_size': 3, 'padding': 1},"
+            "{'name': 'stem_bn', 'type': 'batchnorm'},"
+            "{'name': 'stem_relu', 'type': 'relu'},"
+            "{'name': 'c1', 'type': 'conv2d', 'filters': 16, 'kernel_size': 3, 'padding': 1},"
+            "{'name': 'r1', 'type': 'relu'},"
+            "{'name': 'c2', 'type': 'conv2d', 'filters': 16, 'kernel_size': 3, 'padding': 1,"
+            " 'bias': false},"
+            "{'name': 'bn2', 'type': 'batchnorm'},"
+            "{'name': 'add', 'type': 'add', 'inputs': ['bn2', 'stem_relu']},"
+            "{'name': 'out1', 'type': 'relu'},"
+            "{'name': 'c3', 'type': 'conv2d', 'filters': 32, 'kernel_size': 3, 'stride': 2,"
+            " 'padding': 1},"
+            "{'name': 'proj', 'type': 'conv2d', 'inputs': ['out1'], 'filters': 32,"
+            " 'kernel_size': 1, 'stride': 2},"
+            "{'name': 'proj_bn', 'type': 'batchnorm'},"
+            "{'name': 'sub', 'type': 'sub', 'inputs': ['c3', 'proj_bn']},"
+            "{'name': 'mul', 'type': 'mul', 'inputs': ['sub', 'proj_bn']},"
+            "{'name': 'gap', 'type': 'global_avgpool2d'},"
+            "{'name': 'fc', 'type': 'dense', 'units': 4}");
+    cr_expect_eq(blocked_of("stem"), DL_BLOCKED_Y, "the input stays plain, the output not");
+    cr_expect_eq(blocked_of("stem_bn"), DL_BLOCKED_X | DL_BLOCKED_Y);
+    cr_expect_eq(blocked_of("c1"), DL_BLOCKED_X | DL_BLOCKED_Y);
+    cr_expect_eq(blocked_of("add"), DL_BLOCKED_X | DL_BLOCKED_Y);
+    cr_expect_eq(blocked_of("proj"), DL_BLOCKED_X | DL_BLOCKED_Y);
+    cr_expect_eq(blocked_of("mul"), DL_BLOCKED_X | DL_BLOCKED_Y);
+    cr_expect_eq(blocked_of("gap"), DL_BLOCKED_X, "pooling to [C] writes plain values");
+    cr_expect_eq(blocked_of("fc"), 0);
+}
+
+/* A tensor read by a layer that takes only NCHW keeps every tensor joined
+ * to it plain: here a flatten reads the add's output. */
+Test(conv_engines, plain_reader_keeps_a_join_plain)
+{
+    compare("[16, 6, 6]",
+            "{'name': 'c1', 'type': 'conv2d', 'filters': 16, 'kernel_size': 3, 'padding': 1},"
+            "{'name': 'c2', 'type': 'conv2d', 'filters': 16, 'kernel_size': 3, 'padding': 1},"
+            "{'name': 'add', 'type': 'add', 'inputs': ['c2', 'c1']},"
+            "{'name': 'f', 'type': 'flatten'},"
+            "{'name': 'fc', 'type': 'dense', 'units': 3}");
+    cr_expect_eq(blocked_of("c1"), 0);
+    cr_expect_eq(blocked_of("c2"), 0);
+    cr_expect_eq(blocked_of("add"), 0);
 }
 
 Test(conv_engines, stride_padding_no_bias)
