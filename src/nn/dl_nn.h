@@ -349,6 +349,13 @@ dl_status dl_model_save(dl_model *m, const char *path, const char *training_json
  * "<bn>.num_batches_tracked". On error the model's weights are unchanged. */
 dl_status dl_model_load(dl_model *m, const char *path, dl_err *err);
 
+/* Declares that m only serves from now on: its weights stay as they are
+ * until dl_model_free, so the backend may keep them in its own layout
+ * (oneDNN's reordered convolution weights, not redone every pass).
+ * Backward passes and loading weights are refused afterwards, and the
+ * caller writes no parameter. */
+void dl_model_fix_weights(dl_model *m);
+
 /* Number of named tensors and, for i in [0, n), the name, shape and data
  * (borrowed) of tensor i, in file order. */
 int dl_model_tensor_count(const dl_model *m);

@@ -323,6 +323,8 @@ void dl_model_free(dl_model *m)
     if (!m)
         return;
     free_batch_buffers(m);
+    if (m->fixed)
+        m->be->ops->fix_weights(m->be, m->params, (size_t)m->nparams * sizeof(float), false);
     be_release(m->be, m->params);
     be_release(m->be, m->grads);
     be_release(m->be, m->state);
@@ -384,6 +386,14 @@ int dl_model_output_index(const dl_model *m, const char *name)
 }
 
 float *dl_model_params(dl_model *m, int64_t *n) { *n = m->nparams; return m->params; }
+
+void dl_model_fix_weights(dl_model *m)
+{
+    if (m->fixed || !m->be->ops->fix_weights)
+        return;
+    m->fixed = true;
+    m->be->ops->fix_weights(m->be, m->params, (size_t)m->nparams * sizeof(float), true);
+}
 float *dl_model_grads(dl_model *m, int64_t *n) { *n = m->nparams; return m->grads; }
 float *dl_model_state(dl_model *m, int64_t *n) { *n = m->nstate; return m->state; }
 float *dl_model_running_state(dl_model *m, int64_t *n) { *n = m->nrunning; return m->state; }
@@ -565,6 +575,9 @@ static dl_status backward_layer(dl_model *m, int i, dl_err *err)
 
 dl_status dl_model_backward_hooked(dl_model *m, dl_grad_hook fn, void *ctx, dl_err *err)
 {
+    if (m->fixed)
+        return dl_err_set(err, DL_ERR_INVALID, "backward through a model whose weights are "
+                          "fixed for serving");
     if (!m->have_dout)
         return dl_err_set(err, DL_ERR_INVALID, "backward without a loss gradient");
     for (int i = m->nlayers - 1; i >= 0; i--) {

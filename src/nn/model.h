@@ -78,6 +78,7 @@ struct dl_model {
     int32_t             *host_labels;
     out_stat            *ostat;
     bool                 input_grads;               /* FP32 model inputs get gradients */
+    bool                 fixed;                     /* dl_model_fix_weights */
 };
 
 /* The activation tensor a layer source names (dl_layer_conf.src). */

@@ -1,6 +1,6 @@
 /* model_io.c: model weights to and from safetensors with PyTorch names
  * ("<layer>.weight", "<bn>.running_mean") and layouts. */
-#include "nn/layer.h"
+#include "nn/model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +119,9 @@ static dl_status match(dl_model *m, const dl_st_tensor *ts, int n, const char *p
 dl_status dl_model_set_weights(dl_model *m, const dl_st_tensor *ts, int n, const char *what,
                                dl_err *err)
 {
+    if (m->fixed)
+        return dl_err_set(err, DL_ERR_INVALID, "%s: the model's weights are fixed for serving",
+                          what);
     float *hp = NULL, *hs = NULL;
     dl_status st = download_all(m, &hp, &hs, err);
     if (st == DL_OK)

@@ -151,6 +151,7 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
             st = dl_model_load(m, path, err);
         if (st != DL_OK)
             break;
+        dl_model_fix_weights(m);
         s->pub.in_dim = dl_model_in_dim(m);
         s->pub.out_dim = dl_model_out_dim(m);
         /* Warm-up: one pass sizes the buffers before the first request;

@@ -153,6 +153,12 @@ typedef struct dl_backend_ops {
                             const float *x, float *y, void *ws, dl_err *err);
     dl_status (*pool2d_bwd)(dl_backend *be, dl_pool_kind kind, const dl_conv_geom *g,
                             const float *dy, const void *ws, float *dx, dl_err *err);
+    /* Optional: the `bytes` at w hold weights that stay as they are until
+     * the same call with fixed false (a model that only serves), which
+     * must come before that memory is written or freed. conv_fwd may then
+     * keep its own copy of them in the engine's layout, rather than
+     * converting them on every call. */
+    void (*fix_weights)(dl_backend *be, const void *w, size_t bytes, bool fixed);
 
     /* Optional fused dense epilogue: C (m x n) = post(A B^T + bias[j]) with
      * A (m x k), B (n x k) row-major; bias may be NULL, post NULL (none).

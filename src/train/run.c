@@ -37,8 +37,10 @@ dl_status dl_eval_run(const dl_run_opts *o, dl_err *err)
         return st;
     dl_dataset *test = NULL;
     st = session_load_weights(&s, o, err);
-    if (st == DL_OK)
+    if (st == DL_OK) {
+        dl_model_fix_weights(s.m);
         st = session_data(&s, o, "test", &test, err);
+    }
     double loss = 0.0, acc = 0.0, t0 = dl_time_now();
     if (st == DL_OK)
         st = session_evaluate(&s, test, 256, &loss, &acc, err);
@@ -136,6 +138,8 @@ dl_status dl_predict_run(const dl_run_opts *o, dl_err *err)
     dl_dataset *ds = NULL;
     float *out = NULL;
     st = session_load_weights(&s, o, err);
+    if (st == DL_OK)
+        dl_model_fix_weights(s.m);
     if (st == DL_OK && strcmp(path, "-") == 0) {
         st = stdin_to_file(tmp, sizeof(tmp), err);
         path = tmp;
@@ -300,6 +304,7 @@ dl_status dl_bench_infer_run(const dl_run_opts *o, dl_err *err)
     dl_status st = session_open(&s, o, 1, err);
     if (st != DL_OK)
         return st;
+    dl_model_fix_weights(s.m);
     dl_dataset *test = NULL;
     if (o->data_dir)
         st = session_data(&s, o, "test", &test, err);

@@ -109,8 +109,9 @@ assert all(s == 200 for _, s in done), done
 after = len(done) - 1 - [t for t, _ in done].index("high")
 print("low requests queued when it came: %d, completed after it: %d" % (waiting, after))
 assert waiting >= 8, waiting
-# it runs in the next batch: all but the one or two batches under way finish after it
-assert after >= waiting - 2, (waiting, after)
+# it runs in the next batch: all but the batches under way finish after it
+# (one or two, and up to two more that start while it is being sent)
+assert after >= waiting - 4, (waiting, after)
 PYEOF
 
 # ---- reloads: a bad block is refused, the loaded version serves on ----

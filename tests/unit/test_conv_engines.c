@@ -262,6 +262,95 @@ Test(conv_engines, plain_reader_keeps_a_join_plain)
     cr_expect_eq(blocked_of("add"), 0);
 }
 
+/* oneDNN's predictions of a model of seed `seed` on x, before and after
+ * its weights are fixed: the same values (one reordered copy a layer,
+ * though both convolutions share a primitive). Then the fixed model
+ * refuses backward and new weights. Returns the predictions. */
+static float *predict_fixed(uint64_t seed, const float *x, int64_t n)
+{
+    dl_err err = {0};
+    dl_model_free(onednn.m);
+    cr_assert_eq(dl_model_new(onednn.be, onednn.conf, seed, &onednn.m, &err), DL_OK, "%s",
+                 err.msg);
+    int64_t k = dl_model_out_dim(onednn.m);
+    float *y = malloc((size_t)(n * k) * sizeof(float)), *yf = malloc((size_t)(n * k) * sizeof(float));
+    cr_assert(y && yf);
+    cr_assert_eq(dl_model_predict(onednn.m, x, n, n, y, &err), DL_OK, "%s", err.msg);
+    dl_model_fix_weights(onednn.m);
+    for (int pass = 0; pass < 2; pass++) {
+        cr_assert_eq(dl_model_predict(onednn.m, x, n, n, yf, &err), DL_OK, "%s", err.msg);
+        cr_expect_eq(memcmp(y, yf, (size_t)(n * k) * sizeof(float)), 0,
+                     "seed %llu, pass %d: fixed weights predict otherwise",
+                     (unsigned long long)seed, pass);
+    }
+    cr_expect_eq(dl_model_backward(onednn.m, &err), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "fixed"), "message was: %s", err.msg);
+    cr_expect_eq(dl_model_set_weights(onednn.m, NULL, 0, "w.safetensors", &err),
+                 DL_ERR_INVALID);
+    free(yf);
+    return y;
+}
+
+/* A model that only serves keeps oneDNN's reordered weights; a model of
+ * other weights built after it was freed (perhaps at the same address)
+ * gets its own. */
+Test(conv_engines, fixed_weights_predict_the_same)
+{
+    open_side(&onednn, DL_CONV_ONEDNN);
+    build(&onednn, "[16, 8, 8]",
+          "{'name': 'c1', 'type': 'conv2d', 'filters': 16, 'kernel_size': 3, 'padding': 1},"
+          "{'name': 'r1', 'type': 'relu'},"
+          "{'name': 'c2', 'type': 'conv2d', 'filters': 16, 'kernel_size': 3, 'padding': 1},"
+          "{'name': 'gap', 'type': 'global_avgpool2d'},"
+          "{'name': 'fc', 'type': 'dense', 'units': 4}");
+    int64_t din = dl_model_in_dim(onednn.m), k = dl_model_out_dim(onednn.m);
+    float *x = malloc((size_t)(BATCH * din) * sizeof(float));
+    cr_assert(x);
+    dl_rng rng;
+    dl_rng_seed(&rng, 5);
+    for (int64_t i = 0; i < BATCH * din; i++)
+        x[i] = 2.0f * dl_rng_uniform(&rng) - 1.0f;
+    float *a = predict_fixed(11, x, BATCH), *b = predict_fixed(12, x, BATCH);
+    cr_expect(rel_gap(a, b, BATCH * k) > 1e-3, "other weights, other outputs");
+    free(a);
+    free(b);
+    free(x);
+}
+
+/* The backend forgets a reordered copy when its weights are unfixed: the
+ * same buffer, fixed again after new values, convolves with those. */
+Test(conv_engines, unfixed_weights_are_forgotten)
+{
+    open_side(&onednn, DL_CONV_ONEDNN);
+    dl_backend *be = onednn.be;
+    dl_conv_geom g = { .n = 2, .c = 16, .h = 6, .w = 6, .oc = 16, .oh = 6, .ow = 6,
+                       .kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1, .pw = 1 };
+    enum { NX = 2 * 16 * 36, NW = 16 * 16 * 9 };
+    static float x[NX], w[NW], y[4][NX];
+    dl_rng rng;
+    dl_rng_seed(&rng, 7);
+    for (int i = 0; i < NX; i++)
+        x[i] = 2.0f * dl_rng_uniform(&rng) - 1.0f;
+    for (int i = 0; i < NW; i++)
+        w[i] = 2.0f * dl_rng_uniform(&rng) - 1.0f;
+    dl_err err = {0};
+    for (int k = 0; k < 4; k++) {
+        if (k == 2) {               /* new values in the same memory */
+            be->ops->fix_weights(be, w, sizeof(w), false);
+            for (int i = 0; i < NW; i++)
+                w[i] *= 2.0f;
+        }
+        if (k % 2 == 1)
+            be->ops->fix_weights(be, w, sizeof(w), true);
+        cr_assert_eq(be->ops->conv_fwd(be, &g, x, w, NULL, NULL, y[k], &err), DL_OK, "%s",
+                     err.msg);
+    }
+    be->ops->fix_weights(be, w, sizeof(w), false);
+    cr_expect_eq(memcmp(y[0], y[1], sizeof(y[0])), 0, "fixed weights convolve otherwise");
+    cr_expect_eq(memcmp(y[2], y[3], sizeof(y[0])), 0, "the old copy was kept");
+    cr_expect(rel_gap(y[2], y[0], NX) > 0.1, "new weights, new outputs");
+}
+
 Test(conv_engines, stride_padding_no_bias)
 {
     compare("[3, 9, 9]",

@@ -1236,6 +1236,11 @@ static dl_status dnnl_conv_fwd(dl_backend *be, const dl_conv_geom *g, const floa
     return dl_dnnl_conv_fwd(be->ctx, g, x, w, b, post, y, err);
 }
 
+static void dnnl_fix_weights(dl_backend *be, const void *w, size_t bytes, bool fixed)
+{
+    dl_dnnl_fix_weights(be->ctx, w, bytes, fixed);
+}
+
 static dl_status dnnl_conv_bwd_data(dl_backend *be, const dl_conv_geom *g,
                                     const float *dy, const float *w, float *dx, dl_err *err)
 {
@@ -1343,6 +1348,7 @@ static const dl_backend_ops cpu_dnnl_ops = {
     .conv_bwd_weights = dnnl_conv_bwd_weights,
     .pool2d_fwd       = dnnl_pool_fwd,
     .pool2d_bwd       = dnnl_pool_bwd,
+    .fix_weights      = dnnl_fix_weights,
 };
 #endif
 

@@ -1,5 +1,6 @@
 /* backend_dnnl.c: the CPU backend's convolution and pooling through oneDNN:
- * one primitive per geometry, created on first use and kept for the next. */
+ * one primitive per geometry, created on first use and kept for the next;
+ * the weights of a model that only serves reordered once. */
 #define _POSIX_C_SOURCE 200809L
 #include "tensor/cpu/cpu.h"
 
@@ -52,6 +53,18 @@ typedef struct entry {
     uint64_t         used;
 } entry;
 
+/* Weights the caller declared fixed (dl_dnnl_fix_weights), and their
+ * copies in the layouts the forward convolutions chose. */
+typedef struct fixed_range {
+    const char *lo, *hi;
+} fixed_range;
+
+typedef struct packed {
+    const void        *w;        /* the caller's plain weights */
+    dnnl_memory_desc_t md;       /* the layout of the copy */
+    dnnl_memory_t      mem;
+} packed;
+
 struct dl_dnnl {
     pthread_mutex_t mu;          /* one execution at a time: the scratchpads are per primitive */
     dnnl_engine_t   eng;
@@ -62,6 +75,10 @@ struct dl_dnnl {
     int             n;
     uint64_t        clock;
     entry          *cache[CACHE_MAX];
+    fixed_range    *fixed;
+    int             nfixed, fixed_cap;
+    packed         *packs;
+    int             npacks, packs_cap;
 };
 
 /* ---- descriptors ------------------------------------------------------- */
@@ -530,6 +547,48 @@ static dl_status exec(dl_dnnl *d, const_dnnl_primitive_t p, int nargs,
     return DL_OK;
 }
 
+/* Grows a table of `size`-byte rows to hold one more. */
+static bool grow(void **rows, int n, int *cap, size_t size)
+{
+    if (n < *cap)
+        return true;
+    int c = *cap ? 2 * *cap : 8;
+    void *p = realloc(*rows, (size_t)c * size);
+    if (!p)
+        return false;
+    *rows = p;
+    *cap = c;
+    return true;
+}
+
+/* The forward convolution's copy of slot s's weights at w in its own
+ * layout, made by s's reorder on first use, when w lies in fixed
+ * weights; else NULL (the caller reorders them itself). */
+static dnnl_memory_t fixed_copy(dl_dnnl *d, const arg_slot *s, const void *w)
+{
+    bool fixed = false;
+    for (int i = 0; i < d->nfixed && !fixed; i++)
+        fixed = (const char *)w >= d->fixed[i].lo && (const char *)w < d->fixed[i].hi;
+    if (!fixed)
+        return NULL;
+    const dnnl_memory_desc_t *md;
+    dnnl_memory_get_memory_desc(s->inner, &md);
+    for (int i = 0; i < d->npacks; i++)
+        if (d->packs[i].w == w && dnnl_memory_desc_equal(&d->packs[i].md, md))
+            return d->packs[i].mem;
+    dnnl_memory_t mem = NULL;
+    if (!grow((void **)&d->packs, d->npacks, &d->packs_cap, sizeof(packed)) ||
+        dnnl_memory_create(&mem, md, d->eng, DNNL_MEMORY_ALLOCATE) != dnnl_success)
+        return NULL;
+    dnnl_exec_arg_t r[2] = { { DNNL_ARG_FROM, s->user }, { DNNL_ARG_TO, mem } };
+    if (dnnl_primitive_execute(s->reorder, d->stream, 2, r) != dnnl_success) {
+        dnnl_memory_destroy(mem);
+        return NULL;
+    }
+    d->packs[d->npacks++] = (packed){ .w = w, .md = *md, .mem = mem };
+    return mem;
+}
+
 /* Runs e with ptr[i] as slot i's caller memory and ws as the workspace:
  * inputs reordered in, the primitive, outputs reordered (or added) out. */
 static dl_status run(dl_dnnl *d, entry *e, void *const *ptr, void *ws, dl_err *err)
@@ -541,7 +600,11 @@ static dl_status run(dl_dnnl *d, entry *e, void *const *ptr, void *ws, dl_err *e
         arg_slot *s = &e->slot[i];
         DNNL_CHECK(dnnl_memory_set_data_handle_v2(s->user, ptr[i], d->stream), err);
         args[nargs++] = (dnnl_exec_arg_t){ s->arg, s->inner ? s->inner : s->user };
-        if (s->inner && !s->output) {
+        dnnl_memory_t copy = e->kind == OP_CONV_FWD && s->arg == DNNL_ARG_WEIGHTS && s->inner
+                           ? fixed_copy(d, s, ptr[i]) : NULL;
+        if (copy)
+            args[nargs - 1].memory = copy;
+        else if (s->inner && !s->output) {
             dnnl_exec_arg_t r[2] = { { DNNL_ARG_FROM, s->user }, { DNNL_ARG_TO, s->inner } };
             st = exec(d, s->reorder, 2, r, err);
         }
@@ -629,12 +692,33 @@ dl_status dl_dnnl_new(int threads, dl_dnnl **out, dl_err *err)
 
 int dl_dnnl_block(const dl_dnnl *d) { return d->block; }
 
+void dl_dnnl_fix_weights(dl_dnnl *d, const void *w, size_t bytes, bool fixed)
+{
+    const char *lo = w, *hi = lo + bytes;
+    pthread_mutex_lock(&d->mu);
+    if (fixed && grow((void **)&d->fixed, d->nfixed, &d->fixed_cap, sizeof(fixed_range)))
+        d->fixed[d->nfixed++] = (fixed_range){ lo, hi };
+    for (int i = 0; !fixed && i < d->nfixed; i++)
+        if (d->fixed[i].lo == lo && d->fixed[i].hi == hi)
+            d->fixed[i--] = d->fixed[--d->nfixed];
+    for (int i = 0; !fixed && i < d->npacks; i++)
+        if ((const char *)d->packs[i].w >= lo && (const char *)d->packs[i].w < hi) {
+            dnnl_memory_destroy(d->packs[i].mem);
+            d->packs[i--] = d->packs[--d->npacks];
+        }
+    pthread_mutex_unlock(&d->mu);
+}
+
 void dl_dnnl_free(dl_dnnl *d)
 {
     if (!d)
         return;
     for (int i = 0; i < d->n; i++)
         entry_free(d->cache[i]);
+    for (int i = 0; i < d->npacks; i++)
+        dnnl_memory_destroy(d->packs[i].mem);
+    free(d->packs);
+    free(d->fixed);
     if (d->stream)
         dnnl_stream_destroy(d->stream);
     if (d->eng)

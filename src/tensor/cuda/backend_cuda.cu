@@ -916,6 +916,7 @@ const dl_backend_ops cuda_ops = {
     .conv_bwd_weights = NULL,
     .pool2d_fwd       = NULL,
     .pool2d_bwd       = NULL,
+    .fix_weights      = NULL,
     .gemm_bias_act    = NULL,
     .bn_fwd_train   = cu_bn_fwd_train,
     .bn_fwd_infer   = cu_bn_fwd_infer,
