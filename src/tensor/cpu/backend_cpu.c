@@ -349,8 +349,12 @@ static void act_bwd_task(void *ctx, int64_t b, int64_t e)
     float *restrict dx = j->out;
     switch (j->act) {
     case DL_ACT_RELU:
-        for (int64_t i = b; i < e; i++)
-            dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+        /* both loads unconditional: the loop then vectorizes (a select),
+         * where `y > 0 ? dy : 0` stayed a branch a value */
+        for (int64_t i = b; i < e; i++) {
+            float g = dy[i];
+            dx[i] = y[i] > 0.0f ? g : 0.0f;
+        }
         break;
     case DL_ACT_TANH:
         for (int64_t i = b; i < e; i++)
