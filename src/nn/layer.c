@@ -352,6 +352,22 @@ int layer_axis(int64_t axis, int ndim)
     return (int)(axis < 0 ? axis + ndim : axis);
 }
 
+int64_t layer_bcast_offset(const int64_t *out, int nd, const int64_t *in, int kd, int64_t j)
+{
+    int64_t off = 0, stride = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int64_t c = j % out[d];
+        j /= out[d];
+        int e = kd - nd + d;
+        if (e < 0)
+            continue;
+        if (in[e] != 1)
+            off += c * stride;
+        stride *= in[e];
+    }
+    return off;
+}
+
 const layer_ops *layer_ops_for(dl_layer_type t)
 {
     switch (t) {

@@ -106,6 +106,11 @@ void layer_slice_range(const dl_layer_conf *c, int64_t len, int64_t *start, int6
 /* A (possibly negative) axis of ndim-D samples as an index. */
 int layer_axis(int64_t axis, int ndim);
 
+/* Where position j of a tensor of shape out (nd dimensions) reads a
+ * tensor of shape in (kd <= nd) broadcast to it, NumPy's way: shapes
+ * aligned at the right, a dimension of 1 repeated. */
+int64_t layer_bcast_offset(const int64_t *out, int nd, const int64_t *in, int kd, int64_t j);
+
 const layer_ops *layer_ops_for(dl_layer_type t);
 
 /* transpose, reduce_mean / reduce_sum and matmul (layer_tensor.c). */

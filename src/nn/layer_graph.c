@@ -13,19 +13,7 @@
 /* Offset in input k of output position j (per sample). */
 static int64_t bcast_at(const layer *l, int k, int64_t j)
 {
-    int nd = l->out_ndim, kd = l->ins_ndim[k];
-    int64_t off = 0, stride = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        int64_t c = j % l->out_shape[d];
-        j /= l->out_shape[d];
-        int e = kd - nd + d;
-        if (e < 0)
-            continue;
-        if (l->ins_shape[k][e] != 1)
-            off += c * stride;
-        stride *= l->ins_shape[k][e];
-    }
-    return off;
+    return layer_bcast_offset(l->out_shape, l->out_ndim, l->ins_shape[k], l->ins_ndim[k], j);
 }
 
 /* Input k's value at output position j of sample i. */

@@ -126,19 +126,8 @@ static mm_geom mm_of(const layer *l)
 /* Where matrix number q of the output starts in input k (broadcast). */
 static int64_t mm_at(const layer *l, int k, int64_t q)
 {
-    int nd = l->out_ndim - 2, kd = l->ins_ndim[k] - 2;
-    int64_t off = 0, stride = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        int64_t c = q % l->out_shape[d];
-        q /= l->out_shape[d];
-        int e = kd - nd + d;
-        if (e < 0)
-            continue;
-        if (l->ins_shape[k][e] != 1)
-            off += c * stride;
-        stride *= l->ins_shape[k][e];
-    }
     int na = l->ins_ndim[k];
+    int64_t off = layer_bcast_offset(l->out_shape, l->out_ndim - 2, l->ins_shape[k], na - 2, q);
     return off * l->ins_shape[k][na - 2] * l->ins_shape[k][na - 1];
 }
 
