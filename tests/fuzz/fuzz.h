@@ -64,6 +64,16 @@ static inline void fz_quiet(void)
     dl_log_set(DL_LOG_ERR - 1, NULL, NULL);
 }
 
+/* A one-thread CPU backend for harnesses that build models; stops the
+ * run if there is none. */
+static inline dl_backend *fz_cpu_backend(void)
+{
+    dl_backend *be = NULL;
+    dl_err err = {0};
+    FZ_CHECK(dl_backend_cpu_new(1, &be, &err) == DL_OK, "%s", err.msg);
+    return be;
+}
+
 /* The harness's own folder under $TMPDIR (else /dev/shm or /tmp), made
  * once, removed at exit. */
 static char fz_dir[512];

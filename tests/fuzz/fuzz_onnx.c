@@ -15,8 +15,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     fz_quiet();
-    dl_err err = {0};
-    FZ_CHECK(dl_backend_cpu_new(1, &be, &err) == DL_OK, "%s", err.msg);
+    be = fz_cpu_backend();
     return 0;
 }
 

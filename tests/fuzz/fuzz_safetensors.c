@@ -18,8 +18,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argv;
     fz_quiet();
     conf = fz_model_conf();
+    be = fz_cpu_backend();
     dl_err err = {0};
-    FZ_CHECK(dl_backend_cpu_new(1, &be, &err) == DL_OK, "%s", err.msg);
     FZ_CHECK(dl_model_new(be, conf, 1, &model, &err) == DL_OK, "%s", err.msg);
     snprintf(path, sizeof(path), "%s/model.safetensors", fz_tmpdir());
     return 0;
