@@ -386,6 +386,9 @@ int dl_model_output_index(const dl_model *m, const char *name)
 }
 
 float *dl_model_params(dl_model *m, int64_t *n) { *n = m->nparams; return m->params; }
+float *dl_model_grads(dl_model *m, int64_t *n) { *n = m->nparams; return m->grads; }
+float *dl_model_state(dl_model *m, int64_t *n) { *n = m->nstate; return m->state; }
+float *dl_model_running_state(dl_model *m, int64_t *n) { *n = m->nrunning; return m->state; }
 
 void dl_model_fix_weights(dl_model *m)
 {
@@ -394,9 +397,6 @@ void dl_model_fix_weights(dl_model *m)
     m->fixed = true;
     m->be->ops->fix_weights(m->be, m->params, (size_t)m->nparams * sizeof(float), true);
 }
-float *dl_model_grads(dl_model *m, int64_t *n) { *n = m->nparams; return m->grads; }
-float *dl_model_state(dl_model *m, int64_t *n) { *n = m->nstate; return m->state; }
-float *dl_model_running_state(dl_model *m, int64_t *n) { *n = m->nrunning; return m->state; }
 
 void dl_model_set_rng(dl_model *m, uint64_t stream, uint64_t counter)
 {
