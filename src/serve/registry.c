@@ -69,10 +69,9 @@ void served_release(served *sv)
         served_free(s);
 }
 
-/* A model's model.json, read for its versions: the text without its
- * "serving" block (new, *text) and that block's settings. A model served
- * from model.onnx files may have none: then *text is "" and the settings
- * are the defaults. */
+/* A model's model.json, read for its versions: the text (new, *text) and
+ * its "serving" block's settings. A model served from model.onnx files
+ * may have none: then *text is "" and the settings are the defaults. */
 static dl_status read_model_json(const registry *r, const char *name, char **text,
                                  serving_conf *sc, dl_err *err)
 {
@@ -81,16 +80,19 @@ static dl_status read_model_json(const registry *r, const char *name, char **tex
     char *raw = NULL;
     size_t len = 0;
     struct stat sb;
+    *text = NULL;
     if (stat(path, &sb) != 0) {
-        dl_status st = serving_split("{}", 2, r->nbe, sc, text, err);
-        if (st == DL_OK)
-            (*text)[0] = '\0';
-        return st;
+        serving_init(sc);
+        *text = strdup("");
+        return *text ? DL_OK : dl_err_set(err, DL_ERR_NOMEM, "model.json");
     }
     dl_status st = dl_file_read(path, &raw, &len, err);
     if (st == DL_OK)
-        st = serving_split(raw, len, r->nbe, sc, text, err);
-    free(raw);
+        st = serving_read(raw, len, r->nbe, sc, err);
+    if (st == DL_OK)
+        *text = raw;
+    else
+        free(raw);
     return st;
 }
 

@@ -135,10 +135,9 @@ dl_status serving_parse(json_t *block, int64_t max_instances, serving_conf *sc, 
     return DL_OK;
 }
 
-dl_status serving_split(const char *text, size_t len, int64_t max_instances, serving_conf *sc,
-                        char **rest, dl_err *err)
+dl_status serving_read(const char *text, size_t len, int64_t max_instances, serving_conf *sc,
+                       dl_err *err)
 {
-    *rest = NULL;
     serving_init(sc);
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
@@ -147,22 +146,7 @@ dl_status serving_split(const char *text, size_t len, int64_t max_instances, ser
         return dl_err_set(err, DL_ERR_INVALID, "model.json: line %d: %s", je.line,
                           root ? "must be a JSON object" : je.text);
     }
-    json_t *block = json_object_get(root, "serving");
-    dl_status st = serving_parse(block, max_instances, sc, err);
-    if (st == DL_OK && !block) {   /* the text as it is */
-        *rest = malloc(len + 1);
-        if (*rest) {
-            memcpy(*rest, text, len);
-            (*rest)[len] = '\0';
-        } else {
-            st = dl_err_set(err, DL_ERR_NOMEM, "model.json");
-        }
-    } else if (st == DL_OK) {
-        json_object_del(root, "serving");
-        *rest = json_dumps(root, JSON_PRESERVE_ORDER | JSON_INDENT(2));
-        if (!*rest)
-            st = dl_err_set(err, DL_ERR_NOMEM, "model.json");
-    }
+    dl_status st = serving_parse(json_object_get(root, "serving"), max_instances, sc, err);
     json_decref(root);
     return st;
 }

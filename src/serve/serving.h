@@ -43,11 +43,12 @@ void serving_init(serving_conf *sc);
  * why for anything else, unknown keys included. */
 dl_status serving_parse(json_t *block, int64_t max_instances, serving_conf *sc, dl_err *err);
 
-/* Takes the "serving" block out of model.json text: *rest (new, free)
- * is the text without it, for dl_model_conf_parse; *sc its settings.
- * DL_ERR_INVALID for text that is not a JSON object or a bad block. */
-dl_status serving_split(const char *text, size_t len, int64_t max_instances, serving_conf *sc,
-                        char **rest, dl_err *err);
+/* The settings of model.json text's "serving" block (the defaults
+ * without one). DL_ERR_INVALID for text that is not a JSON object or a
+ * bad block. The text itself goes to dl_model_conf_parse as it is: the
+ * block is a key it knows and leaves to the daemon. */
+dl_status serving_read(const char *text, size_t len, int64_t max_instances, serving_conf *sc,
+                       dl_err *err);
 
 /* The settings given, as JSON (new reference): only the keys the block
  * gave, for /status. */
