@@ -1,8 +1,11 @@
 /* mhd_floor.c: the least an infer request over libmicrohttpd can cost, for
- * tests/bench/serve_http: a server set up as dlserve's HTTP side is (MHD's
- * internal epoll, a pool of event loops fed by an acceptor thread through
- * MHD_add_connection, suspend and resume allowed) that reads each POST
- * body and answers it with a fixed body, doing no other work.
+ * tests/bench/serve_http: a server set up nearly as dlserve's HTTP side
+ * (MHD's internal epoll where dlserve's own loops run MHD's, a pool of
+ * event loops fed by an acceptor thread through MHD_add_connection,
+ * suspend and resume allowed) that reads each POST body and answers it
+ * with a fixed body, doing no other work. (The internal loop can stall on
+ * 128 sockets turning ready at once, src/serve/http/http_loop.c: the
+ * benchmark's 32 connections stay clear of that.)
  *
  *   mhd_floor -p PORT [-t THREADS] [-a ANSWER_BYTES] [-j JSON_LEN] [-s | -r | -n]
  *

@@ -31,7 +31,7 @@ static void infer_done(infer_req *q, void *ctx)
     (void)q;
     request *rq = ctx;
     http_server *h = rq->h;
-    MHD_resume_connection(rq->c);   /* rq belongs to MHD's thread from here on */
+    http_loop_resume(rq->loop, rq->c);   /* rq belongs to its loop from here on */
     pthread_mutex_lock(&h->mu);
     h->waiting--;   /* http_stop counts the suspended requests */
     pthread_cond_broadcast(&h->cv);
@@ -190,6 +190,7 @@ bool http_infer_start(http_server *h, struct MHD_Connection *c, request *rq, ans
     q->priority = rq->in.priority;
     rq->h = h;
     rq->c = c;
+    rq->loop = http_loop_current();
     batcher *bat = h->deps->bat;
     if (!open_batch && batcher_run_now(bat, q)) {   /* answered on this thread: nothing to wait for */
         rq->stage = REQ_SUBMITTED;   /* no longer announced */

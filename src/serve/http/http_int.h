@@ -4,9 +4,9 @@
  * http_infer.c runs infer requests (held batches included), http_routes.c
  * answers every other route.
  *
- * Threads: a small fixed pool of event loops (MHD's internal epoll,
- * http.threads of them) serves every connection, which an acceptor thread
- * deals out to them (MHD_add_connection). No thread waits for the batcher:
+ * Threads: a small fixed pool of event loops (http_loop.c: each runs an
+ * MHD daemon's epoll, http.threads of them) serves every connection, which
+ * an acceptor thread deals out to them. No thread waits for the batcher:
  * an infer request's connection is suspended before the request is
  * queued, the batch's completion (on the batcher's worker thread) resumes
  * it, and the access handler, called again, formats and queues the
@@ -39,7 +39,8 @@
  * for those the batcher holds: their connections are suspended). */
 #define HTTP_DRAIN_S 30
 /* File descriptors kept from connections for everything else: models,
- * logs, Kafka and Redis sockets, MHD's own epoll and ITC descriptors. */
+ * logs, Kafka and Redis sockets, the event loops' epoll and eventfd
+ * descriptors. */
 #define HTTP_FD_RESERVE 128
 /* Connections past http.max_connections that are still accepted, to tell
  * them 503 (beyond these new ones wait in the listen backlog). */
@@ -71,11 +72,15 @@
 #define PAGE_CSP "default-src 'self'"
 #define PAGE_CACHE "no-cache"
 
+/* An event loop (http_loop.c): a thread running one MHD daemon. */
+typedef struct http_loop http_loop;
+
 struct http_server {
     const http_deps   *deps;
-    struct MHD_Daemon *d;
+    http_loop         *loops;                /* `threads` of them */
+    atomic_uint        next_loop;            /* the acceptor's round robin */
     int                listen_fd;
-    pthread_t          acceptor;             /* accepts for MHD's event loops */
+    pthread_t          acceptor;             /* accepts for the event loops */
     char              *tls_cert, *tls_key;   /* PEM text, kept while MHD runs */
     atomic_bool        stopping;
     int                threads;              /* event loops */
@@ -168,6 +173,7 @@ typedef struct request {
      * the access handler, called again, answers from it. */
     http_server           *h;
     struct MHD_Connection *c;
+    http_loop             *loop;    /* c's event loop, woken with the resume */
     dl_err       refused;       /* why batcher_submit refused q (code DL_OK: it ran) */
     served      *sv;            /* a reference, released with the request */
     oip_request  in;            /* the parsed input; q.x points into it */
@@ -201,6 +207,24 @@ answer http_json_answer(int code, json_t *j);
  * oip_http_code gives it. */
 answer http_status_answer(dl_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* ---- http_loop.c: the event loops ------------------------------------------ */
+
+/* Starts h->threads event loops, each an MHD daemon started with flags
+ * (MHD_USE_EPOLL, no thread of MHD's own) and a thread of ours that runs
+ * it; none are left running on failure. */
+dl_status http_loops_start(http_server *h, unsigned flags, dl_err *err);
+/* Gives the accepted connection fd (peer a) to the next event loop, which
+ * adds it to its daemon; takes fd. Called by the acceptor thread only. */
+void http_loops_give(http_server *h, int fd, const struct sockaddr *a, socklen_t alen);
+/* Stops the loops' threads, then their daemons (closing every connection,
+ * none of which may be suspended). Does nothing when none were started. */
+void http_loops_stop(http_server *h);
+/* The event loop of the calling thread (NULL off the loops' threads). */
+http_loop *http_loop_current(void);
+/* Resumes connection c of loop l (MHD_resume_connection) and wakes l so
+ * that its next pass takes c up. Any thread; c belongs to l from here on. */
+void http_loop_resume(http_loop *l, struct MHD_Connection *c);
 
 /* ---- http_metrics.c: http.metrics_port ------------------------------------ */
 

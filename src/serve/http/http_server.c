@@ -1,40 +1,18 @@
 /* http_server.c: the HTTP server's life: the listening socket, TLS, the
- * acceptor thread that deals connections out to MHD's event loops, the
- * connection limits, and a stop that answers the requests in flight. */
+ * acceptor thread that deals connections out to the event loops
+ * (http_loop.c), the connection limits, and a stop that answers the
+ * requests in flight. */
 #define _GNU_SOURCE   /* accept4, pthread_setname_np; microhttpd.h's socket types */
 #include "serve/http/http_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
-
-/* Counts open connections, for the acceptor's limit. */
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
-                          enum MHD_ConnectionNotificationCode toe)
-{
-    (void)c;
-    (void)socket_context;
-    http_server *h = cls;
-    atomic_fetch_add(&h->conns, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
-}
-
-/* libmicrohttpd's own messages, as warnings on our log. */
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
-{
-    (void)cls;
-    char msg[512];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    size_t n = strlen(msg);
-    while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
-        msg[--n] = '\0';
-    DL_LOG(DL_LOG_WARNING, "http", "microhttpd: %s", msg);
-}
 
 /* conf->address:conf->port as a socket address (IPv4 or IPv6). */
 static dl_status bind_address(const dl_http_conf *conf, struct sockaddr_storage *ss,
@@ -99,28 +77,6 @@ static void server_free(http_server *h)
     free(h);
 }
 
-static struct MHD_Daemon *start_daemon(http_server *h, unsigned flags)
-{
-    struct MHD_OptionItem opt[4];
-    int n = 0;
-    if (flags & MHD_USE_TLS) {
-        opt[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert};
-        opt[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key};
-    }
-    if (h->threads > 1)   /* MHD refuses a pool of one: its own thread is that */
-        opt[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, h->threads, NULL};
-    opt[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    /* The logger first, so that MHD's own messages about later options
-     * reach it. */
-    return MHD_start_daemon(flags, 0, NULL, NULL, http_on_request, h,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
-                            MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h,
-                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
-                            MHD_OPTION_CONNECTION_LIMIT, h->max_conns + HTTP_ACCEPT_SLACK,
-                            MHD_OPTION_ARRAY, opt, MHD_OPTION_END);
-}
-
 /* The listening socket at ss (SO_REUSEADDR, and IPv6 only for an IPv6
  * address, as libmicrohttpd would set them); its port into *port. */
 static dl_status listen_on(const struct sockaddr_storage *ss, int *fd, int *port, dl_err *err)
@@ -145,10 +101,10 @@ static dl_status listen_on(const struct sockaddr_storage *ss, int *fd, int *port
     return DL_OK;
 }
 
-/* Accepts connections and gives them to MHD's pool, which spreads them
- * over its event loops. Left to accept for themselves, the loops raced for
- * the listening socket, and one of them often took every connection of a
- * burst (all 32 of a benchmark's) while the others stayed idle. */
+/* Accepts connections and deals them out to the event loops. Left to
+ * accept for themselves, the loops raced for the listening socket, and one
+ * of them often took every connection of a burst (all 32 of a benchmark's)
+ * while the others stayed idle. */
 static void *acceptor_main(void *arg)
 {
     http_server *h = arg;
@@ -171,7 +127,7 @@ static void *acceptor_main(void *arg)
                 close(fd);
                 break;
             }
-            MHD_add_connection(h->d, fd, (struct sockaddr *)&a, alen);   /* closes fd if refused */
+            http_loops_give(h, fd, (struct sockaddr *)&a, alen);
             continue;
         }
         if (atomic_load(&h->stopping))   /* http_stop shut the socket down */
@@ -225,11 +181,11 @@ dl_status http_start(const http_deps *deps, http_server **out, int *port, dl_err
     h->max_conns = connection_limit();
     if (conf->max_connections > 0 && conf->max_connections + HTTP_OVER_CONNS < h->max_conns)
         h->max_conns = (unsigned)(conf->max_connections + HTTP_OVER_CONNS);
-    /* ITC (inter-thread communication, which MHD_ALLOW_SUSPEND_RESUME
-     * implies too): how MHD_resume_connection and MHD_add_connection wake
-     * the event loops. The listening socket is the acceptor's. */
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG | MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET;
+    /* MHD's epoll without a thread of its own: http_loop.c runs it, and
+     * wakes it for new connections and resumes. The listening socket is
+     * the acceptor's. */
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                     MHD_USE_NO_LISTEN_SOCKET;
     struct sockaddr_storage ss;
     int bound = 0;
     dl_status st = bind_address(conf, &ss, &flags, err);
@@ -238,21 +194,15 @@ dl_status http_start(const http_deps *deps, http_server **out, int *port, dl_err
     if (st == DL_OK && listen_on(&ss, &h->listen_fd, &bound, err) != DL_OK)
         st = dl_err_prefix(err, "cannot listen on %s port %lld", conf->address,
                            (long long)conf->port);
-    if (st == DL_OK) {
-        errno = 0;
-        h->d = start_daemon(h, flags);
-        if (!h->d)
-            st = dl_err_set(err, DL_ERR_IO, "cannot start the HTTP event loops%s%s",
-                            errno ? ": " : "", errno ? strerror(errno) : " (see the log)");
-    }
+    if (st == DL_OK)
+        st = http_loops_start(h, flags, err);
     if (st == DL_OK)
         st = http_metrics_start(h, &ss, flags, err);
     if (st == DL_OK && pthread_create(&h->acceptor, NULL, acceptor_main, h) != 0)
         st = dl_err_set(err, DL_ERR_IO, "cannot start the HTTP acceptor thread");
     if (st != DL_OK) {
         http_metrics_stop(h);
-        if (h->d)
-            MHD_stop_daemon(h->d);
+        http_loops_stop(h);
         server_free(h);
         return st;
     }
@@ -296,7 +246,7 @@ void http_stop(http_server *h)
     if (left > 0)
         DL_LOG(DL_LOG_WARNING, "http", "stopping with %lld requests unanswered after %d s",
                (long long)left, HTTP_DRAIN_S);
-    MHD_stop_daemon(h->d);
+    http_loops_stop(h);
     http_metrics_stop(h);   /* scraped until the end */
     server_free(h);
 }
