@@ -90,6 +90,7 @@ static const dl_opt_word optimizer_words[] = {
     {"sgd", DL_OPTIM_SGD}, {"momentum", DL_OPTIM_MOMENTUM}, {"adam", DL_OPTIM_ADAM}, {NULL, 0},
 };
 static const dl_opt_word math_words[] = {{"fp32", 0}, {"tf32", 1}, {NULL, 0}};
+static const dl_opt_word onoff_words[] = {{"on", 1}, {"off", 0}, {NULL, 0}};
 static const dl_opt_word device_forms[] = {{"cpu", 0}, {"cuda", 0}, {"cuda:N", 0}, {NULL, 0}};
 static const dl_opt_word dist_forms[] = {
     {"allreduce", 0}, {"avg", 0}, {"avg:K", 0}, {"ps-sync", 0}, {"ps-async", 0}, {NULL, 0},
@@ -140,6 +141,10 @@ static const cli_opt opts[] = {
      .doc = "GEMM precision, fp32 by default; tf32 runs TF32 tensor-core GEMMs on CUDA"},
     {"infer-batch", .group = G_RUN, .kind = OPT_TEXT, .arg = "B[,B]", FIELD(run.infer_batches),
      .doc = "--bench: inference samples/s only, at these batch sizes"},
+    {"batch-invariant", .group = G_RUN, .kind = OPT_WORD, .arg = "on|off",
+     FIELD(run.batch_invariant), .words = onoff_words,
+     .doc = "--eval, --predict, --bench: each answer the same bits in any batch; default: "
+            "model.json's serving.batch_invariant, else as the daemon"},
     {"limit", .group = G_RUN, .arg = "N", COUNT(run.limit, 1, COUNT_MAX),
      .doc = "use only the first N samples of each split (quick runs)"},
     {"version", .group = G_RUN, .arg = "V", COUNT(run.version, 1, COUNT_MAX),

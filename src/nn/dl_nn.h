@@ -356,6 +356,19 @@ dl_status dl_model_load(dl_model *m, const char *path, dl_err *err);
  * caller writes no parameter. */
 void dl_model_fix_weights(dl_model *m);
 
+/* Batch-invariant inference (off at dl_model_new): each sample of a
+ * forward pass that does not train gives the same bits whatever the batch
+ * it runs in, alone or beside any others, at any batch size. The dense
+ * layers take the backend's row-exact GEMM (the thin kernel on the CPU;
+ * else a row at a time), convolutions and pooling one sample at a time;
+ * every other layer computes each sample by itself anyway. Bits may
+ * still differ between thread counts, CPUs and backends. */
+void dl_model_set_batch_invariant(dl_model *m, bool on);
+/* The default of [batching] batch_invariant and of --eval, --predict and
+ * --bench (src/serve/conf.c writes it as text: keep both alike). */
+#define DL_BATCH_INVARIANT_DEFAULT true
+bool dl_model_batch_invariant(const dl_model *m);
+
 /* Number of named tensors and, for i in [0, n), the name, shape and data
  * (borrowed) of tensor i, in file order. */
 int dl_model_tensor_count(const dl_model *m);

@@ -416,6 +416,19 @@ bool dl_layer_is_conv_or_pool(dl_layer_type t)
     return t == DL_LAYER_CONV2D || t == DL_LAYER_MAXPOOL2D || t == DL_LAYER_AVGPOOL2D;
 }
 
+dl_status layer_forward_samples(layer *l, const float *x, float *y, int64_t n,
+                                dl_status (*fwd)(layer *, const float *, float *, int64_t,
+                                                 bool, dl_err *),
+                                dl_err *err)
+{
+    for (int64_t i = 0; i < n; i++) {
+        dl_status st = fwd(l, x + i * l->in_dim, y + i * l->out_dim, 1, false, err);
+        if (st != DL_OK)
+            return st;
+    }
+    return DL_OK;
+}
+
 void layer_declare(layer *l, const char *suffix, bool trainable, int ndim,
                    int64_t d0, int64_t d1, int64_t d2, int64_t d3)
 {

@@ -80,7 +80,21 @@ struct layer {
     int64_t              blocked;
     bool                 cols_kept;              /* conv2d: aux holds the last training
                                                   * forward's im2col matrices */
+    /* Batch-invariant inference (dl_model_set_batch_invariant): a
+     * sample's forward gives the same bits whatever the batch around it.
+     * Layers whose kernels choose blocking by the batch (dense, conv2d,
+     * conv1d, pooling) then run a row-exact GEMM or one sample at a time;
+     * the others compute each sample by itself anyway. */
+    bool                 invariant;
 };
+
+/* Runs a layer's forward one sample at a time (batch-invariant inference
+ * of a layer whose kernels would otherwise see the batch): x and y hold
+ * in_dim and out_dim floats a sample, in either layout. */
+dl_status layer_forward_samples(layer *l, const float *x, float *y, int64_t n,
+                                dl_status (*fwd)(layer *, const float *, float *, int64_t,
+                                                 bool, dl_err *),
+                                dl_err *err);
 
 /* Output shape of a layer for the per-sample shapes of its nin inputs;
  * errors say what does not fit ("expects 3-D input [C, H, W], got [784]"). */

@@ -153,6 +153,8 @@ static dl_status conv_forward(layer *l, const float *x, float *y, int64_t n,
                               bool train, dl_err *err)
 {
     const dl_backend_ops *ops = l->be->ops;
+    if (l->invariant && !train && n > 1)
+        return layer_forward_samples(l, x, y, n, conv_forward, err);
     l->cols_kept = false;
     if (use_engine(l, ops->conv_fwd != NULL)) {
         dl_conv_geom g = geom(l, n);
@@ -299,6 +301,8 @@ static dl_status pool_forward(layer *l, const float *x, float *y, int64_t n,
                               bool train, dl_err *err)
 {
     const dl_backend_ops *ops = l->be->ops;
+    if (l->invariant && !train && n > 1)
+        return layer_forward_samples(l, x, y, n, pool_forward, err);
     dl_conv_geom g = geom(l, n);
     if (use_engine(l, ops->pool2d_fwd != NULL) && ops->pool2d_bwd != NULL) {
         /* aux is kept for the backward of a training pass only */

@@ -24,14 +24,12 @@ static void dense_init(layer *l, dl_rng *rng)
         layer_fill_uniform(l, l->p[1].data, l->conf->units, bound, rng);
 }
 
-static dl_status dense_forward(layer *l, const float *x, float *y, int64_t n,
-                               bool train, dl_err *err)
+/* y (r, out) = post(x W^T + b) for x (r, in), W (out, in). */
+static dl_status dense_gemm(layer *l, const float *x, float *y, int64_t r, dl_err *err)
 {
-    (void)train;
-    int64_t r = rows(l, n), in = in_features(l), out = l->conf->units;
+    int64_t in = in_features(l), out = l->conf->units;
     const dl_backend_ops *ops = l->be->ops;
     const float *b = l->conf->bias ? l->p[1].data : NULL;
-    /* x: (r, in), W: (out, in), y: (r, out) = post(x W^T + b) */
     if (ops->gemm_bias_act)
         return ops->gemm_bias_act(l->be, r, out, in, x, l->p[0].data, b, l->post, y, err);
     dl_status st = ops->gemm(l->be, false, true, r, out, in, 1.0f, x, l->p[0].data, 0.0f,
@@ -41,6 +39,34 @@ static dl_status dense_forward(layer *l, const float *x, float *y, int64_t n,
     if (st == DL_OK && l->post)
         ops->act_fwd(l->be, *l->post, y, y, r * out);
     return st;
+}
+
+/* Batch-invariant: the backend's row-exact GEMM, else one row at a time
+ * (one shape, so one path, whatever the batch). */
+static dl_status dense_rows(layer *l, const float *x, float *y, int64_t r, dl_err *err)
+{
+    int64_t in = in_features(l), out = l->conf->units;
+    const dl_backend_ops *ops = l->be->ops;
+    dl_status st = DL_ERR_UNAVAILABLE;
+    if (ops->gemm_bias_act_rows)
+        st = ops->gemm_bias_act_rows(l->be, r, out, in, x, l->p[0].data,
+                                     l->conf->bias ? l->p[1].data : NULL, l->post, y, err);
+    if (st != DL_ERR_UNAVAILABLE)
+        return st;
+    if (err)
+        *err = (dl_err){0};
+    for (int64_t i = 0; i < r; i++)
+        if ((st = dense_gemm(l, x + i * in, y + i * out, 1, err)) != DL_OK)
+            return st;
+    return DL_OK;
+}
+
+static dl_status dense_forward(layer *l, const float *x, float *y, int64_t n,
+                               bool train, dl_err *err)
+{
+    if (l->invariant && !train)
+        return dense_rows(l, x, y, rows(l, n), err);
+    return dense_gemm(l, x, y, rows(l, n), err);
 }
 
 static dl_status dense_backward(layer *l, const float *x, const float *y,

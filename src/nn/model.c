@@ -398,6 +398,15 @@ void dl_model_fix_weights(dl_model *m)
     m->be->ops->fix_weights(m->be, m->params, (size_t)m->nparams * sizeof(float), true);
 }
 
+void dl_model_set_batch_invariant(dl_model *m, bool on)
+{
+    m->invariant = on;
+    for (int i = 0; i < m->nlayers; i++)
+        m->layers[i].invariant = on;
+}
+
+bool dl_model_batch_invariant(const dl_model *m) { return m->invariant; }
+
 void dl_model_set_rng(dl_model *m, uint64_t stream, uint64_t counter)
 {
     m->stream = stream;

@@ -79,6 +79,7 @@ struct dl_model {
     out_stat            *ostat;
     bool                 input_grads;               /* FP32 model inputs get gradients */
     bool                 fixed;                     /* dl_model_fix_weights */
+    bool                 invariant;                 /* dl_model_set_batch_invariant */
 };
 
 /* The activation tensor a layer source names (dl_layer_conf.src). */

@@ -37,6 +37,8 @@ typedef struct dl_batching_conf {
                                     sample takes at most this (0: never) */
     int64_t default_timeout_us;  /* longest a request may queue (0: no limit); a request's
                                     "timeout" parameter overrides it */
+    bool    batch_invariant;     /* an answer's bits do not depend on its batch
+                                    (dl_model_set_batch_invariant) */
 } dl_batching_conf;
 
 /* The inference device, as [models] device names it and parsed once. */

@@ -46,6 +46,7 @@ struct registry {
     pthread_mutex_t mu;             /* the entries */
     pthread_mutex_t load_mu;        /* one loader at a time */
     dl_models_conf  conf;
+    bool            batch_invariant;        /* [batching]'s, unless a model says */
     dl_backend     *be[DL_MAX_INSTANCES];   /* one a copy of each model */
     int             nbe;
     entry          *e;
@@ -154,6 +155,8 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
         if (st != DL_OK)
             break;
         dl_model_fix_weights(m);
+        dl_model_set_batch_invariant(m, sc->batch_invariant >= 0 ? sc->batch_invariant == 1
+                                                                 : r->batch_invariant);
         s->pub.in_dim = dl_model_in_dim(m);
         s->pub.out_dim = dl_model_out_dim(m);
         /* Warm-up: one pass sizes the buffers before the first request;
@@ -385,8 +388,8 @@ int registry_rescan(registry *r)
     return changes;
 }
 
-dl_status registry_new(const dl_models_conf *conf, dl_backend *const *be, int nbe,
-                       registry **out, dl_err *err)
+dl_status registry_new(const dl_models_conf *conf, bool batch_invariant, dl_backend *const *be,
+                       int nbe, registry **out, dl_err *err)
 {
     *out = NULL;
     DL_ASSERT(nbe >= 1 && nbe <= DL_MAX_INSTANCES);
@@ -396,6 +399,7 @@ dl_status registry_new(const dl_models_conf *conf, dl_backend *const *be, int nb
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->load_mu, NULL);
     r->conf = *conf;
+    r->batch_invariant = batch_invariant;
     memcpy(r->be, be, (size_t)nbe * sizeof(*be));
     r->nbe = nbe;
     struct stat sb;

@@ -34,9 +34,11 @@ typedef struct served {
 
 /* Scans conf->dir and loads what the version policy selects. *out is new.
  * A model that fails to load is logged and recorded (see
- * registry_status), not fatal. */
-dl_status registry_new(const dl_models_conf *conf, dl_backend *const *be, int nbe,
-                       registry **out, dl_err *err);
+ * registry_status), not fatal. Models compute batch-invariant answers
+ * (dl_model_set_batch_invariant) as batch_invariant says, unless their
+ * "serving" block says otherwise. */
+dl_status registry_new(const dl_models_conf *conf, bool batch_invariant, dl_backend *const *be,
+                       int nbe, registry **out, dl_err *err);
 void registry_free(registry *r);
 
 /* Rescans the folder: loads, validates and warms up new versions, swaps

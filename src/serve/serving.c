@@ -12,6 +12,7 @@ void serving_init(serving_conf *sc)
     memset(sc, 0, sizeof(*sc));
     sc->max_queue_delay_us = -1;
     sc->default_timeout_us = -1;
+    sc->batch_invariant = -1;
 }
 
 /* An integer key of the block in [least, most] into *to (left alone when
@@ -102,7 +103,7 @@ dl_status serving_parse(json_t *block, int64_t max_instances, serving_conf *sc, 
     static const char *const keys[] = {
         "max_batch_size", "max_queue_delay_us", "preferred_batch_size", "max_queue_size",
         "instances", "version_policy", "default_timeout_us", "priority_levels",
-        "default_priority_level", NULL};
+        "default_priority_level", "batch_invariant", NULL};
     serving_init(sc);
     if (!block)
         return DL_OK;
@@ -127,6 +128,11 @@ dl_status serving_parse(json_t *block, int64_t max_instances, serving_conf *sc, 
         (st = preferred(block, sc, err)) || (st = policy(block, sc, err)) ||
         (st = priority(block, sc, err)))
         return st;
+    json_t *bi = json_object_get(block, "batch_invariant");
+    if (bi && !json_is_boolean(bi))
+        return dl_err_set(err, DL_ERR_INVALID, "serving.batch_invariant must be true or false");
+    if (bi)
+        sc->batch_invariant = json_is_true(bi);
     if (sc->max_batch_size > 0 && sc->max_queue_size > 0 &&
         sc->max_batch_size > sc->max_queue_size)
         return dl_err_set(err, DL_ERR_INVALID, "serving.max_batch_size %lld is over "
@@ -174,6 +180,8 @@ json_t *serving_json(const serving_conf *sc)
         json_object_set_new(o, "version_policy", json_string(sc->version_policy));
     if (sc->default_timeout_us >= 0)
         json_object_set_new(o, "default_timeout_us", json_integer(sc->default_timeout_us));
+    if (sc->batch_invariant >= 0)
+        json_object_set_new(o, "batch_invariant", json_boolean(sc->batch_invariant));
     if (sc->priority_levels) {
         json_object_set_new(o, "priority_levels", json_integer(sc->priority_levels));
         json_object_set_new(o, "default_priority_level",

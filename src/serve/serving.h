@@ -27,6 +27,7 @@ typedef struct serving_conf {
     int64_t default_timeout_us;      /* -1: not given (0 is a setting: no limit) */
     int64_t priority_levels;         /* 0: one level, priorities ignored */
     int64_t default_priority_level;  /* 1..priority_levels when levels are given */
+    int     batch_invariant;         /* 1, 0; -1: not given */
 } serving_conf;
 
 /* The settings when model.json has no "serving" block: none given. */
@@ -38,7 +39,8 @@ void serving_init(serving_conf *sc);
  * preferred_batch_size (1..SERVING_MAX_PREFERRED distinct integers >= 1,
  * each at most max_batch_size), version_policy (as [models] policy),
  * priority_levels (0..SERVING_MAX_PRIORITY) and default_priority_level
- * (1..priority_levels; with levels, required). `max_instances` bounds
+ * (1..priority_levels; with levels, required), batch_invariant (true or
+ * false). `max_instances` bounds
  * instances (models.instances). DL_ERR_INVALID with err naming the key and
  * why for anything else, unknown keys included. */
 dl_status serving_parse(json_t *block, int64_t max_instances, serving_conf *sc, dl_err *err);

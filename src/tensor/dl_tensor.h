@@ -166,6 +166,15 @@ typedef struct dl_backend_ops {
     dl_status (*gemm_bias_act)(dl_backend *be, int64_t m, int64_t n, int64_t k,
                                const float *a, const float *b, const float *bias,
                                const dl_act *post, float *c, dl_err *err);
+    /* Optional: gemm_bias_act with each row of C computed by the same
+     * operations whatever m, the rows beside it and the threads: a
+     * sample's answer is the same bits alone or in any batch
+     * (batch-invariant inference). NULL, or DL_ERR_UNAVAILABLE with
+     * nothing changed (no such kernel on this CPU): the dense layer runs
+     * such a batch one row at a time instead. */
+    dl_status (*gemm_bias_act_rows)(dl_backend *be, int64_t m, int64_t n, int64_t k,
+                                    const float *a, const float *b, const float *bias,
+                                    const dl_act *post, float *c, dl_err *err);
 
     /* Batch normalisation over (N, C, HW) per channel. Training mode uses
      * the batch statistics, saves mean and inverse std, and updates the

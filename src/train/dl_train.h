@@ -55,6 +55,10 @@ typedef struct dl_run_opts {
      * --bench measures inference only, at these batch sizes ("1,64"). */
     bool        tf32;
     const char *infer_batches;
+    /* --eval, --predict, --bench: batch-invariant inference
+     * (dl_model_set_batch_invariant): 1 on, 0 off, -1 as model.json's
+     * "serving" block says, else DL_BATCH_INVARIANT_DEFAULT, as the daemon. */
+    int         batch_invariant;
     /* --train: called with each dl_train_event (may be NULL) */
     void      (*on_event)(void *ctx, const dl_train_event *e);
     void       *event_ctx;

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "train/session.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@ void dl_run_opts_init(dl_run_opts *o)
     memset(o, 0, sizeof(*o));
     o->epochs = o->batch_size = o->seed = -1;
     o->lr = o->momentum = o->weight_decay = -1.0;
-    o->optimizer = o->nesterov = o->progress = -1;
+    o->optimizer = o->nesterov = o->progress = o->batch_invariant = -1;
     o->dist = (dl_dist_conf){ .mode = DL_DIST_ALLREDUCE, .avg_k = 1, .servers = 1,
                               .max_staleness = 4, .stall_timeout = 300.0,
                               .bucket_kb = DL_DIST_BUCKET_KB };
@@ -26,6 +27,17 @@ static bool has_conv_layers(const dl_model_conf *c)
         if (dl_layer_is_conv_or_pool(c->layers[i].type))
             return true;
     return false;
+}
+
+/* model.json's "serving": {"batch_invariant": ...} (checked by the daemon,
+ * src/serve/serving.c), else the daemon's default. */
+static bool serving_invariant(const dl_model_conf *c)
+{
+    json_t *root = c->json ? json_loads(c->json, 0, NULL) : NULL;
+    json_t *v = json_object_get(json_object_get(root, "serving"), "batch_invariant");
+    bool on = json_is_boolean(v) ? json_is_true(v) : DL_BATCH_INVARIANT_DEFAULT;
+    json_decref(root);
+    return on;
 }
 
 dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, dl_err *err)
@@ -46,6 +58,8 @@ dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, dl_err *
         return st;
     }
     s->sc = dl_scaling_of(s->conf);
+    dl_model_set_batch_invariant(s->m, o->batch_invariant >= 0 ? o->batch_invariant == 1
+                                                               : serving_invariant(s->conf));
     return DL_OK;
 }
 

@@ -296,7 +296,8 @@ void dl_pool_set_runner(dl_pool_runner run);
 /* Runs fn over [0, n) split in contiguous chunks, one per thread, and
  * returns when all are done. Runs inline when n < grain * 2 or with one
  * thread. Calls from inside a task, or while another thread's loop holds
- * the workers, run inline. */
+ * the workers, run the same chunks inline, one after the other: the split
+ * depends on n, grain and the thread count only. */
 void dl_parallel_for(int64_t n, int64_t grain, dl_task_fn fn, void *ctx);
 
 /* ---- configuration tables ----------------------------------------------

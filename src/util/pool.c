@@ -133,8 +133,16 @@ void dl_parallel_for(int64_t n, int64_t grain, dl_task_fn fn, void *ctx)
     int64_t chunks = n / grain;
     if (chunks > pool.nthreads)
         chunks = pool.nthreads;
-    if (chunks < 2 || in_task || pthread_mutex_trylock(&caller) != 0) {
+    if (chunks < 2) {
         fn(ctx, 0, n);
+        return;
+    }
+    if (in_task || pthread_mutex_trylock(&caller) != 0) {
+        /* The workers are busy: the same chunks, one after the other.
+         * Work split by chunk (a GEMM a block of rows) then gives the same
+         * bits however busy the process is: batch-invariant answers. */
+        for (int64_t i = 0; i < chunks; i++)
+            fn(ctx, n * i / chunks, n * (i + 1) / chunks);
         return;
     }
     if (runner) {

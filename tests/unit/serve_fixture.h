@@ -14,7 +14,7 @@ static inline registry *fx_registry(const char *dir, dl_backend **bes, int n)
     snprintf(conf.policy, sizeof(conf.policy), "latest");
     registry *r = NULL;
     dl_err err = {0};
-    cr_assert_eq(registry_new(&conf, bes, n, &r, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(registry_new(&conf, true, bes, n, &r, &err), DL_OK, "%s", err.msg);
     return r;
 }
 

@@ -130,7 +130,7 @@ static json_t *int_list(const int64_t *v, int n)
 
 /* Triton's dynamic_batching of a served version: its serving block over
  * the daemon's [batching]; requests queued past their timeout are
- * rejected. */
+ * rejected. dlserve's own key: batch_invariant, the setting in force. */
 static json_t *dynamic_batching(const served *sv, const dl_batching_conf *bc)
 {
     const serving_conf *sc = &sv->serving;
@@ -142,11 +142,12 @@ static json_t *dynamic_batching(const served *sv, const dl_batching_conf *bc)
                                "default_timeout_microseconds", (json_int_t)timeout,
                                "allow_timeout_override", 1, "max_queue_size",
                                (json_int_t)queue);
-    return json_pack("{s:o*, s:I, s:b, s:I, s:I, s:o*}", "preferred_batch_size",
+    return json_pack("{s:o*, s:I, s:b, s:I, s:I, s:o*, s:b}", "preferred_batch_size",
                      int_list(sc->preferred, sc->npreferred), "max_queue_delay_microseconds",
                      (json_int_t)delay, "preserve_ordering", 0, "priority_levels",
                      (json_int_t)sc->priority_levels, "default_priority_level",
-                     (json_int_t)sc->default_priority_level, "default_queue_policy", policy);
+                     (json_int_t)sc->default_priority_level, "default_queue_policy", policy,
+                     "batch_invariant", dl_model_batch_invariant(sv->m[0]));
 }
 
 /* The model's inputs as Triton's config lists them. */

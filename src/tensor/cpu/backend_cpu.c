@@ -72,6 +72,7 @@ static void cpu_fill(dl_backend *be, float *x, int64_t n, float value)
 typedef struct gemm_job {
     bool ta, tb, by_rows;
     bool thin;             /* be->gemm_thin */
+    bool rows;             /* the thin kernel at any size: rows independent of m */
     int64_t m, n, k;
     float alpha, beta;
     const float *a, *b;
@@ -113,8 +114,8 @@ static void gemm_block(const gemm_job *j, int64_t r0, int64_t r1, int64_t c0, in
     if (j->k == 0) {
         for (int64_t r = r0; r < r1; r++)
             memset(j->c + r * j->n + c0, 0, (size_t)(c1 - c0) * sizeof(float));
-    } else if (j->thin && !j->ta && j->tb && j->alpha == 1.0f && j->beta == 0.0f &&
-               (r1 - r0 <= THIN_ROWS || dl_gemm_thin_avx512_usable())) {
+    } else if (j->rows || (j->thin && !j->ta && j->tb && j->alpha == 1.0f && j->beta == 0.0f &&
+                           (r1 - r0 <= THIN_ROWS || dl_gemm_thin_avx512_usable()))) {
         for (int64_t r = r0; r < r1; r += THIN_ROWS)
             dl_gemm_thin(r1 - r < THIN_ROWS ? r1 - r : THIN_ROWS, c1 - c0, j->k,
                          a + (r - r0) * lda, lda, j->b + c0 * j->k, ldb,
@@ -183,19 +184,21 @@ static dl_status cpu_gemm(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n
     return DL_OK;
 }
 
-/* C = post(A B^T + bias): the dense layer's forward in one pass over C. */
-static dl_status cpu_gemm_bias_act(dl_backend *be, int64_t m, int64_t n, int64_t k,
-                                   const float *a, const float *b, const float *bias,
-                                   const dl_act *post, float *c, dl_err *err)
+/* C = post(A B^T + bias): the dense layer's forward in one pass over C.
+ * With `rows`, every block through the thin kernel, which computes each
+ * C[i, j] as the same dot product whatever block holds it (gemm_thin.c):
+ * a row's bits do not depend on m or on how the rows are split. */
+static dl_status bias_act(dl_backend *be, bool rows, int64_t m, int64_t n, int64_t k,
+                          const float *a, const float *b, const float *bias,
+                          const dl_act *post, float *c, dl_err *err)
 {
-    (void)be;
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
         return dl_err_set(err, DL_ERR_INVALID, "gemm of %lldx%lldx%lld is too large",
                           (long long)m, (long long)n, (long long)k);
     if (m == 0 || n == 0)
         return DL_OK;
     gemm_job j = { .ta = false, .tb = true, .by_rows = m >= n, .thin = be->gemm_thin,
-                   .m = m, .n = n, .k = k,
+                   .rows = rows && k > 0, .m = m, .n = n, .k = k,
                    .alpha = 1.0f, .beta = 0.0f, .a = a, .b = b, .c = c,
                    .bias = bias, .post = post };
     int64_t units = ((j.by_rows ? m : n) + GEMM_BLOCK - 1) / GEMM_BLOCK;
@@ -203,6 +206,25 @@ static dl_status cpu_gemm_bias_act(dl_backend *be, int64_t m, int64_t n, int64_t
     int64_t grain = (2 << 20) / (per_unit > 0 ? per_unit : 1) + 1;
     dl_parallel_for(units, grain, gemm_task, &j);
     return DL_OK;
+}
+
+static dl_status cpu_gemm_bias_act(dl_backend *be, int64_t m, int64_t n, int64_t k,
+                                   const float *a, const float *b, const float *bias,
+                                   const dl_act *post, float *c, dl_err *err)
+{
+    return bias_act(be, false, m, n, k, a, b, bias, post, c, err);
+}
+
+/* The thin kernel needs AVX2 and FMA: elsewhere the layer goes a row at a
+ * time. */
+static dl_status cpu_gemm_bias_act_rows(dl_backend *be, int64_t m, int64_t n, int64_t k,
+                                        const float *a, const float *b, const float *bias,
+                                        const dl_act *post, float *c, dl_err *err)
+{
+    if (!dl_gemm_thin_usable())
+        return dl_err_set(err, DL_ERR_UNAVAILABLE, "cpu: no batch-invariant GEMM kernel "
+                          "without AVX2 and FMA");
+    return bias_act(be, true, m, n, k, a, b, bias, post, c, err);
 }
 
 static void cpu_bias_add(dl_backend *be, float *y, const float *b, int64_t rows,
@@ -1308,6 +1330,7 @@ static dl_status cpu_sync(dl_backend *be, dl_err *err)
     .copy           = cpu_copy_f32, \
     .gemm           = cpu_gemm, \
     .gemm_bias_act  = cpu_gemm_bias_act, \
+    .gemm_bias_act_rows = cpu_gemm_bias_act_rows, \
     .bias_add       = cpu_bias_add, \
     .bias_grad      = cpu_bias_grad, \
     .bias_add_nchw  = cpu_bias_add_nchw, \

@@ -918,6 +918,7 @@ const dl_backend_ops cuda_ops = {
     .pool2d_bwd       = NULL,
     .fix_weights      = NULL,
     .gemm_bias_act    = NULL,
+    .gemm_bias_act_rows = NULL,   /* batch-invariant dense layers go a row at a time */
     .bn_fwd_train   = cu_bn_fwd_train,
     .bn_fwd_infer   = cu_bn_fwd_infer,
     .bn_bwd         = cu_bn_bwd,
@@ -1005,6 +1006,13 @@ dl_status ctx_setup(cuda_ctx *c, dl_err *err)
     /* Our own workspace: cuBLAS then never allocates, even inside a graph. */
     if (bs == CUBLAS_STATUS_SUCCESS)
         bs = cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WS_BYTES);
+    /* No atomics: cuBLAS then picks one algorithm for a shape, the same on
+     * every call, and gives the same bits for it. The batch-invariant
+     * forward (dl_model_set_batch_invariant) rests on that: it runs dense
+     * layers a row and convolutions a sample at a time, one shape whatever
+     * the batch. */
+    if (bs == CUBLAS_STATUS_SUCCESS)
+        bs = cublasSetAtomicsMode(c->blas, CUBLAS_ATOMICS_NOT_ALLOWED);
     if (bs != CUBLAS_STATUS_SUCCESS)
         return dl_err_set(err, bs == CUBLAS_STATUS_ALLOC_FAILED ? DL_ERR_NOMEM : DL_ERR_BACKEND,
                           "cuda:%d: cuBLAS: %s", c->dev, cublasGetStatusString(bs));

@@ -1,0 +1,130 @@
+/* test_invariant.c: batch-invariant inference (dl_model_set_batch_invariant).
+ * The shipped models with random weights answer each of 67 samples with
+ * the same bits alone, at every position of batches of 2, 3, 8, 31 and
+ * 67, whichever kernels the backend runs: the thin GEMM kernel or
+ * OpenBLAS for dense layers, oneDNN or im2col + OpenBLAS for convolutions
+ * (run.sh runs this suite once per DLSERVE_CPU_GEMM / DLSERVE_CPU_CONV
+ * pair, meson.build), on one thread and on two. The same batches without
+ * the setting say how many answers moved: logged, not asserted (it
+ * depends on the CPU and its libraries). */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+
+#include "fixture.h"
+
+#include <math.h>
+
+#define SAMPLES 67
+
+static const int64_t batches[] = {2, 3, 8, 31, SAMPLES};
+
+typedef struct run {
+    dl_backend *be;
+    dl_model_conf *conf;
+    dl_model *m;
+    int64_t din, dout;
+    float *x, *alone, *batched;
+} run;
+
+/* A model of models/<name> with random weights on a CPU backend of
+ * `threads` threads, and SAMPLES inputs in [0, 1) (ids in range for an
+ * embedding's input). */
+static void setup(run *r, const char *name, int threads)
+{
+    dl_err err = {0};
+    char rel[128];
+    snprintf(rel, sizeof(rel), "models/%s/model.json", name);
+    cr_assert_eq(dl_model_conf_load(fx_source_path(rel), &r->conf, &err), DL_OK, "%s", err.msg);
+    dl_backend_params bp = { .threads = threads, .conv_layers = true };
+    cr_assert_eq(dl_backend_new("cpu", &bp, &r->be, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_model_new(r->be, r->conf, 7, &r->m, &err), DL_OK, "%s", err.msg);
+    dl_model_fix_weights(r->m);
+    r->din = dl_model_in_dim(r->m);
+    r->dout = dl_model_out_dim(r->m);
+    r->x = malloc((size_t)(SAMPLES * r->din) * sizeof(float));
+    r->alone = malloc((size_t)(SAMPLES * r->dout) * sizeof(float));
+    r->batched = malloc((size_t)(SAMPLES * r->dout) * sizeof(float));
+    cr_assert(r->x && r->alone && r->batched);
+    dl_rng rng;
+    dl_rng_seed(&rng, 11);
+    for (int64_t i = 0; i < SAMPLES * r->din; i++)
+        r->x[i] = dl_rng_uniform(&rng);
+    if (dl_model_input_count(r->m) == 2)   /* two-tower: a user id first */
+        for (int64_t i = 0; i < SAMPLES; i++)
+            r->x[i * r->din] = (float)(i % 100);
+}
+
+static void teardown(run *r)
+{
+    dl_model_free(r->m);
+    dl_backend_free(r->be);
+    dl_model_conf_free(r->conf);
+    free(r->x);
+    free(r->alone);
+    free(r->batched);
+}
+
+/* Answers of samples [i, i + b) as one batch, into their rows of out. */
+static void predict(run *r, int64_t i, int64_t b, float *out)
+{
+    dl_err err = {0};
+    cr_assert_eq(dl_model_predict(r->m, r->x + i * r->din, b, b, out + i * r->dout, &err), DL_OK,
+                 "%s", err.msg);
+}
+
+/* Values of every batch that differ in any bit from the sample alone. */
+static int64_t moved(run *r)
+{
+    for (int64_t i = 0; i < SAMPLES; i++)
+        predict(r, i, 1, r->alone);
+    int64_t n = 0;
+    for (size_t k = 0; k < sizeof(batches) / sizeof(batches[0]); k++) {
+        for (int64_t i = 0; i < SAMPLES; i += batches[k])
+            predict(r, i, i + batches[k] <= SAMPLES ? batches[k] : SAMPLES - i, r->batched);
+        for (int64_t j = 0; j < SAMPLES * r->dout; j++)
+            n += memcmp(&r->alone[j], &r->batched[j], sizeof(float)) != 0;
+    }
+    return n;
+}
+
+static void check(const char *name, int threads)
+{
+    run r;
+    setup(&r, name, threads);
+    const char *engine = dl_backend_conv_engine(r.be);
+    int64_t off = moved(&r);
+    cr_log_info("%s, %d thread(s), %s, gemm %s: without batch_invariant %lld of %lld values "
+                "moved", name, threads, engine, r.be->gemm_thin ? "thin" : "openblas",
+                (long long)off, (long long)(SAMPLES * r.dout * 5));
+    dl_model_set_batch_invariant(r.m, true);
+    cr_assert(dl_model_batch_invariant(r.m));
+    int64_t on = moved(&r);
+    cr_expect_eq(on, 0, "%s, %d thread(s), %s: %lld values differ from the sample alone", name,
+                 threads, engine, (long long)on);
+    /* and the answers are the model's: batch-invariant is not batch-blind */
+    for (int64_t j = 0; j < SAMPLES * r.dout; j++)
+        cr_assert(isfinite(r.alone[j]), "%s: value %lld is %g", name, (long long)j, r.alone[j]);
+    teardown(&r);
+}
+
+Test(invariant, fashion_mlp) { check("fashion-mlp", 1); check("fashion-mlp", 2); }
+Test(invariant, fashion_cnn) { check("fashion-cnn", 1); check("fashion-cnn", 2); }
+Test(invariant, fashion_resnet, .timeout = 60) { check("fashion-resnet", 2); }
+Test(invariant, two_tower) { check("two-tower", 1); check("two-tower", 2); }
+
+/* Invariant answers are the batched ones but for rounding: the same
+ * arithmetic, summed in another order. */
+Test(invariant, answers_match_the_batched_ones)
+{
+    run r;
+    setup(&r, "fashion-cnn", 2);
+    predict(&r, 0, SAMPLES, r.batched);
+    dl_model_set_batch_invariant(r.m, true);
+    predict(&r, 0, SAMPLES, r.alone);
+    for (int64_t j = 0; j < SAMPLES * r.dout; j++)
+        cr_assert(fabsf(r.alone[j] - r.batched[j]) <= 1e-5f + 1e-4f * fabsf(r.batched[j]),
+                  "value %lld: %g invariant, %g batched", (long long)j, r.alone[j],
+                  r.batched[j]);
+    teardown(&r);
+}
