@@ -189,6 +189,7 @@ Test(registry, serving_blocks_are_checked)
     bad_block("{'priority_levels':2,'default_priority_level':3}",
               "serving.default_priority_level must be an integer from 1 to 2");
     bad_block("{'max_batch_size':8,'max_queue_size':4}", "serving.max_batch_size 8 is over");
+    bad_block("{'batch_invariant':1}", "serving.batch_invariant must be true or false");
 
     json_t *block = json_loads(fx_dq("{'max_batch_size':8,'preferred_batch_size':[4,2],"
                                      "'max_queue_delay_us':0,'version_policy':'latest:2',"
@@ -204,6 +205,7 @@ Test(registry, serving_blocks_are_checked)
     cr_expect_eq(sc.default_timeout_us, -1, "not given");
     cr_expect_str_eq(sc.version_policy, "latest:2");
     cr_expect_eq(sc.default_priority_level, 2);
+    cr_expect_eq(sc.batch_invariant, -1, "not given");
     json_decref(block);
 }
 
@@ -244,6 +246,7 @@ Test(registry, serving_block_loads_with_the_model)
     cr_expect_eq(sv->serving.max_batch_size, 4);
     cr_expect_eq(sv->instances, 1);
     cr_expect(sv->m[0] && !sv->m[1], "one copy for serving.instances 1");
+    cr_expect(dl_model_batch_invariant(sv->m[0]), "the registry's default: on");
     served_release(sv);
     json_t *e = status_of(r2, "tiny");
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(e, "serving"),
@@ -273,12 +276,14 @@ Test(registry, serving_block_loads_with_the_model)
     json_decref(e);
 
     /* fixed: version 2 loads with its settings */
-    write_model_json("tiny", "{\"max_batch_size\": 2}");
+    write_model_json("tiny", "{\"max_batch_size\": 2, \"batch_invariant\": false}");
     registry_rescan(r2);
     cr_assert_eq(registry_acquire(r2, "tiny", 0, &sv, &err), DL_OK, "%s", err.msg);
     cr_expect_eq(sv->version, 2);
     cr_expect_eq(sv->serving.max_batch_size, 2);
     cr_expect_eq(sv->instances, 2, "the daemon's instances");
+    cr_expect(!dl_model_batch_invariant(sv->m[0]) && !dl_model_batch_invariant(sv->m[1]),
+              "the block's batch_invariant, on every copy");
     served_release(sv);
     registry_free(r2);
     dl_backend_free(two[1]);
