@@ -253,6 +253,31 @@ static void check_gemm(void)
     drop_all();
 }
 
+/* The batch-invariant dense forward: the GPU's answers the CPU's, and a
+ * row of a batch of 37 has the bits of that row alone. */
+static void check_gemm_rows(void)
+{
+    int64_t m = 37, n = 129, k = 784;
+    dl_act relu = DL_ACT_RELU;
+    pair *a = mk(m * k, -1, 1), *b = mk(n * k, -1, 1), *bias = mk(n, -1, 1);
+    pair *c = mk(m * n, -1, 1), *one = mk(n, -1, 1);
+    dl_err err = {0};
+    bool ok = true;
+    ON_BOTH(ok &= B->ops->gemm_bias_act_rows(B, m, n, k, P(a), P(b), P(bias), &relu, F(c),
+                                             &err) == DL_OK);
+    if (!ok)
+        fprintf(stderr, "gemm_bias_act_rows: %s\n", err.msg);
+    compare("gemm_bias_act_rows", c, false, ok ? TOL : -1);
+    ok = gpu->ops->gemm_bias_act_rows(gpu, 1, n, k, (const float *)a->g + 5 * k, b->g, bias->g,
+                                      &relu, one->g, &err) == DL_OK;
+    float *all = fetch(gpu, c->g, m * n), *alone = fetch(gpu, one->g, n);
+    report("gemm_bias_act_rows_row_alone",
+           ok && memcmp(all + 5 * n, alone, (size_t)n * sizeof(float)) == 0 ? 0.0 : 1.0, 0.0);
+    free(all);
+    free(alone);
+    drop_all();
+}
+
 static void check_bias(void)
 {
     int64_t rows = 1000, cols = 37;
@@ -640,6 +665,7 @@ int main(void)
 
     check_memory();
     check_gemm();
+    check_gemm_rows();
     check_bias();
     check_act();
     check_softmax();

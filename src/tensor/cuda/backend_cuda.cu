@@ -543,6 +543,21 @@ dl_status cu_gemm(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_
     return ok ? DL_OK : take_latched(c, err);
 }
 
+static dl_status cu_gemm_bias_act_rows(dl_backend *be, int64_t m, int64_t n, int64_t k,
+                                       const float *a, const float *b, const float *bias,
+                                       const dl_act *post, float *cc, dl_err *err)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (c->latched)
+        return take_latched(c, err);
+    if (m == 0 || n == 0)
+        return DL_OK;
+    bind(c);
+    return CUDA_CHECK(c, k_gemm_rows(c->stream, m, n, k, a, b, bias, post, cc), "gemm_rows")
+               ? DL_OK
+               : take_latched(c, err);
+}
+
 void cu_bias_add(dl_backend *be, float *y, const float *b, int64_t rows, int64_t cols)
 {
     cuda_ctx *c = ctx_of(be);
@@ -918,7 +933,7 @@ const dl_backend_ops cuda_ops = {
     .pool2d_bwd       = NULL,
     .fix_weights      = NULL,
     .gemm_bias_act    = NULL,
-    .gemm_bias_act_rows = NULL,   /* batch-invariant dense layers go a row at a time */
+    .gemm_bias_act_rows = cu_gemm_bias_act_rows,
     .bn_fwd_train   = cu_bn_fwd_train,
     .bn_fwd_infer   = cu_bn_fwd_infer,
     .bn_bwd         = cu_bn_bwd,
@@ -1008,9 +1023,9 @@ dl_status ctx_setup(cuda_ctx *c, dl_err *err)
         bs = cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WS_BYTES);
     /* No atomics: cuBLAS then picks one algorithm for a shape, the same on
      * every call, and gives the same bits for it. The batch-invariant
-     * forward (dl_model_set_batch_invariant) rests on that: it runs dense
-     * layers a row and convolutions a sample at a time, one shape whatever
-     * the batch. */
+     * forward (dl_model_set_batch_invariant) rests on that: it runs
+     * convolutions a sample at a time, one shape whatever the batch (its
+     * dense layers take k_gemm_rows). */
     if (bs == CUBLAS_STATUS_SUCCESS)
         bs = cublasSetAtomicsMode(c->blas, CUBLAS_ATOMICS_NOT_ALLOWED);
     if (bs != CUBLAS_STATUS_SUCCESS)

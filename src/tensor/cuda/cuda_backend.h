@@ -40,6 +40,11 @@ cudaError_t k_bias_add_nchw(cudaStream_t s, float *y, const float *b, int64_t n,
                             int64_t c, int64_t hw);
 
 cudaError_t k_act_fwd(cudaStream_t s, dl_act act, const float *x, float *y, int64_t n);
+/* C (m, n) = post(A B^T + bias), each output by one warp in one fixed
+ * order whatever m: the batch-invariant dense forward. bias and post may
+ * be NULL. */
+cudaError_t k_gemm_rows(cudaStream_t s, int64_t m, int64_t n, int64_t k, const float *a,
+                        const float *b, const float *bias, const dl_act *post, float *c);
 cudaError_t k_act_bwd(cudaStream_t s, dl_act act, const float *y, const float *dy,
                       float *dx, int64_t n);
 cudaError_t k_softmax_fwd(cudaStream_t s, const float *x, float *y, int64_t rows,

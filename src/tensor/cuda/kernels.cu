@@ -778,6 +778,60 @@ cudaError_t k_bias_add_nchw(cudaStream_t s, float *y, const float *b, int64_t n,
     return cudaGetLastError();
 }
 
+/* ---- the batch-invariant dense forward ------------------------------------ */
+
+/* C[i, j] = post(dot(A row i, B row j) + bias[j]), A (m, k) and B (n, k)
+ * row-major: a warp an output, each lane summing every 32nd product in
+ * order, then the same shuffle tree. One order of operations whatever m,
+ * so a row's bits never depend on the rows beside it (cuBLAS chooses its
+ * kernel, and its split of k, by the shape). A: -1 for no activation. */
+template <int A>
+__global__ void gemm_rows_kernel(int64_t m, int64_t n, int64_t k, const float *a,
+                                 const float *b, const float *bias, float *c)
+{
+    int lane = (int)(threadIdx.x & 31);
+    int64_t warps = nthreads() / 32;
+    for (int64_t o = tid() / 32; o < m * n; o += warps) {
+        const float *ai = a + (o / n) * k, *bj = b + (o % n) * k;
+        float v = 0.0f;
+        for (int64_t p = lane; p < k; p += 32)
+            v = fmaf(ai[p], bj[p], v);
+        for (int s = 16; s > 0; s >>= 1)
+            v += __shfl_xor_sync(0xffffffffu, v, s);
+        if (lane != 0)
+            continue;
+        if (bias)
+            v += bias[o % n];
+        if (A == DL_ACT_RELU)
+            v = v > 0.0f ? v : 0.0f;
+        else if (A == DL_ACT_TANH)
+            v = tanhf(v);
+        else if (A == DL_ACT_SIGMOID)
+            v = 1.0f / (1.0f + expf(-v));
+        c[o] = v;
+    }
+}
+
+cudaError_t k_gemm_rows(cudaStream_t s, int64_t m, int64_t n, int64_t k, const float *a,
+                        const float *b, const float *bias, const dl_act *post, float *c)
+{
+    unsigned g = blocks_for(m * n * 32);
+    switch (post ? (int)*post : -1) {
+    case DL_ACT_RELU:
+        gemm_rows_kernel<DL_ACT_RELU><<<g, BLOCK, 0, s>>>(m, n, k, a, b, bias, c);
+        break;
+    case DL_ACT_TANH:
+        gemm_rows_kernel<DL_ACT_TANH><<<g, BLOCK, 0, s>>>(m, n, k, a, b, bias, c);
+        break;
+    case DL_ACT_SIGMOID:
+        gemm_rows_kernel<DL_ACT_SIGMOID><<<g, BLOCK, 0, s>>>(m, n, k, a, b, bias, c);
+        break;
+    default:
+        gemm_rows_kernel<-1><<<g, BLOCK, 0, s>>>(m, n, k, a, b, bias, c);
+    }
+    return cudaGetLastError();
+}
+
 cudaError_t k_act_fwd(cudaStream_t s, dl_act act, const float *x, float *y, int64_t n)
 {
     unsigned g = blocks_for(n);
