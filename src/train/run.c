@@ -38,7 +38,7 @@ dl_status dl_eval_run(const dl_run_opts *o, dl_err *err)
     dl_dataset *test = NULL;
     st = session_load_weights(&s, o, err);
     if (st == DL_OK) {
-        dl_model_fix_weights(s.m);
+        session_serve(&s, o);
         st = session_data(&s, o, "test", &test, err);
     }
     double loss = 0.0, acc = 0.0, t0 = dl_time_now();
@@ -139,7 +139,7 @@ dl_status dl_predict_run(const dl_run_opts *o, dl_err *err)
     float *out = NULL;
     st = session_load_weights(&s, o, err);
     if (st == DL_OK)
-        dl_model_fix_weights(s.m);
+        session_serve(&s, o);
     if (st == DL_OK && strcmp(path, "-") == 0) {
         st = stdin_to_file(tmp, sizeof(tmp), err);
         path = tmp;
@@ -304,7 +304,7 @@ dl_status dl_bench_infer_run(const dl_run_opts *o, dl_err *err)
     dl_status st = session_open(&s, o, 1, err);
     if (st != DL_OK)
         return st;
-    dl_model_fix_weights(s.m);
+    session_serve(&s, o);
     dl_dataset *test = NULL;
     if (o->data_dir)
         st = session_data(&s, o, "test", &test, err);

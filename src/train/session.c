@@ -58,9 +58,14 @@ dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, dl_err *
         return st;
     }
     s->sc = dl_scaling_of(s->conf);
+    return DL_OK;
+}
+
+void session_serve(session *s, const dl_run_opts *o)
+{
+    dl_model_fix_weights(s->m);
     dl_model_set_batch_invariant(s->m, o->batch_invariant >= 0 ? o->batch_invariant == 1
                                                                : serving_invariant(s->conf));
-    return DL_OK;
 }
 
 dl_status session_load_weights(session *s, const dl_run_opts *o, dl_err *err)

@@ -23,6 +23,11 @@ typedef struct session {
 /* Opens model.json, the backend and a model with fresh weights (seed). */
 dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, dl_err *err);
 
+/* The model only serves from now on (--eval, --predict, --bench):
+ * dl_model_fix_weights, and batch-invariant answers as o->batch_invariant,
+ * else model.json's serving block, else DL_BATCH_INVARIANT_DEFAULT say. */
+void session_serve(session *s, const dl_run_opts *o);
+
 /* Loads o->version (or the newest) into the model. */
 dl_status session_load_weights(session *s, const dl_run_opts *o, dl_err *err);
 
