@@ -12,6 +12,7 @@
 #include <criterion/logging.h>
 
 #include "fixture.h"
+#include "tensor/cpu/cpu.h"
 
 #include <math.h>
 
@@ -127,4 +128,35 @@ Test(invariant, answers_match_the_batched_ones)
                   "value %lld: %g invariant, %g batched", (long long)j, r.alone[j],
                   r.batched[j]);
     teardown(&r);
+}
+
+/* The thin kernel computes each output as one dot product whatever block
+ * holds it: a row of a 37-row product has the bits of that row alone, on
+ * the AVX2 kernel (what an AVX2 CPU runs at every size when invariant) and
+ * on the one this CPU picks. */
+static void thin_rows(void (*gemm)(int64_t, int64_t, int64_t, const float *, int64_t,
+                                   const float *, int64_t, float *, int64_t),
+                      const char *name)
+{
+    enum { M = 37, N = 13, K = 83 };
+    static float a[M * K], b[N * K], all[M * N], one[N];
+    dl_rng rng;
+    dl_rng_seed(&rng, 5);
+    for (int i = 0; i < M * K; i++)
+        a[i] = dl_rng_uniform(&rng) - 0.5f;
+    for (int i = 0; i < N * K; i++)
+        b[i] = dl_rng_uniform(&rng) - 0.5f;
+    gemm(M, N, K, a, K, b, K, all, N);
+    for (int i = 0; i < M; i++) {
+        gemm(1, N, K, a + i * K, K, b, K, one, N);
+        cr_expect(memcmp(one, all + i * N, sizeof(one)) == 0, "%s: row %d moved", name, i);
+    }
+}
+
+Test(invariant, thin_kernel_rows_are_exact)
+{
+    if (!dl_gemm_thin_usable())
+        cr_skip_test("no AVX2 and FMA: the thin kernel does not run here");
+    thin_rows(dl_gemm_thin_avx2, "avx2");
+    thin_rows(dl_gemm_thin, "this CPU's");
 }
