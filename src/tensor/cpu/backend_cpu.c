@@ -158,29 +158,41 @@ static void gemm_task(void *ctx, int64_t u0, int64_t u1)
         gemm_block(j, 0, j->m, lo, hi < j->n ? hi : j->n);
 }
 
+/* OpenBLAS indexes with 32-bit integers: DL_ERR_INVALID beyond them. */
+static dl_status gemm_fits(int64_t m, int64_t n, int64_t k, dl_err *err)
+{
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+        return dl_err_set(err, DL_ERR_INVALID, "gemm of %lldx%lldx%lld is too large",
+                          (long long)m, (long long)n, (long long)k);
+    return DL_OK;
+}
+
+/* Runs j over the pool, GEMM_BLOCK rows a unit (columns when C has fewer
+ * rows than columns), about 2 MFLOP a task at least: smaller GEMMs stay
+ * on one thread. */
+static void run_gemm(gemm_job *j)
+{
+    j->by_rows = j->m >= j->n;
+    int64_t units = ((j->by_rows ? j->m : j->n) + GEMM_BLOCK - 1) / GEMM_BLOCK;
+    int64_t per_unit = 2 * GEMM_BLOCK * (j->by_rows ? j->n : j->m) * (j->k > 0 ? j->k : 1);
+    dl_parallel_for(units, (2 << 20) / per_unit + 1, gemm_task, j);
+}
+
 static dl_status cpu_gemm(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n,
                           int64_t k, float alpha, const float *a, const float *b,
                           float beta, float *c, dl_err *err)
 {
-    (void)be;
-    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
-        return dl_err_set(err, DL_ERR_INVALID, "gemm of %lldx%lldx%lld is too large",
-                          (long long)m, (long long)n, (long long)k);
-    if (m == 0 || n == 0)
-        return DL_OK;
+    dl_status st = gemm_fits(m, n, k, err);
+    if (st != DL_OK || m == 0 || n == 0)
+        return st;
     if (k == 0) {
         for (int64_t i = 0; i < m * n; i++)
             c[i] = beta == 0.0f ? 0.0f : beta * c[i];
         return DL_OK;
     }
-    gemm_job j = { .ta = ta, .tb = tb, .by_rows = m >= n, .thin = be->gemm_thin,
-                   .m = m, .n = n, .k = k,
+    gemm_job j = { .ta = ta, .tb = tb, .thin = be->gemm_thin, .m = m, .n = n, .k = k,
                    .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c };
-    int64_t units = ((j.by_rows ? m : n) + GEMM_BLOCK - 1) / GEMM_BLOCK;
-    /* About 2 MFLOP per task at least: smaller GEMMs stay on one thread. */
-    int64_t per_unit = 2 * GEMM_BLOCK * (j.by_rows ? n : m) * k;
-    int64_t grain = (2 << 20) / (per_unit > 0 ? per_unit : 1) + 1;
-    dl_parallel_for(units, grain, gemm_task, &j);
+    run_gemm(&j);
     return DL_OK;
 }
 
@@ -192,19 +204,13 @@ static dl_status bias_act(dl_backend *be, bool rows, int64_t m, int64_t n, int64
                           const float *a, const float *b, const float *bias,
                           const dl_act *post, float *c, dl_err *err)
 {
-    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
-        return dl_err_set(err, DL_ERR_INVALID, "gemm of %lldx%lldx%lld is too large",
-                          (long long)m, (long long)n, (long long)k);
-    if (m == 0 || n == 0)
-        return DL_OK;
-    gemm_job j = { .ta = false, .tb = true, .by_rows = m >= n, .thin = be->gemm_thin,
-                   .rows = rows && k > 0, .m = m, .n = n, .k = k,
-                   .alpha = 1.0f, .beta = 0.0f, .a = a, .b = b, .c = c,
-                   .bias = bias, .post = post };
-    int64_t units = ((j.by_rows ? m : n) + GEMM_BLOCK - 1) / GEMM_BLOCK;
-    int64_t per_unit = 2 * GEMM_BLOCK * (j.by_rows ? n : m) * (k > 0 ? k : 1);
-    int64_t grain = (2 << 20) / (per_unit > 0 ? per_unit : 1) + 1;
-    dl_parallel_for(units, grain, gemm_task, &j);
+    dl_status st = gemm_fits(m, n, k, err);
+    if (st != DL_OK || m == 0 || n == 0)
+        return st;
+    gemm_job j = { .ta = false, .tb = true, .thin = be->gemm_thin, .rows = rows && k > 0,
+                   .m = m, .n = n, .k = k, .alpha = 1.0f, .beta = 0.0f, .a = a, .b = b,
+                   .c = c, .bias = bias, .post = post };
+    run_gemm(&j);
     return DL_OK;
 }
 
