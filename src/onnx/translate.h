@@ -1,6 +1,6 @@
 /* translate.h: private to src/onnx: the state of one ONNX -> model.json
- * translation, shared by the driver (onnx_import.c) and the operator
- * table (onnx_ops.c). */
+ * translation and the helpers that build it (translate.c), shared by the
+ * driver (onnx_import.c) and the operator table (onnx_ops.c). */
 #ifndef DL_ONNX_TRANSLATE_H
 #define DL_ONNX_TRANSLATE_H
 
@@ -50,6 +50,8 @@ typedef struct xl {
     tensor_out     *t;
     int             nt, capt;
 } xl;
+
+/* ---- values, names, layers and tensors (translate.c) ---- */
 
 /* The value called name, or NULL. */
 tvalue *xl_find(xl *x, const char *name);
