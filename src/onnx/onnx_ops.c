@@ -1084,18 +1084,20 @@ static dl_status op_pointwise(xl *x, const onnx_node *n)
 
 /* ---- the table ------------------------------------------------------------- */
 
+/* Operators that are one layer without options; the layer names are nn's
+ * (dl_layer_type_name), not a copy of them. */
 static dl_status op_plain(xl *x, const onnx_node *n)
 {
-    static const struct { const char *op, *type; } map[] = {
-        {"Relu", "relu"}, {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"Sqrt", "sqrt"},
-        {"Erf", "erf"}, {"HardSwish", "hardswish"},
+    static const struct { const char *op; dl_layer_type type; } map[] = {
+        {"Relu", DL_LAYER_RELU}, {"Sigmoid", DL_LAYER_SIGMOID}, {"Tanh", DL_LAYER_TANH},
+        {"Sqrt", DL_LAYER_SQRT}, {"Erf", DL_LAYER_ERF}, {"HardSwish", DL_LAYER_HARDSWISH},
     };
     tvalue *a = arg(x, n, 0);
     if (!a || a->c)
         return xl_refuse(x, n, "needs a per-sample input (constants are not folded here)");
     for (size_t k = 0; k < sizeof(map) / sizeof(map[0]); k++)
         if (!strcmp(map[k].op, n->op))
-            return unary(x, n, map[k].type, NULL, a, a->nd, a->d);
+            return unary(x, n, dl_layer_type_name(map[k].type), NULL, a, a->nd, a->d);
     return xl_refuse(x, n, "unsupported operator");
 }
 
