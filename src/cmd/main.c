@@ -7,6 +7,9 @@
 #ifdef DL_HAVE_SERVE
 #include "serve/dl_serve.h"
 #endif
+#ifdef DL_HAVE_REDIS
+#include "cmd/publish.h"
+#endif
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +72,7 @@ static int train_and_publish(dl_run_opts *o, const char *config, const char *con
     if (!conf.redis.host[0])
         return fail("--publish needs [redis] host (--set redis.host=HOST or --config FILE)%s%s",
                     "", "");
-    if (dl_redis_train_publish(o, &conf.redis, &err) != DL_OK) {
+    if (publish_run(o, &conf.redis, &err) != DL_OK) {
         fprintf(stderr, "dlserve: %s\n", err.msg);
         return 1;
     }

@@ -128,16 +128,6 @@ json_t *dl_redis_progress_latest(dl_redis_link *l, const char *model);
 dl_status dl_redis_publish(const dl_redis_conf *c, const char *model, int64_t version,
                            const char *weights_path, int64_t *receivers, dl_err *err);
 
-typedef struct dl_run_opts dl_run_opts;     /* train/dl_train.h */
-
-/* `dlserve --train --publish`: dl_train_run on a copy of o whose event
- * hook (o's own is not called) sends each epoch's progress through a
- * "train" link to dl_redis_progress (a failure there is logged, training
- * goes on) and announces the version written with dl_redis_publish.
- * Errors: the link's (a bad c), training's, and, on rank 0, DL_ERR_IO
- * "the version was written but not announced: <why>". */
-dl_status dl_redis_train_publish(const dl_run_opts *o, const dl_redis_conf *c, dl_err *err);
-
 /* Called on the watcher thread for each valid announcement: model is a
  * valid model name (borrowed for the call), version >= 1. After each
  * reconnection it is called once with model NULL and version 0:

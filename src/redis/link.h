@@ -5,7 +5,7 @@
  *
  *   redis_link.c    connections, health, backoff, links, MULTI/EXEC replies
  *   redis_sink.c    the effectively-once sink: results and offsets
- *   redis_train.c   training progress, announcing versions, --publish
+ *   redis_train.c   training progress, announcing versions
  *   redis_watch.c   the registry watcher (SUBSCRIBE dlserve:models)
  *   redis_stats.c   status and metrics of links and the watcher
  *
