@@ -147,61 +147,7 @@ static void sweep_stale(kafka_srv *k)
     }
 }
 
-/* ---- partitions ------------------------------------------------------- */
-
-tpart *kafka_tp_find(kafka_srv *k, const char *topic, int32_t partition)
-{
-    for (int i = 0; i < k->ntps; i++)
-        if (k->tps[i]->partition == partition && strcmp(k->tps[i]->topic, topic) == 0)
-            return k->tps[i];
-    return NULL;
-}
-
-/* The partition's state, created on first use; kept until shutdown so
- * that records in the batcher can always point at it. */
-static tpart *tp_get(kafka_srv *k, const char *topic, int32_t partition)
-{
-    tpart *tp = kafka_tp_find(k, topic, partition);
-    if (tp)
-        return tp;
-    tpart **n = realloc(k->tps, (size_t)(k->ntps + 1) * sizeof(*n));
-    if (!n)
-        return NULL;
-    k->tps = n;
-    if (!(tp = calloc(1, sizeof(*tp))))
-        return NULL;
-    snprintf(tp->topic, sizeof(tp->topic), "%s", topic);
-    tp->partition = partition;
-    tp->next_expected = tp->done_next = tp->committed = -1;
-    k->tps[k->ntps++] = tp;
-    return tp;
-}
-
-static bool ring_push(tpart *tp, krec *r)
-{
-    if (tp->count == tp->cap) {
-        size_t cap = tp->cap ? tp->cap * 2 : 256;
-        krec **n = malloc(cap * sizeof(*n));
-        if (!n)
-            return false;
-        for (size_t i = 0; i < tp->count; i++)
-            n[i] = tp_at(tp, i);
-        free(tp->ring);
-        tp->ring = n;
-        tp->cap = cap;
-        tp->head = 0;
-    }
-    tp->ring[(tp->head + tp->count++) % tp->cap] = r;
-    return true;
-}
-
-static krec *ring_pop(tpart *tp)
-{
-    krec *r = tp->ring[tp->head];
-    tp->head = (tp->head + 1) % tp->cap;
-    tp->count--;
-    return r;
-}
+/* ---- records leaving their rings --------------------------------------- */
 
 void kafka_tp_drop(kafka_srv *k, tpart *tp)
 {
@@ -217,7 +163,7 @@ void kafka_tp_drop(kafka_srv *k, tpart *tp)
         }
     }
     while (tp->count) {
-        krec *r = ring_pop(tp);
+        krec *r = kafka_tp_pop(tp);
         k->held--;
         rec_state st = rec_state_of(r);
         if (st == R_BUSY || st == R_SENT) {
@@ -233,18 +179,10 @@ void kafka_tp_drop(kafka_srv *k, tpart *tp)
     atomic_store(&k->c.in_flight, k->held);
 }
 
-size_t kafka_done_prefix(const tpart *tp)
-{
-    size_t n = 0;
-    while (n < tp->count && rec_state_of(tp_at(tp, n)) == R_DONE)
-        n++;
-    return n;
-}
-
 void kafka_release(kafka_srv *k, tpart *tp, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        krec *r = ring_pop(tp);
+        krec *r = kafka_tp_pop(tp);
         tp->done_next = r->offset + 1;
         rec_put(k, r);
         k->held--;
@@ -256,7 +194,7 @@ void kafka_in_free(kafka_srv *k)
 {
     for (int i = 0; i < k->ntps; i++) {
         while (k->tps[i]->count)
-            rec_put(k, ring_pop(k->tps[i]));
+            rec_put(k, kafka_tp_pop(k->tps[i]));
         free(k->tps[i]->ring);
         free(k->tps[i]);
     }
@@ -278,20 +216,6 @@ void kafka_in_free(kafka_srv *k)
 }
 
 /* ---- parsing and the batcher ---------------------------------------------- */
-
-const char *kafka_header(rd_kafka_message_t *m, const char *name, char *buf, size_t cap)
-{
-    rd_kafka_headers_t *h;
-    const void *v;
-    size_t len;
-    if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-        rd_kafka_header_get_last(h, name, &v, &len) != RD_KAFKA_RESP_ERR_NO_ERROR || !v ||
-        len >= cap)
-        return NULL;
-    memcpy(buf, v, len);
-    buf[len] = '\0';
-    return buf;
-}
 
 /* The value of the last header named `name` in any case (HTTP header
  * names are case-insensitive, and OIP clients spell them either way) as a
@@ -461,7 +385,7 @@ static void take(kafka_srv *k, rd_kafka_message_t *m)
         return;
     }
     krec *r = rec_get(k);
-    if (!r || !ring_push(tp, r)) {
+    if (!r || !kafka_tp_push(tp, r)) {
         /* not taken and not committed: seek back so it comes again */
         if (r)
             rec_put(k, r);
@@ -663,7 +587,7 @@ static void on_assign(kafka_srv *k, rd_kafka_t *rk, rd_kafka_topic_partition_lis
         k->mode->position(k, l);
     pthread_mutex_lock(&k->out_mu);
     for (int i = 0; i < l->cnt; i++) {
-        tpart *tp = tp_get(k, l->elems[i].topic, l->elems[i].partition);
+        tpart *tp = kafka_tp_get(k, l->elems[i].topic, l->elems[i].partition);
         if (!tp) {
             kafka_set_fatal(k, "out of memory assigning partitions");
             break;

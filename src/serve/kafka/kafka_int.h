@@ -282,19 +282,9 @@ void *kafka_in_main(void *arg);
  * have stopped). */
 void kafka_in_free(kafka_srv *k);
 
-/* The partition's state, or NULL when it was never assigned. */
-tpart *kafka_tp_find(kafka_srv *k, const char *topic, int32_t partition);
-
-/* The value of a record's last header `name` as a string in buf (cap
- * bytes), or NULL when absent or too long. */
-const char *kafka_header(rd_kafka_message_t *m, const char *name, char *buf, size_t cap);
-
 /* Forgets every record of tp (not committed: Kafka delivers them again);
  * those busy elsewhere become stale. Consumer thread, with out_mu held. */
 void kafka_tp_drop(kafka_srv *k, tpart *tp);
-
-/* The number of done records at the head of tp's ring. */
-size_t kafka_done_prefix(const tpart *tp);
 
 /* Releases the first n (done) records of tp's ring to the pool; done_next
  * moves past them. */
@@ -305,6 +295,28 @@ void kafka_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                         rd_kafka_topic_partition_list_t *l, void *opaque);
 void kafka_on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t e,
                      rd_kafka_topic_partition_list_t *l, void *opaque);
+
+/* ---- kafka_part.c: partitions and record headers ------------------------ */
+
+/* The partition's state, or NULL when it was never assigned. */
+tpart *kafka_tp_find(kafka_srv *k, const char *topic, int32_t partition);
+
+/* The partition's state, created on first use (NULL when out of memory);
+ * kept until shutdown so that records in the batcher can always point at
+ * it. Consumer thread. */
+tpart *kafka_tp_get(kafka_srv *k, const char *topic, int32_t partition);
+
+/* Appends r at the end of tp's ring, growing it; false when out of
+ * memory. Removes and returns the record at its head (count > 0). */
+bool kafka_tp_push(tpart *tp, krec *r);
+krec *kafka_tp_pop(tpart *tp);
+
+/* The number of done records at the head of tp's ring. */
+size_t kafka_done_prefix(const tpart *tp);
+
+/* The value of a record's last header `name` as a string in buf (cap
+ * bytes), or NULL when absent or too long. */
+const char *kafka_header(rd_kafka_message_t *m, const char *name, char *buf, size_t cap);
 
 /* ---- kafka_out.c: the output stage -------------------------------------- */
 
