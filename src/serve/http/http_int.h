@@ -2,7 +2,7 @@
  * the server, a request and its stage, an answer. http_server.c starts and
  * stops the server, http_request.c reads requests and gives early answers,
  * http_infer.c runs infer requests (held batches included), http_routes.c
- * answers every other route.
+ * answers every other route, http_answer.c builds the answers.
  *
  * Threads: a small fixed pool of event loops (http_loop.c: each runs an
  * MHD daemon's epoll, http.threads of them) serves every connection, which
@@ -188,7 +188,7 @@ typedef struct request {
                                      no idle instance, or 0 */
 } request;
 
-/* ---- http_request.c: the request cycle and answers ---------------------- */
+/* ---- http_request.c: the request cycle ----------------------------------- */
 
 /* MHD's access handler and completion callback (cls: the server). */
 enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -201,12 +201,18 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 const char *http_method_name(const char *method);
 /* Frees rq and what it holds (its infer request has completed). */
 void http_request_free(request *rq);
+
+/* ---- http_answer.c: answers ---------------------------------------------- */
+
 /* JSON as an answer; takes j (NULL: out of memory, 500). */
 answer http_json_answer(int code, json_t *j);
 /* {"error": message} for a failure of kind st, with the code that
  * oip_http_code gives it. */
 answer http_status_answer(dl_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* {"error": message} with a code of its own: for refusals of the
+ * protocol (401, 405) that no dl_status names. */
+answer http_error_answer(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- http_loop.c: the event loops ------------------------------------------ */
 

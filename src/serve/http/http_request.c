@@ -10,47 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-/* ---- answers ------------------------------------------------------------ */
-
-answer http_json_answer(int code, json_t *j)
-{
-    answer a = {.code = code, .ctype = CT_JSON};
-    a.body = j ? oip_dump(j) : NULL;
-    json_decref(j);
-    if (!a.body)
-        a.code = 500;
-    return a;
-}
-
-static answer error_answer_v(int code, const char *fmt, va_list ap)
-    __attribute__((format(printf, 2, 0)));
-static answer error_answer_v(int code, const char *fmt, va_list ap)
-{
-    char msg[512];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    return http_json_answer(code, oip_error("%s", msg));
-}
-
-/* {"error": message} with a code of its own: for refusals of the
- * protocol (401, 405) that no dl_status names. */
-static answer error_answer(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static answer error_answer(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    answer a = error_answer_v(code, fmt, ap);
-    va_end(ap);
-    return a;
-}
-
-answer http_status_answer(dl_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    answer a = error_answer_v(oip_http_code(st), fmt, ap);
-    va_end(ap);
-    return a;
-}
+/* ---- the log line of an answer ------------------------------------------ */
 
 static void log_answer(const request *rq, const char *method, const char *url, const answer *a)
 {
@@ -238,7 +198,7 @@ static bool over_limits(http_server *h, struct MHD_Connection *c, const char *ur
         return true;
     }
     if (url_length(c, url) > HTTP_URL_MAX) {
-        *a = error_answer(414, "the URL is over %d bytes", HTTP_URL_MAX);
+        *a = http_error_answer(414, "the URL is over %d bytes", HTTP_URL_MAX);
         return true;
     }
     return false;
@@ -262,9 +222,9 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
      * carry no data: a browser fetches them without the token. */
     bool open = kind == OIP_ROUTE_LIVE || kind == OIP_ROUTE_READY || kind == OIP_ROUTE_PAGE_FILE;
     if (!open && !authorized(h, c, kind)) {
-        *a = error_answer(401, kind == OIP_ROUTE_PAGE
-                                   ? "a valid token is required: open /?token=TOKEN"
-                                   : "a valid bearer token is required");
+        *a = http_error_answer(401, kind == OIP_ROUTE_PAGE
+                                        ? "a valid token is required: open /?token=TOKEN"
+                                        : "a valid bearer token is required");
         a->hname = MHD_HTTP_HEADER_WWW_AUTHENTICATE;
         a->hvalue = "Bearer realm=\"dlserve\"";
         return true;
@@ -274,7 +234,7 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
         return true;
     }
     if (!oip_route_method_ok(kind, method)) {
-        *a = error_answer(405, "%.200s answers %s only", url, oip_route_allow(kind));
+        *a = http_error_answer(405, "%.200s answers %s only", url, oip_route_allow(kind));
         a->hname = MHD_HTTP_HEADER_ALLOW;
         a->hvalue = oip_route_allow(kind);
         return true;
@@ -282,8 +242,8 @@ static bool early_answer(http_server *h, struct MHD_Connection *c, const char *u
     const char *ce =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
     if (!http_body_coding(rq, ce)) {
-        *a = error_answer(415, "Content-Encoding '%.60s' is not supported (gzip, deflate or "
-                          "identity)", ce);
+        *a = http_error_answer(415, "Content-Encoding '%.60s' is not supported (gzip, deflate "
+                               "or identity)", ce);
         a->hname = MHD_HTTP_HEADER_ACCEPT_ENCODING;   /* RFC 9110 15.5.16 */
         a->hvalue = "gzip, deflate";
         return true;
