@@ -1,6 +1,5 @@
 /* http.h (private to serve/): the HTTP server (http_server.c, with the
- * files that http_int.h lists) and the answers of Triton's statistics and
- * model configuration extensions (http_stats.c). */
+ * files that http_int.h lists) as the daemon starts and stops it. */
 #ifndef DL_SERVE_HTTP_H
 #define DL_SERVE_HTTP_H
 
@@ -29,21 +28,6 @@ typedef struct http_deps {
     /* the status page's history for GET /status/history (new), may be NULL */
     json_t           *(*history)(void *ctx);
 } http_deps;
-
-/* Triton's statistics extension for GET /v2/models[/{m}[/versions/{v}]]/stats:
- * {"model_stats": [...]} (*out new): every model's when model is "", each
- * version with statistics and each served version (zero counts when it
- * has answered nothing), or only `version` when it is not 0.
- * DL_ERR_NOT_FOUND (404) for a model or version the registry does not
- * know (http_stats.c). */
-dl_status http_model_stats(const http_deps *d, const char *model, int64_t version, json_t **out,
-                           dl_err *err);
-/* Triton's model configuration (JSON) of a served version for GET
- * .../config (*out new): name, platform, backend, max_batch_size, input,
- * output, dynamic_batching with its queue policy. registry_acquire's
- * status when the version is not served (404, or 503 for nothing ready). */
-dl_status http_model_config(const http_deps *d, const char *model, int64_t version,
-                            json_t **out, dl_err *err);
 
 /* Starts listening (deps must outlive the server) with deps->conf->threads
  * event-loop threads (0: one per core) serving every connection. The

@@ -1,8 +1,8 @@
 /* http_stats.c: Triton's statistics and model configuration extensions,
  * GET /v2/models[/{m}[/versions/{v}]]/stats and .../config, as JSON built
  * from the registry, the batcher's configuration and the stats. */
-#include "serve/http/http.h"
-#include "serve/oip/oip.h"
+#define _GNU_SOURCE   /* microhttpd.h's socket types */
+#include "serve/http/http_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
