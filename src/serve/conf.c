@@ -7,7 +7,6 @@
 #include "serve/serving.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,38 +219,6 @@ dl_status dl_serve_conf_set(dl_serve_conf *conf, const char *section, const char
         if (strcmp(section, passthrough[i]) == 0)
             return kafka_prop(&conf->kafka, section, key, value, origin, err);
     return dl_conf_set(dl_serve_opts, conf, section, key, value, origin, err);
-}
-
-/* A whole decimal number >= 1 at *s; advances *s past it. */
-static bool positive_int(const char **s)
-{
-    if (!isdigit((unsigned char)**s))
-        return false;
-    char *end;
-    errno = 0;
-    long long n = strtoll(*s, &end, 10);
-    *s = end;
-    return errno == 0 && n >= 1;
-}
-
-/* "latest", "latest:N" or "versions:N[,N...]", every N >= 1 (serving.h). */
-bool serving_policy_ok(const char *p)
-{
-    if (!strncmp(p, "versions:", 9)) {
-        p += 9;
-        for (;;) {
-            if (!positive_int(&p))
-                return false;
-            if (*p != ',')
-                break;
-            p++;
-        }
-        return *p == '\0';
-    }
-    char name[16];
-    int64_t n;
-    return dl_parse_name_num(p, name, sizeof(name), &n) && !strcmp(name, "latest") &&
-           n != 0;
 }
 
 dl_status dl_serve_conf_apply(dl_serve_conf *conf, const char *const *ov, int n, dl_err *err)

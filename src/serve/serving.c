@@ -3,6 +3,8 @@
  * overrides of the daemon's [batching] and [models] settings. */
 #include "serve/serving.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +66,37 @@ static dl_status preferred(json_t *block, serving_conf *sc, dl_err *err)
                               "twice", (long long)sc->preferred[i]);
     sc->npreferred = (int)n;
     return DL_OK;
+}
+
+/* A whole decimal number >= 1 at *s; advances *s past it. */
+static bool positive_int(const char **s)
+{
+    if (!isdigit((unsigned char)**s))
+        return false;
+    char *end;
+    errno = 0;
+    long long n = strtoll(*s, &end, 10);
+    *s = end;
+    return errno == 0 && n >= 1;
+}
+
+bool serving_policy_ok(const char *p)
+{
+    if (!strncmp(p, "versions:", 9)) {
+        p += 9;
+        for (;;) {
+            if (!positive_int(&p))
+                return false;
+            if (*p != ',')
+                break;
+            p++;
+        }
+        return *p == '\0';
+    }
+    char name[16];
+    int64_t n;
+    return dl_parse_name_num(p, name, sizeof(name), &n) && !strcmp(name, "latest") &&
+           n != 0;
 }
 
 static dl_status policy(json_t *block, serving_conf *sc, dl_err *err)

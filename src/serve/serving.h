@@ -57,7 +57,7 @@ dl_status serving_read(const char *text, size_t len, int64_t max_instances, serv
 json_t *serving_json(const serving_conf *sc);
 
 /* Whether a version policy reads as [models] policy does: "latest",
- * "latest:N" or "versions:N[,N...]", every N >= 1 (conf.c). */
+ * "latest:N" or "versions:N[,N...]", every N >= 1. */
 bool serving_policy_ok(const char *p);
 
 #endif /* DL_SERVE_SERVING_H */
