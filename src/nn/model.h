@@ -103,7 +103,7 @@ void model_free_grad_plan(dl_model *m);
 bool model_needs_grad(const dl_model *m, int t);
 bool model_via_scratch(const dl_model *m, int i, int k);
 
-/* Output k's gradient buffer when want_grad, else NULL (model_loss.c). */
+/* Output k's gradient buffer when want_grad, else NULL. */
 float *model_dout_of(dl_model *m, int k, bool want_grad);
 
 #endif /* DL_NN_MODEL_H */

@@ -7,13 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The loss gradient's buffer of output k, when wanted. */
-float *model_dout_of(dl_model *m, int k, bool want_grad)
-{
-    int t = m->ninputs + m->conf->outputs[k].from;
-    return want_grad ? m->gp.buf[m->gp.slot_of[t]] : NULL;
-}
-
 /* Today's single-output loss: labels (class indices) for cross-entropy,
  * targets or one-hot labels for MSE. */
 static dl_status loss_single(dl_model *m, const int32_t *labels, const float *targets,

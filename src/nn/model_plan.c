@@ -306,6 +306,14 @@ bool model_via_scratch(const dl_model *m, int i, int k)
     return false;
 }
 
+/* Output k's tensor's slot in the gradient plan: where the loss writes
+ * its gradient, when wanted. */
+float *model_dout_of(dl_model *m, int k, bool want_grad)
+{
+    int t = m->ninputs + m->conf->outputs[k].from;
+    return want_grad ? m->gp.buf[m->gp.slot_of[t]] : NULL;
+}
+
 /* Gradient buffers: tensor t's gradient lives from the backward of its
  * last reader (or the loss, for an output) to its producer's backward. A
  * buffer is reused once that interval has ended, so a chain ping-pongs
