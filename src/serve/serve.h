@@ -1,5 +1,6 @@
-/* serve.h (private to serve/): the daemon's shared core, one include for
- * the parts every transport meets.
+/* serve.h (private to serve/): the daemon's shared core in one include,
+ * for the core's own files. A transport (http/, kafka/) includes the parts
+ * it meets itself: batcher.h and registry.h (and stats.h).
  *
  *   transport (http/, kafka/) --infer_req--> batcher (batcher.h) --> worker
  *        |                                      |  holds a reference on the

@@ -3,7 +3,10 @@
 #ifndef DL_SERVE_HTTP_H
 #define DL_SERVE_HTTP_H
 
-#include "serve/serve.h"
+#include "serve/batcher.h"
+#include "serve/dl_serve.h"
+#include "serve/registry.h"
+#include "serve/stats.h"
 #include "serve/tracer.h"
 
 typedef struct http_server http_server;

@@ -5,7 +5,7 @@
 #ifndef DL_SERVE_STATUS_PAGE_H
 #define DL_SERVE_STATUS_PAGE_H
 
-#include "serve/serve.h"
+#include "serve/registry.h"
 
 #include <stddef.h>
 

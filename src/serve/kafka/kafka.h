@@ -19,7 +19,10 @@
 #ifndef DL_SERVE_KAFKA_H
 #define DL_SERVE_KAFKA_H
 
-#include "serve/serve.h"
+#include "serve/batcher.h"
+#include "serve/dl_serve.h"
+#include "serve/registry.h"
+#include "serve/stats.h"
 #include "serve/tracer.h"
 
 typedef struct kafka_srv kafka_srv;
