@@ -55,4 +55,88 @@ dl_status dl_dnnl_pool_bwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
                            const float *dy, const void *ws, size_t ws_bytes, float *dx,
                            dl_err *err);
 
+/* ---- the ops of backend_cpu.c's table, by file (dl_backend_ops) ---------- */
+
+/* Elements below which a loop stays on one thread. */
+#define CPU_GRAIN 16384
+
+/* backend_cpu.c: the sum of n floats (vectorized, in a fixed order). */
+float cpu_sum_floats(const float *p, int64_t n);
+
+/* cpu_act.c; cpu_act_rows: y = act(y) in place (the GEMM epilogues). */
+void cpu_act_rows(dl_act act, float *restrict y, int64_t n);
+void cpu_act_fwd(dl_backend *be, dl_act act, const float *x, float *y,
+                 int64_t n);
+void cpu_act_bwd(dl_backend *be, dl_act act, const float *y,
+                 const float *dy, float *dx, int64_t n);
+void cpu_softmax_fwd(dl_backend *be, const float *x, float *y,
+                     int64_t rows, int64_t cols);
+void cpu_softmax_bwd(dl_backend *be, const float *y, const float *dy,
+                     float *dx, int64_t rows, int64_t cols);
+void cpu_dropout_fwd(dl_backend *be, const float *x, float *y, float *mask,
+                     int64_t n, float p, uint64_t seed);
+void cpu_mul(dl_backend *be, const float *a, const float *b, float *y,
+             int64_t n);
+dl_status cpu_embed_fwd(dl_backend *be, const float *ids, const float *table,
+                        float *y, int64_t nids, int64_t dim, int64_t vocab,
+                        dl_err *err);
+void cpu_embed_bwd(dl_backend *be, const float *ids, const float *dy,
+                   float *dtable, int64_t nids, int64_t dim);
+
+/* cpu_conv.c */
+void cpu_im2col(dl_backend *be, const dl_conv_geom *g, const float *x,
+                float *cols);
+void cpu_col2im(dl_backend *be, const dl_conv_geom *g, const float *cols,
+                float *dx);
+void cpu_swap_outer(dl_backend *be, const float *x, float *y, int64_t a,
+                    int64_t b, int64_t hw);
+void cpu_swap_bias_act(dl_backend *be, const float *x, float *y, int64_t a,
+                       int64_t b, int64_t hw, const float *bias, const dl_act *post);
+void cpu_pool_fwd(dl_backend *be, dl_pool_kind kind, const dl_conv_geom *g,
+                  const float *x, float *y, int32_t *argmax);
+void cpu_pool_bwd(dl_backend *be, dl_pool_kind kind, const dl_conv_geom *g,
+                  const float *dy, const int32_t *argmax, float *dx);
+
+/* cpu_norm.c */
+void cpu_bn_fwd_train(dl_backend *be, const float *x, float *y,
+                      const float *gamma, const float *beta,
+                      float *save_mean, float *save_invstd,
+                      float *run_mean, float *run_var, float momentum,
+                      float eps, int64_t n, int64_t c, int64_t hw);
+void cpu_bn_fwd_infer(dl_backend *be, const float *x, float *y,
+                      const float *gamma, const float *beta,
+                      const float *run_mean, const float *run_var,
+                      float eps, int64_t n, int64_t c, int64_t hw);
+void cpu_bn_bwd(dl_backend *be, const float *x, const float *dy,
+                const float *gamma, const float *save_mean,
+                const float *save_invstd, float *dx, float *dgamma,
+                float *dbeta, int64_t n, int64_t c, int64_t hw);
+void cpu_bn_fwd_train_blk(dl_backend *be, const float *x, float *y,
+                          const float *gamma, const float *beta,
+                          float *save_mean, float *save_invstd,
+                          float *run_mean, float *run_var, float momentum,
+                          float eps, int64_t n, int64_t c, int64_t hw);
+void cpu_bn_fwd_infer_blk(dl_backend *be, const float *x, float *y,
+                          const float *gamma, const float *beta,
+                          const float *run_mean, const float *run_var,
+                          float eps, int64_t n, int64_t c, int64_t hw);
+void cpu_bn_bwd_blk(dl_backend *be, const float *x, const float *dy,
+                    const float *gamma, const float *save_mean,
+                    const float *save_invstd, float *dx, float *dgamma,
+                    float *dbeta, int64_t n, int64_t c, int64_t hw);
+
+/* cpu_train.c */
+void cpu_xent(dl_backend *be, const float *logits, const int32_t *labels,
+              int64_t rows, int64_t cols, float *dlogits, float scale,
+              double *loss_sum, int64_t *correct);
+void cpu_mse(dl_backend *be, const float *pred, const float *target,
+             int64_t n, float *dpred, float scale, double *loss_sum);
+void cpu_sgd_step(dl_backend *be, float *p, const float *g, float *v,
+                  int64_t n, float lr, float mu, bool nesterov, float wd);
+void cpu_adam_step(dl_backend *be, float *p, const float *g, float *m,
+                   float *v, int64_t n, float lr, float b1, float b2,
+                   float eps, float wd, int64_t t);
+void cpu_axpy(dl_backend *be, float alpha, const float *x, float *y,
+              int64_t n);
+
 #endif /* DL_TENSOR_CPU_H */
