@@ -1,13 +1,13 @@
 /* component.h (private to serve/): the daemon's parts that take requests
- * or talk to the outside (HTTP, Redis, Kafka) behind one table of {start,
- * stop, finish, free, status, metrics}, so that daemon.c starts, stops,
- * reports and frees them in loops, and a build without a library differs
- * only in the table's registration.
+ * or talk to the outside (the OTLP span exporter, HTTP, Redis, Kafka)
+ * behind one table of {start, stop, finish, free, status, metrics}, so
+ * that daemon.c starts, stops, reports and frees them in loops, and a
+ * build without a library differs only in the table's registration.
  *
  * Life of a component, driven by daemon.c:
  *
- *   start     in table order (HTTP first), when `wanted` says the
- *             configuration asks for it
+ *   start     in table order (the span exporter, then HTTP), when
+ *             `wanted` says the configuration asks for it
  *   status    } from HTTP threads, any time between start and free,
  *   metrics   } also while stop and finish run and after them
  *   stop      on SIGTERM (or a failed start), in reverse order, before the
