@@ -657,72 +657,94 @@ static void join(char *dst, const char *a, const char *b)
     memcpy(dst + na, b, nb + 1);
 }
 
+/* Reads the value of member key of an object (the scanner is on it);
+ * false when the scan failed. arg: the caller's state. */
+typedef bool (*member_fn)(scan_ctx *c, const char *key, void *arg);
+
+/* The members of the object the scanner is on, each read by fn, or
+ * skipped once the request is refused; false when the scan failed. */
+static bool scan_members(scan_ctx *c, member_fn fn, void *arg)
+{
+    json_scan *s = &c->js;
+    js_iter it;
+    const char *key;
+    if (!js_object(s, &it))
+        return false;
+    while (js_member(s, &it, &key, NULL))
+        if (!(c->st != DL_OK ? js_skip(s) : fn(c, key, arg)))
+            return false;
+    return true;
+}
+
+/* What an entry of "inputs" has given so far. */
+typedef struct input_seen {
+    bool    dtype, shape, data, deferred;
+    int64_t size;                 /* parameters.binary_data_size; -1: none */
+    js_mark data_at;              /* "data", when deferred */
+    char    name[32], params[32]; /* for messages: "inputs[1].name" */
+} input_seen;
+
+static bool input_member(scan_ctx *c, const char *key, void *arg)
+{
+    json_scan *s = &c->js;
+    input_seen *in = arg;
+    bool ok;
+    if (strcmp(key, "name") == 0) {
+        ok = scan_name(c, in->name, &c->req->input);
+    } else if (strcmp(key, "datatype") == 0) {
+        ok = scan_datatype(c);
+        in->dtype = true;
+    } else if (strcmp(key, "shape") == 0) {
+        ok = scan_shape(c);
+        in->shape = true;
+    } else if (strcmp(key, "parameters") == 0) {
+        const param_spec p = {"binary_data_size", PARAM_COUNT, "a byte count",
+                              {.count = &in->size}};
+        ok = scan_params(c, in->params, OIP_FAULT_TENSOR, &p, 1);
+    } else if (strcmp(key, "data") == 0) {
+        in->data = true;
+        in->deferred = !in->dtype || !in->shape;
+        if (in->deferred) {
+            js_peek(s);
+            in->data_at = js_save(s);
+        }
+        ok = in->deferred ? js_skip(s) : scan_data(c);
+    } else {
+        ok = js_skip(s);
+    }
+    return ok;
+}
+
 /* An entry of "inputs": its keys in any order. "data" before "datatype"
  * or "shape" is checked as JSON, then read once they are known. */
 static bool scan_input(scan_ctx *c)
 {
     json_scan *s = &c->js;
-    oip_request *req = c->req;
-    bool dtype = false, shape = false, data = false, deferred = false;
-    int64_t size = -1;
-    js_mark data_at = {0};
-    js_iter it;
-    const char *key;
-    char name[32], params[32];   /* for messages: "inputs[1].name" */
-    join(name, c->at, ".name");
-    join(params, c->at, ".parameters");
+    input_seen in = {.size = -1};
+    join(in.name, c->at, ".name");
+    join(in.params, c->at, ".parameters");
     if (js_peek(s) != JS_OBJECT) {
         refuse_in(c, " must be an object, not %s", js_what(s));
         return js_skip(s);
     }
-    if (!js_object(s, &it))
+    if (!scan_members(c, input_member, &in))
         return false;
-    while (js_member(s, &it, &key, NULL)) {
-        bool ok;
-        if (c->st != DL_OK) {
-            ok = js_skip(s);
-        } else if (strcmp(key, "name") == 0) {
-            ok = scan_name(c, name, &req->input);
-        } else if (strcmp(key, "datatype") == 0) {
-            ok = scan_datatype(c);
-            dtype = true;
-        } else if (strcmp(key, "shape") == 0) {
-            ok = scan_shape(c);
-            shape = true;
-        } else if (strcmp(key, "parameters") == 0) {
-            const param_spec p = {"binary_data_size", PARAM_COUNT, "a byte count",
-                                  {.count = &size}};
-            ok = scan_params(c, params, OIP_FAULT_TENSOR, &p, 1);
-        } else if (strcmp(key, "data") == 0) {
-            data = true;
-            deferred = !dtype || !shape;
-            if (deferred) {
-                js_peek(s);
-                data_at = js_save(s);
-            }
-            ok = deferred ? js_skip(s) : scan_data(c);
-        } else {
-            ok = js_skip(s);
-        }
-        if (!ok)
-            return false;
-    }
     if (s->failed || c->st != DL_OK)
         return !s->failed;
-    if (!dtype)
+    if (!in.dtype)
         refuse_in(c, ".datatype must be " DTYPES);
-    else if (!shape)
+    else if (!in.shape)
         refuse_in(c, ".shape is missing");
-    else if (data && size >= 0)
+    else if (in.data && in.size >= 0)
         refuse_in(c, " has both \"data\" and parameters.binary_data_size: send its values "
                   "one way");
-    else if (size >= 0)
-        take_binary(c, size);
-    else if (!data)
+    else if (in.size >= 0)
+        take_binary(c, in.size);
+    else if (!in.data)
         refuse_in(c, ".data is missing");
-    else if (deferred) {
+    else if (in.deferred) {
         js_mark end = js_save(s);
-        js_restore(s, data_at);
+        js_restore(s, in.data_at);
         bool ok = scan_data(c);
         js_restore(s, end);
         return ok;
@@ -779,39 +801,45 @@ static bool scan_inputs(scan_ctx *c)
     return !s->failed;
 }
 
+/* Entry i of "outputs", being read. */
+typedef struct output_at {
+    size_t     i;
+    oip_asked *o;
+} output_at;
+
+static bool output_member(scan_ctx *c, const char *key, void *arg)
+{
+    output_at *at = arg;
+    oip_asked *o = at->o;
+    char w[48];
+    bool ok;
+    if (strcmp(key, "name") == 0) {
+        snprintf(w, sizeof(w), "outputs[%zu].name", at->i);
+        ok = scan_name(c, w, &o->name);
+    } else if (strcmp(key, "parameters") == 0) {
+        snprintf(w, sizeof(w), "outputs[%zu].parameters", at->i);
+        const param_spec p[] = {
+            {"binary_data", PARAM_BOOL, NULL, {.flag = &o->binary}},
+            {"classification", PARAM_POSITIVE, "a class count", {.count = &o->classification}},
+        };
+        ok = scan_params(c, w, OIP_FAULT_TENSOR, p, 2);
+    } else {
+        ok = js_skip(&c->js);
+    }
+    return ok;
+}
+
 static bool scan_output(scan_ctx *c, size_t i, oip_asked *o)
 {
     json_scan *s = &c->js;
-    js_iter it;
-    const char *key;
-    char w[48];
+    output_at at = {i, o};
     o->binary = -1;
     if (js_peek(s) != JS_OBJECT) {
         refuse(c, OIP_FAULT_TENSOR, "outputs[%zu] must be an object with a string 'name'", i);
         return js_skip(s);
     }
-    if (!js_object(s, &it))
+    if (!scan_members(c, output_member, &at))
         return false;
-    while (js_member(s, &it, &key, NULL)) {
-        bool ok;
-        if (c->st != DL_OK) {
-            ok = js_skip(s);
-        } else if (strcmp(key, "name") == 0) {
-            snprintf(w, sizeof(w), "outputs[%zu].name", i);
-            ok = scan_name(c, w, &o->name);
-        } else if (strcmp(key, "parameters") == 0) {
-            snprintf(w, sizeof(w), "outputs[%zu].parameters", i);
-            const param_spec p[] = {
-                {"binary_data", PARAM_BOOL, NULL, {.flag = &o->binary}},
-                {"classification", PARAM_POSITIVE, "a class count", {.count = &o->classification}},
-            };
-            ok = scan_params(c, w, OIP_FAULT_TENSOR, p, 2);
-        } else {
-            ok = js_skip(s);
-        }
-        if (!ok)
-            return false;
-    }
     if (!s->failed && !o->name.given)
         refuse(c, OIP_FAULT_TENSOR, "outputs[%zu] must be an object with a string 'name'", i);
     return !s->failed;
