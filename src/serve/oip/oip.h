@@ -200,25 +200,9 @@ typedef struct oip_request {
  * tensors (little-endian, in input order), so a body without them has
  * json_len == len (an HTTP request without Inference-Header-Content-Length).
  *
- * Checks all the request says on its own: strict JSON (as jansson with
- * duplicate keys refused); "id" a string (or an integer, see id_integer);
- * "model" a string; "model_version" an integer >= 0 or digits;
- * "parameters" an object whose binary_data_output is a bool and whose
- * timeout (microseconds) and priority are integers >= 0 (its other keys
- * pass through, as Triton's do; sequence_id, sequence_start and
- * sequence_end are noted in req->sequence); "inputs" an
- * array whose entries (the first OIP_MAX_INPUTS read; req->more holds
- * all but the first) each have a string "name", a "datatype" of "FP32"
- * (numbers), "UINT8" (integers 0..255), "INT32" or "INT64" (integers of
- * their range), a "shape" of 1..OIP_MAX_DIMS positive integers, and either
- * "data" (flat, or nested to match the shape, finite as float32) or
- * parameters.binary_data_size: exactly the shape's bytes (4 a value for
- * FP32 and INT32, 1 for UINT8, 8 for INT64; FP32 finite), each input's
- * taken from the binary part, which the inputs must use up exactly;
- * "outputs" an array of objects with a string "name" whose
- * parameters.binary_data is a bool and parameters.classification an
- * integer >= 1. Other keys are skipped (checked as
- * JSON only).
+ * Checks all the request says on its own, key by key as docs/serving.md
+ * ("What an infer request may hold") lists it; other keys are skipped
+ * (checked as JSON only).
  *
  * On success req holds new memory (oip_request_fini). On failure:
  * DL_ERR_INVALID (answer 400) with err naming the key at fault and why,
