@@ -29,6 +29,8 @@ SERVE_PACKAGES=(libmicrohttpd-dev libinih-dev libsystemd-dev curl librdkafka-dev
 # free ports), Chromium, headless, for the status page, and clang with
 # libFuzzer for the fuzz harnesses; mmdebstrap, buildah, podman and runc
 # for the container image test (tests/deploy/test_image.sh), python3-yaml
-# for the manifest test.
+# for the manifest test, python3-onnx for the ONNX tests' models and checks
+# (tests/py/onnx_models.py, onnx_eval.py).
 TEST_PACKAGES=(libcriterion-dev python3-torch prometheus systemd redis-server chromium
-               clang-14 libclang-rt-14-dev mmdebstrap buildah podman runc python3-yaml)
+               clang-14 libclang-rt-14-dev mmdebstrap buildah podman runc python3-yaml
+               python3-onnx)
