@@ -80,12 +80,18 @@ for x in rows:
         # MSE of one unit: the loss is the squared RMSE
         assert abs(v[f"reg_{s}_loss"] - v[f"reg_{s}_rmse"] ** 2) < 1e-6, (s, x)
     assert v["cls_test_accuracy"] == v["test_accuracy"], x
+# The test figures of the last epoch (from the evaluation in training, on
+# one thread) are those of --eval (on every core): not to the bit, sums
+# taken in another order differ in their last bits. --eval prints 4
+# decimals (5e-5 of rounding); beyond it, losses and rmse within 1e-5 +
+# 1e-4 relative, and the accuracy within one of the 100 test rows (a row
+# at the decision boundary may go either way).
 last, o = {k: float(rows[-1][k]) for k in head}, r["outputs"]
 for got, want in ((last["cls_test_loss"], o["cls"]["loss"]),
-                  (last["cls_test_accuracy"], o["cls"]["accuracy"]),
                   (last["reg_test_loss"], o["reg"]["loss"]),
                   (last["reg_test_rmse"], o["reg"]["rmse"]), (last["test_loss"], r["loss"])):
-    assert abs(got - want) <= 5e-5 + 1e-7, (got, want)   # --eval prints 4 decimals
+    assert abs(got - want) <= 5e-5 + 1e-5 + 1e-4 * abs(want), (got, want)
+assert abs(last["cls_test_accuracy"] - o["cls"]["accuracy"]) <= 5e-5 + 1 / 100, (last, o)
 line = [l for l in open(sys.argv[3]) if "epoch 30/30" in l][0]
 m = re.search(r"cls: loss (\S+) acc (\S+), reg: loss (\S+) rmse (\S+)$", line.strip())
 assert list(m.groups()) == [f"{last[k]:.4f}" for k in ("cls_test_loss", "cls_test_accuracy",

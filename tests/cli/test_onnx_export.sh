@@ -81,8 +81,11 @@ p = np.exp(logits - logits.max(1, keepdims=True))
 p /= p.sum(1, keepdims=True)
 rows = [json.loads(line) for line in open(sys.argv[3])]
 assert len(rows) == b
+from tolerance import near_top
 for i, r in enumerate(rows):
-    assert int(p[i].argmax()) == r["class"], (i, p[i], r)
+    # dlserve's class: the graph's top class, or tied with it within the
+    # tolerance (onnx_eval, on torch, sums in another order)
+    assert near_top([float(v) for v in p[i]], r["class"]), (i, p[i], r)
     assert abs(float(p[i].max()) - r["score"]) <= 1e-4, (i, p[i].max(), r)  # score: 4 decimals
 PY
     done
@@ -200,6 +203,9 @@ for o, vi in zip(meta["outputs"], m.graph.output):
     if o["loss"] == "bce_with_logits":
         loss = np.mean(np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z))))
         figure = ("accuracy", np.mean((z > 0) == (y > 0.5)))
+        # a logit within the tolerance of 0 may fall on either side in
+        # dlserve: each such sample may move the accuracy by 1/b
+        figure += (np.sum(np.abs(z) <= 1e-5 + 1e-4 * np.abs(z)) / b,)
     else:
         loss = np.mean((z - y) ** 2)
         figure = ("rmse", np.sqrt(np.mean(np.mean((z - y) ** 2, axis=1)))) \
@@ -207,7 +213,8 @@ for o, vi in zip(meta["outputs"], m.graph.output):
     total += weight[o["name"]] * loss
     # --eval prints 4 decimals: 5e-5 of rounding
     assert abs(loss - got[o["name"]]["loss"]) <= 1e-4, (o["name"], loss, got)
-    assert abs(figure[1] - got[o["name"]][figure[0]]) <= 1e-4, (o["name"], figure, got)
+    assert abs(figure[1] - got[o["name"]][figure[0]]) <= 1e-4 + (figure[2:] or (0,))[0], \
+        (o["name"], figure, got)
 assert abs(total - line["loss"]) <= 1e-4, (total, line)
 PY
 }

@@ -211,6 +211,8 @@ finish_stall_job() {  # returns the job's exit code; kills it after 30 s
     wait $job
 }
 
+# The stall timeout is 3 s: the job ends within 15 s (12 s for mpirun to
+# tear down 3 ranks on a loaded machine), a hang would run 50 epochs.
 start_stall_job stopped
 t0=$SECONDS
 kill -STOP "$victim"

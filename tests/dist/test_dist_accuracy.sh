@@ -18,8 +18,11 @@ run() {  # name ranks min_accuracy args...
     local acc; acc=$(json_get "$WORK/$name.json" test_accuracy)
     check "$name: test accuracy $acc >= $min" /usr/bin/python3 -c "import sys; sys.exit(not $acc >= $min)"
     "$DLSERVE" --eval "$dir" > "$WORK/$name-eval.json"
-    check "$name: --eval of the written version agrees" \
-        test "$(json_get "$WORK/$name-eval.json" accuracy)" = "$acc"
+    # training's evaluation and --eval sum in other batches and orders: an
+    # image whose top two classes tie within the last bits may go either
+    # way; both print 4 decimals (one image in 10,000): within one image
+    check "$name: --eval of the written version agrees (within one image in 10,000)" \
+        /usr/bin/python3 -c "import sys; sys.exit(not abs($(json_get "$WORK/$name-eval.json" accuracy) - $acc) <= 1.5e-4)"
 }
 run ps-async 5 0.87 --dist ps-async --ps-servers 1 --max-staleness 4
 check "ps-async reports staleness" /usr/bin/python3 - "$WORK/ps-async.json" <<'PY'

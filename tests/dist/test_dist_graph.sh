@@ -40,9 +40,13 @@ import csv, sys
 a, b = (list(csv.reader(open(f))) for f in sys.argv[1:3])
 assert a[0] == b[0] and "click_test_accuracy" in a[0] and "rating_test_rmse" in a[0], a[0]
 assert len(a) == len(b) == 2, (a, b)
+# The weights agree to 1e-5, not to the bit: losses and rmse within 1e-4
+# relative, an accuracy within one of the 256 test rows (a row whose click
+# logit lies within that difference of 0 may go either way).
 for name, x, y in zip(a[0], a[1], b[1]):
     if name not in ("samples_per_sec", "seconds"):
-        assert abs(float(x) - float(y)) <= 1e-4 * max(1, abs(float(y))), (name, x, y)
+        tol = 1e-4 * max(1, abs(float(y))) + (1 / 256 if name.endswith("accuracy") else 0)
+        assert abs(float(x) - float(y)) <= tol, (name, x, y)
 ' "$ar/1/metrics.csv" "$ref/1/metrics.csv"
 check "allreduce-2: the epoch line names each output" \
     grep -qE "epoch 1/1 .* \| click: loss [0-9.]+ acc [0-9.]+, rating: loss [0-9.]+ rmse [0-9.]+" \

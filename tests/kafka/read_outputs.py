@@ -12,7 +12,12 @@ name, datatype, shape and data), and the binary one as its binary tensor
 data extension does: the JSON is the first Inference-Header-Content-Length
 bytes, each output with parameters.binary_data_size takes that many bytes
 after it in output order (FP32 and INT64 little-endian, BYTES each a 4-byte
-little-endian length then the bytes). Standard library only."""
+little-endian length then the bytes). Standard library only.
+
+Values are compared bit for bit (as float32) across the daemons, each of
+which batched the records its own way: the callers run them with
+[batching] batch_invariant on and one configuration (thread count, CPU
+engines), without which a value may move in its last bits."""
 import json
 import struct
 import sys

@@ -8,7 +8,8 @@ PY=/usr/bin/python3
 
 # start_mock TOPIC:PARTITIONS...: sets MOCK_PID and BOOT; commands go
 # through mock_cmd, answers to $WORK/mock.out. MOCK_BROKERS brokers
-# (default 1).
+# (default 1). Up is waited for 30 s, an answer to a command 20 s: each
+# takes milliseconds, and the bounds cost nothing when it comes.
 start_mock() {
     mkfifo "$WORK/mock.in"
     "$KAFKA_TOOL" mock --brokers "${MOCK_BROKERS:-1}" $(printf -- '--topic %s ' "$@") \
@@ -17,7 +18,7 @@ start_mock() {
     MOCK_PID=$!
     exec 7> "$WORK/mock.in"
     BOOT=""
-    for _ in $(seq 100); do
+    for _ in $(seq 300); do
         BOOT=$(sed -n 's/^bootstrap=//p' "$WORK/mock.out")
         [ -n "$BOOT" ] && break
         sleep 0.1
@@ -29,7 +30,7 @@ start_mock() {
 mock_cmd() {
     local n; n=$(grep -c '' "$WORK/mock.out")
     echo "$*" >&7
-    for _ in $(seq 50); do
+    for _ in $(seq 200); do
         [ "$(grep -c '' "$WORK/mock.out")" -gt "$n" ] && break
         sleep 0.1
     done

@@ -14,6 +14,7 @@ make_repo() {
 start_daemon() {
     local name=$1; shift
     LOG=$WORK/$name.log
+    : > "$LOG"   # there to read before the daemon's shell opens it
     "$DLSERVE" --set http.port=0 "$@" > "$WORK/$name.out" 2> "$LOG" &
     PID=$!
     PORT=""

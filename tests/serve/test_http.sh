@@ -10,7 +10,14 @@ REPO=$WORK/models
 make_repo "$REPO"
 check "a trained version to serve" test -s "$REPO/fashion-mlp/1/model.safetensors"
 
-start_daemon main --models "$REPO" --set batching.max_queue_delay_us=2000 --set batching.eager=false
+# Answers of this daemon are compared bit for bit (the request forms below,
+# the binary client's): batch_invariant makes each the same bits whichever
+# batch it ran in; it is the default, set here because the checks rely on
+# it. The delay (20 ms, eager off: every request waits it out) is the
+# window in which the 32 concurrent clients below must meet in batches: on
+# a machine with a core kept busy curl sends them within a few ms.
+start_daemon main --models "$REPO" --set batching.max_queue_delay_us=20000 --set batching.eager=false \
+    --set batching.batch_invariant=true
 check "daemon starts and logs its port" test -n "$PORT"
 
 # ---- health and metadata ----
@@ -33,6 +40,37 @@ check "one instance computes on the cores less one (/status inference_threads)" 
     test "$(jq_get 'd["inference_threads"]')" = $(( cores > 1 ? cores - 1 : 1 ))
 
 # ---- inference: the same answers as dlserve --predict ----
+# agrees_with_predict PRED ANSWER:FIRST...: each OIP JSON answer (of
+# consecutive images from image FIRST) gives every image the class that
+# `dlserve --predict` printed for it (PRED, a line an image) and its
+# score. Not to the bit: --predict computes on every core, the daemon on
+# the cores less one, and sums taken in another order differ in their last
+# bits; so --predict's class must be the answer's top class or tie it
+# within tests/py/tolerance.py's bound (1e-5 + 1e-4 relative), and its
+# score (4 decimals) the top probability within that bound and the
+# rounding. Within the answer itself, exactly: its class is the argmax of
+# its probabilities, its label --predict's for that class.
+agrees_with_predict() {
+    PYTHONPATH=$SRC/tests/py /usr/bin/python3 - "$@" <<'PY'
+import json, sys
+from tolerance import ABS, REL, near_top
+pred = [json.loads(l) for l in open(sys.argv[1])]
+labels = {p["class"]: p["label"] for p in pred}
+for arg in sys.argv[2:]:
+    path, first = arg.rsplit(":", 1)
+    outs = {o["name"]: o for o in json.load(open(path))["outputs"]}
+    probs = outs["probabilities"]["data"]
+    n = outs["probabilities"]["shape"][0]
+    assert outs["probabilities"]["shape"] == [n, 10] and len(probs) == n * 10, outs["probabilities"]
+    for i in range(n):
+        row, p = probs[i * 10:(i + 1) * 10], pred[int(first) + i]
+        best = max(range(10), key=lambda k: row[k])
+        got = (outs["class"]["data"][i], outs["label"]["data"][i])
+        assert got[0] == best and labels.get(best, got[1]) == got[1], (path, i, got, row)
+        assert near_top(row, p["class"]), (path, i, "--predict", p, "answer", row)
+        assert abs(row[best] - p["score"]) <= 5e-5 + ABS + REL * row[best], (path, i, row, p)
+PY
+}
 "$DLSERVE" --predict "$REPO/fashion-mlp" --version 1 "$DATA/t10k-images-idx3-ubyte.gz" --limit 8 \
     > "$WORK/predict.jsonl"
 /usr/bin/python3 "$REQ" 0 8 --id req-42 > "$WORK/req8.json"
@@ -41,32 +79,21 @@ check "POST infer (FP32, flat, batch 8) is 200" \
 cp "$WORK/body" "$WORK/resp8.json"
 check "the request id is echoed" test "$(jq_get 'd["id"]')" = req-42
 check "the answer names model and version" test "$(jq_get 'd["model_name"] + "/" + d["model_version"]')" = fashion-mlp/1
-check "HTTP predictions equal dlserve --predict" /usr/bin/python3 - "$WORK/resp8.json" "$WORK/predict.jsonl" <<'PY'
-import json, sys
-resp = json.load(open(sys.argv[1]))
-pred = [json.loads(l) for l in open(sys.argv[2])]
-outs = {o["name"]: o for o in resp["outputs"]}
-probs = outs["probabilities"]["data"]
-assert outs["probabilities"]["shape"] == [8, 10], outs["probabilities"]["shape"]
-for i, p in enumerate(pred):
-    row = probs[i * 10:(i + 1) * 10]
-    best = max(range(10), key=lambda k: row[k])
-    assert best == p["class"], (i, best, p)
-    assert abs(row[best] - p["score"]) < 1e-4, (i, row[best], p)
-    assert outs["class"]["data"][i] == p["class"] and outs["label"]["data"][i] == p["label"]
-PY
+check "HTTP predictions equal dlserve --predict (classes, scores within the tolerance)" \
+    agrees_with_predict "$WORK/predict.jsonl" "$WORK/resp8.json:0"
 for form in "--nested" "--datatype UINT8" "--nested --datatype UINT8"; do
     /usr/bin/python3 "$REQ" 0 8 $form > "$WORK/req-form.json"
     code POST /v2/models/fashion-mlp/versions/1/infer --data-binary @"$WORK/req-form.json" > /dev/null
-    check "infer with $form gives the same probabilities" /usr/bin/python3 - "$WORK/body" "$WORK/resp8.json" <<'PY'
+    # the same pixels in another form: the same bits (one daemon, batch_invariant)
+    check "infer with $form gives the same probabilities, bit for bit" /usr/bin/python3 - "$WORK/body" "$WORK/resp8.json" <<'PY'
 import json, sys
 a, b = (json.load(open(f))["outputs"][0]["data"] for f in sys.argv[1:3])
-sys.exit(not (len(a) == len(b) == 80 and max(abs(x - y) for x, y in zip(a, b)) < 1e-6))
+sys.exit(not (len(a) == len(b) == 80 and a == b))
 PY
 done
 /usr/bin/python3 "$REQ" 3 1 > "$WORK/req1.json"
 check "a single image (batch 1) is 200" test "$(code POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req1.json")" = 200
-check "batch 1 answers class of image 3" test "$(jq_get 'd["outputs"][2]["data"][0]')" = "$(sed -n 4p "$WORK/predict.jsonl" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["class"])')"
+check "batch 1 answers image 3 as dlserve --predict does" agrees_with_predict "$WORK/predict.jsonl" "$WORK/body:3"
 
 # ---- the binary tensor data extension, by a client written from its documentation ----
 check "binary tensors both ways equal the JSON answers; bad sizes and names are 400" \
@@ -122,38 +149,62 @@ for i in $(seq 0 31); do
     echo "data-binary = \"@$WORK/c$i.json\"" >> "$WORK/parallel.cfg"
     echo "output = \"$WORK/r$i.json\"" >> "$WORK/parallel.cfg"
 done
-curl -s -S --no-progress-meter --parallel --parallel-immediate --parallel-max 32 -K "$WORK/parallel.cfg"
 "$DLSERVE" --predict "$REPO/fashion-mlp" --version 1 "$DATA/t10k-images-idx3-ubyte.gz" --limit 32 \
     > "$WORK/predict32.jsonl"
 # own_answers: each of the 32 answers (r0..r31.json) has its client's id
-# and the class dlserve --predict gives its image.
+# and answers its image as dlserve --predict does (agrees_with_predict).
 own_answers() {
-    /usr/bin/python3 - "$WORK" <<'PY'
+    /usr/bin/python3 - "$WORK" <<'PY' || return 1
 import json, sys
 w = sys.argv[1]
-pred = [json.loads(l) for l in open(w + "/predict32.jsonl")]
 for i in range(32):
     r = json.load(open("%s/r%d.json" % (w, i)))
     assert r["id"] == "c%d" % i, r.get("id")
-    assert r["outputs"][2]["data"] == [pred[i]["class"]], (i, r["outputs"][2]["data"], pred[i])
 PY
+    agrees_with_predict "$WORK/predict32.jsonl" $(for i in $(seq 0 31); do echo "$WORK/r$i.json:$i"; done)
 }
-check "32 concurrent clients each get their own answer" own_answers
-code GET /metrics > /dev/null
-# batched [COUNT [MEAN]]: the /metrics just read (body) count more
-# inferences than batches (over MEAN a batch, and COUNT in all, if given).
-batched() {
-    /usr/bin/python3 - "$WORK/body" "${1:-0}" "${2:-1}" <<'PY'
-import re, sys
+# counters: inferences, batches, direct runs and held batches so far, as
+# /metrics (nv_inference_count, nv_inference_exec_count) and /status say.
+counters() {
+    code GET /metrics > /dev/null && cp "$WORK/body" "$WORK/counters.txt" &&
+        code GET /status > /dev/null &&
+        /usr/bin/python3 - "$WORK/counters.txt" "$WORK/body" <<'PY'
+import json, re, sys
 t = open(sys.argv[1]).read()
+s = json.load(open(sys.argv[2]))["batcher"]
 count = sum(float(v) for v in re.findall(r'^nv_inference_count\{[^}]*\} (\S+)', t, re.M))
 execs = sum(float(v) for v in re.findall(r'^nv_inference_exec_count\{[^}]*\} (\S+)', t, re.M))
-print("inferences %d in %d batches: mean batch %.2f" % (count, execs, count / execs))
-want, mean = int(sys.argv[2]), float(sys.argv[3])
-sys.exit(not (count / execs > mean and (want == 0 or count == want)))
+print(int(count), int(execs), s["direct_runs"], s["held_batches"])
 PY
 }
-check "achieved batch size exceeds 1" batched
+# burst COUNT CONFIG: sends the curl CONFIG's requests (COUNT of them) at
+# once, sets b_count, b_batches, b_direct to what this burst alone added
+# (inferences, batches, runs alone on an event loop), b_mean to its mean
+# batch, and held to the held batches so far.
+burst() {
+    local c0 e0 d0 h0 c1 e1 d1
+    read -r c0 e0 d0 h0 < <(counters)
+    curl -s -S --no-progress-meter --parallel --parallel-immediate --parallel-max "$1" -K "$2"
+    read -r c1 e1 d1 held < <(counters)
+    b_count=$((c1 - c0)) b_batches=$((e1 - e0)) b_direct=$((d1 - d0))
+    b_mean=$(/usr/bin/python3 -c 'import sys; print("%.2f" % (int(sys.argv[1]) / max(1, int(sys.argv[2]))))' \
+        "$b_count" "$b_batches")
+}
+# The 32 clients meet in batches within the 20 ms delay. A burst in which
+# every request came more than 20 ms after the one before (curl descheduled
+# throughout, on a loaded machine) would run them one by one, so up to 3
+# bursts are sent; without dynamic batching all three run 32 batches of 1.
+rounds=0
+while [ $rounds -lt 3 ]; do
+    rounds=$((rounds + 1))
+    rm -f "$WORK"/r[0-9]*.json
+    burst 32 "$WORK/parallel.cfg"
+    own_answers || break
+    [ "$b_batches" -lt 32 ] && break
+done
+check "32 concurrent clients each get their own answer" own_answers
+check "32 concurrent clients ran in batches (burst $rounds: 32 in $b_batches batches)" \
+    test "$b_count" = 32 -a "$b_batches" -lt 32
 
 check "SIGTERM: exit 0 within 10 s" stop_daemon
 
@@ -173,19 +224,23 @@ cp "$SRC/models/fashion-cnn/model.json" "$WORK/cnn/fashion-cnn/"
     > /dev/null 2>&1
 "$DLSERVE" --predict "$WORK/cnn/fashion-cnn" "$DATA/t10k-images-idx3-ubyte.gz" --limit 4 \
     > "$WORK/predict-cnn.jsonl"
-# all_class3: each of the 640 answers in $WORK/oneloop is image 3's class.
+# all_class3: each of the 640 answers in $WORK/oneloop is image 3's, the
+# same bits whether it ran alone or in a batch (batch_invariant), and
+# answers image 3 as dlserve --predict does (within the tolerance:
+# agrees_with_predict).
 all_class3() {
-    /usr/bin/python3 - "$WORK" <<'PY'
+    /usr/bin/python3 - "$WORK" <<'PY' || return 1
 import json, sys
 w = sys.argv[1]
-want = json.loads(open(w + "/predict-cnn.jsonl").readlines()[3])["class"]
-got = [json.load(open("%s/oneloop/r%d.json" % (w, i)))["outputs"][2]["data"] for i in range(1, 641)]
-sys.exit(not all(g == [want] for g in got))
+got = [json.load(open("%s/oneloop/r%d.json" % (w, i)))["outputs"] for i in range(1, 641)]
+sys.exit(not all(g == got[0] for g in got))
 PY
+    agrees_with_predict "$WORK/predict-cnn.jsonl" "$WORK/oneloop/r1.json:3"
 }
 # direct_max_us: a held batch's bound, out of the way of a slow (sanitizer) build.
+# batch_invariant: the 640 answers are compared bit for bit (all_class3).
 start_daemon oneloop --models "$WORK/cnn" --set http.threads=1 --set batching.max_batch_size=64 \
-    --set batching.direct_max_us=100000
+    --set batching.direct_max_us=100000 --set batching.batch_invariant=true
 # curl opens its 128 connections all at once (--parallel-immediate): 128
 # or more sockets turning ready together once stalled libmicrohttpd's own
 # event loop until its 60-s connection timeout closed them all
@@ -198,25 +253,32 @@ for i in $(seq 640); do
     echo "output = \"$WORK/oneloop/r$i.json\""
     echo "max-time = 20"
 done > "$WORK/oneloop.cfg"
-curl -s -S --no-progress-meter --parallel --parallel-immediate --parallel-max 128 \
-    -K "$WORK/oneloop.cfg"
-check "one event loop: 640 requests from 128 clients all answered with image 3's class" all_class3
-code GET /status > /dev/null
-direct=$(jq_get 'd["batcher"]["direct_runs"]')
-check "one event loop: fewer than half of the requests ran alone on it (direct_runs $direct of 640)" \
-    test "$direct" -lt 320
-code GET /metrics > /dev/null
-check "one event loop: they ran in batches (mean batch over 1.2)" batched 640 1.2
+# How many of a burst run alone depends on the machine: curl has to send
+# faster than the loop computes. With a core kept busy a burst ran 32 to
+# 128 of its 640 alone, once 384: the load can starve curl for a whole
+# burst. A loop without its sign of load runs nearly every request alone,
+# burst after burst. So up to 3 bursts are sent; one must run fewer than
+# half alone and average over 1.2 a batch.
+rounds=0
+while [ $rounds -lt 3 ]; do
+    rounds=$((rounds + 1))
+    burst 128 "$WORK/oneloop.cfg"
+    [ $rounds = 1 ] && { all_class3; first=$?; }
+    echo "# one event loop, burst $rounds: $b_direct of $b_count ran alone, $b_batches batches (mean $b_mean)"
+    [ "$b_direct" -lt 320 ] && /usr/bin/python3 -c "import sys; sys.exit(not $b_mean > 1.2)" && break
+done
+check "one event loop: 640 requests from 128 clients all answered with image 3's class" test "$first" = 0
+check "one event loop: fewer than half of a burst's requests ran alone on it (burst $rounds: direct_runs $b_direct of $b_count)" \
+    test "$b_count" = 640 -a "$b_direct" -lt 320
+check "one event loop: they ran in batches (burst $rounds: mean batch $b_mean, over 1.2)" \
+    /usr/bin/python3 -c "import sys; sys.exit(not $b_mean > 1.2)"
 # A held batch needs requests that one pass of the loop reads together; a
-# slow (sanitizer) build can miss that in one burst, so a second is sent.
-code GET /status > /dev/null
-held=$(jq_get 'd["batcher"]["held_batches"]')
-if [ "$held" -eq 0 ]; then
-    curl -s -S --no-progress-meter --parallel --parallel-immediate --parallel-max 128 \
-        -K "$WORK/oneloop.cfg"
-    code GET /status > /dev/null
-    held=$(jq_get 'd["batcher"]["held_batches"]')
-fi
+# slow (sanitizer) or loaded build can miss that in a burst, so up to three
+# more are sent. Without held batches none of them holds one.
+for _ in 1 2 3; do
+    [ "$held" -gt 0 ] && break
+    burst 128 "$WORK/oneloop.cfg"
+done
 check "one event loop: it batched requests it read in one pass itself (held_batches $held)" \
     test "$held" -gt 0
 code GET /metrics > /dev/null
@@ -318,14 +380,21 @@ check "JOURNAL_STREAM naming another file: time stamps" \
     grep -qE "^$TS notice http: listening on" "$WORK/other.log"
 
 # ---- 503: a full queue ----
+# A request of 4 fills the queue of 4 and waits there 5 s (eager off); the
+# next is sent once /status shows those 4 queued, so it comes within the
+# 5 s whatever the load (a poll and a curl: well under a second).
 start_daemon full --models "$REPO" --set batching.max_queue_size=4 --set batching.eager=false \
-    --set batching.max_queue_delay_us=3000000 --set batching.max_batch_size=64
+    --set batching.max_queue_delay_us=5000000 --set batching.max_batch_size=64
 /usr/bin/python3 "$REQ" 0 4 > "$WORK/req4.json"
-curl -s -o /dev/null "$URL/v2/models/fashion-mlp/infer" --data-binary @"$WORK/req4.json" &
+curl -s -o /dev/null -w '%{http_code}' "$URL/v2/models/fashion-mlp/infer" \
+    --data-binary @"$WORK/req4.json" > "$WORK/filler.code" &
 filler=$!
-sleep 0.5
+queued4() { code GET /status > /dev/null && [ "$(jq_get 'd["batcher"]["queued_samples"].get("fashion-mlp", 0)')" = 4 ]; }
+for _ in $(seq 100); do queued4 && break; sleep 0.1; done
+check "the queue holds the 4 samples of the first request" queued4
 errcase "queue full" 503 POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req1.json"
 wait $filler
+check "... which is answered once its delay is over" test "$(cat "$WORK/filler.code")" = 200
 code GET /status > /dev/null
 check "eager=false: no request runs on the HTTP thread (direct_runs 0)" \
     test "$(jq_get 'd["batcher"]["direct_runs"]')" = 0
@@ -347,14 +416,8 @@ check "eager: the lone request ran on the HTTP thread (direct_runs 1)" \
 code GET /metrics > /dev/null
 check "eager: /metrics counts it (dlserve_batcher_direct_runs_total 1)" \
     grep -qx 'dlserve_batcher_direct_runs_total 1' "$WORK/body"
-check "eager: its answer is dlserve --predict's class" /usr/bin/python3 - "$WORK" <<'PY'
-import json, sys
-w = sys.argv[1]
-want = json.loads(open(w + "/predict.jsonl").readlines()[3])["class"]   # image 3
-got = json.load(open(w + "/lone.json"))["outputs"][2]["data"]
-print("class", got, "predict", want)
-sys.exit(got != [want])
-PY
+check "eager: its answer is dlserve --predict's (image 3)" \
+    agrees_with_predict "$WORK/predict.jsonl" "$WORK/lone.json:3"
 stop_daemon
 start_daemon nodirect --models "$REPO" --set batching.direct_max_us=0
 check "direct_max_us=0: a lone request is answered" \

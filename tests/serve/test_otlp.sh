@@ -60,7 +60,14 @@ check "daemon exports to the receiver (and reads Kafka)" start_kafka_daemon trac
 check "a traced request: 200" test "$(infer "$TP")" = 200
 check "... its spans arrive" arrived "$(tid "$TP")"
 check "a request without traceparent: 200" test "$(infer -)" = 200
-sleep 0.5
+# others: root spans of traces other than TRACE_ID that arrived
+others() {
+    $PY -c 'import json,sys
+print(sum(1 for l in open(sys.argv[1]) for s in [json.loads(l)["span"]]
+          if s["traceId"] != sys.argv[2] and s["kind"] == 2))' "$SPANS" "$1"
+}
+# its spans come within a flush (50 ms); waited for, 10 s at most
+for _ in $(seq 100); do [ "$(others "$(tid "$TP")")" -ge 1 ] && break; sleep 0.1; done
 check "spans: names, parents, ids, attributes" $PY - "$SPANS" "$TP" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -179,6 +186,8 @@ check "daemon stops cleanly" stop_daemon
 
 # ---- a full queue drops and counts; stopping sends what is queued --------------
 : > "$SPANS"
+# The 40 requests below take a second or two: well within the minute
+# before the first flush, so nothing is exported before the stop.
 check "daemon with a 16-span queue flushed once a minute" start_daemon small \
     --models "$WORK/repo" --set trace.otlp_endpoint="$ENDPOINT" --set trace.queue_size=16 \
     --set trace.flush_ms=60000 --set models.watch=false

@@ -21,8 +21,8 @@ publish() {
 served_version() {
     code GET /v2/models/fashion-mlp > /dev/null && jq_get 'd["versions"][0]'
 }
-wait_version() {  # V: until version V is served (10 s)
-    for _ in $(seq 100); do
+wait_version() {  # V: until version V is served (30 s: a load takes milliseconds)
+    for _ in $(seq 300); do
         [ "$(served_version 2>/dev/null)" = "$1" ] && return 0
         sleep 0.1
     done
@@ -41,12 +41,13 @@ kill -HUP $PID
 publish 3
 check "version 3 is served" wait_version 3
 mkdir -p "$M/4" && head -c 5000 /dev/urandom > "$M/4/.tmp" && mv "$M/4/.tmp" "$M/4/model.safetensors"
-sleep 1.5
 kill -HUP $PID
-sleep 1
+# refused4: /status says why version 4 was refused (the watch or SIGHUP
+# tried it); waited for, 30 s at most, before version 3 is asked for
+refused4() { code GET /status > /dev/null && grep -q "version 4 refused" "$WORK/body"; }
+for _ in $(seq 300); do refused4 && break; sleep 0.1; done
+check "/status says why version 4 was refused" refused4
 check "a corrupt version 4 is refused: version 3 keeps serving" test "$(served_version)" = 3
-code GET /status > /dev/null
-check "/status says why version 4 was refused" grep -q "version 4 refused" "$WORK/body"
 check "the log says why" grep -q "version 4 refused" "$LOG"
 touch "$WORK/load1.json.stop"
 wait $loadpid
@@ -90,7 +91,15 @@ start_daemon term --models "$REPO"
 /usr/bin/python3 "$LOAD" "$URL/v2/models/fashion-mlp/infer" "$WORK/req1.json" 30 16 "$WORK/load2.json" \
     --close --stop-on-503 > /dev/null &
 loadpid=$!
-sleep 1.5
+# answered N: the daemon has answered N requests (/metrics)
+answered() {
+    curl -s "$URL/metrics" | /usr/bin/python3 -c 'import re, sys
+n = sum(float(v) for v in re.findall(r"^nv_inference_request_success\{[^}]*\} (\S+)", sys.stdin.read(), re.M))
+sys.exit(not n >= int(sys.argv[1]))' "$1"
+}
+# SIGTERM once the load is under way (50 answered, more than the 20 checked
+# below), however long the clients took to start: 30 s at most
+for _ in $(seq 300); do answered 50 && break; sleep 0.1; done
 t0=$SECONDS
 stop_daemon; rc=$?
 check "SIGTERM under load: exit 0 ($rc)" test $rc -eq 0

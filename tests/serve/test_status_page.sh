@@ -275,6 +275,13 @@ b = open(sys.argv[1], "rb").read()
 sys.exit(0 if b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">I", b[16:20])[0] == 1280 and len(b) > 20000 else 1)' "$SHOT"
 
 # ---- the history the daemon keeps: a reload draws it at once ---------------------
+# A snapshot every 2 s: the checks below want 6 of them (10 s of history),
+# which a fast machine may not have reached yet; waited for, 30 s at most.
+history_spans() {
+    curl -s "${AUTH[@]}" "$URL/status/history" |
+        $PY -c 'import json,sys; sys.exit(0 if len(json.load(sys.stdin)["samples"]) >= 6 else 1)'
+}
+wait_for 30 history_spans
 check "GET /status/history without the token: 401" test "$(code GET /status/history)" = 401
 check "GET /status/history: 200" test "$(code GET /status/history "${AUTH[@]}")" = 200
 check "... a snapshot every 2 s since start, with the page's counters" body_is '(

@@ -91,6 +91,11 @@ ok("classification" in server["extensions"], "the server lists the classificatio
 st, probs, _ = infer("fashion-mlp", [{"name": out_name}])
 ok(st == 200, "the probabilities of 3 images")
 scores = [probs["outputs"][0]["data"][i * 10:(i + 1) * 10] for i in range(3)]
+# The classes of this second request are ranked against the first one's
+# probabilities: the same images, the same bits only because the daemon
+# runs with batch_invariant on (test_triton.sh sets it) and both its
+# instances on one thread each. Each value is its float32's shortest text,
+# which reads back to that float exactly: 1e-6 is slack only.
 st, cls, _ = infer("fashion-mlp", [{"name": out_name, "parameters": {"classification": 3}}])
 ok(st == 200, "classification 3 answers 200")
 o = cls["outputs"][0]
