@@ -367,7 +367,7 @@ void dl_model_set_batch_invariant(dl_model *m, bool on);
 bool dl_model_batch_invariant(const dl_model *m);
 /* The default of [batching] batch_invariant and of --eval, --predict and
  * --bench (src/serve/conf.c writes it as text: keep both alike). */
-#define DL_BATCH_INVARIANT_DEFAULT true
+#define DL_BATCH_INVARIANT_DEFAULT false
 
 /* Number of named tensors and, for i in [0, n), the name, shape and data
  * (borrowed) of tensor i, in file order. */

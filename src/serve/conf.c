@@ -120,7 +120,7 @@ const dl_opt dl_serve_opts[] = {
         "with eager, requests run on the HTTP thread that read them (alone at low load, "
         "or those read in one pass as a batch) while their inference takes at most this "
         "long, in microseconds; 0 = never"),
-    BOOL(batching, batch_invariant, "true",   /* DL_BATCH_INVARIANT_DEFAULT */
+    BOOL(batching, batch_invariant, "false",   /* DL_BATCH_INVARIANT_DEFAULT */
          "every answer the same bits whether its request ran alone, batched with any "
          "others or inside a larger request (docs/serving.md)"),
     INT(batching, default_timeout_us, "0", 0, 3600000000LL,

@@ -236,8 +236,8 @@ done
 mkdir -p "$R/mlp/1" && cp "$W/mlp.onnx" "$R/mlp/1/model.onnx" && cp "$W/model.json" "$R/mlp/"
 mkdir -p "$R/odd/1" && cp "$X/unsupported.onnx" "$R/odd/1/model.onnx"
 # same_answer below compares two models' answers bit for bit, each request
-# in a batch of its own: batch_invariant (the default, set because that
-# relies on it) and one daemon (one configuration) keep them the same bits.
+# in a batch of its own: batch_invariant (set, because that relies on
+# it) and one daemon (one configuration) keep them the same bits.
 start_daemon onnx --models "$R" --set batching.batch_invariant=true
 check "the daemon starts" test -n "$PORT"
 answers() {   # CODE REF: a 200 whose output y is REF's, value by value

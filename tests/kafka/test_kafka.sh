@@ -15,7 +15,7 @@ COMMON=(--set models.watch=false --set kafka.consumer.session.timeout.ms=6000
         --set kafka.consumer.heartbeat.interval.ms=500)
 # The clean run's daemon answers image 7 in two records, which may run in
 # batches of their own; they are compared bit for bit (same_answers):
-# batch_invariant, the default, is set because that relies on it.
+# batch_invariant is set because that relies on it.
 KARGS=(--set kafka.input_topics=$IN --set kafka.output_topic=$OUT
        --set kafka.dead_letter_topic=$DLQ --set kafka.group_id=clean "${COMMON[@]}"
        --set batching.batch_invariant=true)

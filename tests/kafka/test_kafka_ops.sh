@@ -13,8 +13,8 @@
 IN=in OUT=out DLQ=dlq
 TP=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
 # The three daemons below answer the same records in batches of their own,
-# compared bit for bit by read_outputs.py: batch_invariant (the default, set
-# because the comparison relies on it) and one configuration for all three
+# compared bit for bit by read_outputs.py: batch_invariant (set, because
+# the comparison relies on it) and one configuration for all three
 # (one inference thread each) give each answer the same bits in each.
 KARGS=(--set kafka.input_topics=$IN --set kafka.output_topic=$OUT
        --set kafka.dead_letter_topic=$DLQ --set kafka.group_id=ops --set models.watch=false

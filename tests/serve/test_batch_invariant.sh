@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Batch-invariant inference ([batching] batch_invariant, on by default):
+# Batch-invariant inference ([batching] batch_invariant):
 # fashion-mlp (dense), fashion-cnn (convolutions, pooling) and
 # fashion-resnet (a graph: batchnorm, residual adds, global pooling),
 # trained briefly, answer 256 Fashion-MNIST test images bit for bit the

@@ -12,8 +12,7 @@ check "a trained version to serve" test -s "$REPO/fashion-mlp/1/model.safetensor
 
 # Answers of this daemon are compared bit for bit (the request forms below,
 # the binary client's): batch_invariant makes each the same bits whichever
-# batch it ran in; it is the default, set here because the checks rely on
-# it. The delay (20 ms, eager off: every request waits it out) is the
+# batch it ran in; set here because the checks rely on it. The delay (20 ms, eager off: every request waits it out) is the
 # window in which the 32 concurrent clients below must meet in batches: on
 # a machine with a core kept busy curl sends them within a few ms.
 start_daemon main --models "$REPO" --set batching.max_queue_delay_us=20000 --set batching.eager=false \

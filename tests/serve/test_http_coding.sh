@@ -17,7 +17,7 @@ make_repo "$REPO"
 check "a trained version to serve" test -s "$REPO/fashion-mlp/1/model.safetensors"
 trap 'kill -9 ${PID:-} 2>/dev/null; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 # The answers to a body sent plain, gzip'ed and deflated are compared byte
-# for byte: batch_invariant (the default, set because that relies on it)
+# for byte: batch_invariant (set, because that relies on it)
 # keeps them the same bits whichever batch each request ran in.
 start_daemon coding --models "$REPO" --set batching.batch_invariant=true
 check "daemon starts" test -n "$PORT"

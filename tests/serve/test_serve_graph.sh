@@ -18,7 +18,7 @@ $PY "$SRC/tests/py/make_two_tower.py" "$WORK/data" --train 2000 --test 200
     > /dev/null 2> "$WORK/train.err"
 check "two-tower trains briefly" test -f "$T/1/model.safetensors"
 # Answers to the same samples in other forms are compared bit for bit (cmp):
-# batch_invariant (the default, set because that relies on it) keeps them
+# batch_invariant (set, because that relies on it) keeps them
 # the same bits whichever batch each request ran in. Against numpy
 # (two_tower_ref.py), another implementation, within 1e-5 + 1e-4 relative.
 check "the daemon serves two-tower" start_daemon graph --models "$WORK/models" \

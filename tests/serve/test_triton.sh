@@ -55,7 +55,7 @@ check "a version of the slow model" test -s "$REPO/fashion-block/1/model.safeten
 # batch then takes as long on any machine as on two cores, and both
 # instances compute alike. triton_client.py ranks the classes of one
 # request by the probabilities another request answered: batch_invariant
-# (the default, set because that relies on it) gives them the same bits on
+# (set, because that relies on it) gives them the same bits on
 # either instance, whatever batch each ran in.
 start_daemon triton --models "$REPO" --set models.instances=2 --set models.threads=1 \
     --set batching.direct_max_us=0 --set batching.max_batch_size=64 \

@@ -246,7 +246,7 @@ Test(registry, serving_block_loads_with_the_model)
     cr_expect_eq(sv->serving.max_batch_size, 4);
     cr_expect_eq(sv->instances, 1);
     cr_expect(sv->m[0] && !sv->m[1], "one copy for serving.instances 1");
-    cr_expect(dl_model_batch_invariant(sv->m[0]), "the registry's default: on");
+    cr_expect(dl_model_batch_invariant(sv->m[0]), "[batching]'s setting (the fixture's: on)");
     served_release(sv);
     json_t *e = status_of(r2, "tiny");
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(e, "serving"),
