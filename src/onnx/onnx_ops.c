@@ -190,6 +190,9 @@ static dl_status fold_batch_arith(xl *x, const onnx_node *n, const onnx_tensor *
 
 static double cv(const onnx_tensor *t, int64_t k) { return t->f ? t->f[k] : (double)t->i[k]; }
 
+/* Whether v converts to int64_t: false for NaN and beyond +-2^63. */
+static bool fits_i64(double v) { return v >= -0x1p63 && v < 0x1p63; }
+
 /* Elementwise Add/Sub/Mul/Div of constants: same shapes or one scalar. */
 static dl_status fold_arith(xl *x, const onnx_node *n)
 {
@@ -204,11 +207,13 @@ static dl_status fold_arith(xl *x, const onnx_node *n)
     for (int64_t k = 0; t && k < t->n; k++) {
         double p = cv(a, a->n == 1 ? 0 : k), q = cv(b, b->n == 1 ? 0 : k);
         double r = op == 'A' ? p + q : op == 'S' ? p - q : op == 'M' ? p * q
-                 : q != 0 ? (t->f ? p / q : (double)(int64_t)(p / q)) : 0;
+                 : q != 0 ? p / q : 0;
         if (t->f)
             t->f[k] = (float)r;
-        else
+        else if (fits_i64(r))
             t->i[k] = (int64_t)r;
+        else
+            return xl_refuse(x, n, "the integer result overflows int64");
     }
     return set_const(x, n, t);
 }
@@ -297,8 +302,12 @@ static dl_status fold_shape_op(xl *x, const onnx_node *n)
     for (int64_t k = 0; t && k < t->n; k++)
         if (t->f)
             t->f[k] = (float)cv(a, k);
+        else if (!a->f)
+            t->i[k] = a->i[k];
+        else if (fits_i64(a->f[k]))
+            t->i[k] = (int64_t)a->f[k];
         else
-            t->i[k] = a->f ? (int64_t)a->f[k] : a->i[k];
+            return xl_refuse(x, n, "%g does not fit an int64", (double)a->f[k]);
     return set_const(x, n, t);
 }
 
