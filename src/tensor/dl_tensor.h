@@ -25,6 +25,39 @@ typedef enum dl_act { DL_ACT_RELU, DL_ACT_TANH, DL_ACT_SIGMOID } dl_act;
 
 typedef enum dl_pool_kind { DL_POOL_MAX, DL_POOL_AVG } dl_pool_kind;
 
+/* ---- the geometry of the graph layers' kernels ---------------------------- */
+
+/* Dimensions of a strided iteration: a sample's and the batch's. */
+#define DL_STRIDED_DIMS (DL_MAX_DIMS + 1)
+
+/* An iteration over `shape` (nd dimensions, the outermost first) that
+ * reads or writes up to three operands, operand k's element at position
+ * (i_0, ..., i_{nd-1}) lying at offset sum_d i_d * st[k][d] from its
+ * pointer. A stride of 0 repeats the operand along that dimension
+ * (broadcasting). Each op names which operand is which. */
+typedef struct dl_strided {
+    int     nd;
+    int64_t shape[DL_STRIDED_DIMS];
+    int64_t st[3][DL_STRIDED_DIMS];
+} dl_strided;
+
+/* The binary ops of add, sub, mul and div. */
+typedef enum dl_binop { DL_BIN_ADD, DL_BIN_SUB, DL_BIN_MUL, DL_BIN_DIV } dl_binop;
+
+/* The unary elementwise ops beyond dl_act, with their parameters a, b:
+ * pow (x^a), leaky_relu (slope a), clip (to [a, b]), hardsigmoid
+ * (clamp(a x + b, 0, 1)); gelu with erf or its tanh approximation. Values
+ * and gradients are PyTorch's, its choices at the kinks included. */
+typedef enum dl_unary_kind {
+    DL_UN_GELU, DL_UN_GELU_TANH, DL_UN_SILU, DL_UN_POW, DL_UN_SQRT, DL_UN_ERF,
+    DL_UN_LEAKY_RELU, DL_UN_CLIP, DL_UN_HARDSIGMOID, DL_UN_HARDSWISH,
+} dl_unary_kind;
+
+typedef struct dl_unary {
+    dl_unary_kind kind;
+    float         a, b;
+} dl_unary;
+
 /* Geometry of a 2-D convolution or pooling over an NCHW batch. For pooling
  * oc == c and kh, kw are the window. `blocked` (DL_BLOCKED_* bits, 0 for
  * plain NCHW) says which activations are in the convolution engine's own
@@ -249,6 +282,57 @@ typedef struct dl_backend_ops {
                       float eps, float wd, int64_t t);
     /* y += alpha * x. */
     void (*axpy)(dl_backend *be, float alpha, const float *x, float *y, int64_t n);
+
+    /* ---- the graph layers' kernels -------------------------------------
+     * NULL where a backend lacks one: a model with a layer that needs it
+     * is refused when it is built ("unsupported on <device>"). */
+    /* Over g, operands a (st[0]), b (st[1]) and y (st[2]): y = post(a op
+     * b); post may be NULL (none). y may be a when their strides agree. */
+    void (*binary_fwd)(dl_backend *be, dl_binop op, const dl_strided *g, const float *a,
+                       const float *b, const dl_act *post, float *y);
+    /* The gradient of operand k (0: a, 1: b) of y = a op b over g: each
+     * element of dx (operand k's own size and strides, overwritten) is the
+     * sum, over the positions of g that read that element, of dy (at
+     * st[2]) times d(a op b)/d(operand k). Operands the op's gradient
+     * does not read (both for add and sub) may be NULL. */
+    void (*binary_bwd)(dl_backend *be, dl_binop op, const dl_strided *g, int k,
+                       const float *a, const float *b, const float *dy, float *dx);
+    /* y (at st[1]) = x (at st[0]) over g: transpose, slice, concat and
+     * their gradients. */
+    void (*copy_strided)(dl_backend *be, const dl_strided *g, const float *x, float *y);
+    /* y = scale * the sum of x (st[0]) over the dimensions along which y's
+     * stride (st[1]) is 0; y overwritten. */
+    void (*reduce_fwd)(dl_backend *be, const dl_strided *g, const float *x, float *y,
+                       float scale);
+    /* dx (st[0]) = scale * dy (st[1], repeated along its 0 strides). */
+    void (*reduce_bwd)(dl_backend *be, const dl_strided *g, const float *dy, float *dx,
+                       float scale);
+    void (*unary_fwd)(dl_backend *be, const dl_unary *u, const float *x, float *y, int64_t n);
+    /* dx = dy * u'(x); y is the forward's output (sqrt's gradient reads
+     * it). dx may be dy. */
+    void (*unary_bwd)(dl_backend *be, const dl_unary *u, const float *x, const float *y,
+                      const float *dy, float *dx, int64_t n);
+    /* Layer normalisation of each of `rows` rows of d values, affine:
+     * y = (x - mean) / sqrt(var + eps) * w + b, biased variance. */
+    void (*layernorm_fwd)(dl_backend *be, const float *x, const float *w, const float *b,
+                          float *y, int64_t rows, int64_t d, float eps);
+    /* dx overwritten (NULL: none); dw and db accumulate. */
+    void (*layernorm_bwd)(dl_backend *be, const float *x, const float *w, const float *dy,
+                          float *dx, float *dw, float *db, int64_t rows, int64_t d,
+                          float eps);
+    /* softmax, or log_softmax when log, over the middle axis of x viewed
+     * as (outer, len, inner); bwd from the forward's output y. */
+    void (*softmax_axis_fwd)(dl_backend *be, bool log, const float *x, float *y,
+                             int64_t outer, int64_t len, int64_t inner);
+    void (*softmax_axis_bwd)(dl_backend *be, bool log, const float *y, const float *dy,
+                             float *dx, int64_t outer, int64_t len, int64_t inner);
+    /* `batch` GEMMs as gemm's: C_q = alpha op(A_q) op(B_q) + beta C_q,
+     * where X_q starts at x + q * sx (sa or sb 0: one matrix for all q;
+     * sc is at least m * n, so the C_q never overlap). */
+    dl_status (*gemm_batched)(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n,
+                              int64_t k, float alpha, const float *a, int64_t sa,
+                              const float *b, int64_t sb, float beta, float *c, int64_t sc,
+                              int64_t batch, dl_err *err);
 } dl_backend_ops;
 
 struct dl_backend {

@@ -949,6 +949,19 @@ const dl_backend_ops cuda_ops = {
     .sgd_step       = cu_sgd_step,
     .adam_step      = cu_adam_step,
     .axpy           = cu_axpy,
+    /* the graph layers' kernels: not yet written */
+    .binary_fwd       = NULL,
+    .binary_bwd       = NULL,
+    .copy_strided     = NULL,
+    .reduce_fwd       = NULL,
+    .reduce_bwd       = NULL,
+    .unary_fwd        = NULL,
+    .unary_bwd        = NULL,
+    .layernorm_fwd    = NULL,
+    .layernorm_bwd    = NULL,
+    .softmax_axis_fwd = NULL,
+    .softmax_axis_bwd = NULL,
+    .gemm_batched     = NULL,
 };
 
 /* ---- creation and teardown -------------------------------------------------- */
