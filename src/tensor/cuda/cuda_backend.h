@@ -111,4 +111,34 @@ cudaError_t k_adam(cudaStream_t s, float *p, const float *g, float *m, float *v,
                    int64_t n, float b1, float b2, float eps, float wd, float c1, float c2);
 cudaError_t k_axpy(cudaStream_t s, float alpha, const float *x, float *y, int64_t n);
 
+/* The graph layers' kernels (binary_fwd .. softmax_axis_bwd in dl_tensor.h),
+ * over the per-index bodies of graph_body.h. Deterministic: a broadcast
+ * gradient or a reduction is gathered by one thread an output element
+ * (sums in double), never scattered through atomics. */
+cudaError_t k_binary_fwd(cudaStream_t s, dl_binop op, const dl_strided *g, const float *a,
+                         const float *b, const dl_act *post, float *y);
+cudaError_t k_binary_bwd(cudaStream_t s, dl_binop op, const dl_strided *g, int k,
+                         const float *a, const float *b, const float *dy, float *dx);
+cudaError_t k_copy_strided(cudaStream_t s, const dl_strided *g, const float *x, float *y);
+cudaError_t k_reduce_fwd(cudaStream_t s, const dl_strided *g, const float *x, float *y,
+                         float scale);
+cudaError_t k_reduce_bwd(cudaStream_t s, const dl_strided *g, const float *dy, float *dx,
+                         float scale);
+cudaError_t k_unary_fwd(cudaStream_t s, const dl_unary *u, const float *x, float *y, int64_t n);
+cudaError_t k_unary_bwd(cudaStream_t s, const dl_unary *u, const float *x, const float *y,
+                        const float *dy, float *dx, int64_t n);
+cudaError_t k_softmax_axis_fwd(cudaStream_t s, bool log, const float *x, float *y,
+                               int64_t outer, int64_t len, int64_t inner);
+cudaError_t k_softmax_axis_bwd(cudaStream_t s, bool log, const float *y, const float *dy,
+                               float *dx, int64_t outer, int64_t len, int64_t inner);
+/* Layernorm: one block a row (block sums in double). The backward keeps
+ * each row's mean and rstd in scratch, then sums dw and db by one thread
+ * a column over the rows in order. */
+cudaError_t k_layernorm_fwd(cudaStream_t s, const float *x, const float *w, const float *b,
+                            float *y, int64_t rows, int64_t d, float eps);
+size_t k_layernorm_scratch_bytes(int64_t rows);
+cudaError_t k_layernorm_bwd(cudaStream_t s, void *scratch, const float *x, const float *w,
+                            const float *dy, float *dx, float *dw, float *db, int64_t rows,
+                            int64_t d, float eps);
+
 #endif /* DL_TENSOR_CUDA_BACKEND_H */

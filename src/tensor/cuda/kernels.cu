@@ -1,9 +1,11 @@
 /* kernels.cu: the CUDA backend's own kernels: elementwise ops, softmax and
  * the fused losses, im2col / col2im, pooling, batchnorm, dropout,
- * embeddings and the fused optimizer updates. Each matches backend_cpu.c's
+ * embeddings, the fused optimizer updates and the graph layers' kernels
+ * (whose per-index arithmetic is graph_body.h's, shared with a host test). Each matches backend_cpu.c's
  * arithmetic (same formulas, double where the CPU sums in double) and is
  * deterministic: reductions run in a fixed order, never through atomics. */
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/graph_body.h"
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -748,6 +750,157 @@ embed_scratch embed_carve(void *scratch, int64_t nids)
     return e;
 }
 
+/* ---- the graph layers' kernels ------------------------------------------------
+ * Each thread takes an index and calls graph_body.h's body for it; the op
+ * (binary op, post activation, unary kind, softmax or log) is a template
+ * argument, so that a kernel's switch folds away. Geometry travels by
+ * value. */
+
+template <int OP, int POST>
+__global__ void binary_fwd_kernel(dl_strided g, const float *a, const float *b, float *y,
+                                  int64_t n)
+{
+    for (int64_t j = tid(); j < n; j += nthreads())
+        body_binary_fwd((dl_binop)OP, POST, &g, a, b, y, j);
+}
+
+/* One thread an element of dx: it gathers the positions that read it. */
+template <int OP>
+__global__ void binary_bwd_kernel(body_split sp, int k, const float *a, const float *b,
+                                  const float *dy, float *dx)
+{
+    for (int64_t j = tid(); j < sp.kn; j += nthreads())
+        body_binary_bwd((dl_binop)OP, &sp, k, a, b, dy, dx, j);
+}
+
+__global__ void copy_strided_kernel(dl_strided g, const float *x, float *y, int64_t n)
+{
+    for (int64_t j = tid(); j < n; j += nthreads())
+        body_copy(&g, x, y, j);
+}
+
+__global__ void reduce_fwd_kernel(body_split sp, const float *x, float *y, float scale)
+{
+    for (int64_t j = tid(); j < sp.kn; j += nthreads())
+        body_reduce_fwd(&sp, x, y, scale, j);
+}
+
+__global__ void reduce_bwd_kernel(dl_strided g, const float *dy, float *dx, float scale,
+                                  int64_t n)
+{
+    for (int64_t j = tid(); j < n; j += nthreads())
+        body_reduce_bwd(&g, dy, dx, scale, j);
+}
+
+template <int KIND>
+__global__ void unary_fwd_kernel(float a, float b, const float *x, float *y, int64_t n)
+{
+    for (int64_t i = tid(); i < n; i += nthreads())
+        y[i] = body_unary_fwd((dl_unary_kind)KIND, a, b, x[i]);
+}
+
+/* Only sqrt reads y, only the others x. */
+template <int KIND>
+__global__ void unary_bwd_kernel(float a, float b, const float *x, const float *y,
+                                 const float *dy, float *dx, int64_t n)
+{
+    for (int64_t i = tid(); i < n; i += nthreads()) {
+        float xv = KIND == DL_UN_SQRT ? 0.0f : x[i], yv = KIND == DL_UN_SQRT ? y[i] : 0.0f;
+        dx[i] = dy[i] * body_unary_grad((dl_unary_kind)KIND, a, b, xv, yv);
+    }
+}
+
+/* One thread a column (o, i) of (outer, len, inner): neighbouring threads
+ * read neighbouring values when inner > 1. */
+template <bool LOG>
+__global__ void softmax_axis_fwd_kernel(const float *x, float *y, int64_t outer, int64_t len,
+                                        int64_t inner)
+{
+    for (int64_t c = tid(); c < outer * inner; c += nthreads()) {
+        int64_t o = c / inner, at = o * len * inner + (c - o * inner);
+        body_softmax_col(LOG, x + at, y + at, len, inner);
+    }
+}
+
+template <bool LOG>
+__global__ void softmax_axis_bwd_kernel(const float *y, const float *dy, float *dx,
+                                        int64_t outer, int64_t len, int64_t inner)
+{
+    for (int64_t c = tid(); c < outer * inner; c += nthreads()) {
+        int64_t o = c / inner, at = o * len * inner + (c - o * inner);
+        body_softmax_col_bwd(LOG, y + at, dy + at, dx + at, len, inner);
+    }
+}
+
+/* One block a row: the statistics by block_sum (double, fixed order),
+ * then the row. stats (may be NULL) receives mean and rstd. */
+__global__ void layernorm_fwd_kernel(const float *x, const float *w, const float *b, float *y,
+                                     double *stats, int64_t rows, int64_t d, float eps)
+{
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * d;
+        double mean = block_sum(body_ln_sum(xr, d, threadIdx.x, BLOCK, 0.0, false)) / (double)d;
+        double rstd = body_ln_rstd(block_sum(body_ln_sum(xr, d, threadIdx.x, BLOCK, mean, true)),
+                                   d, eps);
+        if (stats && threadIdx.x == 0) {
+            stats[2 * r] = mean;
+            stats[2 * r + 1] = rstd;
+        }
+        if (y)
+            for (int64_t j = threadIdx.x; j < d; j += BLOCK)
+                y[r * d + j] = body_ln_y(xr[j], mean, rstd, w[j], b[j]);
+    }
+}
+
+/* dx of one block a row, from the statistics layernorm_fwd_kernel saved. */
+__global__ void layernorm_dx_kernel(const float *x, const float *w, const float *dy, float *dx,
+                                    const double *stats, int64_t rows, int64_t d)
+{
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * d, *dr = dy + r * d;
+        double mean = stats[2 * r], rstd = stats[2 * r + 1], s1, s2;
+        body_ln_bwd_sums(xr, w, dr, d, threadIdx.x, BLOCK, mean, rstd, &s1, &s2);
+        s1 = block_sum(s1);
+        s2 = block_sum(s2);
+        for (int64_t j = threadIdx.x; j < d; j += BLOCK)
+            dx[r * d + j] = body_ln_dx(xr[j], w[j], dr[j], mean, rstd, s1, s2, d);
+    }
+}
+
+/* One thread a column: dw and db summed over the rows in order. */
+__global__ void layernorm_dwdb_kernel(const float *x, const float *dy, const double *stats,
+                                      float *dw, float *db, int64_t rows, int64_t d)
+{
+    for (int64_t j = tid(); j < d; j += nthreads()) {
+        double sw, sb;
+        body_ln_dwdb(x, dy, stats, rows, d, j, &sw, &sb);
+        if (dw)
+            dw[j] += (float)sw;
+        if (db)
+            db[j] += (float)sb;
+    }
+}
+
+template <int OP>
+void launch_binary_fwd(cudaStream_t s, const dl_strided *g, const float *a, const float *b,
+                       const dl_act *post, float *y, int64_t n)
+{
+    unsigned grid = blocks_for(n);
+    switch (post ? (int)*post : -1) {
+    case DL_ACT_RELU:
+        binary_fwd_kernel<OP, DL_ACT_RELU><<<grid, BLOCK, 0, s>>>(*g, a, b, y, n);
+        break;
+    case DL_ACT_TANH:
+        binary_fwd_kernel<OP, DL_ACT_TANH><<<grid, BLOCK, 0, s>>>(*g, a, b, y, n);
+        break;
+    case DL_ACT_SIGMOID:
+        binary_fwd_kernel<OP, DL_ACT_SIGMOID><<<grid, BLOCK, 0, s>>>(*g, a, b, y, n);
+        break;
+    default:
+        binary_fwd_kernel<OP, -1><<<grid, BLOCK, 0, s>>>(*g, a, b, y, n);
+    }
+}
+
 }  // namespace
 
 /* ---- launchers ---------------------------------------------------------- */
@@ -1106,5 +1259,169 @@ cudaError_t k_adam(cudaStream_t s, float *p, const float *g, float *m, float *v,
 cudaError_t k_axpy(cudaStream_t s, float alpha, const float *x, float *y, int64_t n)
 {
     axpy_kernel<<<blocks_for(n), BLOCK, 0, s>>>(alpha, x, y, n);
+    return cudaGetLastError();
+}
+
+/* ---- the graph layers' launchers ------------------------------------------------ */
+
+cudaError_t k_binary_fwd(cudaStream_t s, dl_binop op, const dl_strided *g, const float *a,
+                         const float *b, const dl_act *post, float *y)
+{
+    int64_t n = body_count(g);
+    if (n <= 0)
+        return cudaSuccess;
+    switch (op) {
+    case DL_BIN_ADD: launch_binary_fwd<DL_BIN_ADD>(s, g, a, b, post, y, n); break;
+    case DL_BIN_SUB: launch_binary_fwd<DL_BIN_SUB>(s, g, a, b, post, y, n); break;
+    case DL_BIN_MUL: launch_binary_fwd<DL_BIN_MUL>(s, g, a, b, post, y, n); break;
+    case DL_BIN_DIV: launch_binary_fwd<DL_BIN_DIV>(s, g, a, b, post, y, n); break;
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t k_binary_bwd(cudaStream_t s, dl_binop op, const dl_strided *g, int k,
+                         const float *a, const float *b, const float *dy, float *dx)
+{
+    if (body_count(g) <= 0)
+        return cudaSuccess;
+    body_split sp;
+    body_split_of(g, k, &sp);
+    unsigned grid = blocks_for(sp.kn);
+    switch (op) {
+    case DL_BIN_ADD:
+        binary_bwd_kernel<DL_BIN_ADD><<<grid, BLOCK, 0, s>>>(sp, k, a, b, dy, dx);
+        break;
+    case DL_BIN_SUB:
+        binary_bwd_kernel<DL_BIN_SUB><<<grid, BLOCK, 0, s>>>(sp, k, a, b, dy, dx);
+        break;
+    case DL_BIN_MUL:
+        binary_bwd_kernel<DL_BIN_MUL><<<grid, BLOCK, 0, s>>>(sp, k, a, b, dy, dx);
+        break;
+    case DL_BIN_DIV:
+        binary_bwd_kernel<DL_BIN_DIV><<<grid, BLOCK, 0, s>>>(sp, k, a, b, dy, dx);
+        break;
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t k_copy_strided(cudaStream_t s, const dl_strided *g, const float *x, float *y)
+{
+    int64_t n = body_count(g);
+    if (n <= 0)
+        return cudaSuccess;
+    copy_strided_kernel<<<blocks_for(n), BLOCK, 0, s>>>(*g, x, y, n);
+    return cudaGetLastError();
+}
+
+cudaError_t k_reduce_fwd(cudaStream_t s, const dl_strided *g, const float *x, float *y,
+                         float scale)
+{
+    if (body_count(g) <= 0)
+        return cudaSuccess;
+    body_split sp;
+    body_split_of(g, 1, &sp);
+    reduce_fwd_kernel<<<blocks_for(sp.kn), BLOCK, 0, s>>>(sp, x, y, scale);
+    return cudaGetLastError();
+}
+
+cudaError_t k_reduce_bwd(cudaStream_t s, const dl_strided *g, const float *dy, float *dx,
+                         float scale)
+{
+    int64_t n = body_count(g);
+    if (n <= 0)
+        return cudaSuccess;
+    reduce_bwd_kernel<<<blocks_for(n), BLOCK, 0, s>>>(*g, dy, dx, scale, n);
+    return cudaGetLastError();
+}
+
+#define UNARY_CASES(X) \
+    X(DL_UN_GELU) X(DL_UN_GELU_TANH) X(DL_UN_SILU) X(DL_UN_POW) X(DL_UN_SQRT) X(DL_UN_ERF) \
+    X(DL_UN_LEAKY_RELU) X(DL_UN_CLIP) X(DL_UN_HARDSIGMOID) X(DL_UN_HARDSWISH)
+
+cudaError_t k_unary_fwd(cudaStream_t s, const dl_unary *u, const float *x, float *y, int64_t n)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    unsigned grid = blocks_for(n);
+    switch (u->kind) {
+#define FWD_CASE(K) \
+    case K: unary_fwd_kernel<K><<<grid, BLOCK, 0, s>>>(u->a, u->b, x, y, n); break;
+    UNARY_CASES(FWD_CASE)
+#undef FWD_CASE
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t k_unary_bwd(cudaStream_t s, const dl_unary *u, const float *x, const float *y,
+                        const float *dy, float *dx, int64_t n)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    unsigned grid = blocks_for(n);
+    switch (u->kind) {
+#define BWD_CASE(K) \
+    case K: unary_bwd_kernel<K><<<grid, BLOCK, 0, s>>>(u->a, u->b, x, y, dy, dx, n); break;
+    UNARY_CASES(BWD_CASE)
+#undef BWD_CASE
+    }
+    return cudaGetLastError();
+}
+
+#undef UNARY_CASES
+
+cudaError_t k_softmax_axis_fwd(cudaStream_t s, bool log, const float *x, float *y,
+                               int64_t outer, int64_t len, int64_t inner)
+{
+    if (outer <= 0 || len <= 0 || inner <= 0)
+        return cudaSuccess;
+    unsigned grid = blocks_for(outer * inner);
+    if (log)
+        softmax_axis_fwd_kernel<true><<<grid, BLOCK, 0, s>>>(x, y, outer, len, inner);
+    else
+        softmax_axis_fwd_kernel<false><<<grid, BLOCK, 0, s>>>(x, y, outer, len, inner);
+    return cudaGetLastError();
+}
+
+cudaError_t k_softmax_axis_bwd(cudaStream_t s, bool log, const float *y, const float *dy,
+                               float *dx, int64_t outer, int64_t len, int64_t inner)
+{
+    if (outer <= 0 || len <= 0 || inner <= 0)
+        return cudaSuccess;
+    unsigned grid = blocks_for(outer * inner);
+    if (log)
+        softmax_axis_bwd_kernel<true><<<grid, BLOCK, 0, s>>>(y, dy, dx, outer, len, inner);
+    else
+        softmax_axis_bwd_kernel<false><<<grid, BLOCK, 0, s>>>(y, dy, dx, outer, len, inner);
+    return cudaGetLastError();
+}
+
+cudaError_t k_layernorm_fwd(cudaStream_t s, const float *x, const float *w, const float *b,
+                            float *y, int64_t rows, int64_t d, float eps)
+{
+    if (rows <= 0 || d <= 0)
+        return cudaSuccess;
+    layernorm_fwd_kernel<<<blocks_for(rows, 1), BLOCK, 0, s>>>(x, w, b, y, nullptr, rows, d,
+                                                               eps);
+    return cudaGetLastError();
+}
+
+size_t k_layernorm_scratch_bytes(int64_t rows)
+{
+    return (size_t)(rows > 0 ? rows : 1) * 2 * sizeof(double);
+}
+
+cudaError_t k_layernorm_bwd(cudaStream_t s, void *scratch, const float *x, const float *w,
+                            const float *dy, float *dx, float *dw, float *db, int64_t rows,
+                            int64_t d, float eps)
+{
+    if (rows <= 0 || d <= 0)
+        return cudaSuccess;
+    double *stats = (double *)scratch;
+    unsigned grid = blocks_for(rows, 1);
+    layernorm_fwd_kernel<<<grid, BLOCK, 0, s>>>(x, w, nullptr, nullptr, stats, rows, d, eps);
+    if (dx)
+        layernorm_dx_kernel<<<grid, BLOCK, 0, s>>>(x, w, dy, dx, stats, rows, d);
+    if (dw || db)
+        layernorm_dwdb_kernel<<<blocks_for(d), BLOCK, 0, s>>>(x, dy, stats, dw, db, rows, d);
     return cudaGetLastError();
 }
