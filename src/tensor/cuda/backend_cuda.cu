@@ -884,6 +884,150 @@ void cu_axpy(dl_backend *be, float alpha, const float *x, float *y, int64_t n)
     CUDA_CHECK(c, k_axpy(c->stream, alpha, x, y, n), "axpy");
 }
 
+/* ---- the graph layers' kernels ------------------------------------------------ */
+
+void cu_binary_fwd(dl_backend *be, dl_binop op, const dl_strided *g, const float *a,
+                   const float *b, const dl_act *post, float *y)
+{
+    cuda_ctx *c = ctx_of(be);
+    bind(c);
+    CUDA_CHECK(c, k_binary_fwd(c->stream, op, g, a, b, post, y), "binary_fwd");
+}
+
+void cu_binary_bwd(dl_backend *be, dl_binop op, const dl_strided *g, int k, const float *a,
+                   const float *b, const float *dy, float *dx)
+{
+    cuda_ctx *c = ctx_of(be);
+    bind(c);
+    CUDA_CHECK(c, k_binary_bwd(c->stream, op, g, k, a, b, dy, dx), "binary_bwd");
+}
+
+void cu_copy_strided(dl_backend *be, const dl_strided *g, const float *x, float *y)
+{
+    cuda_ctx *c = ctx_of(be);
+    bind(c);
+    CUDA_CHECK(c, k_copy_strided(c->stream, g, x, y), "copy_strided");
+}
+
+void cu_reduce_fwd(dl_backend *be, const dl_strided *g, const float *x, float *y, float scale)
+{
+    cuda_ctx *c = ctx_of(be);
+    bind(c);
+    CUDA_CHECK(c, k_reduce_fwd(c->stream, g, x, y, scale), "reduce_fwd");
+}
+
+void cu_reduce_bwd(dl_backend *be, const dl_strided *g, const float *dy, float *dx,
+                   float scale)
+{
+    cuda_ctx *c = ctx_of(be);
+    bind(c);
+    CUDA_CHECK(c, k_reduce_bwd(c->stream, g, dy, dx, scale), "reduce_bwd");
+}
+
+void cu_unary_fwd(dl_backend *be, const dl_unary *u, const float *x, float *y, int64_t n)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n <= 0)
+        return;
+    bind(c);
+    CUDA_CHECK(c, k_unary_fwd(c->stream, u, x, y, n), "unary_fwd");
+}
+
+void cu_unary_bwd(dl_backend *be, const dl_unary *u, const float *x, const float *y,
+                  const float *dy, float *dx, int64_t n)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n <= 0)
+        return;
+    bind(c);
+    CUDA_CHECK(c, k_unary_bwd(c->stream, u, x, y, dy, dx, n), "unary_bwd");
+}
+
+void cu_layernorm_fwd(dl_backend *be, const float *x, const float *w, const float *b,
+                      float *y, int64_t rows, int64_t d, float eps)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (rows <= 0 || d <= 0)
+        return;
+    bind(c);
+    CUDA_CHECK(c, k_layernorm_fwd(c->stream, x, w, b, y, rows, d, eps), "layernorm_fwd");
+}
+
+void cu_layernorm_bwd(dl_backend *be, const float *x, const float *w, const float *dy,
+                      float *dx, float *dw, float *db, int64_t rows, int64_t d, float eps)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (rows <= 0 || d <= 0)
+        return;
+    bind(c);
+    void *s = scratch(c, k_layernorm_scratch_bytes(rows));
+    if (s)
+        CUDA_CHECK(c, k_layernorm_bwd(c->stream, s, x, w, dy, dx, dw, db, rows, d, eps),
+                   "layernorm_bwd");
+}
+
+void cu_softmax_axis_fwd(dl_backend *be, bool log, const float *x, float *y, int64_t outer,
+                         int64_t len, int64_t inner)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (outer <= 0 || len <= 0 || inner <= 0)
+        return;
+    bind(c);
+    CUDA_CHECK(c, k_softmax_axis_fwd(c->stream, log, x, y, outer, len, inner),
+               "softmax_axis_fwd");
+}
+
+void cu_softmax_axis_bwd(dl_backend *be, bool log, const float *y, const float *dy, float *dx,
+                         int64_t outer, int64_t len, int64_t inner)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (outer <= 0 || len <= 0 || inner <= 0)
+        return;
+    bind(c);
+    CUDA_CHECK(c, k_softmax_axis_bwd(c->stream, log, y, dy, dx, outer, len, inner),
+               "softmax_axis_bwd");
+}
+
+/* cu_gemm's row-major-through-column-major swap, batched: cuBLAS's A is
+ * our B (stride sb), its B our A (stride sa); a stride of 0 reuses one
+ * matrix for every q. */
+dl_status cu_gemm_batched(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                          float alpha, const float *a, int64_t sa, const float *b, int64_t sb,
+                          float beta, float *cc, int64_t sc, int64_t batch, dl_err *err)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (c->latched)
+        return take_latched(c, err);
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX || batch > INT_MAX)
+        return dl_err_set(err, DL_ERR_INVALID, "gemm_batched of %lld x %lldx%lldx%lld is too "
+                          "large", (long long)batch, (long long)m, (long long)n, (long long)k);
+    if (m <= 0 || n <= 0 || batch <= 0)
+        return DL_OK;
+    bind(c);
+    bool ok = true;
+    if (k <= 0) {   /* C_q = beta C_q */
+        bool whole = sc == m * n;
+        for (int64_t q = 0; ok && q < (whole ? 1 : batch); q++) {
+            float *cq = cc + q * sc;
+            int64_t len = whole ? m * n * batch : m * n;
+            ok = beta == 0.0f
+                     ? CUDA_CHECK(c, cudaMemsetAsync(cq, 0, (size_t)len * sizeof(float),
+                                                     c->stream), "gemm_batched")
+                     : CUDA_CHECK(c, k_scale(c->stream, cq, len, beta), "gemm_batched");
+        }
+    } else {
+        ok = CUBLAS_CHECK(c, cublasGemmStridedBatchedEx(
+                                 c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha,
+                                 b, CUDA_R_32F, (int)(tb ? k : n), (long long)sb, a, CUDA_R_32F,
+                                 (int)(ta ? m : k), (long long)sa, &beta, cc, CUDA_R_32F, (int)n,
+                                 (long long)sc, (int)batch,
+                                 c->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT), "gemm_batched");
+    }
+    return ok ? DL_OK : take_latched(c, err);
+}
+
 /* Defined below with creation and graphs. */
 void      mod_backend_destroy(dl_backend *be);
 dl_status mod_sync(dl_backend *be, dl_err *err);
@@ -949,19 +1093,18 @@ const dl_backend_ops cuda_ops = {
     .sgd_step       = cu_sgd_step,
     .adam_step      = cu_adam_step,
     .axpy           = cu_axpy,
-    /* the graph layers' kernels: not yet written */
-    .binary_fwd       = NULL,
-    .binary_bwd       = NULL,
-    .copy_strided     = NULL,
-    .reduce_fwd       = NULL,
-    .reduce_bwd       = NULL,
-    .unary_fwd        = NULL,
-    .unary_bwd        = NULL,
-    .layernorm_fwd    = NULL,
-    .layernorm_bwd    = NULL,
-    .softmax_axis_fwd = NULL,
-    .softmax_axis_bwd = NULL,
-    .gemm_batched     = NULL,
+    .binary_fwd       = cu_binary_fwd,
+    .binary_bwd       = cu_binary_bwd,
+    .copy_strided     = cu_copy_strided,
+    .reduce_fwd       = cu_reduce_fwd,
+    .reduce_bwd       = cu_reduce_bwd,
+    .unary_fwd        = cu_unary_fwd,
+    .unary_bwd        = cu_unary_bwd,
+    .layernorm_fwd    = cu_layernorm_fwd,
+    .layernorm_bwd    = cu_layernorm_bwd,
+    .softmax_axis_fwd = cu_softmax_axis_fwd,
+    .softmax_axis_bwd = cu_softmax_axis_bwd,
+    .gemm_batched     = cu_gemm_batched,
 };
 
 /* ---- creation and teardown -------------------------------------------------- */
