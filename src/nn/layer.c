@@ -368,6 +368,44 @@ int64_t layer_bcast_offset(const int64_t *out, int nd, const int64_t *in, int kd
     return off;
 }
 
+void layer_dense_strides(int nd, const int64_t *shape, int64_t *st)
+{
+    int64_t s = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= shape[d];
+    }
+}
+
+void layer_strided_out(const layer *l, int64_t n, dl_strided *g)
+{
+    memset(g, 0, sizeof(*g));
+    g->nd = l->out_ndim + 1;
+    g->shape[0] = n;
+    memcpy(g->shape + 1, l->out_shape, (size_t)l->out_ndim * sizeof(int64_t));
+    layer_dense_strides(g->nd, g->shape, g->st[2]);
+}
+
+void layer_bcast_strides(const layer *l, int k, int64_t *st)
+{
+    int nd = l->out_ndim, kd = l->ins_ndim[k];
+    int64_t in_st[DL_MAX_DIMS];
+    layer_dense_strides(kd, l->ins_shape[k], in_st);
+    st[0] = l->ins_dim[k];
+    for (int d = 0; d < nd; d++) {
+        int e = kd - nd + d;
+        st[d + 1] = e >= 0 && l->ins_shape[k][e] != 1 ? in_st[e] : 0;
+    }
+}
+
+void layer_strided_swap(dl_strided *g)
+{
+    int64_t t[DL_STRIDED_DIMS];
+    memcpy(t, g->st[0], sizeof(t));
+    memcpy(g->st[0], g->st[1], sizeof(t));
+    memcpy(g->st[1], t, sizeof(t));
+}
+
 const layer_ops *layer_ops_for(dl_layer_type t)
 {
     switch (t) {
@@ -385,6 +423,22 @@ const layer_ops *layer_ops_for(dl_layer_type t)
     case DL_LAYER_SOFTMAX:   return &layer_softmax_ops;
     case DL_LAYER_CONV1D:    return &layer_conv1d_ops;
     case DL_LAYER_MAXPOOL1D: return &layer_maxpool_ops;
+    case DL_LAYER_ADD:
+    case DL_LAYER_SUB:
+    case DL_LAYER_MUL:
+    case DL_LAYER_DIV:       return &layer_binary_ops;
+    case DL_LAYER_CONCAT:    return &layer_concat_ops;
+    case DL_LAYER_IDENTITY:
+    case DL_LAYER_RESHAPE:   return &layer_flatten_ops;
+    case DL_LAYER_GLOBAL_AVGPOOL2D: return &layer_gap_ops;
+    case DL_LAYER_LAYERNORM: return &layer_layernorm_ops;
+    case DL_LAYER_LOG_SOFTMAX: return &layer_log_softmax_ops;
+    case DL_LAYER_TRANSPOSE: return &layer_transpose_ops;
+    case DL_LAYER_REDUCE_MEAN:
+    case DL_LAYER_REDUCE_SUM: return &layer_reduce_ops;
+    case DL_LAYER_MATMUL:    return &layer_matmul_ops;
+    case DL_LAYER_GELU:
+    case DL_LAYER_SILU:
     case DL_LAYER_POW:
     case DL_LAYER_SQRT:
     case DL_LAYER_ERF:
@@ -394,7 +448,7 @@ const layer_ops *layer_ops_for(dl_layer_type t)
     case DL_LAYER_HARDSWISH: return &layer_elem_ops;
     case DL_LAYER_SLICE:     return &layer_slice_ops;
     case DL_LAYER_CONSTANT:  return &layer_constant_ops;
-    default:                 return layer_graph_ops_for(t);
+    default:                 return NULL;
     }
 }
 

@@ -45,9 +45,10 @@ typedef struct layer_ops {
     dl_status (*backward_multi)(layer *l, const float *const *xs, const float *y,
                                 const float *dy, float *const *dxs, int64_t n,
                                 dl_err *err);
-    /* Set by layers written for host memory only: a backend on a device
-     * refuses them when the model is built. */
-    bool host_only;
+    /* Whether l's backend has the kernels it calls beyond those every
+     * backend has; NULL: none needed. A model with a layer its backend
+     * lacks is refused when it is built. */
+    bool (*supported)(const layer *l);
 } layer_ops;
 
 struct layer {
@@ -127,20 +128,43 @@ int64_t layer_bcast_offset(const int64_t *out, int nd, const int64_t *in, int kd
 
 const layer_ops *layer_ops_for(dl_layer_type t);
 
+/* The strides of a dense row-major tensor of shape (nd dimensions). */
+void layer_dense_strides(int nd, const int64_t *shape, int64_t *st);
+
+/* The iteration over a batch of n of l's outputs: the batch, then the
+ * output's dimensions; st[2] the output's strides, the others 0. */
+void layer_strided_out(const layer *l, int64_t n, dl_strided *g);
+
+/* Input k's strides along that iteration (NumPy broadcasting: 0 along
+ * the dimensions it repeats). */
+void layer_bcast_strides(const layer *l, int k, int64_t *st);
+
 /* transpose, reduce_mean / reduce_sum and matmul (layer_tensor.c). */
 extern const layer_ops layer_transpose_ops, layer_reduce_ops, layer_matmul_ops;
 
-/* pow, sqrt, erf, leaky_relu, clip, hardsigmoid and hardswish
- * (layer_elem.c); slice and constant (layer_slice.c). */
+/* gelu, silu, pow, sqrt, erf, leaky_relu, clip, hardsigmoid and
+ * hardswish (layer_elem.c); slice and constant (layer_slice.c). */
 extern const layer_ops layer_elem_ops, layer_slice_ops, layer_constant_ops;
 
-/* The ops of the layer types added for graphs (NULL for others). */
-const layer_ops *layer_graph_ops_for(dl_layer_type t);
+/* add, sub, mul and div; concat; global average pooling; layernorm;
+ * log_softmax (layer_graph.c). */
+extern const layer_ops layer_binary_ops, layer_concat_ops, layer_gap_ops,
+    layer_layernorm_ops, layer_log_softmax_ops;
 
-/* softmax over a sample axis other than the last (layer_graph.c). */
+/* softmax and log_softmax over any sample axis (layer_graph.c); those on
+ * the last axis that the softmax layer runs itself. */
 dl_status layer_softmax_axis_fwd(layer *l, const float *x, float *y, int64_t n);
 dl_status layer_softmax_axis_bwd(layer *l, const float *y, const float *dy, float *dx,
                                  int64_t n);
+bool layer_softmax_axis_supported(const layer *l);
+
+/* Whether l's backend has strided copies (transpose, slice, concat) and
+ * reductions (reduce_*, global pooling). */
+bool layer_copy_supported(const layer *l);
+bool layer_reduce_supported(const layer *l);
+
+/* Swaps the first two operands of g: a copy's source and destination. */
+void layer_strided_swap(dl_strided *g);
 
 /* Adds a parameter slot to l. */
 void layer_declare(layer *l, const char *suffix, bool trainable, int ndim,

@@ -1,47 +1,21 @@
-/* layer_elem.c: unary elementwise layers written for host memory (the CPU
- * backend): pow, sqrt, erf, leaky_relu, clip, hardsigmoid and hardswish,
- * with the values and gradients of PyTorch's definitions. */
+/* layer_elem.c: the unary elementwise layers beyond relu, tanh and
+ * sigmoid: gelu, silu, pow, sqrt, erf, leaky_relu, clip, hardsigmoid and
+ * hardswish, through the backend's unary kernels (dl_unary: the
+ * operation and its parameters, picked once a call). */
 #include "nn/layer.h"
 
-#include <math.h>
-
-#define TWO_OVER_SQRT_PI 1.1283791670955126f
-
-/* hardsigmoid's argument alpha * x + beta. */
-static float hs_arg(const dl_layer_conf *c, float x) { return c->alpha * x + c->beta; }
-
-static float elem(const dl_layer_conf *c, float x)
+static dl_unary unary_of(const dl_layer_conf *c)
 {
     switch (c->type) {
-    case DL_LAYER_POW:         return powf(x, c->exponent);
-    case DL_LAYER_SQRT:        return sqrtf(x);
-    case DL_LAYER_ERF:         return erff(x);
-    case DL_LAYER_LEAKY_RELU:  return x > 0.0f ? x : c->alpha * x;
-    case DL_LAYER_CLIP:        return fminf(fmaxf(x, c->lo), c->hi);
-    case DL_LAYER_HARDSIGMOID: return fminf(fmaxf(hs_arg(c, x), 0.0f), 1.0f);
-    default:                   /* hardswish, as PyTorch writes it */
-        return x < -3.0f ? 0.0f : x > 3.0f ? x : x * (x + 3.0f) / 6.0f;
-    }
-}
-
-/* dy/dx at x (y = elem(x)). At the kinks PyTorch's choices: clip passes
- * the gradient on at its bounds (clamp), hardsigmoid and leaky_relu take
- * the flat side, hardswish the inner one at 3 and the flat one at -3. */
-static float elem_grad(const dl_layer_conf *c, float x, float y)
-{
-    switch (c->type) {
-    case DL_LAYER_POW:
-        return c->exponent == 0.0f ? 0.0f : c->exponent * powf(x, c->exponent - 1.0f);
-    case DL_LAYER_SQRT:        return 0.5f / y;
-    case DL_LAYER_ERF:         return TWO_OVER_SQRT_PI * expf(-x * x);
-    case DL_LAYER_LEAKY_RELU:  return x > 0.0f ? 1.0f : c->alpha;
-    case DL_LAYER_CLIP:        return x >= c->lo && x <= c->hi ? 1.0f : 0.0f;
-    case DL_LAYER_HARDSIGMOID: {
-        float a = hs_arg(c, x);
-        return a > 0.0f && a < 1.0f ? c->alpha : 0.0f;
-    }
-    default:
-        return x < -3.0f ? 0.0f : x <= 3.0f ? x / 3.0f + 0.5f : 1.0f;
+    case DL_LAYER_GELU:        return (dl_unary){ c->approx_tanh ? DL_UN_GELU_TANH : DL_UN_GELU, 0, 0 };
+    case DL_LAYER_SILU:        return (dl_unary){ DL_UN_SILU, 0, 0 };
+    case DL_LAYER_POW:         return (dl_unary){ DL_UN_POW, c->exponent, 0 };
+    case DL_LAYER_SQRT:        return (dl_unary){ DL_UN_SQRT, 0, 0 };
+    case DL_LAYER_ERF:         return (dl_unary){ DL_UN_ERF, 0, 0 };
+    case DL_LAYER_LEAKY_RELU:  return (dl_unary){ DL_UN_LEAKY_RELU, c->alpha, 0 };
+    case DL_LAYER_CLIP:        return (dl_unary){ DL_UN_CLIP, c->lo, c->hi };
+    case DL_LAYER_HARDSIGMOID: return (dl_unary){ DL_UN_HARDSIGMOID, c->alpha, c->beta };
+    default:                   return (dl_unary){ DL_UN_HARDSWISH, 0, 0 };
     }
 }
 
@@ -50,8 +24,8 @@ static dl_status elem_forward(layer *l, const float *x, float *y, int64_t n, boo
 {
     (void)train;
     (void)err;
-    for (int64_t i = 0; i < n * l->in_dim; i++)
-        y[i] = elem(l->conf, x[i]);
+    dl_unary u = unary_of(l->conf);
+    l->be->ops->unary_fwd(l->be, &u, x, y, n * l->in_dim);
     return DL_OK;
 }
 
@@ -59,13 +33,16 @@ static dl_status elem_backward(layer *l, const float *x, const float *y, const f
                                float *dx, int64_t n, dl_err *err)
 {
     (void)err;
-    for (int64_t i = 0; dx && i < n * l->in_dim; i++)
-        dx[i] = dy[i] * elem_grad(l->conf, x[i], y[i]);
+    dl_unary u = unary_of(l->conf);
+    if (dx)
+        l->be->ops->unary_bwd(l->be, &u, x, y, dy, dx, n * l->in_dim);
     return DL_OK;
 }
+
+static bool elem_supported(const layer *l) { return l->be->ops->unary_fwd && l->be->ops->unary_bwd; }
 
 const layer_ops layer_elem_ops = {
     .forward   = elem_forward,
     .backward  = elem_backward,
-    .host_only = true,
+    .supported = elem_supported,
 };

@@ -107,7 +107,7 @@ const layer_ops layer_act_ops = {
 
 static int64_t last(const layer *l) { return l->in_shape[l->in_ndim - 1]; }
 
-/* softmax over another axis than the last: the host code of layer_graph.c */
+/* softmax over another axis than the last: the axis kernels (layer_graph.c) */
 static bool other_axis(const layer *l)
 {
     return layer_axis(l->conf->axis, l->in_ndim) != l->in_ndim - 1;
@@ -136,7 +136,13 @@ static dl_status sm_backward(layer *l, const float *x, const float *y,
     return DL_OK;
 }
 
+static bool sm_supported(const layer *l)
+{
+    return !other_axis(l) || layer_softmax_axis_supported(l);
+}
+
 const layer_ops layer_softmax_ops = {
-    .forward  = sm_forward,
-    .backward = sm_backward,
+    .forward   = sm_forward,
+    .backward  = sm_backward,
+    .supported = sm_supported,
 };

@@ -1,5 +1,5 @@
 /* layer_slice.c: slice (every step-th index of [start, end) along one
- * sample axis, written for host memory) and constant (a tensor of the
+ * sample axis, a strided copy of the backend) and constant (a tensor of the
  * weights, the same for every sample and not trained). */
 #include "nn/layer.h"
 
@@ -20,20 +20,30 @@ static slice_geom slice_of(const layer *l, int64_t n)
     return g;
 }
 
+/* The copy from x (operand 0, from its first kept index) to y (operand
+ * 1); *at: where x's part starts. */
+static dl_strided slice_copy(const layer *l, int64_t n, int64_t *at)
+{
+    slice_geom s = slice_of(l, n);
+    *at = s.start * s.inner;
+    dl_strided g = { .nd = 3, .shape = { s.outer, s.count, s.inner },
+                     .st = { { s.len * s.inner, s.step * s.inner, 1 },
+                             { s.count * s.inner, s.inner, 1 } } };
+    return g;
+}
+
 static dl_status slice_forward(layer *l, const float *x, float *y, int64_t n, bool train,
                                dl_err *err)
 {
     (void)train;
     (void)err;
-    slice_geom g = slice_of(l, n);
-    for (int64_t o = 0; o < g.outer; o++)
-        for (int64_t q = 0; q < g.count; q++)
-            memcpy(y + (o * g.count + q) * g.inner,
-                   x + (o * g.len + g.start + q * g.step) * g.inner,
-                   (size_t)g.inner * sizeof(float));
+    int64_t at;
+    dl_strided g = slice_copy(l, n, &at);
+    l->be->ops->copy_strided(l->be, &g, x + at, y);
     return DL_OK;
 }
 
+/* dx: zeros, dy where the forward read. */
 static dl_status slice_backward(layer *l, const float *x, const float *y, const float *dy,
                                 float *dx, int64_t n, dl_err *err)
 {
@@ -42,19 +52,18 @@ static dl_status slice_backward(layer *l, const float *x, const float *y, const 
     (void)err;
     if (!dx)
         return DL_OK;
-    slice_geom g = slice_of(l, n);
-    memset(dx, 0, (size_t)(n * l->in_dim) * sizeof(float));
-    for (int64_t o = 0; o < g.outer; o++)
-        for (int64_t q = 0; q < g.count; q++)
-            memcpy(dx + (o * g.len + g.start + q * g.step) * g.inner,
-                   dy + (o * g.count + q) * g.inner, (size_t)g.inner * sizeof(float));
+    int64_t at;
+    dl_strided g = slice_copy(l, n, &at);
+    layer_strided_swap(&g);
+    l->be->ops->fill(l->be, dx, n * l->in_dim, 0.0f);
+    l->be->ops->copy_strided(l->be, &g, dy, dx + at);
     return DL_OK;
 }
 
 const layer_ops layer_slice_ops = {
     .forward   = slice_forward,
     .backward  = slice_backward,
-    .host_only = true,
+    .supported = layer_copy_supported,
 };
 
 /* ---- constant: "<layer>.value" of the per-sample shape, repeated --------- */

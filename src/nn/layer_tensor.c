@@ -1,25 +1,31 @@
-/* layer_tensor.c: layers that move or combine a sample's dimensions,
- * written for host memory: transpose, batched matmul with broadcast
- * leading dimensions, and reduce_mean / reduce_sum over some axes. */
+/* layer_tensor.c: layers that move or combine a sample's dimensions:
+ * transpose, reduce_mean / reduce_sum over some axes, and matmul with
+ * broadcast leading dimensions, as strided copies, reductions and batched
+ * GEMMs of the backend. */
 #include "nn/layer.h"
 
 #include <string.h>
 
+bool layer_copy_supported(const layer *l) { return l->be->ops->copy_strided != NULL; }
+
+bool layer_reduce_supported(const layer *l) { return l->be->ops->reduce_fwd && l->be->ops->reduce_bwd; }
+
 /* ---- transpose: a permutation of the sample's dimensions ------------------ */
 
-/* Offset in the input of output position j. */
-static int64_t perm_at(const layer *l, int64_t j)
+/* Over the batch of outputs: the input (operand 0) read at the permuted
+ * strides, the output (operand 1) dense. */
+static dl_strided tr_geom(const layer *l, int64_t n)
 {
-    int nd = l->out_ndim;
-    int64_t stride[DL_MAX_DIMS], off = 0;
-    stride[nd - 1] = 1;
-    for (int d = nd - 2; d >= 0; d--)
-        stride[d] = stride[d + 1] * l->in_shape[d + 1];
-    for (int d = nd - 1; d >= 0; d--) {
-        off += (j % l->out_shape[d]) * stride[l->conf->perm[d]];
-        j /= l->out_shape[d];
-    }
-    return off;
+    dl_strided g;
+    layer_strided_out(l, n, &g);
+    memcpy(g.st[1], g.st[2], sizeof(g.st[1]));
+    memset(g.st[2], 0, sizeof(g.st[2]));
+    int64_t in_st[DL_MAX_DIMS];
+    layer_dense_strides(l->in_ndim, l->in_shape, in_st);
+    g.st[0][0] = l->in_dim;
+    for (int d = 0; d < l->out_ndim; d++)
+        g.st[0][d + 1] = in_st[l->conf->perm[d]];
+    return g;
 }
 
 static dl_status tr_forward(layer *l, const float *x, float *y, int64_t n, bool train,
@@ -27,11 +33,8 @@ static dl_status tr_forward(layer *l, const float *x, float *y, int64_t n, bool 
 {
     (void)train;
     (void)err;
-    for (int64_t j = 0; j < l->out_dim; j++) {
-        int64_t at = perm_at(l, j);
-        for (int64_t i = 0; i < n; i++)
-            y[i * l->out_dim + j] = x[i * l->in_dim + at];
-    }
+    dl_strided g = tr_geom(l, n);
+    l->be->ops->copy_strided(l->be, &g, x, y);
     return DL_OK;
 }
 
@@ -41,35 +44,36 @@ static dl_status tr_backward(layer *l, const float *x, const float *y, const flo
     (void)x;
     (void)y;
     (void)err;
-    for (int64_t j = 0; dx && j < l->out_dim; j++) {
-        int64_t at = perm_at(l, j);
-        for (int64_t i = 0; i < n; i++)
-            dx[i * l->in_dim + at] = dy[i * l->out_dim + j];
-    }
+    dl_strided g = tr_geom(l, n);
+    layer_strided_swap(&g);
+    if (dx)
+        l->be->ops->copy_strided(l->be, &g, dy, dx);
     return DL_OK;
 }
 
 const layer_ops layer_transpose_ops = {
     .forward   = tr_forward,
     .backward  = tr_backward,
-    .host_only = true,
+    .supported = layer_copy_supported,
 };
 
 /* ---- reduce_mean, reduce_sum over some axes (dropped) -------------------- */
 
-/* Output position of input position j. */
-static int64_t red_at(const layer *l, int64_t j, int mask)
+/* Over the batch of inputs: the input (operand 0) dense, the output
+ * (operand 1) with stride 0 along the reduced axes. */
+static dl_strided red_geom(const layer *l, int64_t n)
 {
-    int64_t off = 0, stride = 1;
+    int mask = layer_reduce_mask(l->conf, l->in_ndim);
+    dl_strided g = { .nd = l->in_ndim + 1, .shape = { n } };
+    memcpy(g.shape + 1, l->in_shape, (size_t)l->in_ndim * sizeof(int64_t));
+    layer_dense_strides(g.nd, g.shape, g.st[0]);
+    int64_t s = 1;
     for (int d = l->in_ndim - 1; d >= 0; d--) {
-        int64_t c = j % l->in_shape[d];
-        j /= l->in_shape[d];
-        if (mask & (1 << d))
-            continue;
-        off += c * stride;
-        stride *= l->in_shape[d];
+        g.st[1][d + 1] = mask & (1 << d) ? 0 : s;
+        s *= mask & (1 << d) ? 1 : l->in_shape[d];
     }
-    return off;
+    g.st[1][0] = l->out_dim;
+    return g;
 }
 
 static float red_scale(const layer *l)
@@ -82,13 +86,8 @@ static dl_status red_forward(layer *l, const float *x, float *y, int64_t n, bool
 {
     (void)train;
     (void)err;
-    int mask = layer_reduce_mask(l->conf, l->in_ndim);
-    memset(y, 0, (size_t)(n * l->out_dim) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < l->in_dim; j++)
-            y[i * l->out_dim + red_at(l, j, mask)] += x[i * l->in_dim + j];
-    for (int64_t k = 0; k < n * l->out_dim; k++)
-        y[k] *= red_scale(l);
+    dl_strided g = red_geom(l, n);
+    l->be->ops->reduce_fwd(l->be, &g, x, y, red_scale(l));
     return DL_OK;
 }
 
@@ -98,102 +97,132 @@ static dl_status red_backward(layer *l, const float *x, const float *y, const fl
     (void)x;
     (void)y;
     (void)err;
-    int mask = layer_reduce_mask(l->conf, l->in_ndim);
-    for (int64_t i = 0; dx && i < n; i++)
-        for (int64_t j = 0; j < l->in_dim; j++)
-            dx[i * l->in_dim + j] = dy[i * l->out_dim + red_at(l, j, mask)] * red_scale(l);
+    dl_strided g = red_geom(l, n);
+    if (dx)
+        l->be->ops->reduce_bwd(l->be, &g, dy, dx, red_scale(l));
     return DL_OK;
 }
 
 const layer_ops layer_reduce_ops = {
     .forward   = red_forward,
     .backward  = red_backward,
-    .host_only = true,
+    .supported = layer_reduce_supported,
 };
 
 /* ---- matmul: [..., M, K] @ [..., K, N], leading dimensions broadcast ------ */
 
-typedef struct mm_geom { int64_t m, k, n, batch; } mm_geom;
+/* The matrices of a batch of n: `count` products C_q = A_q B_q, q over
+ * the samples and the output's leading dimensions. */
+typedef struct mm_geom { int64_t m, k, n, count; } mm_geom;
 
-static mm_geom mm_of(const layer *l)
+static mm_geom mm_of(const layer *l, int64_t n)
 {
     int na = l->ins_ndim[0], nb = l->ins_ndim[1];
-    mm_geom g = { l->ins_shape[0][na - 2], l->ins_shape[0][na - 1], l->ins_shape[1][nb - 1],
-                  l->out_dim / (l->ins_shape[0][na - 2] * l->ins_shape[1][nb - 1]) };
+    int64_t m = l->ins_shape[0][na - 2], k = l->ins_shape[0][na - 1];
+    int64_t cols = l->ins_shape[1][nb - 1];
+    mm_geom g = { m, k, cols, n * (l->out_dim / (m * cols)) };
     return g;
 }
 
-/* Where matrix number q of the output starts in input k (broadcast). */
+/* Where matrix q of the batch starts in input k (broadcast). */
 static int64_t mm_at(const layer *l, int k, int64_t q)
 {
     int na = l->ins_ndim[k];
-    int64_t off = layer_bcast_offset(l->out_shape, l->out_ndim - 2, l->ins_shape[k], na - 2, q);
-    return off * l->ins_shape[k][na - 2] * l->ins_shape[k][na - 1];
+    int64_t per = l->out_dim / (l->out_shape[l->out_ndim - 2] * l->out_shape[l->out_ndim - 1]);
+    int64_t off = layer_bcast_offset(l->out_shape, l->out_ndim - 2, l->ins_shape[k], na - 2,
+                                     q % per);
+    return (q / per) * l->ins_dim[k] + off * l->ins_shape[k][na - 2] * l->ins_shape[k][na - 1];
+}
+
+/* Input k's matrices as one stride (*st: q's matrix at q * st), when
+ * they are so laid out; false when broadcasting breaks the progression. */
+static bool mm_stride(const layer *l, int k, int64_t count, int64_t *st)
+{
+    *st = count > 1 ? mm_at(l, k, 1) : 0;
+    for (int64_t q = 2; q < count; q++)
+        if (mm_at(l, k, q) != q * *st)
+            return false;
+    return true;
 }
 
 static dl_status mm_forward(layer *l, const float *const *xs, float *y, int64_t n, bool train,
                             dl_err *err)
 {
     (void)train;
-    (void)err;
-    mm_geom g = mm_of(l);
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t q = 0; q < g.batch; q++) {
-            const float *a = xs[0] + i * l->ins_dim[0] + mm_at(l, 0, q);
-            const float *b = xs[1] + i * l->ins_dim[1] + mm_at(l, 1, q);
-            float *c = y + i * l->out_dim + q * g.m * g.n;
-            for (int64_t r = 0; r < g.m; r++)
-                for (int64_t col = 0; col < g.n; col++) {
-                    float s = 0.0f;
-                    for (int64_t t = 0; t < g.k; t++)
-                        s += a[r * g.k + t] * b[t * g.n + col];
-                    c[r * g.n + col] = s;
-                }
+    mm_geom g = mm_of(l, n);
+    const dl_backend_ops *o = l->be->ops;
+    int64_t sa, sb, mn = g.m * g.n;
+    if (!mm_stride(l, 0, g.count, &sa) || !mm_stride(l, 1, g.count, &sb)) {
+        for (int64_t q = 0; q < g.count; q++) {
+            dl_status st = o->gemm(l->be, false, false, g.m, g.n, g.k, 1.0f,
+                                   xs[0] + mm_at(l, 0, q), xs[1] + mm_at(l, 1, q), 0.0f,
+                                   y + q * mn, err);
+            if (st != DL_OK)
+                return st;
         }
-    return DL_OK;
+        return DL_OK;
+    }
+    /* One weight matrix for dense rows (a linear layer): one GEMM of all
+     * the rows, unless every sample must see the same kernels alone. */
+    if (sb == 0 && sa == g.m * g.k && !l->invariant)
+        return o->gemm(l->be, false, false, g.count * g.m, g.n, g.k, 1.0f, xs[0], xs[1], 0.0f,
+                       y, err);
+    return o->gemm_batched(l->be, false, false, g.m, g.n, g.k, 1.0f, xs[0], sa, xs[1], sb, 0.0f,
+                           y, mn, g.count, err);
 }
 
-/* dA += dC B^T and dB += A^T dC for one matrix of the batch. */
-static void mm_grads(mm_geom g, const float *a, const float *b, const float *dc, float *da,
-                     float *db)
+/* dA_q = dC_q B_q^T (k 0) or dB_q = A_q^T dC_q (k 1) of every q, into
+ * input k's gradient: batched where input k's matrices are distinct,
+ * else (a matrix shared by several q) accumulated one q at a time. */
+static dl_status mm_grad(layer *l, const float *const *xs, const float *dy, float *dx, int k,
+                         mm_geom g, int64_t n, dl_err *err)
 {
-    for (int64_t r = 0; da && r < g.m; r++)
-        for (int64_t t = 0; t < g.k; t++) {
-            float s = 0.0f;
-            for (int64_t col = 0; col < g.n; col++)
-                s += dc[r * g.n + col] * b[t * g.n + col];
-            da[r * g.k + t] += s;
-        }
-    for (int64_t t = 0; db && t < g.k; t++)
-        for (int64_t col = 0; col < g.n; col++) {
-            float s = 0.0f;
-            for (int64_t r = 0; r < g.m; r++)
-                s += a[r * g.k + t] * dc[r * g.n + col];
-            db[t * g.n + col] += s;
-        }
+    const dl_backend_ops *o = l->be->ops;
+    int64_t sa, sb, mn = g.m * g.n;
+    bool strided = mm_stride(l, 0, g.count, &sa) && mm_stride(l, 1, g.count, &sb);
+    int64_t size = k == 0 ? g.m * g.k : g.k * g.n, sk = k == 0 ? sa : sb;
+    /* rows x cols = op(P) op(Q), inner dimension `in`. */
+    int64_t rows = k == 0 ? g.m : g.k, cols = k == 0 ? g.k : g.n, in = k == 0 ? g.n : g.m;
+    bool ta = k == 1, tb = k == 0;
+    if (strided && (g.count == 1 || sk >= size)) {
+        const float *p = k == 0 ? dy : xs[0], *q = k == 0 ? xs[1] : dy;
+        int64_t sp = k == 0 ? mn : sa, sq = k == 0 ? sb : mn;
+        return o->gemm_batched(l->be, ta, tb, rows, cols, in, 1.0f, p, sp, q, sq, 0.0f, dx,
+                               sk, g.count, err);
+    }
+    /* A weight shared by dense rows: one GEMM over all of them. */
+    if (strided && k == 1 && sb == 0 && sa == g.m * g.k && !l->invariant)
+        return o->gemm(l->be, true, false, g.k, g.n, g.count * g.m, 1.0f, xs[0], dy, 0.0f, dx,
+                       err);
+    o->fill(l->be, dx, n * l->ins_dim[k], 0.0f);
+    for (int64_t q = 0; q < g.count; q++) {
+        const float *p = k == 0 ? dy + q * mn : xs[0] + mm_at(l, 0, q);
+        const float *r = k == 0 ? xs[1] + mm_at(l, 1, q) : dy + q * mn;
+        dl_status st = o->gemm(l->be, ta, tb, rows, cols, in, 1.0f, p, r, 1.0f,
+                               dx + mm_at(l, k, q), err);
+        if (st != DL_OK)
+            return st;
+    }
+    return DL_OK;
 }
 
 static dl_status mm_backward(layer *l, const float *const *xs, const float *y, const float *dy,
                              float *const *dxs, int64_t n, dl_err *err)
 {
     (void)y;
-    (void)err;
-    mm_geom g = mm_of(l);
-    for (int k = 0; k < 2; k++)
-        if (dxs[k])
-            memset(dxs[k], 0, (size_t)(n * l->ins_dim[k]) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t q = 0; q < g.batch; q++) {
-            int64_t oa = i * l->ins_dim[0] + mm_at(l, 0, q), ob = i * l->ins_dim[1] + mm_at(l, 1, q);
-            mm_grads(g, xs[0] + oa, xs[1] + ob, dy + i * l->out_dim + q * g.m * g.n,
-                     dxs[0] ? dxs[0] + oa : NULL, dxs[1] ? dxs[1] + ob : NULL);
-        }
+    mm_geom g = mm_of(l, n);
+    for (int k = 0; k < 2; k++) {
+        dl_status st = dxs[k] ? mm_grad(l, xs, dy, dxs[k], k, g, n, err) : DL_OK;
+        if (st != DL_OK)
+            return st;
+    }
     return DL_OK;
 }
+
+static bool mm_supported(const layer *l) { return l->be->ops->gemm_batched != NULL; }
 
 const layer_ops layer_matmul_ops = {
     .forward_multi  = mm_forward,
     .backward_multi = mm_backward,
-    .host_only      = true,
+    .supported      = mm_supported,
 };
-

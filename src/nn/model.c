@@ -162,14 +162,6 @@ static void window_as_2d(layer *l)
     l->in_ndim = l->out_ndim = 3;
 }
 
-/* Layers written for host memory: the graph layers, and softmax on
- * another axis than the last. */
-static bool host_only(const layer *l)
-{
-    return l->ops->host_only || (l->conf->type == DL_LAYER_SOFTMAX &&
-                                 layer_axis(l->conf->axis, l->in_ndim) != l->in_ndim - 1);
-}
-
 /* Shapes of layer i's inputs and output from the tensors above it. */
 static dl_status shape_layer(dl_model *m, int i, int *nd, int64_t (*sh)[DL_MAX_DIMS],
                              dl_err *err)
@@ -193,10 +185,10 @@ static dl_status shape_layer(dl_model *m, int i, int *nd, int64_t (*sh)[DL_MAX_D
     memcpy(sh[m->ninputs + i], l->out_shape, sizeof(l->out_shape));
     if (st == DL_OK)
         window_as_2d(l);
-    if (st == DL_OK && host_only(l) && m->be->device >= 0)
-        st = dl_err_set(err, DL_ERR_INVALID, "layer '%s': the %s backend lacks the %s layer "
-                        "(it runs on the CPU only)", l->conf->name, m->be->ops->name,
-                        dl_layer_type_name(l->conf->type));
+    if (st == DL_OK && l->ops->supported && !l->ops->supported(l))
+        st = dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s) is unsupported on %s: the "
+                        "backend lacks its kernels", l->conf->name,
+                        dl_layer_type_name(l->conf->type), m->be->ops->name);
     if (st == DL_OK && (l->conf->dh > 1 || l->conf->dw > 1) && !m->be->conv_dilation)
         st = dl_err_set(err, DL_ERR_INVALID, "layer '%s': the %s backend lacks dilated "
                         "convolutions (they run on the CPU only)", l->conf->name,

@@ -194,6 +194,50 @@ static dl_status cpu_gemm(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n
     return DL_OK;
 }
 
+/* Batched GEMMs (matmul): large ones one after the other, each split over
+ * the pool as cpu_gemm splits it; small ones (attention's per-head
+ * products) a whole matrix a task, single-threaded. Either way a matrix's
+ * result does not depend on the batch around it. */
+#define BATCH_SPLIT_MNK (64 * 64 * 64)
+
+typedef struct batch_job {
+    gemm_job g;
+    int64_t sa, sb, sc;
+} batch_job;
+
+static void batch_task(void *ctx, int64_t q0, int64_t q1)
+{
+    const batch_job *j = ctx;
+    for (int64_t q = q0; q < q1; q++) {
+        gemm_job one = j->g;
+        one.a += q * j->sa;
+        one.b += q * j->sb;
+        one.c += q * j->sc;
+        gemm_block(&one, 0, one.m, 0, one.n);
+    }
+}
+
+static dl_status cpu_gemm_batched(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n,
+                                  int64_t k, float alpha, const float *a, int64_t sa,
+                                  const float *b, int64_t sb, float beta, float *c, int64_t sc,
+                                  int64_t batch, dl_err *err)
+{
+    dl_status st = gemm_fits(m, n, k, err);
+    if (st != DL_OK || m == 0 || n == 0 || batch <= 0)
+        return st;
+    if (k == 0 || m * n * k >= BATCH_SPLIT_MNK) {
+        for (int64_t q = 0; st == DL_OK && q < batch; q++)
+            st = cpu_gemm(be, ta, tb, m, n, k, alpha, a + q * sa, b + q * sb, beta,
+                          c + q * sc, err);
+        return st;
+    }
+    batch_job j = { .g = { .ta = ta, .tb = tb, .thin = be->gemm_thin, .m = m, .n = n, .k = k,
+                           .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c },
+                    .sa = sa, .sb = sb, .sc = sc };
+    dl_parallel_for(batch, BATCH_SPLIT_MNK / (m * n * k) + 1, batch_task, &j);
+    return DL_OK;
+}
+
 /* C = post(A B^T + bias): the dense layer's forward in one pass over C.
  * With `rows`, every block through the thin kernel, which computes each
  * C[i, j] as the same dot product whatever block holds it (gemm_thin.c):
@@ -422,7 +466,19 @@ static dl_status cpu_sync(dl_backend *be, dl_err *err)
     .mse            = cpu_mse, \
     .sgd_step       = cpu_sgd_step, \
     .adam_step      = cpu_adam_step, \
-    .axpy           = cpu_axpy,
+    .axpy           = cpu_axpy, \
+    .binary_fwd       = cpu_binary_fwd, \
+    .binary_bwd       = cpu_binary_bwd, \
+    .copy_strided     = cpu_copy_strided, \
+    .reduce_fwd       = cpu_reduce_fwd, \
+    .reduce_bwd       = cpu_reduce_bwd, \
+    .unary_fwd        = cpu_unary_fwd, \
+    .unary_bwd        = cpu_unary_bwd, \
+    .layernorm_fwd    = cpu_layernorm_fwd, \
+    .layernorm_bwd    = cpu_layernorm_bwd, \
+    .softmax_axis_fwd = cpu_softmax_axis_fwd, \
+    .softmax_axis_bwd = cpu_softmax_axis_bwd, \
+    .gemm_batched     = cpu_gemm_batched,
 
 /* im2col + OpenBLAS and plain loops for convolution and pooling. */
 static const dl_backend_ops cpu_ops = {

@@ -139,4 +139,26 @@ void cpu_adam_step(dl_backend *be, float *p, const float *g, float *m,
 void cpu_axpy(dl_backend *be, float alpha, const float *x, float *y,
               int64_t n);
 
+/* cpu_graph.c: the graph layers' kernels (see dl_backend_ops). */
+void cpu_binary_fwd(dl_backend *be, dl_binop op, const dl_strided *g, const float *a,
+                    const float *b, const dl_act *post, float *y);
+void cpu_binary_bwd(dl_backend *be, dl_binop op, const dl_strided *g, int k,
+                    const float *a, const float *b, const float *dy, float *dx);
+void cpu_copy_strided(dl_backend *be, const dl_strided *g, const float *x, float *y);
+void cpu_reduce_fwd(dl_backend *be, const dl_strided *g, const float *x, float *y,
+                    float scale);
+void cpu_reduce_bwd(dl_backend *be, const dl_strided *g, const float *dy, float *dx,
+                    float scale);
+void cpu_unary_fwd(dl_backend *be, const dl_unary *u, const float *x, float *y, int64_t n);
+void cpu_unary_bwd(dl_backend *be, const dl_unary *u, const float *x, const float *y,
+                   const float *dy, float *dx, int64_t n);
+void cpu_layernorm_fwd(dl_backend *be, const float *x, const float *w, const float *b,
+                       float *y, int64_t rows, int64_t d, float eps);
+void cpu_layernorm_bwd(dl_backend *be, const float *x, const float *w, const float *dy,
+                       float *dx, float *dw, float *db, int64_t rows, int64_t d, float eps);
+void cpu_softmax_axis_fwd(dl_backend *be, bool log, const float *x, float *y,
+                          int64_t outer, int64_t len, int64_t inner);
+void cpu_softmax_axis_bwd(dl_backend *be, bool log, const float *y, const float *dy,
+                          float *dx, int64_t outer, int64_t len, int64_t inner);
+
 #endif /* DL_TENSOR_CPU_H */

@@ -1,0 +1,627 @@
+/* cpu_graph.c: the CPU's kernels of the graph layers (dl_backend_ops,
+ * "the graph layers' kernels"): broadcasting binaries, strided copies and
+ * reductions, the unary elementwise family, layernorm and softmax on an
+ * axis. Strided ops walk rows: every dimension but the last is one row,
+ * the last an inner loop at each operand's stride; rows are split over
+ * the pool. Each op picks its operation once, then loops. */
+#include "tensor/cpu/cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- walking a dl_strided -------------------------------------------------- */
+
+/* Offsets of the three operands at row r (all dimensions but the last). */
+static void row_at(const dl_strided *g, int64_t r, int64_t off[3])
+{
+    off[0] = off[1] = off[2] = 0;
+    for (int d = g->nd - 2; d >= 0; d--) {
+        int64_t c = r % g->shape[d];
+        r /= g->shape[d];
+        for (int k = 0; k < 3; k++)
+            off[k] += c * g->st[k][d];
+    }
+}
+
+static int64_t rows_of(const dl_strided *g)
+{
+    return g->nd > 1 ? dl_shape_numel(g->nd - 1, g->shape) : 1;
+}
+
+static int64_t inner_of(const dl_strided *g) { return g->nd > 0 ? g->shape[g->nd - 1] : 1; }
+
+/* The inner stride of operand k. */
+static int64_t inner_st(const dl_strided *g, int k) { return g->nd > 0 ? g->st[k][g->nd - 1] : 0; }
+
+/* Whether operand k lies contiguously in g's order (its strides those of
+ * a dense row-major tensor of g's shape). */
+static bool dense(const dl_strided *g, int k)
+{
+    int64_t want = 1;
+    for (int d = g->nd - 1; d >= 0; d--) {
+        if (g->shape[d] != 1 && g->st[k][d] != want)
+            return false;
+        want *= g->shape[d];
+    }
+    return true;
+}
+
+/* Rows a task should take at least: about CPU_GRAIN elements. */
+static int64_t row_grain(const dl_strided *g)
+{
+    int64_t in = inner_of(g);
+    return in >= CPU_GRAIN ? 1 : CPU_GRAIN / (in > 0 ? in : 1);
+}
+
+/* ---- binary ops ------------------------------------------------------------ */
+
+typedef struct bin_job {
+    dl_binop op;
+    const dl_strided *g;
+    const float *a, *b, *dy;
+    float *y;
+    const dl_act *post;
+    int k;                     /* binary_bwd: the operand */
+} bin_job;
+
+/* y[i * sy] = a[i * sa] op b[i * sb], i < n. */
+static void bin_line(dl_binop op, const float *restrict a, int64_t sa, const float *restrict b,
+                     int64_t sb, float *y, int64_t sy, int64_t n)
+{
+    switch (op) {
+    case DL_BIN_ADD:
+        for (int64_t i = 0; i < n; i++)
+            y[i * sy] = a[i * sa] + b[i * sb];
+        break;
+    case DL_BIN_SUB:
+        for (int64_t i = 0; i < n; i++)
+            y[i * sy] = a[i * sa] - b[i * sb];
+        break;
+    case DL_BIN_MUL:
+        for (int64_t i = 0; i < n; i++)
+            y[i * sy] = a[i * sa] * b[i * sb];
+        break;
+    case DL_BIN_DIV:
+        for (int64_t i = 0; i < n; i++)
+            y[i * sy] = a[i * sa] / b[i * sb];
+        break;
+    }
+}
+
+/* Dense operands: y[i] = a[i] op b[i] over flat ranges, vectorized. */
+static void bin_flat_task(void *ctx, int64_t b0, int64_t b1)
+{
+    const bin_job *j = ctx;
+    bin_line(j->op, j->a + b0, 1, j->b + b0, 1, j->y + b0, 1, b1 - b0);
+    if (j->post)
+        cpu_act_rows(*j->post, j->y + b0, b1 - b0);
+}
+
+static void bin_rows_task(void *ctx, int64_t r0, int64_t r1)
+{
+    const bin_job *j = ctx;
+    const dl_strided *g = j->g;
+    int64_t in = inner_of(g), off[3];
+    for (int64_t r = r0; r < r1; r++) {
+        row_at(g, r, off);
+        float *y = j->y + off[2];
+        bin_line(j->op, j->a + off[0], inner_st(g, 0), j->b + off[1], inner_st(g, 1), y,
+                 inner_st(g, 2), in);
+        if (j->post && inner_st(g, 2) == 1)
+            cpu_act_rows(*j->post, y, in);
+        else
+            for (int64_t i = 0; j->post && i < in; i++)
+                cpu_act_rows(*j->post, y + i * inner_st(g, 2), 1);
+    }
+}
+
+void cpu_binary_fwd(dl_backend *be, dl_binop op, const dl_strided *g, const float *a,
+                           const float *b, const dl_act *post, float *y)
+{
+    (void)be;
+    bin_job j = { .op = op, .g = g, .a = a, .b = b, .y = y, .post = post };
+    if (dense(g, 0) && dense(g, 1) && dense(g, 2))
+        dl_parallel_for(dl_shape_numel(g->nd, g->shape), CPU_GRAIN, bin_flat_task, &j);
+    else
+        dl_parallel_for(rows_of(g), row_grain(g), bin_rows_task, &j);
+}
+
+/* ---- gathering sums: the gradients of broadcast operands, reductions ------- */
+
+/* g split for operand k: the dimensions it is read along (kept: one
+ * element of k each) and those it is repeated along (summed over). */
+typedef struct split {
+    int     nk, nr;
+    int64_t ks[DL_STRIDED_DIMS], rs[DL_STRIDED_DIMS];
+    int64_t kst[3][DL_STRIDED_DIMS], rst[3][DL_STRIDED_DIMS];
+    int64_t kn, rn;
+} split;
+
+static void split_of(const dl_strided *g, int k, split *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->kn = s->rn = 1;
+    for (int d = 0; d < g->nd; d++) {
+        bool summed = g->st[k][d] == 0 && g->shape[d] > 1;
+        int at = summed ? s->nr++ : s->nk++;
+        (summed ? s->rs : s->ks)[at] = g->shape[d];
+        for (int q = 0; q < 3; q++)
+            (summed ? s->rst : s->kst)[q][at] = g->st[q][d];
+        *(summed ? &s->rn : &s->kn) *= g->shape[d];
+    }
+}
+
+/* Offsets of the three operands at position j of shape (nd dimensions). */
+static void pos_at(const int64_t *shape, int64_t (*st)[DL_STRIDED_DIMS], int nd, int64_t j,
+                   int64_t off[3])
+{
+    off[0] = off[1] = off[2] = 0;
+    for (int d = nd - 1; d >= 0; d--) {
+        int64_t c = j % shape[d];
+        j /= shape[d];
+        for (int q = 0; q < 3; q++)
+            off[q] += c * st[q][d];
+    }
+}
+
+/* What a gathered term is: dy times the partial of a binary op, or x. */
+typedef enum term_kind { TERM_ONE, TERM_NEG, TERM_MUL_B, TERM_MUL_A, TERM_DIV_A, TERM_DIV_B } term_kind;
+
+typedef struct gather_job {
+    split s;
+    int k;                 /* the operand written */
+    int src;               /* the operand summed (dy or x) */
+    term_kind term;
+    const float *ops[3];
+    float *out;
+    float scale;
+} gather_job;
+
+static void gather_task(void *ctx, int64_t e0, int64_t e1)
+{
+    gather_job *j = ctx;
+    const split *s = &j->s;
+    for (int64_t e = e0; e < e1; e++) {
+        int64_t kb[3], ro[3];
+        pos_at(s->ks, (int64_t (*)[DL_STRIDED_DIMS])s->kst, s->nk, e, kb);
+        float acc = 0.0f;
+        for (int64_t r = 0; r < s->rn; r++) {
+            pos_at(s->rs, (int64_t (*)[DL_STRIDED_DIMS])s->rst, s->nr, r, ro);
+            float v = j->ops[j->src][kb[j->src] + ro[j->src]];
+            const float *a = j->ops[0], *b = j->ops[1];
+            switch (j->term) {
+            case TERM_ONE:   break;
+            case TERM_NEG:   v = -v; break;
+            case TERM_MUL_B: v *= b[kb[1] + ro[1]]; break;
+            case TERM_MUL_A: v *= a[kb[0] + ro[0]]; break;
+            case TERM_DIV_A: v /= b[kb[1] + ro[1]]; break;
+            case TERM_DIV_B: {
+                float bv = b[kb[1] + ro[1]];
+                v = -v * a[kb[0] + ro[0]] / (bv * bv);
+                break;
+            }
+            }
+            acc += v;
+        }
+        j->out[kb[j->k]] = acc * j->scale;
+    }
+}
+
+static void run_gather(gather_job *j)
+{
+    int64_t grain = j->s.rn >= CPU_GRAIN ? 1 : CPU_GRAIN / j->s.rn;
+    dl_parallel_for(j->s.kn, grain, gather_task, j);
+}
+
+static term_kind bin_term(dl_binop op, int k)
+{
+    switch (op) {
+    case DL_BIN_ADD: return TERM_ONE;
+    case DL_BIN_SUB: return k == 0 ? TERM_ONE : TERM_NEG;
+    case DL_BIN_MUL: return k == 0 ? TERM_MUL_B : TERM_MUL_A;
+    default:         return k == 0 ? TERM_DIV_A : TERM_DIV_B;
+    }
+}
+
+/* Dense, unbroadcast operand k: dx = dy * partial, elementwise. */
+static void bin_bwd_flat_task(void *ctx, int64_t b0, int64_t b1)
+{
+    const bin_job *j = ctx;
+    const float *restrict dy = j->dy, *restrict a = j->a, *restrict b = j->b;
+    float *restrict dx = j->y;
+    switch (bin_term(j->op, j->k)) {
+    case TERM_ONE:
+        memcpy(dx + b0, dy + b0, (size_t)(b1 - b0) * sizeof(float));
+        break;
+    case TERM_NEG:
+        for (int64_t i = b0; i < b1; i++)
+            dx[i] = -dy[i];
+        break;
+    case TERM_MUL_B:
+        for (int64_t i = b0; i < b1; i++)
+            dx[i] = dy[i] * b[i];
+        break;
+    case TERM_MUL_A:
+        for (int64_t i = b0; i < b1; i++)
+            dx[i] = dy[i] * a[i];
+        break;
+    case TERM_DIV_A:
+        for (int64_t i = b0; i < b1; i++)
+            dx[i] = dy[i] / b[i];
+        break;
+    case TERM_DIV_B:
+        for (int64_t i = b0; i < b1; i++)
+            dx[i] = -dy[i] * a[i] / (b[i] * b[i]);
+        break;
+    }
+}
+
+void cpu_binary_bwd(dl_backend *be, dl_binop op, const dl_strided *g, int k,
+                           const float *a, const float *b, const float *dy, float *dx)
+{
+    (void)be;
+    if (dense(g, 0) && dense(g, 1) && dense(g, 2)) {
+        bin_job j = { .op = op, .g = g, .a = a, .b = b, .dy = dy, .y = dx, .k = k };
+        dl_parallel_for(dl_shape_numel(g->nd, g->shape), CPU_GRAIN, bin_bwd_flat_task, &j);
+        return;
+    }
+    gather_job j = { .k = k, .src = 2, .term = bin_term(op, k), .ops = { a, b, dy },
+                     .out = dx, .scale = 1.0f };
+    split_of(g, k, &j.s);
+    run_gather(&j);
+}
+
+void cpu_reduce_fwd(dl_backend *be, const dl_strided *g, const float *x, float *y,
+                           float scale)
+{
+    (void)be;
+    gather_job j = { .k = 1, .src = 0, .term = TERM_ONE, .ops = { x, y, NULL }, .out = y,
+                     .scale = scale };
+    split_of(g, 1, &j.s);
+    run_gather(&j);
+}
+
+/* ---- strided copies -------------------------------------------------------- */
+
+typedef struct copy_job {
+    const dl_strided *g;
+    const float *x;
+    float *y;
+    float scale;
+} copy_job;
+
+/* y (st[1]) = scale * x (st[0]), a row at a time. */
+static void copy_task(void *ctx, int64_t r0, int64_t r1)
+{
+    const copy_job *j = ctx;
+    const dl_strided *g = j->g;
+    int64_t in = inner_of(g), sx = inner_st(g, 0), sy = inner_st(g, 1), off[3];
+    for (int64_t r = r0; r < r1; r++) {
+        row_at(g, r, off);
+        const float *restrict x = j->x + off[0];
+        float *restrict y = j->y + off[1];
+        if (j->scale == 1.0f && sx == 1 && sy == 1)
+            memcpy(y, x, (size_t)in * sizeof(float));
+        else
+            for (int64_t i = 0; i < in; i++)
+                y[i * sy] = j->scale * x[i * sx];
+    }
+}
+
+void cpu_copy_strided(dl_backend *be, const dl_strided *g, const float *x, float *y)
+{
+    (void)be;
+    copy_job j = { g, x, y, 1.0f };
+    dl_parallel_for(rows_of(g), row_grain(g), copy_task, &j);
+}
+
+void cpu_reduce_bwd(dl_backend *be, const dl_strided *g, const float *dy, float *dx,
+                           float scale)
+{
+    (void)be;
+    /* dx is operand 0 and dy operand 1: copy_task reads st[0], writes st[1]. */
+    dl_strided sw = *g;
+    memcpy(sw.st[0], g->st[1], sizeof(sw.st[0]));
+    memcpy(sw.st[1], g->st[0], sizeof(sw.st[1]));
+    copy_job j = { &sw, dy, dx, scale };
+    dl_parallel_for(rows_of(&sw), row_grain(&sw), copy_task, &j);
+}
+
+/* ---- the unary family ------------------------------------------------------ */
+
+#define GELU_K 0.7978845608028654f          /* sqrt(2 / pi) */
+#define INV_SQRT2 0.7071067811865476f
+#define INV_SQRT_2PI 0.3989422804014327f
+#define TWO_OVER_SQRT_PI 1.1283791670955126f
+
+typedef struct un_job {
+    dl_unary u;
+    const float *x, *y, *dy;
+    float *out;
+} un_job;
+
+static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+static void un_fwd_task(void *ctx, int64_t b0, int64_t b1)
+{
+    const un_job *j = ctx;
+    const float *restrict x = j->x;
+    float *restrict y = j->out;
+    float a = j->u.a, b = j->u.b;
+    switch (j->u.kind) {
+    case DL_UN_GELU:
+        for (int64_t i = b0; i < b1; i++)
+            y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * INV_SQRT2));
+        break;
+    case DL_UN_GELU_TANH:
+        for (int64_t i = b0; i < b1; i++)
+            y[i] = 0.5f * x[i] * (1.0f + tanhf(GELU_K * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+        break;
+    case DL_UN_SILU:
+        for (int64_t i = b0; i < b1; i++)
+            y[i] = x[i] * sigm(x[i]);
+        break;
+    case DL_UN_POW:
+        for (int64_t i = b0; i < b1; i++)
+            y[i] = powf(x[i], a);
+        break;
+    case DL_UN_SQRT:
+        for (int64_t i = b0; i < b1; i++)
+            y[i] = sqrtf(x[i]);
+        break;
+    case DL_UN_ERF:
+        for (int64_t i = b0; i < b1; i++)
+            y[i] = erff(x[i]);
+        break;
+    case DL_UN_LEAKY_RELU:
+        for (int64_t i = b0; i < b1; i++)
+            y[i] = x[i] > 0.0f ? x[i] : a * x[i];
+        break;
+    case DL_UN_CLIP:
+        for (int64_t i = b0; i < b1; i++)
+            y[i] = fminf(fmaxf(x[i], a), b);
+        break;
+    case DL_UN_HARDSIGMOID:
+        for (int64_t i = b0; i < b1; i++)
+            y[i] = fminf(fmaxf(a * x[i] + b, 0.0f), 1.0f);
+        break;
+    case DL_UN_HARDSWISH:   /* as PyTorch writes it */
+        for (int64_t i = b0; i < b1; i++)
+            y[i] = x[i] < -3.0f ? 0.0f : x[i] > 3.0f ? x[i] : x[i] * (x[i] + 3.0f) / 6.0f;
+        break;
+    }
+}
+
+/* dx = dy * u'(x). At the kinks PyTorch's choices: clip passes the
+ * gradient on at its bounds (clamp), hardsigmoid and leaky_relu take the
+ * flat side, hardswish the inner one at 3 and the flat one at -3. */
+static void un_bwd_task(void *ctx, int64_t b0, int64_t b1)
+{
+    const un_job *j = ctx;
+    const float *restrict x = j->x, *restrict y = j->y, *dy = j->dy;
+    float *dx = j->out;
+    float a = j->u.a, b = j->u.b;
+    switch (j->u.kind) {
+    case DL_UN_GELU:
+        for (int64_t i = b0; i < b1; i++)
+            dx[i] = dy[i] * (0.5f * (1.0f + erff(x[i] * INV_SQRT2)) +
+                             x[i] * expf(-0.5f * x[i] * x[i]) * INV_SQRT_2PI);
+        break;
+    case DL_UN_GELU_TANH:
+        for (int64_t i = b0; i < b1; i++) {
+            float t = tanhf(GELU_K * (x[i] + 0.044715f * x[i] * x[i] * x[i]));
+            dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * x[i] * (1.0f - t * t) * GELU_K *
+                                                     (1.0f + 3.0f * 0.044715f * x[i] * x[i]));
+        }
+        break;
+    case DL_UN_SILU:
+        for (int64_t i = b0; i < b1; i++) {
+            float s = sigm(x[i]);
+            dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+        }
+        break;
+    case DL_UN_POW:
+        for (int64_t i = b0; i < b1; i++)
+            dx[i] = dy[i] * (a == 0.0f ? 0.0f : a * powf(x[i], a - 1.0f));
+        break;
+    case DL_UN_SQRT:
+        for (int64_t i = b0; i < b1; i++)
+            dx[i] = dy[i] * 0.5f / y[i];
+        break;
+    case DL_UN_ERF:
+        for (int64_t i = b0; i < b1; i++)
+            dx[i] = dy[i] * TWO_OVER_SQRT_PI * expf(-x[i] * x[i]);
+        break;
+    case DL_UN_LEAKY_RELU:
+        for (int64_t i = b0; i < b1; i++)
+            dx[i] = dy[i] * (x[i] > 0.0f ? 1.0f : a);
+        break;
+    case DL_UN_CLIP:
+        for (int64_t i = b0; i < b1; i++)
+            dx[i] = x[i] >= a && x[i] <= b ? dy[i] : 0.0f;
+        break;
+    case DL_UN_HARDSIGMOID:
+        for (int64_t i = b0; i < b1; i++) {
+            float t = a * x[i] + b;
+            dx[i] = t > 0.0f && t < 1.0f ? dy[i] * a : 0.0f;
+        }
+        break;
+    case DL_UN_HARDSWISH:
+        for (int64_t i = b0; i < b1; i++)
+            dx[i] = dy[i] * (x[i] < -3.0f ? 0.0f : x[i] <= 3.0f ? x[i] / 3.0f + 0.5f : 1.0f);
+        break;
+    }
+}
+
+void cpu_unary_fwd(dl_backend *be, const dl_unary *u, const float *x, float *y,
+                          int64_t n)
+{
+    (void)be;
+    un_job j = { .u = *u, .x = x, .out = y };
+    dl_parallel_for(n, CPU_GRAIN / 4, un_fwd_task, &j);
+}
+
+void cpu_unary_bwd(dl_backend *be, const dl_unary *u, const float *x, const float *y,
+                          const float *dy, float *dx, int64_t n)
+{
+    (void)be;
+    un_job j = { .u = *u, .x = x, .y = y, .dy = dy, .out = dx };
+    dl_parallel_for(n, CPU_GRAIN / 4, un_bwd_task, &j);
+}
+
+/* ---- layernorm ------------------------------------------------------------- */
+
+typedef struct ln_job {
+    const float *x, *w, *b, *dy;
+    float *y, *dx, *dw, *db;
+    int64_t d;
+    float eps;
+} ln_job;
+
+/* Mean and 1 / standard deviation (biased variance) of one row. */
+static void ln_stats(const float *x, int64_t d, float eps, float *mean, float *rstd)
+{
+    double s = 0.0, q = 0.0;
+    for (int64_t j = 0; j < d; j++)
+        s += x[j];
+    double mu = s / (double)d;
+    for (int64_t j = 0; j < d; j++)
+        q += (x[j] - mu) * (x[j] - mu);
+    *mean = (float)mu;
+    *rstd = (float)(1.0 / sqrt(q / (double)d + eps));
+}
+
+static void ln_fwd_task(void *ctx, int64_t r0, int64_t r1)
+{
+    const ln_job *j = ctx;
+    int64_t d = j->d;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *restrict x = j->x + r * d;
+        float *restrict y = j->y + r * d;
+        float mean, rstd;
+        ln_stats(x, d, j->eps, &mean, &rstd);
+        for (int64_t c = 0; c < d; c++)
+            y[c] = (x[c] - mean) * rstd * j->w[c] + j->b[c];
+    }
+}
+
+void cpu_layernorm_fwd(dl_backend *be, const float *x, const float *w, const float *b,
+                              float *y, int64_t rows, int64_t d, float eps)
+{
+    (void)be;
+    ln_job j = { .x = x, .w = w, .b = b, .y = y, .d = d, .eps = eps };
+    dl_parallel_for(rows, CPU_GRAIN / (d > 0 ? d : 1) + 1, ln_fwd_task, &j);
+}
+
+/* dx of rows [r0, r1). */
+static void ln_dx_task(void *ctx, int64_t r0, int64_t r1)
+{
+    const ln_job *j = ctx;
+    int64_t d = j->d;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = j->x + r * d, *g = j->dy + r * d, *w = j->w;
+        float mean, rstd;
+        double s1 = 0.0, s2 = 0.0;
+        ln_stats(xr, d, j->eps, &mean, &rstd);
+        for (int64_t c = 0; c < d; c++) {
+            float xh = (xr[c] - mean) * rstd;
+            s1 += g[c] * w[c];
+            s2 += g[c] * w[c] * xh;
+        }
+        for (int64_t c = 0; c < d; c++) {
+            float xh = (xr[c] - mean) * rstd;
+            j->dx[r * d + c] = rstd * (g[c] * w[c] - (float)(s1 / (double)d) -
+                                       xh * (float)(s2 / (double)d));
+        }
+    }
+}
+
+void cpu_layernorm_bwd(dl_backend *be, const float *x, const float *w, const float *dy,
+                              float *dx, float *dw, float *db, int64_t rows, int64_t d,
+                              float eps)
+{
+    (void)be;
+    /* The row statistics once more for dw and db, on this thread: the
+     * rows accumulate into one vector in order. */
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * d, *g = dy + r * d;
+        float mean, rstd;
+        ln_stats(xr, d, eps, &mean, &rstd);
+        for (int64_t c = 0; c < d; c++) {
+            dw[c] += g[c] * (xr[c] - mean) * rstd;
+            db[c] += g[c];
+        }
+    }
+    if (!dx)
+        return;
+    ln_job j = { .x = x, .w = w, .dy = dy, .dx = dx, .d = d, .eps = eps };
+    dl_parallel_for(rows, CPU_GRAIN / (d > 0 ? d : 1) + 1, ln_dx_task, &j);
+}
+
+/* ---- softmax and log_softmax on an axis ----------------------------------- */
+
+typedef struct smx_job {
+    bool log;
+    const float *x, *y, *dy;
+    float *out;
+    int64_t len, inner;
+} smx_job;
+
+static void smx_fwd_task(void *ctx, int64_t c0, int64_t c1)
+{
+    const smx_job *j = ctx;
+    int64_t len = j->len, st = j->inner;
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t base = (c / st) * len * st + c % st;
+        const float *x = j->x + base;
+        float *y = j->out + base;
+        float mx = x[0];
+        for (int64_t q = 1; q < len; q++)
+            mx = fmaxf(mx, x[q * st]);
+        double s = 0.0;
+        for (int64_t q = 0; q < len; q++)
+            s += exp((double)(x[q * st] - mx));
+        if (j->log)
+            for (int64_t q = 0; q < len; q++)
+                y[q * st] = x[q * st] - mx - (float)log(s);
+        else
+            for (int64_t q = 0; q < len; q++)
+                y[q * st] = (float)(exp((double)(x[q * st] - mx)) / s);
+    }
+}
+
+static void smx_bwd_task(void *ctx, int64_t c0, int64_t c1)
+{
+    const smx_job *j = ctx;
+    int64_t len = j->len, st = j->inner;
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t base = (c / st) * len * st + c % st;
+        const float *y = j->y + base, *dy = j->dy + base;
+        float *dx = j->out + base;
+        double s = 0.0;
+        for (int64_t q = 0; q < len; q++)
+            s += j->log ? dy[q * st] : dy[q * st] * y[q * st];
+        if (j->log)
+            for (int64_t q = 0; q < len; q++)
+                dx[q * st] = dy[q * st] - expf(y[q * st]) * (float)s;
+        else
+            for (int64_t q = 0; q < len; q++)
+                dx[q * st] = y[q * st] * (dy[q * st] - (float)s);
+    }
+}
+
+void cpu_softmax_axis_fwd(dl_backend *be, bool log, const float *x, float *y,
+                                 int64_t outer, int64_t len, int64_t inner)
+{
+    (void)be;
+    smx_job j = { .log = log, .x = x, .out = y, .len = len, .inner = inner };
+    dl_parallel_for(outer * inner, CPU_GRAIN / (len > 0 ? len : 1) + 1, smx_fwd_task, &j);
+}
+
+void cpu_softmax_axis_bwd(dl_backend *be, bool log, const float *y, const float *dy,
+                                 float *dx, int64_t outer, int64_t len, int64_t inner)
+{
+    (void)be;
+    smx_job j = { .log = log, .y = y, .dy = dy, .out = dx, .len = len, .inner = inner };
+    dl_parallel_for(outer * inner, CPU_GRAIN / (len > 0 ? len : 1) + 1, smx_bwd_task, &j);
+}
