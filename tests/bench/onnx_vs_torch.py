@@ -1,17 +1,21 @@
-"""onnx_vs_torch.py: torchvision's resnet18 through ONNX into dlserve, against PyTorch.
+"""onnx_vs_torch.py: a PyTorch model through ONNX into dlserve, against PyTorch.
 
-    onnx_vs_torch.py DLSERVE OUT_DIR [--threads 2] [--rounds 3] [--loads 5]
+    onnx_vs_torch.py DLSERVE OUT_DIR [--model resnet18|transformer] [--threads 2]
+                     [--rounds 3] [--loads 5]
 
-Exports torchvision.models.resnet18(weights=None) (seeded random weights)
-to OUT_DIR/resnet18.onnx (opset 17, dynamic batch, PyTorch's default
-export), then:
-  - imports it (dlserve --import) and checks dlserve's outputs of two images
+Exports the model (seeded random weights) to OUT_DIR/MODEL.onnx (opset 17,
+dynamic batch, PyTorch's default export): torchvision.models.resnet18 on
+224x224x3 images, or `transformer`, nn.TransformerEncoder (2 layers,
+d_model 256, 4 heads, feed-forward 1024, ReLU) over 64 positions, mean
+pooled into a linear head of 10 classes: its attention runs batched
+matmuls. Then:
+  - imports it (dlserve --import) and checks dlserve's outputs of two inputs
     against PyTorch's (dlserve --predict on the imported version);
   - load time: the daemon started on a repository holding
-    resnet18/1/model.onnx alone, from its launch to the "loaded" line of its
+    MODEL/1/model.onnx alone, from its launch to the "loaded" line of its
     log (reading, translating, building, weights, warm-up), and to the
     model's activation plan (built, before the warm-up); median of --loads;
-  - inference images/s at batch 1 and 32 (224x224x3), in --rounds
+  - inference samples/s at batch 1 and 32, in --rounds
     alternating rounds of: PyTorch eager, torch.jit (trace + freeze), and
     dlserve --bench --infer-batch 1,1,1,32 on the imported model (seeded
     inputs, the model's initial weights: the rate depends on neither), all
@@ -29,30 +33,50 @@ import time
 
 import torch
 import torchvision
+from torch import nn
 
 
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def export(path):
+class Transformer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, num_layers=2)
+        self.head = nn.Linear(256, 10)
+
+    def forward(self, x):
+        return self.head(self.enc(x).mean(dim=1))
+
+
+# name: (the module, a sample's shape)
+MODELS = {
+    "resnet18": (lambda: torchvision.models.resnet18(weights=None), (3, 224, 224)),
+    "transformer": (Transformer, (64, 256)),
+}
+
+
+def export(path, name):
     torch.manual_seed(0)
-    m = torchvision.models.resnet18(weights=None).eval()
-    torch.onnx.export(m, torch.randn(1, 3, 224, 224), path, input_names=["x"],
+    make, shape = MODELS[name]
+    m = make().eval()
+    torch.onnx.export(m, torch.randn(1, *shape), path, input_names=["x"],
                       output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
                       opset_version=17)
     return m
 
 
-def check_outputs(dlserve, m, models, out):
-    """Max relative difference of dlserve's outputs from PyTorch's on two images."""
+def check_outputs(dlserve, m, name, models, out):
+    """Max relative difference of dlserve's outputs from PyTorch's on two inputs."""
     torch.manual_seed(1)
-    x = torch.rand(2, 3, 224, 224)
+    x = torch.rand(2, *MODELS[name][1])
     csv = os.path.join(out, "two.csv")
     with open(csv, "w") as f:
         for row in x.reshape(2, -1).tolist():
             f.write(",".join("%.8g" % v for v in row) + "\n")
-    r = subprocess.run([dlserve, "--predict", os.path.join(models, "resnet18"), csv],
+    r = subprocess.run([dlserve, "--predict", os.path.join(models, name), csv],
                        capture_output=True, text=True, check=True)
     got = torch.tensor([json.loads(l)["outputs"]["y"] for l in r.stdout.splitlines()
                         if l.startswith("{")])
@@ -68,7 +92,7 @@ def log_time(line):
     return t.replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
-def load_once(dlserve, repo, threads):
+def load_once(dlserve, repo, name, threads):
     """(to the plan, to 'loaded') in seconds from the daemon's launch."""
     t0 = time.time()
     p = subprocess.Popen([dlserve, "--models", repo, "--threads", str(threads),
@@ -80,7 +104,7 @@ def load_once(dlserve, repo, threads):
         for line in p.stderr:
             if "activation plan" in line and plan is None:
                 plan = log_time(line) - t0
-            if "resnet18 version 1 loaded" in line:
+            if "%s version 1 loaded" % name in line:
                 loaded = log_time(line) - t0
                 break
             if "listening" in line:
@@ -89,13 +113,13 @@ def load_once(dlserve, repo, threads):
         p.terminate()
         p.communicate(timeout=30)
     if loaded is None:
-        raise RuntimeError("the daemon did not load resnet18")
+        raise RuntimeError("the daemon did not load " + name)
     return plan, loaded
 
 
-def torch_rate(f, batch, min_secs):
-    """Images/s over at least min_secs and 3 passes."""
-    x = torch.rand(batch, 3, 224, 224)
+def torch_rate(f, batch, shape, min_secs):
+    """Samples/s over at least min_secs and 3 passes."""
+    x = torch.rand(batch, *shape)
     with torch.no_grad():
         f(x)
         n, t0 = 0, time.perf_counter()
@@ -106,7 +130,7 @@ def torch_rate(f, batch, min_secs):
 
 
 def dlserve_rates(dlserve, model, threads):
-    """{batch: [images/s per timed window]} of one --bench run."""
+    """{batch: [samples/s per timed window]} of one --bench run."""
     r = subprocess.run([dlserve, "--bench", model, "--threads", str(threads),
                         "--infer-batch", "1,1,1,32"], capture_output=True, text=True, check=True)
     rates = {}
@@ -121,47 +145,49 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dlserve")
     ap.add_argument("out")
+    ap.add_argument("--model", choices=sorted(MODELS), default="resnet18")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--loads", type=int, default=5)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    onnx = os.path.join(a.out, "resnet18.onnx")
+    name, shape = a.model, MODELS[a.model][1]
+    onnx = os.path.join(a.out, name + ".onnx")
     models, repo = os.path.join(a.out, "models"), os.path.join(a.out, "repo")
-    log("export resnet18 ...")
-    m = export(onnx)
-    subprocess.run([a.dlserve, "--import", onnx, "--models", models, "--name", "resnet18"],
+    log("export %s ..." % name)
+    m = export(onnx, name)
+    subprocess.run([a.dlserve, "--import", onnx, "--models", models, "--name", name],
                    check=True, capture_output=True)
-    res = {"model": "resnet18", "threads": a.threads, "rounds": a.rounds,
-           "max_rel_diff": check_outputs(a.dlserve, m, models, a.out)}
+    res = {"model": name, "threads": a.threads, "rounds": a.rounds,
+           "max_rel_diff": check_outputs(a.dlserve, m, name, models, a.out)}
     log("outputs: max relative difference %.2g" % res["max_rel_diff"])
-    os.makedirs(os.path.join(repo, "resnet18", "1"), exist_ok=True)
-    os.replace(onnx, os.path.join(repo, "resnet18", "1", "model.onnx"))
-    loads = [load_once(a.dlserve, repo, a.threads) for _ in range(a.loads)]
+    os.makedirs(os.path.join(repo, name, "1"), exist_ok=True)
+    os.replace(onnx, os.path.join(repo, name, "1", "model.onnx"))
+    loads = [load_once(a.dlserve, repo, name, a.threads) for _ in range(a.loads)]
     res["load_s"] = statistics.median(l[1] for l in loads)
     res["plan_s"] = statistics.median(l[0] for l in loads)
     log("load: %s" % ["%.3f" % l[1] for l in loads])
-    jit = torch.jit.freeze(torch.jit.trace(m, torch.randn(1, 3, 224, 224)))
+    jit = torch.jit.freeze(torch.jit.trace(m, torch.randn(1, *shape), check_trace=False))
     for b in (1, 32, 1, 32):   # the profiling executor settles on both shapes
-        torch_rate(jit, b, 0)
+        torch_rate(jit, b, shape, 0)
     runs = {"torch": {1: [], 32: []}, "jit": {1: [], 32: []}, "dlserve": {1: [], 32: []}}
     for r in range(a.rounds):
         log("round %d/%d ..." % (r + 1, a.rounds))
         for b in (1, 32):
-            runs["torch"][b].append(torch_rate(m, b, 1.0))
-            runs["jit"][b].append(torch_rate(jit, b, 1.0))
+            runs["torch"][b].append(torch_rate(m, b, shape, 1.0))
+            runs["jit"][b].append(torch_rate(jit, b, shape, 1.0))
         time.sleep(0.5)   # torch's threads stop spinning
-        for b, v in dlserve_rates(a.dlserve, os.path.join(models, "resnet18"), a.threads).items():
+        for b, v in dlserve_rates(a.dlserve, os.path.join(models, name), a.threads).items():
             runs["dlserve"][b].extend(v)
     res["runs"] = runs
     res["median"] = {s: {b: statistics.median(v) for b, v in d.items()} for s, d in runs.items()}
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
     med = res["median"]
-    print("resnet18 (torchvision, random weights) 224x224x3, %d threads, %d rounds, medians"
-          % (a.threads, a.rounds))
+    print("%s (random weights), input %s, %d threads, %d rounds, medians"
+          % (name, "x".join(map(str, shape)), a.threads, a.rounds))
     print()
-    print("| batch | dlserve img/s | torch eager | torch.jit | vs eager | vs jit |")
+    print("| batch | dlserve samples/s | torch eager | torch.jit | vs eager | vs jit |")
     print("|---:|---:|---:|---:|---:|---:|")
     for b in (1, 32):
         d, e, j = med["dlserve"][b], med["torch"][b], med["jit"][b]
