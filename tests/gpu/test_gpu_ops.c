@@ -572,6 +572,262 @@ static void check_optim(void)
     drop_all();
 }
 
+/* ---- the graph layers' kernels ------------------------------------------------
+ * The shapes of tests/unit/test_cuda_bodies.c, which checks the same
+ * kernels' bodies on the host. A slot missing on either backend fails its
+ * check instead of crashing. */
+
+static bool have(bool both, const char *op)
+{
+    if (!both) {
+        fprintf(stderr, "%s: not in the %s backend\n", op, gpu->ops->name);
+        report(op, INFINITY, TOL);
+    }
+    return both;
+}
+#define HAVE(slot) have(cpu->ops->slot && gpu->ops->slot, #slot)
+
+/* Row-major strides of an operand of shape xs (nx dimensions) read over
+ * nd dimensions (right-aligned): 0 where it lacks the dimension or has
+ * extent 1. */
+static void bcast_strides(int nd, int nx, const int64_t *xs, int64_t *st)
+{
+    int64_t s = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int xd = d - (nd - nx);
+        st[d] = xd < 0 || xs[xd] == 1 ? 0 : s;
+        if (xd >= 0)
+            s *= xs[xd];
+    }
+}
+
+static void check_binary(void)
+{
+    static const struct {
+        const char *name;
+        int na, nb;
+        int64_t as[4], bs[4];
+    } cases[3] = {
+        { "bcast_b", 4, 2, { 16, 3, 1, 33 }, { 8, 33 } },
+        { "bcast_a", 2, 4, { 8, 33 }, { 16, 3, 1, 33 } },
+        { "same", 4, 4, { 16, 3, 8, 33 }, { 16, 3, 8, 33 } },
+    };
+    static const int64_t out[4] = { 16, 3, 8, 33 };
+    static const char *const ops[4] = { "add", "sub", "mul", "div" };
+    static const char *const posts[4] = { "", "_relu", "_tanh", "_sigmoid" };
+    if (!HAVE(binary_fwd) || !HAVE(binary_bwd))
+        return;
+    char name[64];
+    for (int op = 0; op < 4; op++)
+        for (int c = 0; c < 3; c++) {
+            dl_strided g = { .nd = 4 };
+            memcpy(g.shape, out, sizeof(out));
+            bcast_strides(4, cases[c].na, cases[c].as, g.st[0]);
+            bcast_strides(4, cases[c].nb, cases[c].bs, g.st[1]);
+            bcast_strides(4, 4, out, g.st[2]);
+            int64_t na = dl_shape_numel(cases[c].na, cases[c].as);
+            int64_t nb = dl_shape_numel(cases[c].nb, cases[c].bs), ny = dl_shape_numel(4, out);
+            int post = (op * 3 + c) % 4;   /* none, relu, tanh, sigmoid in turn */
+            dl_act act = (dl_act)(post ? post - 1 : 0);
+            pair *a = mk(na, -1, 1), *b = mk(nb, 0.5f, 1.5f), *dy = mk(ny, -1, 1),
+                 *y = mk(ny, 0, 1), *da = mk(na, 0, 1), *db = mk(nb, 0, 1);
+            ON_BOTH(B->ops->binary_fwd(B, (dl_binop)op, &g, F(a), F(b), post ? &act : NULL, F(y));
+                    B->ops->binary_bwd(B, (dl_binop)op, &g, 0, F(a), F(b), F(dy), F(da));
+                    B->ops->binary_bwd(B, (dl_binop)op, &g, 1, F(a), F(b), F(dy), F(db)));
+            snprintf(name, sizeof(name), "%s_fwd_%s%s", ops[op], cases[c].name, posts[post]);
+            compare(name, y, false, TOL);
+            snprintf(name, sizeof(name), "%s_bwd_da_%s", ops[op], cases[c].name);
+            compare(name, da, false, TOL);
+            snprintf(name, sizeof(name), "%s_bwd_db_%s", ops[op], cases[c].name);
+            compare(name, db, false, TOL);
+            drop_all();
+        }
+}
+
+/* A transpose (2,3,4,5) -> (0,2,3,1), a slice with steps x[1:5:2, 0:10:3]
+ * of a (6,10); reductions of a (2,3,4,5) over dims 1 and 3, over H and W
+ * (global pooling), and over everything. */
+static void check_strided(void)
+{
+    if (HAVE(copy_strided)) {
+        dl_strided t = { .nd = 4, .shape = { 2, 4, 5, 3 },
+                         .st = { { 60, 5, 1, 20 }, { 60, 15, 3, 1 }, { 0 } } };
+        dl_strided sl = { .nd = 2, .shape = { 2, 4 }, .st = { { 20, 3 }, { 4, 1 }, { 0 } } };
+        pair *x = mk(120, -1, 1), *y = mk(120, 0, 1);
+        ON_BOTH(B->ops->copy_strided(B, &t, F(x), F(y)));
+        compare("copy_strided_transpose", y, false, 0.0);
+        drop_all();
+        x = mk(60, -1, 1);
+        y = mk(8, 0, 1);
+        ON_BOTH(B->ops->copy_strided(B, &sl, F(x) + 10, F(y)));
+        compare("copy_strided_slice_step", y, false, 0.0);
+        drop_all();
+    }
+    if (!HAVE(reduce_fwd) || !HAVE(reduce_bwd))
+        return;
+    dl_strided gs[3] = {
+        { .nd = 4, .shape = { 2, 3, 4, 5 }, .st = { { 60, 20, 5, 1 }, { 4, 0, 1, 0 }, { 0 } } },
+        { .nd = 4, .shape = { 2, 3, 4, 5 }, .st = { { 60, 20, 5, 1 }, { 3, 1, 0, 0 }, { 0 } } },
+        { .nd = 4, .shape = { 2, 3, 4, 5 }, .st = { { 60, 20, 5, 1 }, { 0, 0, 0, 0 }, { 0 } } },
+    };
+    static const int64_t ny[3] = { 8, 6, 1 };
+    static const float scale[3] = { 1.0f / 15.0f, 1.0f / 20.0f, 1.0f };
+    static const char *const names[3][2] = { { "reduce_fwd_dims13", "reduce_bwd_dims13" },
+                                              { "reduce_fwd_hw", "reduce_bwd_hw" },
+                                              { "reduce_fwd_all", "reduce_bwd_all" } };
+    for (int i = 0; i < 3; i++) {
+        pair *x = mk(120, -1, 1), *y = mk(ny[i], 0, 1), *dy = mk(ny[i], -1, 1),
+             *dx = mk(120, 0, 1);
+        ON_BOTH(B->ops->reduce_fwd(B, &gs[i], F(x), F(y), scale[i]);
+                B->ops->reduce_bwd(B, &gs[i], F(dy), F(dx), scale[i]));
+        compare(names[i][0], y, false, TOL);
+        compare(names[i][1], dx, false, TOL);
+        drop_all();
+    }
+}
+
+static void check_unary(void)
+{
+    static const struct {
+        const char *name;
+        dl_unary u;
+        float lo, hi;
+    } cases[] = {
+        { "gelu", { DL_UN_GELU, 0, 0 }, -5, 5 },
+        { "gelu_tanh", { DL_UN_GELU_TANH, 0, 0 }, -5, 5 },
+        { "silu", { DL_UN_SILU, 0, 0 }, -6, 6 },
+        { "pow", { DL_UN_POW, 2.5f, 0 }, 0.1f, 2 },
+        { "pow0", { DL_UN_POW, 0.0f, 0 }, 0.1f, 2 },
+        { "sqrt", { DL_UN_SQRT, 0, 0 }, 0.1f, 4 },
+        { "erf", { DL_UN_ERF, 0, 0 }, -3, 3 },
+        { "leaky_relu", { DL_UN_LEAKY_RELU, 0.1f, 0 }, -2, 2 },
+        { "clip", { DL_UN_CLIP, -0.5f, 0.7f }, -1, 1 },
+        { "hardsigmoid", { DL_UN_HARDSIGMOID, 1.0f / 6.0f, 0.5f }, -5, 5 },
+        { "hardswish", { DL_UN_HARDSWISH, 0, 0 }, -5, 5 },
+    };
+    if (!HAVE(unary_fwd) || !HAVE(unary_bwd))
+        return;
+    char name[64];
+    int64_t n = 10007;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const dl_unary *u = &cases[i].u;
+        pair *x = mk(n, cases[i].lo, cases[i].hi), *y = mk(n, 0, 1), *dy = mk(n, -1, 1),
+             *dx = mk(n, 0, 1);
+        ON_BOTH(B->ops->unary_fwd(B, u, F(x), F(y), n));
+        snprintf(name, sizeof(name), "%s_fwd", cases[i].name);
+        compare(name, y, false, TOL);
+        /* The backward reads the forward output (sqrt): give both the CPU's. */
+        float *yc = fetch(cpu, y->c, n);
+        pair *yy = mk_bytes(n, sizeof(float), yc);
+        free(yc);
+        ON_BOTH(B->ops->unary_bwd(B, u, F(x), F(yy), F(dy), F(dx), n));
+        snprintf(name, sizeof(name), "%s_bwd", cases[i].name);
+        compare(name, dx, false, TOL);
+        drop_all();
+    }
+}
+
+static void check_layernorm(void)
+{
+    static const int64_t shapes[3][2] = { { 7, 33 }, { 5, 300 }, { 300, 64 } };
+    if (!HAVE(layernorm_fwd) || !HAVE(layernorm_bwd))
+        return;
+    char name[64];
+    for (int s = 0; s < 3; s++) {
+        int64_t rows = shapes[s][0], d = shapes[s][1], n = rows * d;
+        /* An offset mean tests the two-pass variance. */
+        pair *x = mk(n, 2, 4), *w = mk(d, 0.5f, 1.5f), *b = mk(d, -1, 1), *y = mk(n, 0, 1),
+             *dy = mk(n, -1, 1), *dx = mk(n, 0, 1), *dw = mk(d, -1, 1), *db = mk(d, -1, 1);
+        ON_BOTH(B->ops->layernorm_fwd(B, F(x), F(w), F(b), F(y), rows, d, 1e-5f);
+                B->ops->layernorm_bwd(B, F(x), F(w), F(dy), F(dx), F(dw), F(db), rows, d,
+                                      1e-5f));
+        snprintf(name, sizeof(name), "layernorm_fwd_%lldx%lld", (long long)rows, (long long)d);
+        compare(name, y, false, TOL);
+        snprintf(name, sizeof(name), "layernorm_bwd_dx_%lldx%lld", (long long)rows,
+                 (long long)d);
+        compare(name, dx, false, TOL);
+        snprintf(name, sizeof(name), "layernorm_bwd_dw_%lldx%lld", (long long)rows,
+                 (long long)d);
+        compare(name, dw, false, TOL);
+        snprintf(name, sizeof(name), "layernorm_bwd_db_%lldx%lld", (long long)rows,
+                 (long long)d);
+        compare(name, db, false, TOL);
+        drop_all();
+    }
+}
+
+static void check_softmax_axis(void)
+{
+    static const int64_t shapes[3][3] = { { 3, 7, 5 }, { 4, 33, 1 }, { 8, 128, 16 } };
+    if (!HAVE(softmax_axis_fwd) || !HAVE(softmax_axis_bwd))
+        return;
+    char name[64];
+    for (int s = 0; s < 3; s++)
+        for (int lg = 0; lg < 2; lg++) {
+            int64_t outer = shapes[s][0], len = shapes[s][1], inner = shapes[s][2];
+            int64_t n = outer * len * inner;
+            pair *x = mk(n, -8, 8), *y = mk(n, 0, 1), *dy = mk(n, -1, 1), *dx = mk(n, 0, 1);
+            ON_BOTH(B->ops->softmax_axis_fwd(B, lg, F(x), F(y), outer, len, inner));
+            snprintf(name, sizeof(name), "%s_axis_fwd_%lldx%lldx%lld",
+                     lg ? "log_softmax" : "softmax", (long long)outer, (long long)len,
+                     (long long)inner);
+            compare(name, y, false, TOL);
+            float *yc = fetch(cpu, y->c, n);
+            pair *yy = mk_bytes(n, sizeof(float), yc);
+            free(yc);
+            ON_BOTH(B->ops->softmax_axis_bwd(B, lg, F(yy), F(dy), F(dx), outer, len, inner));
+            snprintf(name, sizeof(name), "%s_axis_bwd_%lldx%lldx%lld",
+                     lg ? "log_softmax" : "softmax", (long long)outer, (long long)len,
+                     (long long)inner);
+            compare(name, dx, false, TOL);
+            drop_all();
+        }
+}
+
+/* One B for every q (sb = 0), every stride nonzero, and C_q apart by more
+ * than m n; each with the four transposes, in FP32 and TF32; then k = 0. */
+static void check_gemm_batched(void)
+{
+    if (!HAVE(gemm_batched))
+        return;
+    int64_t m = 17, n = 23, k = 31, batch = 6;
+    static const char *const kinds[3] = { "sb0", "strided", "sc_gap" };
+    char name[64];
+    for (int s = 0; s < 3; s++)
+        for (int t = 0; t < 4; t++) {
+            bool ta = t & 1, tb = t & 2;
+            int64_t sa = m * k, sb = s == 0 ? 0 : k * n, sc = m * n + (s == 2 ? 5 : 0);
+            float alpha = 0.75f, beta = s == 1 ? 0.0f : 0.5f;
+            pair *a = mk(batch * sa, -1, 1), *b = mk(sb ? batch * sb : k * n, -1, 1),
+                 *c = mk(batch * sc, -1, 1);
+            dl_err err = {0};
+            bool ok = true;
+            ON_BOTH(ok &= B->ops->gemm_batched(B, ta, tb, m, n, k, alpha, P(a), sa, P(b), sb,
+                                               beta, F(c), sc, batch, &err) == DL_OK);
+            ok &= tf32->ops->gemm_batched(tf32, ta, tb, m, n, k, alpha, a->t, sa, b->t, sb, beta,
+                                          c->t, sc, batch, &err) == DL_OK;
+            if (!ok)
+                fprintf(stderr, "gemm_batched: %s\n", err.msg);
+            snprintf(name, sizeof(name), "gemm_batched_%s_%s%s", kinds[s], ta ? "T" : "N",
+                     tb ? "T" : "N");
+            compare(name, c, false, ok ? TOL : -1);
+            snprintf(name, sizeof(name), "gemm_batched_tf32_%s_%s%s", kinds[s], ta ? "T" : "N",
+                     tb ? "T" : "N");
+            compare(name, c, true, ok ? TOL_TF32 : -1);
+            drop_all();
+        }
+    /* k = 0: C_q = beta C_q, with and without gaps between the C_q. */
+    for (int gap = 0; gap < 2; gap++) {
+        int64_t sc = m * n + gap * 3;
+        pair *c = mk(batch * sc, -1, 1);
+        dl_err err = {0};
+        ON_BOTH(B->ops->gemm_batched(B, false, false, m, n, 0, 1.0f, P(c), 0, P(c), 0, 0.25f,
+                                     F(c), sc, batch, &err));
+        compare(gap ? "gemm_batched_k0_gap" : "gemm_batched_k0", c, false, TOL);
+        drop_all();
+    }
+}
+
 /* The pool, out-of-memory, graphs and the error latch. */
 static void check_backend(void)
 {
@@ -676,6 +932,12 @@ int main(void)
     check_embed();
     check_losses();
     check_optim();
+    check_binary();
+    check_strided();
+    check_unary();
+    check_layernorm();
+    check_softmax_axis();
+    check_gemm_batched();
     check_backend();
 
     st = dl_backend_sync(gpu, &err);
