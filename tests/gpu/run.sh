@@ -9,8 +9,11 @@
 #      jansson's headers come from shared-build/include, which
 #      tests/gpu/vendor-headers.sh fills on a machine that has them;
 #   2. runs the CPU-vs-CUDA parity check of every op (tests/gpu/test_gpu_ops);
-#   3. trains on both devices and compares (tests/gpu/test_gpu_train.sh);
-#      on this machine a skip (exit 77: no usable GPU) counts as a failure;
+#   3. trains on both devices and compares (tests/gpu/test_gpu_train.sh:
+#      fashion-mlp, fashion-cnn, fashion-resnet); on this machine a skip
+#      (exit 77: no usable GPU) counts as a failure; then imports PyTorch's
+#      ONNX transformers and compares --predict on both devices
+#      (tests/gpu/test_gpu_onnx.sh);
 #   4. with 2+ GPUs, a 2-rank allreduce training through NCCL (skipped on
 #      one GPU);
 #   5. benchmarks against PyTorch (tests/bench/gpu_vs_torch);
@@ -101,6 +104,12 @@ if [ "${result[build]}" = PASS ]; then
     rc=$?
     result[train]=$([ $rc -eq 0 ] && echo PASS || echo "FAIL($rc)")
 
+    say "ONNX transformers, --predict on cpu and cuda"
+    DLSERVE=$build/dlserve DLSERVE_SOURCE_ROOT=$root PYTHON=python3 \
+        timeout "$(left 60)" bash "$root/tests/gpu/test_gpu_onnx.sh" > "$out/onnx.log" 2>&1
+    rc=$?
+    result[onnx]=$([ $rc -eq 0 ] && echo PASS || echo "FAIL($rc)")
+
     # ---- 4. NCCL ---------------------------------------------------------------------
     if [ "$ngpus" -ge 2 ] && command -v mpirun > /dev/null; then
         say "2-rank allreduce training through NCCL"
@@ -149,7 +158,7 @@ fi
     echo
     echo "| step | result |"
     echo "|---|---|"
-    for k in build parity train nccl bench; do
+    for k in build parity train onnx nccl bench; do
         echo "| $k | ${result[$k]:-not run} |"
     done
     if [ -f "$out/parity.log" ]; then
@@ -174,7 +183,11 @@ EOF
     fi
     if [ -f "$out/train.log" ]; then
         echo
-        grep -E '^fashion-(mlp|cnn):|^(ok|FAIL) -|passed,' "$out/train.log" | sed 's/^/    /'
+        grep -E '^fashion-(mlp|cnn|resnet):|^(ok|FAIL) -|passed,' "$out/train.log" | sed 's/^/    /'
+    fi
+    if [ -f "$out/onnx.log" ]; then
+        echo
+        grep -E '^FAIL -|^# |passed,|^SKIP' "$out/onnx.log" | sed 's/^/    /'
     fi
     [ -f "$out/nccl.log" ] && grep -E '^nccl|skipped' "$out/nccl.log" | sed 's/^/    /'
     if [ -f "$out/bench/table.md" ]; then
@@ -183,7 +196,7 @@ EOF
     fi
 } | tee "$out/summary.md"
 
-for k in build parity train nccl; do
+for k in build parity train onnx nccl; do
     case ${result[$k]:-} in PASS|skipped*) ;; *) exit 1 ;; esac
 done
 exit 0

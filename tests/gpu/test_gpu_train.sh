@@ -10,6 +10,8 @@
 #     test accuracy within 0.01; with --math tf32 within 2% and 0.02;
 #   fashion-cnn, 100 steps: within 5% and 0.03, because its dropout masks
 #     come from different generators on the two devices;
+#   fashion-resnet (graph layers: residual adds, global average pooling),
+#     20 steps of batch 128: train loss within 5% (dropout as the cnn's);
 #   --eval of one version on both devices: accuracy within 0.002 (near-ties
 #     may flip).
 # Environment: DLSERVE, DLSERVE_SOURCE_ROOT (as the CLI tests),
@@ -81,4 +83,18 @@ ag=$(json_get "$WORK/cnn-cuda.json" test_accuracy)
 echo "fashion-cnn: train_loss cpu $lc cuda $lg; test_accuracy cpu $ac cuda $ag"
 check "cnn train loss cuda $lg ~ cpu $lc (5%)" close "$lg" "$lc" 0.05
 check "cnn test accuracy cuda $ag ~ cpu $ac (0.03)" near "$ag" "$ac" 0.03
+
+RES=$(model_copy fashion-resnet)
+train "$RES" cuda 2560 "$WORK/res-cuda"; rc=$?
+cat "$WORK/res-cuda.log" "$WORK/res-cuda.json"
+check "fashion-resnet trains on cuda" test $rc -eq 0
+train "$RES" cpu 2560 "$WORK/res-cpu"; rc=$?
+cat "$WORK/res-cpu.json"
+check "fashion-resnet trains on cpu" test $rc -eq 0
+lc=$(json_get "$WORK/res-cpu.json" train_loss)
+lg=$(json_get "$WORK/res-cuda.json" train_loss)
+ac=$(json_get "$WORK/res-cpu.json" test_accuracy)
+ag=$(json_get "$WORK/res-cuda.json" test_accuracy)
+echo "fashion-resnet: train_loss cpu $lc cuda $lg; test_accuracy cpu $ac cuda $ag"
+check "resnet train loss cuda $lg ~ cpu $lc (5%)" close "$lg" "$lc" 0.05
 finish
