@@ -25,12 +25,21 @@ static int64_t groups_of(const layer *l) { return l->conf->groups > 1 ? l->conf-
 static int64_t fan_in(const layer *l) { return l->in_shape[0] * l->conf->kh * l->conf->kw; }
 static int64_t wfan(const layer *l) { return fan_in(l) / groups_of(l); }
 
-/* Neither grouped nor dilated: a convolution whose activations may stay
- * in the engine's blocked layout (the others run in plain NCHW, through
- * the engine or im2col). */
+/* A convolution whose activations may stay in the engine's blocked
+ * layout: not dilated, and either ungrouped, depthwise (a filter a
+ * channel) or with whole channel blocks in each group. The others run in
+ * plain NCHW, through the engine or im2col. */
 static bool plain(const layer *l)
 {
-    return groups_of(l) == 1 && l->conf->dh <= 1 && l->conf->dw <= 1;
+    int64_t g = groups_of(l), c = l->in_shape[0], oc = l->conf->filters;
+    int64_t B = l->be->engine_block;
+    if (l->conf->dh > 1 || l->conf->dw > 1)
+        return false;
+    if (g == 1)
+        return true;
+    if (g == c && g == oc)
+        return true;
+    return B > 0 && (c / g) % B == 0 && (oc / g) % B == 0;
 }
 
 static void conv_declare(layer *l)

@@ -211,6 +211,28 @@ static int64_t blocked_of(const char *name)
     return 0;
 }
 
+/* MobileNet's inverted residual on blocked channels: a 1x1 expansion,
+ * a depthwise 3x3 (groups = channels) with batchnorm and relu, a strided
+ * one, a grouped 1x1 of whole channel blocks, and the projection. */
+Test(conv_engines, depthwise_and_grouped_blocked)
+{
+    compare("[16, 8, 8]",
+            "{'name': 'ex', 'type': 'conv2d', 'filters': 32, 'kernel_size': 1},"
+            "{'name': 'dw', 'type': 'conv2d', 'filters': 32, 'kernel_size': 3, 'padding': 1,"
+            " 'groups': 32, 'bias': false},"
+            "{'name': 'bn', 'type': 'batchnorm'},"
+            "{'name': 'r', 'type': 'relu'},"
+            "{'name': 'dw2', 'type': 'conv2d', 'filters': 32, 'kernel_size': 3, 'stride': 2,"
+            " 'padding': 1, 'groups': 32},"
+            "{'name': 'gr', 'type': 'conv2d', 'filters': 32, 'kernel_size': 1, 'groups': 2},"
+            "{'name': 'pr', 'type': 'conv2d', 'filters': 16, 'kernel_size': 1},"
+            "{'name': 'f', 'type': 'flatten'},"
+            "{'name': 'fc', 'type': 'dense', 'units': 10}");
+    for (const char *const *n = (const char *const[]){ "dw", "dw2", "gr", NULL }; *n; n++)
+        cr_expect(blocked_of(*n) & DL_BLOCKED_X, "%s reads NCHW", *n);
+}
+
+
 /* A residual graph whose joins keep the blocked layout: the stem's output
  * read by a convolution and by an add, batchnorms, a strided block whose
  * projection meets it in a sub and a mul, global average pooling reading
