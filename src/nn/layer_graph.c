@@ -176,7 +176,7 @@ static dl_status bin_backward(layer *l, const float *const *xs, const float *y,
     return DL_OK;
 }
 
-static const layer_ops layer_binary_ops = {
+const layer_ops layer_binary_ops = {
     .forward_multi  = bin_forward,
     .backward_multi = bin_backward,
     .host_only      = true,
@@ -224,7 +224,7 @@ static dl_status cat_backward(layer *l, const float *const *xs, const float *y,
     return DL_OK;
 }
 
-static const layer_ops layer_concat_ops = {
+const layer_ops layer_concat_ops = {
     .forward_multi  = cat_forward,
     .backward_multi = cat_backward,
     .host_only      = true,
@@ -273,7 +273,7 @@ static dl_status gap_backward(layer *l, const float *x, const float *y, const fl
     return DL_OK;
 }
 
-static const layer_ops layer_gap_ops = {
+const layer_ops layer_gap_ops = {
     .forward   = gap_forward,
     .backward  = gap_backward,
     .host_only = true,
@@ -356,7 +356,7 @@ static dl_status ln_backward(layer *l, const float *x, const float *y, const flo
     return DL_OK;
 }
 
-static const layer_ops layer_layernorm_ops = {
+const layer_ops layer_layernorm_ops = {
     .declare   = ln_declare,
     .init      = ln_init,
     .forward   = ln_forward,
@@ -412,7 +412,7 @@ static dl_status ew_backward(layer *l, const float *x, const float *y, const flo
     return DL_OK;
 }
 
-static const layer_ops layer_elementwise_ops = {
+const layer_ops layer_elementwise_ops = {
     .forward   = ew_forward,
     .backward  = ew_backward,
     .host_only = true,
@@ -478,7 +478,7 @@ static dl_status smx_backward(layer *l, const float *x, const float *y, const fl
     return DL_OK;
 }
 
-static const layer_ops layer_log_softmax_ops = {
+const layer_ops layer_log_softmax_ops = {
     .forward   = smx_forward,
     .backward  = smx_backward,
     .host_only = true,
@@ -493,27 +493,4 @@ dl_status layer_softmax_axis_bwd(layer *l, const float *y, const float *dy, floa
                                  int64_t n)
 {
     return smx_backward(l, NULL, y, dy, dx, n, NULL);
-}
-
-const layer_ops *layer_graph_ops_for(dl_layer_type t)
-{
-    switch (t) {
-    case DL_LAYER_ADD:
-    case DL_LAYER_SUB:
-    case DL_LAYER_MUL:
-    case DL_LAYER_DIV:              return &layer_binary_ops;
-    case DL_LAYER_CONCAT:           return &layer_concat_ops;
-    case DL_LAYER_IDENTITY:
-    case DL_LAYER_RESHAPE:          return &layer_flatten_ops;
-    case DL_LAYER_GLOBAL_AVGPOOL2D: return &layer_gap_ops;
-    case DL_LAYER_LAYERNORM:        return &layer_layernorm_ops;
-    case DL_LAYER_GELU:
-    case DL_LAYER_SILU:             return &layer_elementwise_ops;
-    case DL_LAYER_LOG_SOFTMAX:      return &layer_log_softmax_ops;
-    case DL_LAYER_TRANSPOSE:        return &layer_transpose_ops;
-    case DL_LAYER_REDUCE_MEAN:
-    case DL_LAYER_REDUCE_SUM:       return &layer_reduce_ops;
-    case DL_LAYER_MATMUL:           return &layer_matmul_ops;
-    default:                        return NULL;
-    }
 }
