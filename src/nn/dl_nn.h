@@ -24,6 +24,7 @@ typedef enum dl_layer_type {
     DL_LAYER_DIV, DL_LAYER_POW, DL_LAYER_SQRT, DL_LAYER_ERF, DL_LAYER_LEAKY_RELU,
     DL_LAYER_CLIP, DL_LAYER_HARDSIGMOID, DL_LAYER_HARDSWISH, DL_LAYER_SLICE,
     DL_LAYER_CONSTANT,
+    DL_LAYER_COUNT,     /* not a type: how many there are (src/nn/layer_table.c) */
 } dl_layer_type;
 
 typedef enum dl_loss { DL_LOSS_XENT, DL_LOSS_MSE, DL_LOSS_BCE } dl_loss;
@@ -168,7 +169,11 @@ dl_status dl_model_conf_shapes(const dl_model_conf *conf, int *nd,
  * URLs, Kafka records, Redis keys and announcements. */
 bool dl_model_name_valid(const char *s, size_t len);
 
+/* A layer type's name in model.json ("dense"), or "?" out of range. */
 const char *dl_layer_type_name(dl_layer_type t);
+
+/* The layer type called name in model.json into *out; false if none is. */
+bool dl_layer_type_of(const char *name, dl_layer_type *out);
 
 /* conv2d, maxpool2d or avgpool2d: the layers a convolution engine runs. */
 bool dl_layer_is_conv_or_pool(dl_layer_type t);

@@ -1,5 +1,6 @@
-/* layer.c: shape inference for every layer type, the type -> ops table
- * dispatch and helpers shared by the layer files. */
+/* layer.c: shape inference for every layer type (the shape rules that
+ * layer_table's rows name), the lookups into that table and helpers shared
+ * by the layer files. */
 #include "nn/layer.h"
 
 #include <string.h>
@@ -247,60 +248,190 @@ static dl_status slice_shape(const dl_layer_conf *c, int nd, const int64_t *in, 
                       (long long)c->end, ax, dl_shape_str(nd, in, sa, sizeof(sa)));
 }
 
-/* The shape of a single-input layer. */
-static dl_status shape_one(const dl_layer_conf *c, int in_ndim, const int64_t *in,
-                           int *out_ndim, int64_t *out, dl_err *err)
+/* ---- the shape rules of layer_table ---- */
+
+/* Starts a single-input rule: the output as the input. */
+static const int64_t *same(const int *in_ndim, const int64_t (*in)[DL_MAX_DIMS],
+                           int *out_ndim, int64_t *out)
 {
-    *out_ndim = in_ndim;
-    memcpy(out, in, (size_t)in_ndim * sizeof(*in));
-    switch (c->type) {
-    case DL_LAYER_DENSE:
-        out[in_ndim - 1] = c->units;
-        return DL_OK;
-    case DL_LAYER_CONV2D:
-        if (need_ndim(c, in_ndim, in, 3, "[C, H, W]", err) != DL_OK)
-            return err ? err->code : DL_ERR_INVALID;
-        return window_shape(c, in, c->filters, out, err);
-    case DL_LAYER_MAXPOOL2D:
-    case DL_LAYER_AVGPOOL2D:
-        if (need_ndim(c, in_ndim, in, 3, "[C, H, W]", err) != DL_OK)
-            return err ? err->code : DL_ERR_INVALID;
-        return window_shape(c, in, in[0], out, err);
-    case DL_LAYER_GLOBAL_AVGPOOL2D:
-        *out_ndim = 1;
-        return need_ndim(c, in_ndim, in, 3, "[C, H, W]", err);
-    case DL_LAYER_BATCHNORM:
-        if (in_ndim > 3)
-            return need_ndim(c, in_ndim, in, 3, "[C, H, W], [C, L] or [F]", err);
-        return DL_OK;
-    case DL_LAYER_TRANSPOSE:
-        return transpose_shape(c, in_ndim, in, out_ndim, out, err);
-    case DL_LAYER_REDUCE_MEAN:
-    case DL_LAYER_REDUCE_SUM:
-        return reduce_shape(c, in_ndim, in, out_ndim, out, err);
-    case DL_LAYER_CONV1D:
-    case DL_LAYER_MAXPOOL1D:
-        return window1d_shape(c, in_ndim, in, out_ndim, out, err);
-    case DL_LAYER_FLATTEN:
-        *out_ndim = 1;
-        out[0] = dl_shape_numel(in_ndim, in);
-        return DL_OK;
-    case DL_LAYER_RESHAPE:
-        return reshape_shape(c, in_ndim, in, out_ndim, out, err);
-    case DL_LAYER_EMBEDDING:        /* ids of any shape: shape + [dim] */
-        if (in_ndim >= DL_MAX_DIMS)
-            return need_ndim(c, in_ndim, in, DL_MAX_DIMS - 1, "of ids", err);
-        *out_ndim = in_ndim + 1;
-        out[in_ndim] = c->dim;
-        return DL_OK;
-    case DL_LAYER_SOFTMAX:
-    case DL_LAYER_LOG_SOFTMAX:
-        return check_axis(c, in_ndim, err);
-    case DL_LAYER_SLICE:
-        return slice_shape(c, in_ndim, in, out, err);
-    default:
-        return DL_OK;
-    }
+    *out_ndim = in_ndim[0];
+    memcpy(out, in[0], (size_t)in_ndim[0] * sizeof(*out));
+    return in[0];
+}
+
+dl_status layer_shape_same(const dl_layer_conf *c, int nin, const int *in_ndim,
+                           const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                           dl_err *err)
+{
+    (void)c, (void)nin, (void)err;
+    same(in_ndim, in, out_ndim, out);
+    return DL_OK;
+}
+
+dl_status layer_shape_dense(const dl_layer_conf *c, int nin, const int *in_ndim,
+                            const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                            dl_err *err)
+{
+    (void)nin, (void)err;
+    same(in_ndim, in, out_ndim, out);
+    out[in_ndim[0] - 1] = c->units;
+    return DL_OK;
+}
+
+dl_status layer_shape_conv2d(const dl_layer_conf *c, int nin, const int *in_ndim,
+                             const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                             dl_err *err)
+{
+    (void)nin;
+    const int64_t *x = same(in_ndim, in, out_ndim, out);
+    if (need_ndim(c, in_ndim[0], x, 3, "[C, H, W]", err) != DL_OK)
+        return err ? err->code : DL_ERR_INVALID;
+    return window_shape(c, x, c->filters, out, err);
+}
+
+dl_status layer_shape_pool2d(const dl_layer_conf *c, int nin, const int *in_ndim,
+                             const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                             dl_err *err)
+{
+    (void)nin;
+    const int64_t *x = same(in_ndim, in, out_ndim, out);
+    if (need_ndim(c, in_ndim[0], x, 3, "[C, H, W]", err) != DL_OK)
+        return err ? err->code : DL_ERR_INVALID;
+    return window_shape(c, x, x[0], out, err);
+}
+
+dl_status layer_shape_gap(const dl_layer_conf *c, int nin, const int *in_ndim,
+                          const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                          dl_err *err)
+{
+    (void)nin;
+    const int64_t *x = same(in_ndim, in, out_ndim, out);
+    *out_ndim = 1;
+    return need_ndim(c, in_ndim[0], x, 3, "[C, H, W]", err);
+}
+
+dl_status layer_shape_batchnorm(const dl_layer_conf *c, int nin, const int *in_ndim,
+                                const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                                dl_err *err)
+{
+    (void)nin;
+    const int64_t *x = same(in_ndim, in, out_ndim, out);
+    if (in_ndim[0] > 3)
+        return need_ndim(c, in_ndim[0], x, 3, "[C, H, W], [C, L] or [F]", err);
+    return DL_OK;
+}
+
+dl_status layer_shape_transpose(const dl_layer_conf *c, int nin, const int *in_ndim,
+                                const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                                dl_err *err)
+{
+    (void)nin;
+    same(in_ndim, in, out_ndim, out);
+    return transpose_shape(c, in_ndim[0], in[0], out_ndim, out, err);
+}
+
+dl_status layer_shape_reduce(const dl_layer_conf *c, int nin, const int *in_ndim,
+                             const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                             dl_err *err)
+{
+    (void)nin;
+    same(in_ndim, in, out_ndim, out);
+    return reduce_shape(c, in_ndim[0], in[0], out_ndim, out, err);
+}
+
+dl_status layer_shape_window1d(const dl_layer_conf *c, int nin, const int *in_ndim,
+                               const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                               dl_err *err)
+{
+    (void)nin;
+    const int64_t *x = same(in_ndim, in, out_ndim, out);
+    return window1d_shape(c, in_ndim[0], x, out_ndim, out, err);
+}
+
+dl_status layer_shape_flatten(const dl_layer_conf *c, int nin, const int *in_ndim,
+                              const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                              dl_err *err)
+{
+    (void)c, (void)nin, (void)err;
+    same(in_ndim, in, out_ndim, out);
+    *out_ndim = 1;
+    out[0] = dl_shape_numel(in_ndim[0], in[0]);
+    return DL_OK;
+}
+
+dl_status layer_shape_reshape(const dl_layer_conf *c, int nin, const int *in_ndim,
+                              const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                              dl_err *err)
+{
+    (void)nin;
+    same(in_ndim, in, out_ndim, out);
+    return reshape_shape(c, in_ndim[0], in[0], out_ndim, out, err);
+}
+
+/* ids of any shape: shape + [dim]. */
+dl_status layer_shape_embedding(const dl_layer_conf *c, int nin, const int *in_ndim,
+                                const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                                dl_err *err)
+{
+    (void)nin;
+    const int64_t *x = same(in_ndim, in, out_ndim, out);
+    if (in_ndim[0] >= DL_MAX_DIMS)
+        return need_ndim(c, in_ndim[0], x, DL_MAX_DIMS - 1, "of ids", err);
+    *out_ndim = in_ndim[0] + 1;
+    out[in_ndim[0]] = c->dim;
+    return DL_OK;
+}
+
+/* softmax, log_softmax: the input's shape, `axis` one of its own. */
+dl_status layer_shape_axis(const dl_layer_conf *c, int nin, const int *in_ndim,
+                           const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                           dl_err *err)
+{
+    (void)nin;
+    same(in_ndim, in, out_ndim, out);
+    return check_axis(c, in_ndim[0], err);
+}
+
+dl_status layer_shape_slice(const dl_layer_conf *c, int nin, const int *in_ndim,
+                            const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                            dl_err *err)
+{
+    (void)nin;
+    const int64_t *x = same(in_ndim, in, out_ndim, out);
+    return slice_shape(c, in_ndim[0], x, out, err);
+}
+
+dl_status layer_shape_broadcast(const dl_layer_conf *c, int nin, const int *in_ndim,
+                                const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                                dl_err *err)
+{
+    return broadcast_shape(c, nin, in_ndim, in, out_ndim, out, err);
+}
+
+/* A constant's per-sample shape is its own "shape". */
+dl_status layer_shape_constant(const dl_layer_conf *c, int nin, const int *in_ndim,
+                               const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                               dl_err *err)
+{
+    (void)nin, (void)in_ndim, (void)in, (void)err;
+    *out_ndim = c->nshape;
+    memcpy(out, c->shape, (size_t)c->nshape * sizeof(*out));
+    return DL_OK;
+}
+
+dl_status layer_shape_matmul(const dl_layer_conf *c, int nin, const int *in_ndim,
+                             const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                             dl_err *err)
+{
+    (void)nin;
+    return matmul_shape(c, in_ndim, in, out_ndim, out, err);
+}
+
+dl_status layer_shape_concat(const dl_layer_conf *c, int nin, const int *in_ndim,
+                             const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                             dl_err *err)
+{
+    return concat_shape(c, nin, in_ndim, in, out_ndim, out, err);
 }
 
 dl_status layer_shape(const dl_layer_conf *c, int nin, const int *in_ndim,
@@ -314,37 +445,12 @@ dl_status layer_shape(const dl_layer_conf *c, int nin, const int *in_ndim,
     if (want < 0 && nin < 2)
         return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s) takes 2 or more inputs, got %d",
                           c->name, dl_layer_type_name(c->type), nin);
-    switch (c->type) {
-    case DL_LAYER_ADD:
-    case DL_LAYER_SUB:
-    case DL_LAYER_MUL:
-    case DL_LAYER_DIV:
-        return broadcast_shape(c, nin, in_ndim, in, out_ndim, out, err);
-    case DL_LAYER_CONSTANT:
-        *out_ndim = c->nshape;
-        memcpy(out, c->shape, (size_t)c->nshape * sizeof(*out));
-        return DL_OK;
-    case DL_LAYER_MATMUL:
-        return matmul_shape(c, in_ndim, in, out_ndim, out, err);
-    case DL_LAYER_CONCAT:
-        return concat_shape(c, nin, in_ndim, in, out_ndim, out, err);
-    default:
-        return shape_one(c, in_ndim[0], in[0], out_ndim, out, err);
-    }
+    return layer_table[c->type].shape(c, nin, in_ndim, in, out_ndim, out, err);
 }
 
 int layer_arity(dl_layer_type t)
 {
-    switch (t) {
-    case DL_LAYER_CONSTANT: return 0;
-    case DL_LAYER_SUB:
-    case DL_LAYER_DIV:
-    case DL_LAYER_MATMUL: return 2;
-    case DL_LAYER_ADD:
-    case DL_LAYER_MUL:
-    case DL_LAYER_CONCAT: return -1;
-    default:              return 1;
-    }
+    return (unsigned)t < DL_LAYER_COUNT ? layer_table[t].arity : 1;
 }
 
 int layer_axis(int64_t axis, int ndim)
@@ -408,61 +514,22 @@ void layer_strided_swap(dl_strided *g)
 
 const layer_ops *layer_ops_for(dl_layer_type t)
 {
-    switch (t) {
-    case DL_LAYER_DENSE:     return &layer_dense_ops;
-    case DL_LAYER_CONV2D:    return &layer_conv2d_ops;
-    case DL_LAYER_MAXPOOL2D: return &layer_maxpool_ops;
-    case DL_LAYER_AVGPOOL2D: return &layer_avgpool_ops;
-    case DL_LAYER_BATCHNORM: return &layer_batchnorm_ops;
-    case DL_LAYER_DROPOUT:   return &layer_dropout_ops;
-    case DL_LAYER_FLATTEN:   return &layer_flatten_ops;
-    case DL_LAYER_EMBEDDING: return &layer_embedding_ops;
-    case DL_LAYER_RELU:
-    case DL_LAYER_TANH:
-    case DL_LAYER_SIGMOID:   return &layer_act_ops;
-    case DL_LAYER_SOFTMAX:   return &layer_softmax_ops;
-    case DL_LAYER_CONV1D:    return &layer_conv1d_ops;
-    case DL_LAYER_MAXPOOL1D: return &layer_maxpool_ops;
-    case DL_LAYER_ADD:
-    case DL_LAYER_SUB:
-    case DL_LAYER_MUL:
-    case DL_LAYER_DIV:       return &layer_binary_ops;
-    case DL_LAYER_CONCAT:    return &layer_concat_ops;
-    case DL_LAYER_IDENTITY:
-    case DL_LAYER_RESHAPE:   return &layer_flatten_ops;
-    case DL_LAYER_GLOBAL_AVGPOOL2D: return &layer_gap_ops;
-    case DL_LAYER_LAYERNORM: return &layer_layernorm_ops;
-    case DL_LAYER_LOG_SOFTMAX: return &layer_log_softmax_ops;
-    case DL_LAYER_TRANSPOSE: return &layer_transpose_ops;
-    case DL_LAYER_REDUCE_MEAN:
-    case DL_LAYER_REDUCE_SUM: return &layer_reduce_ops;
-    case DL_LAYER_MATMUL:    return &layer_matmul_ops;
-    case DL_LAYER_GELU:
-    case DL_LAYER_SILU:
-    case DL_LAYER_POW:
-    case DL_LAYER_SQRT:
-    case DL_LAYER_ERF:
-    case DL_LAYER_LEAKY_RELU:
-    case DL_LAYER_CLIP:
-    case DL_LAYER_HARDSIGMOID:
-    case DL_LAYER_HARDSWISH: return &layer_elem_ops;
-    case DL_LAYER_SLICE:     return &layer_slice_ops;
-    case DL_LAYER_CONSTANT:  return &layer_constant_ops;
-    default:                 return NULL;
-    }
+    return (unsigned)t < DL_LAYER_COUNT ? layer_table[t].ops : NULL;
 }
 
 const char *dl_layer_type_name(dl_layer_type t)
 {
-    static const char *names[] = {
-        "dense", "conv2d", "maxpool2d", "avgpool2d", "batchnorm", "dropout",
-        "flatten", "embedding", "relu", "tanh", "sigmoid", "softmax",
-        "add", "sub", "mul", "concat", "identity", "reshape", "global_avgpool2d",
-        "layernorm", "gelu", "silu", "log_softmax", "transpose", "matmul",
-        "reduce_mean", "reduce_sum", "conv1d", "maxpool1d", "div", "pow", "sqrt", "erf",
-        "leaky_relu", "clip", "hardsigmoid", "hardswish", "slice", "constant",
-    };
-    return (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
+    return (unsigned)t < DL_LAYER_COUNT ? layer_table[t].name : "?";
+}
+
+bool dl_layer_type_of(const char *name, dl_layer_type *out)
+{
+    for (int t = 0; t < DL_LAYER_COUNT; t++)
+        if (strcmp(layer_table[t].name, name) == 0) {
+            *out = (dl_layer_type)t;
+            return true;
+        }
+    return false;
 }
 
 bool dl_layer_is_conv_or_pool(dl_layer_type t)

@@ -103,6 +103,35 @@ dl_status layer_shape(const dl_layer_conf *c, int nin, const int *in_ndim,
                       const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
                       dl_err *err);
 
+/* A layer type's shape rule: layer_shape after the count of inputs is
+ * checked against the type's arity. Each row of layer_table names one
+ * (layer.c): */
+typedef dl_status layer_shape_fn(const dl_layer_conf *c, int nin, const int *in_ndim,
+                                 const int64_t (*in)[DL_MAX_DIMS], int *out_ndim,
+                                 int64_t *out, dl_err *err);
+layer_shape_fn layer_shape_same,       /* the input's shape: activations, ... */
+    layer_shape_dense, layer_shape_conv2d, layer_shape_pool2d, layer_shape_gap,
+    layer_shape_batchnorm, layer_shape_transpose, layer_shape_reduce,
+    layer_shape_window1d, layer_shape_flatten, layer_shape_reshape,
+    layer_shape_embedding, layer_shape_axis, layer_shape_slice,
+    layer_shape_broadcast, layer_shape_constant, layer_shape_matmul,
+    layer_shape_concat;
+
+/* One row of the layer-type table: all that nn knows of a type outside
+ * its ops. */
+typedef struct layer_type_info {
+    const char      *name;        /* in model.json ("dense") */
+    int              arity;       /* see layer_arity */
+    const layer_ops *ops;
+    layer_shape_fn  *shape;
+    const char      *params;      /* the keys model.json gives it besides name,
+                                   * type and inputs ("" for none) */
+    bool             native_only; /* no ONNX operator imports as it */
+} layer_type_info;
+
+/* The table, a row per dl_layer_type (layer_table.c). */
+extern const layer_type_info layer_table[];
+
 /* Checks a parsed model.json as a whole (model_check.c): sources, shapes,
  * datatypes, outputs, and that every layer and input is used. */
 dl_status conf_check_graph(const char *what, dl_model_conf *m, dl_err *err);
@@ -126,6 +155,7 @@ int layer_axis(int64_t axis, int ndim);
  * aligned at the right, a dimension of 1 repeated. */
 int64_t layer_bcast_offset(const int64_t *out, int nd, const int64_t *in, int kd, int64_t j);
 
+/* The ops table of type t (layer_table's). */
 const layer_ops *layer_ops_for(dl_layer_type t);
 
 /* The strides of a dense row-major tensor of shape (nd dimensions). */

@@ -126,26 +126,17 @@ static dl_status get_pair(ctx *c, json_t *obj, const char *key, int64_t lo,
                           : "must be a non-negative integer or [h, w]");
 }
 
-static const struct { const char *name; dl_layer_type type; } layer_names[] = {
-    {"dense", DL_LAYER_DENSE}, {"conv2d", DL_LAYER_CONV2D},
-    {"maxpool2d", DL_LAYER_MAXPOOL2D}, {"avgpool2d", DL_LAYER_AVGPOOL2D},
-    {"batchnorm", DL_LAYER_BATCHNORM}, {"dropout", DL_LAYER_DROPOUT},
-    {"flatten", DL_LAYER_FLATTEN}, {"embedding", DL_LAYER_EMBEDDING},
-    {"relu", DL_LAYER_RELU}, {"tanh", DL_LAYER_TANH},
-    {"sigmoid", DL_LAYER_SIGMOID}, {"softmax", DL_LAYER_SOFTMAX},
-    {"add", DL_LAYER_ADD}, {"sub", DL_LAYER_SUB}, {"mul", DL_LAYER_MUL},
-    {"concat", DL_LAYER_CONCAT}, {"identity", DL_LAYER_IDENTITY},
-    {"reshape", DL_LAYER_RESHAPE}, {"global_avgpool2d", DL_LAYER_GLOBAL_AVGPOOL2D},
-    {"layernorm", DL_LAYER_LAYERNORM}, {"gelu", DL_LAYER_GELU}, {"silu", DL_LAYER_SILU},
-    {"log_softmax", DL_LAYER_LOG_SOFTMAX}, {"transpose", DL_LAYER_TRANSPOSE},
-    {"matmul", DL_LAYER_MATMUL}, {"reduce_mean", DL_LAYER_REDUCE_MEAN},
-    {"reduce_sum", DL_LAYER_REDUCE_SUM}, {"conv1d", DL_LAYER_CONV1D},
-    {"maxpool1d", DL_LAYER_MAXPOOL1D}, {"div", DL_LAYER_DIV}, {"pow", DL_LAYER_POW},
-    {"sqrt", DL_LAYER_SQRT}, {"erf", DL_LAYER_ERF}, {"leaky_relu", DL_LAYER_LEAKY_RELU},
-    {"clip", DL_LAYER_CLIP}, {"hardsigmoid", DL_LAYER_HARDSIGMOID},
-    {"hardswish", DL_LAYER_HARDSWISH}, {"slice", DL_LAYER_SLICE},
-    {"constant", DL_LAYER_CONSTANT},
-};
+/* "must be one of dense, conv2d, ...": the types of layer_table, in its
+ * order. */
+static dl_status bad_type(ctx *c)
+{
+    char msg[640] = "must be one of ";
+    size_t len = strlen(msg);
+    for (int t = 0; t < DL_LAYER_COUNT; t++)
+        len += (size_t)snprintf(msg + len, len < sizeof(msg) ? sizeof(msg) - len : 0, "%s%s",
+                                t ? ", " : "", layer_table[t].name);
+    return bad(c, "type", msg);
+}
 
 /* Index of the layer or model input called `name` among the model inputs
  * and layers [0, upto), as a source (see dl_layer_conf.src); 1 if none. */
@@ -435,17 +426,8 @@ static dl_status parse_layer(ctx *c, json_t *layers, size_t i, dl_model_conf *m)
     const char *type = json_string_value(json_object_get(j, "type"));
     if (!type)
         return bad(c, "type", "is missing or not a string");
-    size_t k = 0, nk = sizeof(layer_names) / sizeof(layer_names[0]);
-    while (k < nk && strcmp(layer_names[k].name, type) != 0)
-        k++;
-    if (k == nk)
-        return bad(c, "type", "must be one of dense, conv2d, maxpool2d, avgpool2d, "
-                   "batchnorm, dropout, flatten, embedding, relu, tanh, sigmoid, softmax, "
-                   "add, sub, mul, concat, identity, reshape, global_avgpool2d, layernorm, "
-                   "gelu, silu, log_softmax, transpose, matmul, reduce_mean, reduce_sum, "
-                   "conv1d, maxpool1d, div, pow, sqrt, erf, leaky_relu, clip, hardsigmoid, "
-                   "hardswish, slice, constant");
-    l->type = layer_names[k].type;
+    if (!dl_layer_type_of(type, &l->type))
+        return bad_type(c);
     l->bias = true;
     l->eps = 1e-5f;
     l->momentum = 0.1f;

@@ -80,6 +80,11 @@ dl_status dl_onnx_build(const dl_onnx_model *om, dl_backend *be, const char *wha
 dl_status dl_onnx_import(const char *path, const char *models_dir, const char *name,
                          int64_t *version, dl_err *err);
 
+/* Whether importing an ONNX graph can give a layer of type t: some
+ * operator translates to it (the others are native only, see
+ * src/nn/layer_table.c). */
+bool dl_onnx_imports_layer(dl_layer_type t);
+
 #ifdef __cplusplus
 }
 #endif

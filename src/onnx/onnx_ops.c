@@ -966,8 +966,9 @@ static dl_status op_concat(xl *x, const onnx_node *n)
 
 static dl_status op_binary(xl *x, const onnx_node *n)
 {
-    static const struct { const char *op, *type; } map[] = {
-        {"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"}, {"Div", "div"},
+    static const struct { const char *op; dl_layer_type type; } map[] = {
+        {"Add", DL_LAYER_ADD}, {"Sub", DL_LAYER_SUB}, {"Mul", DL_LAYER_MUL},
+        {"Div", DL_LAYER_DIV},
     };
     if (n->nin != 2)
         return xl_refuse(x, n, "takes two inputs");
@@ -985,9 +986,9 @@ static dl_status op_binary(xl *x, const onnx_node *n)
             return st;
         v[k] = v[k]->c ? &tmp[k] : v[k];
     }
-    const char *type = "add";
+    const char *type = dl_layer_type_name(DL_LAYER_ADD);
     for (size_t k = 0; k < sizeof(map) / sizeof(map[0]); k++)
-        type = !strcmp(map[k].op, n->op) ? map[k].type : type;
+        type = !strcmp(map[k].op, n->op) ? dl_layer_type_name(map[k].type) : type;
     int nd = v[0]->nd > v[1]->nd ? v[0]->nd : v[1]->nd;
     int64_t d[ONNX_MAX_DIMS];
     for (int k = 0; k < nd; k++) {
@@ -1012,7 +1013,8 @@ static dl_status op_softmax(xl *x, const onnx_node *n)
     int ax = a->c ? -1 : xl_axis(a, attr_i(n, "axis", dflt));
     if (ax < 0 || (x->g->opset < 13 && ax != a->nd - 1))
         return xl_refuse(x, n, "axis must be a non-batch axis (the last one before opset 13)");
-    return unary(x, n, !strcmp(n->op, "Softmax") ? "softmax" : "log_softmax",
+    return unary(x, n, dl_layer_type_name(!strcmp(n->op, "Softmax") ? DL_LAYER_SOFTMAX
+                                                                    : DL_LAYER_LOG_SOFTMAX),
                  json_pack("{s:i}", "axis", ax), a, a->nd, a->d);
 }
 
@@ -1039,7 +1041,8 @@ static dl_status op_reduce(xl *x, const onnx_node *n)
         if (!hit[k])
             d[nd++] = a->d[k];
     }
-    const char *type = !strcmp(n->op, "ReduceMean") ? "reduce_mean" : "reduce_sum";
+    const char *type = dl_layer_type_name(!strcmp(n->op, "ReduceMean") ? DL_LAYER_REDUCE_MEAN
+                                                                        : DL_LAYER_REDUCE_SUM);
     bool keep = attr_i(n, "keepdims", 1) != 0;
     if (!keep)
         return unary(x, n, type, json_pack("{s:o}", "axis", list), a, nd, d);
@@ -1061,14 +1064,14 @@ static dl_status op_pointwise(xl *x, const onnx_node *n)
     json_t *l = json_object();
     const char *type;
     if (!strcmp(n->op, "LeakyRelu")) {
-        type = "leaky_relu";
+        type = dl_layer_type_name(DL_LAYER_LEAKY_RELU);
         json_object_set_new(l, "alpha", json_real(attr_f(n, "alpha", 0.01f)));
     } else if (!strcmp(n->op, "HardSigmoid")) {
-        type = "hardsigmoid";
+        type = dl_layer_type_name(DL_LAYER_HARDSIGMOID);
         json_object_set_new(l, "alpha", json_real(attr_f(n, "alpha", 0.2f)));
         json_object_set_new(l, "beta", json_real(attr_f(n, "beta", 0.5f)));
     } else if (!strcmp(n->op, "Clip")) {
-        type = "clip";
+        type = dl_layer_type_name(DL_LAYER_CLIP);
         const onnx_tensor *lo = weight(x, n, 1), *hi = weight(x, n, 2);
         if ((n->nin > 1 && n->in[1][0] && !lo) || (n->nin > 2 && n->in[2][0] && !hi)) {
             json_decref(l);
@@ -1081,7 +1084,7 @@ static dl_status op_pointwise(xl *x, const onnx_node *n)
             json_object_set_new(l, "max", json_real(hi ? hi->f[0] : amax->f));
     } else {
         const onnx_tensor *e = weight(x, n, 1);
-        type = "pow";
+        type = dl_layer_type_name(DL_LAYER_POW);
         if (!e || e->n != 1) {
             json_decref(l);
             return xl_refuse(x, n, "the exponent must be a constant scalar");
@@ -1159,30 +1162,52 @@ static dl_status op_pass(xl *x, const onnx_node *n)
     return alias(x, n, a);
 }
 
+/* The operators, their translation and the layer types it may emit (L()
+ * bits: dl_onnx_imports_layer answers from them). */
+#define L(t) (UINT64_C(1) << DL_LAYER_##t)
+_Static_assert(DL_LAYER_COUNT <= 64, "the layer-type bits of ops[] need a wider mask");
+
 static const struct {
     const char *op;
     dl_status (*fn)(xl *x, const onnx_node *n);
+    uint64_t    makes;
 } ops[] = {
-    {"Gemm", op_gemm}, {"MatMul", op_matmul}, {"Conv", op_conv},
-    {"BatchNormalization", op_batchnorm},
-    {"LayerNormalization", op_layernorm},
-    {"MaxPool", op_pool}, {"AveragePool", op_pool},
-    {"GlobalAveragePool", op_global_avg},
-    {"Relu", op_plain}, {"Sigmoid", op_plain}, {"Tanh", op_plain},
-    {"Sqrt", op_plain}, {"Erf", op_plain}, {"HardSwish", op_plain},
-    {"LeakyRelu", op_pointwise}, {"HardSigmoid", op_pointwise},
-    {"Clip", op_pointwise}, {"Pow", op_pointwise},
-    {"Softmax", op_softmax}, {"LogSoftmax", op_softmax},
-    {"Flatten", op_flatten}, {"Reshape", op_reshape},
-    {"Squeeze", op_squeeze}, {"Unsqueeze", op_squeeze},
-    {"Transpose", op_transpose}, {"Concat", op_concat},
-    {"Add", op_binary}, {"Sub", op_binary}, {"Mul", op_binary},
-    {"Div", op_binary}, {"Gather", op_gather},
-    {"Identity", op_pass}, {"Dropout", op_pass}, {"Cast", op_pass},
-    {"Pad", op_pass}, {"ReduceMean", op_reduce},
-    {"ReduceSum", op_reduce}, {"Constant", op_constant},
-    {"Shape", op_shape}, {"Slice", op_slice},
+    {"Gemm", op_gemm, L(DENSE)}, {"MatMul", op_matmul, L(MATMUL) | L(DENSE)},
+    {"Conv", op_conv, L(CONV2D) | L(CONV1D)},
+    {"BatchNormalization", op_batchnorm, L(BATCHNORM)},
+    {"LayerNormalization", op_layernorm, L(LAYERNORM)},
+    {"MaxPool", op_pool, L(MAXPOOL2D) | L(MAXPOOL1D)}, {"AveragePool", op_pool, L(AVGPOOL2D)},
+    {"GlobalAveragePool", op_global_avg, L(GLOBAL_AVGPOOL2D) | L(RESHAPE)},
+    {"Relu", op_plain, L(RELU)}, {"Sigmoid", op_plain, L(SIGMOID)},
+    {"Tanh", op_plain, L(TANH)}, {"Sqrt", op_plain, L(SQRT)}, {"Erf", op_plain, L(ERF)},
+    {"HardSwish", op_plain, L(HARDSWISH)},
+    {"LeakyRelu", op_pointwise, L(LEAKY_RELU)}, {"HardSigmoid", op_pointwise, L(HARDSIGMOID)},
+    {"Clip", op_pointwise, L(CLIP)}, {"Pow", op_pointwise, L(POW)},
+    {"Softmax", op_softmax, L(SOFTMAX)}, {"LogSoftmax", op_softmax, L(LOG_SOFTMAX)},
+    {"Flatten", op_flatten, L(FLATTEN) | L(RESHAPE)}, {"Reshape", op_reshape, L(RESHAPE)},
+    {"Squeeze", op_squeeze, L(RESHAPE)}, {"Unsqueeze", op_squeeze, L(RESHAPE)},
+    {"Transpose", op_transpose, L(TRANSPOSE)},
+    {"Concat", op_concat, L(CONCAT) | L(CONSTANT)},
+    {"Add", op_binary, L(ADD) | L(CONSTANT)}, {"Sub", op_binary, L(SUB) | L(CONSTANT)},
+    {"Mul", op_binary, L(MUL) | L(CONSTANT)}, {"Div", op_binary, L(DIV) | L(CONSTANT)},
+    {"Gather", op_gather, L(EMBEDDING) | L(SLICE) | L(RESHAPE)},
+    {"Identity", op_pass, 0}, {"Dropout", op_pass, 0}, {"Cast", op_pass, 0},
+    {"Pad", op_pass, 0}, {"ReduceMean", op_reduce, L(REDUCE_MEAN) | L(RESHAPE)},
+    {"ReduceSum", op_reduce, L(REDUCE_SUM) | L(RESHAPE)}, {"Constant", op_constant, 0},
+    {"Shape", op_shape, 0}, {"Slice", op_slice, L(SLICE)},
 };
+
+bool dl_onnx_imports_layer(dl_layer_type t)
+{
+    /* onnx_import.c copies a graph output that is a model input or another
+     * output into a layer of its own. */
+    if (t == DL_LAYER_IDENTITY)
+        return true;
+    for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++)
+        if ((unsigned)t < DL_LAYER_COUNT && (ops[k].makes & (UINT64_C(1) << t)))
+            return true;
+    return false;
+}
 
 dl_status xl_node(xl *x, const onnx_node *n)
 {

@@ -1,0 +1,80 @@
+/* layer_table.c: the layer types, a row each: the name model.json gives
+ * it, how many inputs it takes, its ops, its shape rule, the keys it
+ * reads and whether it is native only (no ONNX operator imports as it).
+ * Everything nn says about a type by type reads this table: the config
+ * parser, dl_layer_type_name, layer_arity, layer_ops_for, layer_shape.
+ * Rows are written with designated indices, so none can be misplaced; the
+ * assertion below fails the build when the last type has no row, and
+ * tests/unit/test_layer_table.c when another one has none (a NULL name).
+ * docs/architecture.md ("Adding a layer") lists what else a new type
+ * touches. */
+#include "nn/layer.h"
+
+#define CONV_KEYS "filters, kernel_size, stride, padding, dilation, groups, bias"
+#define POOL_KEYS "kernel_size, stride, padding"
+
+const layer_type_info layer_table[] = {
+    [DL_LAYER_DENSE] = { "dense", 1, &layer_dense_ops, layer_shape_dense, "units, bias" },
+    [DL_LAYER_CONV2D] = { "conv2d", 1, &layer_conv2d_ops, layer_shape_conv2d, CONV_KEYS },
+    [DL_LAYER_MAXPOOL2D] = { "maxpool2d", 1, &layer_maxpool_ops, layer_shape_pool2d,
+                             POOL_KEYS },
+    [DL_LAYER_AVGPOOL2D] = { "avgpool2d", 1, &layer_avgpool_ops, layer_shape_pool2d,
+                             POOL_KEYS },
+    [DL_LAYER_BATCHNORM] = { "batchnorm", 1, &layer_batchnorm_ops, layer_shape_batchnorm,
+                             "eps, momentum" },
+    /* ONNX's Dropout is elided at import: an inference graph has none. */
+    [DL_LAYER_DROPOUT] = { "dropout", 1, &layer_dropout_ops, layer_shape_same, "rate",
+                           .native_only = true },
+    [DL_LAYER_FLATTEN] = { "flatten", 1, &layer_flatten_ops, layer_shape_flatten, "" },
+    [DL_LAYER_EMBEDDING] = { "embedding", 1, &layer_embedding_ops, layer_shape_embedding,
+                             "num_embeddings, dim" },
+    [DL_LAYER_RELU] = { "relu", 1, &layer_act_ops, layer_shape_same, "" },
+    [DL_LAYER_TANH] = { "tanh", 1, &layer_act_ops, layer_shape_same, "" },
+    [DL_LAYER_SIGMOID] = { "sigmoid", 1, &layer_act_ops, layer_shape_same, "" },
+    [DL_LAYER_SOFTMAX] = { "softmax", 1, &layer_softmax_ops, layer_shape_axis, "axis" },
+    [DL_LAYER_ADD] = { "add", -1, &layer_binary_ops, layer_shape_broadcast, "" },
+    [DL_LAYER_SUB] = { "sub", 2, &layer_binary_ops, layer_shape_broadcast, "" },
+    [DL_LAYER_MUL] = { "mul", -1, &layer_binary_ops, layer_shape_broadcast, "" },
+    [DL_LAYER_CONCAT] = { "concat", -1, &layer_concat_ops, layer_shape_concat, "axis" },
+    [DL_LAYER_IDENTITY] = { "identity", 1, &layer_flatten_ops, layer_shape_same, "" },
+    [DL_LAYER_RESHAPE] = { "reshape", 1, &layer_flatten_ops, layer_shape_reshape, "shape" },
+    [DL_LAYER_GLOBAL_AVGPOOL2D] = { "global_avgpool2d", 1, &layer_gap_ops, layer_shape_gap,
+                                    "" },
+    [DL_LAYER_LAYERNORM] = { "layernorm", 1, &layer_layernorm_ops, layer_shape_same, "eps" },
+    /* ONNX's Gelu (opset 20) is not imported; the exporter writes Erf or
+     * Tanh nodes. */
+    [DL_LAYER_GELU] = { "gelu", 1, &layer_elem_ops, layer_shape_same, "approximate",
+                        .native_only = true },
+    /* ONNX has no SiLU: the exporter writes Sigmoid and Mul. */
+    [DL_LAYER_SILU] = { "silu", 1, &layer_elem_ops, layer_shape_same, "",
+                        .native_only = true },
+    [DL_LAYER_LOG_SOFTMAX] = { "log_softmax", 1, &layer_log_softmax_ops, layer_shape_axis,
+                               "axis" },
+    [DL_LAYER_TRANSPOSE] = { "transpose", 1, &layer_transpose_ops, layer_shape_transpose,
+                             "perm" },
+    [DL_LAYER_MATMUL] = { "matmul", 2, &layer_matmul_ops, layer_shape_matmul, "" },
+    [DL_LAYER_REDUCE_MEAN] = { "reduce_mean", 1, &layer_reduce_ops, layer_shape_reduce,
+                               "axis" },
+    [DL_LAYER_REDUCE_SUM] = { "reduce_sum", 1, &layer_reduce_ops, layer_shape_reduce,
+                              "axis" },
+    [DL_LAYER_CONV1D] = { "conv1d", 1, &layer_conv1d_ops, layer_shape_window1d, CONV_KEYS },
+    [DL_LAYER_MAXPOOL1D] = { "maxpool1d", 1, &layer_maxpool_ops, layer_shape_window1d,
+                             POOL_KEYS },
+    [DL_LAYER_DIV] = { "div", 2, &layer_binary_ops, layer_shape_broadcast, "" },
+    [DL_LAYER_POW] = { "pow", 1, &layer_elem_ops, layer_shape_same, "exponent" },
+    [DL_LAYER_SQRT] = { "sqrt", 1, &layer_elem_ops, layer_shape_same, "" },
+    [DL_LAYER_ERF] = { "erf", 1, &layer_elem_ops, layer_shape_same, "" },
+    [DL_LAYER_LEAKY_RELU] = { "leaky_relu", 1, &layer_elem_ops, layer_shape_same, "alpha" },
+    [DL_LAYER_CLIP] = { "clip", 1, &layer_elem_ops, layer_shape_same, "min, max" },
+    [DL_LAYER_HARDSIGMOID] = { "hardsigmoid", 1, &layer_elem_ops, layer_shape_same,
+                               "alpha, beta" },
+    [DL_LAYER_HARDSWISH] = { "hardswish", 1, &layer_elem_ops, layer_shape_same, "" },
+    [DL_LAYER_SLICE] = { "slice", 1, &layer_slice_ops, layer_shape_slice,
+                         "axis, start, end, step" },
+    /* Reads no input: its value is a tensor of its own ("value"). */
+    [DL_LAYER_CONSTANT] = { "constant", 0, &layer_constant_ops, layer_shape_constant,
+                            "shape" },
+};
+
+_Static_assert(sizeof(layer_table) / sizeof(layer_table[0]) == DL_LAYER_COUNT,
+               "layer_table needs a row per dl_layer_type");
