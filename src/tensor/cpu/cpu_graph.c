@@ -342,6 +342,10 @@ typedef struct un_job {
 
 static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+/* x clamped to [lo, hi], NaN passed on (torch.clamp): compares, which
+ * vectorize, where fminf and fmaxf are calls into libm. */
+static inline float clampf(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
+
 static void un_fwd_task(void *ctx, int64_t b0, int64_t b1)
 {
     const un_job *j = ctx;
@@ -379,11 +383,11 @@ static void un_fwd_task(void *ctx, int64_t b0, int64_t b1)
         break;
     case DL_UN_CLIP:
         for (int64_t i = b0; i < b1; i++)
-            y[i] = fminf(fmaxf(x[i], a), b);
+            y[i] = clampf(x[i], a, b);
         break;
     case DL_UN_HARDSIGMOID:
         for (int64_t i = b0; i < b1; i++)
-            y[i] = fminf(fmaxf(a * x[i] + b, 0.0f), 1.0f);
+            y[i] = clampf(a * x[i] + b, 0.0f, 1.0f);
         break;
     case DL_UN_HARDSWISH:   /* as PyTorch writes it */
         for (int64_t i = b0; i < b1; i++)

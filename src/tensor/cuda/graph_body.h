@@ -249,9 +249,11 @@ DL_HD float body_unary_fwd(dl_unary_kind kind, float a, float b, float x)
     case DL_UN_LEAKY_RELU:
         return x > 0.0f ? x : a * x;
     case DL_UN_CLIP:
-        return fminf(fmaxf(x, a), b);
-    case DL_UN_HARDSIGMOID:
-        return fminf(fmaxf(a * x + b, 0.0f), 1.0f);
+        return x < a ? a : x > b ? b : x;   /* NaN passed on, as the CPU */
+    case DL_UN_HARDSIGMOID: {
+        float t = a * x + b;
+        return t < 0.0f ? 0.0f : t > 1.0f ? 1.0f : t;
+    }
     case DL_UN_HARDSWISH:
         return x < -3.0f ? 0.0f : x > 3.0f ? x : x * (x + 3.0f) / 6.0f;
     }
