@@ -504,6 +504,13 @@ void layer_bcast_strides(const layer *l, int k, int64_t *st)
     }
 }
 
+bool layer_channel_vector(const layer *l, int k)
+{
+    const int64_t *in = l->ins_shape[k];
+    return l->out_ndim == 3 && l->ins_ndim[k] == 3 && in[0] == l->out_shape[0] && in[1] == 1 &&
+           in[2] == 1 && l->ins_dim[k] != l->out_dim;
+}
+
 void layer_strided_swap(dl_strided *g)
 {
     int64_t t[DL_STRIDED_DIMS];

@@ -193,6 +193,11 @@ bool layer_softmax_axis_supported(const layer *l);
 bool layer_copy_supported(const layer *l);
 bool layer_reduce_supported(const layer *l);
 
+/* Whether input k of a binary layer is a per-channel vector [C, 1, 1]
+ * against an output [C, H, W] (H * W > 1): the same bytes in plain and
+ * blocked layouts, so such a layer may run on blocked activations. */
+bool layer_channel_vector(const layer *l, int k);
+
 /* Swaps the first two operands of g: a copy's source and destination. */
 void layer_strided_swap(dl_strided *g);
 

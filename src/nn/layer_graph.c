@@ -15,11 +15,27 @@ static dl_binop binop_of(dl_layer_type t)
          : t == DL_LAYER_MUL ? DL_BIN_MUL : DL_BIN_DIV;
 }
 
+/* On activations in the engine's blocked layout (model_plan.c), C a
+ * multiple of the block B: (n, C / B, H * W, B), the output and inputs
+ * of its shape dense, a per-channel vector repeated along H * W. */
+static dl_strided bin_geom_blocked(const layer *l, int ka, int kb, int64_t n)
+{
+    int64_t c = l->out_shape[0], hw = l->out_dim / c, B = l->be->engine_block;
+    dl_strided g = { .nd = 4, .shape = { n, c / B, hw, B } };
+    const int64_t full[4] = { c * hw, B * hw, B, 1 }, vec[4] = { c, B, 0, 1 };
+    memcpy(g.st[0], ka >= 0 && layer_channel_vector(l, ka) ? vec : full, sizeof(full));
+    memcpy(g.st[1], layer_channel_vector(l, kb) ? vec : full, sizeof(full));
+    memcpy(g.st[2], full, sizeof(full));
+    return g;
+}
+
 /* The iteration over a batch of n outputs of a binary layer: operand a
  * is input ka (or, ka < 0, a tensor of the output's shape: the partial
  * result), b input kb, y the output. */
 static dl_strided bin_geom(const layer *l, int ka, int kb, int64_t n)
 {
+    if (l->blocked & DL_BLOCKED_Y)
+        return bin_geom_blocked(l, ka, kb, n);
     dl_strided g;
     layer_strided_out(l, n, &g);
     if (ka >= 0)

@@ -11,6 +11,18 @@ static bool is_act(dl_layer_type t)
     return t == DL_LAYER_RELU || t == DL_LAYER_TANH || t == DL_LAYER_SIGMOID;
 }
 
+/* The unary elementwise layers: relu, tanh, sigmoid, and the family of
+ * layer_elem.c (gelu, silu, clip, hardswish, ...). */
+static bool is_unary(const layer *l)
+{
+    return is_act(l->conf->type) || l->ops == &layer_elem_ops;
+}
+
+static bool is_binary(dl_layer_type t)
+{
+    return t == DL_LAYER_ADD || t == DL_LAYER_SUB || t == DL_LAYER_MUL || t == DL_LAYER_DIV;
+}
+
 /* Readers of each tensor (a layer reading it twice counts twice), the
  * last one, and which output each tensor is. */
 static dl_status index_graph(dl_model *m, int **readers, dl_err *err)
@@ -76,9 +88,10 @@ static void fuse_activations(dl_model *m, const int *readers)
 typedef enum blk_role {
     BLK_PLAIN,     /* reads and writes plain NCHW only */
     BLK_ENGINE,    /* conv2d, pooling: either layout on either side */
-    BLK_PASS,      /* its inputs and output share one layout: activations,
-                    * batchnorm over [C, H, W] with blocked kernels, and
-                    * add, sub, mul of same-shape inputs (elementwise) */
+    BLK_PASS,      /* its inputs and output share one layout: unary
+                    * elementwise layers, batchnorm over [C, H, W] with
+                    * blocked kernels, and the binary ones of inputs of the
+                    * output's shape or per-channel vectors (below) */
     BLK_SINK,      /* reads either layout, writes plain: global_avgpool2d */
 } blk_role;
 
@@ -88,14 +101,14 @@ static blk_role role_of(const dl_model *m, const layer *l)
     dl_layer_type t = l->conf->type;
     if (layer_engine_layout(l))
         return BLK_ENGINE;
-    if (is_act(t))
+    if (is_unary(l))
         return BLK_PASS;
     if (t == DL_LAYER_BATCHNORM)
         return l->in_ndim == 3 && ops->bn_fwd_train_blk && ops->bn_fwd_infer_blk &&
                ops->bn_bwd_blk ? BLK_PASS : BLK_PLAIN;
-    if (t == DL_LAYER_ADD || t == DL_LAYER_SUB || t == DL_LAYER_MUL) {
+    if (is_binary(t)) {
         for (int k = 0; k < l->nin; k++)
-            if (l->ins_dim[k] != l->out_dim)
+            if (l->ins_dim[k] != l->out_dim && !layer_channel_vector(l, k))
                 return BLK_PLAIN;
         return BLK_PASS;
     }
@@ -144,9 +157,12 @@ static dl_status plan_layouts(dl_model *m, dl_err *err)
         parent[t] = t, ok[t] = true;
     for (int i = 0; i < m->nlayers; i++) {
         role[i] = role_of(m, &m->layers[i]);
+        /* A per-channel vector [C, 1, 1] is the same bytes in either
+         * layout: it joins no class. */
         for (int k = 0; role[i] == BLK_PASS && k < m->layers[i].nin; k++)
-            parent[class_of(parent, model_tensor_of(m, m->layers[i].conf->src[k]))] =
-                class_of(parent, m->ninputs + i);
+            if (!layer_channel_vector(&m->layers[i], k))
+                parent[class_of(parent, model_tensor_of(m, m->layers[i].conf->src[k]))] =
+                    class_of(parent, m->ninputs + i);
     }
     for (int i = 0; i < m->nlayers; i++) {
         int t = m->ninputs + i;
@@ -178,15 +194,14 @@ static bool is_view(dl_layer_type t)
     return t == DL_LAYER_FLATTEN || t == DL_LAYER_RESHAPE || t == DL_LAYER_IDENTITY;
 }
 
-/* Elementwise layers that may write over their input 0: activations,
- * batchnorm, and add, sub and mul where input 0 has the output's size. */
+/* Elementwise layers that may write over their input 0: the unary ones,
+ * batchnorm, and the binary ones where input 0 has the output's size. */
 static bool in_place_ok(const layer *l)
 {
     dl_layer_type t = l->conf->type;
-    if (t == DL_LAYER_ADD || t == DL_LAYER_SUB || t == DL_LAYER_MUL)
+    if (is_binary(t))
         return l->ins_dim[0] == l->out_dim;
-    return is_act(t) || t == DL_LAYER_GELU || t == DL_LAYER_SILU ||
-           t == DL_LAYER_BATCHNORM;
+    return is_unary(l) || t == DL_LAYER_BATCHNORM;
 }
 
 static int root_of(const act_plan *p, int t)

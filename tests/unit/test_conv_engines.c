@@ -232,6 +232,31 @@ Test(conv_engines, depthwise_and_grouped_blocked)
         cr_expect(blocked_of(*n) & DL_BLOCKED_X, "%s reads NCHW", *n);
 }
 
+/* MobileNet's and EfficientNet's activations (clip as ReLU6, hardswish,
+ * silu) and a squeeze-and-excitation block, whose per-channel scale
+ * [C, 1, 1] multiplies blocked activations: all stay blocked. */
+Test(conv_engines, unary_and_channel_scale_blocked)
+{
+    compare("[16, 6, 6]",
+            "{'name': 'c1', 'type': 'conv2d', 'filters': 32, 'kernel_size': 3, 'padding': 1},"
+            "{'name': 'a1', 'type': 'clip', 'min': 0, 'max': 6},"
+            "{'name': 'dw', 'type': 'conv2d', 'filters': 32, 'kernel_size': 3, 'padding': 1,"
+            " 'groups': 32},"
+            "{'name': 'a2', 'type': 'hardswish'},"
+            "{'name': 'sq', 'type': 'global_avgpool2d'},"
+            "{'name': 'sq3', 'type': 'reshape', 'shape': [32, 1, 1]},"
+            "{'name': 'e1', 'type': 'conv2d', 'filters': 16, 'kernel_size': 1},"
+            "{'name': 'e1a', 'type': 'silu'},"
+            "{'name': 'e2', 'type': 'conv2d', 'filters': 32, 'kernel_size': 1},"
+            "{'name': 'e2s', 'type': 'sigmoid'},"
+            "{'name': 'sc', 'type': 'mul', 'inputs': ['a2', 'e2s']},"
+            "{'name': 'pr', 'type': 'conv2d', 'filters': 16, 'kernel_size': 1},"
+            "{'name': 'f', 'type': 'flatten'},"
+            "{'name': 'fc', 'type': 'dense', 'units': 10}");
+    for (const char *const *n = (const char *const[]){ "a1", "a2", "sc", NULL }; *n; n++)
+        cr_expect(blocked_of(*n) & DL_BLOCKED_Y, "%s writes NCHW", *n);
+}
+
 
 /* A residual graph whose joins keep the blocked layout: the stem's output
  * read by a convolution and by an add, batchnorms, a strided block whose
