@@ -60,8 +60,41 @@ dl_status dl_dnnl_pool_bwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
 /* Elements below which a loop stays on one thread. */
 #define CPU_GRAIN 16384
 
+/* An elementwise loop compiled for AVX-512, AVX2 and the x86-64 baseline,
+ * the widest the CPU has picked when the library loads (GCC's function
+ * multiversioning): the build targets the baseline, whose SSE2 vectors
+ * are 4 floats. Other compilers get the baseline alone. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define CPU_WIDE __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CPU_WIDE
+#endif
+
 /* backend_cpu.c: the sum of n floats (vectorized, in a fixed order). */
 float cpu_sum_floats(const float *p, int64_t n);
+
+/* exp(x) within 2 ulp of expf, for x up to 88 (larger x give exp(88)),
+ * NaN passed on: Cephes' polynomial after reduction by ln 2, written in
+ * arithmetic and compares so that loops over it vectorize. libm's expf
+ * is a call the compiler does not vectorize without -ffast-math: in
+ * sigmoid, silu and softmax it took most of their time. */
+static inline float cpu_expf(float x)
+{
+    float c = x > -87.33654f ? x : -87.33654f;   /* exp's smallest normal */
+    c = c < 88.0f ? c : 88.0f;
+    float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   /* round(c / ln 2) */
+    float r = c - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } two_n = { .i = ((int32_t)n + 127) << 23 };
+    return x == x ? p * two_n.f : x;
+}
 
 /* cpu_act.c; cpu_act_rows: y = act(y) in place (the GEMM epilogues). */
 void cpu_act_rows(dl_act act, float *restrict y, int64_t n);

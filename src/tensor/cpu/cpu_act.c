@@ -17,7 +17,7 @@ typedef struct act_job {
 } act_job;
 
 /* y = act(y) in place. */
-void cpu_act_rows(dl_act act, float *restrict y, int64_t n)
+CPU_WIDE void cpu_act_rows(dl_act act, float *restrict y, int64_t n)
 {
     switch (act) {
     case DL_ACT_RELU:
@@ -30,13 +30,13 @@ void cpu_act_rows(dl_act act, float *restrict y, int64_t n)
         break;
     case DL_ACT_SIGMOID:
         for (int64_t i = 0; i < n; i++)
-            y[i] = 1.0f / (1.0f + expf(-y[i]));
+            y[i] = 1.0f / (1.0f + cpu_expf(-y[i]));
         break;
     }
 }
 
 /* Local restrict copies let the compiler vectorize these loops. */
-static void act_fwd_task(void *ctx, int64_t b, int64_t e)
+CPU_WIDE static void act_fwd_task(void *ctx, int64_t b, int64_t e)
 {
     const act_job *j = ctx;
     if (j->x == j->out) {          /* in place: restrict would not hold */
@@ -56,12 +56,12 @@ static void act_fwd_task(void *ctx, int64_t b, int64_t e)
         break;
     case DL_ACT_SIGMOID:
         for (int64_t i = b; i < e; i++)
-            y[i] = 1.0f / (1.0f + expf(-x[i]));
+            y[i] = 1.0f / (1.0f + cpu_expf(-x[i]));
         break;
     }
 }
 
-static void act_bwd_task(void *ctx, int64_t b, int64_t e)
+CPU_WIDE static void act_bwd_task(void *ctx, int64_t b, int64_t e)
 {
     const act_job *j = ctx;
     const float *restrict y = j->y, *restrict dy = j->dy;
@@ -102,25 +102,37 @@ void cpu_act_bwd(dl_backend *be, dl_act act, const float *y,
     dl_parallel_for(n, CPU_GRAIN, act_bwd_task, &j);
 }
 
+typedef struct softmax_job {
+    const float *x;
+    float *y;
+    int64_t cols;
+} softmax_job;
+
+CPU_WIDE static void softmax_task(void *ctx, int64_t r0, int64_t r1)
+{
+    const softmax_job *j = ctx;
+    int64_t cols = j->cols;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *restrict xr = j->x + r * cols;
+        float *restrict yr = j->y + r * cols;
+        float mx = xr[0];
+        for (int64_t c = 1; c < cols; c++)
+            mx = xr[c] > mx ? xr[c] : mx;
+        for (int64_t c = 0; c < cols; c++)
+            yr[c] = cpu_expf(xr[c] - mx);
+        float inv = 1.0f / cpu_sum_floats(yr, cols);
+        for (int64_t c = 0; c < cols; c++)
+            yr[c] *= inv;
+    }
+}
+
+/* Rows over the pool (an attention's scores hold thousands). */
 void cpu_softmax_fwd(dl_backend *be, const float *x, float *y,
                      int64_t rows, int64_t cols)
 {
     (void)be;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols;
-        float *yr = y + r * cols;
-        float mx = xr[0];
-        for (int64_t j = 1; j < cols; j++)
-            mx = xr[j] > mx ? xr[j] : mx;
-        double s = 0.0;
-        for (int64_t j = 0; j < cols; j++) {
-            yr[j] = expf(xr[j] - mx);
-            s += yr[j];
-        }
-        float inv = (float)(1.0 / s);
-        for (int64_t j = 0; j < cols; j++)
-            yr[j] *= inv;
-    }
+    softmax_job j = { x, y, cols };
+    dl_parallel_for(rows, CPU_GRAIN / (cols > 0 ? cols : 1) + 1, softmax_task, &j);
 }
 
 void cpu_softmax_bwd(dl_backend *be, const float *y, const float *dy,

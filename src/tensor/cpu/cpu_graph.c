@@ -89,7 +89,7 @@ static void bin_line(dl_binop op, const float *restrict a, int64_t sa, const flo
 }
 
 /* Dense operands: y[i] = a[i] op b[i] over flat ranges, vectorized. */
-static void bin_flat_task(void *ctx, int64_t b0, int64_t b1)
+CPU_WIDE static void bin_flat_task(void *ctx, int64_t b0, int64_t b1)
 {
     const bin_job *j = ctx;
     bin_line(j->op, j->a + b0, 1, j->b + b0, 1, j->y + b0, 1, b1 - b0);
@@ -97,7 +97,7 @@ static void bin_flat_task(void *ctx, int64_t b0, int64_t b1)
         cpu_act_rows(*j->post, j->y + b0, b1 - b0);
 }
 
-static void bin_rows_task(void *ctx, int64_t r0, int64_t r1)
+CPU_WIDE static void bin_rows_task(void *ctx, int64_t r0, int64_t r1)
 {
     const bin_job *j = ctx;
     const dl_strided *g = j->g;
@@ -129,7 +129,8 @@ void cpu_binary_fwd(dl_backend *be, dl_binop op, const dl_strided *g, const floa
 /* ---- gathering sums: the gradients of broadcast operands, reductions ------- */
 
 /* g split for operand k: the dimensions it is read along (kept: one
- * element of k each) and those it is repeated along (summed over). */
+ * element of k each) and those it is repeated along (summed over), each
+ * in g's order. */
 typedef struct split {
     int     nk, nr;
     int64_t ks[DL_STRIDED_DIMS], rs[DL_STRIDED_DIMS];
@@ -152,8 +153,8 @@ static void split_of(const dl_strided *g, int k, split *s)
 }
 
 /* Offsets of the three operands at position j of shape (nd dimensions). */
-static void pos_at(const int64_t *shape, int64_t (*st)[DL_STRIDED_DIMS], int nd, int64_t j,
-                   int64_t off[3])
+static void pos_at(const int64_t *shape, const int64_t (*st)[DL_STRIDED_DIMS], int nd,
+                   int64_t j, int64_t off[3])
 {
     off[0] = off[1] = off[2] = 0;
     for (int d = nd - 1; d >= 0; d--) {
@@ -164,7 +165,8 @@ static void pos_at(const int64_t *shape, int64_t (*st)[DL_STRIDED_DIMS], int nd,
     }
 }
 
-/* What a gathered term is: dy times the partial of a binary op, or x. */
+/* What a gathered term is: the summed operand (dy or x) alone, negated,
+ * or times the partial of a binary op. */
 typedef enum term_kind { TERM_ONE, TERM_NEG, TERM_MUL_B, TERM_MUL_A, TERM_DIV_A, TERM_DIV_B } term_kind;
 
 typedef struct gather_job {
@@ -175,42 +177,102 @@ typedef struct gather_job {
     const float *ops[3];
     float *out;
     float scale;
+    /* The last dimension of g kept, contiguous in the summed and written
+     * operands: a line of `line` outputs is summed at once (vectorized
+     * across it), the kept dimensions before it split over the pool. */
+    int64_t line;
 } gather_job;
 
-static void gather_task(void *ctx, int64_t e0, int64_t e1)
+/* acc[i] += the term at i, over n values at the operands' strides: in
+ * `lanes` mode acc has n entries (a line of outputs), else one. */
+static void term_line(term_kind t, float *restrict acc, bool lanes, const float *restrict v,
+                      int64_t sv, const float *restrict a, int64_t sa, const float *restrict b,
+                      int64_t sb, int64_t n)
 {
-    gather_job *j = ctx;
+    int64_t w = lanes ? 1 : 0;
+    if (!lanes && t == TERM_ONE && sv == 1) {
+        acc[0] += cpu_sum_floats(v, n);
+        return;
+    }
+    switch (t) {
+    case TERM_ONE:
+        for (int64_t i = 0; i < n; i++)
+            acc[i * w] += v[i * sv];
+        break;
+    case TERM_NEG:
+        for (int64_t i = 0; i < n; i++)
+            acc[i * w] -= v[i * sv];
+        break;
+    case TERM_MUL_B:
+        for (int64_t i = 0; i < n; i++)
+            acc[i * w] += v[i * sv] * b[i * sb];
+        break;
+    case TERM_MUL_A:
+        for (int64_t i = 0; i < n; i++)
+            acc[i * w] += v[i * sv] * a[i * sa];
+        break;
+    case TERM_DIV_A:
+        for (int64_t i = 0; i < n; i++)
+            acc[i * w] += v[i * sv] / b[i * sb];
+        break;
+    case TERM_DIV_B:
+        for (int64_t i = 0; i < n; i++)
+            acc[i * w] -= v[i * sv] * a[i * sa] / (b[i * sb] * b[i * sb]);
+        break;
+    }
+}
+
+/* Kept positions [e0, e1): one output each, or (line mode) a line of
+ * them. The summed dimensions are walked with their last one as the
+ * inner loop (in line mode, the kept last dimension is). */
+CPU_WIDE static void gather_task(void *ctx, int64_t e0, int64_t e1)
+{
+    const gather_job *j = ctx;
     const split *s = &j->s;
+    int64_t L = j->line, outer_r = s->rn, inner = 1, ist[3] = { 0, 0, 0 };
+    int nk = s->nk - (L > 1 ? 1 : 0), nr = s->nr;
+    if (L > 1) {                       /* inner loop: the kept line */
+        inner = L;
+        for (int q = 0; q < 3; q++)
+            ist[q] = s->kst[q][s->nk - 1];
+    } else if (nr > 0) {               /* inner loop: the last summed dimension */
+        nr--;
+        inner = s->rs[nr];
+        outer_r = s->rn / inner;
+        for (int q = 0; q < 3; q++)
+            ist[q] = s->rst[q][nr];
+    }
+    float acc[256];
     for (int64_t e = e0; e < e1; e++) {
         int64_t kb[3], ro[3];
-        pos_at(s->ks, (int64_t (*)[DL_STRIDED_DIMS])s->kst, s->nk, e, kb);
-        float acc = 0.0f;
-        for (int64_t r = 0; r < s->rn; r++) {
-            pos_at(s->rs, (int64_t (*)[DL_STRIDED_DIMS])s->rst, s->nr, r, ro);
-            float v = j->ops[j->src][kb[j->src] + ro[j->src]];
-            const float *a = j->ops[0], *b = j->ops[1];
-            switch (j->term) {
-            case TERM_ONE:   break;
-            case TERM_NEG:   v = -v; break;
-            case TERM_MUL_B: v *= b[kb[1] + ro[1]]; break;
-            case TERM_MUL_A: v *= a[kb[0] + ro[0]]; break;
-            case TERM_DIV_A: v /= b[kb[1] + ro[1]]; break;
-            case TERM_DIV_B: {
-                float bv = b[kb[1] + ro[1]];
-                v = -v * a[kb[0] + ro[0]] / (bv * bv);
-                break;
+        pos_at(s->ks, s->kst, nk, e, kb);
+        for (int64_t c0 = 0; c0 < (L > 1 ? L : 1); c0 += 256) {
+            int64_t n = L > 1 ? (L - c0 < 256 ? L - c0 : 256) : inner;
+            memset(acc, 0, (size_t)(L > 1 ? n : 1) * sizeof(float));
+            for (int64_t r = 0; r < outer_r; r++) {
+                pos_at(s->rs, s->rst, nr, r, ro);
+                const float *op[3];
+                for (int q = 0; q < 3; q++)
+                    op[q] = j->ops[q] ? j->ops[q] + kb[q] + ro[q] + c0 * ist[q] : NULL;
+                term_line(j->term, acc, L > 1, op[j->src], ist[j->src], op[0], ist[0], op[1],
+                          ist[1], n);
             }
-            }
-            acc += v;
+            float *out = j->out + kb[j->k] + c0 * ist[j->k];
+            for (int64_t i = 0; i < (L > 1 ? n : 1); i++)
+                out[i * ist[j->k]] = acc[i] * j->scale;
         }
-        j->out[kb[j->k]] = acc * j->scale;
     }
 }
 
 static void run_gather(gather_job *j)
 {
-    int64_t grain = j->s.rn >= CPU_GRAIN ? 1 : CPU_GRAIN / j->s.rn;
-    dl_parallel_for(j->s.kn, grain, gather_task, j);
+    const split *s = &j->s;
+    bool lines = s->nk > 0 && s->kst[j->src][s->nk - 1] == 1 &&
+                 s->kst[j->k][s->nk - 1] == 1 && s->ks[s->nk - 1] > 1;
+    /* A kept dimension contiguous in both: sum whole lines of it. */
+    j->line = lines ? s->ks[s->nk - 1] : 1;
+    int64_t units = s->kn / j->line, per = s->rn * j->line;
+    dl_parallel_for(units, per >= CPU_GRAIN ? 1 : CPU_GRAIN / per, gather_task, j);
 }
 
 static term_kind bin_term(dl_binop op, int k)
@@ -224,7 +286,7 @@ static term_kind bin_term(dl_binop op, int k)
 }
 
 /* Dense, unbroadcast operand k: dx = dy * partial, elementwise. */
-static void bin_bwd_flat_task(void *ctx, int64_t b0, int64_t b1)
+CPU_WIDE static void bin_bwd_flat_task(void *ctx, int64_t b0, int64_t b1)
 {
     const bin_job *j = ctx;
     const float *restrict dy = j->dy, *restrict a = j->a, *restrict b = j->b;
@@ -291,7 +353,7 @@ typedef struct copy_job {
 } copy_job;
 
 /* y (st[1]) = scale * x (st[0]), a row at a time. */
-static void copy_task(void *ctx, int64_t r0, int64_t r1)
+CPU_WIDE static void copy_task(void *ctx, int64_t r0, int64_t r1)
 {
     const copy_job *j = ctx;
     const dl_strided *g = j->g;
@@ -340,13 +402,13 @@ typedef struct un_job {
     float *out;
 } un_job;
 
-static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
+static float sigm(float x) { return 1.0f / (1.0f + cpu_expf(-x)); }
 
 /* x clamped to [lo, hi], NaN passed on (torch.clamp): compares, which
  * vectorize, where fminf and fmaxf are calls into libm. */
 static inline float clampf(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
 
-static void un_fwd_task(void *ctx, int64_t b0, int64_t b1)
+CPU_WIDE static void un_fwd_task(void *ctx, int64_t b0, int64_t b1)
 {
     const un_job *j = ctx;
     const float *restrict x = j->x;
@@ -399,7 +461,7 @@ static void un_fwd_task(void *ctx, int64_t b0, int64_t b1)
 /* dx = dy * u'(x). At the kinks PyTorch's choices: clip passes the
  * gradient on at its bounds (clamp), hardsigmoid and leaky_relu take the
  * flat side, hardswish the inner one at 3 and the flat one at -3. */
-static void un_bwd_task(void *ctx, int64_t b0, int64_t b1)
+CPU_WIDE static void un_bwd_task(void *ctx, int64_t b0, int64_t b1)
 {
     const un_job *j = ctx;
     const float *restrict x = j->x, *restrict y = j->y, *dy = j->dy;
@@ -495,7 +557,7 @@ static void ln_stats(const float *x, int64_t d, float eps, float *mean, float *r
     *rstd = (float)(1.0 / sqrt(q / (double)d + eps));
 }
 
-static void ln_fwd_task(void *ctx, int64_t r0, int64_t r1)
+CPU_WIDE static void ln_fwd_task(void *ctx, int64_t r0, int64_t r1)
 {
     const ln_job *j = ctx;
     int64_t d = j->d;
@@ -518,7 +580,7 @@ void cpu_layernorm_fwd(dl_backend *be, const float *x, const float *w, const flo
 }
 
 /* dx of rows [r0, r1). */
-static void ln_dx_task(void *ctx, int64_t r0, int64_t r1)
+CPU_WIDE static void ln_dx_task(void *ctx, int64_t r0, int64_t r1)
 {
     const ln_job *j = ctx;
     int64_t d = j->d;
