@@ -197,24 +197,40 @@ static dl_status cpu_gemm(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n
 /* Batched GEMMs (matmul): large ones one after the other, each split over
  * the pool as cpu_gemm splits it; small ones (attention's per-head
  * products) a whole matrix a task, single-threaded. Either way a matrix's
- * result does not depend on the batch around it. */
+ * result does not depend on the batch around it. Where the thin kernel
+ * serves (be->gemm_thin: OpenBLAS without small-matrix kernels for this
+ * CPU), C = A B goes through it at any size, a matrix a task, B first
+ * transposed into the task's scratch (k * n floats, against m * n * k
+ * multiply-adds): attention's Q K^T and softmax(.) V, which OpenBLAS ran
+ * on its generic kernels. */
 #define BATCH_SPLIT_MNK (64 * 64 * 64)
 
 typedef struct batch_job {
     gemm_job g;
     int64_t sa, sb, sc;
+    bool transpose_b;      /* B (k, n) to B^T (n, k) for the thin kernel */
 } batch_job;
 
 static void batch_task(void *ctx, int64_t q0, int64_t q1)
 {
     const batch_job *j = ctx;
+    int64_t k = j->g.k, n = j->g.n;
+    float *bt = j->transpose_b ? malloc((size_t)(k * n) * sizeof(float)) : NULL;
     for (int64_t q = q0; q < q1; q++) {
         gemm_job one = j->g;
         one.a += q * j->sa;
         one.b += q * j->sb;
         one.c += q * j->sc;
+        if (bt) {
+            for (int64_t r = 0; r < k; r++)
+                for (int64_t c = 0; c < n; c++)
+                    bt[c * k + r] = one.b[r * n + c];
+            one.b = bt;
+            one.tb = true;
+        }
         gemm_block(&one, 0, one.m, 0, one.n);
     }
+    free(bt);
 }
 
 static dl_status cpu_gemm_batched(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n,
@@ -225,7 +241,11 @@ static dl_status cpu_gemm_batched(dl_backend *be, bool ta, bool tb, int64_t m, i
     dl_status st = gemm_fits(m, n, k, err);
     if (st != DL_OK || m == 0 || n == 0 || batch <= 0)
         return st;
-    if (k == 0 || m * n * k >= BATCH_SPLIT_MNK) {
+    /* (a single large product keeps cpu_gemm's split over the threads) */
+    bool thin = be->gemm_thin && !ta && !tb && alpha == 1.0f && beta == 0.0f && k > 0 &&
+                (m <= THIN_ROWS || dl_gemm_thin_avx512_usable()) &&
+                (batch >= be->threads || m * n * k < BATCH_SPLIT_MNK);
+    if (!thin && (k == 0 || m * n * k >= BATCH_SPLIT_MNK)) {
         for (int64_t q = 0; st == DL_OK && q < batch; q++)
             st = cpu_gemm(be, ta, tb, m, n, k, alpha, a + q * sa, b + q * sb, beta,
                           c + q * sc, err);
@@ -233,7 +253,7 @@ static dl_status cpu_gemm_batched(dl_backend *be, bool ta, bool tb, int64_t m, i
     }
     batch_job j = { .g = { .ta = ta, .tb = tb, .thin = be->gemm_thin, .m = m, .n = n, .k = k,
                            .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c },
-                    .sa = sa, .sb = sb, .sc = sc };
+                    .sa = sa, .sb = sb, .sc = sc, .transpose_b = thin };
     dl_parallel_for(batch, BATCH_SPLIT_MNK / (m * n * k) + 1, batch_task, &j);
     return DL_OK;
 }

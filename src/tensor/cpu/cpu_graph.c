@@ -11,15 +11,38 @@
 
 /* ---- walking a dl_strided -------------------------------------------------- */
 
-/* Offsets of the three operands at row r (all dimensions but the last). */
-static void row_at(const dl_strided *g, int64_t r, int64_t off[3])
+/* A walk over the rows of g (all dimensions but the last): the row's
+ * coordinates and the three operands' offsets, advanced a row at a time
+ * without the divisions of locating each. */
+typedef struct row_walk {
+    const dl_strided *g;
+    int64_t c[DL_STRIDED_DIMS];
+    int64_t off[3];
+} row_walk;
+
+static void walk_at(row_walk *w, const dl_strided *g, int64_t r)
 {
-    off[0] = off[1] = off[2] = 0;
+    w->g = g;
+    w->off[0] = w->off[1] = w->off[2] = 0;
     for (int d = g->nd - 2; d >= 0; d--) {
-        int64_t c = r % g->shape[d];
+        w->c[d] = r % g->shape[d];
         r /= g->shape[d];
         for (int k = 0; k < 3; k++)
-            off[k] += c * g->st[k][d];
+            w->off[k] += w->c[d] * g->st[k][d];
+    }
+}
+
+static inline void walk_next(row_walk *w)
+{
+    const dl_strided *g = w->g;
+    for (int d = g->nd - 2; d >= 0; d--) {
+        for (int k = 0; k < 3; k++)
+            w->off[k] += g->st[k][d];
+        if (++w->c[d] < g->shape[d])
+            return;
+        for (int k = 0; k < 3; k++)
+            w->off[k] -= g->shape[d] * g->st[k][d];
+        w->c[d] = 0;
     }
 }
 
@@ -101,11 +124,12 @@ CPU_WIDE static void bin_rows_task(void *ctx, int64_t r0, int64_t r1)
 {
     const bin_job *j = ctx;
     const dl_strided *g = j->g;
-    int64_t in = inner_of(g), off[3];
-    for (int64_t r = r0; r < r1; r++) {
-        row_at(g, r, off);
-        float *y = j->y + off[2];
-        bin_line(j->op, j->a + off[0], inner_st(g, 0), j->b + off[1], inner_st(g, 1), y,
+    int64_t in = inner_of(g);
+    row_walk w;
+    walk_at(&w, g, r0);
+    for (int64_t r = r0; r < r1; r++, walk_next(&w)) {
+        float *y = j->y + w.off[2];
+        bin_line(j->op, j->a + w.off[0], inner_st(g, 0), j->b + w.off[1], inner_st(g, 1), y,
                  inner_st(g, 2), in);
         if (j->post && inner_st(g, 2) == 1)
             cpu_act_rows(*j->post, y, in);
@@ -357,11 +381,12 @@ CPU_WIDE static void copy_task(void *ctx, int64_t r0, int64_t r1)
 {
     const copy_job *j = ctx;
     const dl_strided *g = j->g;
-    int64_t in = inner_of(g), sx = inner_st(g, 0), sy = inner_st(g, 1), off[3];
-    for (int64_t r = r0; r < r1; r++) {
-        row_at(g, r, off);
-        const float *restrict x = j->x + off[0];
-        float *restrict y = j->y + off[1];
+    int64_t in = inner_of(g), sx = inner_st(g, 0), sy = inner_st(g, 1);
+    row_walk w;
+    walk_at(&w, g, r0);
+    for (int64_t r = r0; r < r1; r++, walk_next(&w)) {
+        const float *restrict x = j->x + w.off[0];
+        float *restrict y = j->y + w.off[1];
         if (j->scale == 1.0f && sx == 1 && sy == 1)
             memcpy(y, x, (size_t)in * sizeof(float));
         else
@@ -370,9 +395,64 @@ CPU_WIDE static void copy_task(void *ctx, int64_t r0, int64_t r1)
     }
 }
 
+#define TILE 16
+
+/* A transpose: the last two dimensions of g copied in TILE x TILE tiles,
+ * so that both x (contiguous along the one) and y (along the other) are
+ * read and written a cache line at a time; the dimensions before them
+ * split over the pool. */
+CPU_WIDE static void transpose_task(void *ctx, int64_t u0, int64_t u1)
+{
+    const copy_job *j = ctx;
+    const dl_strided *g = j->g;
+    int nd = g->nd;
+    int64_t P = g->shape[nd - 2], I = g->shape[nd - 1];
+    int64_t xp = g->st[0][nd - 2], xi = g->st[0][nd - 1];
+    int64_t yp = g->st[1][nd - 2], yi = g->st[1][nd - 1];
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t off[3] = { 0, 0, 0 }, r = u;
+        for (int d = nd - 3; d >= 0; d--) {
+            int64_t c = r % g->shape[d];
+            r /= g->shape[d];
+            off[0] += c * g->st[0][d];
+            off[1] += c * g->st[1][d];
+        }
+        const float *x = j->x + off[0];
+        float *y = j->y + off[1];
+        for (int64_t p0 = 0; p0 < P; p0 += TILE)
+            for (int64_t i0 = 0; i0 < I; i0 += TILE)
+                for (int64_t p = p0; p < P && p < p0 + TILE; p++)
+                    for (int64_t i = i0; i < I && i < i0 + TILE; i++)
+                        y[p * yp + i * yi] = x[p * xp + i * xi];
+    }
+}
+
 void cpu_copy_strided(dl_backend *be, const dl_strided *g, const float *x, float *y)
 {
     (void)be;
+    int nd = g->nd, p = -1;
+    /* x strided along the last dimension but contiguous along another:
+     * that one next to last, and tiles. */
+    for (int d = 0; nd >= 2 && g->st[0][nd - 1] != 1 && g->st[1][nd - 1] == 1 && d < nd - 1;
+         d++)
+        if (g->st[0][d] == 1 && g->shape[d] > 1)
+            p = d;
+    if (p >= 0) {
+        dl_strided t = *g;
+        for (int d = p; d < nd - 2; d++) {      /* move dimension p to nd - 2 */
+            t.shape[d] = g->shape[d + 1];
+            t.st[0][d] = g->st[0][d + 1];
+            t.st[1][d] = g->st[1][d + 1];
+        }
+        t.shape[nd - 2] = g->shape[p];
+        t.st[0][nd - 2] = g->st[0][p];
+        t.st[1][nd - 2] = g->st[1][p];
+        copy_job j = { &t, x, y, 1.0f };
+        int64_t tile = t.shape[nd - 2] * t.shape[nd - 1];
+        dl_parallel_for(dl_shape_numel(nd - 2, t.shape), CPU_GRAIN / (tile ? tile : 1) + 1,
+                        transpose_task, &j);
+        return;
+    }
     copy_job j = { g, x, y, 1.0f };
     dl_parallel_for(rows_of(g), row_grain(g), copy_task, &j);
 }
