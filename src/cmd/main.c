@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef DL_HAVE_JEMALLOC
 /* jemalloc's options, read at its start (MALLOC_CONF adds to them).
@@ -133,8 +134,21 @@ static dl_status export_onnx(const cli *c, dl_err *err)
     return DL_OK;
 }
 
+/* OpenBLAS on a CPU it does not know runs its generic kernels: name the
+ * core the CPU's features match and start again, before anything else
+ * (dl_blas_core_override). Should the exec fail, dlserve runs on with
+ * OpenBLAS's choice. */
+static void blas_core_fixup(char **argv)
+{
+    const char *core = dl_blas_core_override();
+    if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char **argv)
 {
+    blas_core_fixup(argv);
     cli c;
     int rc = cli_parse(argc, argv, &c);
     if (rc >= 0)

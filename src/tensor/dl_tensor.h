@@ -398,6 +398,21 @@ typedef struct dl_backend_params {
  * convolutions. New. */
 dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err);
 
+/* The OPENBLAS_CORETYPE this process should have started with, or NULL.
+ * OpenBLAS picks its kernels by CPU model when it loads, and on a model it
+ * does not know (0.3.21 on CPUs newer than it) falls back to its generic
+ * Prescott (SSE3) ones: on an AVX-512 Xeon, training ran 3x slower and
+ * attention's products were the slowest part of a transformer. This names
+ * the core the CPU's features match: "SkylakeX" (AVX-512 F, CD, BW, DQ,
+ * VL) or "Haswell" (AVX2 and FMA); NULL when OpenBLAS chose a core of its
+ * own, when OPENBLAS_CORETYPE is set (the user's choice, or this answer
+ * applied), or without those features. The dlserve binary applies it and
+ * executes itself again before anything else runs (cmd/main.c). */
+const char *dl_blas_core_override(void);
+
+/* The core OpenBLAS runs ("SkylakeX", "Haswell", "Prescott", ...). */
+const char *dl_blas_core_name(void);
+
 /* The kernels behind convolution and pooling: "onednn" when the backend
  * has a convolution engine (ops->conv_fwd), else "im2col". Static string. */
 const char *dl_backend_conv_engine(const dl_backend *be);

@@ -925,11 +925,13 @@ dl_status dl_bench_run(const dl_run_opts *o, dl_err *err)
     dl_act_sizes a = dl_model_act_sizes(t.s.m);
     const double mib256 = 256.0 * sizeof(float) / (1024.0 * 1024.0);
     if (st == DL_OK)
-        printf("{\"model\":\"%s\",\"threads\":%d,\"conv\":\"%s\",\"batch_size\":%lld,"
+        printf("{\"model\":\"%s\",\"threads\":%d,\"conv\":\"%s\",\"blas\":\"%s\","
+               "\"batch_size\":%lld,"
                "\"steps\":%lld,\"train_samples_per_sec\":%.1f,\"infer_batch_size\":256,"
                "\"infer_samples_per_sec\":%.1f,\"act_mib_batch256\":{\"infer\":%.2f,"
                "\"train\":%.2f,\"grads\":%.2f,\"all\":%.2f}}\n",
                t.s.conf->name, t.s.be->threads, dl_backend_conv_engine(t.s.be),
+               dl_blas_core_name(),
                (long long)t.hp.batch_size, (long long)steps, train_rate, infer_rate,
                a.infer * mib256, a.train * mib256, a.grads * mib256, a.all * mib256);
     free(probs);

@@ -41,6 +41,23 @@ for word in "" auto; do
     done
 done
 
+# OpenBLAS on a CPU it does not know would run its generic Prescott
+# kernels: dlserve names the core the CPU's features match and starts
+# again (--bench reports the core); a user's OPENBLAS_CORETYPE stands.
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+    env -u OPENBLAS_CORETYPE "$DLSERVE" --bench "$MLP" --threads 1 --steps 1 \
+        > "$WORK/blas.json" 2> "$WORK/blas.err"
+    core=$(json_get "$WORK/blas.json" blas)
+    echo "OpenBLAS core: $core"
+    check "OpenBLAS runs a core of this CPU's vector width, not Prescott ($core)" \
+        test -n "$core" -a "$core" != Prescott
+else
+    echo "skipped: no AVX2 and FMA, so no wider OpenBLAS core to name"
+fi
+OPENBLAS_CORETYPE=Nehalem "$DLSERVE" --bench "$MLP" --threads 1 --steps 1 \
+    > "$WORK/blas-user.json" 2> "$WORK/blas-user.err"
+check "a user's OPENBLAS_CORETYPE stands" test "$(json_get "$WORK/blas-user.json" blas)" = Nehalem
+
 # peak_threads LOG CMD...: runs CMD, sampling /proc/PID/status every 50 ms;
 # prints the largest thread count seen and returns CMD's exit status.
 peak_threads() {

@@ -10,6 +10,7 @@
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define ALIGN 64
@@ -638,6 +639,26 @@ static dl_status cpu_new(int threads, const dl_backend_params *p, dl_backend **o
     dl_pool_set_threads(threads);
     *out = be;
     return DL_OK;
+}
+
+const char *dl_blas_core_name(void)
+{
+    const char *core = openblas_get_corename();
+    return core ? core : "?";
+}
+
+const char *dl_blas_core_override(void)
+{
+    const char *core = openblas_get_corename();
+    if (getenv("OPENBLAS_CORETYPE") || !core || strcasecmp(core, "prescott") != 0)
+        return NULL;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return "Haswell";
+    return NULL;
 }
 
 dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err)
