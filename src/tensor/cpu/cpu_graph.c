@@ -87,9 +87,10 @@ typedef struct bin_job {
     int k;                     /* binary_bwd: the operand */
 } bin_job;
 
-/* y[i * sy] = a[i * sa] op b[i * sb], i < n. */
-static void bin_line(dl_binop op, const float *restrict a, int64_t sa, const float *restrict b,
-                     int64_t sb, float *y, int64_t sy, int64_t n)
+/* y[i * sy] = a[i * sa] op b[i * sb], i < n. y may be a or b (in place:
+ * no restrict; gcc's overlap check lets equal pointers vectorize). */
+static void bin_line(dl_binop op, const float *a, int64_t sa, const float *b, int64_t sb,
+                     float *y, int64_t sy, int64_t n)
 {
     switch (op) {
     case DL_BIN_ADD:
@@ -491,8 +492,8 @@ static inline float clampf(float x, float lo, float hi) { return x < lo ? lo : x
 CPU_WIDE static void un_fwd_task(void *ctx, int64_t b0, int64_t b1)
 {
     const un_job *j = ctx;
-    const float *restrict x = j->x;
-    float *restrict y = j->out;
+    const float *x = j->x;   /* y may be x: a layer in place at inference */
+    float *y = j->out;
     float a = j->u.a, b = j->u.b;
     switch (j->u.kind) {
     case DL_UN_GELU:
