@@ -47,8 +47,8 @@ const layer_type_info layer_table[] = {
     /* ONNX's Gelu (opset 20) is not imported; the exporter writes Erf or
      * Tanh nodes. */
     [DL_LAYER_GELU] = NATIVE("gelu", 1, &layer_elem_ops, layer_shape_same, "approximate"),
-    /* ONNX has no SiLU: the exporter writes Sigmoid and Mul. */
-    [DL_LAYER_SILU] = NATIVE("silu", 1, &layer_elem_ops, layer_shape_same, ""),
+    /* ONNX has no SiLU: Mul(x, Sigmoid(x)) imports as one. */
+    [DL_LAYER_SILU] = ROW("silu", 1, &layer_elem_ops, layer_shape_same, ""),
     [DL_LAYER_LOG_SOFTMAX] = ROW("log_softmax", 1, &layer_log_softmax_ops, layer_shape_axis,
                                "axis"),
     [DL_LAYER_TRANSPOSE] = ROW("transpose", 1, &layer_transpose_ops, layer_shape_transpose,

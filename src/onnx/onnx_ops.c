@@ -964,6 +964,26 @@ static dl_status op_concat(xl *x, const onnx_node *n)
                        n->nin, o, rank, d) : nomem(x);
 }
 
+/* Whether b is a sigmoid layer's output of the tensor a: Mul(a, b) is then
+ * a SiLU (x * sigmoid(x), as exporters write it). */
+static bool sigmoid_of(xl *x, const tvalue *a, const tvalue *b)
+{
+    if (a->c || b->c || !a->src || !b->src)
+        return false;
+    size_t i;
+    json_t *l;
+    json_array_foreach(x->layers, i, l) {
+        const char *name = json_string_value(json_object_get(l, "name"));
+        if (!name || strcmp(name, b->src) != 0)
+            continue;
+        const char *type = json_string_value(json_object_get(l, "type"));
+        const char *in = json_string_value(json_array_get(json_object_get(l, "inputs"), 0));
+        return type && in && !strcmp(type, dl_layer_type_name(DL_LAYER_SIGMOID)) &&
+               !strcmp(in, a->src) && xl_same_layout(a, b);
+    }
+    return false;
+}
+
 static dl_status op_binary(xl *x, const onnx_node *n)
 {
     static const struct { const char *op; dl_layer_type type; } map[] = {
@@ -977,6 +997,11 @@ static dl_status op_binary(xl *x, const onnx_node *n)
     tvalue *v[2] = { arg(x, n, 0), arg(x, n, 1) }, tmp[2];
     if (!v[0] || !v[1])
         return xl_refuse(x, n, "an input is missing");
+    /* One silu layer, one pass: the sigmoid is pruned unless read again. */
+    for (int k = 0; k < 2 && !strcmp(n->op, "Mul"); k++)
+        if (sigmoid_of(x, v[k], v[1 - k]))
+            return unary(x, n, dl_layer_type_name(DL_LAYER_SILU), NULL, v[k], v[k]->nd,
+                         v[k]->d);
     tvalue like = v[0]->c ? *v[1] : *v[0];   /* the batch sits as in the tensor operand */
     if (!v[0]->c && !v[1]->c && !xl_same_layout(v[0], v[1]))
         return xl_refuse(x, n, "the two tensors must have one rank and hold the batch alike");
@@ -1189,7 +1214,7 @@ static const struct {
     {"Transpose", op_transpose, L(TRANSPOSE)},
     {"Concat", op_concat, L(CONCAT) | L(CONSTANT)},
     {"Add", op_binary, L(ADD) | L(CONSTANT)}, {"Sub", op_binary, L(SUB) | L(CONSTANT)},
-    {"Mul", op_binary, L(MUL) | L(CONSTANT)}, {"Div", op_binary, L(DIV) | L(CONSTANT)},
+    {"Mul", op_binary, L(MUL) | L(CONSTANT) | L(SILU)}, {"Div", op_binary, L(DIV) | L(CONSTANT)},
     {"Gather", op_gather, L(EMBEDDING) | L(SLICE) | L(RESHAPE)},
     {"Identity", op_pass, 0}, {"Dropout", op_pass, 0}, {"Cast", op_pass, 0},
     {"Pad", op_pass, 0}, {"ReduceMean", op_reduce, L(REDUCE_MEAN) | L(RESHAPE)},

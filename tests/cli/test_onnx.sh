@@ -46,6 +46,13 @@ for m in mlp cnn_bn resnet emb2 ops; do
     done
 done
 
+# Mul(x, Sigmoid(x)), SiLU as exporters write it, imports as one silu layer.
+check "ops: SiLU imports as one silu layer, no sigmoid left" /usr/bin/python3 -c '
+import json, sys
+types = [l["type"] for l in json.load(open(sys.argv[1]))["layers"]]
+assert "silu" in types and "sigmoid" not in types, types
+' "$M/ops/model.json"
+
 # --bench --infer-batch measures an imported model as it is: no --data.
 "$DLSERVE" --bench "$M/resnet" --infer-batch 1,4 --threads 1 > "$WORK/bench.json" 2> "$WORK/bench.err"
 check "--bench --infer-batch runs an imported model without --data" /usr/bin/python3 -c '

@@ -110,7 +110,8 @@ class Emb2(nn.Module):
 class Ops(nn.Module):
     """The operators of imported models beyond the classic layers: grouped
     and dilated convolution, Slice, ReduceMean, Div, Pow, Sqrt, Erf (exact
-    GELU), LeakyRelu, Clip, HardSigmoid, HardSwish, constant operands."""
+    GELU), LeakyRelu, Clip, HardSigmoid, HardSwish, SiLU (Sigmoid and Mul),
+    constant operands."""
 
     def __init__(self):
         super().__init__()
@@ -120,7 +121,7 @@ class Ops(nn.Module):
         self.scale = nn.Parameter(torch.rand(6) + 0.5)
 
     def forward(self, x):
-        h = nn.functional.hardswish(self.dw(self.pw(x)))
+        h = nn.functional.silu(nn.functional.hardswish(self.dw(self.pw(x))))
         h = nn.functional.leaky_relu(h, 0.1)[:, :, 1:4, :]
         h = self.fc(h.mean(dim=3).flatten(1)) / self.scale
         h = torch.pow(torch.sqrt(h * h + 1.0), 2.0)
