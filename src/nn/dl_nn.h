@@ -23,7 +23,7 @@ typedef enum dl_layer_type {
     DL_LAYER_REDUCE_MEAN, DL_LAYER_REDUCE_SUM, DL_LAYER_CONV1D, DL_LAYER_MAXPOOL1D,
     DL_LAYER_DIV, DL_LAYER_POW, DL_LAYER_SQRT, DL_LAYER_ERF, DL_LAYER_LEAKY_RELU,
     DL_LAYER_CLIP, DL_LAYER_HARDSIGMOID, DL_LAYER_HARDSWISH, DL_LAYER_SLICE,
-    DL_LAYER_CONSTANT,
+    DL_LAYER_CONSTANT, DL_LAYER_SDPA,
     DL_LAYER_COUNT,     /* not a type: how many there are (src/nn/layer_table.c) */
 } dl_layer_type;
 
@@ -67,6 +67,9 @@ typedef struct dl_layer_conf {
     float         lo, hi;                /* clip: -INFINITY / INFINITY when absent */
     int64_t       start, end, step;      /* slice (`axis`): Python's semantics, clamped
                                           * to the axis by layer_slice_range */
+    int64_t       heads;                 /* sdpa: attention heads */
+    float         scale;                 /* sdpa: of the scores; 0: 1/sqrt(head size) */
+    bool          causal;                /* sdpa: position i attends to 0..i only */
     /* Where the layer's inputs come from, resolved at parsing: nsrc >= 1
      * sources (0 for a constant), src[k] >= 0 a layer above it, src[k] < 0
      * model input -1 - src[k]. Without "inputs" the previous layer (or

@@ -408,6 +408,24 @@ dl_status layer_shape_broadcast(const dl_layer_conf *c, int nin, const int *in_n
     return broadcast_shape(c, nin, in_ndim, in, out_ndim, out, err);
 }
 
+/* sdpa: [T, 3E] (queries, keys and values side by side) -> [T, E], E a
+ * multiple of the heads. */
+dl_status layer_shape_sdpa(const dl_layer_conf *c, int nin, const int *in_ndim,
+                           const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,
+                           dl_err *err)
+{
+    (void)nin;
+    int64_t w = in_ndim[0] == 2 ? in[0][1] : 0;
+    if (w % 3 != 0 || w == 0 || (w / 3) % c->heads != 0)
+        return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (sdpa) expects [T, 3E] (queries, "
+                          "keys and values side by side, E a multiple of its %lld heads)",
+                          c->name, (long long)c->heads);
+    *out_ndim = 2;
+    out[0] = in[0][0];
+    out[1] = w / 3;
+    return DL_OK;
+}
+
 /* A constant's per-sample shape is its own "shape". */
 dl_status layer_shape_constant(const dl_layer_conf *c, int nin, const int *in_ndim,
                                const int64_t (*in)[DL_MAX_DIMS], int *out_ndim, int64_t *out,

@@ -115,7 +115,7 @@ layer_shape_fn layer_shape_same,       /* the input's shape: activations, ... */
     layer_shape_window1d, layer_shape_flatten, layer_shape_reshape,
     layer_shape_embedding, layer_shape_axis, layer_shape_slice,
     layer_shape_broadcast, layer_shape_constant, layer_shape_matmul,
-    layer_shape_concat;
+    layer_shape_concat, layer_shape_sdpa;
 
 /* One row of the layer-type table: all that nn knows of a type outside
  * its ops. */
@@ -175,6 +175,9 @@ extern const layer_ops layer_transpose_ops, layer_reduce_ops, layer_matmul_ops;
 /* gelu, silu, pow, sqrt, erf, leaky_relu, clip, hardsigmoid and
  * hardswish (layer_elem.c); slice and constant (layer_slice.c). */
 extern const layer_ops layer_elem_ops, layer_slice_ops, layer_constant_ops;
+
+/* sdpa: attention over a packed projection (layer_attn.c). */
+extern const layer_ops layer_sdpa_ops;
 
 /* add, sub, mul and div; concat; global average pooling; layernorm;
  * log_softmax (layer_graph.c). */

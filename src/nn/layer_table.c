@@ -75,6 +75,10 @@ const layer_type_info layer_table[] = {
     /* Reads no input: its value is a tensor of its own ("value"). */
     [DL_LAYER_CONSTANT] = ROW("constant", 0, &layer_constant_ops, layer_shape_constant,
                             "shape"),
+    /* Imported from the operators PyTorch writes for nn.MultiheadAttention's
+     * self-attention (onnx_ops.c, fuse_attention). */
+    [DL_LAYER_SDPA] = ROW("sdpa", 1, &layer_sdpa_ops, layer_shape_sdpa,
+                        "heads, scale, causal"),
 };
 
 _Static_assert(sizeof(layer_table) / sizeof(layer_table[0]) == DL_LAYER_COUNT,

@@ -360,6 +360,8 @@ static dl_status parse_graph_layer(ctx *c, json_t *j, dl_layer_conf *l)
     static const char *const ln[] = {"name", "type", "inputs", "eps", NULL};
     static const char *const gelu[] = {"name", "type", "inputs", "approximate", NULL};
     static const char *const perm[] = {"name", "type", "inputs", "perm", NULL};
+    static const char *const sdpa[] = {"name", "type", "inputs", "heads", "scale", "causal",
+                                       NULL};
     dl_status st;
     switch (l->type) {
     case DL_LAYER_CONCAT:
@@ -397,6 +399,11 @@ static dl_status parse_graph_layer(ctx *c, json_t *j, dl_layer_conf *l)
         return parse_elem(c, j, l);
     case DL_LAYER_SLICE:
         return parse_slice(c, j, l);
+    case DL_LAYER_SDPA:
+        if ((st = check_keys(c, j, sdpa)) || (st = get_bool(c, j, "causal", &l->causal)) ||
+            (st = get_float(c, j, "scale", 1e-30, 1e30, &l->scale)))
+            return st;
+        return get_int(c, j, "heads", 1, 1 << 16, true, &l->heads);
     case DL_LAYER_GELU: {
         if ((st = check_keys(c, j, gelu)))
             return st;

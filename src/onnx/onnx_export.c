@@ -607,6 +607,72 @@ static void emit_silu(exporter *e, const lctx *c)
     op2(e, "Mul", c->in[0], s, c->out);
 }
 
+/* sdpa: as PyTorch writes nn.MultiheadAttention's self-attention (which
+ * the importer fuses back): the projection sliced into q, k and v, each
+ * reshaped to [batch, T, H, d] and transposed to heads first (k to
+ * [batch, H, d, T]), q scaled, softmax(q k) v (a causal mask added to the
+ * scores), then the heads back side by side. */
+static dl_status emit_sdpa(exporter *e, const lctx *c, dl_err *err)
+{
+    const dl_layer_conf *l = c->l;
+    const char *p = l->name;
+    int64_t t = c->out_d[0], w = c->out_d[1], h = l->heads, d = w / h;
+    float scale = l->scale > 0.0f ? l->scale : 1.0f / sqrtf((float)d);
+    static const char *const part[3] = { "q", "k", "v" };
+    char head[3][TNAME_MAX], buf[TNAME_MAX], a[TNAME_MAX], b[TNAME_MAX], shape[TNAME_MAX];
+    int64_t split_shape[4] = { 0, t, h, d }, axis = 2, step = 1;
+    const_ints(e, sub_name(shape, p, "head_shape"), split_shape, 4);
+    const_ints(e, sub_name(a, p, "axes"), &axis, 1);
+    const_ints(e, sub_name(b, p, "steps"), &step, 1);
+    for (int k = 0; k < 3; k++) {
+        char s[TNAME_MAX], en[TNAME_MAX], sl[TNAME_MAX], rs[TNAME_MAX], w2[32];
+        int64_t start = k * w, end = (k + 1) * w;
+        snprintf(w2, sizeof(w2), "%s_start", part[k]);
+        const_ints(e, sub_name(s, p, w2), &start, 1);
+        snprintf(w2, sizeof(w2), "%s_end", part[k]);
+        const_ints(e, sub_name(en, p, w2), &end, 1);
+        op(e, "Slice", 5, (const char *const[]){ c->in[0], s, en, a, b }, sub_name(sl, p, part[k]));
+        snprintf(w2, sizeof(w2), "%s_split", part[k]);
+        op2(e, "Reshape", sl, shape, sub_name(rs, p, w2));
+        int64_t perm[4] = { 0, 2, k == 1 ? 3 : 1, k == 1 ? 1 : 3 };
+        snprintf(w2, sizeof(w2), "%s_heads", part[k]);
+        dl_sbuf n;
+        node_begin(&n, "Transpose", 1, (const char *const[]){ rs }, sub_name(head[k], p, w2));
+        attr_ints(&n, "perm", perm, 4);
+        node_end(e, &n);
+    }
+    char qs[TNAME_MAX], sc[TNAME_MAX], pr[TNAME_MAX], o[TNAME_MAX], ot[TNAME_MAX];
+    op_const(e, "Mul", head[0], scale, p, "scale", sub_name(qs, p, "q_scaled"));
+    op2(e, "MatMul", qs, head[1], sub_name(sc, p, "scores"));
+    if (l->causal) {
+        float *mask = calloc((size_t)(t * t), sizeof(float));
+        int64_t dims[2] = { t, t };
+        if (!mask)
+            return dl_err_set(err, DL_ERR_NOMEM, "layer '%s': causal mask", p);
+        for (int64_t i = 0; i < t; i++)
+            for (int64_t j = i + 1; j < t; j++)
+                mask[i * t + j] = -INFINITY;
+        constant(e, sub_name(buf, p, "causal_mask"), DT_FLOAT, 2, dims, mask,
+                 (size_t)(t * t) * sizeof(float));
+        free(mask);
+        char masked[TNAME_MAX];
+        op2(e, "Add", sc, buf, sub_name(masked, p, "scores_masked"));
+        strcpy(sc, masked);
+    }
+    dl_sbuf n;
+    node_begin(&n, "Softmax", 1, (const char *const[]){ sc }, sub_name(pr, p, "probs"));
+    attr_int(&n, "axis", -1);
+    node_end(e, &n);
+    op2(e, "MatMul", pr, head[2], sub_name(o, p, "heads_out"));
+    int64_t perm[4] = { 0, 2, 1, 3 }, out_shape[3] = { 0, t, w };
+    node_begin(&n, "Transpose", 1, (const char *const[]){ o }, sub_name(ot, p, "heads_back"));
+    attr_ints(&n, "perm", perm, 4);
+    node_end(e, &n);
+    const_ints(e, sub_name(buf, p, "out_shape"), out_shape, 3);
+    op2(e, "Reshape", ot, buf, c->out);
+    return DL_OK;
+}
+
 /* The nodes of one layer, ending in c->out. */
 static dl_status emit_layer(exporter *e, const lctx *c, dl_err *err)
 {
@@ -652,6 +718,7 @@ static dl_status emit_layer(exporter *e, const lctx *c, dl_err *err)
     case DL_LAYER_HARDSWISH:        op1(e, "HardSwish", c->in[0], c->out); break;
     case DL_LAYER_SLICE:            emit_slice(e, c); break;
     case DL_LAYER_CONSTANT:         emit_constant(e, c); break;
+    case DL_LAYER_SDPA:             return emit_sdpa(e, c, err);
     default:
         return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s) has no ONNX form",
                           c->l->name, dl_layer_type_name(c->l->type));

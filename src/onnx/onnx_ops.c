@@ -740,6 +740,191 @@ static dl_status op_flatten(xl *x, const onnx_node *n)
     return reshape_to(x, n, a, 2, d);
 }
 
+/* ---- attention: what PyTorch writes for nn.MultiheadAttention --------------
+ *
+ * Self-attention exports as the packed in_proj (one dense layer, [T, 3E]),
+ * then per head Slice -> Reshape [T, H, d] -> Transpose for each of q, k
+ * and v, q, k or the scores scaled by constants, MatMul, a causal mask
+ * added or not, Softmax, MatMul, Transpose and the Reshape back to
+ * [T, E]. At that Reshape the chain is
+ * matched on the layers already emitted and replaced by one sdpa layer
+ * reading the projection; the layers it replaces are pruned unless read
+ * elsewhere. Anything else (another mask, separate q, k and v
+ * projections) stays as the layers it is. */
+
+/* The layer emitted as name, of type t, or NULL. */
+static json_t *emitted(xl *x, const char *name, dl_layer_type t)
+{
+    size_t i;
+    json_t *l;
+    json_array_foreach(x->layers, i, l) {
+        const char *ln = json_string_value(json_object_get(l, "name"));
+        const char *type = json_string_value(json_object_get(l, "type"));
+        if (name && ln && !strcmp(ln, name))
+            return type && !strcmp(type, dl_layer_type_name(t)) ? l : NULL;
+    }
+    return NULL;
+}
+
+static const char *input_of(json_t *l, size_t k)
+{
+    return l ? json_string_value(json_array_get(json_object_get(l, "inputs"), k)) : NULL;
+}
+
+static int64_t key_int(json_t *l, const char *key, int64_t dflt)
+{
+    json_t *v = json_object_get(l, key);
+    return json_is_integer(v) ? json_integer_value(v) : dflt;
+}
+
+/* The per-sample value a layer's output is (its engine shape), or NULL. */
+static const tvalue *value_from(xl *x, const char *layer)
+{
+    for (int i = 0; layer && i < x->nv; i++)
+        if (!x->v[i].c && x->v[i].src && !strcmp(x->v[i].src, layer))
+            return &x->v[i];
+    return NULL;
+}
+
+/* The tensor of a constant layer, or NULL. */
+static const tensor_out *constant_of(xl *x, const char *layer)
+{
+    if (!emitted(x, layer, DL_LAYER_CONSTANT))
+        return NULL;
+    char want[DL_NAME_MAX + 8];
+    snprintf(want, sizeof(want), "%s.value", layer);
+    for (int t = 0; t < x->nt; t++)
+        if (!strcmp(x->t[t].name, want))
+            return &x->t[t];
+    return NULL;
+}
+
+/* The value of a one-element constant layer, or NAN. */
+static double constant_value(xl *x, const char *layer)
+{
+    const tensor_out *c = constant_of(x, layer);
+    int64_t n = 1;
+    for (int k = 0; c && k < c->ndim; k++)
+        n *= c->shape[k];
+    return c && n == 1 ? c->data[0] : NAN;
+}
+
+/* Whether a constant layer is a causal mask over t positions ([t, t] or
+ * [1, t, t]): 0 on and below the diagonal, -inf (or below -1e9: nothing
+ * after the softmax) above it. */
+static bool causal_mask(xl *x, const char *layer, int64_t t)
+{
+    const tensor_out *c = constant_of(x, layer);
+    if (!c || c->ndim < 2 || c->ndim > 3 || (c->ndim == 3 && c->shape[0] != 1) ||
+        c->shape[c->ndim - 2] != t || c->shape[c->ndim - 1] != t)
+        return false;
+    for (int64_t i = 0; i < t; i++)
+        for (int64_t j = 0; j < t; j++)
+            if (j <= i ? c->data[i * t + j] != 0.0f : !(c->data[i * t + j] <= -1e9f))
+                return false;
+    return true;
+}
+
+/* name, or the tensor it scales when it is a Div or Mul by a constant
+ * scalar; *scale takes the factor. */
+static const char *unscaled(xl *x, const char *name, double *scale)
+{
+    json_t *l = emitted(x, name, DL_LAYER_DIV);
+    double c = l ? constant_value(x, input_of(l, 1)) : NAN;
+    if (l && isfinite(c) && c != 0.0) {
+        *scale /= c;
+        return input_of(l, 0);
+    }
+    if (!(l = emitted(x, name, DL_LAYER_MUL)))
+        return name;
+    for (size_t k = 0; k < 2; k++)
+        if (isfinite(c = constant_value(x, input_of(l, k)))) {
+            *scale *= c;
+            return input_of(l, 1 - k);
+        }
+    return name;
+}
+
+/* One head split of the projection: Transpose(perm) of Reshape [T, H, d]
+ * of Slice (last axis, step 1) of src. */
+typedef struct head_split {
+    const char *src;
+    int64_t start, t, h, d;
+} head_split;
+
+static bool head_split_of(xl *x, const char *name, const int64_t perm[3], head_split *hs)
+{
+    json_t *tr = emitted(x, name, DL_LAYER_TRANSPOSE), *p = json_object_get(tr, "perm");
+    for (size_t k = 0; k < 3; k++)
+        if (!tr || json_array_size(p) != 3 ||
+            json_integer_value(json_array_get(p, k)) != perm[k])
+            return false;
+    const char *rs = input_of(tr, 0);
+    json_t *sl = emitted(x, input_of(emitted(x, rs, DL_LAYER_RESHAPE), 0), DL_LAYER_SLICE);
+    const tvalue *shape = value_from(x, rs), *from = value_from(x, input_of(sl, 0));
+    if (!sl || !shape || shape->nd != 3 || !from || from->nd != 2 ||
+        key_int(sl, "step", 1) != 1 || (key_int(sl, "axis", 0) != 1 &&
+                                         key_int(sl, "axis", 0) != -1))
+        return false;
+    *hs = (head_split){ .src = input_of(sl, 0), .start = key_int(sl, "start", 0),
+                        .t = shape->d[0], .h = shape->d[1], .d = shape->d[2] };
+    return hs->start >= 0 && from->d[0] == hs->t;
+}
+
+/* Whether Reshape(a) to [T, E] ends a self-attention over a packed
+ * projection (above): its source, heads, scale and whether a causal mask
+ * is added to the scores. */
+static bool attention_of(xl *x, const tvalue *a, const tvalue *out, head_split *q,
+                         double *scale, bool *causal)
+{
+    static const int64_t qv_perm[3] = { 1, 0, 2 }, k_perm[3] = { 1, 2, 0 };
+    if (a->nd != 3 || out->nd != 2 || !a->src)
+        return false;
+    json_t *tr = emitted(x, a->src, DL_LAYER_TRANSPOSE), *p = json_object_get(tr, "perm");
+    json_t *pv = emitted(x, input_of(tr, 0), DL_LAYER_MATMUL);
+    json_t *sm = emitted(x, input_of(pv, 0), DL_LAYER_SOFTMAX);
+    const char *scores = input_of(sm, 0);
+    json_t *add = emitted(x, scores, DL_LAYER_ADD);
+    *causal = false;
+    for (size_t i = 0; add && i < 2 && !*causal; i++)
+        if ((*causal = causal_mask(x, input_of(add, i), a->d[0])))
+            scores = input_of(add, 1 - i);
+    *scale = 1.0;
+    json_t *qk = emitted(x, unscaled(x, scores, scale), DL_LAYER_MATMUL);
+    int64_t axis = key_int(sm, "axis", -1);
+    if (!qk || (axis != 2 && axis != -1) || json_array_size(p) != 3 ||
+        json_integer_value(json_array_get(p, 0)) != 1 ||
+        json_integer_value(json_array_get(p, 1)) != 0)
+        return false;
+    head_split k, v;
+    if (!head_split_of(x, unscaled(x, input_of(qk, 0), scale), qv_perm, q) ||
+        !head_split_of(x, unscaled(x, input_of(qk, 1), scale), k_perm, &k) ||
+        !head_split_of(x, input_of(pv, 1), qv_perm, &v))
+        return false;
+    int64_t e = q->h * q->d;
+    const tvalue *from = value_from(x, q->src);
+    return *scale > 0.0 && isfinite(*scale) && !strcmp(q->src, k.src) &&
+           !strcmp(q->src, v.src) && q->start == 0 && k.start == e && v.start == 2 * e &&
+           from->d[1] == 3 * e && k.t == q->t && v.t == q->t && k.h == q->h && v.h == q->h &&
+           k.d == q->d && v.d == q->d && out->d[0] == q->t && out->d[1] == e;
+}
+
+/* Emits the sdpa layer for Reshape node n (out: its engine shape). */
+static dl_status emit_attention(xl *x, const onnx_node *n, const head_split *q, double scale,
+                                bool causal, const tvalue *out)
+{
+    json_t *l = json_pack("{s:s,s:I}", "type", dl_layer_type_name(DL_LAYER_SDPA), "heads",
+                          (json_int_t)q->h);
+    if (l && causal)
+        json_object_set_new(l, "causal", json_true());
+    if (l && fabs(scale * sqrt((double)q->d) - 1.0) > 1e-6)
+        json_object_set_new(l, "scale", json_real(scale));
+    char name[DL_NAME_MAX];
+    xl_node_layer_name(x, n, NULL, name);
+    tvalue *o = out0(x, n);
+    return o && l ? xl_emit(x, l, name, &q->src, 1, o, out->nd, out->d) : nomem(x);
+}
+
 /* Reshape: per sample when the batch keeps its place in row-major order
  * (onnx_layout.c); the output may hold it on another axis. */
 static dl_status op_reshape(xl *x, const onnx_node *n)
@@ -759,6 +944,11 @@ static dl_status op_reshape(xl *x, const onnx_node *n)
         return xl_refuse(x, n, "a sample of %d dimensions (the engine holds 1 to %d)", out.nd,
                          DL_MAX_DIMS);
     bool same = out.nd == a->nd && !memcmp(out.d, a->d, (size_t)a->nd * sizeof(*a->d));
+    head_split q;
+    double scale;
+    bool causal;
+    if (attention_of(x, a, &out, &q, &scale, &causal))
+        return keep_layout(x, n, &out, emit_attention(x, n, &q, scale, causal, &out));
     dl_status st = same ? alias(x, n, a) : reshape_to(x, n, a, out.nd, out.d);
     return keep_layout(x, n, &out, st);
 }
@@ -1209,7 +1399,7 @@ static const struct {
     {"LeakyRelu", op_pointwise, L(LEAKY_RELU)}, {"HardSigmoid", op_pointwise, L(HARDSIGMOID)},
     {"Clip", op_pointwise, L(CLIP)}, {"Pow", op_pointwise, L(POW)},
     {"Softmax", op_softmax, L(SOFTMAX)}, {"LogSoftmax", op_softmax, L(LOG_SOFTMAX)},
-    {"Flatten", op_flatten, L(FLATTEN) | L(RESHAPE)}, {"Reshape", op_reshape, L(RESHAPE)},
+    {"Flatten", op_flatten, L(FLATTEN) | L(RESHAPE)}, {"Reshape", op_reshape, L(RESHAPE) | L(SDPA)},
     {"Squeeze", op_squeeze, L(RESHAPE)}, {"Unsqueeze", op_squeeze, L(RESHAPE)},
     {"Transpose", op_transpose, L(TRANSPOSE)},
     {"Concat", op_concat, L(CONCAT) | L(CONSTANT)},

@@ -35,6 +35,21 @@ typedef enum dl_pool_kind { DL_POOL_MAX, DL_POOL_AVG } dl_pool_kind;
  * (i_0, ..., i_{nd-1}) lying at offset sum_d i_d * st[k][d] from its
  * pointer. A stride of 0 repeats the operand along that dimension
  * (broadcasting). Each op names which operand is which. */
+/* Scaled dot-product attention over heads (the sdpa layer): for each of
+ * n samples and each head h, O_h = softmax(scale Q_h K_h^T) V_h, where
+ * Q_h holds tq rows of dk floats at column h * dk of Q's rows, K_h tk rows
+ * of dk at h * dk, V_h tk rows of dv at h * dv, and O_h is written at
+ * h * dv of O's rows. Rows and samples lie at the strides given (floats),
+ * so Q, K and V may be the columns of one packed projection. causal:
+ * query row i attends to key rows 0..i only (PyTorch's is_causal). */
+typedef struct dl_attn {
+    int64_t n, heads, tq, tk, dk, dv;
+    int64_t q_row, k_row, v_row, o_row;
+    int64_t q_smp, k_smp, v_smp, o_smp;
+    float   scale;
+    bool    causal;
+} dl_attn;
+
 typedef struct dl_strided {
     int     nd;
     int64_t shape[DL_STRIDED_DIMS];
@@ -333,6 +348,13 @@ typedef struct dl_backend_ops {
                               int64_t k, float alpha, const float *a, int64_t sa,
                               const float *b, int64_t sb, float beta, float *c, int64_t sc,
                               int64_t batch, dl_err *err);
+    /* Attention (dl_attn): o overwritten; backward overwrites dq, dk and
+     * dv (at q's, k's and v's strides) from the forward's inputs. */
+    dl_status (*attn_fwd)(dl_backend *be, const dl_attn *a, const float *q, const float *k,
+                          const float *v, float *o, dl_err *err);
+    dl_status (*attn_bwd)(dl_backend *be, const dl_attn *a, const float *q, const float *k,
+                          const float *v, const float *dout, float *dq, float *dk, float *dv,
+                          dl_err *err);
 } dl_backend_ops;
 
 struct dl_backend {

@@ -321,8 +321,9 @@ stop_daemon
 # nn.TransformerEncoder (2 layers, 2 heads, batch_first): its attention moves
 # the batch off axis 0 and merges it with the heads; imported, each step is
 # per sample. Three exports (opset 17 folded, mean pooling, relu; opset 13
-# unfolded, first token, gelu; opset 15 with a causal attention mask):
-# --predict and the daemon answer PyTorch's
+# unfolded, first token, gelu; opset 15 with a causal attention mask),
+# each layer's attention imported as one sdpa layer (causal for the
+# third): --predict and the daemon answer PyTorch's
 # outputs at batch 1 and 32 to 1e-4 relative; a softmax over the batch, and
 # an output whose batch is not axis 0, are refused.
 T=$WORK/tx
@@ -333,6 +334,11 @@ check "PyTorch exports the transformer classifiers" test -s "$T/tx_gelu.onnx"
 for m in tx_relu tx_gelu tx_causal; do
     "$DLSERVE" --import "$T/$m.onnx" --models "$M" --name $m > /dev/null 2> "$WORK/imp.err"
     check "$m: --import writes version 1" test -s "$M/$m/1/model.safetensors"
+    check "$m: each attention imports as one sdpa layer" /usr/bin/python3 -c '
+import json, sys
+s = [l for l in json.load(open(sys.argv[1]))["layers"] if l["type"] == "sdpa"]
+assert len(s) == 2 and all(l["heads"] == 2 and l.get("causal", False) == (sys.argv[2] == "tx_causal")
+                           and "scale" not in l for l in s), s' "$M/$m/model.json" $m
     for b in 1 32; do
         "$DLSERVE" --predict "$M/$m" "$T/$m.b$b.csv" > "$WORK/pred.txt" 2> "$WORK/pred.err"
         check "$m: --predict equals PyTorch at batch $b (1e-4 relative)" \

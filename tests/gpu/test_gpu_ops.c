@@ -784,6 +784,37 @@ static void check_softmax_axis(void)
         }
 }
 
+/* Attention on a packed projection [T, 3E] (test_cuda_bodies.c's shapes),
+ * plain and causal: the output and the projection's gradient. */
+static void check_attention(void)
+{
+    static const int64_t cases[3][3] = { { 3, 33, 2 }, { 2, 1, 1 }, { 1, 40, 4 } };
+    if (!HAVE(attn_fwd) || !HAVE(attn_bwd))
+        return;
+    char name[64];
+    for (int cs = 0; cs < 3; cs++)
+        for (int causal = 0; causal < 2; causal++) {
+            int64_t n = cases[cs][0], t = cases[cs][1], h = cases[cs][2], e = h * 8;
+            dl_attn a = { .n = n, .heads = h, .tq = t, .tk = t, .dk = 8, .dv = 8,
+                          .q_row = 3 * e, .k_row = 3 * e, .v_row = 3 * e, .o_row = e,
+                          .q_smp = 3 * e * t, .k_smp = 3 * e * t, .v_smp = 3 * e * t,
+                          .o_smp = e * t, .scale = 0.4f, .causal = causal };
+            pair *x = mk(n * t * 3 * e, -2, 2), *o = mk(n * t * e, 0, 1),
+                 *dout = mk(n * t * e, -1, 1), *dx = mk(n * t * 3 * e, 0, 1);
+            dl_err err = {0};
+            ON_BOTH(B->ops->attn_fwd(B, &a, F(x), F(x) + e, F(x) + 2 * e, F(o), &err);
+                    B->ops->attn_bwd(B, &a, F(x), F(x) + e, F(x) + 2 * e, F(dout), F(dx),
+                                     F(dx) + e, F(dx) + 2 * e, &err));
+            snprintf(name, sizeof(name), "attn_fwd_n%lld_t%lld_h%lld%s", (long long)n,
+                     (long long)t, (long long)h, causal ? "_causal" : "");
+            compare(name, o, false, TOL);
+            snprintf(name, sizeof(name), "attn_bwd_n%lld_t%lld_h%lld%s", (long long)n,
+                     (long long)t, (long long)h, causal ? "_causal" : "");
+            compare(name, dx, false, TOL);
+            drop_all();
+        }
+}
+
 /* One B for every q (sb = 0), every stride nonzero, and C_q apart by more
  * than m n; each with the four transposes, in FP32 and TF32; then k = 0. */
 static void check_gemm_batched(void)
@@ -937,6 +968,7 @@ int main(void)
     check_unary();
     check_layernorm();
     check_softmax_axis();
+    check_attention();
     check_gemm_batched();
     check_backend();
 

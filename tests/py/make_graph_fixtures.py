@@ -98,6 +98,9 @@ PASS_CASES = [
          L("v", "dense", ["x"], units=3), L("kt", "transpose", ["k"], perm=[1, 0]),
          L("scores", "matmul", ["q", "kt"]), L("attn", "softmax", axis=-1),
          L("y", "matmul", ["attn", "v"])]),
+    one("sdpa", [inp("x", 5, 12)], [L("y", "sdpa", heads=2)]),
+    one("sdpa_causal", [inp("x", 6, 6)],
+        [L("p", "dense", units=9), L("y", "sdpa", ["p"], heads=3, causal=True, scale=0.8)]),
     # layout
     one("transpose_102", [inp("x", 2, 3, 4)], [L("y", "transpose", perm=[1, 0, 2])]),
     one("transpose_201", [inp("x", 2, 3, 4)], [L("y", "transpose", perm=[2, 0, 1])]),

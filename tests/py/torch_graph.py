@@ -62,6 +62,9 @@ from the end):
 - layernorm over the last dimension (weight and bias of that size, `eps`
   default 1e-5); gelu (`approximate` "none" = erf, default, or "tanh");
   silu; identity.
+- sdpa: [T, 3E] (queries, keys and values side by side) -> [T, E],
+  `heads` (E a multiple of it), `scale` (default 1/sqrt(E / heads)),
+  `causal` (default false): nn.MultiheadAttention's arithmetic.
 - global_avgpool2d: [C, H, W] -> [C].  conv1d ([C, L]; `filters`,
   `kernel_size`, `stride` 1, `padding` 0, `bias` true, `groups` 1,
   `dilation` 1; weight [filters, C / groups, kernel]; conv2d takes
@@ -439,6 +442,40 @@ def _concat(name, layer, s, shapes):
     return Concat(_dim(layer["axis"], len(s), name))
 
 
+class Sdpa(nn.Module):
+    """Scaled dot-product attention over heads on a packed projection
+    [T, 3E] (queries, keys, values side by side) -> [T, E]: PyTorch's own
+    attention arithmetic, as nn.MultiheadAttention runs it."""
+
+    def __init__(self, heads, scale, causal):
+        super().__init__()
+        self.heads, self.scale, self.causal = heads, scale, causal
+
+    def extra_repr(self):
+        return "heads=%d, scale=%r, causal=%r" % (self.heads, self.scale, self.causal)
+
+    def forward(self, x):
+        b, t, w = x.shape
+        e, h = w // 3, self.heads
+        q, k, v = (p.reshape(b, t, h, e // h).transpose(1, 2) for p in x.split(e, dim=-1))
+        scale = self.scale if self.scale is not None else (e // h) ** -0.5
+        s = torch.matmul(q * scale, k.transpose(-2, -1))
+        if self.causal:
+            s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        y = torch.matmul(torch.softmax(s, dim=-1), v)
+        return y.transpose(1, 2).reshape(b, t, e)
+
+
+def _sdpa(name, layer, s, shapes):
+    heads = layer.get("heads")
+    if not isinstance(heads, int) or heads < 1 or len(s) != 2 or s[1] % 3 or \
+            (s[1] // 3) % heads:
+        raise ModelError("layer '%s': sdpa needs heads and an input [T, 3E], E a "
+                         "multiple of heads" % name)
+    scale = layer.get("scale")
+    return Sdpa(heads, None if scale is None else float(scale), bool(layer.get("causal", False)))
+
+
 def _matmul(name, layer, s, shapes):
     if any(len(t) < 2 for t in shapes):
         raise ModelError("layer '%s': matmul needs inputs of 2 or more "
@@ -517,7 +554,7 @@ BUILDERS = {
     "sqrt": lambda *a: Unary(torch.sqrt), "erf": lambda *a: Unary(torch.erf),
     "leaky_relu": lambda n, la, s, sh: nn.LeakyReLU(float(la.get("alpha", 0.01))),
     "clip": _clip, "hardsigmoid": _hardsigmoid, "hardswish": _plain(nn.Hardswish),
-    "slice": _slice, "constant": _constant,
+    "slice": _slice, "constant": _constant, "sdpa": _sdpa,
     "transpose": _transpose, "reshape": _reshape,
     "reduce_mean": _reduce, "reduce_sum": _reduce,
 }

@@ -3,7 +3,8 @@
  * every index on the host and compared with the CPU backend's slots on
  * the same random inputs and the shapes of tests/gpu/test_gpu_ops.c's
  * parity checks: broadcasting binaries with their gradients, strided
- * copies, reductions, the unary family, layernorm and softmax on an axis.
+ * copies, reductions, the unary family, layernorm, softmax on an axis and
+ * attention (its softmax rows between the products).
  * Limit: normwise relative error max|body - cpu| / max|cpu| <= 1e-5 (the
  * two sum in different orders). */
 #include <math.h>
@@ -27,7 +28,8 @@ static void setup(void)
     const dl_backend_ops *o = be->ops;
     cr_assert(o->binary_fwd && o->binary_bwd && o->copy_strided && o->reduce_fwd &&
               o->reduce_bwd && o->unary_fwd && o->unary_bwd && o->layernorm_fwd &&
-              o->layernorm_bwd && o->softmax_axis_fwd && o->softmax_axis_bwd,
+              o->layernorm_bwd && o->softmax_axis_fwd && o->softmax_axis_bwd && o->attn_fwd &&
+              o->attn_bwd,
               "the CPU backend lacks a graph layer slot: nothing to compare with");
     dl_rng_seed(&rng, 20260612);
 }
@@ -419,5 +421,81 @@ Test(cuda_bodies, softmax_axis_fwd_and_bwd)
             free(yc);
             free(dy);
             free(dx);
+        }
+}
+
+/* ---- attention ------------------------------------------------------------------------ */
+
+/* C (m x n, row stride ldc) = op(A) op(B) over k, row-major operands at
+ * their row strides; ta/tb: A is (k x m), B is (n x k). */
+static void host_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0.0;
+            for (int64_t l = 0; l < k; l++)
+                s += (double)(ta ? a[l * lda + i] : a[i * lda + l]) *
+                     (tb ? b[j * ldb + l] : b[l * ldb + j]);
+            c[i * ldc + j] = (float)s;
+        }
+}
+
+/* The CUDA slots' sequence (backend_cuda.cu, cu_attn_fwd and _bwd) on the
+ * host: the products, then the bodies, a sample and head at a time, on
+ * a packed projection [T, 3E], against the CPU kernels. */
+Test(cuda_bodies, attention_fwd_and_bwd)
+{
+    static const int64_t cases[3][3] = { { 3, 33, 2 }, { 2, 1, 1 }, { 1, 40, 4 } };  /* n, T, H */
+    char what[64];
+    for (int cs = 0; cs < 3; cs++)
+        for (int causal = 0; causal < 2; causal++) {
+            int64_t n = cases[cs][0], t = cases[cs][1], h = cases[cs][2], d = 8, e = h * d;
+            dl_attn a = { .n = n, .heads = h, .tq = t, .tk = t, .dk = d, .dv = d,
+                          .q_row = 3 * e, .k_row = 3 * e, .v_row = 3 * e, .o_row = e,
+                          .q_smp = 3 * e * t, .k_smp = 3 * e * t, .v_smp = 3 * e * t,
+                          .o_smp = e * t, .scale = 0.4f, .causal = causal };
+            int64_t nx = n * t * 3 * e, no = n * t * e;
+            float *x = rnd(nx, -2, 2), *dout = rnd(no, -1, 1), *o = rnd(no, 0, 1),
+                  *dx = rnd(nx, 0, 1), *p = rnd(t * t, 0, 1), *dp = rnd(t * t, 0, 1);
+            float *cx = dev(x, nx), *cdo = dev(dout, no), *co = dev(o, no), *cdx = dev(dx, nx);
+            dl_err err = {0};
+            cr_assert_eq(be->ops->attn_fwd(be, &a, cx, cx + e, cx + 2 * e, co, &err), DL_OK,
+                         "%s", err.msg);
+            cr_assert_eq(be->ops->attn_bwd(be, &a, cx, cx + e, cx + 2 * e, cdo, cdx, cdx + e,
+                                           cdx + 2 * e, &err), DL_OK, "%s", err.msg);
+            for (int64_t s = 0; s < n; s++)
+                for (int64_t hh = 0; hh < h; hh++) {
+                    const float *q = x + s * a.q_smp + hh * d, *k = q + e, *v = q + 2 * e;
+                    const float *go = dout + s * a.o_smp + hh * d;
+                    float *dq = dx + s * a.q_smp + hh * d, *dk = dq + e, *dv = dq + 2 * e;
+                    host_gemm(false, true, t, t, d, q, 3 * e, k, 3 * e, p, t);
+                    for (int64_t i = 0; i < t; i++)
+                        body_attn_row(p + i * t, causal && i + 1 < t ? i + 1 : t, t, a.scale);
+                    host_gemm(false, false, t, d, t, p, t, v, 3 * e,
+                              o + s * a.o_smp + hh * d, e);
+                    host_gemm(true, false, t, d, t, p, t, go, e, dv, 3 * e);
+                    host_gemm(false, true, t, t, d, go, e, v, 3 * e, dp, t);
+                    for (int64_t i = 0; i < t; i++)
+                        body_attn_row_bwd(p + i * t, dp + i * t, t, a.scale);
+                    host_gemm(false, false, t, d, t, dp, t, k, 3 * e, dq, 3 * e);
+                    host_gemm(true, false, t, d, t, dp, t, q, 3 * e, dk, 3 * e);
+                }
+            snprintf(what, sizeof(what), "attention_fwd_n%lld_t%lld_h%lld%s", (long long)n,
+                     (long long)t, (long long)h, causal ? "_causal" : "");
+            expect_close(what, o, co, no);
+            snprintf(what, sizeof(what), "attention_bwd_n%lld_t%lld_h%lld%s", (long long)n,
+                     (long long)t, (long long)h, causal ? "_causal" : "");
+            expect_close(what, dx, cdx, nx);
+            be->ops->release(be, cx);
+            be->ops->release(be, cdo);
+            be->ops->release(be, co);
+            be->ops->release(be, cdx);
+            free(x);
+            free(dout);
+            free(o);
+            free(dx);
+            free(p);
+            free(dp);
         }
 }

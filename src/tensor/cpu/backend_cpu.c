@@ -499,7 +499,9 @@ static dl_status cpu_sync(dl_backend *be, dl_err *err)
     .layernorm_bwd    = cpu_layernorm_bwd, \
     .softmax_axis_fwd = cpu_softmax_axis_fwd, \
     .softmax_axis_bwd = cpu_softmax_axis_bwd, \
-    .gemm_batched     = cpu_gemm_batched,
+    .gemm_batched     = cpu_gemm_batched, \
+    .attn_fwd         = cpu_attn_fwd, \
+    .attn_bwd         = cpu_attn_bwd,
 
 /* im2col + OpenBLAS and plain loops for convolution and pooling. */
 static const dl_backend_ops cpu_ops = {

@@ -189,6 +189,12 @@ void cpu_layernorm_fwd(dl_backend *be, const float *x, const float *w, const flo
                        float *y, int64_t rows, int64_t d, float eps);
 void cpu_layernorm_bwd(dl_backend *be, const float *x, const float *w, const float *dy,
                        float *dx, float *dw, float *db, int64_t rows, int64_t d, float eps);
+/* cpu_attn.c: the attention kernels (dl_attn). */
+dl_status cpu_attn_fwd(dl_backend *be, const dl_attn *a, const float *q, const float *k,
+                       const float *v, float *o, dl_err *err);
+dl_status cpu_attn_bwd(dl_backend *be, const dl_attn *a, const float *q, const float *k,
+                       const float *v, const float *dout, float *dq, float *dk, float *dv,
+                       dl_err *err);
 void cpu_softmax_axis_fwd(dl_backend *be, bool log, const float *x, float *y,
                           int64_t outer, int64_t len, int64_t inner);
 void cpu_softmax_axis_bwd(dl_backend *be, bool log, const float *y, const float *dy,

@@ -1028,6 +1028,94 @@ dl_status cu_gemm_batched(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n
     return ok ? DL_OK : take_latched(c, err);
 }
 
+/* Attention (dl_attn), a sample at a time: each product one strided
+ * batched GEMM over the heads (a head's columns at h * dk of the rows,
+ * rows at their own strides), the probabilities in scratch (heads x tq x
+ * tk floats; backward twice that). */
+static bool attn_gemm(cuda_ctx *c, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      const float *a, int64_t lda, int64_t sa, const float *b, int64_t ldb,
+                      int64_t sb, float *cc, int64_t ldc, int64_t sc, int64_t heads)
+{
+    const float one = 1.0f, zero = 0.0f;
+    return CUBLAS_CHECK(c, cublasGemmStridedBatchedEx(
+                               c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                               ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, b,
+                               CUDA_R_32F, (int)ldb, (long long)sb, a, CUDA_R_32F, (int)lda,
+                               (long long)sa, &zero, cc, CUDA_R_32F, (int)ldc, (long long)sc,
+                               (int)heads,
+                               c->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT), "attention");
+}
+
+static dl_status attn_fits(const dl_attn *a, dl_err *err)
+{
+    if (a->tq * a->tk > INT_MAX || a->q_row > INT_MAX || a->k_row > INT_MAX ||
+        a->v_row > INT_MAX || a->o_row > INT_MAX || a->heads > INT_MAX)
+        return dl_err_set(err, DL_ERR_INVALID, "attention of %lld x %lld positions is too "
+                          "large", (long long)a->tq, (long long)a->tk);
+    return DL_OK;
+}
+
+dl_status cu_attn_fwd(dl_backend *be, const dl_attn *a, const float *q, const float *k,
+                      const float *v, float *o, dl_err *err)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (c->latched)
+        return take_latched(c, err);
+    dl_status st = attn_fits(a, err);
+    if (st != DL_OK || a->n <= 0 || a->tq <= 0 || a->tk <= 0)
+        return st;
+    bind(c);
+    int64_t tt = a->tq * a->tk;
+    float *p = (float *)scratch(c, (size_t)(a->heads * tt) * sizeof(float));
+    bool ok = p != nullptr;
+    for (int64_t s = 0; ok && s < a->n; s++) {
+        ok = attn_gemm(c, false, true, a->tq, a->tk, a->dk, q + s * a->q_smp, a->q_row, a->dk,
+                       k + s * a->k_smp, a->k_row, a->dk, p, a->tk, tt, a->heads) &&
+             CUDA_CHECK(c, k_attn_softmax(c->stream, p, a->heads * a->tq, a->tq, a->tk,
+                                          a->scale, a->causal), "attention") &&
+             attn_gemm(c, false, false, a->tq, a->dv, a->tk, p, a->tk, tt, v + s * a->v_smp,
+                       a->v_row, a->dv, o + s * a->o_smp, a->o_row, a->dv, a->heads);
+    }
+    return ok ? DL_OK : take_latched(c, err);
+}
+
+dl_status cu_attn_bwd(dl_backend *be, const dl_attn *a, const float *q, const float *k,
+                      const float *v, const float *dout, float *dq, float *dk, float *dv,
+                      dl_err *err)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (c->latched)
+        return take_latched(c, err);
+    dl_status st = attn_fits(a, err);
+    if (st != DL_OK || a->n <= 0 || a->tq <= 0 || a->tk <= 0)
+        return st;
+    bind(c);
+    int64_t tt = a->tq * a->tk, rows = a->heads * a->tq;
+    float *p = (float *)scratch(c, (size_t)(2 * a->heads * tt) * sizeof(float));
+    float *dp = p ? p + a->heads * tt : nullptr;
+    bool ok = p != nullptr;
+    for (int64_t s = 0; ok && s < a->n; s++) {
+        const float *qs = q + s * a->q_smp, *ks = k + s * a->k_smp, *vs = v + s * a->v_smp;
+        const float *dos = dout + s * a->o_smp;
+        ok = attn_gemm(c, false, true, a->tq, a->tk, a->dk, qs, a->q_row, a->dk, ks, a->k_row,
+                       a->dk, p, a->tk, tt, a->heads) &&
+             CUDA_CHECK(c, k_attn_softmax(c->stream, p, rows, a->tq, a->tk, a->scale,
+                                          a->causal), "attention") &&
+             attn_gemm(c, true, false, a->tk, a->dv, a->tq, p, a->tk, tt, dos, a->o_row, a->dv,
+                       dv + s * a->v_smp, a->v_row, a->dv, a->heads) &&
+             attn_gemm(c, false, true, a->tq, a->tk, a->dv, dos, a->o_row, a->dv, vs, a->v_row,
+                       a->dv, dp, a->tk, tt, a->heads) &&
+             CUDA_CHECK(c, k_attn_softmax_bwd(c->stream, p, dp, rows, a->tk, a->scale),
+                        "attention") &&
+             attn_gemm(c, false, false, a->tq, a->dk, a->tk, dp, a->tk, tt, ks, a->k_row, a->dk,
+                       dq + s * a->q_smp, a->q_row, a->dk, a->heads) &&
+             attn_gemm(c, true, false, a->tk, a->dk, a->tq, dp, a->tk, tt, qs, a->q_row, a->dk,
+                       dk + s * a->k_smp, a->k_row, a->dk, a->heads);
+    }
+    return ok ? DL_OK : take_latched(c, err);
+}
+
 /* Defined below with creation and graphs. */
 void      mod_backend_destroy(dl_backend *be);
 dl_status mod_sync(dl_backend *be, dl_err *err);
@@ -1105,6 +1193,8 @@ const dl_backend_ops cuda_ops = {
     .softmax_axis_fwd = cu_softmax_axis_fwd,
     .softmax_axis_bwd = cu_softmax_axis_bwd,
     .gemm_batched     = cu_gemm_batched,
+    .attn_fwd         = cu_attn_fwd,
+    .attn_bwd         = cu_attn_bwd,
 };
 
 /* ---- creation and teardown -------------------------------------------------- */

@@ -318,6 +318,35 @@ DL_HD void body_softmax_col(bool log_, const float *x, float *y, int64_t len, in
     }
 }
 
+/* Attention's probabilities on a row of scores (dl_attn): p[0..keys) =
+ * softmax(scale p), the rest 0 (a causal row's later positions); in
+ * place. */
+DL_HD void body_attn_row(float *p, int64_t keys, int64_t width, float scale)
+{
+    float mx = scale * p[0];
+    for (int64_t c = 1; c < keys; c++)
+        mx = scale * p[c] > mx ? scale * p[c] : mx;
+    double s = 0.0;
+    for (int64_t c = 0; c < keys; c++)
+        s += expf(scale * p[c] - mx);
+    float inv = (float)(1.0 / s);
+    for (int64_t c = 0; c < keys; c++)
+        p[c] = expf(scale * p[c] - mx) * inv;
+    for (int64_t c = keys; c < width; c++)
+        p[c] = 0.0f;
+}
+
+/* The scores' gradient on a row from the probabilities p and their
+ * gradient dp: dp = p (dp - sum p dp) scale, in place. */
+DL_HD void body_attn_row_bwd(const float *p, float *dp, int64_t width, float scale)
+{
+    double dot = 0.0;
+    for (int64_t c = 0; c < width; c++)
+        dot += (double)p[c] * dp[c];
+    for (int64_t c = 0; c < width; c++)
+        dp[c] = p[c] * (dp[c] - (float)dot) * scale;
+}
+
 /* softmax: dx = y (dy - sum dy y); log_softmax: dx = dy - exp(y) sum dy. */
 DL_HD void body_softmax_col_bwd(bool log_, const float *y, const float *dy, float *dx,
                                 int64_t len, int64_t inner)

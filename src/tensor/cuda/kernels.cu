@@ -832,6 +832,24 @@ __global__ void softmax_axis_bwd_kernel(const float *y, const float *dy, float *
     }
 }
 
+/* One thread a row of attention scores: row r is query r % tq of its
+ * head. */
+__global__ void attn_softmax_kernel(float *p, int64_t rows, int64_t tq, int64_t tk, float scale,
+                                    bool causal)
+{
+    for (int64_t r = tid(); r < rows; r += nthreads()) {
+        int64_t i = r % tq, keys = causal && i + 1 < tk ? i + 1 : tk;
+        body_attn_row(p + r * tk, keys, tk, scale);
+    }
+}
+
+__global__ void attn_softmax_bwd_kernel(const float *p, float *dp, int64_t rows, int64_t tk,
+                                        float scale)
+{
+    for (int64_t r = tid(); r < rows; r += nthreads())
+        body_attn_row_bwd(p + r * tk, dp + r * tk, tk, scale);
+}
+
 /* One block a row: the statistics by block_sum (double, fixed order),
  * then the row. stats (may be NULL) receives mean and rstd. */
 __global__ void layernorm_fwd_kernel(const float *x, const float *w, const float *b, float *y,
@@ -1368,6 +1386,24 @@ cudaError_t k_unary_bwd(cudaStream_t s, const dl_unary *u, const float *x, const
 }
 
 #undef UNARY_CASES
+
+cudaError_t k_attn_softmax(cudaStream_t s, float *p, int64_t rows, int64_t tq, int64_t tk,
+                           float scale, bool causal)
+{
+    if (rows <= 0 || tk <= 0)
+        return cudaSuccess;
+    attn_softmax_kernel<<<blocks_for(rows), BLOCK, 0, s>>>(p, rows, tq, tk, scale, causal);
+    return cudaGetLastError();
+}
+
+cudaError_t k_attn_softmax_bwd(cudaStream_t s, const float *p, float *dp, int64_t rows,
+                               int64_t tk, float scale)
+{
+    if (rows <= 0 || tk <= 0)
+        return cudaSuccess;
+    attn_softmax_bwd_kernel<<<blocks_for(rows), BLOCK, 0, s>>>(p, dp, rows, tk, scale);
+    return cudaGetLastError();
+}
 
 cudaError_t k_softmax_axis_fwd(cudaStream_t s, bool log, const float *x, float *y,
                                int64_t outer, int64_t len, int64_t inner)
