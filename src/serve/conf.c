@@ -133,8 +133,10 @@ const dl_opt dl_serve_opts[] = {
     INT(models, threads, "0", 0, 1024,
         "CPU threads for inference, of each instance; 0 = the cores less one, or split "
         "between instances"),
-    INT(models, instances, "1", 1, DL_MAX_INSTANCES,
-        "copies of each model, each computing its own batches at the same time (CPU only)"),
+    INT(models, instances, "0", 0, DL_MAX_INSTANCES,
+        "copies of each model, each computing its own batches at the same time (CPU only); "
+        "0 = two on a CPU of two cores or more, run by the models whose samples compute "
+        "long, one otherwise"),
     ENUM(log, level, "info", dl_log_level_words, "least severe messages logged"),
     STR(log, debug, "", "comma-separated subsystems logged at debug level, e.g. kafka,http"),
     ENUM(log, format, "text", dl_log_format_words,

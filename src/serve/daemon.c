@@ -354,12 +354,21 @@ static dl_status start(daemon_ctx *d, dl_err *err)
      * (HTTP, Kafka), which on a machine of few cores would otherwise
      * stall a batch's helper threads: on two cores, one inference thread
      * served 10% more binary HTTP requests and 8-17% more Kafka records
-     * than two (docs/benchmarks.md, "HTTP serving"). */
+     * than two (docs/benchmarks.md, "HTTP serving"). models.instances = 0
+     * (the default) starts two on a CPU of two cores or more, and the
+     * registry runs on both only the models whose samples compute long
+     * (REGISTRY_AUTO_SAMPLE_US), on one the others: a long computation
+     * leaves the request path's core idle while it computes (fashion-cnn
+     * on two cores: 0.65x its batch-256 rate with two instances against
+     * 0.50x with one; fashion-mlp 4-9% short of one instance's rate with
+     * two at 32 connections; docs/benchmarks.md, "HTTP serving"). */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int instances = (int)d->conf.models.instances;
     if (instances > 1 && d->conf.models.device.kind != DL_DEVICE_CPU)
         return dl_err_set(err, DL_ERR_INVALID, "models.instances = %d: instances are for the "
                           "CPU; %s runs one", instances, d->conf.models.device.name);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (instances == 0)
+        instances = d->conf.models.device.kind == DL_DEVICE_CPU && cores >= 2 ? 2 : 1;
     int threads = d->conf.models.threads > 0 ? (int)d->conf.models.threads
                   : instances > 1 ? (int)(cores > instances ? cores / instances : 1)
                   : (int)(cores > 1 ? cores - 1 : 1);

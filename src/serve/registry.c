@@ -177,6 +177,11 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
         atomic_store(&s->pub.sample_us, (long long)(best * 1e6));
         free(x);
         free(y);
+        /* models.instances' default: a model that computes little runs on
+         * the first instance only (registry.h) */
+        if (st == DL_OK && i == 0 && sc->instances == 0 && r->conf.instances == 0 &&
+            best * 1e6 < REGISTRY_AUTO_SAMPLE_US)
+            s->pub.instances = 1;
     }
     dl_onnx_free(om);
     if (st != DL_OK) {

@@ -32,6 +32,19 @@ typedef struct served {
     atomic_llong         sample_us;
 } served;
 
+/* With conf->instances 0 (models.instances' default: the daemon then gives
+ * the registry two backends on a CPU of two cores or more), a version
+ * whose serving block names no instances runs on every backend when its
+ * warm-up sample computed for at least REGISTRY_AUTO_SAMPLE_US, else on
+ * the first alone: a request path costs about that much a request, so a
+ * model that computes longer leaves the request path's core idle while
+ * one instance computes (fashion-cnn, 50 us a sample on one thread:
+ * 0.65x its batch-256 rate on two instances against 0.50x on one), and
+ * one that computes less gains nothing from a second (fashion-mlp, 6 us:
+ * 4-9% fewer requests at 32 connections on two; docs/benchmarks.md,
+ * "HTTP serving"). */
+#define REGISTRY_AUTO_SAMPLE_US 20
+
 /* Scans conf->dir and loads what the version policy selects. *out is new.
  * A model that fails to load is logged and recorded (see
  * registry_status), not fatal. Models compute batch-invariant answers

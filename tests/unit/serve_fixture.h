@@ -12,6 +12,7 @@ static inline registry *fx_registry(const char *dir, dl_backend **bes, int n)
     dl_models_conf conf = {0};
     snprintf(conf.dir, sizeof(conf.dir), "%s", dir);
     snprintf(conf.policy, sizeof(conf.policy), "latest");
+    conf.instances = n;   /* models.instances = n, not its default (0) */
     registry *r = NULL;
     dl_err err = {0};
     cr_assert_eq(registry_new(&conf, true, bes, n, &r, &err), DL_OK, "%s", err.msg);

@@ -63,6 +63,29 @@ Test(registry, acquires_served_versions)
     served_release(sv);
 }
 
+/* models.instances' default (0): the daemon's two backends, and a version
+ * without serving.instances loads a copy for each instance that runs it:
+ * both when its warm-up sample computes long, the first alone otherwise
+ * (which of the two, a timing, is not asserted). */
+Test(registry, default_instances_copies_match)
+{
+    dl_backend *two[2] = {be, fx_cpu_backend()};
+    dl_models_conf conf = {0};
+    snprintf(conf.dir, sizeof(conf.dir), "%s", dir);
+    snprintf(conf.policy, sizeof(conf.policy), "latest");
+    registry *r2 = NULL;
+    dl_err err = {0};
+    cr_assert_eq(registry_new(&conf, true, two, 2, &r2, &err), DL_OK, "%s", err.msg);
+    served *sv = NULL;
+    cr_assert_eq(registry_acquire(r2, "tiny", 0, &sv, &err), DL_OK, "%s", err.msg);
+    cr_expect(sv->instances == 1 || sv->instances == 2, "%d", sv->instances);
+    for (int i = 0; i < 3; i++)
+        cr_expect_eq(sv->m[i] != NULL, i < sv->instances, "copy %d of %d", i, sv->instances);
+    served_release(sv);
+    registry_free(r2);
+    dl_backend_free(two[1]);
+}
+
 /* models.instances = 2: a copy of the version a backend, with the same
  * weights (the same predictions), and nothing past them. */
 Test(registry, loads_a_copy_an_instance)
