@@ -372,7 +372,7 @@ static dl_status start(daemon_ctx *d, dl_err *err)
     int threads = d->conf.models.threads > 0 ? (int)d->conf.models.threads
                   : instances > 1 ? (int)(cores > instances ? cores / instances : 1)
                   : (int)(cores > 1 ? cores - 1 : 1);
-    dl_backend_params bp = { .threads = threads, .keep_pool = true, .conv_layers = true };
+    dl_backend_params bp = { .threads = threads, .keep_pool = true, .engine_layers = true };
     dl_status st = DL_OK;
     for (int i = 0; st == DL_OK && i < instances; i++)
         if ((st = dl_backend_new(d->conf.models.device.name, &bp, &d->be[i], err)) == DL_OK)

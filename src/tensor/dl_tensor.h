@@ -402,10 +402,11 @@ typedef struct dl_backend_params {
                         * the products keep 10 mantissa bits (relative
                         * error ~1e-3 instead of ~1e-6); the CPU ignores it */
     dl_conv_engine conv;   /* CPU: the kernels of convolution and pooling */
-    /* The models have convolution or pooling layers (or may have: the
-     * daemon): only then does DL_CONV_DEFAULT's auto choose oneDNN, which
+    /* The models have layers oneDNN runs (or may have: the daemon):
+     * convolutions, pooling, and the dense layers of a model that only
+     * serves. Only then does DL_CONV_DEFAULT's auto choose oneDNN, which
      * brings a model without them nothing but its OpenMP team. */
-    bool conv_layers;
+    bool engine_layers;
     /* CPU with oneDNN: dlserve's loops stay on its own pool, whose idle
      * workers sleep, instead of running on oneDNN's OpenMP team, whose
      * idle threads spin. For a process whose other threads need the

@@ -32,7 +32,7 @@ static void print_outputs(const session *s, double loss, int64_t n, double rate)
 dl_status dl_eval_run(const dl_run_opts *o, dl_err *err)
 {
     session s;
-    dl_status st = session_open(&s, o, 1, err);
+    dl_status st = session_open(&s, o, 1, true, err);
     if (st != DL_OK)
         return st;
     dl_dataset *test = NULL;
@@ -130,7 +130,7 @@ static void print_prediction(const dl_model_conf *c, int64_t i, const float *p, 
 dl_status dl_predict_run(const dl_run_opts *o, dl_err *err)
 {
     session s;
-    dl_status st = session_open(&s, o, 1, err);
+    dl_status st = session_open(&s, o, 1, true, err);
     if (st != DL_OK)
         return st;
     char tmp[64] = "";
@@ -301,7 +301,7 @@ dl_status dl_bench_infer_run(const dl_run_opts *o, dl_err *err)
                           "--infer-batch '%s': expected batch sizes such as 1,64,1024",
                           o->infer_batches ? o->infer_batches : "");
     session s;
-    dl_status st = session_open(&s, o, 1, err);
+    dl_status st = session_open(&s, o, 1, true, err);
     if (st != DL_OK)
         return st;
     session_serve(&s, o);

@@ -20,11 +20,13 @@ void dl_run_opts_init(dl_run_opts *o)
                               .bucket_kb = DL_DIST_BUCKET_KB };
 }
 
-/* Convolution or pooling layers: what the CPU's convolution engine runs. */
-static bool has_conv_layers(const dl_model_conf *c)
+/* Layers the CPU's engine (oneDNN) runs: convolutions and pooling, and
+ * when the model only serves, dense layers (prepacked inner products). */
+static bool has_engine_layers(const dl_model_conf *c, bool serving)
 {
     for (int i = 0; i < c->nlayers; i++)
-        if (dl_layer_is_conv_or_pool(c->layers[i].type))
+        if (dl_layer_is_conv_or_pool(c->layers[i].type) ||
+            (serving && c->layers[i].type == DL_LAYER_DENSE))
             return true;
     return false;
 }
@@ -40,12 +42,14 @@ static bool serving_invariant(const dl_model_conf *c)
     return on;
 }
 
-dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, dl_err *err)
+dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, bool serving,
+                       dl_err *err)
 {
     memset(s, 0, sizeof(*s));
     dl_status st = dl_model_conf_load(o->model_dir, &s->conf, err);
     dl_backend_params bp = { .threads = o->threads, .tf32 = o->tf32,
-                             .conv_layers = st == DL_OK && has_conv_layers(s->conf) };
+                             .engine_layers = st == DL_OK &&
+                                              has_engine_layers(s->conf, serving) };
     if (st == DL_OK)
         st = dl_backend_new(o->device, &bp, &s->be, err);
     if (st == DL_OK && o->tf32 && s->be->device < 0)

@@ -20,8 +20,11 @@ typedef struct session {
                    out_rmse[DL_REPORT_MAX_OUTPUTS];
 } session;
 
-/* Opens model.json, the backend and a model with fresh weights (seed). */
-dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, dl_err *err);
+/* Opens model.json, the backend and a model with fresh weights (seed);
+ * `serving`: the model will only serve (session_serve), which picks the
+ * CPU's engine for its dense layers too. */
+dl_status session_open(session *s, const dl_run_opts *o, uint64_t seed, bool serving,
+                       dl_err *err);
 
 /* The model only serves from now on (--eval, --predict, --bench):
  * dl_model_fix_weights, and batch-invariant answers as o->batch_invariant,

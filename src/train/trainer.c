@@ -142,7 +142,7 @@ static dl_status trainer_open(trainer *t, const dl_run_opts *o, dl_dist *d,
     t->hp = probe->train;
     dl_model_conf_free(probe);
     apply_overrides(&t->hp, o);
-    if ((st = session_open(&t->s, o, t->hp.seed, err)) != DL_OK)
+    if ((st = session_open(&t->s, o, t->hp.seed, false, err)) != DL_OK)
         return st;
     t->nout = t->s.conf->noutputs > 1 ? t->s.conf->noutputs : 0;
     st = session_data(&t->s, o, "train", &t->train, err);

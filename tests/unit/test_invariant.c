@@ -36,7 +36,7 @@ static void setup(run *r, const char *name, int threads)
     char rel[128];
     snprintf(rel, sizeof(rel), "models/%s/model.json", name);
     cr_assert_eq(dl_model_conf_load(fx_source_path(rel), &r->conf, &err), DL_OK, "%s", err.msg);
-    dl_backend_params bp = { .threads = threads, .conv_layers = true };
+    dl_backend_params bp = { .threads = threads, .engine_layers = true };
     cr_assert_eq(dl_backend_new("cpu", &bp, &r->be, &err), DL_OK, "%s", err.msg);
     cr_assert_eq(dl_model_new(r->be, r->conf, 7, &r->m, &err), DL_OK, "%s", err.msg);
     dl_model_fix_weights(r->m);

@@ -390,6 +390,19 @@ static dl_status dnnl_conv_fwd(dl_backend *be, const dl_conv_geom *g, const floa
     return dl_dnnl_conv_fwd(be->ctx, g, x, w, b, post, y, err);
 }
 
+/* A serving model's dense layers on oneDNN's inner product, its weights
+ * reordered once (prepacked), where OpenBLAS packs them on every call:
+ * at a batch of one that packing took a fifth of a transformer encoder's
+ * time. Trained weights go to OpenBLAS. */
+static dl_status dnnl_gemm_bias_act(dl_backend *be, int64_t m, int64_t n, int64_t k,
+                                    const float *a, const float *b, const float *bias,
+                                    const dl_act *post, float *c, dl_err *err)
+{
+    dl_status st = dl_dnnl_dense_fwd(be->ctx, m, n, k, a, b, bias, post, c, err);
+    return st == DL_ERR_UNAVAILABLE ? bias_act(be, false, m, n, k, a, b, bias, post, c, err)
+                                    : st;
+}
+
 static void dnnl_fix_weights(dl_backend *be, const void *w, size_t bytes, bool fixed)
 {
     dl_dnnl_fix_weights(be->ctx, w, bytes, fixed);
@@ -457,7 +470,6 @@ static dl_status cpu_sync(dl_backend *be, dl_err *err)
     .fill           = cpu_fill, \
     .copy           = cpu_copy_f32, \
     .gemm           = cpu_gemm, \
-    .gemm_bias_act  = cpu_gemm_bias_act, \
     .gemm_bias_act_rows = cpu_gemm_bias_act_rows, \
     .bias_add       = cpu_bias_add, \
     .bias_grad      = cpu_bias_grad, \
@@ -506,6 +518,7 @@ static dl_status cpu_sync(dl_backend *be, dl_err *err)
 /* im2col + OpenBLAS and plain loops for convolution and pooling. */
 static const dl_backend_ops cpu_ops = {
     CPU_OPS
+    .gemm_bias_act    = cpu_gemm_bias_act,
 };
 
 #ifdef DL_HAVE_DNNL
@@ -518,6 +531,7 @@ static const dl_backend_ops cpu_dnnl_ops = {
     .pool2d_fwd       = dnnl_pool_fwd,
     .pool2d_bwd       = dnnl_pool_bwd,
     .fix_weights      = dnnl_fix_weights,
+    .gemm_bias_act    = dnnl_gemm_bias_act,
 };
 #endif
 
@@ -526,17 +540,17 @@ static const dl_backend_ops cpu_dnnl_ops = {
  * convolutions trained fashion-cnn 1.3x and inferred 1.3x faster than
  * im2col + OpenBLAS there), im2col + OpenBLAS on AVX2 only, where
  * oneDNN's kernels measured no faster and its reorders cost more
- * (docs/benchmarks.md, "CPU engine"), and for models without
- * convolutions, to which oneDNN would bring only its spinning OpenMP
- * team. */
-static dl_conv_engine auto_engine(bool conv_layers)
+ * (docs/benchmarks.md, "CPU engine"), and for models without layers it
+ * runs (convolutions, pooling, a serving model's dense layers), to which
+ * oneDNN would bring only its spinning OpenMP team. */
+static dl_conv_engine auto_engine(bool engine_layers)
 {
 #if defined(DL_HAVE_DNNL) && (defined(__x86_64__) || defined(__i386__))
     __builtin_cpu_init();
-    if (conv_layers && __builtin_cpu_supports("avx512f"))
+    if (engine_layers && __builtin_cpu_supports("avx512f"))
         return DL_CONV_ONEDNN;
 #else
-    (void)conv_layers;
+    (void)engine_layers;
 #endif
     return DL_CONV_IM2COL;
 }
@@ -544,7 +558,7 @@ static dl_conv_engine auto_engine(bool conv_layers)
 /* The engine asked for: the caller's, else DLSERVE_CPU_CONV's (auto,
  * im2col or onednn), else auto. DL_ERR_INVALID for an unknown word in the
  * environment. */
-static dl_status pick_engine(dl_conv_engine asked, bool conv_layers, dl_conv_engine *out,
+static dl_status pick_engine(dl_conv_engine asked, bool engine_layers, dl_conv_engine *out,
                              dl_err *err)
 {
     *out = asked;
@@ -552,7 +566,7 @@ static dl_status pick_engine(dl_conv_engine asked, bool conv_layers, dl_conv_eng
         return DL_OK;
     const char *env = getenv("DLSERVE_CPU_CONV");
     if (!env || !*env || strcmp(env, "auto") == 0) {
-        *out = auto_engine(conv_layers);
+        *out = auto_engine(engine_layers);
         return DL_OK;
     }
     if (strcmp(env, "im2col") == 0) {
@@ -595,7 +609,7 @@ static dl_status cpu_new(int threads, const dl_backend_params *p, dl_backend **o
     *out = NULL;
     dl_conv_engine engine;
     bool thin = false;
-    if (pick_engine(p->conv, p->conv_layers, &engine, err) != DL_OK ||
+    if (pick_engine(p->conv, p->engine_layers, &engine, err) != DL_OK ||
         pick_gemm(&thin, err) != DL_OK)
         return DL_ERR_INVALID;
 #ifndef DL_HAVE_DNNL
@@ -665,7 +679,7 @@ const char *dl_blas_core_override(void)
 
 dl_status dl_backend_cpu_new(int threads, dl_backend **out, dl_err *err)
 {
-    dl_backend_params p = { .conv_layers = true };
+    dl_backend_params p = { .engine_layers = true };
     return cpu_new(threads, &p, out, err);
 }
 

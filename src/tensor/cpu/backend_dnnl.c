@@ -1,6 +1,7 @@
-/* backend_dnnl.c: the CPU backend's convolution and pooling through oneDNN:
- * one primitive per geometry, created on first use and kept for the next;
- * the weights of a model that only serves reordered once. */
+/* backend_dnnl.c: the CPU backend's convolution and pooling through oneDNN,
+ * and the dense layers of a model that only serves (inner products): one
+ * primitive per geometry, created on first use and kept for the next; the
+ * weights of a model that only serves reordered once. */
 #define _POSIX_C_SOURCE 200809L
 #include "tensor/cpu/cpu.h"
 
@@ -28,7 +29,7 @@
 #define SLOTS_MAX 4
 
 typedef enum op_kind {
-    OP_CONV_FWD, OP_CONV_BWD_DATA, OP_CONV_BWD_WEIGHTS, OP_POOL_FWD, OP_POOL_BWD,
+    OP_CONV_FWD, OP_CONV_BWD_DATA, OP_CONV_BWD_WEIGHTS, OP_POOL_FWD, OP_POOL_BWD, OP_DENSE_FWD,
 } op_kind;
 
 /* One tensor argument. The caller's memory is plain (OIHW, a vector) or,
@@ -360,6 +361,22 @@ static dl_status build_conv(dl_dnnl *d, entry *e, const_dnnl_op_desc_t desc,
     return st;
 }
 
+/* Post-op attributes for dl_act + 1 (0: none). */
+static dl_status post_attr(int post, dnnl_primitive_attr_t *attr, dl_err *err)
+{
+    static const dnnl_alg_kind_t alg[] = { dnnl_eltwise_relu, dnnl_eltwise_tanh,
+                                           dnnl_eltwise_logistic };
+    DNNL_CHECK(dnnl_primitive_attr_create(attr), err);
+    if (post) {
+        dnnl_post_ops_t po = NULL;
+        dnnl_post_ops_create(&po);
+        dnnl_post_ops_append_eltwise(po, 1.0f, alg[post - 1], 0.0f, 0.0f);
+        dnnl_primitive_attr_set_post_ops(*attr, po);
+        dnnl_post_ops_destroy(po);
+    }
+    return DL_OK;
+}
+
 /* variant for the forward convolution: bit 0 bias, bits 1.. the post-op + 1. */
 static dl_status build_conv_fwd(dl_dnnl *d, entry *e, dl_err *err)
 {
@@ -376,18 +393,11 @@ static dl_status build_conv_fwd(dl_dnnl *d, entry *e, dl_err *err)
     if (st != DL_OK)
         return st;
     dnnl_primitive_attr_t attr = NULL;
-    dnnl_post_ops_t po = NULL;
-    DNNL_CHECK(dnnl_primitive_attr_create(&attr), err);
-    if (post) {
-        static const dnnl_alg_kind_t alg[] = { dnnl_eltwise_relu, dnnl_eltwise_tanh,
-                                               dnnl_eltwise_logistic };
-        dnnl_post_ops_create(&po);
-        dnnl_post_ops_append_eltwise(po, 1.0f, alg[post - 1], 0.0f, 0.0f);
-        dnnl_primitive_attr_set_post_ops(attr, po);
-        dnnl_post_ops_destroy(po);
-    }
-    st = build_conv(d, e, &cd, attr, false, slot, NSLOTS(slot), err);
-    dnnl_primitive_attr_destroy(attr);
+    st = post_attr(post, &attr, err);
+    if (st == DL_OK)
+        st = build_conv(d, e, &cd, attr, false, slot, NSLOTS(slot), err);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
     return st;
 }
 
@@ -493,6 +503,53 @@ static dl_status build_pool(dl_dnnl *d, entry *e, bool backward, dl_err *err)
 
 /* ---- the cache ------------------------------------------------------------ */
 
+/* A dense layer's forward, y (m, n) = post(x (m, k) W^T + b), as an inner
+ * product for inference (g: n = m rows, c = k, oc = n), the weights in
+ * the layout it picks (a fixed model's reordered once, fixed_copy): no
+ * packing of the weights on every call, as OpenBLAS does. */
+enum { DENSE_SRC, DENSE_WEI, DENSE_BIAS, DENSE_DST, DENSE_TENSORS };
+
+static dl_status build_dense(dl_dnnl *d, entry *e, dl_err *err)
+{
+    const dl_conv_geom *g = &e->g;
+    dnnl_dims_t src = { g->n, g->c }, wei = { g->oc, g->c }, bias = { g->oc },
+                dst = { g->n, g->oc };
+    dnnl_memory_desc_t md[DENSE_TENSORS], wany;
+    md_plain(&md[DENSE_SRC], 2, src, dnnl_nc);
+    md_plain(&md[DENSE_WEI], 2, wei, dnnl_oi);
+    md_plain(&md[DENSE_BIAS], 1, bias, dnnl_x);
+    md_plain(&md[DENSE_DST], 2, dst, dnnl_nc);
+    md_any(&wany, 2, wei);
+    bool has_bias = e->variant & 1;
+    dnnl_inner_product_desc_t ipd;
+    DNNL_CHECK(dnnl_inner_product_forward_desc_init(&ipd, dnnl_forward_inference,
+                                                    &md[DENSE_SRC], &wany,
+                                                    has_bias ? &md[DENSE_BIAS] : NULL,
+                                                    &md[DENSE_DST]), err);
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dl_status st = post_attr(e->variant >> 1, &attr, err);
+    if (st == DL_OK)
+        st = make_prim(d, e, &ipd, attr, NULL, &pd, err);
+    if (st == DL_OK)
+        st = add_slot(d, e, pd, dnnl_query_src_md, 0, DNNL_ARG_SRC, &md[DENSE_SRC], false,
+                      false, err);
+    if (st == DL_OK)
+        st = add_slot(d, e, pd, dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, &md[DENSE_WEI],
+                      false, false, err);
+    if (st == DL_OK && has_bias)
+        st = add_slot(d, e, pd, dnnl_query_weights_md, 1, DNNL_ARG_BIAS, &md[DENSE_BIAS],
+                      false, false, err);
+    if (st == DL_OK)
+        st = add_slot(d, e, pd, dnnl_query_dst_md, 0, DNNL_ARG_DST, &md[DENSE_DST], true,
+                      false, err);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    return st;
+}
+
 static dl_status build(dl_dnnl *d, entry *e, dl_err *err)
 {
     switch (e->kind) {
@@ -501,6 +558,7 @@ static dl_status build(dl_dnnl *d, entry *e, dl_err *err)
     case OP_CONV_BWD_WEIGHTS: return build_conv_bwd(d, e, err);
     case OP_POOL_FWD:         return build_pool(d, e, false, err);
     case OP_POOL_BWD:         return build_pool(d, e, true, err);
+    case OP_DENSE_FWD:        return build_dense(d, e, err);
     }
     return dl_err_set(err, DL_ERR_INVALID, "oneDNN: unknown op");
 }
@@ -604,7 +662,8 @@ static dl_status run(dl_dnnl *d, entry *e, void *const *ptr, void *ws, dl_err *e
         arg_slot *s = &e->slot[i];
         DNNL_CHECK(dnnl_memory_set_data_handle_v2(s->user, ptr[i], d->stream), err);
         args[nargs++] = (dnnl_exec_arg_t){ s->arg, s->inner ? s->inner : s->user };
-        dnnl_memory_t copy = e->kind == OP_CONV_FWD && s->arg == DNNL_ARG_WEIGHTS && s->inner
+        dnnl_memory_t copy = (e->kind == OP_CONV_FWD || e->kind == OP_DENSE_FWD) &&
+                                     s->arg == DNNL_ARG_WEIGHTS && s->inner
                            ? fixed_copy(d, s, ptr[i]) : NULL;
         if (copy)
             args[nargs - 1].memory = copy;
@@ -771,4 +830,22 @@ dl_status dl_dnnl_pool_bwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
     int variant = kind == DL_POOL_MAX ? 1 : 0;
     void *ptr[2] = { (void *)dy, dx };
     return call(d, OP_POOL_BWD, g, variant, ptr, (void *)ws, ws_bytes, err);
+}
+
+dl_status dl_dnnl_dense_fwd(dl_dnnl *d, int64_t m, int64_t n, int64_t k, const float *x,
+                            const float *w, const float *b, const dl_act *post, float *y,
+                            dl_err *err)
+{
+    bool fixed = false;
+    pthread_mutex_lock(&d->mu);
+    for (int i = 0; i < d->nfixed && !fixed; i++)
+        fixed = (const char *)w >= d->fixed[i].lo && (const char *)w < d->fixed[i].hi;
+    pthread_mutex_unlock(&d->mu);
+    if (!fixed || m <= 0 || k <= 0)
+        return DL_ERR_UNAVAILABLE;
+    dl_conv_geom g = { .n = m, .c = k, .oc = n };
+    int variant = (b ? 1 : 0) | (post ? ((int)*post + 1) << 1 : 0);
+    void *with_bias[4] = { (void *)x, (void *)w, (void *)b, y };
+    void *without[3] = { (void *)x, (void *)w, y };
+    return call(d, OP_DENSE_FWD, &g, variant, b ? with_bias : without, NULL, 0, err);
 }
