@@ -74,6 +74,15 @@ struct layer {
     const dl_act        *post;
     dl_act               post_act;
     bool                 folded;
+    /* Inference only (model_plan.c): a conv2d whose output goes only to a
+     * unary elementwise layer applies that layer's op itself in inference
+     * (post_un points at post_un_val, through the engine's fused post-op
+     * where it has one), and that layer is `folded_infer`: inference skips
+     * it and reads the conv's output. Training runs both as they are: the
+     * unary's backward needs its input. */
+    const dl_unary      *post_un;
+    dl_unary             post_un_val;
+    bool                 folded_infer;
     bool                 generic;                /* the engine declined: im2col */
     /* DL_BLOCKED_* (model_plan.c's plan_layouts): which of this layer's
      * activations stay in the engine's blocked layout. Such a layer has
@@ -207,6 +216,8 @@ void layer_declare(layer *l, const char *suffix, bool trainable, int ndim,
 
 /* The activation of a relu, tanh or sigmoid layer. */
 dl_act layer_act(const dl_layer_conf *c);
+/* The op of a layer of layer_elem_ops (layer_elem.c). */
+dl_unary layer_unary(const dl_layer_conf *c);
 
 /* Uniform(-bound, bound) fill of a host/CPU-visible buffer. */
 void layer_fill_uniform(layer *l, float *dst, int64_t n, float bound, dl_rng *rng);

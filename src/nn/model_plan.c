@@ -75,6 +75,13 @@ static void fuse_activations(dl_model *m, const int *readers)
         layer *prev = &m->layers[i];
         dl_layer_type pt = prev->conf->type;
         int j = chain_next(m, readers, i);
+        if (j >= 0 && pt == DL_LAYER_CONV2D && m->layers[j].ops == &layer_elem_ops &&
+            m->be->ops->conv_fwd_unary) {
+            prev->post_un_val = layer_unary(m->layers[j].conf);
+            prev->post_un = &prev->post_un_val;
+            m->layers[j].folded_infer = true;
+            continue;
+        }
         if (j < 0 || !takes_post(pt) ||
             !is_act(m->layers[j].conf->type))
             continue;
@@ -237,7 +244,7 @@ static int take_slot(act_plan *p, bool *free_slot, int64_t dim)
 }
 
 /* Aliases: a folded activation shares its producer's buffer in every pass,
- * and outside training a flatten, reshape or identity that is no model
+ * one folded_infer outside training, and then also a flatten, reshape or identity that is no model
  * output passes its input on as it is (only backward reads a copy). */
 static void plan_aliases(dl_model *m, act_plan *p, bool train)
 {
@@ -246,7 +253,8 @@ static void plan_aliases(dl_model *m, act_plan *p, bool train)
     for (int i = 0; i < m->nlayers; i++) {
         layer *l = &m->layers[i];
         int t = m->ninputs + i;
-        if (l->folded || (!train && is_view(l->conf->type) && m->out_of[t] < 0))
+        if (l->folded || (!train && l->folded_infer) ||
+            (!train && is_view(l->conf->type) && m->out_of[t] < 0))
             p->alias[t] = model_tensor_of(m, l->conf->src[0]);
     }
 }

@@ -173,6 +173,12 @@ typedef struct dl_backend_ops {
     dl_status (*conv_fwd)(dl_backend *be, const dl_conv_geom *g, const float *x,
                           const float *w, const float *b, const dl_act *post,
                           float *y, dl_err *err);
+    /* Optional, inference only: y = u(conv(x, w) + b), the unary op u
+     * applied in the same pass. DL_ERR_UNAVAILABLE for a u the engine does
+     * not fuse (the caller then runs conv_fwd and unary_fwd). */
+    dl_status (*conv_fwd_unary)(dl_backend *be, const dl_conv_geom *g, const float *x,
+                                const float *w, const float *b, const dl_unary *u,
+                                float *y, dl_err *err);
     /* dx is overwritten. */
     dl_status (*conv_bwd_data)(dl_backend *be, const dl_conv_geom *g, const float *dy,
                                const float *w, float *dx, dl_err *err);

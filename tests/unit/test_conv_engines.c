@@ -2,8 +2,9 @@
  * + OpenBLAS, and oneDNN) against each other: the same model, weights and
  * batch give the same outputs and parameter gradients to 1e-5, for strides,
  * padding, windows short of the edge, rectangular windows, fused
- * activations, both pooling kinds and the blocked layouts oneDNN keeps
- * between layers and across a residual graph's joins. */
+ * activations (unary ones as oneDNN's post-ops in inference), both pooling
+ * kinds and the blocked layouts oneDNN keeps between layers and across a
+ * residual graph's joins. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -211,6 +212,16 @@ static int64_t blocked_of(const char *name)
     return 0;
 }
 
+/* The oneDNN side's layer `name`. */
+static const layer *layer_of(const char *name)
+{
+    for (int i = 0; i < onednn.m->nlayers; i++)
+        if (strcmp(onednn.m->layers[i].conf->name, name) == 0)
+            return &onednn.m->layers[i];
+    cr_assert_fail("no layer '%s'", name);
+    return NULL;
+}
+
 /* MobileNet's inverted residual on blocked channels: a 1x1 expansion,
  * a depthwise 3x3 (groups = channels) with batchnorm and relu, a strided
  * one, a grouped 1x1 of whole channel blocks, and the projection. */
@@ -255,6 +266,10 @@ Test(conv_engines, unary_and_channel_scale_blocked)
             "{'name': 'fc', 'type': 'dense', 'units': 10}");
     for (const char *const *n = (const char *const[]){ "a1", "a2", "sc", NULL }; *n; n++)
         cr_expect(blocked_of(*n) & DL_BLOCKED_Y, "%s writes NCHW", *n);
+    /* clip, hardswish and silu ran as the convolutions' post-ops in inference */
+    for (const char *const *n = (const char *const[]){ "a1", "a2", "e1a", NULL }; *n; n++)
+        cr_expect(layer_of(*n)->folded_infer, "%s is not folded into its convolution", *n);
+    cr_expect(layer_of("e1")->post_un && layer_of("e1")->post_un->kind == DL_UN_SILU);
 }
 
 

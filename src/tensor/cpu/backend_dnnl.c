@@ -49,6 +49,7 @@ typedef struct entry {
     op_kind          kind;
     dl_conv_geom     g;
     int              variant;    /* conv: post-op and bias; pool: kind and training */
+    float            pa, pb;     /* conv: the parameters of a unary post-op */
     dnnl_primitive_t prim;
     int              nslots;
     arg_slot         slot[SLOTS_MAX];
@@ -360,7 +361,44 @@ static dl_status build_conv(dl_dnnl *d, entry *e, const_dnnl_op_desc_t desc,
     return st;
 }
 
-/* variant for the forward convolution: bit 0 bias, bits 1.. the post-op + 1. */
+/* A fused unary's oneDNN eltwise (alpha, beta: its parameters); false for
+ * one oneDNN has not, or computes otherwise than PyTorch. */
+static bool unary_alg(dl_unary_kind kind, float a, float b, dnnl_alg_kind_t *alg,
+                      float *alpha, float *beta)
+{
+    *alpha = 0.0f;
+    *beta = 0.0f;
+    switch (kind) {
+    case DL_UN_SILU:       *alg = dnnl_eltwise_swish; *alpha = 1.0f; return true;
+    case DL_UN_CLIP:       *alg = dnnl_eltwise_clip; *alpha = a; *beta = b; return true;
+    case DL_UN_HARDSWISH:  *alg = dnnl_eltwise_hardswish; return true;
+    case DL_UN_LEAKY_RELU: *alg = dnnl_eltwise_relu; *alpha = a; return true;
+    case DL_UN_GELU:       *alg = dnnl_eltwise_gelu_erf; return true;
+    case DL_UN_GELU_TANH:  *alg = dnnl_eltwise_gelu_tanh; return true;
+    default:               return false;
+    }
+}
+
+/* The first post value of a fused unary (variant >> 1): dl_act + 1 below it. */
+#define POST_UNARY 8
+
+/* The post-op of a forward convolution: post = variant >> 1 (0: none,
+ * below POST_UNARY a dl_act + 1, else a dl_unary_kind + POST_UNARY with
+ * e->pa, e->pb), as an eltwise; false for a unary oneDNN does not fuse. */
+static bool post_eltwise(const entry *e, dnnl_alg_kind_t *alg, float *alpha, float *beta)
+{
+    static const dnnl_alg_kind_t act[] = { dnnl_eltwise_relu, dnnl_eltwise_tanh,
+                                           dnnl_eltwise_logistic };
+    int post = e->variant >> 1;
+    if (post >= POST_UNARY)
+        return unary_alg((dl_unary_kind)(post - POST_UNARY), e->pa, e->pb, alg, alpha, beta);
+    *alg = act[post - 1];
+    *alpha = *beta = 0.0f;
+    return true;
+}
+
+/* variant for the forward convolution: bit 0 bias, bits 1.. the post-op
+ * (post_eltwise). */
 static dl_status build_conv_fwd(dl_dnnl *d, entry *e, dl_err *err)
 {
     static const conv_slot slot[] = {
@@ -370,7 +408,10 @@ static dl_status build_conv_fwd(dl_dnnl *d, entry *e, dl_err *err)
         { dnnl_query_dst_md,     0, DNNL_ARG_DST,     CONV_DST,  SLOT_OUT },
     };
     bool bias = e->variant & 1;
-    int post = e->variant >> 1;          /* 0: none, else dl_act + 1 */
+    dnnl_alg_kind_t alg = dnnl_alg_kind_undef;
+    float alpha = 0.0f, beta = 0.0f;
+    if (e->variant >> 1 && !post_eltwise(e, &alg, &alpha, &beta))
+        return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN: no fused post-op");
     dnnl_convolution_desc_t cd;
     dl_status st = conv_fwd_desc(&e->g, bias, &cd, err);
     if (st != DL_OK)
@@ -378,11 +419,9 @@ static dl_status build_conv_fwd(dl_dnnl *d, entry *e, dl_err *err)
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     DNNL_CHECK(dnnl_primitive_attr_create(&attr), err);
-    if (post) {
-        static const dnnl_alg_kind_t alg[] = { dnnl_eltwise_relu, dnnl_eltwise_tanh,
-                                               dnnl_eltwise_logistic };
+    if (alg != dnnl_alg_kind_undef) {
         dnnl_post_ops_create(&po);
-        dnnl_post_ops_append_eltwise(po, 1.0f, alg[post - 1], 0.0f, 0.0f);
+        dnnl_post_ops_append_eltwise(po, 1.0f, alg, alpha, beta);
         dnnl_primitive_attr_set_post_ops(attr, po);
         dnnl_post_ops_destroy(po);
     }
@@ -508,13 +547,14 @@ static dl_status build(dl_dnnl *d, entry *e, dl_err *err)
 /* The entry for (kind, g, variant): found, or created in place of the
  * least recently used one. Called with d->mu held. */
 static dl_status lookup(dl_dnnl *d, op_kind kind, const dl_conv_geom *g, int variant,
-                        entry **out, dl_err *err)
+                        const float par[2], entry **out, dl_err *err)
 {
     *out = NULL;
     int victim = 0;
     for (int i = 0; i < d->n; i++) {
         entry *e = d->cache[i];
-        if (e->kind == kind && e->variant == variant && memcmp(&e->g, g, sizeof(*g)) == 0) {
+        if (e->kind == kind && e->variant == variant && e->pa == par[0] && e->pb == par[1] &&
+            memcmp(&e->g, g, sizeof(*g)) == 0) {
             e->used = ++d->clock;
             *out = e;
             return DL_OK;
@@ -528,6 +568,8 @@ static dl_status lookup(dl_dnnl *d, op_kind kind, const dl_conv_geom *g, int var
     e->kind = kind;
     e->g = *g;
     e->variant = variant;
+    e->pa = par[0];
+    e->pb = par[1];
     dl_status st = build(d, e, err);
     if (st != DL_OK) {
         entry_free(e);
@@ -631,9 +673,12 @@ static dl_status run(dl_dnnl *d, entry *e, void *const *ptr, void *ws, dl_err *e
     return st;
 }
 
+/* par: the post-op's parameters (NULL: none), part of the entry's key. */
 static dl_status call(dl_dnnl *d, op_kind kind, const dl_conv_geom *g, int variant,
-                      void *const *ptr, void *ws, size_t ws_room, dl_err *err)
+                      const float *par, void *const *ptr, void *ws, size_t ws_room,
+                      dl_err *err)
 {
+    static const float none[2] = { 0.0f, 0.0f };
     pthread_mutex_lock(&d->mu);
     /* oneDNN's OpenMP team follows the calling thread's setting, when it
      * creates a primitive as when it runs one: a creation with the
@@ -643,7 +688,7 @@ static dl_status call(dl_dnnl *d, op_kind kind, const dl_conv_geom *g, int varia
     if (omp_get_max_threads() != d->threads)
         omp_set_num_threads(d->threads);
     entry *e;
-    dl_status st = lookup(d, kind, g, variant, &e, err);
+    dl_status st = lookup(d, kind, g, variant, par ? par : none, &e, err);
     if (st == DL_OK && e->ws && (!ws || e->ws_bytes > ws_room))
         st = dl_err_set(err, DL_ERR_INVALID, "oneDNN: pooling needs %zu bytes of workspace, "
                         "got %zu", e->ws_bytes, ws ? ws_room : 0);
@@ -739,21 +784,35 @@ dl_status dl_dnnl_conv_fwd(dl_dnnl *d, const dl_conv_geom *g, const float *x,
     /* slots: src, weights, [bias,] dst */
     void *with_bias[4] = { (void *)x, (void *)w, (void *)b, y };
     void *without[3] = { (void *)x, (void *)w, y };
-    return call(d, OP_CONV_FWD, g, variant, b ? with_bias : without, NULL, 0, err);
+    return call(d, OP_CONV_FWD, g, variant, NULL, b ? with_bias : without, NULL, 0, err);
+}
+
+dl_status dl_dnnl_conv_fwd_unary(dl_dnnl *d, const dl_conv_geom *g, const float *x,
+                                 const float *w, const float *b, const dl_unary *u,
+                                 float *y, dl_err *err)
+{
+    dnnl_alg_kind_t alg;
+    float alpha, beta, par[2] = { u->a, u->b };
+    if (!unary_alg(u->kind, u->a, u->b, &alg, &alpha, &beta))
+        return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN: no fused post-op");
+    int variant = (b ? 1 : 0) | ((int)u->kind + POST_UNARY) << 1;
+    void *with_bias[4] = { (void *)x, (void *)w, (void *)b, y };
+    void *without[3] = { (void *)x, (void *)w, y };
+    return call(d, OP_CONV_FWD, g, variant, par, b ? with_bias : without, NULL, 0, err);
 }
 
 dl_status dl_dnnl_conv_bwd_data(dl_dnnl *d, const dl_conv_geom *g, const float *dy,
                                 const float *w, float *dx, dl_err *err)
 {
     void *ptr[3] = { (void *)dy, (void *)w, dx };
-    return call(d, OP_CONV_BWD_DATA, g, 0, ptr, NULL, 0, err);
+    return call(d, OP_CONV_BWD_DATA, g, 0, NULL, ptr, NULL, 0, err);
 }
 
 dl_status dl_dnnl_conv_bwd_weights(dl_dnnl *d, const dl_conv_geom *g, const float *x,
                                    const float *dy, float *dw, float *db, dl_err *err)
 {
     void *ptr[4] = { (void *)x, (void *)dy, dw, db };
-    return call(d, OP_CONV_BWD_WEIGHTS, g, db ? 1 : 0, ptr, NULL, 0, err);
+    return call(d, OP_CONV_BWD_WEIGHTS, g, db ? 1 : 0, NULL, ptr, NULL, 0, err);
 }
 
 dl_status dl_dnnl_pool_fwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
@@ -761,7 +820,7 @@ dl_status dl_dnnl_pool_fwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
 {
     int variant = (kind == DL_POOL_MAX ? 1 : 0) | (ws ? 2 : 0);
     void *ptr[2] = { (void *)x, y };
-    return call(d, OP_POOL_FWD, g, variant, ptr, ws, ws_bytes, err);
+    return call(d, OP_POOL_FWD, g, variant, NULL, ptr, ws, ws_bytes, err);
 }
 
 dl_status dl_dnnl_pool_bwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
@@ -770,5 +829,5 @@ dl_status dl_dnnl_pool_bwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
 {
     int variant = kind == DL_POOL_MAX ? 1 : 0;
     void *ptr[2] = { (void *)dy, dx };
-    return call(d, OP_POOL_BWD, g, variant, ptr, (void *)ws, ws_bytes, err);
+    return call(d, OP_POOL_BWD, g, variant, NULL, ptr, (void *)ws, ws_bytes, err);
 }
