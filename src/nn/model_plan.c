@@ -130,13 +130,63 @@ static int class_of(int *parent, int t)
 }
 
 /* Whether tensor t may be blocked by itself: a layer's [C, H, W] output,
- * C a multiple of the block, no model output. */
+ * C a multiple of the block (any C with block 1: NHWC), no model output. */
 static bool tensor_blockable(const dl_model *m, int t, int block)
 {
     if (t < m->ninputs || m->out_of[t] >= 0)
         return false;
     const layer *l = &m->layers[t - m->ninputs];
     return l->out_ndim == 3 && l->out_shape[0] % block == 0;
+}
+
+/* Whether a layer of role r runs the same on NHWC as on NCHW: engine
+ * layers, and the pass layers that see no channels (unary ones, binary
+ * ones of inputs of the output's shape); not batchnorm, not a sink. */
+static bool nhwc_role(const dl_model *m, const layer *l, blk_role r)
+{
+    if (r == BLK_ENGINE)
+        return true;
+    if (r != BLK_PASS || l->conf->type == DL_LAYER_BATCHNORM)
+        return false;
+    for (int k = 0; k < l->nin; k++)
+        if (l->ins_dim[k] != l->out_dim)
+            return false;
+    (void)m;
+    return true;
+}
+
+/* Which classes not kept blocked (ok) run NHWC instead (nh): those whose
+ * channels alone keep them from blocks, made and read by layers that
+ * run the same on either (nhwc_role), and that meet no blocked class
+ * across an engine layer (its kernels take one layout for both sides:
+ * the blocked side would be reordered instead). */
+static void plan_nhwc(const dl_model *m, int *parent, const blk_role *role,
+                      const bool *ok, bool *nh)
+{
+    for (int t = 0; t < m->nt; t++)
+        nh[t] = true;
+    for (int t = 0; t < m->ninputs; t++)
+        nh[class_of(parent, t)] = false;
+    for (int i = 0; i < m->nlayers; i++) {
+        const layer *l = &m->layers[i];
+        int t = m->ninputs + i;
+        bool fits = nhwc_role(m, l, role[i]);
+        if (!tensor_blockable(m, t, 1) || !fits)
+            nh[class_of(parent, t)] = false;
+        for (int k = 0; !fits && k < l->nin; k++)
+            nh[class_of(parent, model_tensor_of(m, l->conf->src[k]))] = false;
+    }
+    for (int t = 0; t < m->nt; t++)
+        if (ok[class_of(parent, t)])
+            nh[class_of(parent, t)] = false;
+    for (int i = 0; i < m->nlayers; i++) {
+        if (role[i] != BLK_ENGINE)
+            continue;
+        int cy = class_of(parent, m->ninputs + i);
+        int cx = class_of(parent, model_tensor_of(m, m->layers[i].conf->src[0]));
+        if (ok[cx] || ok[cy])
+            nh[cx] = nh[cy] = false;
+    }
 }
 
 /* Keeps activations in the convolution engine's blocked layout across
@@ -153,10 +203,12 @@ static dl_status plan_layouts(dl_model *m, dl_err *err)
         return DL_OK;
     int *parent = malloc((size_t)m->nt * sizeof(int));
     bool *ok = malloc((size_t)m->nt * sizeof(bool));
+    bool *nh = malloc((size_t)m->nt * sizeof(bool));
     blk_role *role = malloc((size_t)m->nlayers * sizeof(blk_role));
-    if (!parent || !ok || !role) {
+    if (!parent || !ok || !nh || !role) {
         free(parent);
         free(ok);
+        free(nh);
         free(role);
         return dl_err_set(err, DL_ERR_NOMEM, "layout plan");
     }
@@ -180,18 +232,24 @@ static dl_status plan_layouts(dl_model *m, dl_err *err)
     }
     for (int t = 0; t < m->ninputs; t++)
         ok[class_of(parent, t)] = false;
+    plan_nhwc(m, parent, role, ok, nh);
     for (int i = 0; i < m->nlayers; i++) {
         layer *l = &m->layers[i];
-        bool y = ok[class_of(parent, m->ninputs + i)];
-        bool x = l->nin > 0 && ok[class_of(parent, model_tensor_of(m, l->conf->src[0]))];
-        if (role[i] == BLK_PLAIN || (!x && !y))
+        int cy = class_of(parent, m->ninputs + i);
+        int cx = l->nin > 0 ? class_of(parent, model_tensor_of(m, l->conf->src[0])) : -1;
+        bool y = ok[cy] && role[i] != BLK_SINK, x = cx >= 0 && ok[cx];
+        bool ny = nh[cy], nx = cx >= 0 && nh[cx];
+        if (role[i] == BLK_PLAIN || (!x && !y && !nx && !ny))
             continue;
-        l->blocked = (x ? DL_BLOCKED_X : 0) | (y && role[i] != BLK_SINK ? DL_BLOCKED_Y : 0);
-        DL_LOG(DL_LOG_DEBUG, "nn", "'%s': %s%s%s by %d channels", l->conf->name,
-               x ? "reads blocked" : "", x && y ? ", " : "", y ? "writes blocked" : "", block);
+        l->blocked = (x ? DL_BLOCKED_X : nx ? DL_NHWC_X : 0) |
+                     (y ? DL_BLOCKED_Y : ny ? DL_NHWC_Y : 0);
+        DL_LOG(DL_LOG_DEBUG, "nn", "'%s': reads %s, writes %s (block %d)", l->conf->name,
+               x ? "blocked" : nx ? "NHWC" : "NCHW", y ? "blocked" : ny ? "NHWC" : "NCHW",
+               block);
     }
     free(parent);
     free(ok);
+    free(nh);
     free(role);
     return DL_OK;
 }

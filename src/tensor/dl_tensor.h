@@ -78,6 +78,11 @@ typedef struct dl_conv_geom {
 
 #define DL_BLOCKED_X 1         /* x and dx */
 #define DL_BLOCKED_Y 2         /* y and dy */
+/* Activations in NHWC (channels innermost, the same size as NCHW), which
+ * the engine keeps where the channels are no multiple of the block. */
+#define DL_NHWC_X    4
+#define DL_NHWC_Y    8
+#define DL_NHWC_OF(bit) ((bit) << 2)   /* the NHWC bit of a DL_BLOCKED_* one */
 
 /* Fills the output size of g from the input, window (its dilated extent),
  * stride and padding; DL_ERR_INVALID if the window does not fit. */

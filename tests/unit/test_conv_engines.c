@@ -273,6 +273,34 @@ Test(conv_engines, unary_and_channel_scale_blocked)
 }
 
 
+/* ShuffleNet's branch on channels no multiple of the block (24): NHWC
+ * between the engine's layers, a residual add on it, NCHW where a plain
+ * layer (concat) reads; the same values and gradients as im2col. */
+Test(conv_engines, nhwc_where_channels_are_not_whole_blocks)
+{
+    compare("[8, 9, 9]",
+            "{'name': 'c1', 'type': 'conv2d', 'filters': 24, 'kernel_size': 1},"
+            "{'name': 'a1', 'type': 'relu'},"
+            "{'name': 'dw', 'type': 'conv2d', 'filters': 24, 'kernel_size': 3, 'padding': 1,"
+            " 'stride': 2, 'groups': 24},"
+            "{'name': 'c2', 'type': 'conv2d', 'filters': 24, 'kernel_size': 1},"
+            "{'name': 'a2', 'type': 'silu'},"
+            "{'name': 'dw2', 'type': 'conv2d', 'filters': 24, 'kernel_size': 3, 'padding': 1,"
+            " 'groups': 24},"
+            "{'name': 'r', 'type': 'add', 'inputs': ['dw2', 'a2']},"
+            "{'name': 'mp', 'type': 'maxpool2d', 'kernel_size': 2, 'stride': 1},"
+            "{'name': 'c3', 'type': 'conv2d', 'filters': 24, 'kernel_size': 1},"
+            "{'name': 'cat', 'type': 'concat', 'axis': 0, 'inputs': ['c3', 'c3']},"
+            "{'name': 'f', 'type': 'flatten'},"
+            "{'name': 'fc', 'type': 'dense', 'units': 10}");
+    cr_expect_eq(blocked_of("c1"), DL_NHWC_Y);
+    cr_expect_eq(blocked_of("dw"), DL_NHWC_X | DL_NHWC_Y);
+    cr_expect_eq(blocked_of("r"), DL_NHWC_X | DL_NHWC_Y);
+    cr_expect_eq(blocked_of("mp"), DL_NHWC_X | DL_NHWC_Y);
+    cr_expect_eq(blocked_of("c3"), DL_NHWC_X);
+    cr_expect_eq(blocked_of("cat"), 0);
+}
+
 /* A residual graph whose joins keep the blocked layout: the stem's output
  * read by a convolution and by an add, batchnorms, a strided block whose
  * projection meets it in a sub and a mul, global average pooling reading

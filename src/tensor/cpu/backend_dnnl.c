@@ -234,10 +234,11 @@ static dl_status make_prim(dl_dnnl *d, entry *e, const_dnnl_op_desc_t desc,
 enum { CONV_SRC, CONV_WEI, CONV_DST, CONV_BIAS, CONV_TENSORS };
 
 /* The layout of the caller's activations: blocked when g->blocked has
- * `bit`, else plain NCHW. */
+ * `bit`, NHWC when it has its DL_NHWC_OF, else plain NCHW. */
 static dnnl_format_tag_t act_tag(const dl_dnnl *d, const dl_conv_geom *g, int64_t bit)
 {
-    return g->blocked & bit ? d->blocked : dnnl_nchw;
+    return g->blocked & bit ? d->blocked
+         : g->blocked & DL_NHWC_OF(bit) ? dnnl_nhwc : dnnl_nchw;
 }
 
 /* The convolution's tensors: with `any`, in the layouts oneDNN picks (for
@@ -253,9 +254,18 @@ static void conv_mds(const dl_dnnl *d, const dl_conv_geom *g, bool any,
     int nw = dims_wei(g, dw);
     dims_dst(g, dd);
     if (any) {
-        md_any(src, 4, ds);
+        /* oneDNN's kernels run NHWC where asked: one NHWC side makes
+         * both NHWC (its kernels take one layout for both), a plain NCHW
+         * side then reordered at the edge */
+        bool nhwc = g->blocked & (DL_NHWC_X | DL_NHWC_Y);
+        if (nhwc) {
+            md_plain(src, 4, ds, dnnl_nhwc);
+            md_plain(dst, 4, dd, dnnl_nhwc);
+        } else {
+            md_any(src, 4, ds);
+            md_any(dst, 4, dd);
+        }
         md_any(wei, nw, dw);
-        md_any(dst, 4, dd);
     } else {
         md_plain(src, 4, ds, act_tag(d, g, DL_BLOCKED_X));
         md_plain(wei, nw, dw, nw == 5 ? dnnl_goihw : dnnl_oihw);
@@ -456,7 +466,8 @@ static dl_status build_conv_bwd(dl_dnnl *d, entry *e, dl_err *err)
 }
 
 /* Pooling, over plain NCHW, or over the blocked layout when either side
- * of g is blocked (the other side is then reordered at the edge).
+ * of g is blocked, else NHWC when either side is (the other side is then
+ * reordered at the edge).
  * variant: bit 0 max (else average, padding counted), bit 1 training (max
  * pooling then keeps a workspace). */
 static dl_status pool_desc(const dl_dnnl *d, const dl_conv_geom *g, int variant,
@@ -468,7 +479,8 @@ static dl_status pool_desc(const dl_dnnl *d, const dl_conv_geom *g, int variant,
     dims_dst(g, dd);
     if (pads(g, false, pl, pr, err) != DL_OK)
         return DL_ERR_UNAVAILABLE;
-    dnnl_format_tag_t tag = g->blocked ? d->blocked : dnnl_nchw;
+    dnnl_format_tag_t tag = g->blocked & (DL_BLOCKED_X | DL_BLOCKED_Y) ? d->blocked
+                          : g->blocked ? dnnl_nhwc : dnnl_nchw;
     md_plain(&src, 4, ds, tag);
     md_plain(&dst, 4, dd, tag);
     dnnl_alg_kind_t alg = variant & 1 ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
