@@ -247,6 +247,34 @@ static void term_line(term_kind t, float *restrict acc, bool lanes, const float 
     }
 }
 
+/* Line mode's plain sum over one summed dimension (global average pooling
+ * over the blocked layout: lines of a channel block, summed over H * W):
+ * out[i * so] = scale * sum over r < rows of v[r * sv + i], i < L, for
+ * the kept positions [e0, e1). Inlined into gather_task's wide clones. */
+static inline void sum_lines(const gather_job *j, int64_t e0, int64_t e1)
+{
+    const split *s = &j->s;
+    int64_t L = j->line, rows = s->rn, sv = s->rst[j->src][0];
+    float acc[256];
+    for (int64_t e = e0; e < e1; e++) {
+        int64_t kb[3];
+        pos_at(s->ks, s->kst, s->nk - 1, e, kb);
+        for (int64_t c0 = 0; c0 < L; c0 += 256) {
+            int64_t n = L - c0 < 256 ? L - c0 : 256;
+            const float *v = j->ops[j->src] + kb[j->src] + c0;
+            memset(acc, 0, (size_t)n * sizeof(float));
+            for (int64_t r = 0; r < rows; r++) {
+                const float *restrict line = v + r * sv;
+                for (int64_t i = 0; i < n; i++)
+                    acc[i] += line[i];
+            }
+            float *out = j->out + kb[j->k] + c0;
+            for (int64_t i = 0; i < n; i++)
+                out[i] = acc[i] * j->scale;
+        }
+    }
+}
+
 /* Kept positions [e0, e1): one output each, or (line mode) a line of
  * them. The summed dimensions are walked with their last one as the
  * inner loop (in line mode, the kept last dimension is). */
@@ -254,6 +282,10 @@ CPU_WIDE static void gather_task(void *ctx, int64_t e0, int64_t e1)
 {
     const gather_job *j = ctx;
     const split *s = &j->s;
+    if (j->line > 1 && s->nr == 1 && j->term == TERM_ONE) {
+        sum_lines(j, e0, e1);
+        return;
+    }
     int64_t L = j->line, outer_r = s->rn, inner = 1, ist[3] = { 0, 0, 0 };
     int nk = s->nk - (L > 1 ? 1 : 0), nr = s->nr;
     if (L > 1) {                       /* inner loop: the kept line */
