@@ -100,7 +100,46 @@ typedef enum blk_role {
                     * blocked kernels, and the binary ones of inputs of the
                     * output's shape or per-channel vectors (below) */
     BLK_SINK,      /* reads either layout, writes plain: global_avgpool2d */
+    BLK_CL,        /* its inputs and output share one layout, NCHW or
+                    * channels last (never blocked): moves along the
+                    * channel dimensions of [.., H, W], H and W kept
+                    * (cl_layer) */
 } blk_role;
+
+/* Whether the last two dimensions of a per-sample shape are h, w. */
+static bool ends_hw(int nd, const int64_t *shape, int64_t h, int64_t w)
+{
+    return nd >= 3 && shape[nd - 2] == h && shape[nd - 1] == w;
+}
+
+/* Layers that copy along channel dimensions only, which run channels last
+ * as well (layer_slice.c, layer_graph.c, layer_tensor.c): slice and concat
+ * along the channels of [C, H, W], a transpose keeping H and W last, and
+ * a reshape of the channel dimensions. With them ShuffleNet's split,
+ * concat and shuffle stay NHWC between its convolutions. */
+static bool cl_layer(const layer *l)
+{
+    const dl_layer_conf *c = l->conf;
+    int64_t h = l->in_shape[l->in_ndim - 2], w = l->in_shape[l->in_ndim - 1];
+    if (l->in_ndim < 3 || !ends_hw(l->out_ndim, l->out_shape, h, w))
+        return false;
+    switch (c->type) {
+    case DL_LAYER_SLICE:
+        return l->in_ndim == 3 && layer_axis(c->axis, 3) == 0;
+    case DL_LAYER_CONCAT:
+        for (int k = 0; k < l->nin; k++)
+            if (l->ins_ndim[k] != 3)
+                return false;
+        return l->out_ndim == 3 && layer_axis(c->axis, 3) == 0;
+    case DL_LAYER_TRANSPOSE:
+        return c->perm[l->in_ndim - 2] == l->in_ndim - 2 &&
+               c->perm[l->in_ndim - 1] == l->in_ndim - 1;
+    case DL_LAYER_RESHAPE:
+        return true;
+    default:
+        return false;
+    }
+}
 
 static blk_role role_of(const dl_model *m, const layer *l)
 {
@@ -110,6 +149,8 @@ static blk_role role_of(const dl_model *m, const layer *l)
         return BLK_ENGINE;
     if (is_unary(l))
         return BLK_PASS;
+    if (cl_layer(l))
+        return BLK_CL;
     if (t == DL_LAYER_BATCHNORM)
         return l->in_ndim == 3 && ops->bn_fwd_train_blk && ops->bn_fwd_infer_blk &&
                ops->bn_bwd_blk ? BLK_PASS : BLK_PLAIN;
@@ -144,7 +185,7 @@ static bool tensor_blockable(const dl_model *m, int t, int block)
  * ones of inputs of the output's shape); not batchnorm, not a sink. */
 static bool nhwc_role(const dl_model *m, const layer *l, blk_role r)
 {
-    if (r == BLK_ENGINE)
+    if (r == BLK_ENGINE || r == BLK_CL)
         return true;
     if (r != BLK_PASS || l->conf->type == DL_LAYER_BATCHNORM)
         return false;
@@ -155,11 +196,10 @@ static bool nhwc_role(const dl_model *m, const layer *l, blk_role r)
     return true;
 }
 
-/* Which classes not kept blocked (ok) run NHWC instead (nh): those whose
- * channels alone keep them from blocks, made and read by layers that
- * run the same on either (nhwc_role), and that meet no blocked class
- * across an engine layer (its kernels take one layout for both sides:
- * the blocked side would be reordered instead). */
+/* Which classes not kept blocked (ok) run NHWC instead (nh): those of
+ * [.., H, W] tensors made and read by layers that run the same on either
+ * (nhwc_role). An engine layer between a blocked and an NHWC class
+ * reorders the NHWC side (backend_dnnl.c), as it did plain NCHW. */
 static void plan_nhwc(const dl_model *m, int *parent, const blk_role *role,
                       const bool *ok, bool *nh)
 {
@@ -171,7 +211,7 @@ static void plan_nhwc(const dl_model *m, int *parent, const blk_role *role,
         const layer *l = &m->layers[i];
         int t = m->ninputs + i;
         bool fits = nhwc_role(m, l, role[i]);
-        if (!tensor_blockable(m, t, 1) || !fits)
+        if (t < m->ninputs || m->out_of[t] >= 0 || l->out_ndim < 3 || !fits)
             nh[class_of(parent, t)] = false;
         for (int k = 0; !fits && k < l->nin; k++)
             nh[class_of(parent, model_tensor_of(m, l->conf->src[k]))] = false;
@@ -179,14 +219,6 @@ static void plan_nhwc(const dl_model *m, int *parent, const blk_role *role,
     for (int t = 0; t < m->nt; t++)
         if (ok[class_of(parent, t)])
             nh[class_of(parent, t)] = false;
-    for (int i = 0; i < m->nlayers; i++) {
-        if (role[i] != BLK_ENGINE)
-            continue;
-        int cy = class_of(parent, m->ninputs + i);
-        int cx = class_of(parent, model_tensor_of(m, m->layers[i].conf->src[0]));
-        if (ok[cx] || ok[cy])
-            nh[cx] = nh[cy] = false;
-    }
 }
 
 /* Keeps activations in the convolution engine's blocked layout across
@@ -218,14 +250,16 @@ static dl_status plan_layouts(dl_model *m, dl_err *err)
         role[i] = role_of(m, &m->layers[i]);
         /* A per-channel vector [C, 1, 1] is the same bytes in either
          * layout: it joins no class. */
-        for (int k = 0; role[i] == BLK_PASS && k < m->layers[i].nin; k++)
-            if (!layer_channel_vector(&m->layers[i], k))
+        for (int k = 0; (role[i] == BLK_PASS || role[i] == BLK_CL) && k < m->layers[i].nin;
+             k++)
+            if (role[i] == BLK_CL || !layer_channel_vector(&m->layers[i], k))
                 parent[class_of(parent, model_tensor_of(m, m->layers[i].conf->src[k]))] =
                     class_of(parent, m->ninputs + i);
     }
     for (int i = 0; i < m->nlayers; i++) {
         int t = m->ninputs + i;
-        if (!tensor_blockable(m, t, block) || role[i] == BLK_PLAIN || role[i] == BLK_SINK)
+        if (!tensor_blockable(m, t, block) || role[i] == BLK_PLAIN || role[i] == BLK_SINK ||
+            role[i] == BLK_CL)
             ok[class_of(parent, t)] = false;
         for (int k = 0; role[i] == BLK_PLAIN && k < m->layers[i].nin; k++)
             ok[class_of(parent, model_tensor_of(m, m->layers[i].conf->src[k]))] = false;

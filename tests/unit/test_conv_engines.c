@@ -301,6 +301,31 @@ Test(conv_engines, nhwc_where_channels_are_not_whole_blocks)
     cr_expect_eq(blocked_of("cat"), 0);
 }
 
+/* ShuffleNet's unit: split (slices), a branch of convolutions, concat and
+ * the channel shuffle (reshape, transpose, reshape), all channels last
+ * between the convolutions; the same values and gradients as im2col. */
+Test(conv_engines, channel_shuffle_stays_nhwc)
+{
+    compare("[12, 6, 6]",
+            "{'name': 'c0', 'type': 'conv2d', 'filters': 12, 'kernel_size': 1},"
+            "{'name': 's1', 'type': 'slice', 'axis': 0, 'start': 0, 'end': 6, 'inputs': ['c0']},"
+            "{'name': 's2', 'type': 'slice', 'axis': 0, 'start': 6, 'end': 12, 'inputs': ['c0']},"
+            "{'name': 'b1', 'type': 'conv2d', 'filters': 6, 'kernel_size': 1},"
+            "{'name': 'b1a', 'type': 'relu'},"
+            "{'name': 'b2', 'type': 'conv2d', 'filters': 6, 'kernel_size': 3, 'padding': 1,"
+            " 'groups': 6},"
+            "{'name': 'cat', 'type': 'concat', 'axis': 0, 'inputs': ['s1', 'b2']},"
+            "{'name': 'r1', 'type': 'reshape', 'shape': [2, 6, 6, 6]},"
+            "{'name': 't', 'type': 'transpose', 'perm': [1, 0, 2, 3]},"
+            "{'name': 'r2', 'type': 'reshape', 'shape': [12, 6, 6]},"
+            "{'name': 'c1', 'type': 'conv2d', 'filters': 10, 'kernel_size': 1},"
+            "{'name': 'f', 'type': 'flatten'},"
+            "{'name': 'fc', 'type': 'dense', 'units': 10}");
+    for (const char *const *n = (const char *const[]){ "s1", "s2", "cat", "t", NULL }; *n; n++)
+        cr_expect_eq(blocked_of(*n), DL_NHWC_X | DL_NHWC_Y, "%s is not NHWC", *n);
+    cr_expect_eq(blocked_of("c0"), DL_NHWC_Y);
+}
+
 /* A residual graph whose joins keep the blocked layout: the stem's output
  * read by a convolution and by an add, batchnorms, a strided block whose
  * projection meets it in a sub and a mul, global average pooling reading

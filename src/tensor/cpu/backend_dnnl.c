@@ -256,8 +256,10 @@ static void conv_mds(const dl_dnnl *d, const dl_conv_geom *g, bool any,
     if (any) {
         /* oneDNN's kernels run NHWC where asked: one NHWC side makes
          * both NHWC (its kernels take one layout for both), a plain NCHW
-         * side then reordered at the edge */
-        bool nhwc = g->blocked & (DL_NHWC_X | DL_NHWC_Y);
+         * side then reordered at the edge; a blocked side keeps both to
+         * the layouts oneDNN picks (blocked), the NHWC side reordered */
+        bool nhwc = (g->blocked & (DL_NHWC_X | DL_NHWC_Y)) &&
+                    !(g->blocked & (DL_BLOCKED_X | DL_BLOCKED_Y));
         if (nhwc) {
             md_plain(src, 4, ds, dnnl_nhwc);
             md_plain(dst, 4, dd, dnnl_nhwc);
