@@ -198,10 +198,13 @@ static bool nhwc_role(const dl_model *m, const layer *l, blk_role r)
 
 /* Which classes not kept blocked (ok) run NHWC instead (nh): those of
  * [.., H, W] tensors made and read by layers that run the same on either
- * (nhwc_role). An engine layer between a blocked and an NHWC class
- * reorders the NHWC side (backend_dnnl.c), as it did plain NCHW. */
+ * (nhwc_role), with an engine layer whose other side is not blocked. An
+ * engine layer between a blocked and an NHWC class reorders the NHWC
+ * side (backend_dnnl.c), as it did plain NCHW, a little slower: a class
+ * met by engine layers only from blocked ones stays NCHW (MobileNet's
+ * 24 and 40 channels). */
 static void plan_nhwc(const dl_model *m, int *parent, const blk_role *role,
-                      const bool *ok, bool *nh)
+                      const bool *ok, bool *nh, bool *useful)
 {
     for (int t = 0; t < m->nt; t++)
         nh[t] = true;
@@ -219,6 +222,18 @@ static void plan_nhwc(const dl_model *m, int *parent, const blk_role *role,
     for (int t = 0; t < m->nt; t++)
         if (ok[class_of(parent, t)])
             nh[class_of(parent, t)] = false;
+    for (int t = 0; t < m->nt; t++)
+        useful[t] = false;
+    for (int i = 0; i < m->nlayers; i++) {
+        if (role[i] != BLK_ENGINE)
+            continue;
+        int cy = class_of(parent, m->ninputs + i);
+        int cx = class_of(parent, model_tensor_of(m, m->layers[i].conf->src[0]));
+        useful[cy] |= !ok[cx];
+        useful[cx] |= !ok[cy];
+    }
+    for (int t = 0; t < m->nt; t++)
+        nh[t] = nh[t] && useful[class_of(parent, t)];
 }
 
 /* Keeps activations in the convolution engine's blocked layout across
@@ -236,11 +251,13 @@ static dl_status plan_layouts(dl_model *m, dl_err *err)
     int *parent = malloc((size_t)m->nt * sizeof(int));
     bool *ok = malloc((size_t)m->nt * sizeof(bool));
     bool *nh = malloc((size_t)m->nt * sizeof(bool));
+    bool *useful = malloc((size_t)m->nt * sizeof(bool));
     blk_role *role = malloc((size_t)m->nlayers * sizeof(blk_role));
-    if (!parent || !ok || !nh || !role) {
+    if (!parent || !ok || !nh || !useful || !role) {
         free(parent);
         free(ok);
         free(nh);
+        free(useful);
         free(role);
         return dl_err_set(err, DL_ERR_NOMEM, "layout plan");
     }
@@ -266,7 +283,7 @@ static dl_status plan_layouts(dl_model *m, dl_err *err)
     }
     for (int t = 0; t < m->ninputs; t++)
         ok[class_of(parent, t)] = false;
-    plan_nhwc(m, parent, role, ok, nh);
+    plan_nhwc(m, parent, role, ok, nh, useful);
     for (int i = 0; i < m->nlayers; i++) {
         layer *l = &m->layers[i];
         int cy = class_of(parent, m->ninputs + i);
@@ -284,6 +301,7 @@ static dl_status plan_layouts(dl_model *m, dl_err *err)
     free(parent);
     free(ok);
     free(nh);
+    free(useful);
     free(role);
     return DL_OK;
 }
