@@ -177,8 +177,32 @@ static bool planes(const dl_strided *g)
     return true;
 }
 
+/* One plane: P lines of L, operand a's lines sa apart, b's sb (0: one
+ * line repeated). The op picked once, outside the loops. */
+#define PLANE_LOOP(expr)                                                      \
+    for (int64_t q = 0; q < P; q++) {                                         \
+        const float *aq = a + q * sa, *bq = b + q * sb;                       \
+        float *yq = y + q * L;                                                \
+        for (int64_t i = 0; i < L; i++)                                       \
+            yq[i] = (expr);                                                   \
+    }
+
+static inline __attribute__((always_inline)) void bin_plane(
+    dl_binop op, const float *a, int64_t sa, const float *b, int64_t sb, float *y, int64_t P,
+    int64_t L)
+{
+    switch (op) {
+    case DL_BIN_ADD: PLANE_LOOP(aq[i] + bq[i]) break;
+    case DL_BIN_SUB: PLANE_LOOP(aq[i] - bq[i]) break;
+    case DL_BIN_MUL: PLANE_LOOP(aq[i] * bq[i]) break;
+    case DL_BIN_DIV: PLANE_LOOP(aq[i] / bq[i]) break;
+    }
+}
+#undef PLANE_LOOP
+
 /* Planes [p0, p1) (planes() holds): a line at a time, no walk between
- * lines, which are short (a channel block). */
+ * lines, which are short (a channel block: 16 floats with AVX-512, a
+ * length the compiler then knows). */
 CPU_WIDE static void bin_planes_task(void *ctx, int64_t p0, int64_t p1)
 {
     const bin_job *j = ctx;
@@ -191,8 +215,10 @@ CPU_WIDE static void bin_planes_task(void *ctx, int64_t p0, int64_t p1)
         pos_at(g->shape, g->st, nd - 2, p, off);
         const float *a = j->a + off[0], *b = j->b + off[1];
         float *y = j->y + off[2];
-        for (int64_t q = 0; q < P; q++)
-            bin_line(j->op, a + q * sa, 1, b + q * sb, 1, y + q * L, 1, L);
+        if (L == 16)
+            bin_plane(j->op, a, sa, b, sb, y, P, 16);
+        else
+            bin_plane(j->op, a, sa, b, sb, y, P, L);
         if (j->post)
             cpu_act_rows(*j->post, y, P * L);
     }
@@ -296,6 +322,18 @@ static void term_line(term_kind t, float *restrict acc, bool lanes, const float 
     }
 }
 
+/* acc[i] = sum over r < rows of v[r * sv + i], i < n. */
+static inline __attribute__((always_inline)) void sum_rows(float *restrict acc,
+                                                           const float *restrict v, int64_t sv,
+                                                           int64_t rows, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        acc[i] = 0.0f;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < n; i++)
+            acc[i] += v[r * sv + i];
+}
+
 /* Line mode's plain sum over one summed dimension (global average pooling
  * over the blocked layout: lines of a channel block, summed over H * W):
  * out[i * so] = scale * sum over r < rows of v[r * sv + i], i < L, for
@@ -311,12 +349,10 @@ static inline void sum_lines(const gather_job *j, int64_t e0, int64_t e1)
         for (int64_t c0 = 0; c0 < L; c0 += 256) {
             int64_t n = L - c0 < 256 ? L - c0 : 256;
             const float *v = j->ops[j->src] + kb[j->src] + c0;
-            memset(acc, 0, (size_t)n * sizeof(float));
-            for (int64_t r = 0; r < rows; r++) {
-                const float *restrict line = v + r * sv;
-                for (int64_t i = 0; i < n; i++)
-                    acc[i] += line[i];
-            }
+            if (n == 16)                /* a channel block: sums in one register */
+                sum_rows(acc, v, sv, rows, 16);
+            else
+                sum_rows(acc, v, sv, rows, n);
             float *out = j->out + kb[j->k] + c0;
             for (int64_t i = 0; i < n; i++)
                 out[i] = acc[i] * j->scale;
