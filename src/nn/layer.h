@@ -84,9 +84,10 @@ struct layer {
     dl_unary             post_un_val;
     bool                 folded_infer;
     bool                 generic;                /* the engine declined: im2col */
-    /* DL_BLOCKED_* (model_plan.c's plan_layouts): which of this layer's
-     * activations stay in the engine's blocked layout. Such a layer has
-     * no generic fallback. */
+    /* DL_BLOCKED_* / DL_NHWC_* (model_plan.c's plan_layouts): which of
+     * this layer's activations stay in the engine's blocked layout, or in
+     * NHWC where their channels are no whole blocks. Such a layer has no
+     * generic fallback. */
     int64_t              blocked;
     bool                 cols_kept;              /* conv2d: aux holds the last training
                                                   * forward's im2col matrices */
