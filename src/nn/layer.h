@@ -74,10 +74,20 @@ struct layer {
     const dl_act        *post;
     dl_act               post_act;
     bool                 folded;
+    /* Inference only (model_plan.c): a conv2d whose output goes only to a
+     * unary elementwise layer applies that layer's op itself in inference
+     * (post_un points at post_un_val, through the engine's fused post-op
+     * where it has one), and that layer is `folded_infer`: inference skips
+     * it and reads the conv's output. Training runs both as they are: the
+     * unary's backward needs its input. */
+    const dl_unary      *post_un;
+    dl_unary             post_un_val;
+    bool                 folded_infer;
     bool                 generic;                /* the engine declined: im2col */
-    /* DL_BLOCKED_* (model_plan.c's plan_layouts): which of this layer's
-     * activations stay in the engine's blocked layout. Such a layer has
-     * no generic fallback. */
+    /* DL_BLOCKED_* / DL_NHWC_* (model_plan.c's plan_layouts): which of
+     * this layer's activations stay in the engine's blocked layout, or in
+     * NHWC where their channels are no whole blocks. Such a layer has no
+     * generic fallback. */
     int64_t              blocked;
     bool                 cols_kept;              /* conv2d: aux holds the last training
                                                   * forward's im2col matrices */
@@ -210,6 +220,8 @@ void layer_declare(layer *l, const char *suffix, bool trainable, int ndim,
 
 /* The activation of a relu, tanh or sigmoid layer. */
 dl_act layer_act(const dl_layer_conf *c);
+/* The op of a layer of layer_elem_ops (layer_elem.c). */
+dl_unary layer_unary(const dl_layer_conf *c);
 
 /* Uniform(-bound, bound) fill of a host/CPU-visible buffer. */
 void layer_fill_uniform(layer *l, float *dst, int64_t n, float bound, dl_rng *rng);

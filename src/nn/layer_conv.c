@@ -158,6 +158,23 @@ static dl_status gemm_backward(layer *l, const float *cols, const float *dyt, fl
     return st;
 }
 
+/* The engine's convolution with the inference-only unary u fused, where
+ * it fuses it; else DL_ERR_UNAVAILABLE with *err untouched. */
+static dl_status conv_fused_unary(layer *l, const dl_unary *u, const float *x, float *y,
+                                  int64_t n, dl_err *err)
+{
+    const dl_backend_ops *ops = l->be->ops;
+    if (!u || !ops->conv_fwd_unary)
+        return DL_ERR_UNAVAILABLE;
+    dl_conv_geom g = geom(l, n);
+    dl_err e = {0};
+    dl_status st = ops->conv_fwd_unary(l->be, &g, x, l->p[0].data,
+                                       l->conf->bias ? l->p[1].data : NULL, u, y, &e);
+    if (st != DL_OK && st != DL_ERR_UNAVAILABLE && err)
+        *err = e;
+    return st;
+}
+
 static dl_status conv_forward(layer *l, const float *x, float *y, int64_t n,
                               bool train, dl_err *err)
 {
@@ -165,14 +182,23 @@ static dl_status conv_forward(layer *l, const float *x, float *y, int64_t n,
     if (l->invariant && !train && n > 1)
         return layer_forward_samples(l, x, y, n, conv_forward, err);
     l->cols_kept = false;
+    const dl_unary *u = train ? NULL : l->post_un;
+    dl_status st = DL_OK;
+    bool generic = true;
     if (use_engine(l, ops->conv_fwd != NULL)) {
-        dl_conv_geom g = geom(l, n);
-        dl_status st = ops->conv_fwd(l->be, &g, x, l->p[0].data,
-                                     l->conf->bias ? l->p[1].data : NULL, l->post, y, err);
-        if (!engine_declined(l, st, err))
+        st = conv_fused_unary(l, u, x, y, n, err);
+        if (st != DL_ERR_UNAVAILABLE)
             return st;
+        dl_conv_geom g = geom(l, n);
+        st = ops->conv_fwd(l->be, &g, x, l->p[0].data, l->conf->bias ? l->p[1].data : NULL,
+                           l->post, y, err);
+        generic = engine_declined(l, st, err);
     }
-    return conv_forward_im2col(l, x, y, n, train, err);
+    if (generic)
+        st = conv_forward_im2col(l, x, y, n, train, err);
+    if (st == DL_OK && u)      /* not fused: the folded unary's own pass */
+        ops->unary_fwd(l->be, u, y, y, n * l->out_dim);
+    return st;
 }
 
 static dl_status conv_forward_im2col(layer *l, const float *x, float *y, int64_t n,

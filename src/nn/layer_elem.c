@@ -4,7 +4,7 @@
  * operation and its parameters, picked once a call). */
 #include "nn/layer.h"
 
-static dl_unary unary_of(const dl_layer_conf *c)
+dl_unary layer_unary(const dl_layer_conf *c)
 {
     switch (c->type) {
     case DL_LAYER_GELU:        return (dl_unary){ c->approx_tanh ? DL_UN_GELU_TANH : DL_UN_GELU, 0, 0 };
@@ -24,7 +24,7 @@ static dl_status elem_forward(layer *l, const float *x, float *y, int64_t n, boo
 {
     (void)train;
     (void)err;
-    dl_unary u = unary_of(l->conf);
+    dl_unary u = layer_unary(l->conf);
     l->be->ops->unary_fwd(l->be, &u, x, y, n * l->in_dim);
     return DL_OK;
 }
@@ -33,7 +33,7 @@ static dl_status elem_backward(layer *l, const float *x, const float *y, const f
                                float *dx, int64_t n, dl_err *err)
 {
     (void)err;
-    dl_unary u = unary_of(l->conf);
+    dl_unary u = layer_unary(l->conf);
     if (dx)
         l->be->ops->unary_bwd(l->be, &u, x, y, dy, dx, n * l->in_dim);
     return DL_OK;

@@ -128,11 +128,17 @@ static int64_t cat_outer(const layer *l)
 }
 
 /* The copy between input k (operand 0) and its columns of the output
- * (operand 1, from column `at`). */
+ * (operand 1, from column `at`). Channels last (DL_NHWC_*, model_plan.c:
+ * a concat of the channels of [C, H, W]): rows of a position's channels. */
 static dl_strided cat_geom(const layer *l, int k, int64_t n)
 {
     int64_t rows = n * cat_outer(l), row = l->out_dim / cat_outer(l);
     int64_t rk = l->ins_dim[k] / cat_outer(l);
+    if (l->blocked & DL_NHWC_Y) {
+        rows = n * l->out_shape[1] * l->out_shape[2];
+        row = l->out_shape[0];
+        rk = l->ins_shape[k][0];
+    }
     dl_strided g = { .nd = 2, .shape = { rows, rk }, .st = { { rk, 1 }, { row, 1 } } };
     return g;
 }

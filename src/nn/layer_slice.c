@@ -21,10 +21,18 @@ static slice_geom slice_of(const layer *l, int64_t n)
 }
 
 /* The copy from x (operand 0, from its first kept index) to y (operand
- * 1); *at: where x's part starts. */
+ * 1); *at: where x's part starts. Channels last (DL_NHWC_*, model_plan.c:
+ * a slice of the channels of [C, H, W]): x (n H W, C), y (n H W, count). */
 static dl_strided slice_copy(const layer *l, int64_t n, int64_t *at)
 {
     slice_geom s = slice_of(l, n);
+    if (l->blocked & DL_NHWC_Y) {
+        int64_t hw = l->in_shape[1] * l->in_shape[2];
+        *at = s.start;
+        dl_strided g = { .nd = 2, .shape = { n * hw, s.count },
+                         .st = { { s.len, s.step }, { s.count, 1 } } };
+        return g;
+    }
     *at = s.start * s.inner;
     dl_strided g = { .nd = 3, .shape = { s.outer, s.count, s.inner },
                      .st = { { s.len * s.inner, s.step * s.inner, 1 },

@@ -14,8 +14,30 @@ bool layer_reduce_supported(const layer *l) { return l->be->ops->reduce_fwd && l
 
 /* Over the batch of outputs: the input (operand 0) read at the permuted
  * strides, the output (operand 1) dense. */
+/* Channels last (DL_NHWC_*, model_plan.c: H and W stay last): per sample
+ * (H W, channel dimensions), the channel dimensions permuted. */
+static dl_strided tr_geom_cl(const layer *l, int64_t n)
+{
+    int k = l->in_ndim - 2;
+    int64_t hw = l->in_shape[k] * l->in_shape[k + 1], in_st[DL_MAX_DIMS], out_st[DL_MAX_DIMS];
+    layer_dense_strides(k, l->in_shape, in_st);
+    layer_dense_strides(k, l->out_shape, out_st);
+    int64_t ch = l->in_dim / hw;
+    dl_strided g = { .nd = k + 2, .shape = { n, hw } };
+    g.st[0][0] = g.st[1][0] = l->in_dim;
+    g.st[0][1] = g.st[1][1] = ch;
+    for (int d = 0; d < k; d++) {
+        g.shape[d + 2] = l->out_shape[d];
+        g.st[0][d + 2] = in_st[l->conf->perm[d]];
+        g.st[1][d + 2] = out_st[d];
+    }
+    return g;
+}
+
 static dl_strided tr_geom(const layer *l, int64_t n)
 {
+    if (l->blocked & DL_NHWC_Y)
+        return tr_geom_cl(l, n);
     dl_strided g;
     layer_strided_out(l, n, &g);
     memcpy(g.st[1], g.st[2], sizeof(g.st[1]));

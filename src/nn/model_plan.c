@@ -75,6 +75,13 @@ static void fuse_activations(dl_model *m, const int *readers)
         layer *prev = &m->layers[i];
         dl_layer_type pt = prev->conf->type;
         int j = chain_next(m, readers, i);
+        if (j >= 0 && pt == DL_LAYER_CONV2D && m->layers[j].ops == &layer_elem_ops &&
+            m->be->ops->conv_fwd_unary) {
+            prev->post_un_val = layer_unary(m->layers[j].conf);
+            prev->post_un = &prev->post_un_val;
+            m->layers[j].folded_infer = true;
+            continue;
+        }
         if (j < 0 || !takes_post(pt) ||
             !is_act(m->layers[j].conf->type))
             continue;
@@ -93,7 +100,46 @@ typedef enum blk_role {
                     * blocked kernels, and the binary ones of inputs of the
                     * output's shape or per-channel vectors (below) */
     BLK_SINK,      /* reads either layout, writes plain: global_avgpool2d */
+    BLK_CL,        /* its inputs and output share one layout, NCHW or
+                    * channels last (never blocked): moves along the
+                    * channel dimensions of [.., H, W], H and W kept
+                    * (cl_layer) */
 } blk_role;
+
+/* Whether the last two dimensions of a per-sample shape are h, w. */
+static bool ends_hw(int nd, const int64_t *shape, int64_t h, int64_t w)
+{
+    return nd >= 3 && shape[nd - 2] == h && shape[nd - 1] == w;
+}
+
+/* Layers that copy along channel dimensions only, which run channels last
+ * as well (layer_slice.c, layer_graph.c, layer_tensor.c): slice and concat
+ * along the channels of [C, H, W], a transpose keeping H and W last, and
+ * a reshape of the channel dimensions. With them ShuffleNet's split,
+ * concat and shuffle stay NHWC between its convolutions. */
+static bool cl_layer(const layer *l)
+{
+    const dl_layer_conf *c = l->conf;
+    int64_t h = l->in_shape[l->in_ndim - 2], w = l->in_shape[l->in_ndim - 1];
+    if (l->in_ndim < 3 || !ends_hw(l->out_ndim, l->out_shape, h, w))
+        return false;
+    switch (c->type) {
+    case DL_LAYER_SLICE:
+        return l->in_ndim == 3 && layer_axis(c->axis, 3) == 0;
+    case DL_LAYER_CONCAT:
+        for (int k = 0; k < l->nin; k++)
+            if (l->ins_ndim[k] != 3)
+                return false;
+        return l->out_ndim == 3 && layer_axis(c->axis, 3) == 0;
+    case DL_LAYER_TRANSPOSE:
+        return c->perm[l->in_ndim - 2] == l->in_ndim - 2 &&
+               c->perm[l->in_ndim - 1] == l->in_ndim - 1;
+    case DL_LAYER_RESHAPE:
+        return true;
+    default:
+        return false;
+    }
+}
 
 static blk_role role_of(const dl_model *m, const layer *l)
 {
@@ -103,6 +149,8 @@ static blk_role role_of(const dl_model *m, const layer *l)
         return BLK_ENGINE;
     if (is_unary(l))
         return BLK_PASS;
+    if (cl_layer(l))
+        return BLK_CL;
     if (t == DL_LAYER_BATCHNORM)
         return l->in_ndim == 3 && ops->bn_fwd_train_blk && ops->bn_fwd_infer_blk &&
                ops->bn_bwd_blk ? BLK_PASS : BLK_PLAIN;
@@ -123,13 +171,69 @@ static int class_of(int *parent, int t)
 }
 
 /* Whether tensor t may be blocked by itself: a layer's [C, H, W] output,
- * C a multiple of the block, no model output. */
+ * C a multiple of the block (any C with block 1: NHWC), no model output. */
 static bool tensor_blockable(const dl_model *m, int t, int block)
 {
     if (t < m->ninputs || m->out_of[t] >= 0)
         return false;
     const layer *l = &m->layers[t - m->ninputs];
     return l->out_ndim == 3 && l->out_shape[0] % block == 0;
+}
+
+/* Whether a layer of role r runs the same on NHWC as on NCHW: engine
+ * layers, and the pass layers that see no channels (unary ones, binary
+ * ones of inputs of the output's shape); not batchnorm, not a sink. */
+static bool nhwc_role(const dl_model *m, const layer *l, blk_role r)
+{
+    if (r == BLK_ENGINE || r == BLK_CL)
+        return true;
+    if (r != BLK_PASS || l->conf->type == DL_LAYER_BATCHNORM)
+        return false;
+    for (int k = 0; k < l->nin; k++)
+        if (l->ins_dim[k] != l->out_dim)
+            return false;
+    (void)m;
+    return true;
+}
+
+/* Which classes not kept blocked (ok) run NHWC instead (nh): those of
+ * [.., H, W] tensors made and read by layers that run the same on either
+ * (nhwc_role), with an engine layer whose other side is not blocked. An
+ * engine layer between a blocked and an NHWC class reorders the NHWC
+ * side (backend_dnnl.c), as it did plain NCHW, a little slower: a class
+ * met by engine layers only from blocked ones stays NCHW (MobileNet's
+ * 24 and 40 channels). */
+static void plan_nhwc(const dl_model *m, int *parent, const blk_role *role,
+                      const bool *ok, bool *nh, bool *useful)
+{
+    for (int t = 0; t < m->nt; t++)
+        nh[t] = true;
+    for (int t = 0; t < m->ninputs; t++)
+        nh[class_of(parent, t)] = false;
+    for (int i = 0; i < m->nlayers; i++) {
+        const layer *l = &m->layers[i];
+        int t = m->ninputs + i;
+        bool fits = nhwc_role(m, l, role[i]);
+        if (t < m->ninputs || m->out_of[t] >= 0 || l->out_ndim < 3 || !fits)
+            nh[class_of(parent, t)] = false;
+        for (int k = 0; !fits && k < l->nin; k++)
+            nh[class_of(parent, model_tensor_of(m, l->conf->src[k]))] = false;
+    }
+    for (int t = 0; t < m->nt; t++)
+        if (ok[class_of(parent, t)])
+            nh[class_of(parent, t)] = false;
+    for (int t = 0; t < m->nt; t++)
+        useful[t] = false;
+    for (int i = 0; i < m->nlayers; i++) {
+        if (role[i] != BLK_ENGINE)
+            continue;
+        int cy = class_of(parent, m->ninputs + i);
+        int cx = class_of(parent, model_tensor_of(m, m->layers[i].conf->src[0]));
+        useful[cy] |= !ok[cx];
+        useful[cx] |= !ok[cy];
+    }
+    for (int t = 0; t < m->nt; t++)
+        nh[t] = nh[t] && useful[class_of(parent, t)];
 }
 
 /* Keeps activations in the convolution engine's blocked layout across
@@ -146,10 +250,14 @@ static dl_status plan_layouts(dl_model *m, dl_err *err)
         return DL_OK;
     int *parent = malloc((size_t)m->nt * sizeof(int));
     bool *ok = malloc((size_t)m->nt * sizeof(bool));
+    bool *nh = malloc((size_t)m->nt * sizeof(bool));
+    bool *useful = malloc((size_t)m->nt * sizeof(bool));
     blk_role *role = malloc((size_t)m->nlayers * sizeof(blk_role));
-    if (!parent || !ok || !role) {
+    if (!parent || !ok || !nh || !useful || !role) {
         free(parent);
         free(ok);
+        free(nh);
+        free(useful);
         free(role);
         return dl_err_set(err, DL_ERR_NOMEM, "layout plan");
     }
@@ -159,32 +267,41 @@ static dl_status plan_layouts(dl_model *m, dl_err *err)
         role[i] = role_of(m, &m->layers[i]);
         /* A per-channel vector [C, 1, 1] is the same bytes in either
          * layout: it joins no class. */
-        for (int k = 0; role[i] == BLK_PASS && k < m->layers[i].nin; k++)
-            if (!layer_channel_vector(&m->layers[i], k))
+        for (int k = 0; (role[i] == BLK_PASS || role[i] == BLK_CL) && k < m->layers[i].nin;
+             k++)
+            if (role[i] == BLK_CL || !layer_channel_vector(&m->layers[i], k))
                 parent[class_of(parent, model_tensor_of(m, m->layers[i].conf->src[k]))] =
                     class_of(parent, m->ninputs + i);
     }
     for (int i = 0; i < m->nlayers; i++) {
         int t = m->ninputs + i;
-        if (!tensor_blockable(m, t, block) || role[i] == BLK_PLAIN || role[i] == BLK_SINK)
+        if (!tensor_blockable(m, t, block) || role[i] == BLK_PLAIN || role[i] == BLK_SINK ||
+            role[i] == BLK_CL)
             ok[class_of(parent, t)] = false;
         for (int k = 0; role[i] == BLK_PLAIN && k < m->layers[i].nin; k++)
             ok[class_of(parent, model_tensor_of(m, m->layers[i].conf->src[k]))] = false;
     }
     for (int t = 0; t < m->ninputs; t++)
         ok[class_of(parent, t)] = false;
+    plan_nhwc(m, parent, role, ok, nh, useful);
     for (int i = 0; i < m->nlayers; i++) {
         layer *l = &m->layers[i];
-        bool y = ok[class_of(parent, m->ninputs + i)];
-        bool x = l->nin > 0 && ok[class_of(parent, model_tensor_of(m, l->conf->src[0]))];
-        if (role[i] == BLK_PLAIN || (!x && !y))
+        int cy = class_of(parent, m->ninputs + i);
+        int cx = l->nin > 0 ? class_of(parent, model_tensor_of(m, l->conf->src[0])) : -1;
+        bool y = ok[cy] && role[i] != BLK_SINK, x = cx >= 0 && ok[cx];
+        bool ny = nh[cy], nx = cx >= 0 && nh[cx];
+        if (role[i] == BLK_PLAIN || (!x && !y && !nx && !ny))
             continue;
-        l->blocked = (x ? DL_BLOCKED_X : 0) | (y && role[i] != BLK_SINK ? DL_BLOCKED_Y : 0);
-        DL_LOG(DL_LOG_DEBUG, "nn", "'%s': %s%s%s by %d channels", l->conf->name,
-               x ? "reads blocked" : "", x && y ? ", " : "", y ? "writes blocked" : "", block);
+        l->blocked = (x ? DL_BLOCKED_X : nx ? DL_NHWC_X : 0) |
+                     (y ? DL_BLOCKED_Y : ny ? DL_NHWC_Y : 0);
+        DL_LOG(DL_LOG_DEBUG, "nn", "'%s': reads %s, writes %s (block %d)", l->conf->name,
+               x ? "blocked" : nx ? "NHWC" : "NCHW", y ? "blocked" : ny ? "NHWC" : "NCHW",
+               block);
     }
     free(parent);
     free(ok);
+    free(nh);
+    free(useful);
     free(role);
     return DL_OK;
 }
@@ -237,7 +354,7 @@ static int take_slot(act_plan *p, bool *free_slot, int64_t dim)
 }
 
 /* Aliases: a folded activation shares its producer's buffer in every pass,
- * and outside training a flatten, reshape or identity that is no model
+ * one folded_infer outside training, and then also a flatten, reshape or identity that is no model
  * output passes its input on as it is (only backward reads a copy). */
 static void plan_aliases(dl_model *m, act_plan *p, bool train)
 {
@@ -246,7 +363,8 @@ static void plan_aliases(dl_model *m, act_plan *p, bool train)
     for (int i = 0; i < m->nlayers; i++) {
         layer *l = &m->layers[i];
         int t = m->ninputs + i;
-        if (l->folded || (!train && is_view(l->conf->type) && m->out_of[t] < 0))
+        if (l->folded || (!train && l->folded_infer) ||
+            (!train && is_view(l->conf->type) && m->out_of[t] < 0))
             p->alias[t] = model_tensor_of(m, l->conf->src[0]);
     }
 }

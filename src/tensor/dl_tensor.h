@@ -93,6 +93,11 @@ typedef struct dl_conv_geom {
 
 #define DL_BLOCKED_X 1         /* x and dx */
 #define DL_BLOCKED_Y 2         /* y and dy */
+/* Activations in NHWC (channels innermost, the same size as NCHW), which
+ * the engine keeps where the channels are no multiple of the block. */
+#define DL_NHWC_X    4
+#define DL_NHWC_Y    8
+#define DL_NHWC_OF(bit) ((bit) << 2)   /* the NHWC bit of a DL_BLOCKED_* one */
 
 /* Fills the output size of g from the input, window (its dilated extent),
  * stride and padding; DL_ERR_INVALID if the window does not fit. */
@@ -188,6 +193,12 @@ typedef struct dl_backend_ops {
     dl_status (*conv_fwd)(dl_backend *be, const dl_conv_geom *g, const float *x,
                           const float *w, const float *b, const dl_act *post,
                           float *y, dl_err *err);
+    /* Optional, inference only: y = u(conv(x, w) + b), the unary op u
+     * applied in the same pass. DL_ERR_UNAVAILABLE for a u the engine does
+     * not fuse (the caller then runs conv_fwd and unary_fwd). */
+    dl_status (*conv_fwd_unary)(dl_backend *be, const dl_conv_geom *g, const float *x,
+                                const float *w, const float *b, const dl_unary *u,
+                                float *y, dl_err *err);
     /* dx is overwritten. */
     dl_status (*conv_bwd_data)(dl_backend *be, const dl_conv_geom *g, const float *dy,
                                const float *w, float *dx, dl_err *err);

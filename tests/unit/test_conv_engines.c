@@ -2,8 +2,9 @@
  * + OpenBLAS, and oneDNN) against each other: the same model, weights and
  * batch give the same outputs and parameter gradients to 1e-5, for strides,
  * padding, windows short of the edge, rectangular windows, fused
- * activations, both pooling kinds and the blocked layouts oneDNN keeps
- * between layers and across a residual graph's joins. */
+ * activations (unary ones as oneDNN's post-ops in inference), both pooling
+ * kinds and the blocked layouts oneDNN keeps between layers and across a
+ * residual graph's joins. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -211,6 +212,16 @@ static int64_t blocked_of(const char *name)
     return 0;
 }
 
+/* The oneDNN side's layer `name`. */
+static const layer *layer_of(const char *name)
+{
+    for (int i = 0; i < onednn.m->nlayers; i++)
+        if (strcmp(onednn.m->layers[i].conf->name, name) == 0)
+            return &onednn.m->layers[i];
+    cr_assert_fail("no layer '%s'", name);
+    return NULL;
+}
+
 /* MobileNet's inverted residual on blocked channels: a 1x1 expansion,
  * a depthwise 3x3 (groups = channels) with batchnorm and relu, a strided
  * one, a grouped 1x1 of whole channel blocks, and the projection. */
@@ -255,8 +266,65 @@ Test(conv_engines, unary_and_channel_scale_blocked)
             "{'name': 'fc', 'type': 'dense', 'units': 10}");
     for (const char *const *n = (const char *const[]){ "a1", "a2", "sc", NULL }; *n; n++)
         cr_expect(blocked_of(*n) & DL_BLOCKED_Y, "%s writes NCHW", *n);
+    /* clip, hardswish and silu ran as the convolutions' post-ops in inference */
+    for (const char *const *n = (const char *const[]){ "a1", "a2", "e1a", NULL }; *n; n++)
+        cr_expect(layer_of(*n)->folded_infer, "%s is not folded into its convolution", *n);
+    cr_expect(layer_of("e1")->post_un && layer_of("e1")->post_un->kind == DL_UN_SILU);
 }
 
+
+/* ShuffleNet's branch on channels no multiple of the block (24): NHWC
+ * between the engine's layers, a residual add on it, NCHW where a plain
+ * layer (concat) reads; the same values and gradients as im2col. */
+Test(conv_engines, nhwc_where_channels_are_not_whole_blocks)
+{
+    compare("[8, 9, 9]",
+            "{'name': 'c1', 'type': 'conv2d', 'filters': 24, 'kernel_size': 1},"
+            "{'name': 'a1', 'type': 'relu'},"
+            "{'name': 'dw', 'type': 'conv2d', 'filters': 24, 'kernel_size': 3, 'padding': 1,"
+            " 'stride': 2, 'groups': 24},"
+            "{'name': 'c2', 'type': 'conv2d', 'filters': 24, 'kernel_size': 1},"
+            "{'name': 'a2', 'type': 'silu'},"
+            "{'name': 'dw2', 'type': 'conv2d', 'filters': 24, 'kernel_size': 3, 'padding': 1,"
+            " 'groups': 24},"
+            "{'name': 'r', 'type': 'add', 'inputs': ['dw2', 'a2']},"
+            "{'name': 'mp', 'type': 'maxpool2d', 'kernel_size': 2, 'stride': 1},"
+            "{'name': 'c3', 'type': 'conv2d', 'filters': 24, 'kernel_size': 1},"
+            "{'name': 'cat', 'type': 'concat', 'axis': 0, 'inputs': ['c3', 'c3']},"
+            "{'name': 'f', 'type': 'flatten'},"
+            "{'name': 'fc', 'type': 'dense', 'units': 10}");
+    cr_expect_eq(blocked_of("c1"), DL_NHWC_Y);
+    cr_expect_eq(blocked_of("dw"), DL_NHWC_X | DL_NHWC_Y);
+    cr_expect_eq(blocked_of("r"), DL_NHWC_X | DL_NHWC_Y);
+    cr_expect_eq(blocked_of("mp"), DL_NHWC_X | DL_NHWC_Y);
+    cr_expect_eq(blocked_of("c3"), DL_NHWC_X);
+    cr_expect_eq(blocked_of("cat"), 0);
+}
+
+/* ShuffleNet's unit: split (slices), a branch of convolutions, concat and
+ * the channel shuffle (reshape, transpose, reshape), all channels last
+ * between the convolutions; the same values and gradients as im2col. */
+Test(conv_engines, channel_shuffle_stays_nhwc)
+{
+    compare("[12, 6, 6]",
+            "{'name': 'c0', 'type': 'conv2d', 'filters': 12, 'kernel_size': 1},"
+            "{'name': 's1', 'type': 'slice', 'axis': 0, 'start': 0, 'end': 6, 'inputs': ['c0']},"
+            "{'name': 's2', 'type': 'slice', 'axis': 0, 'start': 6, 'end': 12, 'inputs': ['c0']},"
+            "{'name': 'b1', 'type': 'conv2d', 'filters': 6, 'kernel_size': 1},"
+            "{'name': 'b1a', 'type': 'relu'},"
+            "{'name': 'b2', 'type': 'conv2d', 'filters': 6, 'kernel_size': 3, 'padding': 1,"
+            " 'groups': 6},"
+            "{'name': 'cat', 'type': 'concat', 'axis': 0, 'inputs': ['s1', 'b2']},"
+            "{'name': 'r1', 'type': 'reshape', 'shape': [2, 6, 6, 6]},"
+            "{'name': 't', 'type': 'transpose', 'perm': [1, 0, 2, 3]},"
+            "{'name': 'r2', 'type': 'reshape', 'shape': [12, 6, 6]},"
+            "{'name': 'c1', 'type': 'conv2d', 'filters': 10, 'kernel_size': 1},"
+            "{'name': 'f', 'type': 'flatten'},"
+            "{'name': 'fc', 'type': 'dense', 'units': 10}");
+    for (const char *const *n = (const char *const[]){ "s1", "s2", "cat", "t", NULL }; *n; n++)
+        cr_expect_eq(blocked_of(*n), DL_NHWC_X | DL_NHWC_Y, "%s is not NHWC", *n);
+    cr_expect_eq(blocked_of("c0"), DL_NHWC_Y);
+}
 
 /* A residual graph whose joins keep the blocked layout: the stem's output
  * read by a convolution and by an add, batchnorms, a strided block whose

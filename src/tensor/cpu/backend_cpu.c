@@ -403,6 +403,13 @@ static dl_status dnnl_gemm_bias_act(dl_backend *be, int64_t m, int64_t n, int64_
                                     : st;
 }
 
+static dl_status dnnl_conv_fwd_unary(dl_backend *be, const dl_conv_geom *g, const float *x,
+                                     const float *w, const float *b, const dl_unary *u,
+                                     float *y, dl_err *err)
+{
+    return dl_dnnl_conv_fwd_unary(be->ctx, g, x, w, b, u, y, err);
+}
+
 static void dnnl_fix_weights(dl_backend *be, const void *w, size_t bytes, bool fixed)
 {
     dl_dnnl_fix_weights(be->ctx, w, bytes, fixed);
@@ -526,6 +533,7 @@ static const dl_backend_ops cpu_ops = {
 static const dl_backend_ops cpu_dnnl_ops = {
     CPU_OPS
     .conv_fwd         = dnnl_conv_fwd,
+    .conv_fwd_unary   = dnnl_conv_fwd_unary,
     .conv_bwd_data    = dnnl_conv_bwd_data,
     .conv_bwd_weights = dnnl_conv_bwd_weights,
     .pool2d_fwd       = dnnl_pool_fwd,

@@ -50,6 +50,7 @@ typedef struct entry {
     op_kind          kind;
     dl_conv_geom     g;
     int              variant;    /* conv: post-op and bias; pool: kind and training */
+    float            pa, pb;     /* conv: the parameters of a unary post-op */
     dnnl_primitive_t prim;
     int              nslots;
     arg_slot         slot[SLOTS_MAX];
@@ -234,10 +235,11 @@ static dl_status make_prim(dl_dnnl *d, entry *e, const_dnnl_op_desc_t desc,
 enum { CONV_SRC, CONV_WEI, CONV_DST, CONV_BIAS, CONV_TENSORS };
 
 /* The layout of the caller's activations: blocked when g->blocked has
- * `bit`, else plain NCHW. */
+ * `bit`, NHWC when it has its DL_NHWC_OF, else plain NCHW. */
 static dnnl_format_tag_t act_tag(const dl_dnnl *d, const dl_conv_geom *g, int64_t bit)
 {
-    return g->blocked & bit ? d->blocked : dnnl_nchw;
+    return g->blocked & bit ? d->blocked
+         : g->blocked & DL_NHWC_OF(bit) ? dnnl_nhwc : dnnl_nchw;
 }
 
 /* The convolution's tensors: with `any`, in the layouts oneDNN picks (for
@@ -253,9 +255,20 @@ static void conv_mds(const dl_dnnl *d, const dl_conv_geom *g, bool any,
     int nw = dims_wei(g, dw);
     dims_dst(g, dd);
     if (any) {
-        md_any(src, 4, ds);
+        /* oneDNN's kernels run NHWC where asked: one NHWC side makes
+         * both NHWC (its kernels take one layout for both), a plain NCHW
+         * side then reordered at the edge; a blocked side keeps both to
+         * the layouts oneDNN picks (blocked), the NHWC side reordered */
+        bool nhwc = (g->blocked & (DL_NHWC_X | DL_NHWC_Y)) &&
+                    !(g->blocked & (DL_BLOCKED_X | DL_BLOCKED_Y));
+        if (nhwc) {
+            md_plain(src, 4, ds, dnnl_nhwc);
+            md_plain(dst, 4, dd, dnnl_nhwc);
+        } else {
+            md_any(src, 4, ds);
+            md_any(dst, 4, dd);
+        }
         md_any(wei, nw, dw);
-        md_any(dst, 4, dd);
     } else {
         md_plain(src, 4, ds, act_tag(d, g, DL_BLOCKED_X));
         md_plain(wei, nw, dw, nw == 5 ? dnnl_goihw : dnnl_oihw);
@@ -361,23 +374,59 @@ static dl_status build_conv(dl_dnnl *d, entry *e, const_dnnl_op_desc_t desc,
     return st;
 }
 
-/* Post-op attributes for dl_act + 1 (0: none). */
-static dl_status post_attr(int post, dnnl_primitive_attr_t *attr, dl_err *err)
+/* A fused unary's oneDNN eltwise (alpha, beta: its parameters); false for
+ * one oneDNN has not, or computes otherwise than PyTorch. */
+static bool unary_alg(dl_unary_kind kind, float a, float b, dnnl_alg_kind_t *alg,
+                      float *alpha, float *beta)
 {
-    static const dnnl_alg_kind_t alg[] = { dnnl_eltwise_relu, dnnl_eltwise_tanh,
+    *alpha = 0.0f;
+    *beta = 0.0f;
+    switch (kind) {
+    case DL_UN_SILU:       *alg = dnnl_eltwise_swish; *alpha = 1.0f; return true;
+    case DL_UN_CLIP:       *alg = dnnl_eltwise_clip; *alpha = a; *beta = b; return true;
+    case DL_UN_HARDSWISH:  *alg = dnnl_eltwise_hardswish; return true;
+    case DL_UN_LEAKY_RELU: *alg = dnnl_eltwise_relu; *alpha = a; return true;
+    case DL_UN_GELU:       *alg = dnnl_eltwise_gelu_erf; return true;
+    case DL_UN_GELU_TANH:  *alg = dnnl_eltwise_gelu_tanh; return true;
+    default:               return false;
+    }
+}
+
+/* The first post value of a fused unary (variant >> 1): dl_act + 1 below it. */
+#define POST_UNARY 8
+
+/* The post-op of a forward convolution: post = variant >> 1 (0: none,
+ * below POST_UNARY a dl_act + 1, else a dl_unary_kind + POST_UNARY with
+ * e->pa, e->pb), as an eltwise; false for a unary oneDNN does not fuse. */
+static bool post_eltwise(const entry *e, dnnl_alg_kind_t *alg, float *alpha, float *beta)
+{
+    static const dnnl_alg_kind_t act[] = { dnnl_eltwise_relu, dnnl_eltwise_tanh,
                                            dnnl_eltwise_logistic };
+    int post = e->variant >> 1;
+    if (post >= POST_UNARY)
+        return unary_alg((dl_unary_kind)(post - POST_UNARY), e->pa, e->pb, alg, alpha, beta);
+    *alg = act[post - 1];
+    *alpha = *beta = 0.0f;
+    return true;
+}
+
+/* Attributes with the eltwise post-op alg (dnnl_alg_kind_undef: none). */
+static dl_status post_attr(dnnl_alg_kind_t alg, float alpha, float beta,
+                           dnnl_primitive_attr_t *attr, dl_err *err)
+{
     DNNL_CHECK(dnnl_primitive_attr_create(attr), err);
-    if (post) {
+    if (alg != dnnl_alg_kind_undef) {
         dnnl_post_ops_t po = NULL;
         dnnl_post_ops_create(&po);
-        dnnl_post_ops_append_eltwise(po, 1.0f, alg[post - 1], 0.0f, 0.0f);
+        dnnl_post_ops_append_eltwise(po, 1.0f, alg, alpha, beta);
         dnnl_primitive_attr_set_post_ops(*attr, po);
         dnnl_post_ops_destroy(po);
     }
     return DL_OK;
 }
 
-/* variant for the forward convolution: bit 0 bias, bits 1.. the post-op + 1. */
+/* variant for the forward convolution: bit 0 bias, bits 1.. the post-op
+ * (post_eltwise). */
 static dl_status build_conv_fwd(dl_dnnl *d, entry *e, dl_err *err)
 {
     static const conv_slot slot[] = {
@@ -387,13 +436,16 @@ static dl_status build_conv_fwd(dl_dnnl *d, entry *e, dl_err *err)
         { dnnl_query_dst_md,     0, DNNL_ARG_DST,     CONV_DST,  SLOT_OUT },
     };
     bool bias = e->variant & 1;
-    int post = e->variant >> 1;          /* 0: none, else dl_act + 1 */
+    dnnl_alg_kind_t alg = dnnl_alg_kind_undef;
+    float alpha = 0.0f, beta = 0.0f;
+    if (e->variant >> 1 && !post_eltwise(e, &alg, &alpha, &beta))
+        return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN: no fused post-op");
     dnnl_convolution_desc_t cd;
     dl_status st = conv_fwd_desc(&e->g, bias, &cd, err);
     if (st != DL_OK)
         return st;
     dnnl_primitive_attr_t attr = NULL;
-    st = post_attr(post, &attr, err);
+    st = post_attr(alg, alpha, beta, &attr, err);
     if (st == DL_OK)
         st = build_conv(d, e, &cd, attr, false, slot, NSLOTS(slot), err);
     if (attr)
@@ -427,7 +479,8 @@ static dl_status build_conv_bwd(dl_dnnl *d, entry *e, dl_err *err)
 }
 
 /* Pooling, over plain NCHW, or over the blocked layout when either side
- * of g is blocked (the other side is then reordered at the edge).
+ * of g is blocked, else NHWC when either side is (the other side is then
+ * reordered at the edge).
  * variant: bit 0 max (else average, padding counted), bit 1 training (max
  * pooling then keeps a workspace). */
 static dl_status pool_desc(const dl_dnnl *d, const dl_conv_geom *g, int variant,
@@ -439,7 +492,8 @@ static dl_status pool_desc(const dl_dnnl *d, const dl_conv_geom *g, int variant,
     dims_dst(g, dd);
     if (pads(g, false, pl, pr, err) != DL_OK)
         return DL_ERR_UNAVAILABLE;
-    dnnl_format_tag_t tag = g->blocked ? d->blocked : dnnl_nchw;
+    dnnl_format_tag_t tag = g->blocked & (DL_BLOCKED_X | DL_BLOCKED_Y) ? d->blocked
+                          : g->blocked ? dnnl_nhwc : dnnl_nchw;
     md_plain(&src, 4, ds, tag);
     md_plain(&dst, 4, dd, tag);
     dnnl_alg_kind_t alg = variant & 1 ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
@@ -526,9 +580,13 @@ static dl_status build_dense(dl_dnnl *d, entry *e, dl_err *err)
                                                     &md[DENSE_SRC], &wany,
                                                     has_bias ? &md[DENSE_BIAS] : NULL,
                                                     &md[DENSE_DST]), err);
+    dnnl_alg_kind_t alg = dnnl_alg_kind_undef;
+    float alpha = 0.0f, beta = 0.0f;
+    if (e->variant >> 1)
+        post_eltwise(e, &alg, &alpha, &beta);
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    dl_status st = post_attr(e->variant >> 1, &attr, err);
+    dl_status st = post_attr(alg, alpha, beta, &attr, err);
     if (st == DL_OK)
         st = make_prim(d, e, &ipd, attr, NULL, &pd, err);
     if (st == DL_OK)
@@ -566,13 +624,14 @@ static dl_status build(dl_dnnl *d, entry *e, dl_err *err)
 /* The entry for (kind, g, variant): found, or created in place of the
  * least recently used one. Called with d->mu held. */
 static dl_status lookup(dl_dnnl *d, op_kind kind, const dl_conv_geom *g, int variant,
-                        entry **out, dl_err *err)
+                        const float par[2], entry **out, dl_err *err)
 {
     *out = NULL;
     int victim = 0;
     for (int i = 0; i < d->n; i++) {
         entry *e = d->cache[i];
-        if (e->kind == kind && e->variant == variant && memcmp(&e->g, g, sizeof(*g)) == 0) {
+        if (e->kind == kind && e->variant == variant && e->pa == par[0] && e->pb == par[1] &&
+            memcmp(&e->g, g, sizeof(*g)) == 0) {
             e->used = ++d->clock;
             *out = e;
             return DL_OK;
@@ -586,6 +645,8 @@ static dl_status lookup(dl_dnnl *d, op_kind kind, const dl_conv_geom *g, int var
     e->kind = kind;
     e->g = *g;
     e->variant = variant;
+    e->pa = par[0];
+    e->pb = par[1];
     dl_status st = build(d, e, err);
     if (st != DL_OK) {
         entry_free(e);
@@ -690,9 +751,12 @@ static dl_status run(dl_dnnl *d, entry *e, void *const *ptr, void *ws, dl_err *e
     return st;
 }
 
+/* par: the post-op's parameters (NULL: none), part of the entry's key. */
 static dl_status call(dl_dnnl *d, op_kind kind, const dl_conv_geom *g, int variant,
-                      void *const *ptr, void *ws, size_t ws_room, dl_err *err)
+                      const float *par, void *const *ptr, void *ws, size_t ws_room,
+                      dl_err *err)
 {
+    static const float none[2] = { 0.0f, 0.0f };
     pthread_mutex_lock(&d->mu);
     /* oneDNN's OpenMP team follows the calling thread's setting, when it
      * creates a primitive as when it runs one: a creation with the
@@ -702,7 +766,7 @@ static dl_status call(dl_dnnl *d, op_kind kind, const dl_conv_geom *g, int varia
     if (omp_get_max_threads() != d->threads)
         omp_set_num_threads(d->threads);
     entry *e;
-    dl_status st = lookup(d, kind, g, variant, &e, err);
+    dl_status st = lookup(d, kind, g, variant, par ? par : none, &e, err);
     if (st == DL_OK && e->ws && (!ws || e->ws_bytes > ws_room))
         st = dl_err_set(err, DL_ERR_INVALID, "oneDNN: pooling needs %zu bytes of workspace, "
                         "got %zu", e->ws_bytes, ws ? ws_room : 0);
@@ -798,21 +862,35 @@ dl_status dl_dnnl_conv_fwd(dl_dnnl *d, const dl_conv_geom *g, const float *x,
     /* slots: src, weights, [bias,] dst */
     void *with_bias[4] = { (void *)x, (void *)w, (void *)b, y };
     void *without[3] = { (void *)x, (void *)w, y };
-    return call(d, OP_CONV_FWD, g, variant, b ? with_bias : without, NULL, 0, err);
+    return call(d, OP_CONV_FWD, g, variant, NULL, b ? with_bias : without, NULL, 0, err);
+}
+
+dl_status dl_dnnl_conv_fwd_unary(dl_dnnl *d, const dl_conv_geom *g, const float *x,
+                                 const float *w, const float *b, const dl_unary *u,
+                                 float *y, dl_err *err)
+{
+    dnnl_alg_kind_t alg;
+    float alpha, beta, par[2] = { u->a, u->b };
+    if (!unary_alg(u->kind, u->a, u->b, &alg, &alpha, &beta))
+        return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN: no fused post-op");
+    int variant = (b ? 1 : 0) | ((int)u->kind + POST_UNARY) << 1;
+    void *with_bias[4] = { (void *)x, (void *)w, (void *)b, y };
+    void *without[3] = { (void *)x, (void *)w, y };
+    return call(d, OP_CONV_FWD, g, variant, par, b ? with_bias : without, NULL, 0, err);
 }
 
 dl_status dl_dnnl_conv_bwd_data(dl_dnnl *d, const dl_conv_geom *g, const float *dy,
                                 const float *w, float *dx, dl_err *err)
 {
     void *ptr[3] = { (void *)dy, (void *)w, dx };
-    return call(d, OP_CONV_BWD_DATA, g, 0, ptr, NULL, 0, err);
+    return call(d, OP_CONV_BWD_DATA, g, 0, NULL, ptr, NULL, 0, err);
 }
 
 dl_status dl_dnnl_conv_bwd_weights(dl_dnnl *d, const dl_conv_geom *g, const float *x,
                                    const float *dy, float *dw, float *db, dl_err *err)
 {
     void *ptr[4] = { (void *)x, (void *)dy, dw, db };
-    return call(d, OP_CONV_BWD_WEIGHTS, g, db ? 1 : 0, ptr, NULL, 0, err);
+    return call(d, OP_CONV_BWD_WEIGHTS, g, db ? 1 : 0, NULL, ptr, NULL, 0, err);
 }
 
 dl_status dl_dnnl_pool_fwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
@@ -820,7 +898,7 @@ dl_status dl_dnnl_pool_fwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
 {
     int variant = (kind == DL_POOL_MAX ? 1 : 0) | (ws ? 2 : 0);
     void *ptr[2] = { (void *)x, y };
-    return call(d, OP_POOL_FWD, g, variant, ptr, ws, ws_bytes, err);
+    return call(d, OP_POOL_FWD, g, variant, NULL, ptr, ws, ws_bytes, err);
 }
 
 dl_status dl_dnnl_pool_bwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
@@ -829,7 +907,7 @@ dl_status dl_dnnl_pool_bwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
 {
     int variant = kind == DL_POOL_MAX ? 1 : 0;
     void *ptr[2] = { (void *)dy, dx };
-    return call(d, OP_POOL_BWD, g, variant, ptr, (void *)ws, ws_bytes, err);
+    return call(d, OP_POOL_BWD, g, variant, NULL, ptr, (void *)ws, ws_bytes, err);
 }
 
 dl_status dl_dnnl_dense_fwd(dl_dnnl *d, int64_t m, int64_t n, int64_t k, const float *x,
@@ -847,5 +925,5 @@ dl_status dl_dnnl_dense_fwd(dl_dnnl *d, int64_t m, int64_t n, int64_t k, const f
     int variant = (b ? 1 : 0) | (post ? ((int)*post + 1) << 1 : 0);
     void *with_bias[4] = { (void *)x, (void *)w, (void *)b, y };
     void *without[3] = { (void *)x, (void *)w, y };
-    return call(d, OP_DENSE_FWD, &g, variant, b ? with_bias : without, NULL, 0, err);
+    return call(d, OP_DENSE_FWD, &g, variant, NULL, b ? with_bias : without, NULL, 0, err);
 }

@@ -78,6 +78,19 @@ static int64_t row_grain(const dl_strided *g)
 
 /* ---- binary ops ------------------------------------------------------------ */
 
+/* Offsets of the three operands at position j of shape (nd dimensions). */
+static void pos_at(const int64_t *shape, const int64_t (*st)[DL_STRIDED_DIMS], int nd,
+                   int64_t j, int64_t off[3])
+{
+    off[0] = off[1] = off[2] = 0;
+    for (int d = nd - 1; d >= 0; d--) {
+        int64_t c = j % shape[d];
+        j /= shape[d];
+        for (int q = 0; q < 3; q++)
+            off[q] += c * st[q][d];
+    }
+}
+
 typedef struct bin_job {
     dl_binop op;
     const dl_strided *g;
@@ -88,8 +101,10 @@ typedef struct bin_job {
 } bin_job;
 
 /* y[i * sy] = a[i * sa] op b[i * sb], i < n. y may be a or b (in place:
- * no restrict; gcc's overlap check lets equal pointers vectorize). */
-static void bin_line(dl_binop op, const float *a, int64_t sa, const float *b, int64_t sb,
+ * no restrict; gcc's overlap check lets equal pointers vectorize). Inlined
+ * into each wide clone of its callers: an out-of-line copy runs the
+ * default ISA. */
+static inline __attribute__((always_inline)) void bin_line(dl_binop op, const float *a, int64_t sa, const float *b, int64_t sb,
                      float *y, int64_t sy, int64_t n)
 {
     switch (op) {
@@ -128,10 +143,16 @@ CPU_WIDE static void bin_rows_task(void *ctx, int64_t r0, int64_t r1)
     int64_t in = inner_of(g);
     row_walk w;
     walk_at(&w, g, r0);
+    /* rows of unit strides (a per-channel vector over the blocked layout:
+     * rows of a channel block) with literal strides, which vectorize */
+    bool unit = inner_st(g, 0) == 1 && inner_st(g, 1) == 1 && inner_st(g, 2) == 1;
     for (int64_t r = r0; r < r1; r++, walk_next(&w)) {
         float *y = j->y + w.off[2];
-        bin_line(j->op, j->a + w.off[0], inner_st(g, 0), j->b + w.off[1], inner_st(g, 1), y,
-                 inner_st(g, 2), in);
+        if (unit)
+            bin_line(j->op, j->a + w.off[0], 1, j->b + w.off[1], 1, y, 1, in);
+        else
+            bin_line(j->op, j->a + w.off[0], inner_st(g, 0), j->b + w.off[1],
+                     inner_st(g, 1), y, inner_st(g, 2), in);
         if (j->post && inner_st(g, 2) == 1)
             cpu_act_rows(*j->post, y, in);
         else
@@ -140,13 +161,80 @@ CPU_WIDE static void bin_rows_task(void *ctx, int64_t r0, int64_t r1)
     }
 }
 
+/* Whether g's last two dimensions (P, L) are planes: y dense over them,
+ * each operand either dense too or repeating one line of L along P (a
+ * per-channel vector over the blocked layout: (n, C / B, H * W, B), the
+ * vector's strides (C, B, 0, 1)). */
+static bool planes(const dl_strided *g)
+{
+    int nd = g->nd;
+    if (nd < 2 || g->st[2][nd - 1] != 1 || g->st[2][nd - 2] != g->shape[nd - 1])
+        return false;
+    for (int k = 0; k < 2; k++)
+        if (g->st[k][nd - 1] != 1 ||
+            (g->st[k][nd - 2] != 0 && g->st[k][nd - 2] != g->shape[nd - 1]))
+            return false;
+    return true;
+}
+
+/* One plane: P lines of L, operand a's lines sa apart, b's sb (0: one
+ * line repeated). The op picked once, outside the loops. */
+#define PLANE_LOOP(expr)                                                      \
+    for (int64_t q = 0; q < P; q++) {                                         \
+        const float *aq = a + q * sa, *bq = b + q * sb;                       \
+        float *yq = y + q * L;                                                \
+        for (int64_t i = 0; i < L; i++)                                       \
+            yq[i] = (expr);                                                   \
+    }
+
+static inline __attribute__((always_inline)) void bin_plane(
+    dl_binop op, const float *a, int64_t sa, const float *b, int64_t sb, float *y, int64_t P,
+    int64_t L)
+{
+    switch (op) {
+    case DL_BIN_ADD: PLANE_LOOP(aq[i] + bq[i]) break;
+    case DL_BIN_SUB: PLANE_LOOP(aq[i] - bq[i]) break;
+    case DL_BIN_MUL: PLANE_LOOP(aq[i] * bq[i]) break;
+    case DL_BIN_DIV: PLANE_LOOP(aq[i] / bq[i]) break;
+    }
+}
+#undef PLANE_LOOP
+
+/* Planes [p0, p1) (planes() holds): a line at a time, no walk between
+ * lines, which are short (a channel block: 16 floats with AVX-512, a
+ * length the compiler then knows). */
+CPU_WIDE static void bin_planes_task(void *ctx, int64_t p0, int64_t p1)
+{
+    const bin_job *j = ctx;
+    const dl_strided *g = j->g;
+    int nd = g->nd;
+    int64_t P = g->shape[nd - 2], L = g->shape[nd - 1];
+    int64_t sa = g->st[0][nd - 2], sb = g->st[1][nd - 2];
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t off[3];
+        pos_at(g->shape, g->st, nd - 2, p, off);
+        const float *a = j->a + off[0], *b = j->b + off[1];
+        float *y = j->y + off[2];
+        if (L == 16)
+            bin_plane(j->op, a, sa, b, sb, y, P, 16);
+        else
+            bin_plane(j->op, a, sa, b, sb, y, P, L);
+        if (j->post)
+            cpu_act_rows(*j->post, y, P * L);
+    }
+}
+
 void cpu_binary_fwd(dl_backend *be, dl_binop op, const dl_strided *g, const float *a,
                            const float *b, const dl_act *post, float *y)
 {
     (void)be;
     bin_job j = { .op = op, .g = g, .a = a, .b = b, .y = y, .post = post };
+    int64_t plane = g->nd >= 2 ? g->shape[g->nd - 2] * g->shape[g->nd - 1] : 0;
     if (dense(g, 0) && dense(g, 1) && dense(g, 2))
         dl_parallel_for(dl_shape_numel(g->nd, g->shape), CPU_GRAIN, bin_flat_task, &j);
+    else if (plane > 0 && planes(g))
+        dl_parallel_for(dl_shape_numel(g->nd - 2, g->shape),
+                        plane >= CPU_GRAIN ? 1 : CPU_GRAIN / plane, bin_planes_task, &j);
     else
         dl_parallel_for(rows_of(g), row_grain(g), bin_rows_task, &j);
 }
@@ -174,19 +262,6 @@ static void split_of(const dl_strided *g, int k, split *s)
         for (int q = 0; q < 3; q++)
             (summed ? s->rst : s->kst)[q][at] = g->st[q][d];
         *(summed ? &s->rn : &s->kn) *= g->shape[d];
-    }
-}
-
-/* Offsets of the three operands at position j of shape (nd dimensions). */
-static void pos_at(const int64_t *shape, const int64_t (*st)[DL_STRIDED_DIMS], int nd,
-                   int64_t j, int64_t off[3])
-{
-    off[0] = off[1] = off[2] = 0;
-    for (int d = nd - 1; d >= 0; d--) {
-        int64_t c = j % shape[d];
-        j /= shape[d];
-        for (int q = 0; q < 3; q++)
-            off[q] += c * st[q][d];
     }
 }
 
@@ -247,6 +322,44 @@ static void term_line(term_kind t, float *restrict acc, bool lanes, const float 
     }
 }
 
+/* acc[i] = sum over r < rows of v[r * sv + i], i < n. */
+static inline __attribute__((always_inline)) void sum_rows(float *restrict acc,
+                                                           const float *restrict v, int64_t sv,
+                                                           int64_t rows, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        acc[i] = 0.0f;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < n; i++)
+            acc[i] += v[r * sv + i];
+}
+
+/* Line mode's plain sum over one summed dimension (global average pooling
+ * over the blocked layout: lines of a channel block, summed over H * W):
+ * out[i * so] = scale * sum over r < rows of v[r * sv + i], i < L, for
+ * the kept positions [e0, e1). Inlined into gather_task's wide clones. */
+static inline void sum_lines(const gather_job *j, int64_t e0, int64_t e1)
+{
+    const split *s = &j->s;
+    int64_t L = j->line, rows = s->rn, sv = s->rst[j->src][0];
+    float acc[256];
+    for (int64_t e = e0; e < e1; e++) {
+        int64_t kb[3];
+        pos_at(s->ks, s->kst, s->nk - 1, e, kb);
+        for (int64_t c0 = 0; c0 < L; c0 += 256) {
+            int64_t n = L - c0 < 256 ? L - c0 : 256;
+            const float *v = j->ops[j->src] + kb[j->src] + c0;
+            if (n == 16)                /* a channel block: sums in one register */
+                sum_rows(acc, v, sv, rows, 16);
+            else
+                sum_rows(acc, v, sv, rows, n);
+            float *out = j->out + kb[j->k] + c0;
+            for (int64_t i = 0; i < n; i++)
+                out[i] = acc[i] * j->scale;
+        }
+    }
+}
+
 /* Kept positions [e0, e1): one output each, or (line mode) a line of
  * them. The summed dimensions are walked with their last one as the
  * inner loop (in line mode, the kept last dimension is). */
@@ -254,6 +367,10 @@ CPU_WIDE static void gather_task(void *ctx, int64_t e0, int64_t e1)
 {
     const gather_job *j = ctx;
     const split *s = &j->s;
+    if (j->line > 1 && s->nr == 1 && j->term == TERM_ONE) {
+        sum_lines(j, e0, e1);
+        return;
+    }
     int64_t L = j->line, outer_r = s->rn, inner = 1, ist[3] = { 0, 0, 0 };
     int nk = s->nk - (L > 1 ? 1 : 0), nr = s->nr;
     if (L > 1) {                       /* inner loop: the kept line */
