@@ -183,7 +183,7 @@ static bool tensor_blockable(const dl_model *m, int t, int block)
 /* Whether a layer of role r runs the same on NHWC as on NCHW: engine
  * layers, and the pass layers that see no channels (unary ones, binary
  * ones of inputs of the output's shape); not batchnorm, not a sink. */
-static bool nhwc_role(const dl_model *m, const layer *l, blk_role r)
+static bool nhwc_role(const layer *l, blk_role r)
 {
     if (r == BLK_ENGINE || r == BLK_CL)
         return true;
@@ -192,7 +192,6 @@ static bool nhwc_role(const dl_model *m, const layer *l, blk_role r)
     for (int k = 0; k < l->nin; k++)
         if (l->ins_dim[k] != l->out_dim)
             return false;
-    (void)m;
     return true;
 }
 
@@ -213,7 +212,7 @@ static void plan_nhwc(const dl_model *m, int *parent, const blk_role *role,
     for (int i = 0; i < m->nlayers; i++) {
         const layer *l = &m->layers[i];
         int t = m->ninputs + i;
-        bool fits = nhwc_role(m, l, role[i]);
+        bool fits = nhwc_role(l, role[i]);
         if (t < m->ninputs || m->out_of[t] >= 0 || l->out_ndim < 3 || !fits)
             nh[class_of(parent, t)] = false;
         for (int k = 0; !fits && k < l->nin; k++)
@@ -353,9 +352,10 @@ static int take_slot(act_plan *p, bool *free_slot, int64_t dim)
     return k;
 }
 
-/* Aliases: a folded activation shares its producer's buffer in every pass,
- * one folded_infer outside training, and then also a flatten, reshape or identity that is no model
- * output passes its input on as it is (only backward reads a copy). */
+/* Aliases: a folded activation shares its producer's buffer in every pass
+ * (a folded_infer one outside training), and outside training a flatten,
+ * reshape or identity that is no model output passes its input on as it
+ * is (only backward reads a copy). */
 static void plan_aliases(dl_model *m, act_plan *p, bool train)
 {
     for (int t = 0; t < m->nt; t++)
