@@ -74,12 +74,12 @@ struct layer {
     const dl_act        *post;
     dl_act               post_act;
     bool                 folded;
-    /* Inference only (model_plan.c): a conv2d whose output goes only to a
-     * unary elementwise layer applies that layer's op itself in inference
-     * (post_un points at post_un_val, through the engine's fused post-op
-     * where it has one), and that layer is `folded_infer`: inference skips
-     * it and reads the conv's output. Training runs both as they are: the
-     * unary's backward needs its input. */
+    /* Inference only (model_plan.c): a conv2d or dense layer whose output
+     * goes only to a unary elementwise layer applies that layer's op itself
+     * in inference (post_un points at post_un_val, through the engine's
+     * fused post-op where it has one), and that layer is `folded_infer`:
+     * inference skips it and reads the producer's output. Training runs
+     * both as they are: the unary's backward needs its input. */
     const dl_unary      *post_un;
     dl_unary             post_un_val;
     bool                 folded_infer;

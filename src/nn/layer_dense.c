@@ -61,12 +61,24 @@ static dl_status dense_rows(layer *l, const float *x, float *y, int64_t r, dl_er
     return DL_OK;
 }
 
+/* In inference a folded unary (l->post_un, model_plan.c) goes through the
+ * backend's fused epilogue where it has one, else a pass of its own. */
 static dl_status dense_forward(layer *l, const float *x, float *y, int64_t n,
                                bool train, dl_err *err)
 {
-    if (l->invariant && !train)
-        return dense_rows(l, x, y, rows(l, n), err);
-    return dense_gemm(l, x, y, rows(l, n), err);
+    const dl_backend_ops *ops = l->be->ops;
+    const dl_unary *u = train ? NULL : l->post_un;
+    int64_t r = rows(l, n);
+    dl_status st = DL_ERR_UNAVAILABLE;
+    if (u && ops->gemm_bias_unary && !l->invariant)
+        st = ops->gemm_bias_unary(l->be, r, l->conf->units, in_features(l), x, l->p[0].data,
+                                  l->conf->bias ? l->p[1].data : NULL, u, y, err);
+    if (st != DL_ERR_UNAVAILABLE)
+        return st;
+    st = l->invariant && !train ? dense_rows(l, x, y, r, err) : dense_gemm(l, x, y, r, err);
+    if (st == DL_OK && u)
+        ops->unary_fwd(l->be, u, y, y, r * l->conf->units);
+    return st;
 }
 
 static dl_status dense_backward(layer *l, const float *x, const float *y,

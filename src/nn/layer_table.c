@@ -44,9 +44,9 @@ const layer_type_info layer_table[] = {
     [DL_LAYER_GLOBAL_AVGPOOL2D] = ROW("global_avgpool2d", 1, &layer_gap_ops, layer_shape_gap,
                                     ""),
     [DL_LAYER_LAYERNORM] = ROW("layernorm", 1, &layer_layernorm_ops, layer_shape_same, "eps"),
-    /* ONNX's Gelu (opset 20) is not imported; the exporter writes Erf or
-     * Tanh nodes. */
-    [DL_LAYER_GELU] = NATIVE("gelu", 1, &layer_elem_ops, layer_shape_same, "approximate"),
+    /* ONNX's Gelu is opset 20: PyTorch writes Div, Erf, Add, Mul, Mul,
+     * which import as one (onnx_ops.c, gelu_of). */
+    [DL_LAYER_GELU] = ROW("gelu", 1, &layer_elem_ops, layer_shape_same, "approximate"),
     /* ONNX has no SiLU: Mul(x, Sigmoid(x)) imports as one. */
     [DL_LAYER_SILU] = ROW("silu", 1, &layer_elem_ops, layer_shape_same, ""),
     [DL_LAYER_LOG_SOFTMAX] = ROW("log_softmax", 1, &layer_log_softmax_ops, layer_shape_axis,

@@ -75,8 +75,9 @@ static void fuse_activations(dl_model *m, const int *readers)
         layer *prev = &m->layers[i];
         dl_layer_type pt = prev->conf->type;
         int j = chain_next(m, readers, i);
-        if (j >= 0 && pt == DL_LAYER_CONV2D && m->layers[j].ops == &layer_elem_ops &&
-            m->be->ops->conv_fwd_unary) {
+        if (j >= 0 && m->layers[j].ops == &layer_elem_ops &&
+            ((pt == DL_LAYER_CONV2D && m->be->ops->conv_fwd_unary) ||
+             (pt == DL_LAYER_DENSE && m->be->ops->gemm_bias_unary))) {
             prev->post_un_val = layer_unary(m->layers[j].conf);
             prev->post_un = &prev->post_un_val;
             m->layers[j].folded_infer = true;

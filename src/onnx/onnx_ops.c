@@ -778,7 +778,7 @@ static int64_t key_int(json_t *l, const char *key, int64_t dflt)
 }
 
 /* The per-sample value a layer's output is (its engine shape), or NULL. */
-static const tvalue *value_from(xl *x, const char *layer)
+static tvalue *value_from(xl *x, const char *layer)
 {
     for (int i = 0; layer && i < x->nv; i++)
         if (!x->v[i].c && x->v[i].src && !strcmp(x->v[i].src, layer))
@@ -1174,6 +1174,38 @@ static bool sigmoid_of(xl *x, const tvalue *a, const tvalue *b)
     return false;
 }
 
+/* The other input of a two-input layer than `one`, or NULL. */
+static const char *other_input(json_t *l, const char *one)
+{
+    const char *a = input_of(l, 0), *b = input_of(l, 1);
+    return !a || !b || !one ? NULL : !strcmp(a, one) ? b : !strcmp(b, one) ? a : NULL;
+}
+
+/* Whether Mul(a, b) ends GELU as exporters write it (erf form):
+ * 0.5 * (v * (1 + erf(v / sqrt(2)))), a the constant 0.5 and b the
+ * inner product, either way round; the tensor v, else NULL. */
+static tvalue *gelu_of(xl *x, const tvalue *a, const tvalue *b)
+{
+    if (!a->c || !a->c->f || a->c->n != 1 || a->c->f[0] != 0.5f || b->c || !b->src)
+        return NULL;
+    json_t *mul = emitted(x, b->src, DL_LAYER_MUL);
+    for (size_t k = 0; mul && k < 2; k++) {
+        const char *v = input_of(mul, k);
+        json_t *add = emitted(x, input_of(mul, 1 - k), DL_LAYER_ADD);
+        json_t *erf = NULL;
+        for (size_t i = 0; add && i < 2 && !erf; i++)
+            if (constant_value(x, input_of(add, 1 - i)) == 1.0)
+                erf = emitted(x, input_of(add, i), DL_LAYER_ERF);
+        json_t *div = emitted(x, input_of(erf, 0), DL_LAYER_DIV);
+        double c = div ? constant_value(x, input_of(div, 1)) : NAN;
+        tvalue *t = value_from(x, v);
+        if (div && fabs(c - sqrt(2.0)) < 1e-6 && !strcmp(input_of(div, 0), v) && t &&
+            xl_same_layout(t, b) && other_input(mul, v))
+            return t;
+    }
+    return NULL;
+}
+
 static dl_status op_binary(xl *x, const onnx_node *n)
 {
     static const struct { const char *op; dl_layer_type type; } map[] = {
@@ -1187,11 +1219,16 @@ static dl_status op_binary(xl *x, const onnx_node *n)
     tvalue *v[2] = { arg(x, n, 0), arg(x, n, 1) }, tmp[2];
     if (!v[0] || !v[1])
         return xl_refuse(x, n, "an input is missing");
-    /* One silu layer, one pass: the sigmoid is pruned unless read again. */
-    for (int k = 0; k < 2 && !strcmp(n->op, "Mul"); k++)
+    /* One silu or gelu layer, one pass: the layers it replaces are pruned
+     * unless read again. */
+    for (int k = 0; k < 2 && !strcmp(n->op, "Mul"); k++) {
+        tvalue *g = gelu_of(x, v[k], v[1 - k]);
         if (sigmoid_of(x, v[k], v[1 - k]))
             return unary(x, n, dl_layer_type_name(DL_LAYER_SILU), NULL, v[k], v[k]->nd,
                          v[k]->d);
+        if (g)
+            return unary(x, n, dl_layer_type_name(DL_LAYER_GELU), NULL, g, g->nd, g->d);
+    }
     tvalue like = v[0]->c ? *v[1] : *v[0];   /* the batch sits as in the tensor operand */
     if (!v[0]->c && !v[1]->c && !xl_same_layout(v[0], v[1]))
         return xl_refuse(x, n, "the two tensors must have one rank and hold the batch alike");
@@ -1404,7 +1441,7 @@ static const struct {
     {"Transpose", op_transpose, L(TRANSPOSE)},
     {"Concat", op_concat, L(CONCAT) | L(CONSTANT)},
     {"Add", op_binary, L(ADD) | L(CONSTANT)}, {"Sub", op_binary, L(SUB) | L(CONSTANT)},
-    {"Mul", op_binary, L(MUL) | L(CONSTANT) | L(SILU)}, {"Div", op_binary, L(DIV) | L(CONSTANT)},
+    {"Mul", op_binary, L(MUL) | L(CONSTANT) | L(SILU) | L(GELU)}, {"Div", op_binary, L(DIV) | L(CONSTANT)},
     {"Gather", op_gather, L(EMBEDDING) | L(SLICE) | L(RESHAPE)},
     {"Identity", op_pass, 0}, {"Dropout", op_pass, 0}, {"Cast", op_pass, 0},
     {"Pad", op_pass, 0}, {"ReduceMean", op_reduce, L(REDUCE_MEAN) | L(RESHAPE)},

@@ -234,6 +234,13 @@ typedef struct dl_backend_ops {
     dl_status (*gemm_bias_act_rows)(dl_backend *be, int64_t m, int64_t n, int64_t k,
                                     const float *a, const float *b, const float *bias,
                                     const dl_act *post, float *c, dl_err *err);
+    /* Optional, inference only: C = u(A B^T + bias), the unary op u in the
+     * same pass, for a dense layer's fixed weights B. DL_ERR_UNAVAILABLE
+     * (err untouched) for weights not fixed or a u it does not fuse: the
+     * caller then runs gemm_bias_act and unary_fwd. */
+    dl_status (*gemm_bias_unary)(dl_backend *be, int64_t m, int64_t n, int64_t k,
+                                 const float *a, const float *b, const float *bias,
+                                 const dl_unary *u, float *c, dl_err *err);
 
     /* Batch normalisation over (N, C, HW) per channel. Training mode uses
      * the batch statistics, saves mean and inverse std, and updates the

@@ -323,7 +323,8 @@ stop_daemon
 # per sample. Three exports (opset 17 folded, mean pooling, relu; opset 13
 # unfolded, first token, gelu; opset 15 with a causal attention mask),
 # each layer's attention imported as one sdpa layer (causal for the
-# third): --predict and the daemon answer PyTorch's
+# third) and GELU as one gelu layer: --predict and the daemon answer
+# PyTorch's
 # outputs at batch 1 and 32 to 1e-4 relative; a softmax over the batch, and
 # an output whose batch is not axis 0, are refused.
 T=$WORK/tx
@@ -339,6 +340,11 @@ import json, sys
 s = [l for l in json.load(open(sys.argv[1]))["layers"] if l["type"] == "sdpa"]
 assert len(s) == 2 and all(l["heads"] == 2 and l.get("causal", False) == (sys.argv[2] == "tx_causal")
                            and "scale" not in l for l in s), s' "$M/$m/model.json" $m
+    [ $m = tx_gelu ] && check "tx_gelu: each GELU (Div, Erf, Add, Mul, Mul) imports as one gelu layer" \
+        /usr/bin/python3 -c '
+import json, sys
+t = [l["type"] for l in json.load(open(sys.argv[1]))["layers"]]
+assert t.count("gelu") == 2 and "erf" not in t, t' "$M/$m/model.json"
     for b in 1 32; do
         "$DLSERVE" --predict "$M/$m" "$T/$m.b$b.csv" > "$WORK/pred.txt" 2> "$WORK/pred.err"
         check "$m: --predict equals PyTorch at batch $b (1e-4 relative)" \

@@ -446,6 +446,40 @@ Test(conv_engines, fixed_weights_predict_the_same)
     free(x);
 }
 
+/* Dense layers followed by unary ones (a transformer's feed-forward GELU):
+ * the two engines agree in training and inference, and once the oneDNN
+ * side's weights are fixed its dense layers run as inner products with
+ * the unary fused (gemm_bias_unary): still im2col's outputs. */
+Test(conv_engines, dense_unary_post_ops)
+{
+    const char *layers = "{'name': 'd1', 'type': 'dense', 'units': 16},"
+                         "{'name': 'g', 'type': 'gelu'},"
+                         "{'name': 'd2', 'type': 'dense', 'units': 12},"
+                         "{'name': 's', 'type': 'silu'},"
+                         "{'name': 'd3', 'type': 'dense', 'units': 6},"
+                         "{'name': 'c', 'type': 'clip', 'min': -0.1, 'max': 0.1},"
+                         "{'name': 'out', 'type': 'dense', 'units': 4}";
+    compare("[10]", layers);
+    int64_t din = dl_model_in_dim(im2col.m), k = dl_model_out_dim(im2col.m);
+    float *x = malloc((size_t)(BATCH * din) * sizeof(float));
+    float *want = malloc((size_t)(BATCH * k) * sizeof(float));
+    float *got = malloc((size_t)(BATCH * k) * sizeof(float));
+    cr_assert(x && want && got);
+    dl_rng rng;
+    dl_rng_seed(&rng, 7);
+    for (int64_t i = 0; i < BATCH * din; i++)
+        x[i] = 2.0f * dl_rng_uniform(&rng) - 1.0f;
+    dl_err err = {0};
+    cr_assert_eq(dl_model_predict(im2col.m, x, BATCH, BATCH, want, &err), DL_OK, "%s", err.msg);
+    dl_model_fix_weights(onednn.m);
+    cr_assert_eq(dl_model_predict(onednn.m, x, BATCH, BATCH, got, &err), DL_OK, "%s", err.msg);
+    double gap = rel_gap(got, want, BATCH * k);
+    cr_expect(gap <= TOL, "fixed inner products with fused unaries differ by %g", gap);
+    free(x);
+    free(want);
+    free(got);
+}
+
 /* The backend forgets a reordered copy when its weights are unfixed: the
  * same buffer, fixed again after new values, convolves with those. */
 Test(conv_engines, unfixed_weights_are_forgotten)

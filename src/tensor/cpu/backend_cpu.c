@@ -410,6 +410,13 @@ static dl_status dnnl_conv_fwd_unary(dl_backend *be, const dl_conv_geom *g, cons
     return dl_dnnl_conv_fwd_unary(be->ctx, g, x, w, b, u, y, err);
 }
 
+static dl_status dnnl_gemm_bias_unary(dl_backend *be, int64_t m, int64_t n, int64_t k,
+                                      const float *a, const float *b, const float *bias,
+                                      const dl_unary *u, float *c, dl_err *err)
+{
+    return dl_dnnl_dense_fwd_unary(be->ctx, m, n, k, a, b, bias, u, c, err);
+}
+
 static void dnnl_fix_weights(dl_backend *be, const void *w, size_t bytes, bool fixed)
 {
     dl_dnnl_fix_weights(be->ctx, w, bytes, fixed);
@@ -540,6 +547,7 @@ static const dl_backend_ops cpu_dnnl_ops = {
     .pool2d_bwd       = dnnl_pool_bwd,
     .fix_weights      = dnnl_fix_weights,
     .gemm_bias_act    = dnnl_gemm_bias_act,
+    .gemm_bias_unary  = dnnl_gemm_bias_unary,
 };
 #endif
 

@@ -910,20 +910,45 @@ dl_status dl_dnnl_pool_bwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
     return call(d, OP_POOL_BWD, g, variant, NULL, ptr, (void *)ws, ws_bytes, err);
 }
 
-dl_status dl_dnnl_dense_fwd(dl_dnnl *d, int64_t m, int64_t n, int64_t k, const float *x,
-                            const float *w, const float *b, const dl_act *post, float *y,
-                            dl_err *err)
+/* Whether w lies in the weights the caller declared fixed. */
+static bool is_fixed(dl_dnnl *d, const void *w)
 {
     bool fixed = false;
     pthread_mutex_lock(&d->mu);
     for (int i = 0; i < d->nfixed && !fixed; i++)
         fixed = (const char *)w >= d->fixed[i].lo && (const char *)w < d->fixed[i].hi;
     pthread_mutex_unlock(&d->mu);
-    if (!fixed || m <= 0 || k <= 0)
+    return fixed;
+}
+
+/* The inner product of variant (post-op bits) and its parameters par. */
+static dl_status dense_call(dl_dnnl *d, int64_t m, int64_t n, int64_t k, int post,
+                            const float *par, const float *x, const float *w, const float *b,
+                            float *y, dl_err *err)
+{
+    if (!is_fixed(d, w) || m <= 0 || k <= 0)
         return DL_ERR_UNAVAILABLE;
     dl_conv_geom g = { .n = m, .c = k, .oc = n };
-    int variant = (b ? 1 : 0) | (post ? ((int)*post + 1) << 1 : 0);
     void *with_bias[4] = { (void *)x, (void *)w, (void *)b, y };
     void *without[3] = { (void *)x, (void *)w, y };
-    return call(d, OP_DENSE_FWD, &g, variant, NULL, b ? with_bias : without, NULL, 0, err);
+    return call(d, OP_DENSE_FWD, &g, (b ? 1 : 0) | post << 1, par,
+                b ? with_bias : without, NULL, 0, err);
+}
+
+dl_status dl_dnnl_dense_fwd(dl_dnnl *d, int64_t m, int64_t n, int64_t k, const float *x,
+                            const float *w, const float *b, const dl_act *post, float *y,
+                            dl_err *err)
+{
+    return dense_call(d, m, n, k, post ? (int)*post + 1 : 0, NULL, x, w, b, y, err);
+}
+
+dl_status dl_dnnl_dense_fwd_unary(dl_dnnl *d, int64_t m, int64_t n, int64_t k, const float *x,
+                                  const float *w, const float *b, const dl_unary *u, float *y,
+                                  dl_err *err)
+{
+    dnnl_alg_kind_t alg;
+    float alpha, beta, par[2] = { u->a, u->b };
+    if (!unary_alg(u->kind, u->a, u->b, &alg, &alpha, &beta))
+        return DL_ERR_UNAVAILABLE;
+    return dense_call(d, m, n, k, (int)u->kind + POST_UNARY, par, x, w, b, y, err);
 }

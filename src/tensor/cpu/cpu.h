@@ -49,6 +49,10 @@ dl_status dl_dnnl_conv_fwd(dl_dnnl *d, const dl_conv_geom *g, const float *x,
 dl_status dl_dnnl_dense_fwd(dl_dnnl *d, int64_t m, int64_t n, int64_t k, const float *x,
                             const float *w, const float *b, const dl_act *post, float *y,
                             dl_err *err);
+/* The same with a unary op fused (dl_backend_ops.gemm_bias_unary). */
+dl_status dl_dnnl_dense_fwd_unary(dl_dnnl *d, int64_t m, int64_t n, int64_t k, const float *x,
+                                  const float *w, const float *b, const dl_unary *u, float *y,
+                                  dl_err *err);
 /* See dl_backend_ops.conv_fwd_unary. */
 dl_status dl_dnnl_conv_fwd_unary(dl_dnnl *d, const dl_conv_geom *g, const float *x,
                                  const float *w, const float *b, const dl_unary *u,

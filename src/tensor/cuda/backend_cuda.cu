@@ -1167,6 +1167,7 @@ const dl_backend_ops cuda_ops = {
     .fix_weights      = NULL,
     .gemm_bias_act    = NULL,
     .gemm_bias_act_rows = cu_gemm_bias_act_rows,
+    .gemm_bias_unary  = NULL,
     .bn_fwd_train   = cu_bn_fwd_train,
     .bn_fwd_infer   = cu_bn_fwd_infer,
     .bn_bwd         = cu_bn_bwd,
