@@ -742,17 +742,34 @@ typedef struct ln_job {
     float eps;
 } ln_job;
 
-/* Mean and 1 / standard deviation (biased variance) of one row. */
-static void ln_stats(const float *x, int64_t d, float eps, float *mean, float *rstd)
+#define LN_LANES 16
+
+/* The sum of f(x[j]) over a row, f(v) = v (sq false) or (v - mu)^2, in
+ * LN_LANES lanes: vectorized inside the CPU_WIDE tasks, the same order on
+ * every call. */
+static inline float ln_sum(const float *x, int64_t d, float mu, bool sq)
 {
-    double s = 0.0, q = 0.0;
-    for (int64_t j = 0; j < d; j++)
-        s += x[j];
-    double mu = s / (double)d;
-    for (int64_t j = 0; j < d; j++)
-        q += (x[j] - mu) * (x[j] - mu);
-    *mean = (float)mu;
-    *rstd = (float)(1.0 / sqrt(q / (double)d + eps));
+    float acc[LN_LANES] = { 0 };
+    int64_t j = 0;
+    for (; j + LN_LANES <= d; j += LN_LANES)
+        for (int k = 0; k < LN_LANES; k++)
+            acc[k] += sq ? (x[j + k] - mu) * (x[j + k] - mu) : x[j + k];
+    float s = 0.0f;
+    for (int k = 0; k < LN_LANES; k++)
+        s += acc[k];
+    for (; j < d; j++)
+        s += sq ? (x[j] - mu) * (x[j] - mu) : x[j];
+    return s;
+}
+
+/* Mean and 1 / standard deviation (biased variance) of one row, two
+ * passes in lanes (serial sums in double took 6% of a transformer
+ * encoder's inference). */
+static inline void ln_stats(const float *x, int64_t d, float eps, float *mean, float *rstd)
+{
+    float mu = ln_sum(x, d, 0.0f, false) / (float)d;
+    *mean = mu;
+    *rstd = 1.0f / sqrtf(ln_sum(x, d, mu, true) / (float)d + eps);
 }
 
 CPU_WIDE static void ln_fwd_task(void *ctx, int64_t r0, int64_t r1)
