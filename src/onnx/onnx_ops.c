@@ -1174,13 +1174,6 @@ static bool sigmoid_of(xl *x, const tvalue *a, const tvalue *b)
     return false;
 }
 
-/* The other input of a two-input layer than `one`, or NULL. */
-static const char *other_input(json_t *l, const char *one)
-{
-    const char *a = input_of(l, 0), *b = input_of(l, 1);
-    return !a || !b || !one ? NULL : !strcmp(a, one) ? b : !strcmp(b, one) ? a : NULL;
-}
-
 /* Whether Mul(a, b) ends GELU as exporters write it (erf form):
  * 0.5 * (v * (1 + erf(v / sqrt(2)))), a the constant 0.5 and b the
  * inner product, either way round; the tensor v, else NULL. */
@@ -1199,8 +1192,8 @@ static tvalue *gelu_of(xl *x, const tvalue *a, const tvalue *b)
         json_t *div = emitted(x, input_of(erf, 0), DL_LAYER_DIV);
         double c = div ? constant_value(x, input_of(div, 1)) : NAN;
         tvalue *t = value_from(x, v);
-        if (div && fabs(c - sqrt(2.0)) < 1e-6 && !strcmp(input_of(div, 0), v) && t &&
-            xl_same_layout(t, b) && other_input(mul, v))
+        if (div && v && fabs(c - sqrt(2.0)) < 1e-6 && !strcmp(input_of(div, 0), v) && t &&
+            xl_same_layout(t, b))
             return t;
     }
     return NULL;
