@@ -121,8 +121,9 @@ static bool ends_hw(int nd, const int64_t *shape, int64_t h, int64_t w)
 static bool cl_layer(const layer *l)
 {
     const dl_layer_conf *c = l->conf;
-    int64_t h = l->in_shape[l->in_ndim - 2], w = l->in_shape[l->in_ndim - 1];
-    if (l->in_ndim < 3 || !ends_hw(l->out_ndim, l->out_shape, h, w))
+    if (l->in_ndim < 3 ||
+        !ends_hw(l->out_ndim, l->out_shape, l->in_shape[l->in_ndim - 2],
+                 l->in_shape[l->in_ndim - 1]))
         return false;
     switch (c->type) {
     case DL_LAYER_SLICE:
