@@ -280,17 +280,10 @@ static void conv_mds(const dl_dnnl *d, const dl_conv_geom *g, bool any,
 /* The descriptors below keep the names src, wei, dst, b and cd in their
  * oneDNN calls: DNNL_CHECK's message quotes the call. */
 
-/* A forward convolution's variant bit for fixed weights (a model that only
- * serves): built for inference, with the algorithm oneDNN picks (Winograd
- * for resnet18's 3x3 convolutions at batch 32: 1.5x the direct ones'
- * rate, outputs within 1.2e-6 of theirs). Training keeps the direct
- * algorithm its backward primitives match. */
-#define VARIANT_SERVE (1 << 12)
-
-/* The forward convolution descriptor, for the forward primitive (serve:
- * VARIANT_SERVE's) and as the hint the backward ones need. */
-static dl_status conv_fwd_desc(const dl_conv_geom *g, bool bias, bool serve,
-                               dnnl_convolution_desc_t *cd, dl_err *err)
+/* The forward convolution descriptor, for the forward primitive and as the
+ * hint the backward ones need. */
+static dl_status conv_fwd_desc(const dl_conv_geom *g, bool bias, dnnl_convolution_desc_t *cd,
+                               dl_err *err)
 {
     dnnl_dims_t st = { g->sh, g->sw }, dl = { dil(g->dh) - 1, dil(g->dw) - 1 }, pl, pr;
     dnnl_memory_desc_t src, wei, dst, b;
@@ -298,10 +291,9 @@ static dl_status conv_fwd_desc(const dl_conv_geom *g, bool bias, bool serve,
         return DL_ERR_UNAVAILABLE;
     conv_mds(NULL, g, true, &src, &wei, &dst, &b);
     DNNL_CHECK(dnnl_dilated_convolution_forward_desc_init(cd, dnnl_forward_training,
-                                                          serve ? dnnl_convolution_auto
-                                                                : dnnl_convolution_direct,
-                                                          &src, &wei, bias ? &b : NULL, &dst,
-                                                          st, dl, pl, pr), err);
+                                                          dnnl_convolution_direct, &src, &wei,
+                                                          bias ? &b : NULL, &dst, st, dl, pl,
+                                                          pr), err);
     return DL_OK;
 }
 
@@ -330,7 +322,7 @@ static dl_status hint_pd(dl_dnnl *d, const dl_conv_geom *g, dnnl_primitive_desc_
                          dl_err *err)
 {
     dnnl_convolution_desc_t cd;
-    dl_status st = conv_fwd_desc(g, false, false, &cd, err);
+    dl_status st = conv_fwd_desc(g, false, &cd, err);
     if (st != DL_OK)
         return st;
     dnnl_status_t s = dnnl_primitive_desc_create(pd, &cd, NULL, d->eng, NULL);
@@ -410,7 +402,7 @@ static bool post_eltwise(const entry *e, dnnl_alg_kind_t *alg, float *alpha, flo
 {
     static const dnnl_alg_kind_t act[] = { dnnl_eltwise_relu, dnnl_eltwise_tanh,
                                            dnnl_eltwise_logistic };
-    int post = (e->variant & (VARIANT_SERVE - 1)) >> 1;
+    int post = e->variant >> 1;
     if (post >= POST_UNARY)
         return unary_alg((dl_unary_kind)(post - POST_UNARY), e->pa, e->pb, alg, alpha, beta);
     *alg = act[post - 1];
@@ -446,10 +438,10 @@ static dl_status build_conv_fwd(dl_dnnl *d, entry *e, dl_err *err)
     bool bias = e->variant & 1;
     dnnl_alg_kind_t alg = dnnl_alg_kind_undef;
     float alpha = 0.0f, beta = 0.0f;
-    if ((e->variant & (VARIANT_SERVE - 1)) >> 1 && !post_eltwise(e, &alg, &alpha, &beta))
+    if (e->variant >> 1 && !post_eltwise(e, &alg, &alpha, &beta))
         return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN: no fused post-op");
     dnnl_convolution_desc_t cd;
-    dl_status st = conv_fwd_desc(&e->g, bias, e->variant & VARIANT_SERVE, &cd, err);
+    dl_status st = conv_fwd_desc(&e->g, bias, &cd, err);
     if (st != DL_OK)
         return st;
     dnnl_primitive_attr_t attr = NULL;
@@ -862,23 +854,11 @@ void dl_dnnl_free(dl_dnnl *d)
     free(d);
 }
 
-/* Whether w lies in the weights the caller declared fixed. */
-static bool is_fixed(dl_dnnl *d, const void *w)
-{
-    bool fixed = false;
-    pthread_mutex_lock(&d->mu);
-    for (int i = 0; i < d->nfixed && !fixed; i++)
-        fixed = (const char *)w >= d->fixed[i].lo && (const char *)w < d->fixed[i].hi;
-    pthread_mutex_unlock(&d->mu);
-    return fixed;
-}
-
 dl_status dl_dnnl_conv_fwd(dl_dnnl *d, const dl_conv_geom *g, const float *x,
                            const float *w, const float *b, const dl_act *post, float *y,
                            dl_err *err)
 {
-    int variant = (b ? 1 : 0) | (post ? ((int)*post + 1) << 1 : 0) |
-                  (is_fixed(d, w) ? VARIANT_SERVE : 0);
+    int variant = (b ? 1 : 0) | (post ? ((int)*post + 1) << 1 : 0);
     /* slots: src, weights, [bias,] dst */
     void *with_bias[4] = { (void *)x, (void *)w, (void *)b, y };
     void *without[3] = { (void *)x, (void *)w, y };
@@ -893,8 +873,7 @@ dl_status dl_dnnl_conv_fwd_unary(dl_dnnl *d, const dl_conv_geom *g, const float 
     float alpha, beta, par[2] = { u->a, u->b };
     if (!unary_alg(u->kind, u->a, u->b, &alg, &alpha, &beta))
         return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN: no fused post-op");
-    int variant = (b ? 1 : 0) | ((int)u->kind + POST_UNARY) << 1 |
-                  (is_fixed(d, w) ? VARIANT_SERVE : 0);
+    int variant = (b ? 1 : 0) | ((int)u->kind + POST_UNARY) << 1;
     void *with_bias[4] = { (void *)x, (void *)w, (void *)b, y };
     void *without[3] = { (void *)x, (void *)w, y };
     return call(d, OP_CONV_FWD, g, variant, par, b ? with_bias : without, NULL, 0, err);
@@ -929,6 +908,17 @@ dl_status dl_dnnl_pool_bwd(dl_dnnl *d, dl_pool_kind kind, const dl_conv_geom *g,
     int variant = kind == DL_POOL_MAX ? 1 : 0;
     void *ptr[2] = { (void *)dy, dx };
     return call(d, OP_POOL_BWD, g, variant, NULL, ptr, (void *)ws, ws_bytes, err);
+}
+
+/* Whether w lies in the weights the caller declared fixed. */
+static bool is_fixed(dl_dnnl *d, const void *w)
+{
+    bool fixed = false;
+    pthread_mutex_lock(&d->mu);
+    for (int i = 0; i < d->nfixed && !fixed; i++)
+        fixed = (const char *)w >= d->fixed[i].lo && (const char *)w < d->fixed[i].hi;
+    pthread_mutex_unlock(&d->mu);
+    return fixed;
 }
 
 /* The inner product of variant (post-op bits) and its parameters par. */
