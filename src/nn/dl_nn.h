@@ -23,15 +23,43 @@ typedef enum dl_layer_type {
     DL_LAYER_REDUCE_MEAN, DL_LAYER_REDUCE_SUM, DL_LAYER_CONV1D, DL_LAYER_MAXPOOL1D,
     DL_LAYER_DIV, DL_LAYER_POW, DL_LAYER_SQRT, DL_LAYER_ERF, DL_LAYER_LEAKY_RELU,
     DL_LAYER_CLIP, DL_LAYER_HARDSIGMOID, DL_LAYER_HARDSWISH, DL_LAYER_SLICE,
-    DL_LAYER_CONSTANT, DL_LAYER_SDPA,
+    DL_LAYER_CONSTANT, DL_LAYER_SDPA, DL_LAYER_LSTM, DL_LAYER_GRU, DL_LAYER_ATTENTION,
+    DL_LAYER_POS_EMBEDDING, DL_LAYER_SEQ_POOL, DL_LAYER_CRF,
     DL_LAYER_COUNT,     /* not a type: how many there are (src/nn/layer_table.c) */
 } dl_layer_type;
 
-typedef enum dl_loss { DL_LOSS_XENT, DL_LOSS_MSE, DL_LOSS_BCE } dl_loss;
+/* softmax cross-entropy (a class a sample, or a class a position of a
+ * sequence output), mean squared error, binary cross-entropy on logits, a
+ * linear-chain CRF over a sequence of tag scores, and a language model's
+ * next-token cross-entropy over the ids of one of its inputs. */
+typedef enum dl_loss {
+    DL_LOSS_XENT, DL_LOSS_MSE, DL_LOSS_BCE, DL_LOSS_CRF, DL_LOSS_NEXT_TOKEN
+} dl_loss;
 
 /* How a model input's values are typed: ids (integer types) feed only
- * embedding layers and are held as floats, exact below 2^24. */
-typedef enum dl_in_type { DL_IN_FP32, DL_IN_UINT8, DL_IN_INT32, DL_IN_INT64 } dl_in_type;
+ * embedding layers and are held as floats, exact below 2^24. BYTES is
+ * text that the input's tokenizer turns into a sequence of ids. */
+typedef enum dl_in_type {
+    DL_IN_FP32, DL_IN_UINT8, DL_IN_INT32, DL_IN_INT64, DL_IN_BYTES
+} dl_in_type;
+
+/* A text input's tokenizer: bytes (an id a byte: its value, 1 to 255) or
+ * words of a vocabulary file (line k is id k + 2; 0 pads, 1 is a word
+ * not in it). A word is a maximal run of ASCII letters and digits,
+ * apostrophes and bytes >= 0x80. */
+typedef enum dl_tok_kind { DL_TOK_NONE, DL_TOK_BYTES, DL_TOK_WORDS } dl_tok_kind;
+#define DL_TOK_PAD 0
+#define DL_TOK_UNK 1
+
+typedef struct dl_tokenizer_conf {
+    dl_tok_kind kind;
+    char       *vocab;                   /* words: the file's path (owned), resolved
+                                          * against the model folder */
+    bool        lowercase;               /* words: ASCII letters lowercased */
+} dl_tokenizer_conf;
+
+/* seq_pool's modes: over the valid positions of each sample. */
+enum { DL_SEQ_POOL_MEAN, DL_SEQ_POOL_MAX, DL_SEQ_POOL_SUM, DL_SEQ_POOL_LAST };
 
 /* Most inputs one layer may read (concat, add, ...). */
 #define DL_LAYER_MAX_IN 8
@@ -69,7 +97,16 @@ typedef struct dl_layer_conf {
                                           * to the axis by layer_slice_range */
     int64_t       heads;                 /* sdpa: attention heads */
     float         scale;                 /* sdpa: of the scores; 0: 1/sqrt(head size) */
-    bool          causal;                /* sdpa: position i attends to 0..i only */
+    bool          causal;                /* sdpa, attention: position i attends to
+                                          * 0..i only */
+    int64_t       hidden, num_layers;    /* lstm, gru: hidden size, stacked layers */
+    bool          bidirectional;         /* lstm, gru */
+    bool          ret_seq;               /* lstm, gru: "return": "sequence" (else
+                                          * "last": the last valid step's state) */
+    int           pool;                  /* seq_pool: DL_SEQ_POOL_* */
+    int64_t       padding_idx;           /* embedding: the id whose row is zero and
+                                          * gets no gradient; -1 none */
+    int64_t       max_length;            /* pos_embedding: positions it has */
     /* Where the layer's inputs come from, resolved at parsing: nsrc >= 1
      * sources (0 for a constant), src[k] >= 0 a layer above it, src[k] < 0
      * model input -1 - src[k]. Without "inputs" the previous layer (or
@@ -99,7 +136,13 @@ typedef struct dl_scaling {
     float std;
 } dl_scaling;
 
-/* One model input of model.json ("inputs" list, or the "input" object). */
+/* One model input of model.json ("inputs" list, or the "input" object).
+ *
+ * A sequence input (max_length > 0: a first dimension of -1, or BYTES
+ * text) has shape[0] = max_length, its time axis. A sample of it travels
+ * packed, everywhere a sample is a row of floats (datasets, requests,
+ * dl_model_forward): its length, then max_length * (dim / max_length)
+ * values, those past the length zero: 1 + dim floats. */
 typedef struct dl_input_conf {
     char        name[DL_NAME_MAX];
     int         ndim;
@@ -107,7 +150,16 @@ typedef struct dl_input_conf {
     int64_t     dim;                     /* product of shape */
     dl_in_type  dtype;
     dl_scaling  sc;                      /* FP32 only; ids are not scaled */
+    int64_t     max_length;              /* > 0: a sequence input */
+    dl_tokenizer_conf tok;               /* BYTES */
 } dl_input_conf;
+
+/* Floats of a packed sample of input ic (its length first for a
+ * sequence). */
+static inline int64_t dl_input_width(const dl_input_conf *ic)
+{
+    return ic->dim + (ic->max_length > 0);
+}
 
 /* One model output ("outputs" list, or "output" + "loss": the last layer). */
 typedef struct dl_output_conf {
@@ -120,7 +172,13 @@ typedef struct dl_output_conf {
     int64_t     dim;                     /* values per sample */
     int64_t     tcols;                   /* target columns in CSV data: 1 for
                                           * softmax cross-entropy (the class),
+                                          * the max_length for a per-token
+                                          * output (a class a position, -1 past
+                                          * the length), 0 for next_token,
                                           * else dim */
+    int         of;                      /* next_token: the input it predicts */
+    int64_t     max_length;              /* > 0: a per-token output [T, C] of a
+                                          * sequence of this many positions */
 } dl_output_conf;
 
 /* A parsed, validated model.json. Plain struct, read-only after parsing.
@@ -146,6 +204,12 @@ typedef struct dl_model_conf {
     dl_output_conf *outputs;             /* owned; outputs[0].labels is labels */
     bool           graph;                /* "inputs" or "outputs" given: data
                                           * carries target columns (tcols) */
+    int           *tseq;                 /* owned, ninputs + nlayers: the model
+                                          * input whose lengths tensor t (input
+                                          * k, then layer i's output) carries
+                                          * along its first axis; -1: none */
+    char          *dir;                  /* the model folder when loaded from a
+                                          * file (owned), else NULL */
 } dl_model_conf;
 
 /* Parses and validates model.json text. `what` names the source in errors,
@@ -290,6 +354,15 @@ dl_status dl_model_loss(dl_model *m, const int32_t *labels, const float *targets
  * samples, correct predictions, and (MSE) summed squared errors. */
 void dl_model_output_stats(const dl_model *m, int k, double *loss_sum, int64_t *correct,
                            double *sq_sum);
+
+/* How many predictions output k's `correct` of the last dl_model_loss
+ * counts among: the batch's samples, or for a per-token output its
+ * labelled tokens (next_token: each position but a sample's last). */
+int64_t dl_model_output_judged(const dl_model *m, int k);
+
+/* The lengths (host, batch of them) of output k's samples in the last
+ * forward pass when it is a per-token output, else NULL. */
+const int32_t *dl_model_output_lengths(const dl_model *m, int k);
 
 /* Instead of a loss: sets the gradient of each output k to g[k] (backend
  * memory, batch * dl_model_output_dim(m, k)) for dl_model_backward, after

@@ -460,8 +460,11 @@ dl_status layer_shape(const dl_layer_conf *c, int nin, const int *in_ndim,
     if (want >= 0 && nin != want)
         return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s) takes %d input%s, got %d",
                           c->name, dl_layer_type_name(c->type), want, want == 1 ? "" : "s", nin);
-    if (want < 0 && nin < 2)
+    if (want == -1 && nin < 2)
         return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s) takes 2 or more inputs, got %d",
+                          c->name, dl_layer_type_name(c->type), nin);
+    if (want == -2 && nin > 2)
+        return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s) takes 1 or 2 inputs, got %d",
                           c->name, dl_layer_type_name(c->type), nin);
     return layer_table[c->type].shape(c, nin, in_ndim, in, out_ndim, out, err);
 }

@@ -6,7 +6,7 @@
 
 #include "nn/dl_nn.h"
 
-#define LAYER_MAX_PARAMS 4
+#define LAYER_MAX_PARAMS 32          /* an lstm of 4 layers both ways: 4 x 4 x 2 */
 
 /* A named tensor of a layer: trainable ones live in the model's parameter
  * buffer (with a gradient), the others in its state buffer. */
@@ -97,6 +97,16 @@ struct layer {
      * conv1d, pooling) then run a row-exact GEMM or one sample at a time;
      * the others compute each sample by itself anyway. */
     bool                 invariant;
+    /* Sequences (model.c sets these before each pass): the lengths of
+     * input k's samples (host, n of them, each 1 to its time axis;
+     * NULL: input k is no sequence), those of the output (the same
+     * array as the input's it keeps, or NULL), and the longest of
+     * input 0's lengths in this pass (its time axis when no sequence).
+     * Past its length a sample's positions hold finite values that no
+     * consumer reads, and gradients that are zero. */
+    const int32_t       *ins_len[DL_LAYER_MAX_IN];
+    const int32_t       *out_len;
+    int64_t              seq_max;
 };
 
 /* Runs a layer's forward one sample at a time (batch-invariant inference
@@ -127,6 +137,17 @@ layer_shape_fn layer_shape_same,       /* the input's shape: activations, ... */
     layer_shape_broadcast, layer_shape_constant, layer_shape_matmul,
     layer_shape_concat, layer_shape_sdpa;
 
+/* Sequences through a layer (layer_seq.c): in_seq[k] the model input
+ * whose lengths input k carries (-1: none); sets *out_seq to the output's,
+ * or refuses a layer that cannot read a sequence, naming why. May
+ * rewrite the output shape layer_shape gave (conv1d over [T, D] keeps
+ * channels last). */
+dl_status layer_seq(const dl_layer_conf *c, int nin, const int *in_seq, const int *in_ndim,
+                    const int64_t (*in)[DL_MAX_DIMS], int *out_seq, int *out_ndim,
+                    int64_t *out, dl_err *err);
+layer_shape_fn layer_shape_rnn, layer_shape_attention, layer_shape_seq_pool,
+    layer_shape_positions;
+
 /* One row of the layer-type table: all that nn knows of a type outside
  * its ops. */
 typedef struct layer_type_info {
@@ -146,7 +167,8 @@ extern const layer_type_info layer_table[];
  * datatypes, outputs, and that every layer and input is used. */
 dl_status conf_check_graph(const char *what, dl_model_conf *m, dl_err *err);
 
-/* Inputs a layer type takes: 0 (constant), 1, 2, or -1 for two or more. */
+/* Inputs a layer type takes: 0 (constant), 1, 2, -1 for two or more,
+ * -2 for one or two. */
 int layer_arity(dl_layer_type t);
 
 /* The axes a reduce layer drops on ndim-D samples, as a bit set. */
@@ -188,6 +210,11 @@ extern const layer_ops layer_elem_ops, layer_slice_ops, layer_constant_ops;
 
 /* sdpa: attention over a packed projection (layer_attn.c). */
 extern const layer_ops layer_sdpa_ops;
+
+/* Sequence layers: lstm and gru (layer_rnn.c), attention
+ * (layer_attn.c), pos_embedding, seq_pool and crf (layer_seqops.c). */
+extern const layer_ops layer_rnn_ops, layer_attention_ops, layer_pos_embedding_ops,
+    layer_seq_pool_ops, layer_crf_ops;
 
 /* add, sub, mul and div; concat; global average pooling; layernorm;
  * log_softmax (layer_graph.c). */

@@ -12,6 +12,7 @@
 
 #define CONV_KEYS "filters, kernel_size, stride, padding, dilation, groups, bias"
 #define POOL_KEYS "kernel_size, stride, padding"
+#define RNN_KEYS "hidden, layers, bidirectional, return, bias"
 
 /* A row, imported from ONNX or native only. */
 #define ROW(name, arity, ops, shape, keys)    { name, arity, ops, shape, keys, false }
@@ -30,7 +31,7 @@ const layer_type_info layer_table[] = {
     [DL_LAYER_DROPOUT] = NATIVE("dropout", 1, &layer_dropout_ops, layer_shape_same, "rate"),
     [DL_LAYER_FLATTEN] = ROW("flatten", 1, &layer_flatten_ops, layer_shape_flatten, ""),
     [DL_LAYER_EMBEDDING] = ROW("embedding", 1, &layer_embedding_ops, layer_shape_embedding,
-                             "num_embeddings, dim"),
+                             "num_embeddings, dim, padding_idx"),
     [DL_LAYER_RELU] = ROW("relu", 1, &layer_act_ops, layer_shape_same, ""),
     [DL_LAYER_TANH] = ROW("tanh", 1, &layer_act_ops, layer_shape_same, ""),
     [DL_LAYER_SIGMOID] = ROW("sigmoid", 1, &layer_act_ops, layer_shape_same, ""),
@@ -79,6 +80,18 @@ const layer_type_info layer_table[] = {
      * self-attention (onnx_ops.c, fuse_attention). */
     [DL_LAYER_SDPA] = ROW("sdpa", 1, &layer_sdpa_ops, layer_shape_sdpa,
                         "heads, scale, causal"),
+    [DL_LAYER_LSTM] = NATIVE("lstm", 1, &layer_rnn_ops, layer_shape_rnn, RNN_KEYS),
+    [DL_LAYER_GRU] = NATIVE("gru", 1, &layer_rnn_ops, layer_shape_rnn, RNN_KEYS),
+    /* nn.MultiheadAttention: one input (self-attention) or a query and
+     * the keys and values. */
+    [DL_LAYER_ATTENTION] = NATIVE("attention", -2, &layer_attention_ops,
+                                layer_shape_attention, "heads, causal, bias"),
+    [DL_LAYER_POS_EMBEDDING] = NATIVE("pos_embedding", 1, &layer_pos_embedding_ops,
+                                    layer_shape_positions, "max_length"),
+    [DL_LAYER_SEQ_POOL] = NATIVE("seq_pool", 1, &layer_seq_pool_ops, layer_shape_seq_pool,
+                               "mode"),
+    /* Made by an output's "loss": "crf" (its transitions), not written. */
+    [DL_LAYER_CRF] = NATIVE("crf", 1, &layer_crf_ops, layer_shape_positions, ""),
 };
 
 _Static_assert(sizeof(layer_table) / sizeof(layer_table[0]) == DL_LAYER_COUNT,

@@ -43,6 +43,11 @@ static void free_batch_buffers(dl_model *m)
     release_all(m->be, m->gp.buf, m->gp.nslots);
     release_all(m->be, m->gp.scratch, m->gp.nscratch);
     release_all(m->be, m->stage, m->ninputs);
+    release_all(m->be, m->seqbuf, m->ninputs);
+    for (int k = 0; m->lens && k < m->ninputs; k++) {
+        free(m->lens[k]);
+        m->lens[k] = NULL;
+    }
     for (int i = 0; i < m->nlayers; i++) {
         be_release(m->be, m->layers[i].aux);
         m->layers[i].aux = NULL;
@@ -93,17 +98,27 @@ static dl_status alloc_common(dl_model *m, int64_t n, dl_err *err)
     for (int k = 0; k < m->gp.nscratch && st == DL_OK; k++)
         st = be_alloc(m->be, n * m->gp.scratch_dim, &m->gp.scratch[k], err);
     for (int k = 0; m->ninputs > 1 && k < m->ninputs && st == DL_OK; k++)
-        st = be_alloc(m->be, n * m->tdim[k], &m->stage[k], err);
+        st = be_alloc(m->be, n * model_in_width(m, k), &m->stage[k], err);
+    for (int k = 0; k < m->ninputs && st == DL_OK; k++) {
+        if (m->conf->inputs[k].max_length == 0)
+            continue;
+        st = be_alloc(m->be, n * m->tdim[k], &m->seqbuf[k], err);
+        if (st == DL_OK && !(m->lens[k] = malloc((size_t)n * sizeof(int32_t))))
+            st = dl_err_set(err, DL_ERR_NOMEM, "sequence lengths");
+    }
     if (st == DL_OK && m->be->device >= 0)
         st = be_alloc(m->be, n * dl_model_in_dim(m), &m->stage_in, err);
     if (st == DL_OK && m->be->device >= 0)
         st = be_alloc(m->be, n * od, &m->stage_out, err);
     if (st == DL_OK)
         st = be_alloc(m->be, work, &m->work, err);
-    int64_t hd = od > tc ? od : tc;
+    int64_t hd = od > tc ? od : tc, lab = 1;
+    for (int k = 0; k < m->conf->noutputs; k++)
+        if (m->conf->outputs[k].max_length > lab)
+            lab = m->conf->outputs[k].max_length;
     if (st == DL_OK && (!(m->host_targets = malloc((size_t)(n * hd) * sizeof(float))) ||
                         !(m->host_y = malloc((size_t)(n * hd) * sizeof(float))) ||
-                        !(m->host_labels = malloc((size_t)n * sizeof(int32_t)))))
+                        !(m->host_labels = malloc((size_t)(n * lab) * sizeof(int32_t)))))
         st = dl_err_set(err, DL_ERR_NOMEM, "loss buffers");
     for (int i = 0; i < m->nlayers; i++)
         m->layers[i].work = m->work;
@@ -178,8 +193,14 @@ static dl_status shape_layer(dl_model *m, int i, int *nd, int64_t (*sh)[DL_MAX_D
     l->in_ndim = l->ins_ndim[0];
     memcpy(l->in_shape, l->ins_shape[0], sizeof(l->in_shape));
     l->in_dim = l->ins_dim[0];
+    int seq[DL_LAYER_MAX_IN], out_seq;
+    for (int k = 0; k < l->nin; k++)
+        seq[k] = m->conf->tseq[model_tensor_of(m, l->conf->src[k])];
     dl_status st = layer_shape(l->conf, l->nin, ind, (const int64_t (*)[DL_MAX_DIMS])l->ins_shape,
                                &l->out_ndim, l->out_shape, err);
+    if (st == DL_OK)
+        st = layer_seq(l->conf, l->nin, seq, ind, (const int64_t (*)[DL_MAX_DIMS])l->ins_shape,
+                       &out_seq, &l->out_ndim, l->out_shape, err);
     l->out_dim = dl_shape_numel(l->out_ndim, l->out_shape);
     nd[m->ninputs + i] = l->out_ndim;
     memcpy(sh[m->ninputs + i], l->out_shape, sizeof(l->out_shape));
@@ -329,6 +350,8 @@ void dl_model_free(dl_model *m)
     free(m->act);
     free(m->grad);
     free(m->stage);
+    free(m->seqbuf);
+    free(m->lens);
     free(m->ostat);
     free(m->tdim);
     free(m->last_reader);
@@ -346,7 +369,7 @@ int64_t dl_model_in_dim(const dl_model *m)
 {
     int64_t d = 0;
     for (int k = 0; k < m->ninputs; k++)
-        d += m->tdim[k];
+        d += model_in_width(m, k);
     return d;
 }
 
@@ -354,7 +377,7 @@ int64_t dl_model_out_dim(const dl_model *m) { return model_out_dim_sum(m); }
 int64_t dl_model_target_dim(const dl_model *m) { return model_target_cols(m); }
 int dl_model_input_count(const dl_model *m) { return m->ninputs; }
 int dl_model_output_count(const dl_model *m) { return m->conf->noutputs; }
-int64_t dl_model_input_dim(const dl_model *m, int k) { return m->tdim[k]; }
+int64_t dl_model_input_dim(const dl_model *m, int k) { return model_in_width(m, k); }
 
 int64_t dl_model_output_dim(const dl_model *m, int k)
 {
@@ -414,12 +437,52 @@ void dl_model_zero_grad(dl_model *m)
     m->be->ops->fill(m->be, m->grads, m->nparams, 0.0f);
 }
 
+/* Splits sequence input k's packed samples (x: a length, then the
+ * values) into its lengths and values, checking each length. */
+static dl_status unpack_seq(dl_model *m, int k, const float *x, int64_t batch, dl_err *err)
+{
+    const dl_input_conf *ic = &m->conf->inputs[k];
+    int64_t w = model_in_width(m, k);
+    for (int64_t i = 0; i < batch; i++) {
+        float len;
+        if (m->be->device < 0)
+            len = x[i * w];
+        else
+            m->be->ops->download(m->be, &len, x + i * w, sizeof(len));
+        if (!(len >= 1 && len <= (float)ic->max_length && len == (float)(int32_t)len))
+            return dl_err_set(err, DL_ERR_INVALID, "input '%s': sample %lld has length %g, "
+                              "not a whole number from 1 to %lld", ic->name, (long long)i,
+                              (double)len, (long long)ic->max_length);
+        m->lens[k][i] = (int32_t)len;
+        m->be->ops->copy(m->be, m->seqbuf[k] + i * m->tdim[k], x + i * w + 1, m->tdim[k]);
+    }
+    return DL_OK;
+}
+
+/* The lengths each layer reads and gives this pass. */
+static void bind_lengths(dl_model *m, int64_t batch)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        layer *l = &m->layers[i];
+        for (int k = 0; k < l->nin; k++)
+            l->ins_len[k] = model_lens_of(m, model_tensor_of(m, l->conf->src[k]));
+        l->out_len = model_lens_of(m, m->ninputs + i);
+        l->seq_max = l->nin ? l->in_shape[0] : 0;
+        if (l->nin && l->ins_len[0]) {
+            l->seq_max = 1;
+            for (int64_t j = 0; j < batch; j++)
+                if (l->ins_len[0][j] > l->seq_max)
+                    l->seq_max = l->ins_len[0][j];
+        }
+    }
+}
+
 /* Points each tensor of this pass at its buffer (aliases included). */
 static void bind_acts(dl_model *m, const float *const *xs, bool train)
 {
     act_plan *p = &m->plan[train];
     for (int k = 0; k < m->ninputs; k++)
-        m->act[k] = xs[k];
+        m->act[k] = m->conf->inputs[k].max_length ? m->seqbuf[k] : xs[k];
     for (int t = m->ninputs; t < m->nt; t++)
         m->act[t] = p->alias[t] != t ? m->act[p->alias[t]] : p->buf[p->slot_of[t]];
 }
@@ -452,9 +515,15 @@ dl_status dl_model_forward_multi(dl_model *m, const float *const *xs, int64_t ba
     dl_status st = ensure_capacity(m, batch, train, err);
     if (st != DL_OK)
         return st;
+    for (int k = 0; k < m->ninputs && st == DL_OK; k++)
+        if (m->conf->inputs[k].max_length)
+            st = unpack_seq(m, k, xs[k], batch, err);
+    if (st != DL_OK)
+        return st;
     if (train)
         m->counter++;
     bind_acts(m, xs, train);
+    bind_lengths(m, batch);
     for (int i = 0; i < m->nlayers; i++)
         if ((st = run_layer(m, i, batch, train, err)) != DL_OK)
             return dl_err_prefix(err, "layer '%s'", m->layers[i].conf->name);
@@ -470,9 +539,10 @@ static void split_inputs(dl_model *m, const float *x, int64_t batch)
 {
     int64_t din = dl_model_in_dim(m), at = 0;
     for (int k = 0; k < m->ninputs; k++) {
+        int64_t w = model_in_width(m, k);
         for (int64_t i = 0; i < batch; i++)
-            m->be->ops->copy(m->be, m->stage[k] + i * m->tdim[k], x + i * din + at, m->tdim[k]);
-        at += m->tdim[k];
+            m->be->ops->copy(m->be, m->stage[k] + i * w, x + i * din + at, w);
+        at += w;
     }
 }
 
@@ -498,6 +568,12 @@ dl_status dl_model_forward(dl_model *m, const float *x, int64_t batch,
 const float *dl_model_output(const dl_model *m, int k)
 {
     return m->have_out ? m->act[m->ninputs + m->conf->outputs[k].from] : NULL;
+}
+
+const int32_t *dl_model_output_lengths(const dl_model *m, int k)
+{
+    return m->conf->outputs[k].max_length && m->have_out
+         ? model_lens_of(m, m->ninputs + m->conf->outputs[k].from) : NULL;
 }
 
 int dl_model_layer_count(const dl_model *m) { return m->nlayers; }
@@ -621,14 +697,15 @@ dl_status dl_model_predict_multi(dl_model *m, const float *const *xs, int64_t n,
         int64_t b = n - i < batch ? n - i : batch;
         const float *xb[64];
         for (int k = 0; k < m->ninputs; k++)
-            xb[k] = xs[k] + i * m->tdim[k];
+            xb[k] = xs[k] + i * model_in_width(m, k);
         if (!host) {       /* a device's inputs: staged one after the other */
             int64_t at = 0;
             for (int k = 0; k < m->ninputs; k++) {
+                int64_t w = model_in_width(m, k);
                 m->be->ops->upload(m->be, m->stage_in + at, xb[k],
-                                   (size_t)(b * m->tdim[k]) * sizeof(float));
+                                   (size_t)(b * w) * sizeof(float));
                 xb[k] = m->stage_in + at;
-                at += b * m->tdim[k];
+                at += b * w;
             }
         }
         st = dl_model_forward_multi(m, xb, b, false, err);
@@ -672,9 +749,10 @@ dl_status dl_model_predict(dl_model *m, const float *x, int64_t n, int64_t batch
     dl_status st = DL_OK;
     for (int64_t i = 0; i < n && st == DL_OK; i += b0) {
         int64_t b = n - i < b0 ? n - i : b0, at = 0;
-        for (int k = 0; k < m->ninputs; at += m->tdim[k++]) {
+        for (int k = 0; k < m->ninputs; at += model_in_width(m, k++)) {
             xs[k] = buf + b0 * at;
-            copy_rows(buf + b0 * at, m->tdim[k], x + i * din + at, din, b, m->tdim[k]);
+            copy_rows(buf + b0 * at, model_in_width(m, k), x + i * din + at, din, b,
+                      model_in_width(m, k));
         }
         at = 0;
         for (int k = 0; k < m->conf->noutputs; at += dl_model_output_dim(m, k++))

@@ -42,6 +42,7 @@ typedef struct grad_plan {
 typedef struct out_stat {
     double  loss, sq;
     int64_t correct;
+    int64_t count;          /* predictions judged: samples, or tokens */
 } out_stat;
 
 struct dl_model {
@@ -67,6 +68,10 @@ struct dl_model {
     const float        **act;                       /* this pass: tensor t's values */
     float              **grad;                      /* this backward: tensor t's gradient */
     float              **stage;                     /* per input: split rows (ninputs > 1) */
+    float              **seqbuf;                    /* per sequence input: its values
+                                                       without the lengths */
+    int32_t            **lens;                      /* per sequence input: this pass's
+                                                       lengths (host) */
     float               *stage_in, *stage_out;      /* predict: a device's staging */
     float               *work;
     int64_t              batch;
@@ -86,6 +91,19 @@ struct dl_model {
 static inline int model_tensor_of(const dl_model *m, int src)
 {
     return src < 0 ? -1 - src : m->ninputs + src;
+}
+
+/* Floats of a packed sample of model input k (dl_input_width). */
+static inline int64_t model_in_width(const dl_model *m, int k)
+{
+    return dl_input_width(&m->conf->inputs[k]);
+}
+
+/* The lengths tensor t carries this pass (host), or NULL. */
+static inline const int32_t *model_lens_of(const dl_model *m, int t)
+{
+    int s = m->conf->tseq[t];
+    return s >= 0 ? m->lens[s] : NULL;
 }
 
 /* Values per sample of all outputs, and target columns of all outputs. */

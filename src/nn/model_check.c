@@ -56,6 +56,7 @@ static int64_t layer_params(const dl_layer_conf *l, int nd, const int64_t *in)
 typedef struct shapes {
     int     *nd;                       /* ninputs + nlayers */
     int64_t (*d)[DL_MAX_DIMS];
+    int     *seq;                      /* dl_model_conf.tseq */
 } shapes;
 
 static int tensor_of(const dl_model_conf *m, int src) { return src < 0 ? -1 - src : m->ninputs + src; }
@@ -81,7 +82,7 @@ static dl_status check_dtypes(const check *c, const dl_model_conf *m, const dl_l
 static dl_status check_layer(const check *c, const dl_model_conf *m, int i, shapes *sh, int64_t *params)
 {
     const dl_layer_conf *l = &m->layers[i];
-    for (int k = 0; k < i; k++)
+    for (int k = 0; k < i && l->type != DL_LAYER_CRF; k++)
         if (strcmp(m->layers[k].name, l->name) == 0)
             return dl_err_set(c->err, DL_ERR_INVALID, "%s: layers[%d]: name '%s' is used twice",
                               c->what, i, l->name);
@@ -92,16 +93,19 @@ static dl_status check_layer(const check *c, const dl_model_conf *m, int i, shap
     dl_status st = check_dtypes(c, m, l);
     if (st != DL_OK)
         return st;
-    int nd[DL_LAYER_MAX_IN] = { 0 };
+    int nd[DL_LAYER_MAX_IN] = { 0 }, seq[DL_LAYER_MAX_IN];
     int64_t in[DL_LAYER_MAX_IN][DL_MAX_DIMS] = { { 0 } };
     for (int k = 0; k < l->nsrc; k++) {
         int t = tensor_of(m, l->src[k]);
         nd[k] = sh->nd[t];
+        seq[k] = sh->seq[t];
         memcpy(in[k], sh->d[t], sizeof(in[k]));
     }
     int t = m->ninputs + i;
     if (layer_shape(l, l->nsrc, nd, (const int64_t (*)[DL_MAX_DIMS])in, &sh->nd[t], sh->d[t],
-                    c->err) != DL_OK)
+                    c->err) != DL_OK ||
+        layer_seq(l, l->nsrc, seq, nd, (const int64_t (*)[DL_MAX_DIMS])in, &sh->seq[t],
+                  &sh->nd[t], sh->d[t], c->err) != DL_OK)
         return dl_err_prefix(c->err, "%s", c->what);
     int64_t lp = layer_params(l, nd[0], in[0]);
     *params = lp < 0 ? -1 : mul_capped(*params + lp, 1);
@@ -121,8 +125,11 @@ static dl_status check_used(const check *c, const dl_model_conf *m)
     bool *used = calloc((size_t)nt, sizeof(*used));
     if (!used)
         return dl_err_set(c->err, DL_ERR_NOMEM, "graph check");
-    for (int k = 0; k < m->noutputs; k++)
+    for (int k = 0; k < m->noutputs; k++) {
         used[m->ninputs + m->outputs[k].from] = true;
+        if (m->outputs[k].loss == DL_LOSS_NEXT_TOKEN)
+            used[m->outputs[k].of] = true;
+    }
     for (int i = m->nlayers - 1; i >= 0; i--)
         for (int k = 0; used[m->ninputs + i] && k < m->layers[i].nsrc; k++)
             used[tensor_of(m, m->layers[i].src[k])] = true;
@@ -136,6 +143,38 @@ static dl_status check_used(const check *c, const dl_model_conf *m)
                             c->what, m->inputs[t].name);
     free(used);
     return st;
+}
+
+/* A per-token output: [T, C] of a sequence, a class (or tag) a position:
+ * softmax cross-entropy, crf or next_token. */
+static dl_status check_token_output(const check *c, const dl_model_conf *m, dl_output_conf *o,
+                                    const char *where, int nd, const int64_t *d, int seq)
+{
+    char buf[96];
+    if (seq < 0 || nd != 2)
+        return dl_err_set(c->err, DL_ERR_INVALID, "%s: %sloss %s needs a sequence of scores "
+                          "[T, C] (a class a position), the layers give %s%s", c->what,
+                          where, o->loss == DL_LOSS_CRF ? "crf" : o->loss == DL_LOSS_NEXT_TOKEN
+                          ? "next_token" : "softmax_cross_entropy",
+                          dl_shape_str(nd, d, buf, sizeof(buf)), seq < 0 ? ", no sequence" : "");
+    if (o->loss == DL_LOSS_MSE || o->loss == DL_LOSS_BCE)
+        return dl_err_set(c->err, DL_ERR_INVALID, "%s: %sa sequence output takes "
+                          "softmax_cross_entropy, crf or next_token", c->what, where);
+    if (o->loss == DL_LOSS_NEXT_TOKEN && seq != o->of)
+        return dl_err_set(c->err, DL_ERR_INVALID, "%s: %snext_token: the layers give a "
+                          "sequence of input '%s', not of '%s'", c->what, where,
+                          m->inputs[seq].name, m->inputs[o->of].name);
+    if (m->layers[o->from].type == DL_LAYER_SOFTMAX)
+        return dl_err_set(c->err, DL_ERR_INVALID, "%s: %sthe last layer must give scores "
+                          "(logits): drop the final softmax (the loss applies it)", c->what,
+                          where);
+    if (o->nlabels && o->nlabels != d[1])
+        return dl_err_set(c->err, DL_ERR_INVALID, "%s: %s'labels' has %d entries but the "
+                          "model gives %lld scores a position", c->what, where, o->nlabels,
+                          (long long)d[1]);
+    o->max_length = d[0];
+    o->tcols = o->loss == DL_LOSS_NEXT_TOKEN ? 0 : d[0];
+    return DL_OK;
 }
 
 /* An output's shape against its loss and labels; sets dim and tcols. */
@@ -156,6 +195,9 @@ static dl_status check_output(const check *c, const dl_model_conf *m, dl_output_
                               m->layers[o->from].name, p->name);
     o->dim = dl_shape_numel(nd, d);
     o->tcols = o->loss == DL_LOSS_XENT ? 1 : o->dim;
+    int seq = sh->seq[t];
+    if (seq >= 0 || o->loss == DL_LOSS_CRF || o->loss == DL_LOSS_NEXT_TOKEN)
+        return check_token_output(c, m, o, where, nd, d, seq);
     if (o->loss == DL_LOSS_XENT && nd != 1)
         return dl_err_set(c->err, DL_ERR_INVALID,
                           "%s: %ssoftmax_cross_entropy needs a 1-D output per sample, the layers give %s",
@@ -177,9 +219,12 @@ dl_status conf_check_graph(const char *what, dl_model_conf *m, dl_err *err)
 {
     const check cc = { what, err }, *c = &cc;
     int nt = m->ninputs + m->nlayers;
-    shapes sh = { calloc((size_t)nt, sizeof(int)), calloc((size_t)nt, sizeof(*sh.d)) };
-    dl_status st = sh.nd && sh.d ? DL_OK : dl_err_set(c->err, DL_ERR_NOMEM, "graph check");
+    shapes sh = { calloc((size_t)nt, sizeof(int)), calloc((size_t)nt, sizeof(*sh.d)),
+                  calloc((size_t)nt, sizeof(int)) };
+    dl_status st = sh.nd && sh.d && sh.seq ? DL_OK
+                 : dl_err_set(c->err, DL_ERR_NOMEM, "graph check");
     for (int k = 0; k < m->ninputs && st == DL_OK; k++) {
+        sh.seq[k] = m->inputs[k].max_length > 0 ? k : -1;
         sh.nd[k] = m->inputs[k].ndim;
         memcpy(sh.d[k], m->inputs[k].shape, sizeof(sh.d[k]));
         if (numel_capped(sh.nd[k], sh.d[k]) < 0)
@@ -196,6 +241,10 @@ dl_status conf_check_graph(const char *what, dl_model_conf *m, dl_err *err)
         st = check_used(c, m);
     free(sh.nd);
     free(sh.d);
+    free(m->tseq);
+    m->tseq = st == DL_OK ? sh.seq : NULL;
+    if (st != DL_OK)
+        free(sh.seq);
     return st;
 }
 
@@ -208,16 +257,20 @@ dl_status dl_model_conf_shapes(const dl_model_conf *conf, int *nd,
     }
     for (int i = 0; i < conf->nlayers; i++) {
         const dl_layer_conf *l = &conf->layers[i];
-        int ind[DL_LAYER_MAX_IN];
+        int ind[DL_LAYER_MAX_IN], seq[DL_LAYER_MAX_IN], out_seq;
         int64_t in[DL_LAYER_MAX_IN][DL_MAX_DIMS];
         for (int k = 0; k < l->nsrc; k++) {
             int t = tensor_of(conf, l->src[k]);
             ind[k] = nd[t];
+            seq[k] = conf->tseq[t];
             memcpy(in[k], d[t], sizeof(in[k]));
         }
         int t = conf->ninputs + i;
         dl_status st = layer_shape(l, l->nsrc, ind, (const int64_t (*)[DL_MAX_DIMS])in,
                                    &nd[t], d[t], err);
+        if (st == DL_OK)
+            st = layer_seq(l, l->nsrc, seq, ind, (const int64_t (*)[DL_MAX_DIMS])in, &out_seq,
+                           &nd[t], d[t], err);
         if (st != DL_OK)
             return st;
     }

@@ -351,6 +351,62 @@ static dl_status parse_slice(ctx *c, json_t *j, dl_layer_conf *l)
     return get_int(c, j, "step", 1, INT32_MAX, false, &l->step);
 }
 
+/* lstm and gru: hidden (required), layers (1), bidirectional (false),
+ * return ("sequence" or "last"), bias (true). */
+static dl_status parse_rnn(ctx *c, json_t *j, dl_layer_conf *l)
+{
+    static const char *const keys[] = {"name", "type", "inputs", "hidden", "layers",
+                                       "bidirectional", "return", "bias", NULL};
+    dl_status st;
+    l->num_layers = 1;
+    if ((st = check_keys(c, j, keys)) || (st = get_bool(c, j, "bias", &l->bias)) ||
+        (st = get_bool(c, j, "bidirectional", &l->bidirectional)) ||
+        (st = get_int(c, j, "layers", 1, 4, false, &l->num_layers)))
+        return st;
+    json_t *r = json_object_get(j, "return");
+    const char *s = json_string_value(r);
+    if (r && (!s || (strcmp(s, "sequence") && strcmp(s, "last"))))
+        return bad(c, "return", "must be \"sequence\" or \"last\"");
+    l->ret_seq = !s || !strcmp(s, "sequence");
+    return get_int(c, j, "hidden", 1, 1 << 16, true, &l->hidden);
+}
+
+/* The layer types made for sequences besides lstm and gru. */
+static dl_status parse_seq_layer(ctx *c, json_t *j, dl_layer_conf *l)
+{
+    static const char *const attn[] = {"name", "type", "inputs", "heads", "causal", "bias",
+                                       NULL};
+    static const char *const pos[] = {"name", "type", "inputs", "max_length", NULL};
+    static const char *const pool[] = {"name", "type", "inputs", "mode", NULL};
+    static const char *const modes[] = {"mean", "max", "sum", "last"};
+    dl_status st;
+    switch (l->type) {
+    case DL_LAYER_ATTENTION:
+        if ((st = check_keys(c, j, attn)) || (st = get_bool(c, j, "causal", &l->causal)) ||
+            (st = get_bool(c, j, "bias", &l->bias)))
+            return st;
+        return get_int(c, j, "heads", 1, 1 << 16, true, &l->heads);
+    case DL_LAYER_POS_EMBEDDING:
+        if ((st = check_keys(c, j, pos)))
+            return st;
+        return get_int(c, j, "max_length", 1, 1 << 20, true, &l->max_length);
+    case DL_LAYER_SEQ_POOL: {
+        if ((st = check_keys(c, j, pool)))
+            return st;
+        const char *s = json_string_value(json_object_get(j, "mode"));
+        for (int k = 0; s && k < 4; k++)
+            if (!strcmp(s, modes[k])) {
+                l->pool = k;
+                return DL_OK;
+            }
+        return bad(c, "mode", "must be \"mean\", \"max\", \"sum\" or \"last\"");
+    }
+    default:
+        return bad(c, "type", "\"crf\" is not written as a layer: give an output "
+                   "\"loss\": \"crf\"");
+    }
+}
+
 /* The keys and defaults of the layer types added for graphs. */
 static dl_status parse_graph_layer(ctx *c, json_t *j, dl_layer_conf *l)
 {
@@ -399,6 +455,14 @@ static dl_status parse_graph_layer(ctx *c, json_t *j, dl_layer_conf *l)
         return parse_elem(c, j, l);
     case DL_LAYER_SLICE:
         return parse_slice(c, j, l);
+    case DL_LAYER_LSTM:
+    case DL_LAYER_GRU:
+        return parse_rnn(c, j, l);
+    case DL_LAYER_ATTENTION:
+    case DL_LAYER_POS_EMBEDDING:
+    case DL_LAYER_SEQ_POOL:
+    case DL_LAYER_CRF:
+        return parse_seq_layer(c, j, l);
     case DL_LAYER_SDPA:
         if ((st = check_keys(c, j, sdpa)) || (st = get_bool(c, j, "causal", &l->causal)) ||
             (st = get_float(c, j, "scale", 1e-30, 1e30, &l->scale)))
@@ -452,7 +516,7 @@ static dl_status parse_layer(ctx *c, json_t *layers, size_t i, dl_model_conf *m)
     static const char *const bn[] = {"name", "type", "inputs", "eps", "momentum", NULL};
     static const char *const drop[] = {"name", "type", "inputs", "rate", NULL};
     static const char *const emb[] = {"name", "type", "inputs", "num_embeddings", "dim",
-                                      NULL};
+                                      "padding_idx", NULL};
     double d;
     switch (l->type) {
     case DL_LAYER_DENSE:
@@ -497,9 +561,13 @@ static dl_status parse_layer(ctx *c, json_t *layers, size_t i, dl_model_conf *m)
         l->rate = (float)d;
         return st;
     case DL_LAYER_EMBEDDING:
+        l->padding_idx = -1;
         if ((st = check_keys(c, j, emb)) ||
-            (st = get_int(c, j, "num_embeddings", 1, INT32_MAX, true, &l->num_embeddings)))
+            (st = get_int(c, j, "num_embeddings", 1, INT32_MAX, true, &l->num_embeddings)) ||
+            (st = get_int(c, j, "padding_idx", 0, INT32_MAX, false, &l->padding_idx)))
             return st;
+        if (l->padding_idx >= l->num_embeddings)
+            return bad(c, "padding_idx", "must be below 'num_embeddings'");
         return get_int(c, j, "dim", 1, 1 << 20, true, &l->dim);
     default:
         return parse_graph_layer(c, j, l);
@@ -523,23 +591,102 @@ static dl_status parse_scaling(ctx *c, json_t *sc, dl_scaling *out)
 
 static dl_status get_dtype(ctx *c, json_t *in, dl_in_type *out)
 {
-    static const char *const names[] = {"FP32", "UINT8", "INT32", "INT64"};
+    static const char *const names[] = {"FP32", "UINT8", "INT32", "INT64", "BYTES"};
     json_t *v = json_object_get(in, "datatype");
     const char *dt = json_string_value(v);
     *out = DL_IN_FP32;
-    for (int k = 0; v && k < 4; k++)
+    for (int k = 0; v && k < 5; k++)
         if (dt && strcmp(dt, names[k]) == 0) {
             *out = (dl_in_type)k;
             return DL_OK;
         }
-    return v ? bad(c, "datatype", "must be \"FP32\", \"UINT8\", \"INT32\" or \"INT64\"")
+    return v ? bad(c, "datatype", "must be \"FP32\", \"UINT8\", \"INT32\", \"INT64\" or "
+                   "\"BYTES\"")
              : DL_OK;
+}
+
+/* The folder of the file `what` names: relative paths in model.json
+ * (a vocabulary, a labels file) are read against it. */
+static void dir_of(const char *what, char *out, size_t len)
+{
+    const char *slash = strrchr(what, '/');
+    if (!slash)
+        snprintf(out, len, ".");
+    else
+        snprintf(out, len, "%.*s", (int)(slash - what ? slash - what : 1), what);
+}
+
+/* A text input's "tokenizer": {"type": "bytes"} or {"type": "words",
+ * "vocab": FILE, "lowercase": BOOL}. */
+static dl_status parse_tokenizer(ctx *c, json_t *t, dl_tokenizer_conf *tok)
+{
+    static const char *const keys[] = {"type", "vocab", "lowercase", NULL};
+    if (!json_is_object(t))
+        return bad(c, "tokenizer", "must be an object");
+    dl_status st = check_keys(c, t, keys);
+    const char *type = json_string_value(json_object_get(t, "type"));
+    if (st)
+        return st;
+    if (!type || (strcmp(type, "bytes") && strcmp(type, "words")))
+        return bad(c, "tokenizer", "needs \"type\": \"bytes\" or \"words\"");
+    tok->kind = type[0] == 'b' ? DL_TOK_BYTES : DL_TOK_WORDS;
+    json_t *v = json_object_get(t, "vocab");
+    if (tok->kind == DL_TOK_BYTES && (v || json_object_get(t, "lowercase")))
+        return bad(c, "tokenizer", "of type \"bytes\" takes no 'vocab' or 'lowercase'");
+    if (tok->kind == DL_TOK_BYTES)
+        return DL_OK;
+    if (!json_string_value(v) || !*json_string_value(v))
+        return bad(c, "tokenizer", "of type \"words\" needs 'vocab', a file name");
+    const char *file = json_string_value(v);
+    char dir[4096];
+    dir_of(c->what, dir, sizeof(dir));
+    size_t n = strlen(dir) + strlen(file) + 2;
+    if (!(tok->vocab = malloc(n)))
+        return dl_err_set(c->err, DL_ERR_NOMEM, "vocab path");
+    if (file[0] == '/')
+        snprintf(tok->vocab, n, "%s", file);
+    else
+        snprintf(tok->vocab, n, "%s/%s", dir, file);
+    return get_bool(c, t, "lowercase", &tok->lowercase);
+}
+
+/* A sequence input: its first dimension -1 (or BYTES text), "max_length"
+ * its time axis' capacity. */
+static dl_status parse_sequence(ctx *c, json_t *in, dl_input_conf *ic)
+{
+    json_t *tok = json_object_get(in, "tokenizer");
+    if (tok && ic->dtype != DL_IN_BYTES)
+        return bad(c, "tokenizer", "applies to BYTES inputs only");
+    if (ic->dtype == DL_IN_BYTES) {
+        if (ic->ndim != 1 || ic->shape[0] != 1)
+            return bad(c, "shape", "of a BYTES input must be [1] (one string a sample)");
+        if (!tok)
+            return bad(c, "tokenizer", "is missing (a BYTES input needs one)");
+        dl_status st = parse_tokenizer(c, tok, &ic->tok);
+        if (st)
+            return st;
+        ic->shape[0] = -1;
+    }
+    bool seq = ic->shape[0] == -1;
+    json_t *ml = json_object_get(in, "max_length");
+    if (ml && !seq)
+        return bad(c, "max_length", "applies to sequence inputs only (a first dimension "
+                   "of -1, or BYTES)");
+    if (!seq)
+        return DL_OK;
+    ic->max_length = 256;
+    dl_status st = get_int(c, in, "max_length", 1, 1 << 20, false, &ic->max_length);
+    ic->shape[0] = ic->max_length;
+    return st;
 }
 
 /* One model input object; `named` when its name is required (a list). */
 static dl_status parse_input(ctx *c, json_t *in, bool named, dl_input_conf *ic)
 {
-    static const char *const keys[] = {"name", "shape", "datatype", "scaling", NULL};
+    static const char *const keys[] = {"name", "shape", "datatype", "scaling",
+                                       "max_length", "tokenizer", NULL};
+    static const char *const shape_msg = "must be an array of 1 to 4 positive integers (the "
+                                         "first may be -1: a sequence)";
     if (!json_is_object(in))
         return bad(c, "input", "must be an object");
     dl_status st = check_keys(c, in, keys);
@@ -551,14 +698,17 @@ static dl_status parse_input(ctx *c, json_t *in, bool named, dl_input_conf *ic)
     json_t *shape = json_object_get(in, "shape");
     size_t nd = json_array_size(shape);
     if (!json_is_array(shape) || nd < 1 || nd > DL_MAX_DIMS)
-        return bad(c, "shape", "must be an array of 1 to 4 positive integers");
+        return bad(c, "shape", shape_msg);
     for (size_t i = 0; i < nd; i++) {
         json_t *v = json_array_get(shape, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 24))
-            return bad(c, "shape", "must be an array of 1 to 4 positive integers");
-        ic->shape[i] = json_integer_value(v);
+        int64_t x = json_is_integer(v) ? json_integer_value(v) : 0;
+        if ((x < 1 && (x != -1 || i > 0)) || x > (1 << 24))
+            return bad(c, "shape", shape_msg);
+        ic->shape[i] = x;
     }
     ic->ndim = (int)nd;
+    if ((st = get_dtype(c, in, &ic->dtype)) || (st = parse_sequence(c, in, ic)))
+        return st;
     /* -1 past int64 (4 dimensions of 2^24 are 2^96): model_check.c refuses
      * such a shape, naming its limit. */
     ic->dim = 1;
@@ -566,8 +716,6 @@ static dl_status parse_input(ctx *c, json_t *in, bool named, dl_input_conf *ic)
         if (__builtin_mul_overflow(ic->dim, ic->shape[i], &ic->dim))
             ic->dim = -1;
     ic->sc = (dl_scaling){ 1.0f, 0.0f, 1.0f };
-    if ((st = get_dtype(c, in, &ic->dtype)))
-        return st;
     json_t *sc = json_object_get(in, "scaling");
     if (sc && ic->dtype != DL_IN_FP32)
         return bad(c, "scaling", "applies to FP32 inputs only (ids are not scaled)");
@@ -613,12 +761,43 @@ static dl_status parse_inputs(ctx *c, json_t *list, json_t *one, dl_model_conf *
     return DL_OK;
 }
 
+/* "labels": a file in the model's folder, a label a line. */
+static dl_status labels_file(ctx *c, const char *file, dl_output_conf *o)
+{
+    char dir[4096], path[8192], *text;
+    size_t len;
+    dir_of(c->what, dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/%s", file[0] == '/' ? "" : dir, file);
+    dl_status st = dl_file_read(path, &text, &len, c->err);
+    if (st)
+        return dl_err_prefix(c->err, "%s: %slabels", c->what, c->where);
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++)
+        n += text[i] == '\n' || i + 1 == len;
+    o->labels = calloc(n + 1, sizeof(char *));
+    for (char *p = text, *end = text + len; o->labels && p < end; o->nlabels++) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t k = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        if (k == 0 || !(o->labels[o->nlabels] = strndup(p, k))) {
+            free(text);
+            return k ? dl_err_set(c->err, DL_ERR_NOMEM, "labels")
+                     : dl_err_set(c->err, DL_ERR_INVALID, "%s: line %d is empty (a label a "
+                                  "line)", path, o->nlabels + 1);
+        }
+        p += k + 1;
+    }
+    free(text);
+    return o->labels ? DL_OK : dl_err_set(c->err, DL_ERR_NOMEM, "labels");
+}
+
 static dl_status parse_labels(ctx *c, json_t *labels, dl_output_conf *o)
 {
     if (!labels)
         return DL_OK;
+    if (json_is_string(labels))
+        return labels_file(c, json_string_value(labels), o);
     if (!json_is_array(labels))
-        return bad(c, "labels", "must be an array of strings");
+        return bad(c, "labels", "must be an array of strings or a file name");
     o->labels = calloc(json_array_size(labels) + 1, sizeof(char *));
     if (!o->labels)
         return dl_err_set(c->err, DL_ERR_NOMEM, "labels");
@@ -644,16 +823,21 @@ static dl_status get_loss(ctx *c, json_t *obj, dl_loss *out)
         *out = DL_LOSS_MSE;
     else if (s && !strcmp(s, "bce_with_logits"))
         *out = DL_LOSS_BCE;
+    else if (s && !strcmp(s, "crf"))
+        *out = DL_LOSS_CRF;
+    else if (s && !strcmp(s, "next_token"))
+        *out = DL_LOSS_NEXT_TOKEN;
     else if (!s || strcmp(s, "softmax_cross_entropy"))
-        return bad(c, "loss", "must be \"softmax_cross_entropy\", \"mse\" or "
-                   "\"bce_with_logits\"");
+        return bad(c, "loss", "must be \"softmax_cross_entropy\", \"mse\", "
+                   "\"bce_with_logits\", \"crf\" or \"next_token\"");
     return DL_OK;
 }
 
 /* One entry of "outputs": name, from (default: name), loss, weight, labels. */
 static dl_status parse_graph_output(ctx *c, json_t *o, dl_model_conf *m, dl_output_conf *oc)
 {
-    static const char *const keys[] = {"name", "from", "loss", "weight", "labels", NULL};
+    static const char *const keys[] = {"name", "from", "loss", "weight", "labels", "of",
+                                       NULL};
     if (!json_is_object(o))
         return bad(c, "outputs", "must hold output objects");
     dl_status st = check_keys(c, o, keys);
@@ -674,6 +858,18 @@ static dl_status parse_graph_output(ctx *c, json_t *o, dl_model_conf *m, dl_outp
         snprintf(msg, sizeof(msg), "names '%s', which is not a layer", from);
         return bad(c, "from", msg);
     }
+    json_t *of = json_object_get(o, "of");
+    if ((of != NULL) != (oc->loss == DL_LOSS_NEXT_TOKEN))
+        return bad(c, "of", of ? "applies to the next_token loss only"
+                                : "is missing (next_token predicts the ids of an input)");
+    if (!of)
+        return DL_OK;
+    const char *in = json_string_value(of);
+    int src = in ? find_source(m, 0, in) : INT32_MAX;
+    if (src >= 0 || m->inputs[-1 - src].max_length == 0 ||
+        m->inputs[-1 - src].dtype == DL_IN_FP32 || m->inputs[-1 - src].ndim != 1)
+        return bad(c, "of", "must name a model input of a sequence of ids");
+    oc->of = -1 - src;
     return DL_OK;
 }
 
@@ -782,6 +978,27 @@ static dl_status parse_training(ctx *c, json_t *t, dl_hparams *h)
     return get_num(c, s, "gamma", 0.0, 1.0, &h->gamma);
 }
 
+/* An output with "loss": "crf" reads a crf layer named as the output,
+ * added after the others: it holds the transitions ("<output>.transitions")
+ * and passes the tag scores through. */
+static dl_status add_crf_layers(ctx *c, dl_model_conf *m)
+{
+    for (int k = 0; k < m->noutputs; k++) {
+        dl_output_conf *o = &m->outputs[k];
+        if (o->loss != DL_LOSS_CRF)
+            continue;
+        dl_layer_conf *ls = realloc(m->layers, sizeof(*ls) * (size_t)(m->nlayers + 1));
+        if (!ls)
+            return dl_err_set(c->err, DL_ERR_NOMEM, "layers");
+        m->layers = ls;
+        dl_layer_conf *l = &ls[m->nlayers];
+        *l = (dl_layer_conf){ .type = DL_LAYER_CRF, .nsrc = 1, .src = { o->from } };
+        snprintf(l->name, sizeof(l->name), "%s", o->name);
+        o->from = m->nlayers++;
+    }
+    return DL_OK;
+}
+
 static dl_status parse_root(ctx *c, json_t *root, dl_model_conf *m)
 {
     /* "serving" is the daemon's (src/serve/serving.c): known, not read here. */
@@ -814,9 +1031,11 @@ static dl_status parse_root(ctx *c, json_t *root, dl_model_conf *m)
             return st;
         m->nlayers = (int)i + 1;
     }
-    if ((st = parse_outputs(c, root, m)) ||
+    if ((st = parse_outputs(c, root, m)) || (st = add_crf_layers(c, m)) ||
         (st = parse_training(c, json_object_get(root, "training"), &m->train)))
         return st;
+    for (int k = 0; k < m->ninputs; k++)     /* data of sequences comes with targets */
+        m->graph = m->graph || m->inputs[k].max_length > 0;
     return conf_check_graph(c->what, m, c->err);
 }
 
@@ -874,7 +1093,10 @@ void dl_model_conf_free(dl_model_conf *conf)
         free(conf->outputs[k].labels);
     }
     free(conf->outputs);
+    for (int k = 0; k < conf->ninputs; k++)
+        free(conf->inputs[k].tok.vocab);
     free(conf->inputs);
+    free(conf->tseq);
     free(conf->layers);
     free(conf->json);
     free(conf);

@@ -1,6 +1,8 @@
 /* model_loss.c: the losses of a model's outputs (softmax cross-entropy,
- * mean squared error, binary cross-entropy on logits), their gradients
- * and per-output figures. */
+ * mean squared error, binary cross-entropy on logits; per position of a
+ * sequence: softmax cross-entropy, a linear-chain CRF, next-token
+ * prediction), their gradients and per-output figures. */
+#include "nn/crf.h"
 #include "nn/model.h"
 
 #include <math.h>
@@ -67,6 +69,154 @@ static void bce_host(dl_model *m, const float *y, const float *t, int64_t n, int
         m->be->ops->upload(m->be, dout, g, (size_t)(n * k) * sizeof(float));
 }
 
+/* ---- per-token outputs ----------------------------------------------------- */
+
+/* Cross-entropy of one row of c logits against class y: adds the loss to
+ * *loss and, when g is not NULL, writes (softmax - onehot) * scale there;
+ * whether the argmax is y. */
+static bool xent_row(const float *x, int64_t c, int32_t y, float scale, double *loss, float *g)
+{
+    int64_t best = dl_argmax(x, c);
+    double mx = x[best], sum = 0.0;
+    for (int64_t j = 0; j < c; j++)
+        sum += exp((double)x[j] - mx);
+    *loss += log(sum) + mx - x[y];
+    for (int64_t j = 0; g && j < c; j++)
+        g[j] = (float)((exp((double)x[j] - mx) / sum - (j == y)) * scale);
+    return best == y;
+}
+
+/* A CRF output's negative log-likelihood a sample (the tags of every
+ * position within the length given), the gradients of its tag scores
+ * into g and of its transitions into the crf layer's; its Viterbi paths'
+ * correct tags counted. */
+static dl_status loss_crf(dl_model *m, int k, const float *y, const int32_t *len, float scale,
+                         float *g, dl_err *err)
+{
+    const dl_output_conf *o = &m->conf->outputs[k];
+    param_slot *tp = &m->layers[o->from].p[0];
+    int64_t n = m->batch, T = o->max_length, C = o->dim / T, nt = (C + 2) * C;
+    out_stat *os = &m->ostat[k];
+    float *trans = malloc((size_t)(2 * nt) * sizeof(float)), *dtrans = trans + nt;
+    int32_t *path = malloc((size_t)T * sizeof(int32_t));
+    void *work = malloc(crf_work_size(T, C));
+    dl_status st = trans && path && work ? DL_OK : dl_err_set(err, DL_ERR_NOMEM, "crf");
+    for (int64_t i = 0; i < n && st == DL_OK; i++)
+        for (int64_t p = 0; p < len[i] && st == DL_OK; p++)
+            if (m->host_labels[i * T + p] < 0)
+                st = dl_err_set(err, DL_ERR_INVALID, "output '%s': sample %lld has no tag at "
+                                "position %lld (a crf needs one at every position)", o->name,
+                                (long long)i, (long long)p);
+    if (st == DL_OK) {
+        m->be->ops->download(m->be, trans, tp->data, (size_t)nt * sizeof(float));
+        memset(dtrans, 0, (size_t)nt * sizeof(float));
+    }
+    for (int64_t i = 0; i < n && st == DL_OK; i++) {
+        const int32_t *tags = m->host_labels + i * T;
+        double score;
+        os->loss += crf_nll(y + i * T * C, T, len[i], C, trans, tags, scale,
+                            g ? g + i * T * C : NULL, g ? dtrans : NULL, work);
+        crf_viterbi(y + i * T * C, len[i], C, trans, path, &score, work);
+        for (int64_t p = 0; p < len[i]; p++)
+            os->correct += path[p] == tags[p];
+        os->count += len[i];
+    }
+    if (st == DL_OK && g) {      /* the transitions' gradient adds to the layer's */
+        m->be->ops->download(m->be, trans, tp->grad, (size_t)nt * sizeof(float));
+        for (int64_t j = 0; j < nt; j++)
+            trans[j] += dtrans[j];
+        m->be->ops->upload(m->be, tp->grad, trans, (size_t)nt * sizeof(float));
+    }
+    free(work);
+    free(path);
+    free(trans);
+    return st;
+}
+
+/* The class output k's position p of sample i should give: from the
+ * targets (host_labels holds n * max_length of them) or, for next_token,
+ * the next id of its input; -1: ignored. */
+static int32_t token_label(const dl_model *m, const dl_output_conf *o, const float *ids,
+                           int64_t i, int64_t p)
+{
+    if (o->loss != DL_LOSS_NEXT_TOKEN)
+        return m->host_labels[i * o->max_length + p];
+    return (int32_t)ids[i * o->max_length + p + 1];
+}
+
+/* Gathers a per-token output's classes (a column a position, negative or
+ * past the length: ignored), checking them. */
+static dl_status gather_token_labels(dl_model *m, const dl_output_conf *o, const int32_t *len,
+                                     const float *targets, int64_t tc, int64_t at, dl_err *err)
+{
+    int64_t T = o->max_length, C = o->dim / T;
+    for (int64_t i = 0; i < m->batch; i++)
+        for (int64_t p = 0; p < T; p++) {
+            float v = targets[i * tc + at + p];
+            bool ignored = p >= len[i] || v < 0.0f;
+            if (!ignored && !(v < (float)C && v == floorf(v)))
+                return dl_err_set(err, DL_ERR_INVALID, "output '%s': label %g at position "
+                                  "%lld of sample %lld is not a class in [0, %lld)", o->name,
+                                  v, (long long)p, (long long)i, (long long)C);
+            m->host_labels[i * T + p] = ignored ? -1 : (int32_t)v;
+        }
+    return DL_OK;
+}
+
+/* A per-token output's loss: softmax cross-entropy over the labelled
+ * positions (next_token: each position but the last predicts the next
+ * id), the mean over the batch's tokens as PyTorch's CrossEntropyLoss,
+ * reported as that mean times the batch (what a sample's loss sums to);
+ * or a CRF's negative log-likelihood a sample. Host work. */
+static dl_status loss_tokens(dl_model *m, int k, const float *targets, int64_t tc, int64_t at,
+                             float scale, float *dout, dl_err *err)
+{
+    const dl_output_conf *o = &m->conf->outputs[k];
+    const int32_t *len = model_lens_of(m, m->ninputs + o->from);
+    int64_t n = m->batch, T = o->max_length, C = o->dim / T, count = 0;
+    out_stat *os = &m->ostat[k];
+    float *y = malloc((size_t)(n * o->dim) * sizeof(float) * 2), *g = y + n * o->dim;
+    float *ids = NULL;
+    dl_status st = y ? DL_OK : dl_err_set(err, DL_ERR_NOMEM, "token loss");
+    if (st == DL_OK && o->loss != DL_LOSS_NEXT_TOKEN)
+        st = gather_token_labels(m, o, len, targets, tc, at, err);
+    if (st == DL_OK && o->loss == DL_LOSS_NEXT_TOKEN &&
+        !(ids = malloc((size_t)(n * T) * sizeof(float))))
+        st = dl_err_set(err, DL_ERR_NOMEM, "token loss");
+    if (st != DL_OK) {
+        free(y);
+        return st;
+    }
+    if (ids)
+        m->be->ops->download(m->be, ids, m->seqbuf[o->of], (size_t)(n * T) * sizeof(float));
+    m->be->ops->download(m->be, y, dl_model_output(m, k), (size_t)(n * o->dim) * sizeof(float));
+    memset(g, 0, (size_t)(n * o->dim) * sizeof(float));
+    if (o->loss == DL_LOSS_CRF) {
+        st = loss_crf(m, k, y, len, scale, dout ? g : NULL, err);
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t p = 0; p < len[i] - (o->loss == DL_LOSS_NEXT_TOKEN); p++)
+                count += token_label(m, o, ids, i, p) >= 0;
+        double per = count ? (double)n / (double)count : 0.0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t p = 0; p < len[i] - (o->loss == DL_LOSS_NEXT_TOKEN); p++) {
+                int32_t c = token_label(m, o, ids, i, p);
+                double l = 0.0;
+                if (c < 0)
+                    continue;
+                os->correct += xent_row(y + (i * T + p) * C, C, c, (float)(scale * per), &l,
+                                        dout ? g + (i * T + p) * C : NULL);
+                os->loss += l * per;
+            }
+        os->count = count;
+    }
+    if (st == DL_OK && dout)
+        m->be->ops->upload(m->be, dout, g, (size_t)(n * o->dim) * sizeof(float));
+    free(ids);
+    free(y);
+    return st;
+}
+
 /* Gathers output k's target columns (at column `at` of rows of `tc`) into
  * host memory: class indices (checked) or values. */
 static dl_status gather_targets(dl_model *m, int k, const float *targets, int64_t tc,
@@ -98,7 +248,9 @@ static dl_status loss_output(dl_model *m, int k, const float *targets, int64_t a
     out_stat *os = &m->ostat[k];
     float *dout = model_dout_of(m, k, want_grad), scale = grad_scale * o->weight;
     const float *y = dl_model_output(m, k);
-    *os = (out_stat){ 0 };
+    *os = (out_stat){ .count = n };
+    if (o->max_length)
+        return loss_tokens(m, k, targets, tc, at, scale, dout, err);
     dl_status st = gather_targets(m, k, targets, tc, at, err);
     if (st != DL_OK)
         return st;
@@ -137,7 +289,7 @@ dl_status dl_model_loss(dl_model *m, const int32_t *labels, const float *targets
     dl_status st = DL_OK;
     if (!m->conf->graph) {
         st = loss_single(m, labels, targets, grad_scale, want_grad, loss_sum, correct, err);
-        m->ostat[0] = (out_stat){ *loss_sum, 0.0, *correct };
+        m->ostat[0] = (out_stat){ *loss_sum, 0.0, *correct, m->batch };
     } else if (!targets) {
         st = dl_err_set(err, DL_ERR_INVALID, "model '%s' needs targets: a column an output "
                         "(%lld in all)", m->conf->name, (long long)model_target_cols(m));
@@ -159,5 +311,10 @@ void dl_model_output_stats(const dl_model *m, int k, double *loss_sum, int64_t *
     *loss_sum = m->ostat[k].loss;
     *correct = m->ostat[k].correct;
     *sq_sum = m->ostat[k].sq;
+}
+
+int64_t dl_model_output_judged(const dl_model *m, int k)
+{
+    return m->ostat[k].count;
 }
 

@@ -423,7 +423,8 @@ static dl_status plan_acts(dl_model *m, act_plan *p, bool train, dl_err *err)
  * the FP32 model inputs when asked (dl_model_set_input_grads). */
 bool model_needs_grad(const dl_model *m, int t)
 {
-    return t >= m->ninputs || (m->input_grads && m->conf->inputs[t].dtype == DL_IN_FP32);
+    return t >= m->ninputs || (m->input_grads && m->conf->inputs[t].dtype == DL_IN_FP32 &&
+                               m->conf->inputs[t].max_length == 0);
 }
 
 /* Whether layer i's input k writes its gradient through a scratch buffer:
@@ -550,8 +551,11 @@ dl_status model_plan_graph(dl_model *m, dl_err *err)
     m->act = calloc((size_t)m->nt, sizeof(*m->act));
     m->grad = calloc((size_t)m->nt, sizeof(*m->grad));
     m->stage = calloc((size_t)m->ninputs, sizeof(*m->stage));
+    m->seqbuf = calloc((size_t)m->ninputs, sizeof(*m->seqbuf));
+    m->lens = calloc((size_t)m->ninputs, sizeof(*m->lens));
     m->ostat = calloc((size_t)m->conf->noutputs, sizeof(*m->ostat));
-    if (st == DL_OK && (!m->act || !m->grad || !m->stage || !m->ostat))
+    if (st == DL_OK && (!m->act || !m->grad || !m->stage || !m->seqbuf || !m->lens ||
+                        !m->ostat))
         st = dl_err_set(err, DL_ERR_NOMEM, "graph tables");
     free(readers);
     if (st == DL_OK)
