@@ -245,6 +245,41 @@ bool dl_layer_type_of(const char *name, dl_layer_type *out);
 /* conv2d, maxpool2d or avgpool2d: the layers a convolution engine runs. */
 bool dl_layer_is_conv_or_pool(dl_layer_type t);
 
+/* ---- tokenizers and packed sequences ---------------------------------- */
+
+/* A text input's tokenizer (dl_tokenizer_conf) with its vocabulary
+ * loaded. Read-only once made: threads may share one. */
+typedef struct dl_tokenizer dl_tokenizer;
+
+/* Makes the tokenizer tc describes, reading its vocabulary file (a word
+ * a line, line k id k + 2; errors name the file and line: an empty line,
+ * a word twice, a word that the word rule would split). *out is new. */
+dl_status dl_tokenizer_new(const dl_tokenizer_conf *tc, dl_tokenizer **out, dl_err *err);
+void dl_tokenizer_free(dl_tokenizer *t);
+
+/* Tokenizes text[0..len) (any bytes; not NUL-terminated) into ids (at
+ * most max of them, as floats) and sets *n to how many the text has,
+ * which may exceed max: the caller refuses such a text (too long) or
+ * keeps the first max. Never fails. */
+void dl_tokenize(const dl_tokenizer *t, const char *text, size_t len, float *ids, int64_t max,
+                 int64_t *n);
+
+/* The number of ids the tokenizer knows: 256 for bytes, the vocabulary's
+ * lines + 2 for words (what an embedding reading it needs). */
+int64_t dl_tokenizer_size(const dl_tokenizer *t);
+
+/* Packs one text as a sample of sequence input ic (1 + ic->dim floats:
+ * the length, the ids, zeros) into row. DL_ERR_INVALID, naming the
+ * input, for a text of no tokens or of more than ic->max_length. */
+dl_status dl_seq_pack_text(const dl_input_conf *ic, const dl_tokenizer *t, const char *text,
+                           size_t len, float *row, dl_err *err);
+
+/* Packs a sequence of `len` positions of values (len * (ic->dim /
+ * ic->max_length) floats) as a sample of input ic into row.
+ * DL_ERR_INVALID for len 0 or above ic->max_length. */
+dl_status dl_seq_pack(const dl_input_conf *ic, const float *values, int64_t len, float *row,
+                      dl_err *err);
+
 /* ---- input scaling --------------------------------------------------- */
 
 /* The input scaling that model.json declares. */
