@@ -179,6 +179,8 @@ typedef struct dl_output_conf {
     int         of;                      /* next_token: the input it predicts */
     int64_t     max_length;              /* > 0: a per-token output [T, C] of a
                                           * sequence of this many positions */
+    int64_t     served;                  /* values a sample as served: dim, or
+                                          * for a crf its path, max_length tags */
 } dl_output_conf;
 
 /* A parsed, validated model.json. Plain struct, read-only after parsing.
@@ -310,6 +312,11 @@ dl_backend *dl_model_backend(const dl_model *m);
  * in model.json's order. */
 int64_t dl_model_in_dim(const dl_model *m);
 int64_t dl_model_out_dim(const dl_model *m);
+/* Values per sample of output k as dl_model_predict_multi serves it, and
+ * of all outputs: the output's dim, but a crf's path of max_length tags. */
+int64_t dl_model_served_dim(const dl_model *m, int k);
+int64_t dl_model_served_out_dim(const dl_model *m);
+
 /* Target columns per sample that dl_model_loss reads for a graph model
  * (conf->graph): the outputs' tcols summed. */
 int64_t dl_model_target_dim(const dl_model *m);
@@ -449,8 +456,11 @@ dl_status dl_model_predict(dl_model *m, const float *x, int64_t n, int64_t batch
 
 /* dl_model_predict with one host array an input (xs[k]: n *
  * dl_model_input_dim(m, k)) and an output (outs[k]: n *
- * dl_model_output_dim(m, k)), as served: softmax for softmax
- * cross-entropy, sigmoid for binary cross-entropy, values for MSE. */
+ * dl_model_served_dim(m, k)), as served: softmax for softmax
+ * cross-entropy (a row a position for per-token outputs and next_token),
+ * sigmoid for binary cross-entropy, values for MSE, a crf's Viterbi path
+ * (tag indices, -1 past the length). dl_model_predict's rows hold the
+ * outputs as served side by side (dl_model_served_out_dim). */
 dl_status dl_model_predict_multi(dl_model *m, const float *const *xs, int64_t n,
                                  int64_t batch, float *const *outs, dl_err *err);
 

@@ -2,6 +2,7 @@
  * (parameters, gradients, state): building, forward and backward passes
  * and batched inference; per-batch buffers grow with the largest batch
  * seen. */
+#include "nn/crf.h"
 #include "nn/model.h"
 
 #include <math.h>
@@ -673,17 +674,61 @@ dl_status dl_model_backward_hooked(dl_model *m, dl_grad_hook fn, void *ctx, dl_e
     return DL_OK;
 }
 
-/* Probabilities from output k's values as served: softmax for
- * cross-entropy, sigmoid for binary cross-entropy, else as they are. */
-static void serve_output(dl_model *m, int k, const float *y, float *p, int64_t b)
+int64_t dl_model_served_dim(const dl_model *m, int k) { return m->conf->outputs[k].served; }
+
+int64_t dl_model_served_out_dim(const dl_model *m)
+{
+    int64_t d = 0;
+    for (int k = 0; k < m->conf->noutputs; k++)
+        d += m->conf->outputs[k].served;
+    return d;
+}
+
+/* A crf output's Viterbi paths (host p: b rows of max_length tags, -1
+ * past each length) from its tag scores y and the crf layer's
+ * transitions. */
+static dl_status serve_crf(dl_model *m, int k, const float *y, float *p, int64_t b, dl_err *err)
 {
     const dl_output_conf *o = &m->conf->outputs[k];
-    if (o->loss == DL_LOSS_XENT)
-        m->be->ops->softmax_fwd(m->be, y, p, b, o->dim);
+    const float *tr = m->layers[o->from].p[0].data;
+    const int32_t *len = dl_model_output_lengths(m, k);
+    int64_t T = o->max_length, C = o->dim / T;
+    float *hy = malloc((size_t)(b * o->dim + (C + 2) * C) * sizeof(float)), *ht = hy + b * o->dim;
+    int32_t *path = malloc((size_t)T * sizeof(int32_t));
+    void *work = malloc(crf_work_size(T, C));
+    if (!hy || !path || !work) {
+        free(hy), free(path), free(work);
+        return dl_err_set(err, DL_ERR_NOMEM, "crf decoding");
+    }
+    m->be->ops->download(m->be, hy, y, (size_t)(b * o->dim) * sizeof(float));
+    m->be->ops->download(m->be, ht, tr, (size_t)((C + 2) * C) * sizeof(float));
+    for (int64_t i = 0; i < b; i++) {
+        crf_viterbi(hy + i * o->dim, len[i], C, ht, path, NULL, work);
+        for (int64_t t = 0; t < T; t++)
+            p[i * T + t] = t < len[i] ? (float)path[t] : -1.0f;
+    }
+    free(work), free(path), free(hy);
+    return DL_OK;
+}
+
+/* Probabilities from output k's values as served: softmax for
+ * cross-entropy (a row a position), sigmoid for binary cross-entropy, a
+ * crf's path (into host memory hp; the others into p), else the values
+ * as they are. */
+static dl_status serve_output(dl_model *m, int k, const float *y, float *p, float *hp,
+                              int64_t b, dl_err *err)
+{
+    const dl_output_conf *o = &m->conf->outputs[k];
+    int64_t rows = o->max_length ? b * o->max_length : b;
+    if (o->loss == DL_LOSS_CRF)
+        return serve_crf(m, k, y, hp, b, err);
+    if (o->loss == DL_LOSS_XENT || o->loss == DL_LOSS_NEXT_TOKEN)
+        m->be->ops->softmax_fwd(m->be, y, p, rows, o->dim * b / rows);
     else if (o->loss == DL_LOSS_BCE)
         m->be->ops->act_fwd(m->be, DL_ACT_SIGMOID, y, p, b * o->dim);
     else
         m->be->ops->copy(m->be, p, y, b * o->dim);
+    return DL_OK;
 }
 
 dl_status dl_model_predict_multi(dl_model *m, const float *const *xs, int64_t n,
@@ -710,10 +755,10 @@ dl_status dl_model_predict_multi(dl_model *m, const float *const *xs, int64_t n,
         }
         st = dl_model_forward_multi(m, xb, b, false, err);
         for (int k = 0; k < m->conf->noutputs && st == DL_OK; k++) {
-            int64_t od = dl_model_output_dim(m, k);
+            int64_t od = dl_model_served_dim(m, k);
             float *ob = outs[k] + i * od, *p = host ? ob : m->stage_out;
-            serve_output(m, k, dl_model_output(m, k), p, b);
-            if (!host)
+            st = serve_output(m, k, dl_model_output(m, k), p, ob, b, err);
+            if (!host && m->conf->outputs[k].loss != DL_LOSS_CRF)
                 m->be->ops->download(m->be, ob, p, (size_t)(b * od) * sizeof(float));
         }
     }
@@ -733,7 +778,7 @@ static void copy_rows(float *dst, int64_t to, const float *src, int64_t from, in
 dl_status dl_model_predict(dl_model *m, const float *x, int64_t n, int64_t batch,
                            float *out, dl_err *err)
 {
-    int64_t din = dl_model_in_dim(m), dout = dl_model_out_dim(m);
+    int64_t din = dl_model_in_dim(m), dout = dl_model_served_out_dim(m);
     if (m->ninputs == 1 && m->conf->noutputs == 1)
         return dl_model_predict_multi(m, &x, n, batch, &out, err);
     /* Rows of all inputs side by side in, rows of all outputs side by side
@@ -755,13 +800,13 @@ dl_status dl_model_predict(dl_model *m, const float *x, int64_t n, int64_t batch
                       model_in_width(m, k));
         }
         at = 0;
-        for (int k = 0; k < m->conf->noutputs; at += dl_model_output_dim(m, k++))
+        for (int k = 0; k < m->conf->noutputs; at += dl_model_served_dim(m, k++))
             outs[k] = buf + b0 * (din + at);
         st = dl_model_predict_multi(m, xs, b, b, outs, err);
         at = 0;
-        for (int k = 0; k < m->conf->noutputs && st == DL_OK; at += dl_model_output_dim(m, k++))
-            copy_rows(out + i * dout + at, dout, outs[k], dl_model_output_dim(m, k), b,
-                      dl_model_output_dim(m, k));
+        for (int k = 0; k < m->conf->noutputs && st == DL_OK; at += dl_model_served_dim(m, k++))
+            copy_rows(out + i * dout + at, dout, outs[k], dl_model_served_dim(m, k), b,
+                      dl_model_served_dim(m, k));
     }
     free(buf);
     return st;

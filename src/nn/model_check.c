@@ -174,6 +174,7 @@ static dl_status check_token_output(const check *c, const dl_model_conf *m, dl_o
                           (long long)d[1]);
     o->max_length = d[0];
     o->tcols = o->loss == DL_LOSS_NEXT_TOKEN ? 0 : d[0];
+    o->served = o->loss == DL_LOSS_CRF ? d[0] : o->dim;
     return DL_OK;
 }
 
@@ -193,7 +194,7 @@ static dl_status check_output(const check *c, const dl_model_conf *m, dl_output_
             return dl_err_set(c->err, DL_ERR_INVALID, "%s: output '%s': layer '%s' already "
                               "feeds output '%s' (one output a layer)", c->what, o->name,
                               m->layers[o->from].name, p->name);
-    o->dim = dl_shape_numel(nd, d);
+    o->dim = o->served = dl_shape_numel(nd, d);
     o->tcols = o->loss == DL_LOSS_XENT ? 1 : o->dim;
     int seq = sh->seq[t];
     if (seq >= 0 || o->loss == DL_LOSS_CRF || o->loss == DL_LOSS_NEXT_TOKEN)

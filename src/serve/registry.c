@@ -158,7 +158,7 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
         dl_model_set_batch_invariant(m, sc->batch_invariant >= 0 ? sc->batch_invariant == 1
                                                                  : r->batch_invariant);
         s->pub.in_dim = dl_model_in_dim(m);
-        s->pub.out_dim = dl_model_out_dim(m);
+        s->pub.out_dim = dl_model_served_out_dim(m);
         /* Warm-up: one pass sizes the buffers before the first request;
          * the fastest of three more times a sample until the first batch
          * does (the batcher's bound on running a request on a transport's

@@ -148,7 +148,7 @@ dl_status dl_predict_run(const dl_run_opts *o, dl_err *err)
         st = load_input(path, &s, &ds, err);
     if (st == DL_OK) {
         dl_dataset_truncate(ds, o->limit);
-        int64_t k = dl_model_out_dim(s.m);
+        int64_t k = dl_model_served_out_dim(s.m);
         out = malloc((size_t)(ds->n * k + 1) * sizeof(float));
         st = out ? dl_model_predict(s.m, ds->x, ds->n, 256, out, err)
                  : dl_err_set(err, DL_ERR_NOMEM, "predictions");

@@ -906,7 +906,7 @@ dl_status dl_bench_run(const dl_run_opts *o, dl_err *err)
         st = train_step(&t, s % t.steps_per_epoch, &loss, &correct, &seen, err);
     }
     double train_rate = (double)(seen - timed) / (dl_time_now() - t0);
-    int64_t n = t.test->n, out = dl_model_out_dim(t.s.m);
+    int64_t n = t.test->n, out = dl_model_served_out_dim(t.s.m);
     float *probs = malloc((size_t)(n * out) * sizeof(float));
     if (st == DL_OK && !probs)
         st = dl_err_set(err, DL_ERR_NOMEM, "predictions");
