@@ -41,13 +41,20 @@ typedef enum dl_pool_kind { DL_POOL_MAX, DL_POOL_AVG } dl_pool_kind;
  * of dk at h * dk, V_h tk rows of dv at h * dv, and O_h is written at
  * h * dv of O's rows. Rows and samples lie at the strides given (floats),
  * so Q, K and V may be the columns of one packed projection. causal:
- * query row i attends to key rows 0..i only (PyTorch's is_causal). */
+ * query row i attends to key rows 0..i only (PyTorch's is_causal).
+ * q_len and k_len (host, n of them, each 1 to tq or tk; NULL: all rows)
+ * are each sample's valid query and key rows (the attention layer over
+ * padded sequences): a key row at or past k_len[s] gets no weight, a
+ * query row at or past q_len[s] gives zeros and no gradient; the
+ * gradients of such key rows are zero too. A sample's answer depends on
+ * its own lengths only, never on the batch's. */
 typedef struct dl_attn {
     int64_t n, heads, tq, tk, dk, dv;
     int64_t q_row, k_row, v_row, o_row;
     int64_t q_smp, k_smp, v_smp, o_smp;
     float   scale;
     bool    causal;
+    const int32_t *q_len, *k_len;
 } dl_attn;
 
 typedef struct dl_strided {

@@ -785,31 +785,41 @@ static void check_softmax_axis(void)
 }
 
 /* Attention on a packed projection [T, 3E] (test_cuda_bodies.c's shapes),
- * plain and causal: the output and the projection's gradient. */
+ * plain and causal, with and without per-sample lengths (sample s of the
+ * queries t, 1, about half; of the keys 1, t, about a third): the output
+ * and the projection's gradient. */
 static void check_attention(void)
 {
-    static const int64_t cases[3][3] = { { 3, 33, 2 }, { 2, 1, 1 }, { 1, 40, 4 } };
+    static const int64_t cases[4][3] = { { 3, 33, 2 }, { 2, 1, 1 }, { 1, 40, 4 },
+                                         { 4, 37, 2 } };
     if (!HAVE(attn_fwd) || !HAVE(attn_bwd))
         return;
-    char name[64];
-    for (int cs = 0; cs < 3; cs++)
+    char name[80];
+    for (int cs = 0; cs < 8; cs++)
         for (int causal = 0; causal < 2; causal++) {
-            int64_t n = cases[cs][0], t = cases[cs][1], h = cases[cs][2], e = h * 8;
+            bool lens = cs >= 4;
+            int64_t n = cases[cs % 4][0], t = cases[cs % 4][1], h = cases[cs % 4][2], e = h * 8;
+            int32_t ql[4], kl[4];
+            for (int64_t s = 0; s < n; s++) {
+                ql[s] = (int32_t)(s % 3 == 0 ? t : s % 3 == 1 ? 1 : (t + 1) / 2);
+                kl[s] = (int32_t)(s % 3 == 0 ? 1 : s % 3 == 1 ? t : (t + 2) / 3);
+            }
             dl_attn a = { .n = n, .heads = h, .tq = t, .tk = t, .dk = 8, .dv = 8,
                           .q_row = 3 * e, .k_row = 3 * e, .v_row = 3 * e, .o_row = e,
                           .q_smp = 3 * e * t, .k_smp = 3 * e * t, .v_smp = 3 * e * t,
-                          .o_smp = e * t, .scale = 0.4f, .causal = causal };
+                          .o_smp = e * t, .scale = 0.4f, .causal = causal,
+                          .q_len = lens ? ql : NULL, .k_len = lens ? kl : NULL };
             pair *x = mk(n * t * 3 * e, -2, 2), *o = mk(n * t * e, 0, 1),
                  *dout = mk(n * t * e, -1, 1), *dx = mk(n * t * 3 * e, 0, 1);
             dl_err err = {0};
             ON_BOTH(B->ops->attn_fwd(B, &a, F(x), F(x) + e, F(x) + 2 * e, F(o), &err);
                     B->ops->attn_bwd(B, &a, F(x), F(x) + e, F(x) + 2 * e, F(dout), F(dx),
                                      F(dx) + e, F(dx) + 2 * e, &err));
-            snprintf(name, sizeof(name), "attn_fwd_n%lld_t%lld_h%lld%s", (long long)n,
-                     (long long)t, (long long)h, causal ? "_causal" : "");
+            snprintf(name, sizeof(name), "attn_fwd_n%lld_t%lld_h%lld%s%s", (long long)n,
+                     (long long)t, (long long)h, causal ? "_causal" : "", lens ? "_lens" : "");
             compare(name, o, false, TOL);
-            snprintf(name, sizeof(name), "attn_bwd_n%lld_t%lld_h%lld%s", (long long)n,
-                     (long long)t, (long long)h, causal ? "_causal" : "");
+            snprintf(name, sizeof(name), "attn_bwd_n%lld_t%lld_h%lld%s%s", (long long)n,
+                     (long long)t, (long long)h, causal ? "_causal" : "", lens ? "_lens" : "");
             compare(name, dx, false, TOL);
             drop_all();
         }

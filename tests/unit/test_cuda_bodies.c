@@ -441,20 +441,39 @@ static void host_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
         }
 }
 
+/* Per-sample lengths of a test batch: sample s of the query side gets t,
+ * 1, then about half; of the key side 1, t, then about a third (so a
+ * sample may have more queries than keys and the other way round). */
+static void test_lengths(int32_t *ql, int32_t *kl, int64_t n, int64_t t)
+{
+    for (int64_t s = 0; s < n; s++) {
+        ql[s] = (int32_t)(s % 3 == 0 ? t : s % 3 == 1 ? 1 : (t + 1) / 2);
+        kl[s] = (int32_t)(s % 3 == 0 ? 1 : s % 3 == 1 ? t : (t + 2) / 3);
+    }
+}
+
 /* The CUDA slots' sequence (backend_cuda.cu, cu_attn_fwd and _bwd) on the
- * host: the products, then the bodies, a sample and head at a time, on
- * a packed projection [T, 3E], against the CPU kernels. */
+ * host: the products at full size, then the bodies, a sample and head at
+ * a time, on a packed projection [T, 3E], against the CPU kernels; with
+ * and without per-sample lengths (the CPU's products stop at them, the
+ * CUDA softmax masks: the padded rows agree, zeros). */
 Test(cuda_bodies, attention_fwd_and_bwd)
 {
-    static const int64_t cases[3][3] = { { 3, 33, 2 }, { 2, 1, 1 }, { 1, 40, 4 } };  /* n, T, H */
-    char what[64];
-    for (int cs = 0; cs < 3; cs++)
+    static const int64_t cases[4][3] = { { 3, 33, 2 }, { 2, 1, 1 }, { 1, 40, 4 },
+                                         { 4, 37, 2 } };  /* n, T, H */
+    char what[80];
+    for (int cs = 0; cs < 8; cs++)
         for (int causal = 0; causal < 2; causal++) {
-            int64_t n = cases[cs][0], t = cases[cs][1], h = cases[cs][2], d = 8, e = h * d;
+            bool lens = cs >= 4;
+            int64_t n = cases[cs % 4][0], t = cases[cs % 4][1], h = cases[cs % 4][2], d = 8;
+            int64_t e = h * d;
+            int32_t ql[4], kl[4];
+            test_lengths(ql, kl, n, t);
             dl_attn a = { .n = n, .heads = h, .tq = t, .tk = t, .dk = d, .dv = d,
                           .q_row = 3 * e, .k_row = 3 * e, .v_row = 3 * e, .o_row = e,
                           .q_smp = 3 * e * t, .k_smp = 3 * e * t, .v_smp = 3 * e * t,
-                          .o_smp = e * t, .scale = 0.4f, .causal = causal };
+                          .o_smp = e * t, .scale = 0.4f, .causal = causal,
+                          .q_len = lens ? ql : NULL, .k_len = lens ? kl : NULL };
             int64_t nx = n * t * 3 * e, no = n * t * e;
             float *x = rnd(nx, -2, 2), *dout = rnd(no, -1, 1), *o = rnd(no, 0, 1),
                   *dx = rnd(nx, 0, 1), *p = rnd(t * t, 0, 1), *dp = rnd(t * t, 0, 1);
@@ -469,9 +488,11 @@ Test(cuda_bodies, attention_fwd_and_bwd)
                     const float *q = x + s * a.q_smp + hh * d, *k = q + e, *v = q + 2 * e;
                     const float *go = dout + s * a.o_smp + hh * d;
                     float *dq = dx + s * a.q_smp + hh * d, *dk = dq + e, *dv = dq + 2 * e;
+                    int64_t qn = lens ? ql[s] : t, kn = lens ? kl[s] : t;
                     host_gemm(false, true, t, t, d, q, 3 * e, k, 3 * e, p, t);
                     for (int64_t i = 0; i < t; i++)
-                        body_attn_row(p + i * t, causal && i + 1 < t ? i + 1 : t, t, a.scale);
+                        body_attn_row(p + i * t, body_attn_keys(i, qn, kn, causal), t,
+                                      a.scale);
                     host_gemm(false, false, t, d, t, p, t, v, 3 * e,
                               o + s * a.o_smp + hh * d, e);
                     host_gemm(true, false, t, d, t, p, t, go, e, dv, 3 * e);
@@ -481,11 +502,11 @@ Test(cuda_bodies, attention_fwd_and_bwd)
                     host_gemm(false, false, t, d, t, dp, t, k, 3 * e, dq, 3 * e);
                     host_gemm(true, false, t, d, t, dp, t, q, 3 * e, dk, 3 * e);
                 }
-            snprintf(what, sizeof(what), "attention_fwd_n%lld_t%lld_h%lld%s", (long long)n,
-                     (long long)t, (long long)h, causal ? "_causal" : "");
+            snprintf(what, sizeof(what), "attention_fwd_n%lld_t%lld_h%lld%s%s", (long long)n,
+                     (long long)t, (long long)h, causal ? "_causal" : "", lens ? "_lens" : "");
             expect_close(what, o, co, no);
-            snprintf(what, sizeof(what), "attention_bwd_n%lld_t%lld_h%lld%s", (long long)n,
-                     (long long)t, (long long)h, causal ? "_causal" : "");
+            snprintf(what, sizeof(what), "attention_bwd_n%lld_t%lld_h%lld%s%s", (long long)n,
+                     (long long)t, (long long)h, causal ? "_causal" : "", lens ? "_lens" : "");
             expect_close(what, dx, cdx, nx);
             be->ops->release(be, cx);
             be->ops->release(be, cdo);

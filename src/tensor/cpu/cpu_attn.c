@@ -5,12 +5,16 @@
  * one packed projection): no transposed copies of the heads, no scores
  * tensor the size of the batch. Each product is a GEMM of the block's
  * own size, so a sample's answer does not depend on the batch around it.
- * Backward recomputes the probabilities, a task a sample and head. */
+ * Backward recomputes the probabilities, a task a sample and head. With
+ * per-sample lengths (dl_attn.q_len, k_len) the products stop at the
+ * sample's valid rows: their shapes are the sample's own, padding costs
+ * nothing and a padded sample answers as it does alone. */
 #include "tensor/backend.h"
 #include "tensor/cpu/cpu.h"
 
 #include <cblas.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define ATTN_ROWS 32
 
@@ -23,13 +27,29 @@ typedef struct attn_job {
     int failed;                 /* a task found no memory */
 } attn_job;
 
-/* How many keys query row `row` attends to. */
-static int64_t keys_of(const dl_attn *a, int64_t row)
+/* Sample s's valid rows of a side of cap rows (len NULL: all of them). */
+static int64_t rows_of(const int32_t *len, int64_t s, int64_t cap)
 {
-    return a->causal && row + 1 < a->tk ? row + 1 : a->tk;
+    if (!len)
+        return cap;
+    return len[s] < 0 ? 0 : len[s] < cap ? len[s] : cap;
 }
 
-/* p[0..keys) = softmax(scale * s[0..keys)), p[keys..width) = 0; in place. */
+/* How many of a sample's kn valid keys query row `row` attends to. */
+static int64_t keys_of(const dl_attn *a, int64_t row, int64_t kn)
+{
+    return a->causal && row + 1 < kn ? row + 1 : kn;
+}
+
+/* Zeroes `rows` rows of `cols` floats, `ld` apart. */
+static void zero_rows(float *x, int64_t rows, int64_t cols, int64_t ld)
+{
+    for (int64_t r = 0; r < rows; r++)
+        memset(x + r * ld, 0, (size_t)cols * sizeof(float));
+}
+
+/* p[0..keys) = softmax(scale * s[0..keys)), p[keys..width) = 0; in place.
+ * The maximum is subtracted first: no exponential overflows. */
 static inline void softmax_row(float *restrict p, int64_t keys, int64_t width, float scale)
 {
     float mx = scale * p[0];
@@ -77,27 +97,32 @@ CPU_WIDE static void fwd_task(void *ctx, int64_t u0, int64_t u1)
         int64_t sh = u / j->blocks, smp = sh / a->heads, h = sh % a->heads;
         int64_t r0 = u % j->blocks * ATTN_ROWS;
         int64_t rows = a->tq - r0 < ATTN_ROWS ? a->tq - r0 : ATTN_ROWS;
-        int64_t keys = keys_of(a, r0 + rows - 1);
+        int64_t kn = rows_of(a->k_len, smp, tk), live = rows_of(a->q_len, smp, a->tq) - r0;
+        live = kn == 0 || live < 0 ? 0 : live < rows ? live : rows;   /* valid queries */
         const float *q = j->q + smp * a->q_smp + r0 * a->q_row + h * a->dk;
         const float *k = j->k + smp * a->k_smp + h * a->dk;
         const float *v = j->v + smp * a->v_smp + h * a->dv;
         float *o = j->o + smp * a->o_smp + r0 * a->o_row + h * a->dv;
-        gemm_nt(j->thin, rows, keys, a->dk, q, a->q_row, k, a->k_row, s, keys);
-        for (int64_t r = 0; r < rows; r++)
-            softmax_row(s + r * keys, keys_of(a, r0 + r), keys, a->scale);
+        zero_rows(o + live * a->o_row, rows - live, a->dv, a->o_row);
+        if (live == 0)
+            continue;
+        int64_t keys = keys_of(a, r0 + live - 1, kn);
+        gemm_nt(j->thin, live, keys, a->dk, q, a->q_row, k, a->k_row, s, keys);
+        for (int64_t r = 0; r < live; r++)
+            softmax_row(s + r * keys, keys_of(a, r0 + r, kn), keys, a->scale);
         if (!j->thin) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)rows,
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)live,
                         (blasint)a->dv, (blasint)keys, 1.0f, s, (blasint)keys, v,
                         (blasint)a->v_row, 0.0f, o, (blasint)a->o_row);
             continue;
         }
         if (have != sh) {
-            for (int64_t r = 0; r < tk; r++)
+            for (int64_t r = 0; r < kn; r++)
                 for (int64_t c = 0; c < a->dv; c++)
                     vt[c * tk + r] = v[r * a->v_row + c];
             have = sh;
         }
-        dl_gemm_thin(rows, a->dv, keys, s, keys, vt, tk, o, a->o_row);
+        dl_gemm_thin(live, a->dv, keys, s, keys, vt, tk, o, a->o_row);
     }
     free(s);
 }
@@ -122,9 +147,7 @@ dl_status cpu_attn_fwd(dl_backend *be, const dl_attn *a, const float *q, const f
                    .q = q, .k = k, .v = v, .o = o };
     if (a->tk <= 0) {   /* nothing to attend to: zeros */
         for (int64_t s = 0; s < a->n; s++)
-            for (int64_t r = 0; r < a->tq; r++)
-                for (int64_t c = 0; c < a->heads * a->dv; c++)
-                    o[s * a->o_smp + r * a->o_row + c] = 0.0f;
+            zero_rows(o + s * a->o_smp, a->tq, a->heads * a->dv, a->o_row);
         return DL_OK;
     }
     int64_t per_unit = ATTN_ROWS * a->tk * (a->dk + a->dv);
@@ -134,7 +157,8 @@ dl_status cpu_attn_fwd(dl_backend *be, const dl_attn *a, const float *q, const f
                     : DL_OK;
 }
 
-/* The gradients of one sample and head: P recomputed, then
+/* The gradients of one sample and head over its qn valid queries and kn
+ * valid keys (the rows past them get zeros): P recomputed, then
  * dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)) scale,
  * dQ = dS K, dK = dS^T Q. */
 CPU_WIDE static void bwd_task(void *ctx, int64_t u0, int64_t u1)
@@ -157,26 +181,34 @@ CPU_WIDE static void bwd_task(void *ctx, int64_t u0, int64_t u1)
         float *dq = j->dq + smp * a->q_smp + h * a->dk;
         float *dk = j->dk + smp * a->k_smp + h * a->dk;
         float *dv = j->dv + smp * a->v_smp + h * a->dv;
-        gemm_nt(false, tq, tk, a->dk, q, a->q_row, k, a->k_row, p, tk);
-        for (int64_t r = 0; r < tq; r++)
-            softmax_row(p + r * tk, keys_of(a, r), tk, a->scale);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)tk, (blasint)a->dv,
-                    (blasint)tq, 1.0f, p, (blasint)tk, dout, (blasint)a->o_row, 0.0f, dv,
+        int64_t qn = rows_of(a->q_len, smp, tq), kn = rows_of(a->k_len, smp, tk);
+        if (qn == 0 || kn == 0)
+            qn = kn = 0;
+        zero_rows(dq + qn * a->q_row, tq - qn, a->dk, a->q_row);
+        zero_rows(dk + kn * a->k_row, tk - kn, a->dk, a->k_row);
+        zero_rows(dv + kn * a->v_row, tk - kn, a->dv, a->v_row);
+        if (qn == 0)
+            continue;
+        gemm_nt(false, qn, kn, a->dk, q, a->q_row, k, a->k_row, p, kn);
+        for (int64_t r = 0; r < qn; r++)
+            softmax_row(p + r * kn, keys_of(a, r, kn), kn, a->scale);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)kn, (blasint)a->dv,
+                    (blasint)qn, 1.0f, p, (blasint)kn, dout, (blasint)a->o_row, 0.0f, dv,
                     (blasint)a->v_row);
-        gemm_nt(false, tq, tk, a->dv, dout, a->o_row, v, a->v_row, dp, tk);
-        for (int64_t r = 0; r < tq; r++) {
-            float *restrict pr = p + r * tk, *restrict dr = dp + r * tk;
+        gemm_nt(false, qn, kn, a->dv, dout, a->o_row, v, a->v_row, dp, kn);
+        for (int64_t r = 0; r < qn; r++) {
+            float *restrict pr = p + r * kn, *restrict dr = dp + r * kn;
             float dot = 0.0f;
-            for (int64_t c = 0; c < tk; c++)
+            for (int64_t c = 0; c < kn; c++)
                 dot += pr[c] * dr[c];
-            for (int64_t c = 0; c < tk; c++)
+            for (int64_t c = 0; c < kn; c++)
                 dr[c] = pr[c] * (dr[c] - dot) * a->scale;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)tq, (blasint)a->dk,
-                    (blasint)tk, 1.0f, dp, (blasint)tk, k, (blasint)a->k_row, 0.0f, dq,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)qn, (blasint)a->dk,
+                    (blasint)kn, 1.0f, dp, (blasint)kn, k, (blasint)a->k_row, 0.0f, dq,
                     (blasint)a->q_row);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)tk, (blasint)a->dk,
-                    (blasint)tq, 1.0f, dp, (blasint)tk, q, (blasint)a->q_row, 0.0f, dk,
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)kn, (blasint)a->dk,
+                    (blasint)qn, 1.0f, dp, (blasint)kn, q, (blasint)a->q_row, 0.0f, dk,
                     (blasint)a->k_row);
     }
     free(p);

@@ -1031,7 +1031,10 @@ dl_status cu_gemm_batched(dl_backend *be, bool ta, bool tb, int64_t m, int64_t n
 /* Attention (dl_attn), a sample at a time: each product one strided
  * batched GEMM over the heads (a head's columns at h * dk of the rows,
  * rows at their own strides), the probabilities in scratch (heads x tq x
- * tk floats; backward twice that). */
+ * tk floats; backward twice that). A sample's lengths go to the softmax
+ * as arguments: the products keep their full size, and the zero
+ * probabilities of padded keys and queries make the padded rows of O,
+ * dQ, dK and dV zeros. */
 static bool attn_gemm(cuda_ctx *c, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                       const float *a, int64_t lda, int64_t sa, const float *b, int64_t ldb,
                       int64_t sb, float *cc, int64_t ldc, int64_t sc, int64_t heads)
@@ -1045,6 +1048,14 @@ static bool attn_gemm(cuda_ctx *c, bool ta, bool tb, int64_t m, int64_t n, int64
                                (int)heads,
                                c->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
                                CUBLAS_GEMM_DEFAULT), "attention");
+}
+
+/* Sample s's valid rows of a side of cap rows (len NULL: all of them). */
+static int64_t attn_rows_of(const int32_t *len, int64_t s, int64_t cap)
+{
+    if (!len)
+        return cap;
+    return len[s] < 0 ? 0 : len[s] < cap ? len[s] : cap;
 }
 
 static dl_status attn_fits(const dl_attn *a, dl_err *err)
@@ -1073,7 +1084,9 @@ dl_status cu_attn_fwd(dl_backend *be, const dl_attn *a, const float *q, const fl
         ok = attn_gemm(c, false, true, a->tq, a->tk, a->dk, q + s * a->q_smp, a->q_row, a->dk,
                        k + s * a->k_smp, a->k_row, a->dk, p, a->tk, tt, a->heads) &&
              CUDA_CHECK(c, k_attn_softmax(c->stream, p, a->heads * a->tq, a->tq, a->tk,
-                                          a->scale, a->causal), "attention") &&
+                                          a->scale, a->causal,
+                                          attn_rows_of(a->q_len, s, a->tq),
+                                          attn_rows_of(a->k_len, s, a->tk)), "attention") &&
              attn_gemm(c, false, false, a->tq, a->dv, a->tk, p, a->tk, tt, v + s * a->v_smp,
                        a->v_row, a->dv, o + s * a->o_smp, a->o_row, a->dv, a->heads);
     }
@@ -1101,7 +1114,8 @@ dl_status cu_attn_bwd(dl_backend *be, const dl_attn *a, const float *q, const fl
         ok = attn_gemm(c, false, true, a->tq, a->tk, a->dk, qs, a->q_row, a->dk, ks, a->k_row,
                        a->dk, p, a->tk, tt, a->heads) &&
              CUDA_CHECK(c, k_attn_softmax(c->stream, p, rows, a->tq, a->tk, a->scale,
-                                          a->causal), "attention") &&
+                                          a->causal, attn_rows_of(a->q_len, s, a->tq),
+                                          attn_rows_of(a->k_len, s, a->tk)), "attention") &&
              attn_gemm(c, true, false, a->tk, a->dv, a->tq, p, a->tk, tt, dos, a->o_row, a->dv,
                        dv + s * a->v_smp, a->v_row, a->dv, a->heads) &&
              attn_gemm(c, false, true, a->tq, a->tk, a->dv, dos, a->o_row, a->dv, vs, a->v_row,

@@ -128,10 +128,12 @@ cudaError_t k_unary_fwd(cudaStream_t s, const dl_unary *u, const float *x, float
 cudaError_t k_unary_bwd(cudaStream_t s, const dl_unary *u, const float *x, const float *y,
                         const float *dy, float *dx, int64_t n);
 /* Attention (dl_attn) between its cuBLAS products: the probabilities of
- * `rows` rows of tk scores in place, one thread a row (row r is query
- * r % tq: a causal row ends at it), and the scores' gradient from them. */
+ * `rows` rows of tk scores of one sample in place, one thread a row (row
+ * r is query r % tq: a causal row ends at it; keys from kn on get no
+ * weight, rows of queries from qn on are zeros), and the scores' gradient
+ * from them. */
 cudaError_t k_attn_softmax(cudaStream_t s, float *p, int64_t rows, int64_t tq, int64_t tk,
-                           float scale, bool causal);
+                           float scale, bool causal, int64_t qn, int64_t kn);
 cudaError_t k_attn_softmax_bwd(cudaStream_t s, const float *p, float *dp, int64_t rows,
                                int64_t tk, float scale);
 cudaError_t k_softmax_axis_fwd(cudaStream_t s, bool log, const float *x, float *y,

@@ -318,18 +318,29 @@ DL_HD void body_softmax_col(bool log_, const float *x, float *y, int64_t len, in
     }
 }
 
+/* The keys query row i of a sample attends to (dl_attn), of its qn valid
+ * queries and kn valid keys: none past qn (a padded query), else the
+ * first kn, or those up to i when causal. */
+DL_HD int64_t body_attn_keys(int64_t i, int64_t qn, int64_t kn, bool causal)
+{
+    if (i >= qn)
+        return 0;
+    return causal && i + 1 < kn ? i + 1 : kn;
+}
+
 /* Attention's probabilities on a row of scores (dl_attn): p[0..keys) =
- * softmax(scale p), the rest 0 (a causal row's later positions); in
+ * softmax(scale p) (the maximum subtracted first), the rest 0 (a causal
+ * row's later positions, padded keys; the whole row for keys 0); in
  * place. */
 DL_HD void body_attn_row(float *p, int64_t keys, int64_t width, float scale)
 {
-    float mx = scale * p[0];
+    float mx = keys > 0 ? scale * p[0] : 0.0f;
     for (int64_t c = 1; c < keys; c++)
         mx = scale * p[c] > mx ? scale * p[c] : mx;
     double s = 0.0;
     for (int64_t c = 0; c < keys; c++)
         s += expf(scale * p[c] - mx);
-    float inv = (float)(1.0 / s);
+    float inv = keys > 0 ? (float)(1.0 / s) : 0.0f;
     for (int64_t c = 0; c < keys; c++)
         p[c] = expf(scale * p[c] - mx) * inv;
     for (int64_t c = keys; c < width; c++)
