@@ -485,8 +485,9 @@ void dl_model_fix_weights(dl_model *m);
 /* Batch-invariant inference (off at dl_model_new): each sample of a
  * forward pass that does not train gives the same bits whatever the batch
  * it runs in, alone or beside any others, at any batch size. The dense
- * layers take the backend's row-exact GEMM (the thin kernel on the CPU;
- * else a row at a time), convolutions and pooling one sample at a time;
+ * layers (and the attention layer's projections) take the backend's
+ * row-exact GEMM (the thin kernel on the CPU; else a row at a time),
+ * convolutions and pooling one sample at a time;
  * every other layer computes each sample by itself anyway. Bits may
  * still differ between thread counts, CPUs and backends. */
 void dl_model_set_batch_invariant(dl_model *m, bool on);

@@ -56,4 +56,3 @@ static bool none_supported(const layer *l)
 const layer_ops layer_pos_embedding_ops = { .supported = none_supported };
 const layer_ops layer_seq_pool_ops = { .supported = none_supported };
 const layer_ops layer_rnn_ops = { .supported = none_supported };
-const layer_ops layer_attention_ops = { .supported = none_supported };

@@ -48,6 +48,7 @@ static int64_t layer_params(const dl_layer_conf *l, int nd, const int64_t *in)
     case DL_LAYER_BATCHNORM: return mul_capped(in[0], 4);
     case DL_LAYER_EMBEDDING: return mul_capped(l->num_embeddings, l->dim);
     case DL_LAYER_LAYERNORM: return mul_capped(in[nd - 1], 2);
+    case DL_LAYER_ATTENTION: return mul_capped(in[nd - 1], 4 * in[nd - 1] + (l->bias ? 4 : 0));
     default:                 return 0;
     }
 }

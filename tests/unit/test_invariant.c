@@ -14,6 +14,7 @@
 #include "tensor/cpu/cpu.h"
 
 #include <math.h>
+#include <string.h>
 
 #define SAMPLES 40
 
@@ -160,3 +161,119 @@ Test(invariant, thin_kernel_rows_are_exact)
     thin_rows(dl_gemm_thin_avx2, "avx2");
     thin_rows(dl_gemm_thin, "this CPU's");
 }
+
+/* ---- sequences ---------------------------------------------------------------
+ * A token model over a sequence of ids (embedding -> self-attention ->
+ * causal self-attention -> a per-token dense layer), random weights: each
+ * of SAMPLES samples of mixed lengths (1 and max_length among them)
+ * answers alone as it does in batches beside longer and shorter samples,
+ * at every position before its length (past it lies padding no consumer
+ * reads), bit for bit. */
+
+#define SEQ_L 12
+
+static const char seq_model[] =
+    "{\"name\": \"att-tokens\","
+    " \"inputs\": [{\"name\": \"ids\", \"datatype\": \"INT64\", \"shape\": [-1],"
+    "               \"max_length\": 12}],"
+    " \"layers\": [{\"name\": \"emb\", \"type\": \"embedding\", \"num_embeddings\": 50,"
+    "               \"dim\": 16},"
+    "              {\"name\": \"att\", \"type\": \"attention\", \"heads\": 4},"
+    "              {\"name\": \"causal\", \"type\": \"attention\", \"heads\": 2,"
+    "               \"causal\": true},"
+    "              {\"name\": \"tags\", \"type\": \"dense\", \"units\": 5}],"
+    " \"outputs\": [{\"name\": \"tags\", \"from\": \"tags\","
+    "                \"loss\": \"softmax_cross_entropy\"}]}";
+
+typedef struct seq_run {
+    dl_backend *be;
+    dl_model_conf *conf;
+    dl_model *m;
+    int64_t din, dout;          /* floats of a packed sample, of its answer */
+    float *x, *alone, *batched;
+} seq_run;
+
+/* Packed samples: sample i has 1 + 5i mod SEQ_L ids (every length from 1
+ * to SEQ_L in each 12 samples), zeros past them. */
+static void seq_setup(seq_run *r, int threads)
+{
+    dl_err err = {0};
+    cr_assert_eq(dl_model_conf_parse(seq_model, strlen(seq_model), "att-tokens", &r->conf, &err),
+                 DL_OK, "%s", err.msg);
+    dl_backend_params bp = { .threads = threads, .engine_layers = true };
+    cr_assert_eq(dl_backend_new("cpu", &bp, &r->be, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_model_new(r->be, r->conf, 7, &r->m, &err), DL_OK, "%s", err.msg);
+    dl_model_fix_weights(r->m);
+    r->din = dl_model_in_dim(r->m);
+    r->dout = dl_model_out_dim(r->m);
+    cr_assert_eq(r->din, 1 + SEQ_L);
+    r->x = calloc((size_t)(SAMPLES * r->din), sizeof(float));
+    r->alone = malloc((size_t)(SAMPLES * r->dout) * sizeof(float));
+    r->batched = malloc((size_t)(SAMPLES * r->dout) * sizeof(float));
+    cr_assert(r->x && r->alone && r->batched);
+    dl_rng rng;
+    dl_rng_seed(&rng, 13);
+    for (int64_t i = 0; i < SAMPLES; i++) {
+        float *row = r->x + i * r->din;
+        row[0] = (float)(1 + i * 5 % SEQ_L);
+        for (int64_t p = 0; p < (int64_t)row[0]; p++)
+            row[1 + p] = (float)(1 + (int)(dl_rng_uniform(&rng) * 49.0f) % 49);
+    }
+}
+
+static void seq_teardown(seq_run *r)
+{
+    dl_model_free(r->m);
+    dl_backend_free(r->be);
+    dl_model_conf_free(r->conf);
+    free(r->x);
+    free(r->alone);
+    free(r->batched);
+}
+
+/* Answers of samples [i, i + b) as one batch, into their rows of out. */
+static void seq_forward(seq_run *r, int64_t i, int64_t b, float *out)
+{
+    dl_err err = {0};
+    const float *y;
+    cr_assert_eq(dl_model_forward(r->m, r->x + i * r->din, b, false, &y, &err), DL_OK, "%s",
+                 err.msg);
+    memcpy(out + i * r->dout, y, (size_t)(b * r->dout) * sizeof(float));
+}
+
+/* Valid values of every batch that differ in any bit from the sample
+ * alone. */
+static int64_t seq_moved(seq_run *r)
+{
+    for (int64_t i = 0; i < SAMPLES; i++)
+        seq_forward(r, i, 1, r->alone);
+    int64_t n = 0, per = r->dout / SEQ_L;
+    for (size_t k = 0; k < sizeof(batches) / sizeof(batches[0]); k++) {
+        for (int64_t i = 0; i < SAMPLES; i += batches[k])
+            seq_forward(r, i, i + batches[k] <= SAMPLES ? batches[k] : SAMPLES - i, r->batched);
+        for (int64_t i = 0; i < SAMPLES; i++)
+            for (int64_t j = 0; j < (int64_t)r->x[i * r->din] * per; j++)
+                n += memcmp(&r->alone[i * r->dout + j], &r->batched[i * r->dout + j],
+                            sizeof(float)) != 0;
+    }
+    return n;
+}
+
+static void seq_check(int threads)
+{
+    seq_run r;
+    seq_setup(&r, threads);
+    int64_t off = seq_moved(&r);
+    cr_log_info("att-tokens, %d thread(s), gemm %s: without batch_invariant %lld values moved",
+                threads, r.be->gemm_thin ? "thin" : "openblas", (long long)off);
+    dl_model_set_batch_invariant(r.m, true);
+    int64_t on = seq_moved(&r);
+    cr_expect_eq(on, 0, "att-tokens, %d thread(s): %lld values differ from the sample alone",
+                 threads, (long long)on);
+    for (int64_t j = 0; j < SAMPLES * r.dout; j++)
+        cr_assert(isfinite(r.alone[j]), "att-tokens: value %lld is %g", (long long)j,
+                  r.alone[j]);
+    seq_teardown(&r);
+}
+
+Test(invariant, attention_over_mixed_lengths) { seq_check(1); seq_check(2); }
