@@ -414,7 +414,9 @@ dl_status dl_model_set_output_grads(dl_model *m, const float *const *g, dl_err *
 /* Whether backward also computes the gradients of the FP32 model inputs
  * (off by default); then dl_model_input_grad(m, k) gives input k's after
  * a backward pass (backend memory, borrowed until the next pass), NULL
- * for an id input or when off. */
+ * for an id input or when off. A sequence input's gradient has its
+ * positions only (ic->dim floats a sample, no length), zeros past each
+ * sample's length. */
 dl_status dl_model_set_input_grads(dl_model *m, bool on, dl_err *err);
 const float *dl_model_input_grad(const dl_model *m, int k);
 

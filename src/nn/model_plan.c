@@ -420,11 +420,11 @@ static dl_status plan_acts(dl_model *m, act_plan *p, bool train, dl_err *err)
 }
 
 /* Whether backward computes tensor t's gradient: every layer output, and
- * the FP32 model inputs when asked (dl_model_set_input_grads). */
+ * the FP32 model inputs (sequences too) when asked
+ * (dl_model_set_input_grads). */
 bool model_needs_grad(const dl_model *m, int t)
 {
-    return t >= m->ninputs || (m->input_grads && m->conf->inputs[t].dtype == DL_IN_FP32 &&
-                               m->conf->inputs[t].max_length == 0);
+    return t >= m->ninputs || (m->input_grads && m->conf->inputs[t].dtype == DL_IN_FP32);
 }
 
 /* Whether layer i's input k writes its gradient through a scratch buffer:

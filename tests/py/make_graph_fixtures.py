@@ -9,7 +9,8 @@ DIR defaults to tests/unit/fixtures/graph.  Every case is a folder:
 
 - pass cases (one forward and backward pass, float64, stored F32):
   model.json, init.safetensors (the weights), inputs.safetensors (every
-  model input by name, F32 or I64 for an integer input, and
+  model input by name, F32 or I64 for an integer input, "len.<input>"
+  (I64 [batch]) per sequence input, and
   "grad.<output>" per output) and expected.safetensors (what
   `torch_graph.py grads` writes: "output.<output>", "grad.<input>" per
   float input, "grad.<parameter>", "state.<buffer>"; the mode, train or
@@ -42,12 +43,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "..", "unit", "fixtures", "graph")
 
 
-def inp(name, *shape, high=None, positive=False, scale=None):
+def inp(name, *shape, high=None, positive=False, scale=None, max_length=None, lengths=None):
     """A model input; `high` makes it an INT64 input of ids in [0, high),
     `positive` its values uniform in [0.2, 2.2) (sqrt, pow 0.5, divisors),
     `scale` multiplies its normal values (to reach the outer pieces of
-    hardsigmoid and hardswish)."""
+    hardsigmoid and hardswish); `max_length` makes it a sequence (shape
+    [-1, ...]) whose samples have the `lengths` given (zeros past them,
+    as a packed sample holds)."""
     i = {"name": name, "shape": list(shape)}
+    if max_length is not None:
+        i["max_length"] = max_length
+        i["lengths"] = list(lengths)
     if high is not None:
         i["datatype"] = "INT64"
         i["high"] = high
@@ -285,10 +291,34 @@ LATE_PASS_CASES = [
         [L("d", "sub", ["a", "b"]), L("t", "tanh"), L("y", "dense", units=2)]),
 ]
 
+# Sequence inputs (seeded after the cases above): a batch of lengths
+# mixed, 1 and max_length among them.
+SEQ_CASES = [
+    # attention: nn.MultiheadAttention with key padding; the query's
+    # padded positions get no gradient
+    one("mha_self_padded", [inp("x", -1, 8, max_length=5, lengths=[5, 1, 3])],
+        [L("y", "attention", heads=2)],
+        outputs=[{"name": "y", "from": "y", "loss": "softmax_cross_entropy"}]),
+    # causal, behind a dense layer (its padded positions hold its bias, not
+    # zeros) and before one
+    one("mha_causal", [inp("x", -1, 6, max_length=6, lengths=[2, 6, 1])],
+        [L("fc", "dense", units=8), L("att", "attention", heads=4, causal=True),
+         L("y", "dense", units=3)],
+        outputs=[{"name": "y", "from": "y", "loss": "softmax_cross_entropy"}]),
+    # cross-attention: a query and keys of two sequence inputs
+    one("mha_cross", [inp("q", -1, 8, max_length=4, lengths=[4, 2, 1]),
+                      inp("kv", -1, 8, max_length=7, lengths=[1, 7, 3])],
+        [L("y", "attention", ["q", "kv"], heads=2)],
+        outputs=[{"name": "y", "from": "y", "loss": "softmax_cross_entropy"}]),
+    one("mha_nobias", [inp("x", -1, 6, max_length=4, lengths=[3, 4, 1])],
+        [L("y", "attention", heads=3, bias=False)],
+        outputs=[{"name": "y", "from": "y", "loss": "softmax_cross_entropy"}]),
+]
+
 
 def model_of(case):
     """The model.json of a pass case (fixture-only keys dropped)."""
-    ins = [{k: v for k, v in i.items() if k not in ("high", "positive", "scale")}
+    ins = [{k: v for k, v in i.items() if k not in ("high", "positive", "scale", "lengths")}
            for i in case["inputs"]]
     outs = case["outputs"] or [{"name": "y", "from": case["layers"][-1]["name"],
                                 "loss": "mse"}]
@@ -312,18 +342,25 @@ def make_pass(case, seed, folder):
     values = {}
     for i in case["inputs"]:
         shape = [b] + i["shape"]
+        if "max_length" in i:
+            shape[1] = i["max_length"]
+            values["len." + i["name"]] = torch.tensor(i["lengths"], dtype=torch.int64)
         if "high" in i:
             values[i["name"]] = torch.randint(0, i["high"], shape, generator=g)
         elif i.get("positive"):
             values[i["name"]] = torch.rand(shape, generator=g) * 2 + 0.2
         else:
             values[i["name"]] = torch.randn(shape, generator=g) * i.get("scale", 1.0)
+    lengths = tg.input_lengths(model, values)
+    for name, n in lengths.items():    # a packed sample holds zeros past its length
+        values[name] = tg.zero_padding(values[name], n)
     xs = tg.input_tensors(model, values, torch.float32)
     with torch.no_grad():
         model.eval()
-        ys = model(*xs)
-    for o, y in zip(model.outputs, ys):
-        values["grad." + o["name"]] = torch.randn(list(y.shape), generator=g)
+        ys = model(*xs, lengths=lengths)
+    for o, y in zip(model.outputs, ys):   # past a length: no gradient
+        values["grad." + o["name"]] = tg.zero_padding(
+            torch.randn(list(y.shape), generator=g), model.output_lengths(o, lengths))
     expected = tg.compute_grads(model, values, case["mode"], torch.float64)
     write_json(os.path.join(folder, "model.json"), spec)
     tm.write_safetensors(os.path.join(folder, "init.safetensors"), init)
@@ -406,6 +443,7 @@ def verify_pass(folder):
     expected, meta = tm.read_safetensors(os.path.join(folder, "expected.safetensors"))
     model.double().train(meta["mode"] == "train")
     xs = tg.input_tensors(model, values, torch.float64)
+    lengths = tg.input_lengths(model, values)
     params = dict(model.named_parameters())
     g = torch.Generator().manual_seed(5)
     dirs_x = [torch.randn(x.shape, generator=g, dtype=torch.float64)
@@ -417,7 +455,10 @@ def verify_pass(folder):
         ps = {k: (p + eps * dirs_p[k]).detach() for k, p in params.items()}
         xe = [x if d is None else x + eps * d for x, d in zip(xs, dirs_x)]
         with torch.no_grad():
-            ys = torch.nn.utils.stateless.functional_call(model, ps, tuple(xe))
+            ys = torch.nn.utils.stateless.functional_call(model, ps, tuple(xe),
+                                                          {"lengths": lengths})
+        ys = [tg.zero_padding(y, model.output_lengths(o, lengths))
+              for o, y in zip(model.outputs, ys)]
         return ys, sum(float((y * values["grad." + o["name"]].double()).sum())
                        for o, y in zip(model.outputs, ys))
 
@@ -437,7 +478,7 @@ def verify_pass(folder):
 
 def cmd_verify(out, only):
     bad = 0
-    for case in PASS_CASES + OP_CASES + LATE_PASS_CASES:
+    for case in PASS_CASES + OP_CASES + LATE_PASS_CASES + SEQ_CASES:
         if only and case["name"] not in only:
             continue
         out_err, grad_err, numeric = verify_pass(os.path.join(out, case["name"]))
@@ -459,7 +500,7 @@ def main(argv=None):
     if args.verify:
         return cmd_verify(args.out, args.only)
     cases = ([(c, make_pass) for c in PASS_CASES] + [(c, make_train) for c in TRAIN_CASES]
-             + [(c, make_pass) for c in OP_CASES + LATE_PASS_CASES])
+             + [(c, make_pass) for c in OP_CASES + LATE_PASS_CASES + SEQ_CASES])
     names = [c["name"] for c, _ in cases]
     assert len(set(names)) == len(names), "case names repeat"
     for seed, (case, make) in enumerate(cases, 1):

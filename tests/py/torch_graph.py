@@ -16,8 +16,9 @@ graph engine is tested against.
             --inputs IN.safetensors --out OUT.safetensors [--mode train|eval]
             [--dtype float64|float32]
         IN holds every model input by name ([batch, *shape]; F32, or I64
-        for an integer input; as the layers see it, no `scaling` applied)
-        and, per output, "grad.<output>" (a tensor
+        for an integer input; as the layers see it, no `scaling` applied),
+        "len.<input>" (I64 [batch]) per sequence input and, per output,
+        "grad.<output>" (a tensor
         g of the output's shape).  One forward pass, then the gradient of
         sum over outputs of sum(output * g).  OUT holds "output.<name>"
         per output, "grad.<input>" per float input, "grad.<parameter>"
@@ -65,6 +66,17 @@ from the end):
 - sdpa: [T, 3E] (queries, keys and values side by side) -> [T, E],
   `heads` (E a multiple of it), `scale` (default 1/sqrt(E / heads)),
   `causal` (default false): nn.MultiheadAttention's arithmetic.
+- Sequences: an input of shape [-1, ...] with `max_length` L is [L, ...]
+  per sample, and each sample has a length (forward's `lengths`, by input
+  name); a layer's output carries the lengths of its first sequence input.
+- attention (one input [T, E]: self-attention; two: a query [T, E], then
+  keys and values [S, E]; `heads`, `causal` false, `bias` true):
+  nn.MultiheadAttention(E, heads, bias=bias, batch_first=True) as
+  mha(q, kv, kv, key_padding_mask=<keys past their length>,
+  attn_mask=<causal>, need_weights=False); parameters "<layer>.in_proj_weight",
+  "<layer>.in_proj_bias", "<layer>.out_proj.weight", "<layer>.out_proj.bias".
+  Positions of the query past its length come out as PyTorch computes
+  them: dlserve's differ there (no consumer reads them).
 - global_avgpool2d: [C, H, W] -> [C].  conv1d ([C, L]; `filters`,
   `kernel_size`, `stride` 1, `padding` 0, `bias` true, `groups` 1,
   `dilation` 1; weight [filters, C / groups, kernel]; conv2d takes
@@ -80,7 +92,8 @@ from the end):
 
 Losses (each the mean over the batch; the total is the sum of the
 outputs' losses times their `weight`, default 1):
-- softmax_cross_entropy: a 1-D output; CSV: one integer class column.
+- softmax_cross_entropy: a 1-D output (or a sequence [T, C], for the
+  grads command only); CSV: one integer class column.
 - mse: mean over the output's values.  CSV: as many float columns as the
   output has values per sample (row-major); a model written as today
   (`output` + `loss`) keeps today's one integer class column, compared
@@ -138,8 +151,15 @@ def model_inputs(spec):
         dt = i.get("datatype", "FP32")
         if dt not in ("FP32",) + INT_TYPES:
             raise ModelError("input '%s': datatype %r" % (i["name"], dt))
-        out.append({"name": i["name"], "shape": [int(d) for d in i["shape"]],
-                    "datatype": dt, "scaling": i.get("scaling", {})})
+        shape = [int(d) for d in i["shape"]]
+        length = int(i.get("max_length", 0))
+        if (length > 0) != (bool(shape) and shape[0] == -1):
+            raise ModelError("input '%s': a sequence has shape [-1, ...] and max_length"
+                             % i["name"])
+        if length:      # a sequence: max_length positions, each with a length
+            shape[0] = length
+        out.append({"name": i["name"], "shape": shape, "datatype": dt,
+                    "scaling": i.get("scaling", {}), "max_length": length})
     return out
 
 
@@ -476,6 +496,39 @@ def _sdpa(name, layer, s, shapes):
     return Sdpa(heads, None if scale is None else float(scale), bool(layer.get("causal", False)))
 
 
+class Attention(nn.MultiheadAttention):
+    """nn.MultiheadAttention over padded sequences: self-attention on one
+    input, or a query then keys and values; keys past their length get no
+    weight (key_padding_mask), `causal` masks the later keys."""
+
+    takes_lengths = True
+
+    def __init__(self, e, heads, causal, bias):
+        super().__init__(e, heads, bias=bias, batch_first=True)
+        self.causal = causal
+
+    def forward(self, q, kv=None, lengths=None):
+        kv = q if kv is None else kv
+        t, s = q.shape[1], kv.shape[1]
+        klen = lengths[-1] if lengths else None
+        pad = None if klen is None else \
+            torch.arange(s).unsqueeze(0) >= klen.unsqueeze(1)
+        causal = torch.ones(t, s, dtype=torch.bool).triu(1) if self.causal else None
+        y, _ = super().forward(q, kv, kv, key_padding_mask=pad, attn_mask=causal,
+                               need_weights=False)
+        return y
+
+
+def _attention(name, layer, s, shapes):
+    heads = layer.get("heads")
+    if not isinstance(heads, int) or heads < 1 or any(len(t) != 2 for t in shapes) or \
+            shapes[-1][1] != s[1] or s[1] % heads:
+        raise ModelError("layer '%s': attention needs heads, a query [T, E] (and keys [S, "
+                         "E]), E a multiple of heads" % name)
+    return Attention(s[1], heads, bool(layer.get("causal", False)),
+                     bool(layer.get("bias", True)))
+
+
 def _matmul(name, layer, s, shapes):
     if any(len(t) < 2 for t in shapes):
         raise ModelError("layer '%s': matmul needs inputs of 2 or more "
@@ -554,13 +607,16 @@ BUILDERS = {
     "sqrt": lambda *a: Unary(torch.sqrt), "erf": lambda *a: Unary(torch.erf),
     "leaky_relu": lambda n, la, s, sh: nn.LeakyReLU(float(la.get("alpha", 0.01))),
     "clip": _clip, "hardsigmoid": _hardsigmoid, "hardswish": _plain(nn.Hardswish),
-    "slice": _slice, "constant": _constant, "sdpa": _sdpa,
+    "slice": _slice, "constant": _constant, "sdpa": _sdpa, "attention": _attention,
     "transpose": _transpose, "reshape": _reshape,
     "reduce_mean": _reduce, "reduce_sum": _reduce,
 }
 # Layers of several inputs: (fewest, most).
 ARITY = {"add": (2, None), "mul": (2, None), "concat": (2, None),
-         "sub": (2, 2), "div": (2, 2), "matmul": (2, 2), "constant": (0, 0)}
+         "sub": (2, 2), "div": (2, 2), "matmul": (2, 2), "constant": (0, 0),
+         "attention": (1, 2)}
+# Layers whose output is no sequence though an input is (they end it).
+SEQ_END = ("seq_pool",)
 
 
 def make_layer(layer, shapes):
@@ -591,6 +647,9 @@ class Graph(nn.Module):
         self.inputs = model_inputs(spec)
         self.outputs = model_outputs(spec)
         self.wiring = []            # (layer name, [names it reads])
+        # the sequence input whose lengths each tensor carries (None: none)
+        self.seq_of = {i["name"]: i["name"] if i["max_length"] else None
+                       for i in self.inputs}
         env = {}
         for i in self.inputs:
             dt = torch.int64 if i["datatype"] in INT_TYPES else torch.float32
@@ -634,24 +693,41 @@ class Graph(nn.Module):
             raise ModelError("%s on inputs %r: %s" % (where, shapes, e))
         mod.train()
         self.wiring.append((name, args))
+        seqs = [self.seq_of[a] for a in srcs if self.seq_of[a]]
+        self.seq_of[name] = seqs[0] if seqs and layer.get("type") not in SEQ_END else None
 
     def _check_outputs(self):
         for o in self.outputs:
             if o["from"] not in self.shapes:
                 raise ModelError("output '%s': 'from' names no layer: %r"
                                  % (o["name"], o["from"]))
-            if o["loss"] == "softmax_cross_entropy" and len(self.shapes[o["from"]]) != 1:
+            tokens = self.seq_of[o["from"]] and len(self.shapes[o["from"]]) == 2
+            if o["loss"] == "softmax_cross_entropy" and len(self.shapes[o["from"]]) != 1 \
+                    and not tokens:
                 raise ModelError("output '%s': softmax_cross_entropy needs a 1-D "
                                  "output, the layers give %r"
                                  % (o["name"], self.shapes[o["from"]]))
 
-    def forward(self, *xs):
+    def forward(self, *xs, lengths=None):
+        """lengths: {sequence input name: I64 [batch]}; a sequence input
+        without one is full."""
         if len(xs) != len(self.inputs):
             raise ValueError("expected %d inputs, got %d" % (len(self.inputs), len(xs)))
+        lengths = lengths or {}
         env = {i["name"]: x for i, x in zip(self.inputs, xs)}
         for name, srcs in self.wiring:
-            env[name] = getattr(self, name)(*[env[s] for s in srcs])
+            mod = getattr(self, name)
+            if getattr(mod, "takes_lengths", False):
+                lens = [lengths.get(self.seq_of[s]) for s in srcs]
+                env[name] = mod(*[env[s] for s in srcs], lengths=lens)
+            else:
+                env[name] = mod(*[env[s] for s in srcs])
         return tuple(env[o["from"]] for o in self.outputs)
+
+    def output_lengths(self, out, lengths):
+        """The lengths (I64 [batch]) output `out` carries, or None."""
+        seq = self.seq_of[out["from"]]
+        return lengths.get(seq) if seq else None
 
 
 def build(model_json):
@@ -685,6 +761,10 @@ def random_init(model, seed):
         for mod in model.modules():
             if hasattr(mod, "reset_parameters") and mod is not model:
                 mod.reset_parameters()
+            if isinstance(mod, Attention):   # its own reset is _reset_parameters
+                mod._reset_parameters()
+                if mod.in_proj_bias is not None:
+                    mod.in_proj_bias.copy_(torch.rand(mod.in_proj_bias.shape, generator=g) - 0.5)
             if isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm)):
                 mod.weight.copy_(torch.rand(mod.weight.shape, generator=g) + 0.5)
                 mod.bias.copy_(torch.rand(mod.bias.shape, generator=g) - 0.5)
@@ -772,18 +852,43 @@ def input_tensors(model, values, dtype):
     return xs
 
 
+def input_lengths(model, values):
+    """{sequence input name: its lengths "len.<input>"} from named tensors."""
+    lengths = {}
+    for i in model.inputs:
+        if not i["max_length"]:
+            continue
+        n = values.get("len." + i["name"])
+        if n is None or n.dim() != 1 or int(n.min()) < 1 or int(n.max()) > i["max_length"]:
+            raise ModelError("len.%s: missing, or not lengths from 1 to %d"
+                             % (i["name"], i["max_length"]))
+        lengths[i["name"]] = n.long()
+    return lengths
+
+
+def zero_padding(y, n):
+    """y [batch, T, ...] with the positions past each sample's length n
+    zeroed (n None: y as it is)."""
+    if n is None:
+        return y
+    keep = torch.arange(y.shape[1]).unsqueeze(0) < n.unsqueeze(1)
+    return y * keep.reshape(list(keep.shape) + [1] * (y.dim() - 2)).to(y.dtype)
+
+
 def compute_grads(model, values, mode="train", dtype=torch.float64):
     """One forward and backward pass of sum(output * grad.<output>); returns
-    the tensors of the grads command's OUT file."""
+    the tensors of the grads command's OUT file. A sequence output's
+    positions past its lengths are zeros in "output.<name>"."""
     _check_dropout(model, mode)
     model.to(dtype)
     model.train(mode == "train")
     xs = input_tensors(model, values, dtype)
+    lengths = input_lengths(model, values)
     for x in xs:
         if x.is_floating_point():
             x.requires_grad_(True)
     model.zero_grad(set_to_none=True)
-    ys = model(*xs)
+    ys = model(*xs, lengths=lengths)
     total = 0
     for o, y in zip(model.outputs, ys):
         g = values.get("grad." + o["name"])
@@ -792,7 +897,8 @@ def compute_grads(model, values, mode="train", dtype=torch.float64):
                              % (o["name"], list(y.shape)))
         total = total + (y * g.to(dtype)).sum()
     total.backward()
-    res = [("output." + o["name"], y.detach()) for o, y in zip(model.outputs, ys)]
+    res = [("output." + o["name"], zero_padding(y.detach(), model.output_lengths(o, lengths)))
+           for o, y in zip(model.outputs, ys)]
     res += [("grad." + i["name"], x.grad) for i, x in zip(model.inputs, xs)
             if x.is_floating_point()]
     res += [("grad." + k, p.grad if p.grad is not None else torch.zeros_like(p))

@@ -3,6 +3,8 @@
  * tests/py/make_graph_fixtures.py; see its README): per case, one forward
  * and backward pass (outputs, input and parameter gradients, running
  * statistics), or a few SGD steps (losses per step and final weights).
+ * A sequence input's samples are packed from its values and "len.<input>";
+ * a per-token output is compared before each sample's length only.
  * DLSERVE_GRAPH_FIXTURES names another folder of cases. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
@@ -64,6 +66,53 @@ static float *as_floats(const dl_st_tensor *t, int64_t *n)
         }
     }
     return x;
+}
+
+/* Input ic of a case as the model takes it (a sequence's samples packed:
+ * the length from "len.<input>", then the positions); new. */
+static float *input_rows(const dl_st_file *in, const dl_input_conf *ic, const char *cs,
+                         int64_t *batch)
+{
+    int64_t n, nl;
+    const dl_st_tensor *t = need(in, cs, ic->name);
+    float *x = as_floats(t, &n);
+    *batch = t->shape[0];
+    if (!ic->max_length)
+        return x;
+    char key[300];
+    snprintf(key, sizeof(key), "len.%s", ic->name);
+    float *len = as_floats(need(in, cs, key), &nl);
+    cr_assert_eq(nl, *batch, "%s: %s holds %lld lengths", cs, key, (long long)nl);
+    int64_t w = dl_input_width(ic);
+    float *rows = malloc((size_t)(*batch * w) * sizeof(float));
+    for (int64_t i = 0; i < *batch; i++) {
+        rows[i * w] = len[i];
+        memcpy(rows + i * w + 1, x + i * ic->dim, (size_t)ic->dim * sizeof(float));
+    }
+    free(x);
+    free(len);
+    return rows;
+}
+
+/* Output k against PyTorch's; a per-token output before each sample's
+ * length only (past it lies padding that no consumer reads). */
+static bool check_output(dl_model *m, const dl_model_conf *conf, int k, const dl_st_file *exp,
+                         const char *cs, int64_t batch)
+{
+    char key[300], what[340];
+    snprintf(key, sizeof(key), "output.%s", conf->outputs[k].name);
+    const float *got = dl_model_output(m, k), *want = need(exp, cs, key)->data;
+    int64_t dim = dl_model_output_dim(m, k);
+    const int32_t *len = dl_model_output_lengths(m, k);
+    if (!len)
+        return close_to(cs, key, got, want, batch * dim);
+    bool ok = true;
+    for (int64_t i = 0; i < batch; i++) {
+        snprintf(what, sizeof(what), "%s of sample %lld", key, (long long)i);
+        ok &= close_to(cs, what, got + i * dim, want + i * dim,
+                       len[i] * (dim / conf->outputs[k].max_length));
+    }
+    return ok;
 }
 
 /* The gradient of the model tensor `name` (parameters and gradients share
@@ -137,16 +186,11 @@ static bool run_pass(dl_backend *be, const char *dir, const char *cs)
     float *own[32];
     int64_t n, batch = 0;
     char key[300];
-    for (int k = 0; k < conf->ninputs; k++) {
-        const dl_st_tensor *t = need(in, cs, conf->inputs[k].name);
-        xs[k] = own[k] = as_floats(t, &n);
-        batch = t->shape[0];
-    }
+    for (int k = 0; k < conf->ninputs; k++)
+        xs[k] = own[k] = input_rows(in, &conf->inputs[k], cs, &batch);
     cr_assert_eq(dl_model_forward_multi(m, xs, batch, train, &err), DL_OK, "%s: %s", cs, err.msg);
     for (int k = 0; k < conf->noutputs; k++) {
-        snprintf(key, sizeof(key), "output.%s", conf->outputs[k].name);
-        ok &= close_to(cs, key, dl_model_output(m, k), need(exp, cs, key)->data,
-                       batch * dl_model_output_dim(m, k));
+        ok &= check_output(m, conf, k, exp, cs, batch);
         snprintf(key, sizeof(key), "grad.%s", conf->outputs[k].name);
         gs[k] = own[16 + k] = as_floats(need(in, cs, key), &n);
     }
@@ -158,7 +202,7 @@ static bool run_pass(dl_backend *be, const char *dir, const char *cs)
             const dl_st_tensor *t = dl_st_find(exp, key);
             if (t)
                 ok &= close_to(cs, key, dl_model_input_grad(m, k), t->data,
-                               batch * dl_model_input_dim(m, k));
+                               batch * conf->inputs[k].dim);
         }
         ok &= check_params(m, exp, cs);
     }
