@@ -63,7 +63,8 @@ static void step(dl_optim *o, float *p, const float *g, double lr, float wd)
         break;
     case DL_OPTIM_ADAM:
         o->be->ops->adam_step(o->be, p, g, o->state, o->state + o->n, o->n, (float)lr,
-                              (float)h->beta1, (float)h->beta2, (float)h->adam_eps, wd, o->t);
+                              (float)h->beta1, (float)h->beta2, (float)h->adam_eps, wd, false,
+                              o->t);
         break;
     }
 }

@@ -135,9 +135,9 @@ typedef struct dl_backend_ops {
     /* Recording (NULL entries when the backend cannot record): the ops
      * called between graph_begin and graph_end are recorded, not run;
      * graph_launch queues one replay. Ops that exchange data with the host
-     * (upload, download, xent, mse, embed_fwd) must not be recorded, and
-     * every buffer must exist already and stay allocated, unchanged, while
-     * the graph lives: run the work once before recording it. */
+     * (upload, download, xent, mse, sumsq, embed_fwd) must not be recorded,
+     * and every buffer must exist already and stay allocated, unchanged,
+     * while the graph lives: run the work once before recording it. */
     dl_status (*graph_begin)(dl_backend *be, dl_err *err);
     dl_status (*graph_end)(dl_backend *be, dl_graph **out, dl_err *err);
     dl_status (*graph_launch)(dl_backend *be, dl_graph *g, dl_err *err);
@@ -316,12 +316,21 @@ typedef struct dl_backend_ops {
      * g = nesterov ? g + mu v : v; p -= lr g (v unused when mu == 0). */
     void (*sgd_step)(dl_backend *be, float *p, const float *g, float *v,
                      int64_t n, float lr, float mu, bool nesterov, float wd);
-    /* Adam as PyTorch (L2 weight decay added to the gradient); t >= 1. */
+    /* Adam as PyTorch (L2 weight decay added to the gradient); decoupled:
+     * AdamW's decay instead, p *= 1 - lr wd before the update; t >= 1. */
     void (*adam_step)(dl_backend *be, float *p, const float *g, float *m,
                       float *v, int64_t n, float lr, float b1, float b2,
-                      float eps, float wd, int64_t t);
+                      float eps, float wd, bool decoupled, int64_t t);
+    /* Adagrad as PyTorch: g += wd p; sum += g^2; p -= lr g / (sqrt(sum) + eps). */
+    void (*adagrad_step)(dl_backend *be, float *p, const float *g, float *sum,
+                         int64_t n, float lr, float eps, float wd);
     /* y += alpha * x. */
     void (*axpy)(dl_backend *be, float alpha, const float *x, float *y, int64_t n);
+    /* x *= alpha. */
+    void (*scale)(dl_backend *be, float *x, int64_t n, float alpha);
+    /* *sum (host) = the sum of x[i]^2 over n values, summed in double in
+     * an order that depends on n only. */
+    void (*sumsq)(dl_backend *be, const float *x, int64_t n, double *sum);
 
     /* ---- the graph layers' kernels -------------------------------------
      * NULL where a backend lacks one: a model with a layer that needs it

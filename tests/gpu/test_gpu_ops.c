@@ -559,16 +559,32 @@ static void check_optim(void)
             compare(names[k][1], v, false, TOL);
         drop_all();
     }
-    pair *p = mk(n, -1, 1), *g = mk(n, -1, 1), *m = mk(n, -0.1f, 0.1f), *v = mk(n, 0, 0.01f);
-    ON_BOTH(B->ops->adam_step(B, F(p), F(g), F(m), F(v), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f, 3));
-    compare("adam_p", p, false, TOL);
-    compare("adam_m", m, false, TOL);
-    compare("adam_v", v, false, TOL);
+    static const char *adam_names[2][3] = { { "adam_p", "adam_m", "adam_v" },
+                                            { "adamw_p", "adamw_m", "adamw_v" } };
+    for (int k = 0; k < 2; k++) {
+        pair *p = mk(n, -1, 1), *g = mk(n, -1, 1), *m = mk(n, -0.1f, 0.1f), *v = mk(n, 0, 0.01f);
+        ON_BOTH(B->ops->adam_step(B, F(p), F(g), F(m), F(v), n, 1e-3f, 0.9f, 0.999f, 1e-8f,
+                                  k ? 0.01f : 1e-4f, k == 1, 3));
+        compare(adam_names[k][0], p, false, TOL);
+        compare(adam_names[k][1], m, false, TOL);
+        compare(adam_names[k][2], v, false, TOL);
+        drop_all();
+    }
+
+    pair *p = mk(n, -1, 1), *g = mk(n, -1, 1), *s = mk(n, 0, 0.1f);
+    ON_BOTH(B->ops->adagrad_step(B, F(p), F(g), F(s), n, 0.01f, 1e-10f, 1e-4f));
+    compare("adagrad_p", p, false, TOL);
+    compare("adagrad_sum", s, false, TOL);
     drop_all();
 
     pair *x = mk(n, -1, 1), *y = mk(n, -1, 1);
     ON_BOTH(B->ops->axpy(B, -0.3f, F(x), F(y), n));
     compare("axpy", y, false, TOL);
+    ON_BOTH(B->ops->scale(B, F(y), n, 0.7f));
+    compare("scale", y, false, TOL);
+    double sq[2];
+    ON_BOTH(B->ops->sumsq(B, F(x), n, &sq[which_]));
+    report("sumsq", rel_scalar(sq[1], sq[0]), TOL);
     drop_all();
 }
 

@@ -523,7 +523,10 @@ static dl_status cpu_sync(dl_backend *be, dl_err *err)
     .mse            = cpu_mse, \
     .sgd_step       = cpu_sgd_step, \
     .adam_step      = cpu_adam_step, \
+    .adagrad_step   = cpu_adagrad_step, \
     .axpy           = cpu_axpy, \
+    .scale          = cpu_scale, \
+    .sumsq          = cpu_sumsq, \
     .binary_fwd       = cpu_binary_fwd, \
     .binary_bwd       = cpu_binary_bwd, \
     .copy_strided     = cpu_copy_strided, \

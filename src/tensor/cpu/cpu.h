@@ -182,9 +182,13 @@ void cpu_sgd_step(dl_backend *be, float *p, const float *g, float *v,
                   int64_t n, float lr, float mu, bool nesterov, float wd);
 void cpu_adam_step(dl_backend *be, float *p, const float *g, float *m,
                    float *v, int64_t n, float lr, float b1, float b2,
-                   float eps, float wd, int64_t t);
+                   float eps, float wd, bool decoupled, int64_t t);
+void cpu_adagrad_step(dl_backend *be, float *p, const float *g, float *sum,
+                      int64_t n, float lr, float eps, float wd);
 void cpu_axpy(dl_backend *be, float alpha, const float *x, float *y,
               int64_t n);
+void cpu_scale(dl_backend *be, float *x, int64_t n, float alpha);
+void cpu_sumsq(dl_backend *be, const float *x, int64_t n, double *sum);
 
 /* cpu_graph.c: the graph layers' kernels (see dl_backend_ops). */
 void cpu_binary_fwd(dl_backend *be, dl_binop op, const dl_strided *g, const float *a,

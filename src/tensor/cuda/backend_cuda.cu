@@ -863,16 +863,28 @@ void cu_sgd_step(dl_backend *be, float *p, const float *g, float *v, int64_t n, 
 }
 
 void cu_adam_step(dl_backend *be, float *p, const float *g, float *m, float *v, int64_t n,
-                  float lr, float b1, float b2, float eps, float wd, int64_t t)
+                  float lr, float b1, float b2, float eps, float wd, bool decoupled, int64_t t)
 {
     cuda_ctx *c = ctx_of(be);
     if (n <= 0)
         return;
     bind(c);
-    /* As the CPU: p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
+    /* As the CPU: p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps),
+     * AdamW first p *= 1 - lr wd. */
     double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
-    CUDA_CHECK(c, k_adam(c->stream, p, g, m, v, n, b1, b2, eps, wd, (float)(lr / bc1),
-                         (float)(1.0 / sqrt(bc2))), "adam_step");
+    float decay = decoupled ? (float)(1.0 - (double)lr * wd) : 1.0f;
+    CUDA_CHECK(c, k_adam(c->stream, p, g, m, v, n, b1, b2, eps, decoupled ? 0.0f : wd, decay,
+                         (float)(lr / bc1), (float)(1.0 / sqrt(bc2))), "adam_step");
+}
+
+void cu_adagrad_step(dl_backend *be, float *p, const float *g, float *sum, int64_t n,
+                     float lr, float eps, float wd)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n <= 0)
+        return;
+    bind(c);
+    CUDA_CHECK(c, k_adagrad(c->stream, p, g, sum, n, lr, eps, wd), "adagrad_step");
 }
 
 void cu_axpy(dl_backend *be, float alpha, const float *x, float *y, int64_t n)
@@ -882,6 +894,33 @@ void cu_axpy(dl_backend *be, float alpha, const float *x, float *y, int64_t n)
         return;
     bind(c);
     CUDA_CHECK(c, k_axpy(c->stream, alpha, x, y, n), "axpy");
+}
+
+void cu_scale(dl_backend *be, float *x, int64_t n, float alpha)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (n <= 0)
+        return;
+    bind(c);
+    CUDA_CHECK(c, k_scale(c->stream, x, n, alpha), "scale");
+}
+
+/* Partial sums on the device, one 16-byte copy back, as mse's. */
+void cu_sumsq(dl_backend *be, const float *x, int64_t n, double *sum)
+{
+    cuda_ctx *c = ctx_of(be);
+    *sum = 0.0;
+    if (n <= 0 || refuse_capture(c, "sumsq"))
+        return;
+    bind(c);
+    void *s = scratch(c, k_sumsq_scratch_bytes(n));
+    loss_result *res = (loss_result *)c->dev_res;
+    if (!s || !CUDA_CHECK(c, k_sumsq(c->stream, s, x, n, res), "sumsq") ||
+        !CUDA_CHECK(c, cudaMemcpyAsync(&c->host->res, res, sizeof(*res),
+                                       cudaMemcpyDeviceToHost, c->stream), "sumsq") ||
+        !CUDA_CHECK(c, cudaStreamSynchronize(c->stream), "sumsq"))
+        return;
+    *sum = c->host->res.loss;
 }
 
 /* ---- the graph layers' kernels ------------------------------------------------ */
@@ -1196,7 +1235,10 @@ const dl_backend_ops cuda_ops = {
     .mse            = cu_mse,
     .sgd_step       = cu_sgd_step,
     .adam_step      = cu_adam_step,
+    .adagrad_step   = cu_adagrad_step,
     .axpy           = cu_axpy,
+    .scale          = cu_scale,
+    .sumsq          = cu_sumsq,
     .binary_fwd       = cu_binary_fwd,
     .binary_bwd       = cu_binary_bwd,
     .copy_strided     = cu_copy_strided,

@@ -106,10 +106,18 @@ cudaError_t k_mse(cudaStream_t s, void *scratch, const float *pred, const float 
 
 cudaError_t k_sgd(cudaStream_t s, float *p, const float *g, float *v, int64_t n, float lr,
                   float mu, bool nesterov, float wd);
-/* c1 = lr / (1 - b1^t), c2 = 1 / sqrt(1 - b2^t), as the CPU computes them. */
+/* c1 = lr / (1 - b1^t), c2 = 1 / sqrt(1 - b2^t), as the CPU computes them;
+ * p *= decay first (1 for Adam; AdamW: 1 - lr wd, with wd 0). */
 cudaError_t k_adam(cudaStream_t s, float *p, const float *g, float *m, float *v,
-                   int64_t n, float b1, float b2, float eps, float wd, float c1, float c2);
+                   int64_t n, float b1, float b2, float eps, float wd, float decay, float c1,
+                   float c2);
+cudaError_t k_adagrad(cudaStream_t s, float *p, const float *g, float *sum, int64_t n,
+                      float lr, float eps, float wd);
 cudaError_t k_axpy(cudaStream_t s, float alpha, const float *x, float *y, int64_t n);
+/* out->loss: the sum of x[i]^2, in double, in an order fixed by n. */
+size_t k_sumsq_scratch_bytes(int64_t n);
+cudaError_t k_sumsq(cudaStream_t s, void *scratch, const float *x, int64_t n,
+                    loss_result *out);
 
 /* The graph layers' kernels (binary_fwd .. softmax_axis_bwd in dl_tensor.h),
  * over the per-index bodies of graph_body.h. Deterministic: a broadcast

@@ -160,8 +160,10 @@ __global__ void sgd_kernel(float *p, const float *g, float *v, int64_t n, float 
     }
 }
 
+/* decay: 1 for Adam (exact), 1 - lr wd for AdamW, whose wd is then 0. */
 __global__ void adam_kernel(float *p, const float *g, float *m, float *v, int64_t n,
-                            float b1, float b2, float eps, float wd, float c1, float c2)
+                            float b1, float b2, float eps, float wd, float decay, float c1,
+                            float c2)
 {
     for (int64_t i = tid(); i < n; i += nthreads()) {
         float gi = g[i] + wd * p[i];
@@ -169,7 +171,18 @@ __global__ void adam_kernel(float *p, const float *g, float *m, float *v, int64_
         float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        p[i] -= c1 * mi / (sqrtf(vi) * c2 + eps);
+        p[i] = p[i] * decay - c1 * mi / (sqrtf(vi) * c2 + eps);
+    }
+}
+
+__global__ void adagrad_kernel(float *p, const float *g, float *sum, int64_t n, float lr,
+                               float eps, float wd)
+{
+    for (int64_t i = tid(); i < n; i += nthreads()) {
+        float gi = g[i] + wd * p[i];
+        float si = sum[i] + gi * gi;
+        sum[i] = si;
+        p[i] -= lr * gi / (sqrtf(si) + eps);
     }
 }
 
@@ -301,6 +314,16 @@ __global__ void mse_kernel(const float *pred, const float *target, int64_t n, fl
         if (dpred)
             dpred[i] = 2.0f * d * scale;
     }
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = s;
+}
+
+__global__ void sumsq_kernel(const float *x, int64_t n, double *part)
+{
+    double s = 0.0;
+    for (int64_t i = tid(); i < n; i += nthreads())
+        s += (double)x[i] * x[i];
     s = block_sum(s);
     if (threadIdx.x == 0)
         part[blockIdx.x] = s;
@@ -1266,9 +1289,32 @@ cudaError_t k_sgd(cudaStream_t s, float *p, const float *g, float *v, int64_t n,
 }
 
 cudaError_t k_adam(cudaStream_t s, float *p, const float *g, float *m, float *v, int64_t n,
-                   float b1, float b2, float eps, float wd, float c1, float c2)
+                   float b1, float b2, float eps, float wd, float decay, float c1, float c2)
 {
-    adam_kernel<<<blocks_for(n), BLOCK, 0, s>>>(p, g, m, v, n, b1, b2, eps, wd, c1, c2);
+    adam_kernel<<<blocks_for(n), BLOCK, 0, s>>>(p, g, m, v, n, b1, b2, eps, wd, decay, c1, c2);
+    return cudaGetLastError();
+}
+
+cudaError_t k_adagrad(cudaStream_t s, float *p, const float *g, float *sum, int64_t n,
+                      float lr, float eps, float wd)
+{
+    adagrad_kernel<<<blocks_for(n), BLOCK, 0, s>>>(p, g, sum, n, lr, eps, wd);
+    return cudaGetLastError();
+}
+
+size_t k_sumsq_scratch_bytes(int64_t n)
+{
+    return k_mse_scratch_bytes(n);
+}
+
+/* The grid of mse's: fixed per size, so the sum is the same from run to run. */
+cudaError_t k_sumsq(cudaStream_t s, void *scratch, const float *x, int64_t n,
+                    loss_result *out)
+{
+    double *part = (double *)scratch;
+    unsigned g = mse_blocks(n);
+    sumsq_kernel<<<g, BLOCK, 0, s>>>(x, n, part);
+    sum_kernel<<<1, 1024, 0, s>>>(part, nullptr, g, out);
     return cudaGetLastError();
 }
 
