@@ -87,7 +87,8 @@ static int call_help(const cli_opt *o, const char *arg, cli *c);
 static int call_version(const cli_opt *o, const char *arg, cli *c);
 
 static const dl_opt_word optimizer_words[] = {
-    {"sgd", DL_OPTIM_SGD}, {"momentum", DL_OPTIM_MOMENTUM}, {"adam", DL_OPTIM_ADAM}, {NULL, 0},
+    {"sgd", DL_OPTIM_SGD}, {"momentum", DL_OPTIM_MOMENTUM}, {"adam", DL_OPTIM_ADAM},
+    {"adamw", DL_OPTIM_ADAMW}, {"adagrad", DL_OPTIM_ADAGRAD}, {NULL, 0},
 };
 static const dl_opt_word math_words[] = {{"fp32", 0}, {"tf32", 1}, {NULL, 0}};
 static const dl_opt_word onoff_words[] = {{"on", 1}, {"off", 0}, {NULL, 0}};
@@ -129,7 +130,7 @@ static const cli_opt opts[] = {
     {"nesterov", .group = G_RUN, .kind = OPT_FLAG, FIELD(run.nesterov), .value = 1,
      .doc = "Nesterov momentum"},
     {"weight-decay", .group = G_RUN, .arg = "X", REAL(run.weight_decay, 0, 1e6, "a valid number"),
-     .doc = "L2 weight decay"},
+     .doc = "weight decay: L2, decoupled for adamw"},
     {"seed", .group = G_RUN, .arg = "N", COUNT(run.seed, 0, COUNT_MAX),
      .doc = "initialisation and shuffle seed; the same seed gives the same run"},
     {"threads", .group = G_RUN, .arg = "N", COUNT(run.threads, 1, 1024),

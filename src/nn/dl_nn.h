@@ -63,7 +63,9 @@ enum { DL_SEQ_POOL_MEAN, DL_SEQ_POOL_MAX, DL_SEQ_POOL_SUM, DL_SEQ_POOL_LAST };
 
 /* Most inputs one layer may read (concat, add, ...). */
 #define DL_LAYER_MAX_IN 8
-typedef enum dl_optim_kind { DL_OPTIM_SGD, DL_OPTIM_MOMENTUM, DL_OPTIM_ADAM } dl_optim_kind;
+typedef enum dl_optim_kind {
+    DL_OPTIM_SGD, DL_OPTIM_MOMENTUM, DL_OPTIM_ADAM, DL_OPTIM_ADAGRAD, DL_OPTIM_ADAMW,
+} dl_optim_kind;
 typedef enum dl_sched_kind { DL_SCHED_NONE, DL_SCHED_STEP, DL_SCHED_COSINE } dl_sched_kind;
 
 /* One layer of model.json. Unused fields are zero. */
@@ -119,9 +121,12 @@ typedef struct dl_layer_conf {
 typedef struct dl_hparams {
     int64_t       epochs, batch_size;
     dl_optim_kind optimizer;
-    double        lr, momentum, weight_decay;
+    double        lr, momentum, weight_decay;   /* weight_decay: L2, but AdamW's
+                                                 * is decoupled; 0 by default */
     bool          nesterov;
-    double        beta1, beta2, adam_eps;
+    double        beta1, beta2;
+    double        eps;                   /* Adam, AdamW, Adagrad; 0: the optimizer's
+                                          * default (1e-8, Adagrad 1e-10) */
     dl_sched_kind schedule;
     double        warmup_epochs;         /* linear warm-up: lr * (step+1) / warm-up steps */
     int64_t       step_epochs;           /* step schedule: every N epochs */
@@ -521,13 +526,15 @@ void dl_optim_step(dl_optim *o, float *params, const float *grads, double lr);
 
 /* The same update written into delta (delta -= f(g)) instead of the
  * parameters, which it reads for weight decay only (added into grads,
- * which it therefore changes). For parameter averaging: an update kept
- * apart keeps its own precision, where one added to the parameters is
- * rounded to theirs on every step and on every trainer. */
+ * which it therefore changes; AdamW's goes into delta). For parameter
+ * averaging: an update kept apart keeps its own precision, where one
+ * added to the parameters is rounded to theirs on every step and on
+ * every trainer. */
 void dl_optim_step_delta(dl_optim *o, float *delta, const float *params, float *grads,
                          double lr);
 
-/* Optimizer state (momentum / Adam moments), borrowed; *n may be 0. */
+/* Optimizer state (momentum / Adam moments / Adagrad sums), borrowed;
+ * *n may be 0. */
 float *dl_optim_state(dl_optim *o, int64_t *n);
 int64_t dl_optim_steps(const dl_optim *o);
 /* Sets the step counter (resuming from a checkpoint). */

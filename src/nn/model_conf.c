@@ -926,7 +926,7 @@ static dl_status parse_training(ctx *c, json_t *t, dl_hparams *h)
                                         "gamma", NULL};
     *h = (dl_hparams){ .epochs = 10, .batch_size = 64, .optimizer = DL_OPTIM_SGD,
                        .lr = 0.01, .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.999,
-                       .adam_eps = 1e-8, .schedule = DL_SCHED_NONE,
+                       .schedule = DL_SCHED_NONE,
                        .step_epochs = 10, .gamma = 0.1, .seed = 1 };
     if (!t)
         return DL_OK;
@@ -944,7 +944,7 @@ static dl_status parse_training(ctx *c, json_t *t, dl_hparams *h)
         (st = get_num(c, t, "weight_decay", 0.0, 1e3, &h->weight_decay)) ||
         (st = get_num(c, t, "beta1", 0.0, 0.999999, &h->beta1)) ||
         (st = get_num(c, t, "beta2", 0.0, 0.999999999, &h->beta2)) ||
-        (st = get_num(c, t, "eps", 1e-30, 1.0, &h->adam_eps)) ||
+        (st = get_num(c, t, "eps", 1e-30, 1.0, &h->eps)) ||
         (st = get_int(c, t, "seed", 0, INT64_MAX, false, &seed)))
         return st;
     h->seed = (uint64_t)seed;
@@ -957,8 +957,13 @@ static dl_status parse_training(ctx *c, json_t *t, dl_hparams *h)
             h->optimizer = DL_OPTIM_MOMENTUM;
         else if (s && strcmp(s, "adam") == 0)
             h->optimizer = DL_OPTIM_ADAM;
+        else if (s && strcmp(s, "adamw") == 0)
+            h->optimizer = DL_OPTIM_ADAMW;
+        else if (s && strcmp(s, "adagrad") == 0)
+            h->optimizer = DL_OPTIM_ADAGRAD;
         else
-            return bad(c, "optimizer", "must be \"sgd\", \"momentum\" or \"adam\"");
+            return bad(c, "optimizer", "must be \"sgd\", \"momentum\", \"adam\", "
+                       "\"adamw\" or \"adagrad\"");
     }
     json_t *s = json_object_get(t, "schedule");
     if (!s)

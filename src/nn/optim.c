@@ -1,6 +1,6 @@
-/* optim.c: SGD, momentum (optionally Nesterov) and Adam over the whole
- * contiguous parameter buffer in one kernel call, and the learning-rate
- * schedules (step, cosine) with linear warm-up. */
+/* optim.c: SGD, momentum (optionally Nesterov), Adam, AdamW and Adagrad
+ * over the whole contiguous parameter buffer in one kernel call, and the
+ * learning-rate schedules (step, cosine) with linear warm-up. */
 #include "nn/dl_nn.h"
 
 #include <math.h>
@@ -10,7 +10,7 @@ struct dl_optim {
     dl_backend *be;
     dl_hparams  hp;
     int64_t     n, t;
-    float      *state;       /* momentum: v; Adam: m then v */
+    float      *state;       /* momentum: v; Adam, AdamW: m then v; Adagrad: sum */
     int64_t     nstate;
 };
 
@@ -23,9 +23,16 @@ dl_status dl_optim_new(dl_backend *be, const dl_hparams *hp, int64_t n,
         return dl_err_set(err, DL_ERR_NOMEM, "optimizer");
     o->be = be;
     o->hp = *hp;
+    if (o->hp.eps <= 0.0)   /* PyTorch's defaults */
+        o->hp.eps = hp->optimizer == DL_OPTIM_ADAGRAD ? 1e-10 : 1e-8;
     o->n = n;
-    o->nstate = hp->optimizer == DL_OPTIM_ADAM ? 2 * n
-              : hp->optimizer == DL_OPTIM_MOMENTUM ? n : 0;
+    switch (hp->optimizer) {
+    case DL_OPTIM_SGD:      o->nstate = 0; break;
+    case DL_OPTIM_MOMENTUM: o->nstate = n; break;
+    case DL_OPTIM_ADAGRAD:  o->nstate = n; break;
+    case DL_OPTIM_ADAM:
+    case DL_OPTIM_ADAMW:    o->nstate = 2 * n; break;
+    }
     if (o->nstate) {
         dl_status st = be->ops->alloc(be, (size_t)o->nstate * sizeof(float),
                                       (void **)&o->state, err);
@@ -48,7 +55,7 @@ void dl_optim_free(dl_optim *o)
     free(o);
 }
 
-/* p -= f(g), with the weight decay wd added to g from p. */
+/* p -= f(g), with the weight decay wd added to g from p (AdamW: p *= 1 - lr wd). */
 static void step(dl_optim *o, float *p, const float *g, double lr, float wd)
 {
     const dl_hparams *h = &o->hp;
@@ -62,9 +69,13 @@ static void step(dl_optim *o, float *p, const float *g, double lr, float wd)
                              h->nesterov, wd);
         break;
     case DL_OPTIM_ADAM:
+    case DL_OPTIM_ADAMW:
         o->be->ops->adam_step(o->be, p, g, o->state, o->state + o->n, o->n, (float)lr,
-                              (float)h->beta1, (float)h->beta2, (float)h->adam_eps, wd, false,
-                              o->t);
+                              (float)h->beta1, (float)h->beta2, (float)h->eps, wd,
+                              h->optimizer == DL_OPTIM_ADAMW, o->t);
+        break;
+    case DL_OPTIM_ADAGRAD:
+        o->be->ops->adagrad_step(o->be, p, g, o->state, o->n, (float)lr, (float)h->eps, wd);
         break;
     }
 }
@@ -77,10 +88,14 @@ void dl_optim_step(dl_optim *o, float *params, const float *grads, double lr)
 void dl_optim_step_delta(dl_optim *o, float *delta, const float *params, float *grads,
                          double lr)
 {
-    /* Every optimizer adds weight decay to the gradient (L2, as PyTorch):
-     * done here from the parameters, the step then sees only delta. */
-    if (o->hp.weight_decay != 0.0)
-        o->be->ops->axpy(o->be, (float)o->hp.weight_decay, params, grads, o->n);
+    /* The weight decay comes from the parameters, so the step sees only
+     * delta: added to the gradient (L2, as PyTorch), or for AdamW taken
+     * off the update (p *= 1 - lr wd is delta -= lr wd p). */
+    double wd = o->hp.weight_decay;
+    if (wd != 0.0 && o->hp.optimizer == DL_OPTIM_ADAMW)
+        o->be->ops->axpy(o->be, (float)(-lr * wd), params, delta, o->n);
+    else if (wd != 0.0)
+        o->be->ops->axpy(o->be, (float)wd, params, grads, o->n);
     step(o, delta, grads, lr, 0.0f);
 }
 
@@ -122,6 +137,8 @@ const char *dl_optim_name(dl_optim_kind k)
     case DL_OPTIM_SGD:      return "sgd";
     case DL_OPTIM_MOMENTUM: return "momentum";
     case DL_OPTIM_ADAM:     return "adam";
+    case DL_OPTIM_ADAGRAD:  return "adagrad";
+    case DL_OPTIM_ADAMW:    return "adamw";
     }
     return "?";
 }

@@ -216,6 +216,11 @@ def make_optimizer(spec, params, lr=None):
                                weight_decay=wd)
     if kind == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=wd)
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+    if kind == "adagrad":
+        return torch.optim.Adagrad(params, lr=lr, weight_decay=wd,
+                                   eps=float(tr.get("eps", 1e-10)))
     raise ValueError("unknown optimizer %r" % kind)
 
 

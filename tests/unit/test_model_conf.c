@@ -185,6 +185,18 @@ Test(model_conf, training_section)
     cr_expect_eq(conf->train.schedule, DL_SCHED_STEP);
     cr_expect_eq(conf->train.step_epochs, 3);
     cr_expect_eq(conf->train.gamma, 0.2);
+    cr_expect_eq(conf->train.eps, 0.0, "eps: the optimizer's default");
+}
+
+Test(model_conf, training_adagrad_adamw)
+{
+    parses(model("[4]", FC("fc", 2), ", 'training': {'optimizer': 'adagrad', 'eps': 1e-6}"));
+    cr_expect_eq(conf->train.optimizer, DL_OPTIM_ADAGRAD);
+    cr_expect_eq(conf->train.eps, 1e-6);
+    parses(model("[4]", FC("fc", 2),
+                 ", 'training': {'optimizer': 'adamw', 'weight_decay': 0.01}"));
+    cr_expect_eq(conf->train.optimizer, DL_OPTIM_ADAMW);
+    cr_expect_eq(conf->train.weight_decay, 0.01);
 }
 
 /* ---- malformed files ------------------------------------------------------- */
@@ -341,8 +353,14 @@ Test(model_conf, bad_loss)
 
 Test(model_conf, bad_optimizer)
 {
-    REFUSED(model("[4]", FC("fc", 2), ", 'training': {'optimizer': 'adamw'}"),
-            "training", "'optimizer'", "must be");
+    REFUSED(model("[4]", FC("fc", 2), ", 'training': {'optimizer': 'rmsprop'}"),
+            "training", "'optimizer'", "must be", "adamw", "adagrad");
+}
+
+Test(model_conf, bad_eps)
+{
+    REFUSED(model("[4]", FC("fc", 2), ", 'training': {'optimizer': 'adagrad', 'eps': 0}"),
+            "training", "'eps'", "must be a number");
 }
 
 Test(model_conf, negative_lr)

@@ -1,6 +1,7 @@
 /* test_optim.c: SGD, momentum, Nesterov and Adam steps (with and without
- * weight decay) against hand-computed values, optimizer state sizes, and
- * the learning-rate schedules of dl_lr_at. */
+ * weight decay) against hand-computed values, AdamW and Adagrad against
+ * PyTorch's, optimizer state sizes, and the learning-rate schedules of
+ * dl_lr_at. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -30,7 +31,7 @@ static dl_hparams hparams(dl_optim_kind kind)
 {
     return (dl_hparams){ .epochs = 1, .batch_size = 1, .optimizer = kind, .lr = 0.1,
                          .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.999,
-                         .adam_eps = 1e-8, .schedule = DL_SCHED_NONE,
+                         .schedule = DL_SCHED_NONE,
                          .step_epochs = 1, .gamma = 0.1 };
 }
 
@@ -170,7 +171,7 @@ static void adam_case(double wd, double eps)
 {
     dl_hparams hp = hparams(DL_OPTIM_ADAM);
     hp.weight_decay = wd;
-    hp.adam_eps = eps;
+    hp.eps = eps;
     make_optim(&hp, 3);
     int64_t n = -1;
     float *state = dl_optim_state(o, &n);
@@ -217,11 +218,128 @@ Test(optim, adam_eps_outside_bias_correction)
     adam_case(0.0, 0.1);
 }
 
+/* ---- AdamW and Adagrad against PyTorch ------------------------------------
+ * Two steps from p = {1, -2, 0.5} with the gradients g1 and g2 below; the
+ * values are torch 1.13's, printed by:
+ *
+ *   import torch
+ *   def run(cls, **kw):
+ *       p = torch.tensor([1.0, -2.0, 0.5], requires_grad=True)
+ *       opt = cls([p], **kw)
+ *       for g in ([0.5, -1.0, 2.0], [-0.3, 0.2, 1.0]):
+ *           p.grad = torch.tensor(g)
+ *           opt.step()
+ *           print(["%.9g" % x for x in p.detach()])
+ *       print({k: ["%.9g" % x for x in v] for k, v in opt.state[p].items()
+ *              if v.dim() > 0})
+ *   run(torch.optim.AdamW, lr=0.01, weight_decay=0.0)
+ *   run(torch.optim.AdamW, lr=0.01, weight_decay=0.1)
+ *   run(torch.optim.Adagrad, lr=0.1)
+ *   run(torch.optim.Adagrad, lr=0.1, weight_decay=0.1)
+ */
+
+static const float g12[2][3] = { { 0.5f, -1.0f, 2.0f }, { -0.3f, 0.2f, 1.0f } };
+
+/* Two steps of `kind` at lr against PyTorch's parameters after each
+ * (want[0], want[1]) and its state after the second (state, nstate floats). */
+static void torch_case(dl_optim_kind kind, double lr, double wd, const double want[2][3],
+                       const double *state, int64_t nstate)
+{
+    dl_hparams hp = hparams(kind);
+    hp.weight_decay = wd;
+    make_optim(&hp, 3);
+    float p[3] = { 1.0f, -2.0f, 0.5f };
+    for (int t = 0; t < 2; t++) {
+        dl_optim_step(o, p, g12[t], lr);
+        char what[32];
+        snprintf(what, sizeof(what), "step %d", t + 1);
+        expect_near(p, want[t], 3, 1e-6, what);
+    }
+    int64_t n = -1;
+    const float *s = dl_optim_state(o, &n);
+    cr_assert_eq(n, nstate);
+    expect_near(s, state, (int)n, 1e-6, "state");
+}
+
+Test(optim, adamw)
+{
+    /* Without weight decay AdamW is Adam. */
+    torch_case(DL_OPTIM_ADAMW, 0.01, 0.0,
+               (const double[2][3]){ { 0.99000001, -1.99000001, 0.49000001 },
+                                     { 0.988085032, -1.98488975, 0.480678201 } },
+               (const double[]){ 0.0149999969, -0.0699999928, 0.280000001,
+                                 0.000339750026, 0.001039, 0.00499600032 }, 6);
+}
+
+Test(optim, adamw_weight_decay)
+{
+    /* Decoupled: p *= 1 - lr wd, the moments see the gradient alone. */
+    torch_case(DL_OPTIM_ADAMW, 0.01, 0.1,
+               (const double[2][3]){ { 0.989000022, -1.98800004, 0.489500016 },
+                                     { 0.986096084, -1.98090184, 0.479688704 } },
+               (const double[]){ 0.0149999969, -0.0699999928, 0.280000001,
+                                 0.000339750026, 0.001039, 0.00499600032 }, 6);
+}
+
+Test(optim, adagrad)
+{
+    torch_case(DL_OPTIM_ADAGRAD, 0.1, 0.0,
+               (const double[2][3]){ { 0.899999976, -1.89999998, 0.400000006 },
+                                     { 0.951449573, -1.91961157, 0.355278641 } },
+               (const double[]){ 0.340000004, 1.03999996, 5.0 }, 3);
+}
+
+Test(optim, adagrad_weight_decay)
+{
+    torch_case(DL_OPTIM_ADAGRAD, 0.1, 0.1,
+               (const double[2][3]){ { 0.899999976, -1.89999998, 0.400000006 },
+                                     { 0.933035016, -1.90083325, 0.354757369 } },
+               (const double[]){ 0.404100031, 1.44010007, 5.28409958 }, 3);
+}
+
+Test(optim, adagrad_default_eps)
+{
+    /* eps 0 means Adagrad's 1e-10: a gradient of 1e-9 moves p by
+     * lr / 1.1 (Adam's 1e-8 would give lr / 11). PyTorch: -0.0909090936. */
+    dl_hparams hp = hparams(DL_OPTIM_ADAGRAD);
+    make_optim(&hp, 1);
+    float p[1] = { 0.0f };
+    dl_optim_step(o, p, (const float[]){ 1e-9f }, 0.1);
+    expect_near(p, (double[]){ -0.0909090936 }, 1, 1e-7, "step 1");
+}
+
+Test(optim, adamw_delta_matches_step)
+{
+    /* Parameter averaging's form: with params = anchor + delta, delta
+     * takes AdamW's decay from the parameters, as the direct step. */
+    dl_hparams hp = hparams(DL_OPTIM_ADAMW);
+    hp.weight_decay = 0.1;
+    dl_optim *direct = NULL;
+    dl_err err = {0};
+    cr_assert_eq(dl_optim_new(be, &hp, 3, &direct, &err), DL_OK, "%s", err.msg);
+    make_optim(&hp, 3);
+    const float anchor[3] = { 1.0f, -2.0f, 0.5f };
+    float p[3] = { 1.0f, -2.0f, 0.5f }, delta[3] = { 0 }, params[3];
+    for (int t = 0; t < 2; t++) {
+        float g[3];
+        memcpy(g, g12[t], sizeof(g));
+        for (int i = 0; i < 3; i++)
+            params[i] = anchor[i] + delta[i];
+        dl_optim_step(direct, p, g12[t], 0.01);
+        dl_optim_step_delta(o, delta, params, g, 0.01);
+    }
+    for (int i = 0; i < 3; i++)
+        params[i] = anchor[i] + delta[i];
+    expect_near(params, (double[]){ p[0], p[1], p[2] }, 3, 1e-6, "anchor + delta");
+    dl_optim_free(direct);
+}
+
 Test(optim, state_sizes)
 {
-    const dl_optim_kind kinds[3] = { DL_OPTIM_SGD, DL_OPTIM_MOMENTUM, DL_OPTIM_ADAM };
-    const int64_t want[3] = { 0, 5, 10 };
-    for (int k = 0; k < 3; k++) {
+    const dl_optim_kind kinds[5] = { DL_OPTIM_SGD, DL_OPTIM_MOMENTUM, DL_OPTIM_ADAM,
+                                     DL_OPTIM_ADAGRAD, DL_OPTIM_ADAMW };
+    const int64_t want[5] = { 0, 5, 10, 5, 10 };
+    for (int k = 0; k < 5; k++) {
         dl_hparams hp = hparams(kinds[k]);
         make_optim(&hp, 5);
         int64_t n = -1;
