@@ -131,6 +131,8 @@ static const cli_opt opts[] = {
      .doc = "Nesterov momentum"},
     {"weight-decay", .group = G_RUN, .arg = "X", REAL(run.weight_decay, 0, 1e6, "a valid number"),
      .doc = "weight decay: L2, decoupled for adamw"},
+    {"clip-norm", .group = G_RUN, .arg = "X", REAL(run.clip_norm, 0, 1e6, "a valid number"),
+     .doc = "clip the gradients' global L2 norm to X before each step; 0: off"},
     {"seed", .group = G_RUN, .arg = "N", COUNT(run.seed, 0, COUNT_MAX),
      .doc = "initialisation and shuffle seed; the same seed gives the same run"},
     {"threads", .group = G_RUN, .arg = "N", COUNT(run.threads, 1, 1024),

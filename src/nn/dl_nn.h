@@ -127,6 +127,8 @@ typedef struct dl_hparams {
     double        beta1, beta2;
     double        eps;                   /* Adam, AdamW, Adagrad; 0: the optimizer's
                                           * default (1e-8, Adagrad 1e-10) */
+    double        clip_norm;             /* > 0: the gradients' global L2 norm
+                                          * is clipped to it; 0: off */
     dl_sched_kind schedule;
     double        warmup_epochs;         /* linear warm-up: lr * (step+1) / warm-up steps */
     int64_t       step_epochs;           /* step schedule: every N epochs */
@@ -546,6 +548,11 @@ double dl_lr_at(const dl_hparams *hp, int64_t step, int64_t steps_per_epoch,
                 int64_t total);
 
 const char *dl_optim_name(dl_optim_kind k);
+
+/* torch.nn.utils.clip_grad_norm_ over n gradients (backend memory): when
+ * their global L2 norm exceeds max_norm, scales them all by max_norm /
+ * (norm + 1e-6). Returns the norm before clipping. */
+double dl_clip_grad_norm(dl_backend *be, float *grads, int64_t n, double max_norm);
 
 /* ---- safetensors files ---------------------------------------------- */
 

@@ -921,7 +921,7 @@ static dl_status parse_training(ctx *c, json_t *t, dl_hparams *h)
 {
     static const char *const keys[] = {"epochs", "batch_size", "optimizer", "lr",
         "momentum", "nesterov", "weight_decay", "beta1", "beta2", "eps",
-        "schedule", "seed", NULL};
+        "clip_norm", "schedule", "seed", NULL};
     static const char *const skeys[] = {"type", "warmup_epochs", "step_epochs",
                                         "gamma", NULL};
     *h = (dl_hparams){ .epochs = 10, .batch_size = 64, .optimizer = DL_OPTIM_SGD,
@@ -945,6 +945,7 @@ static dl_status parse_training(ctx *c, json_t *t, dl_hparams *h)
         (st = get_num(c, t, "beta1", 0.0, 0.999999, &h->beta1)) ||
         (st = get_num(c, t, "beta2", 0.0, 0.999999999, &h->beta2)) ||
         (st = get_num(c, t, "eps", 1e-30, 1.0, &h->eps)) ||
+        (st = get_num(c, t, "clip_norm", 0.0, 1e6, &h->clip_norm)) ||
         (st = get_int(c, t, "seed", 0, INT64_MAX, false, &seed)))
         return st;
     h->seed = (uint64_t)seed;

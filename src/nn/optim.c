@@ -1,6 +1,7 @@
 /* optim.c: SGD, momentum (optionally Nesterov), Adam, AdamW and Adagrad
- * over the whole contiguous parameter buffer in one kernel call, and the
- * learning-rate schedules (step, cosine) with linear warm-up. */
+ * over the whole contiguous parameter buffer in one kernel call, gradient
+ * clipping by global norm, and the learning-rate schedules (step, cosine)
+ * with linear warm-up. */
 #include "nn/dl_nn.h"
 
 #include <math.h>
@@ -141,4 +142,16 @@ const char *dl_optim_name(dl_optim_kind k)
     case DL_OPTIM_ADAMW:    return "adamw";
     }
     return "?";
+}
+
+double dl_clip_grad_norm(dl_backend *be, float *grads, int64_t n, double max_norm)
+{
+    double sq;
+    be->ops->sumsq(be, grads, n, &sq);
+    double norm = sqrt(sq);
+    /* PyTorch scales by min(coef, 1), a NaN coef included (a NaN norm). */
+    double coef = max_norm / (norm + 1e-6);
+    if (!(coef >= 1.0))
+        be->ops->scale(be, grads, n, (float)coef);
+    return norm;
 }

@@ -39,7 +39,7 @@ typedef struct dl_run_opts {
     const char *input;          /* predict: file or "-" */
     /* training overrides */
     int64_t     epochs, batch_size, seed;
-    double      lr, momentum, weight_decay;
+    double      lr, momentum, weight_decay, clip_norm;   /* < 0: model.json's */
     int         optimizer;      /* dl_optim_kind, or -1 */
     int         nesterov;       /* 0 / 1, or -1 */
     int         progress;       /* 1 bar, 0 plain lines, -1 bar on a terminal */

@@ -13,7 +13,7 @@ void dl_run_opts_init(dl_run_opts *o)
 {
     memset(o, 0, sizeof(*o));
     o->epochs = o->batch_size = o->seed = -1;
-    o->lr = o->momentum = o->weight_decay = -1.0;
+    o->lr = o->momentum = o->weight_decay = o->clip_norm = -1.0;
     o->optimizer = o->nesterov = o->progress = o->batch_invariant = -1;
     o->dist = (dl_dist_conf){ .mode = DL_DIST_ALLREDUCE, .avg_k = 1, .servers = 1,
                               .max_staleness = 4, .stall_timeout = 300.0,

@@ -64,6 +64,8 @@ static void apply_overrides(dl_hparams *hp, const dl_run_opts *o)
         hp->momentum = o->momentum;
     if (o->weight_decay >= 0)
         hp->weight_decay = o->weight_decay;
+    if (o->clip_norm >= 0)
+        hp->clip_norm = o->clip_norm;
     if (o->optimizer >= 0)
         hp->optimizer = (dl_optim_kind)o->optimizer;
     if (o->nesterov >= 0)
@@ -365,7 +367,16 @@ static dl_status compute(trainer *t, int64_t count, int64_t global, double *loss
     return st;
 }
 
-/* One global step: compute, then the mode's exchange and update. */
+/* --clip-norm: clips the gradient this trainer's update reads. */
+static void clip(trainer *t, float *g, int64_t n)
+{
+    if (t->hp.clip_norm > 0.0)
+        dl_clip_grad_norm(t->s.be, g, n, t->hp.clip_norm);
+}
+
+/* One global step: compute, then the mode's exchange and update. A
+ * clipped gradient is the allreduce's sum, the same on every rank; with
+ * parameter averaging or servers, each trainer's own. */
 static dl_status train_step(trainer *t, int64_t s, double *loss, int64_t *correct,
                             int64_t *seen, dl_err *err)
 {
@@ -385,16 +396,20 @@ static dl_status train_step(trainer *t, int64_t s, double *loss, int64_t *correc
     case DL_DIST_ALLREDUCE:
         st = t->buckets ? dl_dist_buckets_finish(t->buckets, "gradient allreduce", err)
                         : reduce(t, g, n, 1.0f, "gradient allreduce", err);
-        if (st == DL_OK)
+        if (st == DL_OK) {
+            clip(t, g, n);
             dl_optim_step(t->opt, p, g, lr);
+        }
         return st;
     case DL_DIST_AVG:
+        clip(t, g, n);
         dl_optim_step_delta(t->opt, t->delta, p, g, lr);
         t->s.be->ops->copy(t->s.be, p, t->anchor, n);
         t->s.be->ops->axpy(t->s.be, 1.0f, t->delta, p, n);
         return t->step % dl_dist_conf_of(t->d)->avg_k == 0 ? average(t, err) : DL_OK;
     case DL_DIST_PS_SYNC:
     case DL_DIST_PS_ASYNC:
+        clip(t, g, n);
         t->s.be->ops->download(t->s.be, t->host, g, (size_t)n * sizeof(float));
         return dl_ps_push(t->d, t->host, &t->lay, t->ids, t->ids ? t->nids : 0,
                           t->ps_version, err);

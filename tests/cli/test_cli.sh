@@ -106,26 +106,33 @@ check "bad option value: exit code 2" test $rc -eq 2
 "$DLSERVE" --train "$M" --device cuda:0 --limit 10 2> "$WORK/err" >/dev/null; rc=$?
 check "--device cuda without CUDA: clear refusal" fails_with "$WORK/err" $rc "cuda"
 
-# ---- Adagrad: a checkpoint carries Adagrad's sums ----
+# ---- Adagrad with --clip-norm: a checkpoint carries Adagrad's sums ----
 # Stopped at step 10 of 20 and resumed, the run equals the uninterrupted
 # one to the bit: the resumed steps read the saved sums (zeroed ones would
-# take far larger steps).
-A=(--optimizer adagrad --lr 0.05 --epochs 1 --limit 640 --batch-size 32 --threads 1
-   --no-progress)
-for d in whole parts; do mkdir -p "$WORK/ada-$d"; cp "$M/model.json" "$WORK/ada-$d/"; done
+# take far larger steps). Without --clip-norm the run differs: it clips.
+A=(--optimizer adagrad --lr 0.05 --clip-norm 0.5 --epochs 1 --limit 640 --batch-size 32
+   --threads 1 --no-progress)
+for d in whole parts noclip; do mkdir -p "$WORK/ada-$d"; cp "$M/model.json" "$WORK/ada-$d/"; done
 "$DLSERVE" --train "$WORK/ada-whole" "${A[@]}" > /dev/null 2>&1
 "$DLSERVE" --train "$WORK/ada-parts" "${A[@]}" --checkpoint-every 5 --steps 10 > /dev/null 2>&1
 "$DLSERVE" --train "$WORK/ada-parts" "${A[@]}" --resume > /dev/null 2> "$WORK/ada-resume.log"
 check "adagrad: --resume starts from step 10" grep -q "at step 10" "$WORK/ada-resume.log"
-check "adagrad: the resumed run equals the uninterrupted one" \
+check "adagrad, --clip-norm: the resumed run equals the uninterrupted one" \
     /usr/bin/python3 "$SRC/tests/dist/compare_weights.py" "$WORK/ada-parts/1/model.safetensors" \
     "$WORK/ada-whole/1/model.safetensors" 0
+"$DLSERVE" --train "$WORK/ada-noclip" "${A[@]}" --clip-norm 0 > /dev/null 2>&1
+/usr/bin/python3 "$SRC/tests/dist/compare_weights.py" "$WORK/ada-noclip/1/model.safetensors" \
+    "$WORK/ada-whole/1/model.safetensors" 0 > /dev/null; rc=$?
+check "--clip-norm 0.5 changes the run" test $rc -eq 1
 
 # ---- option values: refused with the option and the words it takes ----
 "$DLSERVE" --train "$M" --optimizer rmsprop 2> "$WORK/err" >/dev/null; rc=$?
 check "--optimizer: an unknown word lists the words" \
     fails_with "$WORK/err" $rc \
     "^dlserve: --optimizer: 'rmsprop' is not sgd, momentum, adam, adamw or adagrad$"
+"$DLSERVE" --train "$M" --clip-norm -1 2> "$WORK/err" >/dev/null; rc=$?
+check "--clip-norm: a negative norm is refused" \
+    fails_with "$WORK/err" $rc "^dlserve: --clip-norm: '-1' is not a valid number$"
 "$DLSERVE" --train "$M" --math fp16 2> "$WORK/err" >/dev/null; rc=$?
 check "--math: an unknown word lists the words" \
     fails_with "$WORK/err" $rc "^dlserve: --math: 'fp16' is not fp32 or tf32$"

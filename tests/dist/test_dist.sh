@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Distributed training with real mpirun on loopback (oversubscribed):
 # equivalence of the synchronous modes with one process of batch N*b (on
-# the whole training set at 4 trainers too), the gradient buckets of
+# the whole training set at 4 trainers too; allreduce with --clip-norm
+# too), the gradient buckets of
 # allreduce (deterministic: bit-identical to one sum after backward; the
 # hidden share reported; bad --bucket-kb refused),
 # parameter servers with S = 1, 2, 3, unequal shards, checkpoint/resume
@@ -82,6 +83,14 @@ for v in -1 abc 1048577 ""; do
     "$DLSERVE" --train "$ref" --bucket-kb "$v" > /dev/null 2> "$WORK/badkb.err"
     check "--bucket-kb '$v' is refused" fails_with "$WORK/badkb.err" $? "bucket size in KiB"
 done
+# --clip-norm under allreduce clips the summed gradient, the same on every
+# rank: the job equals one process with the global batch, clipped alike.
+clipref=$(fresh clipref "$SMOOTH")
+"$DLSERVE" --train "$clipref" "${COMMON[@]}" --batch-size 64 --clip-norm 0.25 >/dev/null 2>&1
+/usr/bin/python3 "$CMP" "$clipref/1/model.safetensors" "$ref/1/model.safetensors" 1e-3 \
+    > /dev/null; rc=$?
+check "--clip-norm 0.25 changes the reference run" test $rc -eq 1
+equivalent allreduce-2-clip "$clipref" 2 --dist allreduce --batch-size 32 --clip-norm 0.25
 equivalent ps-sync-s1 "$ref" 3 --dist ps-sync --ps-servers 1 --batch-size 32
 equivalent ps-sync-s2 "$ref" 4 --dist ps-sync --ps-servers 2 --batch-size 32
 equivalent ps-sync-s3 "$ref" 5 --dist ps-sync --ps-servers 3 --batch-size 32

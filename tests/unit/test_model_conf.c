@@ -185,18 +185,22 @@ Test(model_conf, training_section)
     cr_expect_eq(conf->train.schedule, DL_SCHED_STEP);
     cr_expect_eq(conf->train.step_epochs, 3);
     cr_expect_eq(conf->train.gamma, 0.2);
+    cr_expect_eq(conf->train.clip_norm, 0.0, "clipping is off by default");
     cr_expect_eq(conf->train.eps, 0.0, "eps: the optimizer's default");
 }
 
-Test(model_conf, training_adagrad_adamw)
+Test(model_conf, training_adagrad_adamw_clip_norm)
 {
-    parses(model("[4]", FC("fc", 2), ", 'training': {'optimizer': 'adagrad', 'eps': 1e-6}"));
+    parses(model("[4]", FC("fc", 2),
+                 ", 'training': {'optimizer': 'adagrad', 'eps': 1e-6, 'clip_norm': 1.5}"));
     cr_expect_eq(conf->train.optimizer, DL_OPTIM_ADAGRAD);
     cr_expect_eq(conf->train.eps, 1e-6);
+    cr_expect_eq(conf->train.clip_norm, 1.5);
     parses(model("[4]", FC("fc", 2),
-                 ", 'training': {'optimizer': 'adamw', 'weight_decay': 0.01}"));
+                 ", 'training': {'optimizer': 'adamw', 'weight_decay': 0.01, 'clip_norm': 0}"));
     cr_expect_eq(conf->train.optimizer, DL_OPTIM_ADAMW);
     cr_expect_eq(conf->train.weight_decay, 0.01);
+    cr_expect_eq(conf->train.clip_norm, 0.0);
 }
 
 /* ---- malformed files ------------------------------------------------------- */
@@ -357,8 +361,12 @@ Test(model_conf, bad_optimizer)
             "training", "'optimizer'", "must be", "adamw", "adagrad");
 }
 
-Test(model_conf, bad_eps)
+Test(model_conf, bad_clip_norm_and_eps)
 {
+    REFUSED(model("[4]", FC("fc", 2), ", 'training': {'clip_norm': -1}"),
+            "training", "'clip_norm'", "must be a number");
+    REFUSED(model("[4]", FC("fc", 2), ", 'training': {'clip_norm': 'max'}"),
+            "training", "'clip_norm'", "must be a number");
     REFUSED(model("[4]", FC("fc", 2), ", 'training': {'optimizer': 'adagrad', 'eps': 0}"),
             "training", "'eps'", "must be a number");
 }

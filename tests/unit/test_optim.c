@@ -1,10 +1,11 @@
 /* test_optim.c: SGD, momentum, Nesterov and Adam steps (with and without
  * weight decay) against hand-computed values, AdamW and Adagrad against
- * PyTorch's, optimizer state sizes, and the learning-rate schedules of
- * dl_lr_at. */
+ * PyTorch's, clipping by global norm, optimizer state sizes, and the
+ * learning-rate schedules of dl_lr_at. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <criterion/criterion.h>
 
@@ -332,6 +333,43 @@ Test(optim, adamw_delta_matches_step)
         params[i] = anchor[i] + delta[i];
     expect_near(params, (double[]){ p[0], p[1], p[2] }, 3, 1e-6, "anchor + delta");
     dl_optim_free(direct);
+}
+
+/* ---- clipping by global norm ---------------------------------------------- */
+
+Test(optim, clip_norm_scales_above_the_limit)
+{
+    float g[2] = { 3.0f, 4.0f };   /* norm 5 */
+    double norm = dl_clip_grad_norm(be, g, 2, 1.0);
+    cr_expect(fabs(norm - 5.0) < 1e-12, "norm %.12g", norm);
+    /* scaled by 1 / (5 + 1e-6); PyTorch: 0.599999905, 0.799999833 */
+    expect_near(g, (double[]){ 3.0 / 5.000001, 4.0 / 5.000001 }, 2, 1e-7, "clipped");
+}
+
+Test(optim, clip_norm_leaves_a_smaller_norm)
+{
+    /* At the limit itself, 5 / (5 + 1e-6) < 1 still scales, as PyTorch. */
+    float g[2] = { 3.0f, 4.0f };
+    cr_expect(fabs(dl_clip_grad_norm(be, g, 2, 5.00001) - 5.0) < 1e-12);
+    cr_expect(g[0] == 3.0f && g[1] == 4.0f, "just below the limit: %g %g", g[0], g[1]);
+    cr_expect(fabs(dl_clip_grad_norm(be, g, 2, 100.0) - 5.0) < 1e-12);
+    cr_expect(g[0] == 3.0f && g[1] == 4.0f, "far below it: %g %g", g[0], g[1]);
+}
+
+Test(optim, clip_norm_over_many_blocks)
+{
+    /* 300,000 values of 0.5 (a sum over several blocks): norm^2 75,000. */
+    int64_t n = 300000;
+    float *g = malloc((size_t)n * sizeof(float));
+    cr_assert_not_null(g);
+    for (int64_t i = 0; i < n; i++)
+        g[i] = i % 2 ? 0.5f : -0.5f;
+    double norm = dl_clip_grad_norm(be, g, n, 2.0);
+    cr_expect(fabs(norm - sqrt(75000.0)) < 1e-9, "norm %.12g", norm);
+    double want = 0.5 * 2.0 / (sqrt(75000.0) + 1e-6);
+    cr_expect(fabs(g[0] + want) < 1e-9 && fabs(g[n - 1] - want) < 1e-9, "%.9g %.9g", g[0],
+              g[n - 1]);
+    free(g);
 }
 
 Test(optim, state_sizes)
