@@ -78,7 +78,7 @@ void dl_dataset_truncate(dl_dataset *ds, int64_t n)
         if (y)
             ds->y = y;
     }
-    if (ds->t) {
+    if (ds->t && ds->tdim) {   /* realloc to 0 bytes would free the block */
         float *t = realloc(ds->t, (size_t)(n * ds->tdim) * sizeof(float));
         if (t)
             ds->t = t;
@@ -638,6 +638,11 @@ static dl_status load_csv_model(const char *path, const dl_model_conf *conf, boo
     int64_t dim = 0;
     for (int k = 0; k < conf->ninputs; k++)
         dim += conf->inputs[k].dim;
+    for (int k = 0; k < conf->ninputs; k++)     /* CSV has no lengths */
+        if (conf->inputs[k].max_length > 0)
+            return dl_err_set(err, DL_ERR_INVALID, "%s: input '%s' is a sequence: give JSON "
+                              "Lines data (.jsonl) for model '%s'", path, conf->inputs[k].name,
+                              conf->name);
     char *buf;
     size_t len;
     dl_status st = dl_file_read(path, &buf, &len, err);

@@ -1,5 +1,5 @@
-/* dl_data.h: datasets (IDX, gzip'd or not, and CSV) scaled as dl_scaling
- * says, the per-epoch deterministic shuffle and the rank sharding of global
+/* dl_data.h: datasets (IDX, gzip'd or not, CSV and JSON Lines) scaled as
+ * dl_scaling says, the per-epoch deterministic shuffle and the rank sharding of global
  * batches. Depends on util, and on nn for dl_scaling; everything here is
  * host memory. */
 #ifndef DL_DATA_H
@@ -62,6 +62,28 @@ dl_status dl_dataset_load_csv_model(const char *path, const dl_model_conf *conf,
  * values only, as `dlserve --predict` reads them. */
 dl_status dl_dataset_load_csv_inputs(const char *path, const dl_model_conf *conf,
                                      dl_dataset **out, dl_err *err);
+
+/* Loads a JSON Lines file for a graph model (conf->graph; sequence models
+ * are): one JSON object a line, a key per input (a string for BYTES, a
+ * list for a sequence: flat or a list a position, a number or a list for
+ * the others) and per output but next_token ones (a class index or a
+ * label, a list of them a token, or a number or list of values). Rows are
+ * packed as dl_model_forward takes them (dl_input_width floats an input),
+ * targets as dl_dataset_load_csv_model's (-1 past a sequence's length).
+ * Read a line at a time; a bad line is refused with file:line, as are a
+ * key no input or output has, a missing key and a too long sample.
+ * docs/model-repository.md has the format. *out is new. */
+dl_status dl_dataset_load_jsonl(const char *path, const dl_model_conf *conf,
+                                dl_dataset **out, dl_err *err);
+/* dl_dataset_load_jsonl of inputs only, as `dlserve --predict` reads them:
+ * any model, output keys ignored, no targets. */
+dl_status dl_dataset_load_jsonl_inputs(const char *path, const dl_model_conf *conf,
+                                       dl_dataset **out, dl_err *err);
+/* The same from memory: text[0..len) (not NUL-terminated), `what` naming
+ * it in errors, with targets or without. */
+dl_status dl_dataset_parse_jsonl(const char *text, size_t len, const char *what,
+                                 const dl_model_conf *conf, bool targets, dl_dataset **out,
+                                 dl_err *err);
 
 /* Loads a split ("train" or "test") from a data folder: the IDX pair
  * (train-images-idx3-ubyte[.gz] + train-labels-idx1-ubyte[.gz], or
