@@ -192,6 +192,7 @@ static dl_status loss_tokens(dl_model *m, int k, const float *targets, int64_t t
     m->be->ops->download(m->be, y, dl_model_output(m, k), (size_t)(n * o->dim) * sizeof(float));
     memset(g, 0, (size_t)(n * o->dim) * sizeof(float));
     if (o->loss == DL_LOSS_CRF) {
+        os->count = 0;       /* loss_crf counts the tokens */
         st = loss_crf(m, k, y, len, scale, dout ? g : NULL, err);
     } else {
         for (int64_t i = 0; i < n; i++)

@@ -12,8 +12,22 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Output k's figures in the --eval line: the accuracy of a classifier
+ * (over the tokens of a per-token one), with the perplexity of a
+ * next_token output; the MSE and RMSE of a graph model's MSE output. */
+static void print_metrics(const session *s, int k)
+{
+    const dl_output_conf *o = &s->conf->outputs[k];
+    if (o->loss == DL_LOSS_MSE && s->conf->graph)
+        printf("\"mse\":%.4f,\"rmse\":%.4f", s->out_mse[k], s->out_rmse[k]);
+    else
+        printf("\"accuracy\":%.4f", s->out_acc[k]);
+    if (o->loss == DL_LOSS_NEXT_TOKEN)
+        printf(",\"perplexity\":%.4f", s->out_ppl[k]);
+}
+
 /* The --eval line of a model with several outputs: the total loss and
- * each output's loss with its accuracy (classifiers) or RMSE (MSE). */
+ * each output's loss with its figures (print_metrics). */
 static void print_outputs(const session *s, double loss, int64_t n, double rate)
 {
     printf("{\"model\":\"%s\",\"version\":%lld,\"loss\":%.4f,\"outputs\":{",
@@ -21,10 +35,8 @@ static void print_outputs(const session *s, double loss, int64_t n, double rate)
     for (int k = 0; k < s->conf->noutputs; k++) {
         const dl_output_conf *o = &s->conf->outputs[k];
         printf("%s\"%s\":{\"loss\":%.4f,", k ? "," : "", o->name, s->out_loss[k]);
-        if (o->loss == DL_LOSS_MSE)
-            printf("\"rmse\":%.4f}", s->out_rmse[k]);
-        else
-            printf("\"accuracy\":%.4f}", s->out_acc[k]);
+        print_metrics(s, k);
+        printf("}");
     }
     printf("},\"samples\":%lld,\"samples_per_sec\":%.0f}\n", (long long)n, rate);
 }
@@ -47,10 +59,12 @@ dl_status dl_eval_run(const dl_run_opts *o, dl_err *err)
     double rate = st == DL_OK ? (double)test->n / (dl_time_now() - t0) : 0.0;
     if (st == DL_OK && s.conf->noutputs > 1)
         print_outputs(&s, loss, test->n, rate);
-    else if (st == DL_OK)
-        printf("{\"model\":\"%s\",\"version\":%lld,\"accuracy\":%.4f,\"loss\":%.4f,"
-               "\"samples\":%lld,\"samples_per_sec\":%.0f}\n",
-               s.conf->name, (long long)s.version, acc, loss, (long long)test->n, rate);
+    else if (st == DL_OK) {
+        printf("{\"model\":\"%s\",\"version\":%lld,", s.conf->name, (long long)s.version);
+        print_metrics(&s, 0);
+        printf(",\"loss\":%.4f,\"samples\":%lld,\"samples_per_sec\":%.0f}\n", loss,
+               (long long)test->n, rate);
+    }
     dl_dataset_free(test);
     session_close(&s);
     return st;

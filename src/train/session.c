@@ -100,6 +100,39 @@ dl_status session_data(session *s, const dl_run_opts *o, const char *split,
     return st;
 }
 
+/* Figures of one output summed over an evaluation's batches. */
+typedef struct out_sums {
+    double  loss, sq, tok_loss;   /* tok_loss: the token losses' sum (next_token) */
+    int64_t correct, judged;
+} out_sums;
+
+/* Adds output k's figures of the last dl_model_loss over b samples. */
+static void add_output(const session *s, int k, int64_t b, out_sums *o)
+{
+    double ls, sq;
+    int64_t c, judged = dl_model_output_judged(s->m, k);
+    dl_model_output_stats(s->m, k, &ls, &c, &sq);
+    o->loss += ls;
+    o->sq += sq;
+    o->correct += c;
+    o->judged += judged;
+    /* a per-token loss is its batch's token mean times b */
+    o->tok_loss += ls * (double)judged / (double)b;
+}
+
+/* Each output's means over n samples into s->out_*. */
+static void output_means(session *s, const out_sums *per, int64_t n)
+{
+    for (int k = 0; k < dl_model_output_count(s->m); k++) {
+        const out_sums *o = &per[k];
+        s->out_loss[k] = o->loss / (double)n;
+        s->out_acc[k] = o->judged ? (double)o->correct / (double)o->judged : 0.0;
+        s->out_mse[k] = o->sq / (double)(n * dl_model_output_dim(s->m, k));
+        s->out_rmse[k] = sqrt(s->out_mse[k]);
+        s->out_ppl[k] = o->judged ? exp(o->tok_loss / (double)o->judged) : 1.0;
+    }
+}
+
 dl_status session_evaluate(session *s, const dl_dataset *ds, int64_t batch,
                            double *loss, double *accuracy, dl_err *err)
 {
@@ -109,8 +142,9 @@ dl_status session_evaluate(session *s, const dl_dataset *ds, int64_t batch,
                                   (void **)&x, err);
     if (st != DL_OK)
         return st;
-    double sum = 0.0, per[DL_REPORT_MAX_OUTPUTS][3] = {{0}};
-    int64_t ok = 0, no = dl_model_output_count(s->m);
+    double sum = 0.0;
+    out_sums per[DL_REPORT_MAX_OUTPUTS] = {{0}};
+    int no = dl_model_output_count(s->m);
     for (int64_t i = 0; i < ds->n && st == DL_OK; i += batch) {
         int64_t b = ds->n - i < batch ? ds->n - i : batch;
         be->ops->upload(be, x, ds->x + i * ds->dim, (size_t)(b * ds->dim) * sizeof(float));
@@ -122,24 +156,14 @@ dl_status session_evaluate(session *s, const dl_dataset *ds, int64_t batch,
             st = dl_model_loss(s->m, ds->t ? NULL : ds->y + i, ds->t ? ds->t + i * ds->tdim : NULL,
                                1.0f, false, &l, &c, err);
         sum += l;
-        ok += c;
-        for (int64_t k = 0; k < no && st == DL_OK; k++) {
-            double ls, sq;
-            int64_t ck;
-            dl_model_output_stats(s->m, (int)k, &ls, &ck, &sq);
-            per[k][0] += ls;
-            per[k][1] += (double)ck;
-            per[k][2] += sq;
-        }
+        for (int k = 0; k < no && st == DL_OK; k++)
+            add_output(s, k, b, &per[k]);
     }
-    for (int64_t k = 0; k < no && ds->n; k++) {
-        s->out_loss[k] = per[k][0] / (double)ds->n;
-        s->out_acc[k] = per[k][1] / (double)ds->n;
-        s->out_rmse[k] = sqrt(per[k][2] / (double)(ds->n * dl_model_output_dim(s->m, (int)k)));
-    }
+    if (ds->n)
+        output_means(s, per, ds->n);
     be->ops->release(be, x);
     *loss = ds->n ? sum / (double)ds->n : 0.0;
-    *accuracy = ds->n ? (double)ok / (double)ds->n : 0.0;
+    *accuracy = ds->n ? s->out_acc[0] : 0.0;
     return st;
 }
 

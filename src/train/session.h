@@ -14,10 +14,12 @@ typedef struct session {
     dl_scaling     sc;
     int64_t        version;      /* loaded version, 0 for fresh weights */
     char           weights[4096];
-    /* per output, from the last session_evaluate: mean loss, accuracy and
-     * (MSE) root mean squared error */
+    /* per output, from the last session_evaluate: mean loss a sample,
+     * accuracy (per-token outputs: over their tokens), (MSE) mean squared
+     * error and its root, (next_token) perplexity: exp(mean token loss) */
     double         out_loss[DL_REPORT_MAX_OUTPUTS], out_acc[DL_REPORT_MAX_OUTPUTS],
-                   out_rmse[DL_REPORT_MAX_OUTPUTS];
+                   out_rmse[DL_REPORT_MAX_OUTPUTS], out_mse[DL_REPORT_MAX_OUTPUTS],
+                   out_ppl[DL_REPORT_MAX_OUTPUTS];
 } session;
 
 /* Opens model.json, the backend and a model with fresh weights (seed);
@@ -38,7 +40,9 @@ dl_status session_load_weights(session *s, const dl_run_opts *o, dl_err *err);
 dl_status session_data(session *s, const dl_run_opts *o, const char *split,
                        dl_dataset **out, dl_err *err);
 
-/* Mean loss and accuracy of the model (inference mode) over a dataset. */
+/* Mean loss and accuracy (output 0's, over its tokens for a per-token
+ * output) of the model (inference mode) over a dataset; each output's
+ * figures in s->out_*. */
 dl_status session_evaluate(session *s, const dl_dataset *ds, int64_t batch,
                            double *loss, double *accuracy, dl_err *err);
 

@@ -44,10 +44,12 @@ typedef struct trainer {
     bool        bar;
     dl_ps_stats ps;
     /* a model of several outputs: their count (0 for one output) and this
-     * epoch's sums of each one's training loss and its correct predictions
-     * (classifiers) or squared errors (MSE) */
+     * epoch's sums of each one's training loss, its correct predictions
+     * (classifiers) or squared errors (MSE), and the predictions judged
+     * (samples, or tokens of a per-token output) */
     int         nout;
-    double      out_train[DL_REPORT_MAX_OUTPUTS][2];
+    double      out_train[DL_REPORT_MAX_OUTPUTS][3];
+    double      judged;          /* this epoch's predictions of output 0 judged */
 } trainer;
 
 static void apply_overrides(dl_hparams *hp, const dl_run_opts *o)
@@ -332,6 +334,7 @@ static void add_output_sums(trainer *t)
         dl_model_output_stats(t->s.m, k, &loss, &correct, &sq);
         t->out_train[k][0] += loss;
         t->out_train[k][1] += is_rmse(t, k) ? sq : (double)correct;
+        t->out_train[k][2] += (double)dl_model_output_judged(t->s.m, k);
     }
 }
 
@@ -356,8 +359,10 @@ static dl_status compute(trainer *t, int64_t count, int64_t global, double *loss
     if (st == DL_OK)
         st = dl_model_loss(t->s.m, t->train->t ? NULL : t->hy, t->train->t ? t->ht : NULL,
                            scale, true, &l, &c, err);
-    if (st == DL_OK)
+    if (st == DL_OK) {
         add_output_sums(t);
+        t->judged += (double)dl_model_output_judged(t->s.m, 0);
+    }
     if (st == DL_OK)
         st = t->buckets ? dl_model_backward_hooked(t->s.m, grads_ready, t->buckets, err)
                         : dl_model_backward(t->s.m, err);
@@ -551,16 +556,18 @@ static double metric(double sum, double n, bool rmse, int64_t dim)
     return rmse ? sqrt(sum / (n * (double)dim)) : sum / n;
 }
 
-/* Each output's figures from the epoch's summed statistics (run_epoch). */
+/* Each output's figures from the epoch's summed statistics (run_epoch;
+ * the predictions judged of output k at sums[7 + 4 * nout + k]). */
 static void output_stats(const trainer *t, const double *sums, dl_epoch_stats *es)
 {
     double seen = sums[2] ? sums[2] : 1, tested = sums[5];
     for (int k = 0; k < t->nout; k++) {
-        const double *o = sums + 6 + 4 * k;
+        const double *o = sums + 6 + 4 * k, judged = sums[7 + 4 * t->nout + k];
         bool r = is_rmse(t, k);
         int64_t dim = dl_model_output_dim(t->s.m, k);
         es->out[k] = (dl_output_stats){
-            .train_loss = o[0] / seen, .train_metric = metric(o[1], seen, r, dim),
+            .train_loss = o[0] / seen,
+            .train_metric = r ? metric(o[1], seen, r, dim) : o[1] / (judged ? judged : 1),
             .test_loss = tested > 0 ? o[2] / tested : -1.0,
             .test_metric = tested > 0 ? metric(o[3], tested, r, dim) : -1.0 };
     }
@@ -590,6 +597,7 @@ static dl_status run_epoch(trainer *t, epoch_ctx *ec, dl_epoch_stats *es, bool *
     const dl_run_opts *o = t->o;
     dl_data_permutation(t->hp.seed, ec->epoch, t->train->n, t->perm);
     memset(t->out_train, 0, sizeof(t->out_train));
+    t->judged = 0.0;
     ec->bytes_start = (double)dl_dist_bytes(t->d);
     dl_dist_overlap(t->d, &ec->inflight_start, &ec->exposed_start);
     double loss = 0.0, t0 = dl_time_now(), last_draw = 0.0;
@@ -610,7 +618,7 @@ static dl_status run_epoch(trainer *t, epoch_ctx *ec, dl_epoch_stats *es, bool *
             double rate = (double)((s + 1 - ec->first) * G) / (now - t0);
             double left = (double)((t->total_steps - t->step) * G) / rate;
             show_bar(t, ec->epoch + 1, s, loss / (double)(seen ? seen : 1),
-                     (double)correct / (double)(seen ? seen : 1), rate, left);
+                     (double)correct / (t->judged ? t->judged : 1), rate, left);
             last_draw = now;
         }
     }
@@ -625,16 +633,21 @@ static dl_status run_epoch(trainer *t, epoch_ctx *ec, dl_epoch_stats *es, bool *
     if (st == DL_OK && is_ps(t))
         st = ps_pull(t, true, err);
     /* training loss, correct, samples; the same of the test set; then for
-     * each output its training loss and metric sums, and its test ones */
-    double sums[6 + 4 * DL_REPORT_MAX_OUTPUTS] = { loss, (double)correct, (double)seen };
+     * each output its training loss and metric sums, and its test ones;
+     * then the training predictions judged: output 0's, then each
+     * output's (tokens of a per-token output, else samples) */
+    int nsums = 7 + 5 * t->nout;
+    double sums[7 + 5 * DL_REPORT_MAX_OUTPUTS] = { loss, (double)correct, (double)seen };
+    sums[6 + 4 * t->nout] = t->judged;
     for (int k = 0; k < t->nout; k++) {
         sums[6 + 4 * k] = t->out_train[k][0];
         sums[6 + 4 * k + 1] = t->out_train[k][1];
+        sums[7 + 4 * t->nout + k] = t->out_train[k][2];
     }
     if (st == DL_OK && t->test && t->test->n > 0)
         st = evaluate(t, sums + 3, err);
     if (st == DL_OK)
-        st = dl_dist_sum_f64(t->d, sums, 6 + 4 * t->nout, "epoch statistics", err);
+        st = dl_dist_sum_f64(t->d, sums, nsums, "epoch statistics", err);
     int64_t steps = s - ec->first;
     double tmin, tmax;
     if (st == DL_OK)
@@ -645,7 +658,7 @@ static dl_status run_epoch(trainer *t, epoch_ctx *ec, dl_epoch_stats *es, bool *
     *es = (dl_epoch_stats){ .epoch = (int)ec->epoch + 1,
         .lr = dl_lr_at(&t->hp, t->step - 1, t->steps_per_epoch, t->total_steps),
         .train_loss = sums[0] / (sums[2] ? sums[2] : 1),
-        .train_accuracy = sums[1] / (sums[2] ? sums[2] : 1),
+        .train_accuracy = sums[1] / (sums[6 + 4 * t->nout] ? sums[6 + 4 * t->nout] : 1),
         .test_loss = sums[5] > 0 ? sums[3] / sums[5] : -1.0,
         .test_accuracy = sums[5] > 0 ? sums[4] / sums[5] : -1.0,
         .samples_per_sec = sums[2] / secs, .seconds = dl_time_now() - t0 };
