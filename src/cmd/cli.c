@@ -115,8 +115,9 @@ static const cli_opt opts[] = {
 
     {"data", .group = G_RUN, .kind = OPT_TEXT, .arg = "DIR", FIELD(run.data_dir),
      .doc = "data folder: IDX (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], "
-            "t10k-...) or train.csv / test.csv (label, then features); default "
-            DL_DEFAULT_DATA_DIR},
+            "t10k-...), train.csv / test.csv (label, then features) or, for a graph model, "
+            "train.jsonl / test.jsonl; default: MODEL_DIR/data when MODEL_DIR has a prepare "
+            "script (run first to write it), else " DL_DEFAULT_DATA_DIR},
     {"epochs", .group = G_RUN, .arg = "N", COUNT(run.epochs, 1, COUNT_MAX),
      .doc = "training epochs (default: model.json)"},
     {"batch-size", .group = G_RUN, .arg = "B", COUNT(run.batch_size, 1, COUNT_MAX),

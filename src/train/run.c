@@ -1,6 +1,6 @@
-/* run.c: `dlserve --eval` (accuracy of a version on the test split),
- * `dlserve --predict` (class, label and score per input sample, or every
- * output's values) and
+/* run.c: `dlserve --eval` (each output's figures of a version on the test
+ * split), `dlserve --predict` (class, label and score per input sample, or
+ * every output's values, a class a token of per-token ones) and
  * `dlserve --bench --infer-batch` (inference throughput per batch size). */
 #define _POSIX_C_SOURCE 200809L
 #include "train/session.h"
@@ -87,19 +87,39 @@ static dl_status stdin_to_file(char *path, size_t len, dl_err *err)
     return st;
 }
 
-/* IDX if the file starts like one (plain or gzip'd), CSV otherwise; a
- * model of several inputs reads CSV lines of each input's values. */
+/* Whether the model has a sequence input (read from JSON Lines only). */
+static bool has_sequence(const dl_model_conf *c)
+{
+    for (int k = 0; k < c->ninputs; k++)
+        if (c->inputs[k].max_length > 0)
+            return true;
+    return false;
+}
+
+/* IDX if the file starts like one (plain or gzip'd), JSON Lines if its
+ * first byte after white space is '{', CSV otherwise; a model of several
+ * inputs reads CSV lines of each input's values. */
 static dl_status load_input(const char *path, const session *s, dl_dataset **out,
                             dl_err *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
         return dl_err_set(err, DL_ERR_IO, "%s: cannot open", path);
-    unsigned char head[4] = {0};
-    size_t got = fread(head, 1, sizeof(head), f);
+    unsigned char head[64] = {0};
+    size_t got = fread(head, 1, sizeof(head), f), at = 0;
     fclose(f);
     bool idx = got >= 2 && ((head[0] == 0x1f && head[1] == 0x8b) ||
-                            (got == 4 && head[0] == 0 && head[1] == 0 && head[2] == 0x08));
+                            (got >= 4 && head[0] == 0 && head[1] == 0 && head[2] == 0x08));
+    if (got >= 3 && !memcmp(head, "\xef\xbb\xbf", 3))    /* a UTF-8 BOM */
+        at = 3;
+    while (at < got && (head[at] == ' ' || head[at] == '\t' || head[at] == '\r' ||
+                        head[at] == '\n'))
+        at++;
+    if (!idx && at < got && head[at] == '{')
+        return dl_dataset_load_jsonl_inputs(path, s->conf, out, err);
+    if (has_sequence(s->conf))
+        return dl_err_set(err, DL_ERR_INVALID, "%s: model '%s' reads sequences: give JSON "
+                          "Lines, an object a line", path, s->conf->name);
     int64_t dim = dl_model_in_dim(s->m);
     if (s->conf->ninputs > 1)
         return idx ? dl_err_set(err, DL_ERR_INVALID, "%s: IDX images feed one input; model "
@@ -117,28 +137,75 @@ static dl_status load_input(const char *path, const session *s, dl_dataset **out
     return st;
 }
 
-/* A prediction line: the class, its label and its probability for a
- * model of one classifier output; else every output's values by name. */
-static void print_prediction(const dl_model_conf *c, int64_t i, const float *p, int64_t k)
+/* The length of the sequence that output o of a sample runs over: its
+ * input's, read from the sample's packed row x. */
+static int64_t output_length(const dl_model_conf *c, const dl_output_conf *o, const float *x)
 {
-    if (c->noutputs == 1 && (!c->graph || c->outputs[0].loss == DL_LOSS_XENT)) {
+    int s = c->tseq[c->ninputs + o->from];
+    int64_t at = 0;
+    for (int k = 0; k < s; k++)
+        at += dl_input_width(&c->inputs[k]);
+    return s >= 0 ? (int64_t)x[at] : o->max_length;
+}
+
+/* A per-token output's answer at each of the sample's positions: the
+ * top class of a softmax a position, or a crf's tag on its Viterbi path
+ * (as served, dl_model_predict_multi); its label where the output has
+ * labels. */
+static void print_tokens(dl_sbuf *b, const dl_output_conf *o, const float *p, int64_t len)
+{
+    int64_t classes = o->dim / o->max_length;
+    dl_sbuf_putc(b, '[');
+    for (int64_t t = 0; t < len; t++) {
+        int64_t best = o->loss == DL_LOSS_CRF ? (int64_t)p[t]
+                                              : dl_argmax(p + t * classes, classes);
+        if (t)
+            dl_sbuf_putc(b, ',');
+        if (best >= 0 && best < o->nlabels)
+            dl_sbuf_json_string(b, o->labels[best]);
+        else
+            dl_sbuf_int(b, best);
+    }
+    dl_sbuf_putc(b, ']');
+}
+
+/* A prediction line: the class, its label and its probability for a
+ * model of one classifier output; else every output by name: a
+ * per-token output's classes (print_tokens), the values of the others.
+ * x is the sample's packed inputs, p its outputs side by side. */
+static void print_prediction(const dl_model_conf *c, int64_t i, const float *x, const float *p,
+                             int64_t k)
+{
+    if (c->noutputs == 1 && (!c->graph || c->outputs[0].loss == DL_LOSS_XENT) &&
+        c->outputs[0].max_length == 0) {
         int64_t best = dl_argmax(p, k);
         printf("{\"index\":%lld,\"class\":%lld,\"label\":\"%s\",\"score\":%.4f}\n",
                (long long)i, (long long)best, best < c->nlabels ? c->labels[best] : "",
                p[best]);
         return;
     }
-    printf("{\"index\":%lld,\"outputs\":{", (long long)i);
-    for (int o = 0; o < c->noutputs; p += c->outputs[o++].dim) {
-        printf("%s\"%s\":[", o ? "," : "", c->outputs[o].name);
-        for (int64_t j = 0; j < c->outputs[o].dim; j++) {
-            char num[DL_FLOAT_CHARS];
-            dl_fmt_float(num, p[j]);
-            printf("%s%s", j ? "," : "", num);
+    dl_sbuf b = {0};
+    dl_sbuf_printf(&b, "{\"index\":%lld,\"outputs\":{", (long long)i);
+    for (int o = 0; o < c->noutputs; p += c->outputs[o++].served) {
+        const dl_output_conf *oc = &c->outputs[o];
+        dl_sbuf_printf(&b, "%s\"%s\":", o ? "," : "", oc->name);
+        if (oc->max_length > 0) {
+            print_tokens(&b, oc, p, output_length(c, oc, x));
+            continue;
         }
-        printf("]");
+        dl_sbuf_putc(&b, '[');
+        for (int64_t j = 0; j < oc->served; j++) {
+            if (j)
+                dl_sbuf_putc(&b, ',');
+            char num[DL_FLOAT_CHARS];
+            dl_sbuf_add(&b, num, dl_fmt_float(num, p[j]));
+        }
+        dl_sbuf_putc(&b, ']');
     }
-    printf("}}\n");
+    dl_sbuf_add(&b, "}}\n", 3);
+    if (!b.oom)
+        fputs(b.s, stdout);
+    dl_sbuf_free(&b);
 }
 
 dl_status dl_predict_run(const dl_run_opts *o, dl_err *err)
@@ -167,7 +234,7 @@ dl_status dl_predict_run(const dl_run_opts *o, dl_err *err)
         st = out ? dl_model_predict(s.m, ds->x, ds->n, 256, out, err)
                  : dl_err_set(err, DL_ERR_NOMEM, "predictions");
         for (int64_t i = 0; st == DL_OK && i < ds->n; i++)
-            print_prediction(s.conf, i, out + i * k, k);
+            print_prediction(s.conf, i, ds->x + i * ds->dim, out + i * k, k);
     }
     if (tmp[0])
         unlink(tmp);

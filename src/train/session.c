@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void dl_run_opts_init(dl_run_opts *o)
 {
@@ -88,13 +89,19 @@ dl_status session_load_weights(session *s, const dl_run_opts *o, dl_err *err)
 dl_status session_data(session *s, const dl_run_opts *o, const char *split,
                        dl_dataset **out, dl_err *err)
 {
-    const char *dir = o->data_dir ? o->data_dir : DL_DEFAULT_DATA_DIR;
-    char csv[4200];
-    snprintf(csv, sizeof(csv), "%s/%s.csv", dir, split);
-    /* A graph model's data: targets of every output, then every input. */
-    dl_status st = s->conf->graph
-                 ? dl_dataset_load_csv_model(csv, s->conf, out, err)
-                 : dl_dataset_load_dir(dir, split, dl_model_in_dim(s->m), &s->sc, out, err);
+    char dir[4096], path[4200];
+    dl_status st = session_data_dir(o, split, dir, sizeof(dir), err);
+    if (st != DL_OK)
+        return st;
+    /* A graph model's data: <split>.jsonl when there is one, else CSV
+     * lines of every output's targets, then every input's values. */
+    snprintf(path, sizeof(path), "%s/%s.jsonl", dir, split);
+    bool jsonl = s->conf->graph && access(path, F_OK) == 0;
+    if (s->conf->graph && !jsonl)
+        snprintf(path, sizeof(path), "%s/%s.csv", dir, split);
+    st = jsonl ? dl_dataset_load_jsonl(path, s->conf, out, err)
+       : s->conf->graph ? dl_dataset_load_csv_model(path, s->conf, out, err)
+       : dl_dataset_load_dir(dir, split, dl_model_in_dim(s->m), &s->sc, out, err);
     if (st == DL_OK)
         dl_dataset_truncate(*out, o->limit);
     return st;

@@ -36,7 +36,18 @@ void session_serve(session *s, const dl_run_opts *o);
 /* Loads o->version (or the newest) into the model. */
 dl_status session_load_weights(session *s, const dl_run_opts *o, dl_err *err);
 
-/* Loads one split of the data folder, truncated to o->limit. */
+/* The data folder of a split into dir (len bytes): o->data_dir; without
+ * one, when the model folder has a `prepare` script, its data/ folder,
+ * the script run first (`prepare DIR`, OUT_DIR=DIR in its environment)
+ * unless data/ holds <split>.jsonl or <split>.csv; else
+ * DL_DEFAULT_DATA_DIR. Errors: the script missing its execute bit,
+ * failing, or writing no such file. (prepare.c) */
+dl_status session_data_dir(const dl_run_opts *o, const char *split, char *dir, size_t len,
+                           dl_err *err);
+
+/* Loads one split of the data folder (session_data_dir): JSON Lines when
+ * a graph model's folder has <split>.jsonl, else CSV or IDX as
+ * dl_dataset_load_dir; truncated to o->limit. */
 dl_status session_data(session *s, const dl_run_opts *o, const char *split,
                        dl_dataset **out, dl_err *err);
 
