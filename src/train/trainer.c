@@ -303,11 +303,16 @@ static void gather(trainer *t, int64_t s, int64_t *count, int64_t *global)
         dl_data_gather_targets(t->train, t->idx, *count, t->ht);
     if (!t->ids)
         return;
+    /* A sequence's row is its length, then ids: those within the length. */
+    const dl_input_conf *ic = &t->s.conf->inputs[0];
+    bool seq = ic->max_length > 0;
     int64_t n = 0;
-    for (int64_t i = 0; i < *count * dim; i++) {
-        float f = t->hx[i];   /* bad ids are refused by the embedding layer */
-        if (f >= 0.0f && f < (float)t->lay.rows)
-            t->ids[n++] = (int64_t)f;
+    for (int64_t i = 0; i < *count; i++) {
+        const float *x = t->hx + i * dim;
+        int64_t end = seq ? 1 + (int64_t)x[0] * (ic->dim / ic->max_length) : dim;
+        for (int64_t j = seq; j < end && j < dim; j++)
+            if (x[j] >= 0.0f && x[j] < (float)t->lay.rows)  /* bad ids: the layer refuses them */
+                t->ids[n++] = (int64_t)x[j];
     }
     qsort(t->ids, (size_t)n, sizeof(*t->ids), cmp_i64);
     t->nids = 0;
