@@ -613,7 +613,7 @@ static void dir_of(const char *what, char *out, size_t len)
     if (!slash)
         snprintf(out, len, ".");
     else
-        snprintf(out, len, "%.*s", (int)(slash - what ? slash - what : 1), what);
+        snprintf(out, len, "%.*s", (int)((slash - what) ? slash - what : 1), what);
 }
 
 /* A text input's "tokenizer": {"type": "bytes"} or {"type": "words",
