@@ -142,6 +142,31 @@ def record_seeds():
             ("bad_json", "0 - - hdr-id\n{\"id\": \"x\", \"data\": [1, 2,")]
 
 
+def jsonl_seeds():
+    """fuzz_jsonl: lines of tests/unit/test_jsonl.c's model (mode byte 0,
+    4: inputs only), texts to tokenize (1, 5) and vocabularies (2, 6)."""
+    line_a = {"text": "The cat, SAT", "ids": [1, 2], "feat": [[1, 3], [5, 7]],
+              "x": [[1, 2], [3, 4]], "k": 4, "tags": ["O", "N", "V"], "path": ["q", "p"],
+              "fd": [0, -1], "cls": "hi", "reg": [0.5, -1]}
+    line_b = {"text": "don't caf\u00e9", "ids": [7], "feat": [1, 3, 5, 7, 0.5, 2e-3],
+              "x": [1, 2, 3, 4], "k": [255], "tags": [0, 2], "path": [1], "fd": [1, 0, -1],
+              "cls": 0, "reg": [[1e3], [-2]]}
+    lines = (json.dumps(line_a) + "\n" + json.dumps(line_b) + "\r\n").encode()
+    inputs = {k: v for k, v in line_a.items() if k in ("text", "ids", "feat", "x", "k")}
+    write_corpus("jsonl", [
+        ("two_lines", b"\x00" + lines),
+        ("inputs_only", b"\x04" + (json.dumps(inputs) + "\n").encode()),
+        ("text", b"\x01" + "In the beginning God created the heaven and the earth.\n"
+                            "Don't, caf\u00e9!".encode()),
+        ("text_lower", b"\x05" + b"THE Cat sat\x00on\tthe mat"),
+        ("vocab", b"\x02" + b"the\ncat\nsat\ndon't\ncaf\xc3\xa9\n"),
+        ("vocab_crlf", b"\x06" + b"a\r\nb\r\nc")])
+    write_dict("jsonl", JSON_TOKENS + ['"text"', '"ids"', '"feat"', '"x"', '"k"', '"tags"',
+                                       '"path"', '"fd"', '"cls"', '"reg"', '"lm"', '"O"',
+                                       '"N"', '"V"', '"p"', '"q"', '"hi"', "[[", "]]", "-1",
+                                       "\n", "\r\n", "the", "cat", "'", "\xc3\xa9"])
+
+
 def main():
     mlp = read("models/fashion-mlp/model.json")
     cnn = read("models/fashion-cnn/model.json")
@@ -237,6 +262,8 @@ def main():
                          ("dim8", b"\x07" + b"1,2,3,4,5,6,7,8")])
     write_dict("csv", [",", "\n", "\r\n", "e", "E-", ".", "-", "+", "inf", "nan", "0x1p3",
                        "2147483648", "label"])
+
+    jsonl_seeds()
 
     conf = read("conf/dlserve.conf")
     write_corpus("ini", [("dlserve_conf", conf),
