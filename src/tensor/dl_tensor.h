@@ -63,6 +63,20 @@ typedef struct dl_strided {
     int64_t st[3][DL_STRIDED_DIMS];
 } dl_strided;
 
+/* Sequences (the seq_* kernels): n samples of t positions of d floats
+ * each, [n, t, d] densely; sample s is valid at its first len[s]
+ * positions (host memory, each 1 to t; len NULL: all t), the rest is
+ * padding. */
+typedef struct dl_seq {
+    int64_t        n, t, d;
+    const int32_t *len;
+} dl_seq;
+
+/* What seq_pool makes of a sample's valid positions. */
+typedef enum dl_seq_pool_kind {
+    DL_SEQ_POOL_KIND_MEAN, DL_SEQ_POOL_KIND_MAX, DL_SEQ_POOL_KIND_SUM, DL_SEQ_POOL_KIND_LAST,
+} dl_seq_pool_kind;
+
 /* The binary ops of add, sub, mul and div. */
 typedef enum dl_binop { DL_BIN_ADD, DL_BIN_SUB, DL_BIN_MUL, DL_BIN_DIV } dl_binop;
 
@@ -135,9 +149,10 @@ typedef struct dl_backend_ops {
     /* Recording (NULL entries when the backend cannot record): the ops
      * called between graph_begin and graph_end are recorded, not run;
      * graph_launch queues one replay. Ops that exchange data with the host
-     * (upload, download, xent, mse, sumsq, embed_fwd) must not be recorded,
-     * and every buffer must exist already and stay allocated, unchanged,
-     * while the graph lives: run the work once before recording it. */
+     * (upload, download, xent, mse, sumsq, embed_fwd, the seq_* kernels)
+     * must not be recorded, and every buffer must exist already and stay
+     * allocated, unchanged, while the graph lives: run the work once before
+     * recording it. */
     dl_status (*graph_begin)(dl_backend *be, dl_err *err);
     dl_status (*graph_end)(dl_backend *be, dl_graph **out, dl_err *err);
     dl_status (*graph_launch)(dl_backend *be, dl_graph *g, dl_err *err);
@@ -389,6 +404,21 @@ typedef struct dl_backend_ops {
     dl_status (*attn_bwd)(dl_backend *be, const dl_attn *a, const float *q, const float *k,
                           const float *v, const float *dout, float *dq, float *dk, float *dv,
                           dl_err *err);
+    /* Sequences (dl_seq; the lengths are host memory, so these cannot be
+     * recorded in a graph): y = x at each sample's valid positions and 0
+     * past them; y may be x. */
+    void (*seq_mask)(dl_backend *be, const dl_seq *q, const float *x, float *y);
+    /* y [n, d] = the mean, max, sum or last of each sample's valid
+     * positions of x (per value: max as torch.max over them). */
+    void (*seq_pool_fwd)(dl_backend *be, dl_seq_pool_kind kind, const dl_seq *q,
+                         const float *x, float *y);
+    /* dx [n, t, d] overwritten from dy [n, d]: mean spreads dy / len over
+     * the valid positions, sum dy; max gives dy to the first valid
+     * position holding the maximum (found again in the forward's x, which
+     * only max reads: PyTorch's index of max(dim)); last to position
+     * len - 1. Zero elsewhere. */
+    void (*seq_pool_bwd)(dl_backend *be, dl_seq_pool_kind kind, const dl_seq *q,
+                         const float *x, const float *dy, float *dx);
 } dl_backend_ops;
 
 struct dl_backend {

@@ -841,6 +841,51 @@ static void check_attention(void)
         }
 }
 
+/* Sequences (test_cuda_bodies.c's shapes and one larger): the mask in
+ * place and not, and the four pools, of values in multiples of 1/4 so
+ * that maxima tie; with lengths and without. */
+static void check_seq(void)
+{
+    static const int32_t lens5[5] = { 7, 1, 3, 5, 2 };
+    static const char *const kinds[4] = { "mean", "max", "sum", "last" };
+    if (!HAVE(seq_mask) || !HAVE(seq_pool_fwd) || !HAVE(seq_pool_bwd))
+        return;
+    int32_t lens64[64];
+    for (int i = 0; i < 64; i++)
+        lens64[i] = 1 + (int32_t)(dl_rng_uniform(&rng) * 100.0f);
+    lens64[0] = 100;
+    const dl_seq cases[3] = { { 5, 7, 6, lens5 }, { 5, 7, 6, NULL }, { 64, 100, 33, lens64 } };
+    char name[64];
+    for (int c = 0; c < 3; c++) {
+        const dl_seq *q = &cases[c];
+        int64_t nx = q->n * q->t * q->d, ny = q->n * q->d;
+        const char *tag = c == 0 ? "" : c == 1 ? "_all" : "_big";
+        float *v = malloc((size_t)nx * sizeof(float));
+        if (!v)
+            exit(1);
+        for (int64_t i = 0; i < nx; i++)
+            v[i] = roundf((dl_rng_uniform(&rng) * 2.0f - 1.0f) * 4.0f) / 4.0f;
+        pair *x = mk_bytes(nx, sizeof(float), v), *y = mk(nx, -1, 1), *z = mk(nx, -1, 1);
+        free(v);
+        ON_BOTH(B->ops->seq_mask(B, q, F(x), F(y));
+                B->ops->seq_mask(B, q, F(z), F(z)));
+        snprintf(name, sizeof(name), "seq_mask%s", tag);
+        compare(name, y, false, 0.0);
+        snprintf(name, sizeof(name), "seq_mask_inplace%s", tag);
+        compare(name, z, false, 0.0);
+        for (int k = 0; k < 4; k++) {
+            pair *p = mk(ny, -1, 1), *dy = mk(ny, -1, 1), *dx = mk(nx, -1, 1);
+            ON_BOTH(B->ops->seq_pool_fwd(B, (dl_seq_pool_kind)k, q, F(x), F(p));
+                    B->ops->seq_pool_bwd(B, (dl_seq_pool_kind)k, q, F(x), F(dy), F(dx)));
+            snprintf(name, sizeof(name), "seq_pool_fwd_%s%s", kinds[k], tag);
+            compare(name, p, false, TOL);
+            snprintf(name, sizeof(name), "seq_pool_bwd_%s%s", kinds[k], tag);
+            compare(name, dx, false, TOL);
+        }
+        drop_all();
+    }
+}
+
 /* One B for every q (sb = 0), every stride nonzero, and C_q apart by more
  * than m n; each with the four transposes, in FP32 and TF32; then k = 0. */
 static void check_gemm_batched(void)
@@ -995,6 +1040,7 @@ int main(void)
     check_layernorm();
     check_softmax_axis();
     check_attention();
+    check_seq();
     check_gemm_batched();
     check_backend();
 

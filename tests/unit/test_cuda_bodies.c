@@ -3,8 +3,9 @@
  * every index on the host and compared with the CPU backend's slots on
  * the same random inputs and the shapes of tests/gpu/test_gpu_ops.c's
  * parity checks: broadcasting binaries with their gradients, strided
- * copies, reductions, the unary family, layernorm, softmax on an axis and
- * attention (its softmax rows between the products).
+ * copies, reductions, the unary family, layernorm, softmax on an axis,
+ * attention (its softmax rows between the products) and the sequence
+ * kernels (masks and the four pools).
  * Limit: normwise relative error max|body - cpu| / max|cpu| <= 1e-5 (the
  * two sum in different orders). */
 #include <math.h>
@@ -29,7 +30,7 @@ static void setup(void)
     cr_assert(o->binary_fwd && o->binary_bwd && o->copy_strided && o->reduce_fwd &&
               o->reduce_bwd && o->unary_fwd && o->unary_bwd && o->layernorm_fwd &&
               o->layernorm_bwd && o->softmax_axis_fwd && o->softmax_axis_bwd && o->attn_fwd &&
-              o->attn_bwd,
+              o->attn_bwd && o->seq_mask && o->seq_pool_fwd && o->seq_pool_bwd,
               "the CPU backend lacks a graph layer slot: nothing to compare with");
     dl_rng_seed(&rng, 20260612);
 }
@@ -519,4 +520,53 @@ Test(cuda_bodies, attention_fwd_and_bwd)
             free(p);
             free(dp);
         }
+}
+
+/* ---- sequences ------------------------------------------------------------------------ */
+
+/* [5, 7, 6] of lengths 7, 1, 3, 5, 2 and without lengths, the values
+ * multiples of 1/4 so that maxima tie: the pools' gradients must pick
+ * the same position. */
+Test(cuda_bodies, seq_mask_and_pool)
+{
+    static const int32_t lens[5] = { 7, 1, 3, 5, 2 };
+    static const char *const kinds[4] = { "mean", "max", "sum", "last" };
+    char what[64];
+    for (int with = 0; with < 2; with++) {
+        dl_seq q = { .n = 5, .t = 7, .d = 6, .len = with ? lens : NULL };
+        int64_t nx = q.n * q.t * q.d, ny = q.n * q.d;
+        float *x = rnd(nx, -1, 1), *y = rnd(nx, 0, 1);
+        for (int64_t i = 0; i < nx; i++)
+            x[i] = roundf(x[i] * 4.0f) / 4.0f;
+        float *cx = dev(x, nx), *cy = dev(y, nx);
+        be->ops->seq_mask(be, &q, cx, cy);
+        for (int64_t j = 0; j < nx; j++)
+            body_seq_mask(q.t, q.d, q.len, x, y, j);
+        snprintf(what, sizeof(what), "seq_mask%s", with ? "" : "_no_lengths");
+        expect_close(what, y, cy, nx);
+        for (int k = 0; k < 4; k++) {
+            float *p = rnd(ny, 0, 1), *dy = rnd(ny, -1, 1), *dx = rnd(nx, 0, 1);
+            float *cp = dev(p, ny), *cdy = dev(dy, ny), *cdx = dev(dx, nx);
+            be->ops->seq_pool_fwd(be, (dl_seq_pool_kind)k, &q, cx, cp);
+            be->ops->seq_pool_bwd(be, (dl_seq_pool_kind)k, &q, cx, cdy, cdx);
+            for (int64_t j = 0; j < ny; j++) {
+                body_seq_pool_fwd((dl_seq_pool_kind)k, q.t, q.d, q.len, x, p, j);
+                body_seq_pool_bwd((dl_seq_pool_kind)k, q.t, q.d, q.len, x, dy, dx, j);
+            }
+            snprintf(what, sizeof(what), "seq_pool_fwd_%s%s", kinds[k], with ? "" : "_all");
+            expect_close(what, p, cp, ny);
+            snprintf(what, sizeof(what), "seq_pool_bwd_%s%s", kinds[k], with ? "" : "_all");
+            expect_close(what, dx, cdx, nx);
+            be->ops->release(be, cp);
+            be->ops->release(be, cdy);
+            be->ops->release(be, cdx);
+            free(p);
+            free(dy);
+            free(dx);
+        }
+        be->ops->release(be, cx);
+        be->ops->release(be, cy);
+        free(x);
+        free(y);
+    }
 }

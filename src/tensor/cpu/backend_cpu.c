@@ -540,7 +540,10 @@ static dl_status cpu_sync(dl_backend *be, dl_err *err)
     .softmax_axis_bwd = cpu_softmax_axis_bwd, \
     .gemm_batched     = cpu_gemm_batched, \
     .attn_fwd         = cpu_attn_fwd, \
-    .attn_bwd         = cpu_attn_bwd,
+    .attn_bwd         = cpu_attn_bwd, \
+    .seq_mask         = cpu_seq_mask, \
+    .seq_pool_fwd     = cpu_seq_pool_fwd, \
+    .seq_pool_bwd     = cpu_seq_pool_bwd,
 
 /* im2col + OpenBLAS and plain loops for convolution and pooling. */
 static const dl_backend_ops cpu_ops = {

@@ -213,6 +213,12 @@ dl_status cpu_attn_fwd(dl_backend *be, const dl_attn *a, const float *q, const f
 dl_status cpu_attn_bwd(dl_backend *be, const dl_attn *a, const float *q, const float *k,
                        const float *v, const float *dout, float *dq, float *dk, float *dv,
                        dl_err *err);
+/* cpu_seq.c: the sequence kernels (dl_seq). */
+void cpu_seq_mask(dl_backend *be, const dl_seq *q, const float *x, float *y);
+void cpu_seq_pool_fwd(dl_backend *be, dl_seq_pool_kind kind, const dl_seq *q, const float *x,
+                      float *y);
+void cpu_seq_pool_bwd(dl_backend *be, dl_seq_pool_kind kind, const dl_seq *q, const float *x,
+                      const float *dy, float *dx);
 void cpu_softmax_axis_fwd(dl_backend *be, bool log, const float *x, float *y,
                           int64_t outer, int64_t len, int64_t inner);
 void cpu_softmax_axis_bwd(dl_backend *be, bool log, const float *y, const float *dy,

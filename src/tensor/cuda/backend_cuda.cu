@@ -1169,6 +1169,58 @@ dl_status cu_attn_bwd(dl_backend *be, const dl_attn *a, const float *q, const fl
     return ok ? DL_OK : take_latched(c, err);
 }
 
+/* Sequences: the lengths go up through the pinned slots into scratch
+ * before each kernel (a kernel or two a layer, n int32 each). NULL when q
+ * has none, or after a failure (*ok false, latched). */
+const int32_t *seq_lengths(cuda_ctx *c, const dl_seq *q, const char *what, bool *ok)
+{
+    *ok = true;
+    if (!q->len)
+        return nullptr;
+    size_t bytes = (size_t)q->n * sizeof(int32_t);
+    void *s = refuse_capture(c, what) ? nullptr : scratch(c, bytes);
+    *ok = s && CUDA_CHECK(c, stage_h2d(c, s, q->len, bytes), what);
+    return (const int32_t *)s;
+}
+
+void cu_seq_mask(dl_backend *be, const dl_seq *q, const float *x, float *y)
+{
+    cuda_ctx *c = ctx_of(be);
+    bool ok;
+    if (q->n <= 0)
+        return;
+    bind(c);
+    const int32_t *len = seq_lengths(c, q, "seq_mask", &ok);
+    if (ok)
+        CUDA_CHECK(c, k_seq_mask(c->stream, q, len, x, y), "seq_mask");
+}
+
+void cu_seq_pool_fwd(dl_backend *be, dl_seq_pool_kind kind, const dl_seq *q, const float *x,
+                     float *y)
+{
+    cuda_ctx *c = ctx_of(be);
+    bool ok;
+    if (q->n <= 0)
+        return;
+    bind(c);
+    const int32_t *len = seq_lengths(c, q, "seq_pool_fwd", &ok);
+    if (ok)
+        CUDA_CHECK(c, k_seq_pool_fwd(c->stream, kind, q, len, x, y), "seq_pool_fwd");
+}
+
+void cu_seq_pool_bwd(dl_backend *be, dl_seq_pool_kind kind, const dl_seq *q, const float *x,
+                     const float *dy, float *dx)
+{
+    cuda_ctx *c = ctx_of(be);
+    bool ok;
+    if (q->n <= 0)
+        return;
+    bind(c);
+    const int32_t *len = seq_lengths(c, q, "seq_pool_bwd", &ok);
+    if (ok)
+        CUDA_CHECK(c, k_seq_pool_bwd(c->stream, kind, q, len, x, dy, dx), "seq_pool_bwd");
+}
+
 /* Defined below with creation and graphs. */
 void      mod_backend_destroy(dl_backend *be);
 dl_status mod_sync(dl_backend *be, dl_err *err);
@@ -1253,6 +1305,9 @@ const dl_backend_ops cuda_ops = {
     .gemm_batched     = cu_gemm_batched,
     .attn_fwd         = cu_attn_fwd,
     .attn_bwd         = cu_attn_bwd,
+    .seq_mask         = cu_seq_mask,
+    .seq_pool_fwd     = cu_seq_pool_fwd,
+    .seq_pool_bwd     = cu_seq_pool_bwd,
 };
 
 /* ---- creation and teardown -------------------------------------------------- */

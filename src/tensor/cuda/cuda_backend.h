@@ -119,7 +119,7 @@ size_t k_sumsq_scratch_bytes(int64_t n);
 cudaError_t k_sumsq(cudaStream_t s, void *scratch, const float *x, int64_t n,
                     loss_result *out);
 
-/* The graph layers' kernels (binary_fwd .. softmax_axis_bwd in dl_tensor.h),
+/* The graph layers' kernels (binary_fwd .. seq_pool_bwd in dl_tensor.h),
  * over the per-index bodies of graph_body.h. Deterministic: a broadcast
  * gradient or a reduction is gathered by one thread an output element
  * (sums in double), never scattered through atomics. */
@@ -157,5 +157,13 @@ size_t k_layernorm_scratch_bytes(int64_t rows);
 cudaError_t k_layernorm_bwd(cudaStream_t s, void *scratch, const float *x, const float *w,
                             const float *dy, float *dx, float *dw, float *db, int64_t rows,
                             int64_t d, float eps);
+/* Sequences (dl_seq), with len the lengths on the device (NULL: all t)
+ * in place of q->len. */
+cudaError_t k_seq_mask(cudaStream_t s, const dl_seq *q, const int32_t *len, const float *x,
+                       float *y);
+cudaError_t k_seq_pool_fwd(cudaStream_t s, dl_seq_pool_kind kind, const dl_seq *q,
+                           const int32_t *len, const float *x, float *y);
+cudaError_t k_seq_pool_bwd(cudaStream_t s, dl_seq_pool_kind kind, const dl_seq *q,
+                           const int32_t *len, const float *x, const float *dy, float *dx);
 
 #endif /* DL_TENSOR_CUDA_BACKEND_H */

@@ -1,5 +1,5 @@
 /* graph_body.h (private to tensor/cuda/): the per-index arithmetic of the
- * graph layers' kernels (binary_fwd .. softmax_axis_bwd in dl_tensor.h),
+ * graph layers' kernels (binary_fwd .. seq_pool_bwd in dl_tensor.h),
  * as plain functions that compile both as C11 (gcc, for the host test
  * tests/unit/test_cuda_bodies.c, which checks them against the CPU
  * backend) and as CUDA C++ (kernels.cu, whose __global__ kernels only
@@ -449,6 +449,69 @@ DL_HD void body_ln_dwdb(const float *x, const float *dy, const double *stats, in
     }
     *dw = a;
     *db = c;
+}
+
+/* ---- sequences (dl_seq) ------------------------------------------------------------
+ * [n, t, d] values; len holds the lengths where the kernel runs (NULL:
+ * every sample has t). */
+
+DL_HD int64_t body_seq_len(const int32_t *len, int64_t t, int64_t s)
+{
+    return len ? len[s] : t;
+}
+
+/* seq_mask at element j: x past its sample's length reads as 0. */
+DL_HD void body_seq_mask(int64_t t, int64_t d, const int32_t *len, const float *x, float *y,
+                         int64_t j)
+{
+    int64_t s = j / (t * d), p = j / d - s * t;
+    y[j] = p < body_seq_len(len, t, s) ? x[j] : 0.0f;
+}
+
+/* The first of positions [0, len) of a column (values d apart from xc)
+ * holding its largest value: a later one wins only when strictly larger. */
+DL_HD int64_t body_seq_first_max(const float *xc, int64_t len, int64_t d)
+{
+    int64_t at = 0;
+    for (int64_t p = 1; p < len; p++)
+        if (xc[p * d] > xc[at * d])
+            at = p;
+    return at;
+}
+
+/* seq_pool_fwd: element j = (s, c) of y [n, d]; mean and sum in double,
+ * in position order. */
+DL_HD void body_seq_pool_fwd(dl_seq_pool_kind kind, int64_t t, int64_t d, const int32_t *len,
+                             const float *x, float *y, int64_t j)
+{
+    int64_t s = j / d, c = j - s * d, n = body_seq_len(len, t, s);
+    const float *xc = x + s * t * d + c;
+    if (kind == DL_SEQ_POOL_KIND_MAX) {
+        y[j] = xc[body_seq_first_max(xc, n, d) * d];
+        return;
+    }
+    if (kind == DL_SEQ_POOL_KIND_LAST) {
+        y[j] = xc[(n - 1) * d];
+        return;
+    }
+    double acc = 0.0;
+    for (int64_t p = 0; p < n; p++)
+        acc += xc[p * d];
+    y[j] = (float)(kind == DL_SEQ_POOL_KIND_MEAN ? acc / (double)n : acc);
+}
+
+/* seq_pool_bwd: column j = (s, c) of dx, all its t values. */
+DL_HD void body_seq_pool_bwd(dl_seq_pool_kind kind, int64_t t, int64_t d, const int32_t *len,
+                             const float *x, const float *dy, float *dx, int64_t j)
+{
+    int64_t s = j / d, c = j - s * d, n = body_seq_len(len, t, s);
+    float *dc = dx + s * t * d + c;
+    int64_t at = kind == DL_SEQ_POOL_KIND_MAX ? body_seq_first_max(x + s * t * d + c, n, d)
+               : n - 1;
+    bool spread = kind == DL_SEQ_POOL_KIND_MEAN || kind == DL_SEQ_POOL_KIND_SUM;
+    float g = kind == DL_SEQ_POOL_KIND_MEAN ? dy[j] / (float)n : dy[j];
+    for (int64_t p = 0; p < t; p++)
+        dc[p * d] = (spread ? p < n : p == at) ? g : 0.0f;
 }
 
 #endif /* DL_TENSOR_CUDA_GRAPH_BODY_H */

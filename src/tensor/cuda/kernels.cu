@@ -920,6 +920,29 @@ __global__ void layernorm_dwdb_kernel(const float *x, const float *dy, const dou
     }
 }
 
+/* Sequences: one thread a value (mask) or a column of a sample (pool). */
+__global__ void seq_mask_kernel(int64_t t, int64_t d, const int32_t *len, const float *x,
+                                float *y, int64_t n)
+{
+    for (int64_t j = tid(); j < n; j += nthreads())
+        body_seq_mask(t, d, len, x, y, j);
+}
+
+__global__ void seq_pool_fwd_kernel(dl_seq_pool_kind kind, int64_t t, int64_t d,
+                                    const int32_t *len, const float *x, float *y, int64_t n)
+{
+    for (int64_t j = tid(); j < n; j += nthreads())
+        body_seq_pool_fwd(kind, t, d, len, x, y, j);
+}
+
+__global__ void seq_pool_bwd_kernel(dl_seq_pool_kind kind, int64_t t, int64_t d,
+                                    const int32_t *len, const float *x, const float *dy,
+                                    float *dx, int64_t n)
+{
+    for (int64_t j = tid(); j < n; j += nthreads())
+        body_seq_pool_bwd(kind, t, d, len, x, dy, dx, j);
+}
+
 template <int OP>
 void launch_binary_fwd(cudaStream_t s, const dl_strided *g, const float *a, const float *b,
                        const dl_act *post, float *y, int64_t n)
@@ -1504,5 +1527,35 @@ cudaError_t k_layernorm_bwd(cudaStream_t s, void *scratch, const float *x, const
         layernorm_dx_kernel<<<grid, BLOCK, 0, s>>>(x, w, dy, dx, stats, rows, d);
     if (dw || db)
         layernorm_dwdb_kernel<<<blocks_for(d), BLOCK, 0, s>>>(x, dy, stats, dw, db, rows, d);
+    return cudaGetLastError();
+}
+
+cudaError_t k_seq_mask(cudaStream_t s, const dl_seq *q, const int32_t *len, const float *x,
+                       float *y)
+{
+    int64_t n = q->n * q->t * q->d;
+    if (n <= 0)
+        return cudaSuccess;
+    seq_mask_kernel<<<blocks_for(n), BLOCK, 0, s>>>(q->t, q->d, len, x, y, n);
+    return cudaGetLastError();
+}
+
+cudaError_t k_seq_pool_fwd(cudaStream_t s, dl_seq_pool_kind kind, const dl_seq *q,
+                           const int32_t *len, const float *x, float *y)
+{
+    int64_t n = q->n * q->d;
+    if (n <= 0 || q->t <= 0)
+        return cudaSuccess;
+    seq_pool_fwd_kernel<<<blocks_for(n), BLOCK, 0, s>>>(kind, q->t, q->d, len, x, y, n);
+    return cudaGetLastError();
+}
+
+cudaError_t k_seq_pool_bwd(cudaStream_t s, dl_seq_pool_kind kind, const dl_seq *q,
+                           const int32_t *len, const float *x, const float *dy, float *dx)
+{
+    int64_t n = q->n * q->d;
+    if (n <= 0 || q->t <= 0)
+        return cudaSuccess;
+    seq_pool_bwd_kernel<<<blocks_for(n), BLOCK, 0, s>>>(kind, q->t, q->d, len, x, dy, dx, n);
     return cudaGetLastError();
 }
