@@ -513,6 +513,12 @@ void layer_strided_out(const layer *l, int64_t n, dl_strided *g)
     layer_dense_strides(g->nd, g->shape, g->st[2]);
 }
 
+dl_seq layer_seq_geom(const layer *l, int64_t n)
+{
+    int64_t t = l->in_shape[0];
+    return (dl_seq){ .n = n, .t = t, .d = t > 0 ? l->in_dim / t : 0, .len = l->ins_len[0] };
+}
+
 void layer_bcast_strides(const layer *l, int k, int64_t *st)
 {
     int nd = l->out_ndim, kd = l->ins_ndim[k];

@@ -107,6 +107,9 @@ struct layer {
     const int32_t       *ins_len[DL_LAYER_MAX_IN];
     const int32_t       *out_len;
     int64_t              seq_max;
+    /* Whether input 0 is a sequence (known when the model is built, before
+     * any lengths: a conv1d over one declares its weights from [T, D]). */
+    bool                 seq;
 };
 
 /* Runs a layer's forward one sample at a time (batch-invariant inference
@@ -196,6 +199,11 @@ void layer_dense_strides(int nd, const int64_t *shape, int64_t *st);
 /* The iteration over a batch of n of l's outputs: the batch, then the
  * output's dimensions; st[2] the output's strides, the others 0. */
 void layer_strided_out(const layer *l, int64_t n, dl_strided *g);
+
+/* Input 0 of l over a batch of n as sequences: its time axis (the
+ * capacity), the values a position and this pass's lengths (NULL when
+ * it is no sequence: every position is valid). */
+dl_seq layer_seq_geom(const layer *l, int64_t n);
 
 /* Input k's strides along that iteration (NumPy broadcasting: 0 along
  * the dimensions it repeats). */

@@ -299,22 +299,219 @@ const layer_ops layer_conv2d_ops = {
 
 /* conv1d: the convolution on [C, 1, L] (model.c gives it that shape) with
  * PyTorch's weight [filters, C / groups, kernel]: the same values in the
- * same order as [filters, C / groups, 1, kernel]. */
+ * same order as [filters, C / groups, 1, kernel]. Over a sequence [T, D]
+ * (channels last, stride 1, groups 1, the length kept) the weight is
+ * [filters, D, kernel], and seq_forward / seq_backward below run it. */
 static void conv1d_declare(layer *l)
 {
-    layer_declare(l, "weight", true, 3, l->conf->filters, l->in_shape[0] / groups_of(l),
-                  l->conf->kw, 0);
+    int64_t c = l->seq ? l->in_shape[1] : l->in_shape[0] / groups_of(l);
+    layer_declare(l, "weight", true, 3, l->conf->filters, c, l->conf->kw, 0);
     if (l->conf->bias)
         layer_declare(l, "bias", true, 1, l->conf->filters, 0, 0, 0);
 }
 
+/* ---- conv1d over a sequence -----------------------------------------------
+ * PyTorch's Conv1d on x^T where each sample's positions past its length
+ * read as zeros: a row a position of its window's values, cols [T, D k]
+ * (column c k + j: channel c at tap j, the weight's order), then
+ * y = cols W^T + b, the dense layer's GEMM. A chunk of samples at a time:
+ *
+ *   xm    [b, T, D]     x masked (work; in backward dy masked, [b, T, F])
+ *   cols  [b, T, D k]   tap j of row t: xm[t + j dilation - padding], 0
+ *                       outside [0, T) (work; in backward dcols)
+ */
+
+/* A row of cols: D k values, the fan-in. */
+static int64_t seq_fan(const layer *l) { return l->in_shape[1] * l->conf->kw; }
+
+/* The wider of D and F: xm, then the masked dy, in the same place. */
+static int64_t seq_wide(const layer *l)
+{
+    return l->in_shape[1] > l->conf->filters ? l->in_shape[1] : l->conf->filters;
+}
+
+/* Samples a chunk: cols and xm of about the backend's chunk size. */
+static int64_t seq_chunk(const layer *l, int64_t n)
+{
+    int64_t per = l->in_shape[0] * (seq_fan(l) + seq_wide(l));
+    int64_t cap = l->be->chunk_floats > 0 ? l->be->chunk_floats : DL_CHUNK_FLOATS;
+    int64_t c = cap / (per > 0 ? per : 1);
+    return c < 1 ? 1 : c > n ? n : c;
+}
+
+static int64_t seq_work(const layer *l, int64_t n)
+{
+    return seq_chunk(l, n) * l->in_shape[0] * (seq_fan(l) + seq_wide(l));
+}
+
+/* Tap j over b samples: the rows t whose tap reads a position of [0, T),
+ * t + off with off = j dilation - padding; operand 0 x's [b, T, D]
+ * (from row t + off), operand 1 cols' tap j (column j of each channel's
+ * k, from row t), 2 as operand 0. False when no row's tap lies inside. */
+static bool seq_tap(const layer *l, int64_t b, int64_t j, dl_strided *g, int64_t *xoff,
+                    int64_t *coff)
+{
+    int64_t t = l->in_shape[0], d = l->in_shape[1], k = l->conf->kw;
+    int64_t off = j * l->conf->dw - l->conf->pw;
+    int64_t t0 = off < 0 ? -off : 0, t1 = off > 0 ? t - off : t;
+    if (t1 <= t0)
+        return false;
+    *g = (dl_strided){ .nd = 3, .shape = { b, t1 - t0, d },
+                       .st = { { t * d, d, 1 }, { t * d * k, d * k, k }, { t * d, d, 1 } } };
+    *xoff = (t0 + off) * d;
+    *coff = t0 * d * k + j;
+    return true;
+}
+
+/* cols of b samples (lengths len) from x: x masked into xm, then a
+ * strided copy a tap. */
+static void seq_unfold(layer *l, const float *x, int64_t b, const int32_t *len, float *xm,
+                       float *cols)
+{
+    const dl_backend_ops *ops = l->be->ops;
+    dl_seq q = { .n = b, .t = l->in_shape[0], .d = l->in_shape[1], .len = len };
+    ops->seq_mask(l->be, &q, x, xm);
+    ops->fill(l->be, cols, b * q.t * seq_fan(l), 0.0f);
+    for (int64_t j = 0; j < l->conf->kw; j++) {
+        dl_strided g;
+        int64_t xo, co;
+        if (seq_tap(l, b, j, &g, &xo, &co))     /* copy_strided: xm at st[0] to cols' st[1] */
+            ops->copy_strided(l->be, &g, xm + xo, cols + co);
+    }
+}
+
+/* y (r, F) = cols (r, D k) W^T + b: the dense layer's arithmetic, row
+ * exact when batch-invariant. */
+static dl_status seq_gemm(layer *l, const float *cols, float *y, int64_t r, bool rows,
+                          dl_err *err)
+{
+    const dl_backend_ops *ops = l->be->ops;
+    int64_t f = l->conf->filters, k = seq_fan(l);
+    const float *bias = l->conf->bias ? l->p[1].data : NULL;
+    dl_status st = DL_ERR_UNAVAILABLE;
+    if (rows && ops->gemm_bias_act_rows)
+        st = ops->gemm_bias_act_rows(l->be, r, f, k, cols, l->p[0].data, bias, NULL, y, err);
+    if (st != DL_ERR_UNAVAILABLE)
+        return st;
+    if (err)
+        *err = (dl_err){0};
+    int64_t m = rows ? 1 : r;      /* row exact without the kernel: a row at a time */
+    for (int64_t i = 0; i < r; i += m) {
+        if (ops->gemm_bias_act)
+            st = ops->gemm_bias_act(l->be, m, f, k, cols + i * k, l->p[0].data, bias, NULL,
+                                    y + i * f, err);
+        else if ((st = ops->gemm(l->be, false, true, m, f, k, 1.0f, cols + i * k,
+                                 l->p[0].data, 0.0f, y + i * f, err)) == DL_OK && bias)
+            ops->bias_add(l->be, y + i * f, bias, m, f);
+        if (st != DL_OK)
+            return st;
+    }
+    return DL_OK;
+}
+
+static dl_status seq_forward(layer *l, const float *x, float *y, int64_t n, bool train,
+                             dl_err *err)
+{
+    int64_t t = l->in_shape[0], chunk = seq_chunk(l, n);
+    float *xm = l->work, *cols = l->work + chunk * t * seq_wide(l);
+    for (int64_t i = 0; i < n; i += chunk) {
+        int64_t b = n - i < chunk ? n - i : chunk;
+        seq_unfold(l, x + i * l->in_dim, b, l->ins_len[0] ? l->ins_len[0] + i : NULL, xm,
+                   cols);
+        dl_status st = seq_gemm(l, cols, y + i * l->out_dim, b * t, l->invariant && !train,
+                                err);
+        if (st != DL_OK)
+            return st;
+    }
+    return DL_OK;
+}
+
+/* dW += dy^T cols, db += the sum of dy's rows, dcols = dy W; dx gathers
+ * dcols tap by tap and is masked. dy is masked first, so that the
+ * padding's positions add nothing to the weights whatever it holds. */
+static dl_status seq_backward(layer *l, const float *x, const float *dy, float *dx, int64_t n,
+                              dl_err *err)
+{
+    const dl_backend_ops *ops = l->be->ops;
+    int64_t t = l->in_shape[0], d = l->in_shape[1], f = l->conf->filters, k = seq_fan(l);
+    int64_t chunk = seq_chunk(l, n);
+    float *dm = l->work, *cols = l->work + chunk * t * seq_wide(l);
+    for (int64_t i = 0; i < n; i += chunk) {
+        int64_t b = n - i < chunk ? n - i : chunk, r = b * t;
+        const int32_t *len = l->ins_len[0] ? l->ins_len[0] + i : NULL;
+        seq_unfold(l, x + i * l->in_dim, b, len, dm, cols);
+        dl_seq qy = { .n = b, .t = t, .d = f, .len = len };
+        ops->seq_mask(l->be, &qy, dy + i * l->out_dim, dm);
+        dl_status st = ops->gemm(l->be, true, false, f, k, r, 1.0f, dm, cols, 1.0f,
+                                 l->p[0].grad, err);
+        if (st == DL_OK && l->conf->bias)
+            ops->bias_grad(l->be, l->p[1].grad, dm, r, f);
+        if (st == DL_OK && dx)
+            st = ops->gemm(l->be, false, false, r, k, f, 1.0f, dm, l->p[0].data, 0.0f, cols,
+                           err);
+        if (st != DL_OK)
+            return st;
+        if (!dx)
+            continue;
+        float *dxb = dx + i * l->in_dim;
+        ops->fill(l->be, dxb, b * l->in_dim, 0.0f);
+        for (int64_t j = 0; j < l->conf->kw; j++) {
+            dl_strided g;
+            int64_t xo, co;
+            if (seq_tap(l, b, j, &g, &xo, &co))   /* dx[t + off] += dcols' tap j of row t */
+                ops->binary_fwd(l->be, DL_BIN_ADD, &g, dxb + xo, cols + co, NULL, dxb + xo);
+        }
+        dl_seq qx = { .n = b, .t = t, .d = d, .len = len };
+        ops->seq_mask(l->be, &qx, dxb, dxb);
+    }
+    return DL_OK;
+}
+
+static void conv1d_init(layer *l, dl_rng *rng)
+{
+    if (!l->seq) {
+        conv_init(l, rng);
+        return;
+    }
+    float bound = 1.0f / sqrtf((float)seq_fan(l));     /* as nn.Conv1d */
+    layer_fill_uniform(l, l->p[0].data, l->conf->filters * seq_fan(l), bound, rng);
+    if (l->conf->bias)
+        layer_fill_uniform(l, l->p[1].data, l->conf->filters, bound, rng);
+}
+
+static size_t conv1d_aux(const layer *l, int64_t n) { return l->seq ? 0 : conv_aux(l, n); }
+
+static int64_t conv1d_work(const layer *l, int64_t n)
+{
+    return l->seq ? seq_work(l, n) : conv_work(l, n);
+}
+
+static dl_status conv1d_forward(layer *l, const float *x, float *y, int64_t n, bool train,
+                                dl_err *err)
+{
+    return l->seq ? seq_forward(l, x, y, n, train, err) : conv_forward(l, x, y, n, train, err);
+}
+
+static dl_status conv1d_backward(layer *l, const float *x, const float *y, const float *dy,
+                                 float *dx, int64_t n, dl_err *err)
+{
+    return l->seq ? seq_backward(l, x, dy, dx, n, err) : conv_backward(l, x, y, dy, dx, n, err);
+}
+
+static bool conv1d_supported(const layer *l)
+{
+    const dl_backend_ops *ops = l->be->ops;
+    return !l->seq || (ops->seq_mask && ops->copy_strided && ops->binary_fwd);
+}
+
 const layer_ops layer_conv1d_ops = {
     .declare     = conv1d_declare,
-    .init        = conv_init,
-    .aux_bytes   = conv_aux,
-    .work_floats = conv_work,
-    .forward     = conv_forward,
-    .backward    = conv_backward,
+    .init        = conv1d_init,
+    .aux_bytes   = conv1d_aux,
+    .work_floats = conv1d_work,
+    .forward     = conv1d_forward,
+    .backward    = conv1d_backward,
+    .supported   = conv1d_supported,
 };
 
 /* ---- pooling ------------------------------------------------------------ */

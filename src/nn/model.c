@@ -165,11 +165,12 @@ static void point_slots(dl_model *m, float *params, float *grads, float *state)
         }
 }
 
-/* conv1d and maxpool1d run as the 2-D window on [C, 1, L]. */
+/* conv1d and maxpool1d run as the 2-D window on [C, 1, L]; a conv1d over
+ * a sequence keeps its [T, D] (channels last, layer_conv.c). */
 static void window_as_2d(layer *l)
 {
     dl_layer_type t = l->conf->type;
-    if (t != DL_LAYER_CONV1D && t != DL_LAYER_MAXPOOL1D)
+    if ((t != DL_LAYER_CONV1D && t != DL_LAYER_MAXPOOL1D) || l->seq)
         return;
     int64_t in3[DL_MAX_DIMS] = { l->in_shape[0], 1, l->in_shape[1] };
     int64_t out3[DL_MAX_DIMS] = { l->out_shape[0], 1, l->out_shape[1] };
@@ -203,6 +204,7 @@ static dl_status shape_layer(dl_model *m, int i, int *nd, int64_t (*sh)[DL_MAX_D
         st = layer_seq(l->conf, l->nin, seq, ind, (const int64_t (*)[DL_MAX_DIMS])l->ins_shape,
                        &out_seq, &l->out_ndim, l->out_shape, err);
     l->out_dim = dl_shape_numel(l->out_ndim, l->out_shape);
+    l->seq = l->nin > 0 && seq[0] >= 0;
     nd[m->ninputs + i] = l->out_ndim;
     memcpy(sh[m->ninputs + i], l->out_shape, sizeof(l->out_shape));
     if (st == DL_OK)
@@ -211,7 +213,9 @@ static dl_status shape_layer(dl_model *m, int i, int *nd, int64_t (*sh)[DL_MAX_D
         st = dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s) is unsupported on %s: the "
                         "backend lacks its kernels", l->conf->name,
                         dl_layer_type_name(l->conf->type), m->be->ops->name);
-    if (st == DL_OK && (l->conf->dh > 1 || l->conf->dw > 1) && !m->be->conv_dilation)
+    /* (a conv1d over a sequence steps its dilated window itself) */
+    if (st == DL_OK && (l->conf->dh > 1 || l->conf->dw > 1) && !m->be->conv_dilation &&
+        !l->seq)
         st = dl_err_set(err, DL_ERR_INVALID, "layer '%s': the %s backend lacks dilated "
                         "convolutions (they run on the CPU only)", l->conf->name,
                         m->be->ops->name);

@@ -36,14 +36,17 @@ static int64_t numel_capped(int nd, const int64_t *shape)
 }
 
 /* Parameters (and running statistics) of layer l on a sample of shape
- * in[0..nd), which layer_shape accepted; -1 past MAX_COUNT. */
-static int64_t layer_params(const dl_layer_conf *l, int nd, const int64_t *in)
+ * in[0..nd), which layer_shape accepted, a sequence [T, D...] when seq;
+ * -1 past MAX_COUNT. */
+static int64_t layer_params(const dl_layer_conf *l, int nd, const int64_t *in, bool seq)
 {
+    int64_t ch = seq ? in[nd - 1] : in[0];     /* conv1d over a sequence: channels last */
     switch (l->type) {
     case DL_LAYER_DENSE:     return mul_capped(in[nd - 1] + 1, l->units);
     case DL_LAYER_CONV1D:
-    case DL_LAYER_CONV2D:    return mul_capped(mul_capped(in[0] / (l->groups > 1 ? l->groups : 1),
+    case DL_LAYER_CONV2D:    return mul_capped(mul_capped(ch / (l->groups > 1 ? l->groups : 1),
                                                           l->kh * l->kw) + 1, l->filters);
+    case DL_LAYER_POS_EMBEDDING: return mul_capped(l->max_length, in[nd - 1]);
     case DL_LAYER_CONSTANT:  return numel_capped(l->nshape, l->shape);
     case DL_LAYER_BATCHNORM: return mul_capped(in[0], 4);
     case DL_LAYER_EMBEDDING: return mul_capped(l->num_embeddings, l->dim);
@@ -108,7 +111,7 @@ static dl_status check_layer(const check *c, const dl_model_conf *m, int i, shap
         layer_seq(l, l->nsrc, seq, nd, (const int64_t (*)[DL_MAX_DIMS])in, &sh->seq[t],
                   &sh->nd[t], sh->d[t], c->err) != DL_OK)
         return dl_err_prefix(c->err, "%s", c->what);
-    int64_t lp = layer_params(l, nd[0], in[0]);
+    int64_t lp = layer_params(l, nd[0], in[0], l->nsrc > 0 && seq[0] >= 0);
     *params = lp < 0 ? -1 : mul_capped(*params + lp, 1);
     if (*params < 0)
         return dl_err_set(c->err, DL_ERR_INVALID, "%s: layer '%s': the model has more "

@@ -60,7 +60,9 @@ Test(layer_table, ops_fit_the_arity)
 /* Exactly the types that no ONNX operator imports as are native only. */
 /* Every layer's kernels are in the CPU backend (the reference every other
  * backend is checked against): a softmax on another axis than the last
- * included. Without one of them, a layer is refused. */
+ * included, and each layer over a sequence (embedding and conv1d need
+ * the sequence kernels only there). Without one of them, a layer is
+ * refused. */
 Test(layer_table, cpu_backend_has_every_layers_kernels)
 {
     dl_backend *be = fx_cpu_backend();
@@ -68,7 +70,7 @@ Test(layer_table, cpu_backend_has_every_layers_kernels)
     for (int t = 0; t < DL_LAYER_COUNT; t++) {
         const layer_ops *ops = layer_ops_for((dl_layer_type)t);
         dl_layer_conf c = { .type = (dl_layer_type)t, .axis = 0 };
-        layer l = { .ops = ops, .conf = &c, .be = be, .in_ndim = 2 };
+        layer l = { .ops = ops, .conf = &c, .be = be, .in_ndim = 2, .seq = true };
         if (!ops->supported)
             continue;
         needing++;
