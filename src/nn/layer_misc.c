@@ -27,7 +27,10 @@ const layer_ops layer_flatten_ops = {
     .backward = flat_backward,
 };
 
-/* ---- embedding: ids (T) -> vectors (T, D), table [num_embeddings, D] -- */
+/* ---- embedding: ids (T) -> vectors (T, D), table [num_embeddings, D] --
+ * nn.Embedding, padding_idx included: that row starts at zero and gets no
+ * gradient. Over a sequence, the ids past each sample's length read as 0
+ * (a row, finite) and their positions give no row any gradient. */
 
 static void emb_declare(layer *l)
 {
@@ -36,15 +39,35 @@ static void emb_declare(layer *l)
 
 static void emb_init(layer *l, dl_rng *rng)
 {
-    for (int64_t i = 0; i < l->conf->num_embeddings * l->conf->dim; i++)
+    int64_t dim = l->conf->dim;
+    for (int64_t i = 0; i < l->conf->num_embeddings * dim; i++)
         l->p[0].data[i] = dl_rng_normal(rng);   /* PyTorch: N(0, 1) */
+    for (int64_t k = 0; l->conf->padding_idx >= 0 && k < dim; k++)
+        l->p[0].data[l->conf->padding_idx * dim + k] = 0.0f;
+}
+
+/* Over a sequence: the masked ids, then (backward) the masked dy. */
+static int64_t emb_work(const layer *l, int64_t n)
+{
+    return l->seq ? n * l->in_dim * (1 + l->conf->dim) : 0;
+}
+
+/* The ids the table is read at: x itself, or over a sequence x with the
+ * padding's ids 0 (work). */
+static const float *emb_ids(layer *l, const float *x, int64_t n)
+{
+    if (!l->seq)
+        return x;
+    dl_seq q = layer_seq_geom(l, n);
+    l->be->ops->seq_mask(l->be, &q, x, l->work);
+    return l->work;
 }
 
 static dl_status emb_forward(layer *l, const float *x, float *y, int64_t n,
                              bool train, dl_err *err)
 {
     (void)train;
-    return l->be->ops->embed_fwd(l->be, x, l->p[0].data, y, n * l->in_dim,
+    return l->be->ops->embed_fwd(l->be, emb_ids(l, x, n), l->p[0].data, y, n * l->in_dim,
                                  l->conf->dim, l->conf->num_embeddings, err);
 }
 
@@ -54,15 +77,35 @@ static dl_status emb_backward(layer *l, const float *x, const float *y,
     (void)y;
     (void)dx;    /* ids have no gradient */
     (void)err;
-    l->be->ops->embed_bwd(l->be, x, dy, l->p[0].grad, n * l->in_dim, l->conf->dim);
+    const dl_backend_ops *ops = l->be->ops;
+    int64_t dim = l->conf->dim, nids = n * l->in_dim;
+    const float *ids = emb_ids(l, x, n);
+    if (l->seq) {       /* the rows of the padding's positions: 0 */
+        dl_seq q = layer_seq_geom(l, n);
+        q.d *= dim;
+        ops->seq_mask(l->be, &q, dy, l->work + nids);
+        dy = l->work + nids;
+    }
+    ops->embed_bwd(l->be, ids, dy, l->p[0].grad, nids, dim);
+    /* padding_idx's row gets no gradient: it had none before this pass
+     * either, so zeroing it drops exactly what its ids added */
+    if (l->conf->padding_idx >= 0)
+        ops->fill(l->be, l->p[0].grad + l->conf->padding_idx * dim, dim, 0.0f);
     return DL_OK;
 }
 
+static bool emb_supported(const layer *l)
+{
+    return !l->seq || l->be->ops->seq_mask;
+}
+
 const layer_ops layer_embedding_ops = {
-    .declare  = emb_declare,
-    .init     = emb_init,
-    .forward  = emb_forward,
-    .backward = emb_backward,
+    .declare     = emb_declare,
+    .init        = emb_init,
+    .work_floats = emb_work,
+    .forward     = emb_forward,
+    .backward    = emb_backward,
+    .supported   = emb_supported,
 };
 
 /* ---- activations ------------------------------------------------------- */
