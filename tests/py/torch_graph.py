@@ -84,7 +84,16 @@ from the end):
   default kernel_size, `padding` 0).
 - embedding: ids of any shape -> shape + [dim], weight
   [num_embeddings, dim]; ids are an integer input or a float tensor
-  holding integers.
+  holding integers; `padding_idx` as nn.Embedding's (that row starts at
+  zero and gets no gradient).
+- seq_pool (`mode` mean, max, sum or last): [T, D...] -> [D...] over each
+  sample's first len positions (max as torch.max(dim) over them: its
+  gradient to the first maximal position; last: position len - 1).
+  pos_embedding (`max_length`): x + weight[:T], weight [max_length, D]
+  initialised as nn.Embedding's.  conv1d over a sequence [T, D] is
+  channels last: nn.Conv1d on x.transpose(1, 2) with the positions past
+  each length zeroed, transposed back (stride 1, groups 1, a padding that
+  keeps the length; weight [filters, D, kernel]).
 - today's layers as torch_model.py builds them (dense on the last
   dimension, conv2d/maxpool2d/avgpool2d on [C, H, W], batchnorm per
   channel of [C, H, W] or [C, L] or per feature of [F], dropout, flatten,
@@ -438,7 +447,93 @@ def _dropout(name, layer, s, shapes):
 
 
 def _embedding(name, layer, s, shapes):
-    return Embedding(int(layer["num_embeddings"]), int(layer["dim"]))
+    pad = layer.get("padding_idx")
+    return Embedding(int(layer["num_embeddings"]), int(layer["dim"]),
+                     padding_idx=None if pad is None else int(pad))
+
+
+def _valid(x, n):
+    """[batch, T] booleans: position t < each sample's length n (n None:
+    all of them)."""
+    if n is None:
+        return torch.ones(x.shape[:2], dtype=torch.bool)
+    return torch.arange(x.shape[1]).unsqueeze(0) < n.unsqueeze(1)
+
+
+def _per_position(mask, x):
+    """mask [batch, T] shaped to broadcast over x [batch, T, ...]."""
+    return mask.reshape(list(mask.shape) + [1] * (x.dim() - 2))
+
+
+class PosEmbedding(nn.Embedding):
+    """Learned positions: x [B, T, D] + weight[:T], weight [max_length, D]
+    (nn.Embedding's, so initialised N(0, 1))."""
+
+    def forward(self, x):  # noqa: D401
+        return x + self.weight[:x.shape[1]]
+
+
+def _pos_embedding(name, layer, s, shapes):
+    _need(name, "pos_embedding", s, (2,), "[T, D]")
+    return PosEmbedding(int(layer["max_length"]), s[1])
+
+
+class SeqPool(nn.Module):
+    """mean, max, sum or last over each sample's valid positions (dim 1)."""
+
+    takes_lengths = True
+
+    def __init__(self, mode):
+        super().__init__()
+        self.mode = mode
+
+    def extra_repr(self):
+        return self.mode
+
+    def forward(self, x, lengths=None):
+        n = lengths[0] if lengths else None
+        keep = _per_position(_valid(x, n), x)
+        if self.mode == "max":
+            return x.masked_fill(~keep, float("-inf")).max(dim=1).values
+        if self.mode == "last":
+            last = (n - 1) if n is not None else torch.full([x.shape[0]], x.shape[1] - 1)
+            return x[torch.arange(x.shape[0]), last]
+        total = (x * keep.to(x.dtype)).sum(dim=1)
+        if self.mode == "sum":
+            return total
+        count = n if n is not None else torch.full([x.shape[0]], x.shape[1])
+        return total / count.reshape([-1] + [1] * (total.dim() - 1)).to(x.dtype)
+
+
+def _seq_pool(name, layer, s, shapes):
+    _need(name, "seq_pool", s, (2, 3, 4), "[T, D...]")
+    mode = layer.get("mode")
+    if mode not in ("mean", "max", "sum", "last"):
+        raise ModelError("layer '%s': mode must be mean, max, sum or last" % name)
+    return SeqPool(mode)
+
+
+class SeqConv1d(nn.Conv1d):
+    """nn.Conv1d over a sequence [B, T, D], channels last, the positions
+    past each sample's length read as zeros."""
+
+    takes_lengths = True
+
+    def forward(self, x, lengths=None):  # noqa: D401
+        n = lengths[0] if lengths else None
+        x = x * _per_position(_valid(x, n), x).to(x.dtype)
+        return super().forward(x.transpose(1, 2)).transpose(1, 2)
+
+
+def _seq_conv1d(name, layer, s, shapes):
+    _need(name, "conv1d", s, (2,), "[T, D]")
+    k, dil = int(layer["kernel_size"]), int(layer.get("dilation", 1))
+    pad = int(layer.get("padding", 0))
+    if int(layer.get("stride", 1)) != 1 or int(layer.get("groups", 1)) != 1 or \
+            2 * pad != dil * (k - 1):
+        raise ModelError("layer '%s': conv1d over a sequence keeps its length" % name)
+    return SeqConv1d(s[1], int(layer["filters"]), k, 1, pad, dil,
+                     bias=bool(layer.get("bias", True)))
 
 
 def _gelu(name, layer, s, shapes):
@@ -610,6 +705,7 @@ BUILDERS = {
     "slice": _slice, "constant": _constant, "sdpa": _sdpa, "attention": _attention,
     "transpose": _transpose, "reshape": _reshape,
     "reduce_mean": _reduce, "reduce_sum": _reduce,
+    "pos_embedding": _pos_embedding, "seq_pool": _seq_pool,
 }
 # Layers of several inputs: (fewest, most).
 ARITY = {"add": (2, None), "mul": (2, None), "concat": (2, None),
@@ -619,8 +715,9 @@ ARITY = {"add": (2, None), "mul": (2, None), "concat": (2, None),
 SEQ_END = ("seq_pool",)
 
 
-def make_layer(layer, shapes):
-    """The module of one layer, given its inputs' per-sample shapes."""
+def make_layer(layer, shapes, seq=False):
+    """The module of one layer, given its inputs' per-sample shapes and
+    whether its first input is a sequence."""
     name, kind = layer["name"], layer["type"]
     if kind not in BUILDERS:
         raise ModelError("layer '%s': unknown layer type %r" % (name, kind))
@@ -629,7 +726,8 @@ def make_layer(layer, shapes):
         raise ModelError("layer '%s' (%s) takes %s input%s, got %d" % (
             name, kind, lo if lo == hi else "%d or more" % lo,
             "" if hi == 1 else "s", len(shapes)))
-    return BUILDERS[kind](name, layer, shapes[0] if shapes else None, shapes)
+    build_fn = _seq_conv1d if seq and kind == "conv1d" else BUILDERS[kind]
+    return build_fn(name, layer, shapes[0] if shapes else None, shapes)
 
 
 class Graph(nn.Module):
@@ -675,7 +773,7 @@ class Graph(nn.Module):
         args = srcs or [self.inputs[0]["name"]]   # a constant: the batch's size
         where = "layer '%s' (%s)" % (name, layer.get("type"))
         try:
-            mod = make_layer(layer, shapes)
+            mod = make_layer(layer, shapes, bool(srcs) and self.seq_of[srcs[0]] is not None)
         except ModelError:
             raise
         except KeyError as e:
@@ -1091,6 +1189,12 @@ GRADCHECK_CASES = [
                    {"name": "d", "type": "div", "inputs": ["x", "c"]},
                    {"name": "s", "type": "slice", "axis": -1, "start": -5, "step": 2},
                    {"name": "e", "type": "erf"}, {"name": "h", "type": "hardswish"}]}),
+    ("pos_embedding, conv1d over a sequence, seq_pool max", {
+        "inputs": [{"name": "x", "shape": [-1, 3], "max_length": 6}],
+        "layers": [{"name": "p", "type": "pos_embedding", "max_length": 8},
+                   {"name": "c", "type": "conv1d", "filters": 4, "kernel_size": 3,
+                    "dilation": 2, "padding": 2},
+                   {"name": "m", "type": "seq_pool", "mode": "max"}]}),
     ("grouped dilated conv2d", {
         "inputs": [{"name": "x", "shape": [4, 7, 7]}],
         "layers": [{"name": "c", "type": "conv2d", "filters": 6, "kernel_size": 3,

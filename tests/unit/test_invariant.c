@@ -115,6 +115,97 @@ Test(invariant, fashion_cnn) { check("fashion-cnn", 1); check("fashion-cnn", 2);
 Test(invariant, fashion_resnet, .timeout = 60) { check("fashion-resnet", 2); }
 Test(invariant, two_tower) { check("two-tower", 1); check("two-tower", 2); }
 
+/* ---- sequences ----------------------------------------------------------------
+ * Two sequence inputs of their own lengths (1 to 12) through every
+ * sequence layer: each sample answers with the same bits alone, its
+ * padding zero, as in batches with random values past its lengths, which
+ * no layer may read. */
+
+static const char seq_json[] =
+    "{\"name\": \"seq\", \"inputs\": ["
+    " {\"name\": \"ids\", \"datatype\": \"INT64\", \"shape\": [-1], \"max_length\": 12},"
+    " {\"name\": \"x\", \"shape\": [-1, 3], \"max_length\": 12}],"
+    " \"layers\": ["
+    " {\"name\": \"emb\", \"type\": \"embedding\", \"inputs\": [\"ids\"],"
+    "  \"num_embeddings\": 20, \"dim\": 8, \"padding_idx\": 0},"
+    " {\"name\": \"pos\", \"type\": \"pos_embedding\", \"max_length\": 16},"
+    " {\"name\": \"conv\", \"type\": \"conv1d\", \"filters\": 6, \"kernel_size\": 3,"
+    "  \"padding\": 1},"
+    " {\"name\": \"relu\", \"type\": \"relu\"},"
+    " {\"name\": \"pmax\", \"type\": \"seq_pool\", \"mode\": \"max\"},"
+    " {\"name\": \"psum\", \"type\": \"seq_pool\", \"mode\": \"sum\", \"inputs\": [\"relu\"]},"
+    " {\"name\": \"fx\", \"type\": \"dense\", \"inputs\": [\"x\"], \"units\": 5},"
+    " {\"name\": \"conv2\", \"type\": \"conv1d\", \"filters\": 4, \"kernel_size\": 5,"
+    "  \"padding\": 4, \"dilation\": 2},"
+    " {\"name\": \"pmean\", \"type\": \"seq_pool\", \"mode\": \"mean\"},"
+    " {\"name\": \"plast\", \"type\": \"seq_pool\", \"mode\": \"last\", \"inputs\": [\"conv2\"]},"
+    " {\"name\": \"cat\", \"type\": \"concat\", \"axis\": 0,"
+    "  \"inputs\": [\"pmax\", \"psum\", \"pmean\", \"plast\"]},"
+    " {\"name\": \"y\", \"type\": \"dense\", \"units\": 3}],"
+    " \"outputs\": [{\"name\": \"y\", \"from\": \"y\", \"loss\": \"mse\"}]}";
+
+/* Row i of the packed inputs: each sequence's length, then its values,
+ * zero past the length (pad false) or random (pad true). */
+static void seq_row(float *row, dl_rng *lens, dl_rng *vals, bool pad)
+{
+    int64_t at = 0;
+    for (int k = 0; k < 2; k++) {
+        int64_t len = 1 + (int64_t)(dl_rng_uniform(lens) * 12.0f), per = k ? 3 : 1;
+        row[at++] = (float)(len > 12 ? 12 : len);
+        for (int64_t j = 0; j < 12 * per; j++) {
+            float v = k ? dl_rng_uniform(vals) : (float)(int)(dl_rng_uniform(vals) * 20.0f);
+            row[at + j] = j < (int64_t)row[at - 1] * per || pad ? v : 0.0f;
+        }
+        at += 12 * per;
+    }
+}
+
+static void check_seq(int threads)
+{
+    run r = {0};
+    dl_err err = {0};
+    cr_assert_eq(dl_model_conf_parse(seq_json, sizeof(seq_json) - 1, "seq", &r.conf, &err),
+                 DL_OK, "%s", err.msg);
+    dl_backend_params bp = { .threads = threads, .engine_layers = true };
+    cr_assert_eq(dl_backend_new("cpu", &bp, &r.be, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_model_new(r.be, r.conf, 7, &r.m, &err), DL_OK, "%s", err.msg);
+    dl_model_fix_weights(r.m);
+    dl_model_set_batch_invariant(r.m, true);
+    r.din = dl_model_in_dim(r.m);
+    r.dout = dl_model_out_dim(r.m);
+    cr_assert_eq(r.din, 13 + 37);
+    r.x = malloc((size_t)(SAMPLES * r.din) * sizeof(float));
+    r.alone = malloc((size_t)(SAMPLES * r.dout) * sizeof(float));
+    r.batched = malloc((size_t)(SAMPLES * r.dout) * sizeof(float));
+    cr_assert(r.x && r.alone && r.batched);
+    dl_rng lens, vals;
+    dl_rng_seed(&lens, 3);
+    dl_rng_seed(&vals, 4);
+    for (int64_t i = 0; i < SAMPLES; i++) {     /* alone: zeros past the lengths */
+        seq_row(r.x + i * r.din, &lens, &vals, false);
+        predict(&r, i, 1, r.alone);
+    }
+    dl_rng_seed(&lens, 3);
+    dl_rng_seed(&vals, 4);
+    for (int64_t i = 0; i < SAMPLES; i++)
+        seq_row(r.x + i * r.din, &lens, &vals, true);
+    int64_t off = 0;
+    for (size_t k = 0; k < sizeof(batches) / sizeof(batches[0]); k++) {
+        for (int64_t i = 0; i < SAMPLES; i += batches[k])
+            predict(&r, i, i + batches[k] <= SAMPLES ? batches[k] : SAMPLES - i, r.batched);
+        for (int64_t j = 0; j < SAMPLES * r.dout; j++)
+            off += memcmp(&r.alone[j], &r.batched[j], sizeof(float)) != 0;
+    }
+    cr_expect_eq(off, 0, "sequences, %d thread(s): %lld values differ from the sample alone",
+                 threads, (long long)off);
+    for (int64_t j = 0; j < SAMPLES * r.dout; j++)
+        cr_assert(isfinite(r.alone[j]), "sequences: value %lld is %g", (long long)j,
+                  r.alone[j]);
+    teardown(&r);
+}
+
+Test(invariant, sequences) { check_seq(1); check_seq(2); }
+
 /* Invariant answers are the batched ones but for rounding: the same
  * arithmetic, summed in another order. */
 Test(invariant, answers_match_the_batched_ones)
