@@ -512,3 +512,171 @@ Test(model_conf, conv_dilation)
                                   "'dilation': [2, 2]") "," LAYER("f", "flatten", ""), ""),
             "layer 'c'", "'dilation' must be an integer");
 }
+
+/* ---- sequences ---------------------------------------------------------------- */
+
+/* A graph model of inputs, layers and outputs (each a list's contents). */
+static const char *graph(const char *inputs, const char *layers, const char *outputs)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof(buf), "{'name': 'm', 'inputs': [%s], 'layers': [%s], "
+             "'outputs': [%s]}", inputs, layers, outputs);
+    return buf;
+}
+
+#define IDS_IN "{'name': 'ids', 'datatype': 'INT64', 'shape': [-1], 'max_length': 6}"
+#define VEC_IN "{'name': 'x', 'shape': [-1, 4], 'max_length': 6}"
+#define EMB LAYER("emb", "embedding", ", 'inputs': ['ids'], 'num_embeddings': 9, 'dim': 4")
+#define POOL(name, mode) LAYER(name, "seq_pool", ", 'mode': '" mode "'")
+#define OUT(from) "{'name': 'y', 'from': '" from "', 'loss': 'mse'}"
+
+Test(model_conf, sequence_inputs)
+{
+    parses(graph(IDS_IN ", " VEC_IN, EMB "," POOL("p", "mean") ","
+                 LAYER("fx", "dense", ", 'inputs': ['x'], 'units': 4") "," POOL("q", "max") ","
+                 LAYER("y", "add", ", 'inputs': ['p', 'q']"), OUT("y")));
+    cr_expect_eq(conf->inputs[0].max_length, 6);
+    cr_expect_eq(conf->inputs[0].shape[0], 6);
+    cr_expect_eq(conf->inputs[0].dim, 6);
+    cr_expect_eq(dl_input_width(&conf->inputs[0]), 7, "the length, then the positions");
+    cr_expect_eq(conf->inputs[1].dim, 24);
+    cr_expect_eq(dl_input_width(&conf->inputs[1]), 25);
+    /* max_length defaults to 256 */
+    parses(graph("{'name': 'ids', 'datatype': 'INT64', 'shape': [-1]}", EMB "," POOL("y", "sum"),
+                 OUT("y")));
+    cr_expect_eq(conf->inputs[0].max_length, 256);
+    REFUSED(graph("{'name': 'x', 'shape': [4], 'max_length': 6}",
+                  LAYER("y", "dense", ", 'units': 2"), OUT("y")),
+            "input 'x'", "'max_length' applies to sequence inputs only");
+    REFUSED(graph("{'name': 'x', 'shape': [-1, 4], 'max_length': 0}", POOL("y", "sum"),
+                  OUT("y")),
+            "input 'x'", "'max_length' must be an integer in [1,");
+    REFUSED(graph("{'name': 'x', 'shape': [4, -1], 'max_length': 6}", POOL("y", "sum"),
+                  OUT("y")),
+            "input 'x'", "'shape'", "(the first may be -1: a sequence)");
+}
+
+Test(model_conf, text_inputs_and_tokenizers)
+{
+    const char *text = "{'name': 'text', 'datatype': 'BYTES', 'shape': [1], "
+                       "'max_length': 40, 'tokenizer': {'type': 'bytes'}}";
+    const char *emb = LAYER("emb", "embedding", ", 'inputs': ['text'], "
+                            "'num_embeddings': 256, 'dim': 4");
+    char layers[512];
+    snprintf(layers, sizeof(layers), "%s,%s", emb, POOL("y", "mean"));
+    parses(graph(text, layers, OUT("y")));
+    cr_expect_eq(conf->inputs[0].dtype, DL_IN_BYTES);
+    cr_expect_eq(conf->inputs[0].tok.kind, DL_TOK_BYTES);
+    cr_expect_eq(conf->inputs[0].max_length, 40);
+    cr_expect_eq(conf->inputs[0].shape[0], 40, "a sequence of ids, one a byte");
+    parses(graph("{'name': 'text', 'datatype': 'BYTES', 'shape': [1], 'tokenizer': "
+                 "{'type': 'words', 'vocab': 'vocab.txt', 'lowercase': true}}", layers,
+                 OUT("y")));
+    cr_expect_eq(conf->inputs[0].tok.kind, DL_TOK_WORDS);
+    cr_expect(conf->inputs[0].tok.lowercase);
+    cr_expect_str_eq(conf->inputs[0].tok.vocab, "./vocab.txt", "read beside model.json");
+    REFUSED(graph("{'name': 'text', 'datatype': 'BYTES', 'shape': [1]}", layers, OUT("y")),
+            "input 'text'", "'tokenizer' is missing (a BYTES input needs one)");
+    REFUSED(graph("{'name': 'text', 'datatype': 'BYTES', 'shape': [2], "
+                  "'tokenizer': {'type': 'bytes'}}", layers, OUT("y")),
+            "input 'text'", "'shape' of a BYTES input must be [1]");
+    REFUSED(graph("{'name': 'text', 'datatype': 'INT64', 'shape': [-1], "
+                  "'tokenizer': {'type': 'bytes'}}", layers, OUT("y")),
+            "input 'text'", "'tokenizer' applies to BYTES inputs only");
+    REFUSED(graph("{'name': 'text', 'datatype': 'BYTES', 'shape': [1], "
+                  "'tokenizer': {'type': 'chars'}}", layers, OUT("y")),
+            "input 'text'", "'tokenizer' needs \"type\": \"bytes\" or \"words\"");
+    REFUSED(graph("{'name': 'text', 'datatype': 'BYTES', 'shape': [1], "
+                  "'tokenizer': {'type': 'words'}}", layers, OUT("y")),
+            "input 'text'", "of type \"words\" needs 'vocab'");
+    REFUSED(graph("{'name': 'text', 'datatype': 'BYTES', 'shape': [1], "
+                  "'tokenizer': {'type': 'bytes', 'vocab': 'v.txt'}}", layers, OUT("y")),
+            "input 'text'", "of type \"bytes\" takes no 'vocab' or 'lowercase'");
+}
+
+Test(model_conf, seq_pool_modes)
+{
+    static const char *const modes[4] = { "mean", "max", "sum", "last" };
+    static const int want[4] = { DL_SEQ_POOL_MEAN, DL_SEQ_POOL_MAX, DL_SEQ_POOL_SUM,
+                                 DL_SEQ_POOL_LAST };
+    char layers[512];
+    for (int k = 0; k < 4; k++) {
+        snprintf(layers, sizeof(layers), "%s,{'name': 'y', 'type': 'seq_pool', 'mode': '%s'}",
+                 EMB, modes[k]);
+        parses(graph(IDS_IN, layers, OUT("y")));
+        cr_expect_eq(conf->layers[1].pool, want[k], "mode %s", modes[k]);
+        cr_expect_eq(conf->outputs[0].dim, 4, "[T, 4] pooled to [4]");
+    }
+    REFUSED(graph(IDS_IN, EMB "," POOL("y", "median"), OUT("y")),
+            "layer 'y'", "'mode' must be \"mean\", \"max\", \"sum\" or \"last\"");
+    REFUSED(graph(IDS_IN, EMB "," LAYER("y", "seq_pool", ""), OUT("y")),
+            "layer 'y'", "'mode' must be");
+    REFUSED(graph(IDS_IN, EMB "," LAYER("y", "seq_pool", ", 'mode': 'max', 'axis': 0"),
+                  OUT("y")), "layer 'y'", "'axis'");
+    REFUSED(graph("{'name': 'x', 'shape': [-1], 'max_length': 6}", POOL("y", "max"), OUT("y")),
+            "layer 'y' (seq_pool) expects [T, D], got [6]");
+}
+
+Test(model_conf, embedding_padding_idx)
+{
+    parses(graph(IDS_IN, LAYER("emb", "embedding", ", 'num_embeddings': 9, 'dim': 4, "
+                               "'padding_idx': 0") "," POOL("y", "sum"), OUT("y")));
+    cr_expect_eq(conf->layers[0].padding_idx, 0);
+    parses(graph(IDS_IN, EMB "," POOL("y", "sum"), OUT("y")));
+    cr_expect_eq(conf->layers[0].padding_idx, -1, "none unless given");
+    REFUSED(graph(IDS_IN, LAYER("emb", "embedding", ", 'num_embeddings': 9, 'dim': 4, "
+                                "'padding_idx': 9") "," POOL("y", "sum"), OUT("y")),
+            "layer 'emb'", "'padding_idx' must be below 'num_embeddings'");
+    REFUSED(graph(IDS_IN, LAYER("emb", "embedding", ", 'num_embeddings': 9, 'dim': 4, "
+                                "'padding_idx': -1") "," POOL("y", "sum"), OUT("y")),
+            "layer 'emb'", "'padding_idx' must be an integer in [0,");
+}
+
+Test(model_conf, pos_embedding_max_length)
+{
+    parses(graph(IDS_IN, EMB "," LAYER("pos", "pos_embedding", ", 'max_length': 6") ","
+                 POOL("y", "max"), OUT("y")));
+    cr_expect_eq(conf->layers[1].max_length, 6);
+    REFUSED(graph(IDS_IN, EMB "," LAYER("pos", "pos_embedding", "") "," POOL("y", "max"),
+                  OUT("y")), "layer 'pos'", "'max_length' is missing");
+    REFUSED(graph(IDS_IN, EMB "," LAYER("pos", "pos_embedding", ", 'max_length': 5") ","
+                  POOL("y", "max"), OUT("y")),
+            "layer 'pos' (pos_embedding): 'max_length' 5 is below the sequence's 6 positions");
+}
+
+/* layer_seq.c's refusals name the layer, its type and why. */
+Test(model_conf, layers_refused_on_a_sequence)
+{
+    REFUSED(graph(IDS_IN, EMB "," LAYER("f", "flatten", "") "," FC("y", 2), OUT("y")),
+            "layer 'f' (flatten) reads a sequence", "it would mix positions",
+            "pool the sequence first");
+    REFUSED(graph(IDS_IN, EMB "," LAYER("s", "softmax", ", 'axis': 0") "," POOL("y", "sum"),
+                  OUT("y")),
+            "layer 's' (softmax) reads a sequence", "its axis is the time axis (axis 0)");
+    REFUSED(graph(IDS_IN, EMB "," LAYER("c", "conv1d", ", 'filters': 3, 'kernel_size': 3, "
+                                        "'padding': 1, 'stride': 2") "," POOL("y", "sum"),
+                  OUT("y")),
+            "layer 'c' (conv1d) reads a sequence", "keeps the length: stride 1");
+    REFUSED(graph(IDS_IN, EMB "," LAYER("c", "conv1d", ", 'filters': 3, 'kernel_size': 3") ","
+                  POOL("y", "sum"), OUT("y")),
+            "layer 'c' (conv1d) reads a sequence",
+            "padding = dilation * (kernel_size - 1) / 2");
+    REFUSED(graph(IDS_IN, EMB "," LAYER("c", "conv1d", ", 'filters': 4, 'kernel_size': 1, "
+                                        "'groups': 2") "," POOL("y", "sum"), OUT("y")),
+            "layer 'c' (conv1d) reads a sequence", "groups 1");
+    REFUSED(graph(IDS_IN, EMB "," LAYER("m", "maxpool1d", ", 'kernel_size': 2") ","
+                  POOL("y", "sum"), OUT("y")),
+            "layer 'm' (maxpool1d) reads a sequence");
+    REFUSED(graph("{'name': 'x', 'shape': [-1], 'max_length': 6}", FC("d", 3) ","
+                  POOL("y", "sum"), OUT("y")),
+            "layer 'd' (dense) reads a sequence", "it needs a vector a position");
+    REFUSED(graph(IDS_IN ", " VEC_IN, EMB "," LAYER("s", "add", ", 'inputs': ['emb', 'x']") ","
+                  POOL("y", "sum"), OUT("y")),
+            "layer 's' (add) reads a sequence", "sequences of different lengths");
+    REFUSED(graph(IDS_IN ", {'name': 'z', 'shape': [6, 4]}",
+                  EMB "," LAYER("s", "add", ", 'inputs': ['emb', 'z']") "," POOL("y", "sum"),
+                  OUT("y")),
+            "layer 's' (add) reads a sequence", "another input of as many dimensions");
+    REFUSED(graph(VEC_IN, FC("y", 4), OUT("y")),
+            "output 'y'", "a sequence output takes softmax_cross_entropy, crf or next_token");
+}
