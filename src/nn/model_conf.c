@@ -401,9 +401,13 @@ static dl_status parse_seq_layer(ctx *c, json_t *j, dl_layer_conf *l)
             }
         return bad(c, "mode", "must be \"mean\", \"max\", \"sum\" or \"last\"");
     }
-    default:
+    default: {
+        static const char *const plain[] = {"name", "type", "inputs", NULL};
+        if ((st = check_keys(c, j, plain)))
+            return st;
         return bad(c, "type", "\"crf\" is not written as a layer: give an output "
                    "\"loss\": \"crf\"");
+    }
     }
 }
 
