@@ -453,11 +453,13 @@ static dl_status batch_status(dl_status st)
 
 /* n samples of raw values (in_dim a sample, any alignment) from src into
  * dst, scaled as model.json says: each FP32 input with its own scaling,
- * ids as they are. */
+ * ids as they are, a sequence's length (the head of its packed sample)
+ * too. */
 static void scale_inputs(const dl_model_conf *conf, int64_t in_dim, float *dst, const void *src,
                          int64_t n)
 {
-    if (conf->ninputs == 1 && conf->inputs[0].dtype == DL_IN_FP32) {
+    const dl_input_conf *in0 = &conf->inputs[0];
+    if (conf->ninputs == 1 && in0->dtype == DL_IN_FP32 && !in0->max_length) {
         dl_scaling sc = dl_scaling_of(conf);
         dl_scaling_apply(&sc, dst, src, n * in_dim);
         return;
@@ -465,12 +467,15 @@ static void scale_inputs(const dl_model_conf *conf, int64_t in_dim, float *dst, 
     const char *p = src;
     for (int64_t i = 0; i < n; i++) {
         int64_t at = i * in_dim;
-        for (int k = 0; k < conf->ninputs; at += conf->inputs[k++].dim) {
+        for (int k = 0; k < conf->ninputs; at += dl_input_width(&conf->inputs[k++])) {
             const dl_input_conf *in = &conf->inputs[k];
+            int64_t head = in->max_length > 0;   /* the length, kept as it is */
+            if (head)
+                memcpy(dst + at, p + at * 4, sizeof(float));
             if (in->dtype == DL_IN_FP32)
-                dl_scaling_apply(&in->sc, dst + at, p + at * 4, in->dim);
+                dl_scaling_apply(&in->sc, dst + at + head, p + (at + head) * 4, in->dim);
             else
-                memcpy(dst + at, p + at * 4, (size_t)in->dim * sizeof(float));
+                memcpy(dst + at + head, p + (at + head) * 4, (size_t)in->dim * sizeof(float));
         }
     }
 }

@@ -59,6 +59,9 @@ static void served_free(served_impl *s)
 {
     for (int i = 0; i < DL_MAX_INSTANCES; i++)
         dl_model_free(s->pub.m[i]);
+    for (int k = 0; s->pub.tok && k < s->pub.conf->ninputs; k++)
+        dl_tokenizer_free(s->pub.tok[k]);
+    free(s->pub.tok);
     dl_model_conf_free(s->pub.conf);
     free(s);
 }
@@ -122,6 +125,30 @@ static dl_status version_conf(registry *r, const char *name, int64_t version,
     return dl_model_conf_parse(text, strlen(text), path, conf, err);
 }
 
+/* The tokenizers of a version's text inputs (its vocabularies read once,
+ * for every thread). */
+static dl_status make_tokenizers(served *sv, dl_err *err)
+{
+    const dl_model_conf *conf = sv->conf;
+    if (!(sv->tok = calloc((size_t)conf->ninputs, sizeof(*sv->tok))))
+        return dl_err_set(err, DL_ERR_NOMEM, "tokenizers");
+    dl_status st = DL_OK;
+    for (int k = 0; k < conf->ninputs && st == DL_OK; k++)
+        if (conf->inputs[k].dtype == DL_IN_BYTES &&
+            (st = dl_tokenizer_new(&conf->inputs[k].tok, &sv->tok[k], err)) != DL_OK)
+            dl_err_prefix(err, "input '%s'", conf->inputs[k].name);
+    return st;
+}
+
+/* A warm-up sample (in_dim zeros, the packed layout): every sequence at
+ * its longest, so that the time it gives bounds any sample's. */
+static void warm_sample(const dl_model_conf *conf, float *x)
+{
+    for (int k = 0; k < conf->ninputs; x += dl_input_width(&conf->inputs[k++]))
+        if (conf->inputs[k].max_length > 0)
+            x[0] = (float)conf->inputs[k].max_length;
+}
+
 /* Loads, validates and warms up one version from its model's model.json
  * `text` (without its serving block; "" when there is none) and serving
  * settings sc. */
@@ -141,6 +168,8 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
     if (st == DL_OK && strcmp(s->pub.conf->name, name) != 0)
         st = dl_err_set(err, DL_ERR_INVALID, "%s: name '%s' differs from the folder '%s'",
                         path, s->pub.conf->name, name);
+    if (st == DL_OK)
+        st = make_tokenizers(&s->pub, err);
     snprintf(path, sizeof(path), "%s/%s/%lld/model.safetensors", r->conf.dir, name,
              (long long)version);
     for (int i = 0; st == DL_OK && i < s->pub.instances; i++) {   /* a copy an instance */
@@ -165,6 +194,8 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
          * thread; one pass alone may be preempted on a busy machine). */
         float *x = calloc((size_t)s->pub.in_dim, sizeof(float));
         float *y = malloc((size_t)s->pub.out_dim * sizeof(float));
+        if (x)
+            warm_sample(s->pub.conf, x);
         st = x && y ? dl_model_predict(m, x, 1, 1, y, err)
                     : dl_err_set(err, DL_ERR_NOMEM, "warm-up");
         double best = 0;

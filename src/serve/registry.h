@@ -22,6 +22,9 @@ typedef struct served {
      * instance i: its worker, or a transport's thread (batcher_run_now). */
     dl_model            *m[DL_MAX_INSTANCES];
     int64_t              in_dim, out_dim;
+    /* Owned: conf->ninputs tokenizers, that of each text (BYTES) input,
+     * NULL for the others; read-only, shared by every thread. */
+    dl_tokenizer       **tok;
     /* model.json's "serving" block (the daemon's defaults where it gives
      * none), and the copies loaded: m[0..instances), the batcher's
      * instances that run this version */

@@ -91,7 +91,7 @@ static void infer(const uint8_t *data, size_t size, const char *header)
     }
     FZ_CHECK(json_len <= size, "JSON length %zu past the body's %zu", json_len, size);
     oip_request req = {0};
-    st = oip_parse_infer(body, size, json_len, conf, 4, &req, &err);
+    st = oip_parse_infer(body, size, json_len, conf, NULL, 4, &req, &err);
     if (st != DL_OK) {
         fz_check_failure(st, &err);
         FZ_CHECK(!req.x && !req.id && !req.model, "a refused request holds memory");

@@ -90,7 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t cap = 0;
         int64_t n = 0;
         const void *values = NULL;
-        f = record_decode_into(&in, &env, conf, 4, &n, &x, &cap, &values, &err);
+        f = record_decode_into(&in, &env, conf, NULL, 4, &n, &x, &cap, &values, &err);
         if (f != REC_OK) {
             fz_check_failure(err.code, &err);
         } else {

@@ -175,7 +175,7 @@ static inline void fx_tiny_classifier(dl_model_conf *conf, char **labels3)
                          .sc = {1.0f, 0.0f, 1.0f}};
     strcpy(in.name, "pixels");
     out = (dl_output_conf){.loss = DL_LOSS_XENT, .weight = 1, .nlabels = 3, .labels = labels3,
-                           .dim = 3, .tcols = 1};
+                           .dim = 3, .served = 3, .tcols = 1};
     strcpy(out.name, "probs");
     conf->ninputs = conf->noutputs = 1;
     conf->inputs = &in;

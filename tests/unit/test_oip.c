@@ -36,7 +36,7 @@ TestSuite(oip, .init = setup, .fini = teardown, .timeout = 10);
 static dl_status parse(const char *text)
 {
     const char *body = fx_dq(text);
-    return oip_parse_infer(body, strlen(body), strlen(body), &conf, 4, &req, &err);
+    return oip_parse_infer(body, strlen(body), strlen(body), &conf, NULL, 4, &req, &err);
 }
 
 /* Parses text, expects DL_ERR_INVALID with `needle` in the message and an
@@ -294,7 +294,7 @@ Test(oip, refuses_bad_json)
     refused("", "bad JSON");
     refused("{'inputs':[], 'inputs':[]}", "bad JSON");   /* duplicate key */
     refused("[1,2]", "must be a JSON object");
-    cr_expect_eq(oip_parse_infer(NULL, 0, 0, &conf, 4, &req, &err), DL_ERR_INVALID);
+    cr_expect_eq(oip_parse_infer(NULL, 0, 0, &conf, NULL, 4, &req, &err), DL_ERR_INVALID);
 }
 
 Test(oip, refuses_missing_or_extra_inputs)
@@ -906,7 +906,7 @@ Test(oip, scans_without_the_model)
     cr_expect_not(req.binary_out);
 
     /* Then against the model: batch and the outputs, in the order asked. */
-    cr_assert_eq(oip_check_infer(&req, &conf, 4, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(oip_check_infer(&req, &conf, NULL, 4, &err), DL_OK, "%s", err.msg);
     cr_expect_eq(req.batch, 2);
     cr_expect_eq(req.nout, 2);
     cr_expect_eq(req.out[0].kind, (unsigned)OIP_OUT_CLASS);
@@ -1093,7 +1093,7 @@ Test(oip, reads_binary_inputs)
                  DL_OK, "%s", err.msg);
     cr_expect(req.binary_in);
     cr_expect_eq(memcmp(req.x, v, sizeof(v)), 0, "bit for bit");
-    cr_assert_eq(oip_check_infer(&req, &conf, 4, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(oip_check_infer(&req, &conf, NULL, 4, &err), DL_OK, "%s", err.msg);
     cr_expect_eq(req.batch, 2);
 
     const unsigned char u8[4] = {0, 17, 128, 255};
@@ -1396,8 +1396,8 @@ static void two_tower(void)
                                 .sc = {1, 0, 1}};
     strcpy(two_in[0].name, "user");
     strcpy(two_in[1].name, "feats");
-    two_out[0] = (dl_output_conf){.loss = DL_LOSS_BCE, .dim = 1};
-    two_out[1] = (dl_output_conf){.loss = DL_LOSS_MSE, .dim = 1};
+    two_out[0] = (dl_output_conf){.loss = DL_LOSS_BCE, .dim = 1, .served = 1};
+    two_out[1] = (dl_output_conf){.loss = DL_LOSS_MSE, .dim = 1, .served = 1};
     strcpy(two_out[0].name, "click");
     strcpy(two_out[1].name, "rating");
     two_layers[0] = (dl_layer_conf){.type = DL_LAYER_EMBEDDING, .num_embeddings = 10, .dim = 4,
@@ -1416,7 +1416,7 @@ static dl_status parse_two(const char *text)
 {
     two_tower();
     const char *body = fx_dq(text);
-    return oip_parse_infer(body, strlen(body), strlen(body), &two, 3, &req, &err);
+    return oip_parse_infer(body, strlen(body), strlen(body), &two, NULL, 3, &req, &err);
 }
 
 Test(oip, lays_several_inputs_side_by_side)
@@ -1446,12 +1446,12 @@ Test(oip, reads_binary_ids)
     const float f[2] = {1, 2};
     memcpy(body + n, id, 8);
     memcpy(body + n + 8, f, 8);
-    cr_assert_eq(oip_parse_infer(body, n + 16, n, &two, 3, &req, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(oip_parse_infer(body, n + 16, n, &two, NULL, 3, &req, &err), DL_OK, "%s", err.msg);
     cr_expect_eq(req.x[0], 7);
     cr_expect_eq(req.x[2], 2);
     oip_request_fini(&req);
     body[n + 7] = (char)0x80;   /* a negative INT64 */
-    cr_expect_eq(oip_parse_infer(body, n + 16, n, &two, 3, &req, &err), DL_ERR_INVALID);
+    cr_expect_eq(oip_parse_infer(body, n + 16, n, &two, NULL, 3, &req, &err), DL_ERR_INVALID);
     cr_expect_not_null(strstr(err.msg, "input 'user'"), "%s", err.msg);
 }
 
@@ -1529,5 +1529,458 @@ Test(oip, writes_each_output_by_name)
     json_t *in0 = json_array_get(json_object_get(meta, "inputs"), 0);
     cr_expect_str_eq(json_string_value(json_object_get(in0, "datatype")), "INT64");
     cr_expect_eq(json_array_size(json_object_get(meta, "outputs")), 2);
+    json_decref(meta);
+}
+
+/* ---- sequence and text inputs ------------------------------------------------
+ * "tagger": a text input (BYTES, bytes tokenizer, max_length 6) through an
+ * embedding to two per-token outputs, "tags" (softmax cross-entropy, 3
+ * labels) and "path" (a crf, 3 labels). "steps": a sequence of FP32
+ * pairs ([-1, 2], max_length 4) to one per-token output "y" of 3 classes
+ * without labels; "ids": INT64 ids [-1] (max_length 4, 10 of them). */
+
+static dl_model_conf *seq_conf;
+static dl_tokenizer *seq_tok[2];
+
+static void seq_model(const char *json)
+{
+    const char *t = fx_dq(json);
+    dl_model_conf_free(seq_conf);
+    seq_conf = NULL;
+    cr_assert_eq(dl_model_conf_parse(t, strlen(t), "seq.json", &seq_conf, &err), DL_OK, "%s",
+                 err.msg);
+    for (int k = 0; k < seq_conf->ninputs; k++)
+        if (seq_conf->inputs[k].dtype == DL_IN_BYTES)
+            cr_assert_eq(dl_tokenizer_new(&seq_conf->inputs[k].tok, &seq_tok[k], &err), DL_OK);
+}
+
+static void seq_teardown(void)
+{
+    oip_request_fini(&req);
+    dl_model_conf_free(seq_conf);
+    seq_conf = NULL;
+    for (int k = 0; k < 2; k++) {
+        dl_tokenizer_free(seq_tok[k]);
+        seq_tok[k] = NULL;
+    }
+}
+
+TestSuite(oip_seq, .init = setup, .fini = seq_teardown, .timeout = 10);
+
+static void tagger(void)
+{
+    seq_model("{'name': 'tagger', 'inputs': [{'name': 'text', 'datatype': 'BYTES', 'shape': [1], "
+              "'max_length': 6, 'tokenizer': {'type': 'bytes'}}], 'layers': [{'name': 'emb', "
+              "'type': 'embedding', 'num_embeddings': 256, 'dim': 4}, {'name': 'fc1', 'type': "
+              "'dense', 'units': 3}, {'name': 'fc2', 'type': 'dense', 'units': 3, 'inputs': "
+              "['emb']}], 'outputs': [{'name': 'tags', 'from': 'fc1', 'loss': "
+              "'softmax_cross_entropy', 'labels': ['O', 'B', 'I']}, {'name': 'path', 'from': "
+              "'fc2', 'loss': 'crf', 'labels': ['x', 'y', 'z']}]}");
+}
+
+static void steps(void)
+{
+    seq_model("{'name': 'steps', 'inputs': [{'name': 'vec', 'datatype': 'FP32', 'shape': [-1, 2], "
+              "'max_length': 4}], 'layers': [{'name': 'fc', 'type': 'dense', 'units': 3}], "
+              "'outputs': [{'name': 'y', 'from': 'fc', 'loss': 'softmax_cross_entropy'}]}");
+}
+
+static void ids_model(void)
+{
+    seq_model("{'name': 'lm', 'inputs': [{'name': 'ids', 'datatype': 'INT64', 'shape': [-1], "
+              "'max_length': 4}], 'layers': [{'name': 'emb', 'type': 'embedding', "
+              "'num_embeddings': 10, 'dim': 4}, {'name': 'fc', 'type': 'dense', 'units': 10}], "
+              "'outputs': [{'name': 'next', 'from': 'fc', 'loss': 'next_token', 'of': 'ids'}]}");
+}
+
+/* Parses text (' for ") against seq_conf. */
+static dl_status parse_seq(const char *text)
+{
+    const char *body = fx_dq(text);
+    oip_request_fini(&req);
+    return oip_parse_infer(body, strlen(body), strlen(body), seq_conf, seq_tok,
+                           1 + seq_conf->inputs[0].dim, &req, &err);
+}
+
+static void refused_seq(const char *text, const char *needle)
+{
+    cr_expect_eq(parse_seq(text), DL_ERR_INVALID, "accepted: %s", text);
+    cr_expect_not_null(strstr(err.msg, needle), "message was: %s (wanted '%s')", err.msg, needle);
+    cr_expect_null(req.x);
+}
+
+/* Expects req.x to hold rows of 1 + 6 floats: each text's length, then
+ * its bytes, then zeros. */
+static void expect_texts(const char *const *texts, int n)
+{
+    cr_assert_eq(req.batch, n);
+    cr_assert_eq(req.count, n * 7);
+    for (int i = 0; i < n; i++) {
+        const float *row = req.x + i * 7;
+        size_t len = strlen(texts[i]);
+        cr_expect_eq(row[0], (float)len, "sample %d's length %g", i, (double)row[0]);
+        for (size_t t = 0; t < 6; t++)
+            cr_expect_eq(row[1 + t], t < len ? (float)(unsigned char)texts[i][t] : 0.0f,
+                         "sample %d position %zu", i, t);
+    }
+}
+
+Test(oip_seq, scans_strings_into_triton_layout)
+{
+    cr_assert_eq(scan("{'inputs':[{'name':'text','datatype':'BYTES','shape':[2],"
+                      "'data':['hi','ab\\u00e9']}]}"), DL_OK, "%s", err.msg);
+    cr_expect_eq(req.dtype, OIP_BYTES);
+    cr_expect_eq(req.count, 2);
+    cr_expect_null(req.x);
+    const char want[] = "\2\0\0\0hi\4\0\0\0ab\xc3\xa9";
+    cr_assert_eq(req.nbytes, sizeof(want) - 1);
+    cr_expect_eq(memcmp(req.bytes, want, sizeof(want) - 1), 0);
+    /* nested as the shape says, and an empty string */
+    cr_assert_eq(scan("{'inputs':[{'name':'text','datatype':'BYTES','shape':[2,1],"
+                      "'data':[['x'],['']]}]}"), DL_OK, "%s", err.msg);
+    cr_expect_eq(req.nbytes, 9);
+    cr_expect_eq(memcmp(req.bytes, "\1\0\0\0x\0\0\0\0", 9), 0);
+}
+
+Test(oip_seq, refuses_what_is_not_strings)
+{
+    cr_expect_eq(scan("{'inputs':[{'name':'text','datatype':'BYTES','shape':[2],"
+                      "'data':['a',7]}]}"), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "inputs[0].data[1] must be a string (BYTES), not an "
+                              "integer"), "%s", err.msg);
+    cr_expect_null(req.bytes);
+    cr_expect_eq(scan("{'inputs':[{'name':'text','datatype':'BYTES','shape':[3],"
+                      "'data':['a','b']}]}"), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, ".data has 2 values; shape [3] needs 3"), "%s", err.msg);
+    cr_expect_eq(scan("{'inputs':[{'name':'text','datatype':'STRING','shape':[1],"
+                      "'data':['a']}]}"), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "\"BYTES\""), "%s", err.msg);
+}
+
+/* JSON of a binary BYTES input of shape [n] and `size` bytes. */
+static const char *bytes_head(int n, size_t size)
+{
+    static char head[256];
+    snprintf(head, sizeof(head), "{'inputs':[{'name':'text','datatype':'BYTES','shape':[%d],"
+             "'parameters':{'binary_data_size':%zu}}]}", n, size);
+    return head;
+}
+
+Test(oip_seq, reads_binary_strings_as_triton_lays_them_out)
+{
+    const char bin[] = "\3\0\0\0abc\0\0\0\0\1\0\0\0z";
+    size_t n = sizeof(bin) - 1;
+    cr_assert_eq(scan_bin(bytes_head(3, n), bin, n), DL_OK, "%s", err.msg);
+    cr_expect(req.binary_in);
+    cr_expect_eq(req.count, 3);
+    cr_assert_eq(req.nbytes, n);
+    cr_expect_eq(memcmp(req.bytes, bin, n), 0);
+}
+
+Test(oip_seq, refuses_malformed_binary_strings_naming_the_input)
+{
+    /* the second element's length is cut short */
+    bin_refused(bytes_head(2, 9), "\3\0\0\0abc\1\0", 9,
+                "inputs[0] ('text') binary data: BYTES element 1 of 2 has no 4-byte length");
+    /* a length past the bytes there are */
+    bin_refused(bytes_head(1, 8), "\x09\0\0\0abcd", 8,
+                "BYTES element 0 of 1 is 9 bytes long, but only 4 of binary_data_size 8 remain");
+    /* bytes left over once the shape's elements are read */
+    bin_refused(bytes_head(1, 6), "\1\0\0\0ab", 6,
+                "its 1 BYTES elements take 5 bytes, but binary_data_size is 6");
+    /* more than the body holds */
+    bin_refused(bytes_head(1, 40), "\1\0\0\0a", 5, "only 5 follow");
+    /* an absurd count, refused without reading past the bytes */
+    bin_refused(bytes_head(1000000, 4), "\0\0\0\0", 4, "element 1 of 1000000");
+}
+
+Test(oip_seq, packs_texts_against_the_model)
+{
+    tagger();
+    static const char *const texts[] = {"hi", "abcdef", "a"};
+    cr_assert_eq(parse_seq("{'inputs':[{'name':'text','datatype':'BYTES','shape':[3,1],"
+                           "'data':['hi','abcdef','a']}]}"), DL_OK, "%s", err.msg);
+    expect_texts(texts, 3);
+    /* no "label" or "class" of a per-token model: its tensors alone */
+    cr_expect_eq(req.nout, 2);
+    cr_expect_eq(req.outputs, OIP_OUT_TENSOR);
+
+    /* the same through the binary extension */
+    const char bin[] = "\2\0\0\0hi\6\0\0\0abcdef\1\0\0\0a";
+    const char *head = fx_dq(bytes_head(3, sizeof(bin) - 1));
+    char body[512];
+    size_t hl = strlen(head);
+    memcpy(body, head, hl);
+    memcpy(body + hl, bin, sizeof(bin) - 1);
+    oip_request_fini(&req);
+    cr_assert_eq(oip_parse_infer(body, hl + sizeof(bin) - 1, hl, seq_conf, seq_tok, 7, &req,
+                                 &err), DL_OK, "%s", err.msg);
+    expect_texts(texts, 3);
+}
+
+Test(oip_seq, refuses_texts_that_do_not_fit)
+{
+    tagger();
+    refused_seq("{'inputs':[{'name':'text','datatype':'BYTES','shape':[2],'data':['ok',"
+                "'abcdefg']}]}", "input 'text': 7 tokens, above max_length 6");
+    refused_seq("{'inputs':[{'name':'text','datatype':'BYTES','shape':[1],'data':['']}]}",
+                "input 'text': the text has no tokens");
+    refused_seq("{'inputs':[{'name':'text','datatype':'INT64','shape':[1,2],'data':[1,2]}]}",
+                "input 'text': datatype INT64 does not fit model 'tagger', which takes BYTES");
+    refused_seq("{'inputs':[{'name':'text','datatype':'BYTES','shape':[1,2],'data':['a','b']}]}",
+                "input 'text': shape [1, 2] does not fit model 'tagger': it takes [B] or "
+                "[B, 1] strings");
+}
+
+Test(oip_seq, packs_sequences_of_any_length)
+{
+    steps();
+    cr_assert_eq(parse_seq("{'inputs':[{'name':'vec','datatype':'FP32','shape':[2,3,2],"
+                           "'data':[[[1,2],[3,4],[5,6]],[[7,8],[9,10],[11,12]]]}]}"), DL_OK,
+                 "%s", err.msg);
+    cr_assert_eq(req.batch, 2);
+    cr_assert_eq(req.count, 2 * 9);
+    const float want[18] = {3, 1, 2, 3, 4, 5, 6, 0, 0, 3, 7, 8, 9, 10, 11, 12, 0, 0};
+    for (int i = 0; i < 18; i++)
+        cr_expect_eq(req.x[i], want[i], "x[%d] = %g", i, (double)req.x[i]);
+    cr_assert_eq(parse_seq("{'inputs':[{'name':'vec','datatype':'FP32','shape':[1,4,2],"
+                           "'data':[1,2,3,4,5,6,7,8]}]}"), DL_OK, "%s", err.msg);
+    cr_expect_eq(req.x[0], 4);
+    cr_expect_eq(req.x[8], 8);
+    refused_seq("{'inputs':[{'name':'vec','datatype':'FP32','shape':[1,5,2],"
+                "'data':[1,2,3,4,5,6,7,8,9,10]}]}",
+                "input 'vec': 5 positions, above max_length 4 of model 'steps'");
+    refused_seq("{'inputs':[{'name':'vec','datatype':'FP32','shape':[1,2,3],"
+                "'data':[1,2,3,4,5,6]}]}", "input 'vec': shape [1, 2, 3] does not fit model "
+                "'steps': it takes sequences of [B, len, 2] with len from 1 to max_length 4");
+    refused_seq("{'inputs':[{'name':'vec','datatype':'FP32','shape':[4,2],"
+                "'data':[1,2,3,4,5,6,7,8]}]}", "does not fit");
+    refused_seq("{'inputs':[{'name':'vec','datatype':'FP32','shape':[1,0,2],'data':[]}]}",
+                "inputs[0].shape[1] must be a positive integer");
+}
+
+Test(oip_seq, checks_the_ids_of_a_sequence)
+{
+    ids_model();
+    cr_assert_eq(parse_seq("{'inputs':[{'name':'ids','datatype':'INT32','shape':[1,2],"
+                           "'data':[9,0]}]}"), DL_OK, "%s", err.msg);
+    const float want[5] = {2, 9, 0, 0, 0};
+    for (int i = 0; i < 5; i++)
+        cr_expect_eq(req.x[i], want[i], "x[%d] = %g", i, (double)req.x[i]);
+    refused_seq("{'inputs':[{'name':'ids','datatype':'INT64','shape':[2,2],'data':[1,2,3,10]}]}",
+                "input 'ids': 10 (sample 1) is not an id: model 'lm' takes integers in [0, 10)");
+    /* packed rows, as Kafka's flat and raw records carry them */
+    const float ok[10] = {2, 1, 2, 0, 0, 4, 9, 9, 9, 9};
+    cr_expect_eq(oip_check_ids(seq_conf, ok, 2, &err), DL_OK, "%s", err.msg);
+    const float zero[5] = {0, 1, 2, 0, 0}, longer[5] = {5, 1, 2, 3, 4}, half[5] = {1.5f};
+    const float past[5] = {1, 1, 10, 0, 0};
+    cr_expect_eq(oip_check_ids(seq_conf, zero, 1, &err), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "input 'ids': sample 0 has length 0, not a whole number "
+                              "from 1 to max_length 4"), "%s", err.msg);
+    cr_expect_eq(oip_check_ids(seq_conf, longer, 1, &err), DL_ERR_INVALID);
+    cr_expect_eq(oip_check_ids(seq_conf, half, 1, &err), DL_ERR_INVALID);
+    cr_expect_eq(oip_check_ids(seq_conf, past, 1, &err), DL_ERR_INVALID, "padding holds ids too");
+}
+
+Test(oip_seq, bounds_what_a_request_packs_into)
+{
+    /* a sequence of max_length 2^20: a thousand samples of one position
+     * would pack into 4 GB */
+    seq_model("{'name': 'long', 'inputs': [{'name': 'vec', 'datatype': 'FP32', 'shape': [-1, 1],"
+              " 'max_length': 1048576}], 'layers': [{'name': 'fc', 'type': 'dense', 'units': 2}],"
+              " 'outputs': [{'name': 'y', 'from': 'fc', 'loss': 'softmax_cross_entropy'}]}");
+    char text[8192];
+    int n = snprintf(text, sizeof(text), "{'inputs':[{'name':'vec','datatype':'FP32','shape':"
+                     "[1000,1,1],'data':[0");
+    for (int i = 1; i < 1000; i++)
+        n += snprintf(text + n, sizeof(text) - (size_t)n, ",0");
+    snprintf(text + n, sizeof(text) - (size_t)n, "]}]}");
+    cr_expect_eq(parse_seq(text), DL_ERR_TOO_LARGE);
+    cr_expect_not_null(strstr(err.msg, "more than a request may"), "%s", err.msg);
+    cr_expect_null(req.x);
+}
+
+Test(oip_seq, asks_per_token_outputs_for_labels_and_classes)
+{
+    tagger();
+    const char *in = "{'name':'text','datatype':'BYTES','shape':[1],'data':['ab']}";
+    char text[1024];
+    snprintf(text, sizeof(text), "{'inputs':[%s],'outputs':[{'name':'tags','parameters':"
+             "{'labels':true}},{'name':'path','parameters':{'classification':1}},{'name':"
+             "'tags','parameters':{'classification':2}}]}", in);
+    cr_assert_eq(parse_seq(text), DL_OK, "%s", err.msg);
+    cr_assert_eq(req.nout, 2, "tags listed twice answers once");
+    cr_expect(req.out[0].labels && req.out[0].topk == 0);
+    cr_expect(req.out[1].labels && req.out[1].topk == 0, "a crf's classification: its labels");
+    snprintf(text, sizeof(text), "{'inputs':[%s],'outputs':[{'name':'path','parameters':"
+             "{'classification':2}}]}", in);
+    refused_seq(text, "a crf output answers one tag a position");
+    snprintf(text, sizeof(text), "{'inputs':[%s],'outputs':[{'name':'class'}]}", in);
+    refused_seq(text, "has no output 'class' (it has 'tags', 'path')");
+    snprintf(text, sizeof(text), "{'inputs':[%s],'outputs':[{'name':'tags','parameters':"
+             "{'classification':4}}]}", in);
+    cr_assert_eq(parse_seq(text), DL_OK, "%s", err.msg);
+    cr_expect_eq(oip_check_classes(&req, seq_conf, 6 * 3 + 6, &err), DL_ERR_INVALID);
+    cr_expect_not_null(strstr(err.msg, "top 4 classes, but model 'tagger' has 3"), "%s", err.msg);
+
+    steps();   /* no labels */
+    refused_seq("{'inputs':[{'name':'vec','datatype':'FP32','shape':[1,1,2],'data':[1,2]}],"
+                "'outputs':[{'name':'y','parameters':{'labels':true}}]}",
+                "labels of 'y': the output of model 'steps' has no labels");
+}
+
+/* tagger's outputs for 2 samples as served: "tags" 6 positions of 3
+ * scores, then "path" 6 tags (-1 past the length); the packed inputs
+ * give the lengths (3 and `len1`). */
+static float tag_y[2 * 24];
+static float tag_x[2 * 7];
+
+static oip_result tagger_result(int len1, const oip_output *out, int nout)
+{
+    const int lens[2] = {3, len1};
+    for (int i = 0; i < 2; i++) {
+        for (int t = 0; t < 6; t++) {
+            float *p = tag_y + i * 24 + t * 3;
+            float odd = 0.125f * (float)(t % 2);
+            p[0] = 0.5f, p[1] = 0.25f + odd, p[2] = 0.25f - odd + (float)i / 16.0f;
+            tag_y[i * 24 + 18 + t] = t < lens[i] ? (float)((t + i) % 3) : -1.0f;
+        }
+        tag_x[i * 7] = (float)lens[i];
+    }
+    return (oip_result){.model = "tagger", .version = 1, .conf = seq_conf, .batch = 2,
+                        .out_dim = 24, .y = tag_y, .x = tag_x, .in_dim = 7, .nout = nout,
+                        .out = out, .outputs = OIP_OUT_TENSOR};
+}
+
+static void expect_shape(json_t *t, const char *type, const int64_t *shape, int nd)
+{
+    cr_expect_str_eq(json_string_value(json_object_get(t, "datatype")), type);
+    json_t *s = json_object_get(t, "shape");
+    cr_assert_eq(json_array_size(s), (size_t)nd, "%s", json_dumps(s, 0));
+    for (int i = 0; i < nd; i++)
+        cr_expect_eq(json_integer_value(json_array_get(s, (size_t)i)), shape[i], "shape[%d]", i);
+}
+
+Test(oip_seq, answers_per_token_outputs_trimmed_to_the_length)
+{
+    tagger();
+    oip_result res = tagger_result(3, NULL, 0);
+    json_t *o = answer_json(&res);
+    json_t *outs = json_object_get(o, "outputs");
+    cr_assert_eq(json_array_size(outs), 2);
+    json_t *tags = json_array_get(outs, 0), *path = json_array_get(outs, 1);
+    expect_shape(tags, "FP32", (const int64_t[]){2, 3, 3}, 3);
+    json_t *data = json_object_get(tags, "data");
+    cr_assert_eq(json_array_size(data), 18);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 9; j++)
+            cr_expect_eq((float)json_number_value(json_array_get(data, (size_t)(i * 9 + j))),
+                         tag_y[i * 24 + j], "sample %d value %d", i, j);
+    expect_shape(path, "INT64", (const int64_t[]){2, 3}, 2);
+    const int64_t want[6] = {0, 1, 2, 1, 2, 0};
+    for (int j = 0; j < 6; j++)
+        cr_expect_eq(json_integer_value(json_array_get(json_object_get(path, "data"),
+                                                       (size_t)j)), want[j]);
+    json_decref(o);
+
+    /* samples of other lengths (a Kafka record's): the longest, padded */
+    res = tagger_result(1, NULL, 0);
+    o = answer_json(&res);
+    outs = json_object_get(o, "outputs");
+    tags = json_array_get(outs, 0), path = json_array_get(outs, 1);
+    expect_shape(tags, "FP32", (const int64_t[]){2, 3, 3}, 3);
+    data = json_object_get(tags, "data");
+    cr_expect_eq(json_number_value(json_array_get(data, 12)), 0.0, "past sample 1's length");
+    cr_expect_eq(json_integer_value(json_array_get(json_object_get(path, "data"), 4)), -1);
+    json_decref(o);
+}
+
+Test(oip_seq, answers_labels_and_classifications_of_positions)
+{
+    tagger();
+    const oip_output out[3] = {
+        {.kind = OIP_OUT_TENSOR, .index = 0, .labels = true},
+        {.kind = OIP_OUT_TENSOR, .index = 1, .labels = true},
+        {.kind = OIP_OUT_TENSOR, .index = 0, .topk = 2},
+    };
+    oip_result res = tagger_result(2, out, 3);
+    json_t *o = answer_json(&res);
+    json_t *outs = json_object_get(o, "outputs");
+    json_t *tags = json_array_get(outs, 0), *path = json_array_get(outs, 1),
+           *top = json_array_get(outs, 2);
+    expect_shape(tags, "BYTES", (const int64_t[]){2, 3}, 2);
+    static const char *const want_tags[6] = {"O", "O", "O", "O", "O", ""};
+    static const char *const want_path[6] = {"x", "y", "z", "y", "z", ""};
+    for (int j = 0; j < 6; j++) {
+        cr_expect_str_eq(json_string_value(json_array_get(json_object_get(tags, "data"),
+                                                          (size_t)j)), want_tags[j]);
+        cr_expect_str_eq(json_string_value(json_array_get(json_object_get(path, "data"),
+                                                          (size_t)j)), want_path[j]);
+    }
+    expect_shape(top, "BYTES", (const int64_t[]){2, 3, 2}, 3);
+    json_t *d = json_object_get(top, "data");
+    cr_expect_str_eq(json_string_value(json_array_get(d, 0)), "0.5:0:O");
+    cr_expect_str_eq(json_string_value(json_array_get(d, 1)), "0.25:1:B");
+    cr_expect_str_eq(json_string_value(json_array_get(d, 3)), "0.375:1:B");
+    cr_expect_str_eq(json_string_value(json_array_get(d, 11)), "", "past sample 1's length");
+    json_decref(o);
+}
+
+Test(oip_seq, writes_per_token_outputs_in_binary)
+{
+    tagger();
+    const oip_output out[3] = {
+        {.kind = OIP_OUT_TENSOR, .index = 0, .binary = true},
+        {.kind = OIP_OUT_TENSOR, .index = 1, .binary = true},
+        {.kind = OIP_OUT_TENSOR, .index = 1, .binary = true, .labels = true},
+    };
+    oip_result res = tagger_result(3, out, 3);
+    dl_sbuf b = {0};
+    size_t json_len;
+    cr_assert_eq(oip_write_infer(&res, &b, &json_len, NULL), DL_OK);
+    json_t *o = json_loadb(b.s, json_len, 0, NULL);
+    cr_assert_not_null(o);
+    json_t *outs = json_object_get(o, "outputs");
+    size_t sizes[3], want[3] = {2 * 3 * 3 * 4, 2 * 3 * 8, 6 * 5};
+    for (int k = 0; k < 3; k++) {
+        sizes[k] = (size_t)json_integer_value(json_object_get(json_object_get(
+            json_array_get(outs, (size_t)k), "parameters"), "binary_data_size"));
+        cr_expect_eq(sizes[k], want[k], "output %d: %zu bytes", k, sizes[k]);
+    }
+    cr_assert_eq(b.len, json_len + want[0] + want[1] + want[2]);
+    const unsigned char *p = (const unsigned char *)b.s + json_len;
+    cr_expect_eq(memcmp(p, tag_y, 36), 0, "sample 0's 3 positions, as they are");
+    cr_expect_eq(memcmp(p + 36, tag_y + 24, 36), 0, "sample 1's");
+    p += want[0];
+    cr_expect_eq(le_at(p + 8, 8), 1, "tags as INT64");
+    p += want[1];
+    cr_expect_eq(memcmp(p, "\1\0\0\0x\1\0\0\0y", 10), 0);
+    json_decref(o);
+    dl_sbuf_free(&b);
+}
+
+Test(oip_seq, describes_sequences_in_the_metadata)
+{
+    tagger();
+    json_t *versions = json_array();
+    json_t *meta = oip_model_metadata(seq_conf, 24, versions);
+    json_decref(versions);
+    cr_assert_not_null(meta);
+    json_t *in = json_array_get(json_object_get(meta, "inputs"), 0);
+    expect_shape(in, "BYTES", (const int64_t[]){-1, 1}, 2);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(in, "parameters"),
+                                                    "max_length")), 6);
+    json_t *outs = json_object_get(meta, "outputs");
+    cr_assert_eq(json_array_size(outs), 2, "no label or class");
+    expect_shape(json_array_get(outs, 0), "FP32", (const int64_t[]){-1, -1, 3}, 3);
+    expect_shape(json_array_get(outs, 1), "INT64", (const int64_t[]){-1, -1}, 2);
+    json_decref(meta);
+
+    steps();
+    versions = json_array();
+    meta = oip_model_metadata(seq_conf, 12, versions);
+    json_decref(versions);
+    in = json_array_get(json_object_get(meta, "inputs"), 0);
+    expect_shape(in, "FP32", (const int64_t[]){-1, -1, 2}, 3);
     json_decref(meta);
 }

@@ -45,7 +45,7 @@ static record_fault take(const record_in *in, const char *def, int64_t *n)
 {
     record_fault f = record_open(in, def, 1024, &env, &err);
     if (f == REC_OK)
-        f = record_decode(in, &env, &conf, 4, n, &x, &err);
+        f = record_decode(in, &env, &conf, NULL, 4, n, &x, &err);
     return f;
 }
 
@@ -244,8 +244,8 @@ Test(records, output_oip_binary)
  * "outputs"; the OIP form every output by name. */
 Test(records, output_of_two_outputs)
 {
-    dl_output_conf outs[2] = {{.name = "click", .loss = DL_LOSS_BCE, .dim = 1},
-                              {.name = "rating", .loss = DL_LOSS_MSE, .dim = 1}};
+    dl_output_conf outs[2] = {{.name = "click", .loss = DL_LOSS_BCE, .dim = 1, .served = 1},
+                              {.name = "rating", .loss = DL_LOSS_MSE, .dim = 1, .served = 1}};
     float y[4] = {0.25f, -1.5f, 0.75f, 2.0f};
     conf.loss = DL_LOSS_BCE;
     conf.noutputs = 2;
@@ -322,7 +322,8 @@ Test(records, buffers_reused)
     int64_t n = 0;
     const void *values = NULL;
     cr_assert_eq(record_open(&in, "tiny", 1024, &env, &err), REC_OK, "%s", err.msg);
-    cr_assert_eq(record_decode_into(&in, &env, &conf, 4, &n, &buf, &cap, &values, &err), REC_OK);
+    cr_assert_eq(record_decode_into(&in, &env, &conf, NULL, 4, &n, &buf, &cap, &values, &err),
+                 REC_OK);
     cr_expect_eq(n, 2);
     cr_expect_eq(values, raw + 1, "raw values were copied");
     cr_expect_null(buf);
@@ -331,13 +332,13 @@ Test(records, buffers_reused)
     memcpy(&v7, (const unsigned char *)values + 7 * sizeof(float), sizeof(v7));
     cr_expect_eq(v7, 8.0f);
     in.len = 6;   /* refused: not whole samples */
-    cr_expect_eq(record_decode_into(&in, &env, &conf, 4, &n, &buf, &cap, &values, &err),
+    cr_expect_eq(record_decode_into(&in, &env, &conf, NULL, 4, &n, &buf, &cap, &values, &err),
                  REC_INPUT);
     cr_expect_null(values);
     in.len = sizeof(eight);
     float nan = NAN;   /* the sixth value, unaligned */
     memcpy(raw + 1 + 5 * sizeof(float), &nan, sizeof(nan));
-    cr_expect_eq(record_decode_into(&in, &env, &conf, 4, &n, &buf, &cap, &values, &err),
+    cr_expect_eq(record_decode_into(&in, &env, &conf, NULL, 4, &n, &buf, &cap, &values, &err),
                  REC_INPUT);
     cr_expect_not_null(strstr(err.msg, "value 5 is not finite"), "%s", err.msg);
     cr_expect_null(buf);
@@ -454,7 +455,7 @@ Test(records, data_form_scanned)
     record_in in = json_in(text);
     int64_t n = 0;
     cr_assert_eq(record_open(&in, NULL, sizeof(text), &env, &err), REC_OK, "%s", err.msg);
-    cr_assert_eq(record_decode(&in, &env, &conf, 4, &n, &x, &err), REC_OK, "%s", err.msg);
+    cr_assert_eq(record_decode(&in, &env, &conf, NULL, 4, &n, &x, &err), REC_OK, "%s", err.msg);
     cr_assert_eq(n, N / 4);
     cr_expect_eq(x[N - 1], (N - 1) % 256);
     record_env_fini(&env);
@@ -471,7 +472,7 @@ Test(records, data_form_scanned)
     /* not whole samples: refused against the model */
     in = json_in("{\"id\": \"a\", \"data\": [1, 2, 3, 4, 5, 6]}");
     cr_assert_eq(record_open(&in, "tiny", 1024, &env, &err), REC_OK, "%s", err.msg);
-    cr_expect_eq(record_decode(&in, &env, &conf, 4, &n, &x, &err), REC_INPUT);
+    cr_expect_eq(record_decode(&in, &env, &conf, NULL, 4, &n, &x, &err), REC_INPUT);
     cr_expect_not_null(strstr(err.msg, "6 values: expected a multiple of 4"), "%s", err.msg);
     cr_expect_null(x);
 }
@@ -533,4 +534,122 @@ Test(records, strlcpy)
     cr_expect_str_eq(b, "");
     dl_strlcpy(b, "abc", 1);
     cr_expect_str_eq(b, "");
+}
+
+/* ---- a tagger: text in, per-token outputs ------------------------------------
+ * "text" (BYTES, bytes tokenizer, max_length 6) to "tags" (softmax
+ * cross-entropy a position, 3 labels) and "path" (a crf, 3 labels). */
+
+static dl_model_conf *tconf;
+static dl_tokenizer *ttok[1];
+
+static void tagger_setup(void)
+{
+    setup();
+    const char *t = fx_dq(
+        "{'name': 'tagger', 'inputs': [{'name': 'text', 'datatype': 'BYTES', 'shape': [1], "
+        "'max_length': 6, 'tokenizer': {'type': 'bytes'}}], 'layers': [{'name': 'emb', "
+        "'type': 'embedding', 'num_embeddings': 256, 'dim': 4}, {'name': 'fc1', 'type': "
+        "'dense', 'units': 3}, {'name': 'fc2', 'type': 'dense', 'units': 3, 'inputs': "
+        "['emb']}], 'outputs': [{'name': 'tags', 'from': 'fc1', 'loss': "
+        "'softmax_cross_entropy', 'labels': ['O', 'B', 'I']}, {'name': 'path', 'from': "
+        "'fc2', 'loss': 'crf', 'labels': ['x', 'y', 'z']}]}");
+    cr_assert_eq(dl_model_conf_parse(t, strlen(t), "tagger.json", &tconf, &err), DL_OK, "%s",
+                 err.msg);
+    cr_assert_eq(dl_tokenizer_new(&tconf->inputs[0].tok, &ttok[0], &err), DL_OK, "%s", err.msg);
+}
+
+static void tagger_teardown(void)
+{
+    teardown();
+    dl_tokenizer_free(ttok[0]);
+    dl_model_conf_free(tconf);
+}
+
+TestSuite(records_seq, .init = tagger_setup, .fini = tagger_teardown, .timeout = 10);
+
+static record_fault take_text(const char *text, int64_t *n)
+{
+    record_in in = json_in(text);
+    record_fault f = record_open(&in, "tagger", 1024, &env, &err);
+    if (f == REC_OK)
+        f = record_decode(&in, &env, tconf, ttok, 7, n, &x, &err);
+    return f;
+}
+
+Test(records_seq, texts_tokenized_and_packed)
+{
+    int64_t n = 0;
+    cr_assert_eq(take_text("{\"id\": \"t\", \"inputs\": [{\"name\": \"text\", \"datatype\": "
+                           "\"BYTES\", \"shape\": [2], \"data\": [\"ab\", \"xyz\"]}]}", &n),
+                 REC_OK, "%s", err.msg);
+    cr_assert_eq(n, 2);
+    const float want[14] = {2, 'a', 'b', 0, 0, 0, 0, 3, 'x', 'y', 'z', 0, 0, 0};
+    for (int i = 0; i < 14; i++)
+        cr_expect_eq(x[i], want[i], "x[%d] = %g", i, (double)x[i]);
+}
+
+Test(records_seq, over_long_and_malformed_texts_are_input_faults)
+{
+    int64_t n = 0;
+    cr_expect_eq(take_text("{\"id\": \"t\", \"inputs\": [{\"name\": \"text\", \"datatype\": "
+                           "\"BYTES\", \"shape\": [1], \"data\": [\"abcdefg\"]}]}", &n),
+                 REC_INPUT);
+    cr_expect_not_null(strstr(err.msg, "input 'text': 7 tokens, above max_length 6"), "%s",
+                       err.msg);
+    record_env_fini(&env);
+    cr_expect_eq(take_text("{\"id\": \"t\", \"inputs\": [{\"name\": \"text\", \"datatype\": "
+                           "\"BYTES\", \"shape\": [1], \"data\": [5]}]}", &n), REC_INPUT);
+    cr_expect_not_null(strstr(err.msg, "must be a string (BYTES)"), "%s", err.msg);
+    record_env_fini(&env);
+    /* packed rows in a flat record: the length is checked */
+    cr_expect_eq(take_text("{\"id\": \"t\", \"data\": [7, 97, 98, 99, 100, 101, 102]}", &n),
+                 REC_INPUT);
+    cr_expect_not_null(strstr(err.msg, "sample 0 has length 7"), "%s", err.msg);
+    record_env_fini(&env);
+    cr_expect_eq(take_text("{\"id\": \"t\", \"data\": [2, 97, 98, 0, 0, 0, 0]}", &n), REC_OK,
+                 "%s", err.msg);
+}
+
+/* Two samples of lengths 2 and 1, as served: 6 positions of 3 scores,
+ * then 6 tags. */
+static const float ty[2 * 24] = {
+    0.5f, 0.25f, 0.25f, 0.125f, 0.75f, 0.125f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    2, 0, -1, -1, -1, -1,
+    0.25f, 0.25f, 0.5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, -1, -1, -1, -1, -1,
+};
+static const float tx[2 * 7] = {2, 'a', 'b', 0, 0, 0, 0, 1, 'c', 0, 0, 0, 0, 0};
+
+Test(records_seq, output_of_per_token_outputs)
+{
+    record_out o = {.id = "t", .model = "tagger", .version = 1, .conf = tconf, .n = 2,
+                    .out_dim = 24, .y = ty, .x = tx, .in_dim = 7, .topic = "in",
+                    .partition = 0, .offset = 9};
+    size_t len;
+    char *text = record_output(&o, &len);
+    cr_assert_not_null(text);
+    cr_expect_str_eq(text, "{\"id\":\"t\",\"model\":\"tagger\",\"version\":1,"
+                           "\"output\":\"tags\",\"values\":[[[0.5,0.25,0.25],[0.125,0.75,0.125]],"
+                           "[[0.25,0.25,0.5]]],\"outputs\":{\"path\":[[\"z\",\"x\"],[\"y\"]]},"
+                           "\"source\":{\"topic\":\"in\",\"partition\":0,\"offset\":9}}");
+    free(text);
+    /* the OIP form: [batch, the longest length, ...], padded */
+    dl_sbuf b = {0};
+    size_t json_len;
+    cr_assert(record_format_oip(&o, false, &b, &json_len));
+    cr_expect_not_null(strstr(b.s, "{\"name\":\"tags\",\"datatype\":\"FP32\",\"shape\":[2,2,3],"
+                                   "\"data\":[0.5,0.25,0.25,0.125,0.75,0.125,"
+                                   "0.25,0.25,0.5,0,0,0]}"), "%s", b.s);
+    cr_expect_not_null(strstr(b.s, "{\"name\":\"path\",\"datatype\":\"INT64\",\"shape\":[2,2],"
+                                   "\"data\":[2,0,1,-1]}"), "%s", b.s);
+    dl_sbuf_free(&b);
+    /* a crf without labels: its tags */
+    int nlabels = tconf->outputs[1].nlabels;
+    tconf->outputs[1].nlabels = 0;
+    o.n = 1;
+    text = record_output(&o, &len);
+    tconf->outputs[1].nlabels = nlabels;   /* for dl_model_conf_free */
+    cr_expect_not_null(strstr(text, "\"outputs\":{\"path\":[2,0]}"), "%s", text);
+    free(text);
 }

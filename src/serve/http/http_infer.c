@@ -56,7 +56,8 @@ static answer infer_answer(http_server *h, request *rq)
     } else {
         oip_result res = {.model = sv->name, .version = sv->version, .id = rq->in.id,
                           .conf = sv->conf, .batch = rq->in.batch, .out_dim = sv->out_dim,
-                          .y = q->out, .nout = rq->in.nout, .out = rq->in.out};
+                          .y = q->out, .x = rq->in.x, .in_dim = sv->in_dim,
+                          .nout = rq->in.nout, .out = rq->in.out};
         a = result_answer(&res);
     }
     infer_req_account(h->deps->st, q, rq->arrival, a.code == 200);
@@ -175,8 +176,8 @@ bool http_infer_start(http_server *h, struct MHD_Connection *c, request *rq, ans
     size_t json_len;
     /* A bad Inference-Header-Content-Length is a 400 like a bad body. */
     if (oip_json_len(rq->json_len, rq->len, &json_len, &err) != DL_OK ||
-        oip_parse_infer(rq->body, rq->len, json_len, sv->conf, sv->in_dim, &rq->in, &err) !=
-            DL_OK ||
+        oip_parse_infer(rq->body, rq->len, json_len, sv->conf, sv->tok, sv->in_dim, &rq->in,
+                        &err) != DL_OK ||
         oip_check_classes(&rq->in, sv->conf, sv->out_dim, &err) != DL_OK) {
         *a = http_status_answer(err.code, "%s", err.msg);   /* 400, or 500 out of memory */
         stats_request(h->deps->st, sv->name, sv->version, false, 0, 0, 0,

@@ -150,19 +150,29 @@ static json_t *dynamic_batching(const served *sv, const dl_batching_conf *bc)
                      "batch_invariant", dl_model_batch_invariant(sv->m[0]));
 }
 
-/* The model's inputs as Triton's config lists them. */
+/* The model's inputs as Triton's config lists them: a sequence's
+ * positions as -1 ("dims": [-1] or [-1, D]), a text input TYPE_STRING
+ * [1]; dlserve's own key "max_length" says how many positions a sequence
+ * (or a text's tokens) may have. */
 static json_t *config_inputs(const dl_model_conf *conf)
 {
-    static const char *const types[] = {"TYPE_FP32", "TYPE_UINT8", "TYPE_INT32", "TYPE_INT64"};
+    static const char *const types[] = {"TYPE_FP32", "TYPE_UINT8", "TYPE_INT32", "TYPE_INT64",
+                                        "TYPE_STRING"};
     json_t *arr = json_array();
     for (int k = 0; arr && k < conf->ninputs; k++) {
         const dl_input_conf *in = &conf->inputs[k];
         json_t *t = json_pack("{s:s, s:s, s:s}", "name", in->name, "data_type",
                               types[in->dtype], "format", "FORMAT_NONE");
         json_t *dims = json_array();
-        for (int i = 0; dims && i < in->ndim; i++)
-            json_array_append_new(dims, json_integer((json_int_t)in->shape[i]));
+        for (int i = 0; dims && i < in->ndim; i++) {
+            int64_t d = i > 0 || in->max_length == 0 ? in->shape[i]
+                        : in->dtype == DL_IN_BYTES   ? 1
+                                                     : -1;
+            json_array_append_new(dims, json_integer((json_int_t)d));
+        }
         if (!t || !dims || json_object_set_new(t, "dims", dims) != 0 ||
+            (in->max_length > 0 && json_object_set_new(t, "max_length", json_integer(
+                                       (json_int_t)in->max_length)) != 0) ||
             json_array_append_new(arr, t) != 0) {
             json_decref(arr);
             arr = NULL;
@@ -180,11 +190,17 @@ static json_t *config_outputs(const served *sv)
     json_t *arr = json_array();
     for (int i = 0; arr && i < n; i++) {
         int k = all[i].index;
-        int64_t dim = conf->noutputs == 1 ? sv->out_dim : conf->outputs[k].dim;
-        json_t *t = all[i].kind == OIP_OUT_TENSOR
-                        ? config_tensor(conf->outputs[k].name, "TYPE_FP32", &dim, 1)
-                    : all[i].kind == OIP_OUT_LABEL ? config_tensor("label", "TYPE_STRING", NULL, 0)
-                                                   : config_tensor("class", "TYPE_INT64", NULL, 0);
+        const dl_output_conf *o = &conf->outputs[k];
+        int64_t dims[2] = {conf->noutputs == 1 ? sv->out_dim : o->served};
+        bool crf = (k == 0 ? conf->loss : o->loss) == DL_LOSS_CRF;
+        if (o->max_length > 0) {   /* per-token: [-1, C] scores, a crf's [-1] tags */
+            dims[0] = -1;
+            dims[1] = o->dim / o->max_length;
+        }
+        json_t *t = all[i].kind == OIP_OUT_LABEL   ? config_tensor("label", "TYPE_STRING", NULL, 0)
+                    : all[i].kind == OIP_OUT_CLASS ? config_tensor("class", "TYPE_INT64", NULL, 0)
+                    : crf ? config_tensor(o->name, "TYPE_INT64", dims, 1)
+                          : config_tensor(o->name, "TYPE_FP32", dims, o->max_length > 0 ? 2 : 1);
         if (json_array_append_new(arr, t) != 0) {
             json_decref(arr);
             arr = NULL;

@@ -321,7 +321,7 @@ static bool submit(kafka_srv *k, krec *r)
         if (f == REC_OK && !r->in && !(r->in = buf_get(k)))
             f = record_fault_of(dl_err_set(&err, DL_ERR_NOMEM, "out of memory"));
         if (f == REC_OK)
-            f = record_decode_into(&in, &r->env, sv->conf, sv->in_dim, &n, &r->in->x,
+            f = record_decode_into(&in, &r->env, sv->conf, sv->tok, sv->in_dim, &n, &r->in->x,
                                    &r->in->cap, &values, &err);
         if (f == REC_OK && !record_reserve(&r->in->y, &r->in->ycap, (size_t)(n * sv->out_dim)))
             f = record_fault_of(dl_err_set(&err, DL_ERR_NOMEM, "out of memory"));

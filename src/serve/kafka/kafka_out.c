@@ -184,6 +184,7 @@ static rec_state output(kafka_srv *k, krec *r)
     record_out o = {
         .id = r->env.id, .model = sv->name, .version = sv->version, .conf = sv->conf,
         .n = r->req.n, .out_dim = sv->out_dim, .y = r->req.out,
+        .x = r->req.x, .in_dim = sv->in_dim,
         .topic = r->tp->topic, .partition = r->tp->partition, .offset = r->offset,
     };
     dl_sbuf *b = k->mode->keeps_results ? &r->result : &k->out_text;

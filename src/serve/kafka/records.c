@@ -187,8 +187,9 @@ static record_fault check_binary(const record_in *in, const dl_model_conf *conf,
 
 /* A scanned record's values, checked against the model and handed over:
  * the scanner's buffer replaces the caller's. */
-static record_fault take_scanned(oip_request *req, const dl_model_conf *conf, int64_t in_dim,
-                                 int64_t *n, float **x, size_t *cap, dl_err *err)
+static record_fault take_scanned(oip_request *req, const dl_model_conf *conf,
+                                 dl_tokenizer *const *tok, int64_t in_dim, int64_t *n, float **x,
+                                 size_t *cap, dl_err *err)
 {
     if (req->flat) {   /* {"data": [...]}: a flat array of whole samples */
         if (req->count == 0 || req->count % in_dim)
@@ -200,7 +201,7 @@ static record_fault take_scanned(oip_request *req, const dl_model_conf *conf, in
         if (f != REC_OK)
             return f;
     } else {
-        dl_status st = oip_check_infer(req, conf, in_dim, err);
+        dl_status st = oip_check_infer(req, conf, tok, in_dim, err);
         if (st != DL_OK)
             return record_fault_of(st);
         *n = req->batch;
@@ -214,13 +215,13 @@ static record_fault take_scanned(oip_request *req, const dl_model_conf *conf, in
 }
 
 record_fault record_decode_into(const record_in *in, record_env *env,
-                                const dl_model_conf *conf, int64_t in_dim,
-                                int64_t *n, float **x, size_t *cap, const void **values,
-                                dl_err *err)
+                                const dl_model_conf *conf, dl_tokenizer *const *tok,
+                                int64_t in_dim, int64_t *n, float **x, size_t *cap,
+                                const void **values, dl_err *err)
 {
     *n = 0;
     *values = NULL;
-    record_fault f = env->scanned ? take_scanned(&env->req, conf, in_dim, n, x, cap, err)
+    record_fault f = env->scanned ? take_scanned(&env->req, conf, tok, in_dim, n, x, cap, err)
                                   : check_binary(in, conf, in_dim, n, err);
     if (f == REC_OK)
         *values = env->scanned ? (const void *)*x : in->value;
@@ -228,13 +229,13 @@ record_fault record_decode_into(const record_in *in, record_env *env,
 }
 
 record_fault record_decode(const record_in *in, record_env *env,
-                           const dl_model_conf *conf, int64_t in_dim,
+                           const dl_model_conf *conf, dl_tokenizer *const *tok, int64_t in_dim,
                            int64_t *n, float **x, dl_err *err)
 {
     size_t cap = 0;
     const void *values;
     *x = NULL;
-    record_fault f = record_decode_into(in, env, conf, in_dim, n, x, &cap, &values, err);
+    record_fault f = record_decode_into(in, env, conf, tok, in_dim, n, x, &cap, &values, err);
     if (f == REC_OK && values != *x) {   /* raw float32: a copy of the record's */
         if (record_reserve(x, &cap, (size_t)(*n * in_dim)))
             memcpy(*x, values, (size_t)(*n * in_dim) * sizeof(float));
@@ -278,7 +279,8 @@ static void put_scores(dl_sbuf *b, const float *y, int64_t n)
 /* Appends a string literal. */
 #define PUT(b, lit) dl_sbuf_add((b), (lit), sizeof(lit) - 1)
 
-/* Where model output k lies in a row of o->y: *off, and its *dim values. */
+/* Where model output k lies in a row of o->y: *off, and its *dim values
+ * as served. */
 static void segment(const record_out *o, int k, int64_t *off, int64_t *dim)
 {
     *off = 0;
@@ -286,8 +288,55 @@ static void segment(const record_out *o, int k, int64_t *off, int64_t *dim)
     if (o->conf->noutputs == 1)
         return;
     for (int j = 0; j < k; j++)
-        *off += o->conf->outputs[j].dim;
-    *dim = o->conf->outputs[k].dim;
+        *off += o->conf->outputs[j].served;
+    *dim = o->conf->outputs[k].served;
+}
+
+/* A crf's path y of len tags: their labels, or the tags themselves
+ * without labels. */
+static void put_tags(dl_sbuf *b, const dl_model_conf *conf, int k, const float *y, int64_t len)
+{
+    const dl_output_conf *oc = &conf->outputs[k];
+    int nlabels = k == 0 ? conf->nlabels : oc->nlabels;   /* conf mirrors output 0 */
+    char **labels = k == 0 ? conf->labels : oc->labels;
+    dl_sbuf_putc(b, '[');
+    for (int64_t t = 0; t < len; t++) {
+        int64_t tag = (int64_t)y[t];
+        if (t)
+            dl_sbuf_putc(b, ',');
+        if (nlabels > 0 && tag >= 0 && tag < nlabels)
+            dl_sbuf_json_string(b, labels[tag]);
+        else
+            dl_sbuf_int(b, tag);
+    }
+    dl_sbuf_putc(b, ']');
+}
+
+/* Sample s's values of model output k: a list; a per-token output's a
+ * list a position of its sample's length (of scores; a crf's tags). */
+static void put_sample(const record_out *o, int k, int64_t s, dl_sbuf *b)
+{
+    const dl_output_conf *oc = &o->conf->outputs[k];
+    int64_t off, dim;
+    segment(o, k, &off, &dim);
+    const float *y = o->y + s * o->out_dim + off;
+    if (oc->max_length == 0) {
+        put_scores(b, y, dim);
+        return;
+    }
+    int64_t len = oip_out_length(o->conf, k, o->x, o->in_dim, s);
+    if ((k == 0 ? o->conf->loss : oc->loss) == DL_LOSS_CRF) {
+        put_tags(b, o->conf, k, y, len);
+        return;
+    }
+    int64_t c = oc->dim / oc->max_length;
+    dl_sbuf_putc(b, '[');
+    for (int64_t t = 0; t < len; t++) {
+        if (t)
+            dl_sbuf_putc(b, ',');
+        put_scores(b, y + t * c, c);
+    }
+    dl_sbuf_putc(b, ']');
 }
 
 /* The values of model output k for every sample: one array, or one a
@@ -295,14 +344,12 @@ static void segment(const record_out *o, int k, int64_t *off, int64_t *dim)
 static void put_all_scores(const record_out *o, int k, dl_sbuf *b)
 {
     bool one = o->n == 1;
-    int64_t off, dim;
-    segment(o, k, &off, &dim);
     if (!one)
         PUT(b, "[");
     for (int64_t s = 0; s < o->n; s++) {
         if (s)
             PUT(b, ",");
-        put_scores(b, o->y + s * o->out_dim + off, dim);
+        put_sample(o, k, s, b);
     }
     if (!one)
         PUT(b, "]");
@@ -391,7 +438,7 @@ bool record_format_oip(const record_out *o, bool binary, dl_sbuf *b, size_t *jso
     };
     oip_result res = {
         .model = o->model, .version = o->version, .id = o->id, .conf = o->conf,
-        .batch = o->n, .out_dim = o->out_dim, .y = o->y,
+        .batch = o->n, .out_dim = o->out_dim, .y = o->y, .x = o->x, .in_dim = o->in_dim,
         .outputs = oip_model_outputs(o->conf), .binary = binary,
         .nparams = 3, .params = params,
     };

@@ -84,15 +84,18 @@ record_fault record_open(const record_in *in, const char *default_model,
                          size_t max_bytes, record_env *env, dl_err *err);
 
 /* The inputs for the model named by env: n samples of in_dim raw values
- * each, unscaled (the batcher scales them). Checks what record_open read
- * against the model (oip_check_infer for "inputs", whole samples and
- * their ids for "data" and raw float32) and hands the values over; raw float32 values
- * are copied from in. *x is new. On failure err says why: REC_INPUT
- * (DL_ERR_INVALID) or REC_INFERENCE (DL_ERR_NOMEM). The values of a
- * scanned record are handed over once: call it once per record_open
- * (raw float32 records may be decoded again). */
+ * each, unscaled (the batcher scales them), sequences packed. Checks what
+ * record_open read against the model (oip_check_infer for "inputs", with
+ * tok the tokenizers of its text inputs; whole samples, their sequences'
+ * lengths and their ids for "data" and raw float32, which carry samples
+ * packed) and hands the values over; raw float32 values are copied from
+ * in. *x is new. On failure err says why: REC_INPUT (DL_ERR_INVALID),
+ * REC_OVERSIZE (DL_ERR_TOO_LARGE: inputs past OIP_MAX_PACKED_BYTES once
+ * packed) or REC_INFERENCE (DL_ERR_NOMEM). The values of a scanned record are handed
+ * over once: call it once per record_open (raw float32 records may be
+ * decoded again). */
 record_fault record_decode(const record_in *in, record_env *env,
-                           const dl_model_conf *conf, int64_t in_dim,
+                           const dl_model_conf *conf, dl_tokenizer *const *tok, int64_t in_dim,
                            int64_t *n, float **x, dl_err *err);
 
 /* Makes *x (of *cap floats) hold at least need floats; false when out of
@@ -107,14 +110,15 @@ bool record_reserve(float **x, size_t *cap, size_t need);
  * outlive their use (any alignment: read them with memcpy). *x stays the
  * caller's, on failure too. */
 record_fault record_decode_into(const record_in *in, record_env *env,
-                                const dl_model_conf *conf, int64_t in_dim,
-                                int64_t *n, float **x, size_t *cap, const void **values,
-                                dl_err *err);
+                                const dl_model_conf *conf, dl_tokenizer *const *tok,
+                                int64_t in_dim, int64_t *n, float **x, size_t *cap,
+                                const void **values, dl_err *err);
 
 void record_env_fini(record_env *env);
 
 /* A prediction to write: n samples of out_dim values (probabilities for
- * classifiers), a sample's outputs side by side in model.json's order. */
+ * classifiers), a sample's outputs side by side in model.json's order, as
+ * served (dl_model_served_dim). */
 typedef struct record_out {
     const char          *id;
     const char          *model;
@@ -122,6 +126,10 @@ typedef struct record_out {
     const dl_model_conf *conf;     /* labels */
     int64_t              n, out_dim;
     const float         *y;
+    /* The record's inputs, n packed rows of in_dim floats (any alignment):
+     * the lengths of per-token outputs (oip_out_length); NULL: max_length */
+    const void          *x;
+    int64_t              in_dim;
     const char          *topic;    /* the source record */
     int32_t              partition;
     int64_t              offset;
@@ -132,7 +140,9 @@ typedef struct record_out {
  * "label","scores":[...],"source":{"topic","partition","offset"}}, any
  * other model's {"id","model","version","output","values":[...],"source"}
  * ("output" the tensor's name): of the model's first output; a model of
- * several outputs adds "outputs": {"name": values} for the others. For n
+ * several outputs adds "outputs": {"name": values} for the others. A
+ * per-token output's values are a list a position (of its sample's
+ * length), a crf's its path's labels (its tags without labels). For n
  * > 1, "class", "label", "scores", "values" and each of "outputs" hold
  * one entry per sample. Values are the shortest text that
  * reads back as the same float (dl_fmt_float). No allocation but b's

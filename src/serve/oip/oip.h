@@ -91,8 +91,9 @@ enum {
 #define OIP_MAX_INPUTS 16
 
 /* An input tensor's datatype: "FP32", or the integer types of ids (and
- * UINT8 images). Every value is held as a float (ids exact below 2^24). */
-typedef enum oip_dtype { OIP_FP32, OIP_UINT8, OIP_INT32, OIP_INT64 } oip_dtype;
+ * UINT8 images), every value held as a float (ids exact below 2^24); or
+ * "BYTES", strings (a text input's), held as Triton's binary layout. */
+typedef enum oip_dtype { OIP_FP32, OIP_UINT8, OIP_INT32, OIP_INT64, OIP_BYTES } oip_dtype;
 
 /* The HTTP header of the binary tensor data extension: the byte length of
  * the JSON that starts a request or answer body, binary tensors after it. */
@@ -111,6 +112,7 @@ typedef struct oip_asked {
     int      binary;         /* parameters.binary_data: 1 or 0; -1 when not given */
     int64_t  classification; /* parameters.classification: the top classes asked
                                 (Triton's classification extension); 0: none */
+    int      labels;         /* parameters.labels: 1 or 0; -1 when not given */
 } oip_asked;
 
 /* One output of the answer, in answer order. */
@@ -119,9 +121,14 @@ typedef struct oip_output {
     int      index;          /* OIP_OUT_TENSOR: which of the model's outputs */
     bool     binary;         /* sent as raw bytes after the JSON */
     /* OIP_OUT_TENSOR only: > 0 answers it as Triton's classification
-     * extension does, the topk highest scores of each sample as BYTES
-     * "score:index[:label]", shape [batch, topk]; 0: the tensor itself */
+     * extension does, the topk highest scores of each sample (of each
+     * position of a per-token output) as BYTES "score:index[:label]",
+     * shape [batch, topk] ([batch, len, topk]); 0: the tensor itself */
     int64_t  topk;
+    /* OIP_OUT_TENSOR of a classifier or crf output with labels: answered
+     * as its label strings instead, BYTES [batch] (per-token: [batch,
+     * len]): the top class's, or the crf path's tags' */
+    bool     labels;
 } oip_output;
 
 /* What was wrong with a request that oip_scan_infer refused, for callers
@@ -144,8 +151,11 @@ typedef struct oip_input {
     bool       binary_in;
     int        ndim;
     int64_t    shape[OIP_MAX_DIMS];
-    int64_t    count;              /* values in x */
-    float     *x;                  /* new: count RAW values */
+    int64_t    count;              /* values in x (strings in bytes for BYTES) */
+    float     *x;                  /* new: count RAW values; NULL for BYTES */
+    char      *bytes;              /* new, BYTES: count strings, each a 4-byte
+                                      little-endian length then its bytes */
+    size_t     nbytes;
 } oip_input;
 
 typedef struct oip_request {
@@ -167,11 +177,18 @@ typedef struct oip_request {
     int        ndim;               /* inputs[0].shape, as sent */
     int64_t    shape[OIP_MAX_DIMS];
     int64_t    count;              /* values in x: the product of the shape (for
-                                      flat: the values of "data") */
+                                      flat: the values of "data"; for BYTES the
+                                      strings in bytes) */
     float     *x;                  /* new: count RAW values (unscaled); after
                                       oip_check_infer for a model of several
-                                      inputs, batch samples of every input's
-                                      values side by side (count updated) */
+                                      inputs or a sequence input, batch rows of
+                                      every input's values side by side, each
+                                      sequence packed (dl_input_width; count
+                                      updated) */
+    char      *bytes;              /* new, inputs[0] of BYTES: its strings, each
+                                      a 4-byte little-endian length then its
+                                      bytes (Triton's binary layout) */
+    size_t     nbytes;
     oip_input *more;               /* new: inputs[1..ninputs), read */
     bool       flat;               /* oip_scan_record only: the record's values
                                       came as "data", a flat array (no "inputs":
@@ -231,7 +248,9 @@ dl_status oip_scan_record(const char *body, size_t len, size_t json_len, oip_req
 
 /* Checks a scanned request against the model that serves it (conf:
  * borrowed, for the names, the sample shapes, the datatypes, the
- * embeddings' sizes and the labels; in_dim values a sample).
+ * embeddings' sizes and the labels; tok: the tokenizer of each model
+ * input, NULL but for BYTES inputs (tok itself may be NULL for a model
+ * without any); in_dim floats a sample).
  *
  * A model of one input: exactly one input, named as the model's input; a
  * shape [B, ...] with in_dim values per sample, or of in_dim values in all
@@ -240,19 +259,33 @@ dl_status oip_scan_record(const char *body, size_t len, size_t json_len, oip_req
  * fits its own sample shape as above, and all agree on B; req->x then
  * holds each sample's inputs side by side, in model.json's order
  * (req->count = B * in_dim). Either way each input's datatype suits it
- * (FP32 or UINT8 for a float input, UINT8, INT32 or INT64 for ids) and
- * each id is an integer in [0, oip_id_bound).
+ * (FP32 or UINT8 for a float input, UINT8, INT32 or INT64 for ids, BYTES
+ * for text) and each id is an integer in [0, oip_id_bound).
+ *
+ * Sequences: a sequence input takes [B, len] ([B, len, D...] for a
+ * position of several values), 1 <= len <= max_length, and a text input
+ * [B] or [B, 1] strings, tokenized by its tokenizer into 1 to max_length
+ * ids; each sample is then packed (its length, then max_length positions:
+ * dl_seq_pack) in req->x as for several inputs. DL_ERR_TOO_LARGE when the
+ * packed inputs would pass OIP_MAX_PACKED_BYTES.
  *
  * Outputs: names the model has. Sets req->batch and the answer's outputs
  * (outputs, nout, out): those listed, in the order listed (a name listed
  * twice answers once), or else oip_default_outputs; each binary when its
  * binary_data says so, else when binary_data_output does. A
  * classification is asked of a classifier's tensor only (softmax
- * cross-entropy): the answer's topk. DL_ERR_INVALID with err naming what
- * does not fit (the input or output by name); DL_ERR_NOMEM; req keeps its
- * values either way. Thread-safe. */
-dl_status oip_check_infer(oip_request *req, const dl_model_conf *conf, int64_t in_dim,
-                          dl_err *err);
+ * cross-entropy, per-token too, or next_token): the answer's topk; of a
+ * crf's, 1 alone, it asks for its labels. "labels" (true) is asked of a
+ * classifier's or crf's tensor with labels: the answer's labels.
+ * DL_ERR_INVALID with err naming what does not fit (the input or output
+ * by name); DL_ERR_NOMEM; req keeps its values either way. Thread-safe. */
+dl_status oip_check_infer(oip_request *req, const dl_model_conf *conf,
+                          dl_tokenizer *const *tok, int64_t in_dim, dl_err *err);
+
+/* Most bytes a request's inputs may take once packed: packing pads each
+ * sequence to max_length, so a request of many short samples may take far
+ * more than it sent. */
+#define OIP_MAX_PACKED_BYTES ((int64_t)256 << 20)
 
 /* The ids model input k (an integer input) takes: [0, bound), bound the
  * fewest rows of the embeddings that read it (at most 256 for UINT8, 2^24,
@@ -260,10 +293,12 @@ dl_status oip_check_infer(oip_request *req, const dl_model_conf *conf, int64_t i
 int64_t oip_id_bound(const dl_model_conf *conf, int k);
 
 /* Checks the ids of n samples of float32 values (any alignment) held side
- * by side (in_dim values a sample, each input's in model.json's order):
- * the "data" and raw float32 forms of Kafka records, which
- * oip_check_infer does not see. DL_ERR_INVALID with err naming the input
- * otherwise. */
+ * by side (in_dim values a sample, each input's in model.json's order,
+ * sequences packed: their length, then max_length positions): the "data"
+ * and raw float32 forms of Kafka records, which oip_check_infer does not
+ * see. Each sequence's length must be a whole number from 1 to its
+ * max_length, each id (padding included) in [0, oip_id_bound).
+ * DL_ERR_INVALID with err naming the input otherwise. */
 dl_status oip_check_ids(const dl_model_conf *conf, const void *x, int64_t n, dl_err *err);
 
 /* The outputs an answer holds when the request lists none, into out (room
@@ -283,8 +318,8 @@ dl_status oip_check_classes(const oip_request *req, const dl_model_conf *conf, i
  * that an "id" is a string. On failure *req holds nothing but req->fault
  * (and nothing needs freeing). */
 dl_status oip_parse_infer(const char *body, size_t len, size_t json_len,
-                          const dl_model_conf *conf, int64_t in_dim, oip_request *req,
-                          dl_err *err);
+                          const dl_model_conf *conf, dl_tokenizer *const *tok, int64_t in_dim,
+                          oip_request *req, dl_err *err);
 
 /* Frees what a request holds and empties it; a zeroed request is empty. */
 void oip_request_fini(oip_request *req);
@@ -307,8 +342,16 @@ typedef struct oip_param {
 } oip_param;
 
 /* The outputs a model has, as an OIP_OUT_* mask: its tensor, and for a
- * classifier (softmax cross-entropy) "class" and, with labels, "label". */
+ * classifier (softmax cross-entropy) of a class a sample "class" and,
+ * with labels, "label". */
 unsigned oip_model_outputs(const dl_model_conf *conf);
+
+/* The positions sample i answers for model output k: for a per-token
+ * output (max_length > 0), the length of the sequence input it runs along,
+ * read from the sample's packed row of x (in_dim floats a row, any
+ * alignment; NULL: max_length); 0 for any other output. */
+int64_t oip_out_length(const dl_model_conf *conf, int k, const void *x, int64_t in_dim,
+                       int64_t i);
 
 /* What an infer response reports. All pointers borrowed. */
 typedef struct oip_result {
@@ -318,7 +361,15 @@ typedef struct oip_result {
     const dl_model_conf *conf;      /* output name and labels */
     int64_t              batch, out_dim;
     const float         *y;         /* batch * out_dim values: a sample's outputs
-                                       side by side, in model.json's order */
+                                       side by side, in model.json's order, as
+                                       served (dl_model_served_dim) */
+    /* The request's inputs as packed rows (in_dim floats a sample, any
+     * alignment), for the lengths per-token outputs answer
+     * (oip_out_length): [batch, len, C] with len the longest of the batch,
+     * a shorter sample's positions past its own length 0 (FP32), -1 (a
+     * crf's INT64 tags) or "" (BYTES). NULL: max_length positions. */
+    const void          *x;
+    int64_t              in_dim;
     /* The outputs: out[0..nout) in that order (oip_check_infer's), or when
      * nout is 0, those of oip_default_outputs whose kinds are in the
      * OIP_OUT_* mask `outputs` (OIP_OUT_TENSOR: every model output), all

@@ -26,12 +26,8 @@ static void put_le(dl_sbuf *b, uint64_t v, int bytes)
     dl_sbuf_add(b, le, (size_t)bytes);
 }
 
-static const char *label_of(const oip_result *res, int64_t c)
-{
-    return c < res->conf->nlabels ? res->conf->labels[c] : "";
-}
-
-/* Where model output k lies in a row of res->y: *off, and its *dim values. */
+/* Where model output k lies in a row of res->y: *off, and its *dim values
+ * as served. */
 static void segment(const oip_result *res, int k, int64_t *off, int64_t *dim)
 {
     const dl_model_conf *conf = res->conf;
@@ -42,16 +38,138 @@ static void segment(const oip_result *res, int k, int64_t *off, int64_t *dim)
     }
     *off = 0;
     for (int j = 0; j < k; j++)
-        *off += conf->outputs[j].dim;
-    *dim = conf->outputs[k].dim;
+        *off += conf->outputs[j].served;
+    *dim = conf->outputs[k].served;
 }
 
-/* Sample i's values of model output k (*dim of them). */
-static const float *row_of(const oip_result *res, int64_t i, int k, int64_t *dim)
+int64_t oip_out_length(const dl_model_conf *conf, int k, const void *x, int64_t in_dim,
+                       int64_t i)
 {
-    int64_t off;
-    segment(res, k, &off, dim);
-    return res->y + i * res->out_dim + off;
+    const dl_output_conf *o = &conf->outputs[k];
+    int seq = conf->tseq && o->max_length > 0 ? conf->tseq[conf->ninputs + o->from] : -1;
+    if (o->max_length == 0)
+        return 0;
+    if (!x || seq < 0)
+        return o->max_length;
+    int64_t at = i * in_dim;   /* the input's length: the head of its packed sample */
+    for (int j = 0; j < seq; j++)
+        at += dl_input_width(&conf->inputs[j]);
+    float len;
+    memcpy(&len, (const char *)x + (size_t)at * sizeof(float), sizeof(len));
+    return len >= 1 && len <= (float)o->max_length ? (int64_t)len : o->max_length;
+}
+
+/* What an answer output holds of each position: values, a class (the
+ * top score's index), a crf's tag, a label, the top classes' strings. */
+typedef enum view_kind { V_FLOAT, V_CLASS, V_TAG, V_LABEL, V_TOPK } view_kind;
+
+/* How one output of the answer reads res->y: a sample's row holds the
+ * model output at off (dim values), as len positions of C values (a whole
+ * row: one position of dim values; a crf's path: tags, C 1). */
+typedef struct view {
+    const oip_result *res;
+    oip_output  o;
+    view_kind   kind;
+    int64_t     off, dim, C, len;
+    bool        seq;          /* a per-token output: [batch, len, ...] */
+    bool        crf;
+    int         nlabels;
+    char      **labels;
+} view;
+
+static view view_of(const oip_result *res, oip_output o)
+{
+    const dl_model_conf *conf = res->conf;
+    const dl_output_conf *oc = &conf->outputs[o.index];
+    dl_loss loss = o.index == 0 ? conf->loss : oc->loss;   /* conf->loss mirrors 0 */
+    view v = {.res = res, .o = o, .crf = loss == DL_LOSS_CRF, .len = 1,
+              .seq = o.kind == OIP_OUT_TENSOR && oc->max_length > 0,
+              .nlabels = o.index == 0 ? conf->nlabels : oc->nlabels,
+              .labels = o.index == 0 ? conf->labels : oc->labels};
+    segment(res, o.index, &v.off, &v.dim);
+    v.C = !v.seq ? v.dim : v.crf ? 1 : v.dim / oc->max_length;
+    for (int64_t i = 0; v.seq && i < res->batch; i++) {   /* the longest sample */
+        int64_t n = oip_out_length(conf, o.index, res->x, res->in_dim, i);
+        v.len = i == 0 || n > v.len ? n : v.len;
+    }
+    v.kind = o.kind == OIP_OUT_CLASS ? V_CLASS
+           : o.kind == OIP_OUT_LABEL ? V_LABEL
+           : o.topk > 0             ? V_TOPK
+           : o.labels               ? V_LABEL
+           : v.crf                  ? V_TAG
+                                    : V_FLOAT;
+    return v;
+}
+
+/* Positions sample i answers (past them, its answer is padding). */
+static int64_t sample_len(const view *v, int64_t i)
+{
+    return v->seq ? oip_out_length(v->res->conf, v->o.index, v->res->x, v->res->in_dim, i) : 1;
+}
+
+static const char *label_of(const view *v, int64_t c)
+{
+    return c >= 0 && c < v->nlabels ? v->labels[c] : "";
+}
+
+/* Where the values go: JSON text, binary bytes, or a count of the binary
+ * bytes (bytes non-NULL, nothing written). */
+typedef struct emitter {
+    dl_sbuf *b;
+    bool     binary;
+    size_t  *bytes;
+    bool     first;
+} emitter;
+
+static void sep(emitter *e)
+{
+    if (!e->first)
+        dl_sbuf_putc(e->b, ',');
+    e->first = false;
+}
+
+static void emit_float(emitter *e, float v)
+{
+    if (e->bytes) {
+        *e->bytes += 4;
+    } else if (e->binary) {
+        uint32_t u;
+        memcpy(&u, &v, sizeof(u));
+        put_le(e->b, u, 4);
+    } else {
+        char num[DL_FLOAT_CHARS + 1];
+        size_t n = 0;
+        if (!e->first)
+            num[n++] = ',';
+        e->first = false;
+        n += dl_fmt_float(num + n, v);   /* JSON's null when not finite */
+        dl_sbuf_add(e->b, num, n);
+    }
+}
+
+static void emit_int(emitter *e, int64_t v)
+{
+    if (e->bytes) {
+        *e->bytes += 8;
+    } else if (e->binary) {
+        put_le(e->b, (uint64_t)v, 8);
+    } else {
+        sep(e);
+        dl_sbuf_int(e->b, v);
+    }
+}
+
+static void emit_str(emitter *e, const char *s, size_t n)
+{
+    if (e->bytes) {
+        *e->bytes += 4 + n;
+    } else if (e->binary) {
+        put_le(e->b, n, 4);
+        dl_sbuf_add(e->b, s, n);
+    } else {
+        sep(e);
+        dl_sbuf_json_string(e->b, s);
+    }
 }
 
 /* A class and its score, for ranking. */
@@ -81,160 +199,126 @@ static void rank_classes(const float *p, int64_t n, ranked *rank)
 }
 
 /* Triton's classification string of class c of row p:
- * "score:index[:label]" (label when the model has labels). Returns its
+ * "score:index[:label]" (label when the output has labels). Returns its
  * length; buf holds it (NUL-terminated). */
-static size_t class_text(const oip_result *res, int k, const float *p, int64_t c, char *buf,
-                         size_t cap)
+static size_t class_text(const view *v, const float *p, int64_t c, char *buf, size_t cap)
 {
-    /* output 0's labels as the model's own (conf->labels mirrors them) */
-    const dl_model_conf *conf = res->conf;
-    int nlabels = k == 0 ? conf->nlabels : conf->outputs[k].nlabels;
-    char **labels = k == 0 ? conf->labels : conf->outputs[k].labels;
     char num[DL_FLOAT_CHARS + 1];
     num[dl_fmt_float(num, p[c])] = '\0';
-    int n = c < nlabels
-                ? snprintf(buf, cap, "%s:%lld:%s", num, (long long)c, labels[c])
+    int n = c < v->nlabels
+                ? snprintf(buf, cap, "%s:%lld:%s", num, (long long)c, v->labels[c])
                 : snprintf(buf, cap, "%s:%lld", num, (long long)c);
     return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }
 
-/* A classification output's values (o.topk of each row), as JSON strings
- * or binary BYTES; *bytes (when not NULL) adds up their binary size
- * instead of writing them. */
-static void put_classes(dl_sbuf *b, const oip_result *res, oip_output o, size_t *bytes)
+/* The top classes of position p (valid: within its sample's length; else
+ * as many empty strings), rank: room for v->C. */
+static void emit_topk(emitter *e, const view *v, const float *p, bool valid, ranked *rank)
 {
-    int64_t dim;
-    row_of(res, 0, o.index, &dim);
-    ranked *rank = malloc((size_t)dim * sizeof(*rank));
-    if (!rank) {
+    char text[1024];   /* a longer label is cut, alike in size and bytes */
+    if (valid)
+        rank_classes(p, v->C, rank);
+    for (int64_t r = 0; r < v->o.topk && r < v->C; r++) {
+        size_t n = valid ? class_text(v, p, rank[r].index, text, sizeof(text)) : 0;
+        text[n] = '\0';
+        emit_str(e, text, n);
+    }
+}
+
+/* One position's values (p: its C values; valid: within its sample's
+ * length, else padding). */
+static void emit_position(emitter *e, const view *v, const float *p, bool valid, ranked *rank)
+{
+    switch (v->kind) {
+    case V_FLOAT:
+        for (int64_t j = 0; j < v->C; j++)
+            emit_float(e, valid ? p[j] : 0.0f);
+        break;
+    case V_CLASS:
+        emit_int(e, dl_argmax(p, v->C));
+        break;
+    case V_TAG:
+        emit_int(e, valid ? (int64_t)p[0] : -1);
+        break;
+    case V_LABEL: {
+        const char *l = !valid ? "" : label_of(v, v->crf ? (int64_t)p[0] : dl_argmax(p, v->C));
+        emit_str(e, l, strlen(l));
+        break;
+    }
+    case V_TOPK:
+        emit_topk(e, v, p, valid, rank);
+        break;
+    }
+}
+
+/* One output's values, as JSON ("data", binary false), as binary data,
+ * or (bytes non-NULL) only their binary size added to *bytes. */
+static void put_values(dl_sbuf *b, const view *v, bool binary, size_t *bytes)
+{
+    const oip_result *res = v->res;
+    ranked *rank = NULL;
+    if (v->kind == V_TOPK && !(rank = malloc((size_t)v->C * sizeof(*rank)))) {
         if (b)
             b->oom = true;
         return;
     }
-    char text[1024];   /* a longer label is cut, alike in size and bytes */
+    emitter e = {.b = b, .binary = binary, .bytes = bytes, .first = true};
     for (int64_t i = 0; i < res->batch; i++) {
-        const float *p = row_of(res, i, o.index, &dim);
-        rank_classes(p, dim, rank);
-        for (int64_t r = 0; r < o.topk && r < dim; r++) {
-            size_t n = class_text(res, o.index, p, rank[r].index, text, sizeof(text));
-            if (bytes) {
-                *bytes += 4 + n;
-            } else if (o.binary) {
-                put_le(b, n, 4);
-                dl_sbuf_add(b, text, n);
-            } else {
-                if (i > 0 || r > 0)
-                    dl_sbuf_putc(b, ',');
-                dl_sbuf_json_string(b, text);
-            }
-        }
+        const float *row = res->y + i * res->out_dim + v->off;
+        int64_t n = sample_len(v, i);
+        for (int64_t t = 0; t < v->len; t++)
+            emit_position(&e, v, row + t * v->C, t < n, rank);
     }
     free(rank);
 }
 
-/* Bytes of an output's binary data. */
-static size_t binary_size(const oip_result *res, oip_output o)
+static size_t binary_size(const view *v)
 {
-    unsigned kind = o.kind;
-    if (o.topk > 0) {
-        size_t n = 0;
-        put_classes(NULL, res, o, &n);
-        return n;
-    }
-    int64_t dim;
-    row_of(res, 0, o.index, &dim);
-    if (kind == OIP_OUT_TENSOR)
-        return (size_t)(res->batch * dim) * sizeof(float);
-    if (kind == OIP_OUT_CLASS)
-        return (size_t)res->batch * sizeof(int64_t);
     size_t n = 0;
-    for (int64_t i = 0; i < res->batch; i++) {
-        const float *p = row_of(res, i, 0, &dim);
-        n += 4 + strlen(label_of(res, dl_argmax(p, dim)));
-    }
+    put_values(NULL, v, true, &n);
     return n;
 }
 
-/* One output's values, as JSON ("data") or as binary data. */
-static void put_values(dl_sbuf *b, const oip_result *res, oip_output o, bool binary)
+static void put_output(dl_sbuf *b, const view *v)
 {
-    unsigned kind = o.kind;
-    if (o.topk > 0) {
-        o.binary = binary;
-        put_classes(b, res, o, NULL);
-        return;
-    }
-    for (int64_t i = 0; i < res->batch; i++) {
-        int64_t dim;   /* a label or class is output 0's (o.index is 0) */
-        const float *p = row_of(res, i, o.index, &dim);
-        if (kind == OIP_OUT_TENSOR) {
-            for (int64_t j = 0; j < dim; j++) {
-                if (binary) {
-                    uint32_t u;
-                    memcpy(&u, &p[j], sizeof(u));
-                    put_le(b, u, 4);
-                    continue;
-                }
-                char num[DL_FLOAT_CHARS + 1];
-                size_t n = 0;
-                if (i > 0 || j > 0)
-                    num[n++] = ',';
-                n += dl_fmt_float(num + n, p[j]);   /* JSON's null when not finite */
-                dl_sbuf_add(b, num, n);
-            }
-            continue;
-        }
-        int64_t c = dl_argmax(p, dim);
-        if (!binary && i > 0)
-            dl_sbuf_putc(b, ',');
-        if (kind == OIP_OUT_CLASS && binary) {
-            put_le(b, (uint64_t)c, 8);
-        } else if (kind == OIP_OUT_CLASS) {
-            dl_sbuf_int(b, c);
-        } else if (binary) {
-            const char *l = label_of(res, c);
-            put_le(b, strlen(l), 4);
-            put(b, l);
-        } else {
-            dl_sbuf_json_string(b, label_of(res, c));
-        }
-    }
-}
-
-static void put_output(dl_sbuf *b, const oip_result *res, oip_output o)
-{
-    int64_t dim;
-    row_of(res, 0, o.index, &dim);
+    const oip_result *res = v->res;
+    oip_output o = v->o;
+    static const char *const types[] = {
+        [V_FLOAT] = "FP32", [V_CLASS] = "INT64", [V_TAG] = "INT64", [V_LABEL] = "BYTES",
+        [V_TOPK] = "BYTES"};
     const char *name = o.kind == OIP_OUT_TENSOR  ? res->conf->outputs[o.index].name
                        : o.kind == OIP_OUT_LABEL ? "label"
                                                  : "class";
-    const char *type = o.kind == OIP_OUT_TENSOR  ? (o.topk > 0 ? "BYTES" : "FP32")
-                       : o.kind == OIP_OUT_LABEL ? "BYTES"
-                                                 : "INT64";
     put(b, "{\"name\":");
     dl_sbuf_json_string(b, name);
     put(b, ",\"datatype\":\"");
-    put(b, type);
+    put(b, types[v->kind]);
     put(b, "\",\"shape\":[");
+    /* [batch], then len for a per-token output, then the values of a
+     * position (or the top classes) */
     dl_sbuf_int(b, res->batch);
-    if (o.kind == OIP_OUT_TENSOR) {
+    if (v->seq) {
         dl_sbuf_putc(b, ',');
-        dl_sbuf_int(b, o.topk > 0 ? o.topk : dim);
+        dl_sbuf_int(b, v->len);
+    }
+    if (v->kind == V_FLOAT || v->kind == V_TOPK) {
+        dl_sbuf_putc(b, ',');
+        dl_sbuf_int(b, v->kind == V_TOPK ? (o.topk < v->C ? o.topk : v->C) : v->C);
     }
     if (o.binary) {
         put(b, "],\"parameters\":{\"binary_data_size\":");
-        dl_sbuf_int(b, (int64_t)binary_size(res, o));
+        dl_sbuf_int(b, (int64_t)binary_size(v));
         put(b, "}}");
         return;
     }
     put(b, "],\"data\":[");
-    put_values(b, res, o, false);
+    put_values(b, v, false, NULL);
     put(b, "]}");
 }
 
 unsigned oip_model_outputs(const dl_model_conf *conf)
 {
-    if (conf->loss != DL_LOSS_XENT)
+    if (conf->loss != DL_LOSS_XENT || conf->outputs[0].max_length > 0)
         return OIP_OUT_TENSOR;
     return OIP_OUT_TENSOR | OIP_OUT_CLASS | (conf->nlabels > 0 ? OIP_OUT_LABEL : 0);
 }
@@ -288,13 +372,16 @@ dl_status oip_write_infer(const oip_result *res, dl_sbuf *b, size_t *json_len, d
     for (int i = 0; i < nout; i++) {
         if (i > 0)
             dl_sbuf_putc(b, ',');
-        put_output(b, res, out[i]);
+        view v = view_of(res, out[i]);
+        put_output(b, &v);
     }
     put(b, "]}");
     *json_len = b->len - start;
-    for (int i = 0; i < nout; i++)
+    for (int i = 0; i < nout; i++) {
+        view v = view_of(res, out[i]);
         if (out[i].binary)
-            put_values(b, res, out[i], true);
+            put_values(b, &v, true, NULL);
+    }
     if (b->oom)
         return dl_err_set(err, DL_ERR_NOMEM, "out of memory for the answer");
     return DL_OK;
@@ -333,23 +420,38 @@ static json_t *tensor(const char *name, const char *datatype, const int64_t *sha
 
 static const char *in_type_name(dl_in_type t)
 {
-    static const char *const names[] = {"FP32", "UINT8", "INT32", "INT64"};
+    static const char *const names[] = {"FP32", "UINT8", "INT32", "INT64", "BYTES"};
     return names[t];
 }
 
-/* The model's inputs, each with its datatype and shape [-1, ...]. */
+/* One model input with its datatype and shape [-1, ...]: a sequence's
+ * positions -1 too ([-1, -1, ...]) with its max_length in "parameters",
+ * a text input [-1, 1] (a string a sample). */
+static json_t *input_tensor(const dl_input_conf *in)
+{
+    int64_t shape[DL_MAX_DIMS + 1] = {-1};
+    memcpy(shape + 1, in->shape, (size_t)in->ndim * sizeof(int64_t));
+    if (in->max_length > 0)
+        shape[1] = in->dtype == DL_IN_BYTES ? 1 : -1;
+    json_t *t = tensor(in->name, in_type_name(in->dtype), shape, in->ndim + 1, NULL);
+    if (t && in->max_length > 0 &&
+        json_object_set_new(t, "parameters", json_pack("{s:I}", "max_length",
+                                                       (json_int_t)in->max_length)) != 0) {
+        json_decref(t);
+        t = NULL;
+    }
+    return t;
+}
+
+/* The model's inputs, in model.json's order. */
 static json_t *input_tensors(const dl_model_conf *conf)
 {
     json_t *arr = json_array();
-    for (int k = 0; arr && k < conf->ninputs; k++) {
-        const dl_input_conf *in = &conf->inputs[k];
-        int64_t shape[DL_MAX_DIMS + 1] = {-1};
-        memcpy(shape + 1, in->shape, (size_t)in->ndim * sizeof(int64_t));
-        if (!add(arr, tensor(in->name, in_type_name(in->dtype), shape, in->ndim + 1, NULL))) {
+    for (int k = 0; arr && k < conf->ninputs; k++)
+        if (!add(arr, input_tensor(&conf->inputs[k]))) {
             json_decref(arr);
             arr = NULL;
         }
-    }
     return arr;
 }
 
@@ -361,11 +463,19 @@ static json_t *output_tensors(const dl_model_conf *conf, int64_t out_dim)
     json_t *arr = json_array();
     for (int i = 0; arr && i < n; i++) {
         int k = all[i].index;
-        int64_t shape[2] = {-1, conf->noutputs == 1 ? out_dim : conf->outputs[k].dim};
-        json_t *t = all[i].kind == OIP_OUT_TENSOR
-                        ? tensor(conf->outputs[k].name, "FP32", shape, 2, NULL)
-                    : all[i].kind == OIP_OUT_LABEL ? tensor("label", "BYTES", shape, 1, NULL)
-                                                   : tensor("class", "INT64", shape, 1, NULL);
+        const dl_output_conf *o = &conf->outputs[k];
+        int64_t shape[3] = {-1, conf->noutputs == 1 ? out_dim : o->served};
+        /* a per-token output: [-1, -1, C] of scores, a crf's [-1, -1] tags */
+        bool crf = (k == 0 ? conf->loss : o->loss) == DL_LOSS_CRF;
+        if (o->max_length > 0) {
+            shape[2] = o->dim / o->max_length;
+            shape[1] = -1;
+        }
+        json_t *t = all[i].kind != OIP_OUT_TENSOR
+                        ? (all[i].kind == OIP_OUT_LABEL ? tensor("label", "BYTES", shape, 1, NULL)
+                                                        : tensor("class", "INT64", shape, 1, NULL))
+                    : crf ? tensor(o->name, "INT64", shape, 2, NULL)
+                          : tensor(o->name, "FP32", shape, o->max_length > 0 ? 3 : 2, NULL);
         if (!add(arr, t)) {
             json_decref(arr);
             arr = NULL;

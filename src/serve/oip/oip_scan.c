@@ -283,12 +283,12 @@ static bool scan_params(scan_ctx *c, const char *what, oip_fault kind, const par
     return !s->failed;
 }
 
-#define DTYPES "\"FP32\", \"UINT8\", \"INT32\" or \"INT64\""
+#define DTYPES "\"FP32\", \"UINT8\", \"INT32\", \"INT64\" or \"BYTES\""
 
 /* The name of a datatype, as requests and answers spell it. */
 static const char *dtype_name(oip_dtype t)
 {
-    static const char *const names[] = {"FP32", "UINT8", "INT32", "INT64"};
+    static const char *const names[] = {"FP32", "UINT8", "INT32", "INT64", "BYTES"};
     return names[t];
 }
 
@@ -304,9 +304,9 @@ static bool scan_datatype(scan_ctx *c)
     if (!js_string(s, &v, &n))
         return false;
     int t = 0;
-    while (t <= OIP_INT64 && strcmp(v, dtype_name((oip_dtype)t)) != 0)
+    while (t <= OIP_BYTES && strcmp(v, dtype_name((oip_dtype)t)) != 0)
         t++;
-    if (t > OIP_INT64) {
+    if (t > OIP_BYTES) {
         char dt[33];
         refuse_in(c, ".datatype \"%s\" is not supported: use " DTYPES, clip(v, n, dt, sizeof(dt)));
         return true;
@@ -372,7 +372,9 @@ typedef struct filler {
     scan_ctx *c;
     bool      nested;
     bool      fast;                     /* FP32 or UINT8: runs through js_floats */
-    float    *x;                        /* count values; NULL: counting only */
+    float    *x;                        /* count values; NULL: counting only (or BYTES) */
+    dl_sbuf  *text;                     /* BYTES: the strings, in Triton's layout;
+                                           NULL: counting only (or numbers) */
     int64_t   pos;
     size_t    idx[OIP_MAX_DIMS];        /* where the walk is, for messages */
     js_mark   start[OIP_MAX_DIMS];      /* where the array at each depth began */
@@ -440,12 +442,44 @@ static void size_fault(filler *f, int depth)
              (long long)req->shape[depth], shape_text(req->shape, req->ndim, s, sizeof(s)));
 }
 
-/* One value into x[pos++]; a refusal is worded in f->why and the value
- * skipped. False on a syntax error. */
+/* Appends v as 4 little-endian bytes. */
+static void put_le32(dl_sbuf *b, uint32_t v)
+{
+    char le[4] = {(char)v, (char)(v >> 8), (char)(v >> 16), (char)(v >> 24)};
+    dl_sbuf_add(b, le, 4);
+}
+
+/* One BYTES element, a JSON string, onto f->text: its length (4 bytes,
+ * little-endian), then its bytes. A refusal as put_value's. */
+static bool put_string(filler *f, int depth)
+{
+    json_scan *s = &f->c->js;
+    if (js_peek(s) != JS_STRING) {
+        fault_at(f, depth, "must be a string (BYTES), not %s", js_what(s));
+        return js_skip(s);
+    }
+    const char *v;
+    size_t n;
+    if (!js_string(s, &v, &n))
+        return false;
+    if (n > UINT32_MAX)
+        fault_at(f, depth, "is longer than 4 GiB");
+    else if (f->text) {
+        put_le32(f->text, (uint32_t)n);
+        dl_sbuf_add(f->text, v, n);
+        f->pos++;
+    }
+    return true;
+}
+
+/* One value into x[pos++] (a string onto text for BYTES); a refusal is
+ * worded in f->why and the value skipped. False on a syntax error. */
 static bool put_value(filler *f, int depth)
 {
     json_scan *s = &f->c->js;
     oip_dtype t = f->c->req->dtype;
+    if (t == OIP_BYTES)
+        return put_string(f, depth);
     static const char *const want[] = {"a number (FP32)", "an integer in 0..255 (UINT8)",
                                        "an integer (INT32)", "an integer (INT64)"};
     if (js_peek(s) != JS_NUMBER) {
@@ -527,7 +561,8 @@ static bool put_flat(filler *f, int64_t *n)
         if (!js_element(s, &it))
             break;
         f->idx[0] = it.n - 1;
-        bool ok = f->x && !f->why[0] && (int64_t)it.n <= total ? put_value(f, 1) : js_skip(s);
+        bool keep = (f->x || f->text) && !f->why[0] && (int64_t)it.n <= total;
+        bool ok = keep ? put_value(f, 1) : js_skip(s);
         if (!ok)
             return false;
     }
@@ -547,6 +582,8 @@ static bool scan_data(scan_ctx *c)
         return js_skip(s);
     }
     js_mark m = js_save(s);
+    dl_sbuf text = {0};
+    bool bytes = req->dtype == OIP_BYTES;
     filler f = {.c = c, .nested = js_peek_first(s) == JS_ARRAY,
                 .fast = req->dtype == OIP_FP32 || req->dtype == OIP_UINT8};
     /* Every value takes at least two bytes ("1,") but the last: a larger
@@ -557,13 +594,18 @@ static bool scan_data(scan_ctx *c)
                   shape_text(req->shape, req->ndim, sh, sizeof(sh)));
         return js_skip(s);
     }
-    if (room && !(f.x = malloc((size_t)total * sizeof(float)))) {
+    if (room && bytes)
+        f.text = &text;   /* grows as the strings come */
+    else if (room && !(f.x = malloc((size_t)total * sizeof(float)))) {
         out_of_memory(c, "the input values");
         return js_skip(s);
     }
     bool ok = f.nested ? put_nested(&f, 0) : put_flat(&f, &n);
+    if (text.oom)
+        out_of_memory(c, "the input strings");
     if (s->failed) {
         free(f.x);
+        dl_sbuf_free(&text);
         return false;
     }
     if (!f.nested && n != total)
@@ -573,9 +615,12 @@ static bool scan_data(scan_ctx *c)
         refuse(c, OIP_FAULT_TENSOR, "%s", f.why);
     if (c->st != DL_OK) {
         free(f.x);
+        dl_sbuf_free(&text);
         return ok || skip_from(c, m);   /* nested data stopped half-way */
     }
     req->x = f.x;
+    req->bytes = text.s;
+    req->nbytes = text.len;
     return true;
 }
 
@@ -610,12 +655,78 @@ static size_t load_binary(const unsigned char *b, oip_dtype t, float *x, size_t 
     return t == OIP_FP32 ? dl_first_nonfinite(x, n) : n;
 }
 
+/* " ('text')": the name of the input being read, when it gave one. */
+static const char *named(const scan_ctx *c, char *buf, size_t cap)
+{
+    const oip_name *name = &c->req->input;
+    buf[0] = '\0';
+    if (name->given)
+        snprintf(buf, cap, " ('%s%s')", name->text, name->too_long ? "..." : "");
+    return buf;
+}
+
+/* A BYTES input's strings from the binary part, as Triton lays them out:
+ * count elements, each a 4-byte little-endian length then its bytes,
+ * filling exactly `size` bytes from where the inputs before it stopped;
+ * kept as they are. */
+static void take_binary_strings(scan_ctx *c, int64_t size)
+{
+    oip_request *req = c->req;
+    size_t avail = c->bin_len - c->bin_used;
+    char nm[DL_NAME_MAX + 8];
+    named(c, nm, sizeof(nm));
+    if ((uint64_t)size > avail) {
+        refuse_in(c, "%s.parameters.binary_data_size is %lld bytes, but only %zu follow the "
+                  "%zu bytes of JSON (%s)", nm, (long long)size, avail, c->json_len,
+                  OIP_HEADER_JSON_LEN);
+        return;
+    }
+    const unsigned char *p = c->bin + c->bin_used;
+    uint64_t at = 0, end = (uint64_t)size;
+    for (int64_t i = 0; i < req->count; i++) {
+        if (end - at < 4) {
+            refuse_in(c, "%s binary data: BYTES element %lld of %lld has no 4-byte length: "
+                      "binary_data_size %lld ends %llu bytes in", nm, (long long)i,
+                      (long long)req->count, (long long)size, (unsigned long long)at);
+            return;
+        }
+        uint64_t n = le32(p + at);
+        at += 4;
+        if (n > end - at) {
+            refuse_in(c, "%s binary data: BYTES element %lld of %lld is %llu bytes long, but "
+                      "only %llu of binary_data_size %lld remain", nm, (long long)i,
+                      (long long)req->count, (unsigned long long)n,
+                      (unsigned long long)(end - at), (long long)size);
+            return;
+        }
+        at += n;
+    }
+    if (at != end) {
+        refuse_in(c, "%s binary data: its %lld BYTES elements take %llu bytes, but "
+                  "binary_data_size is %lld", nm, (long long)req->count,
+                  (unsigned long long)at, (long long)size);
+        return;
+    }
+    if (!(req->bytes = malloc(size ? (size_t)size : 1))) {
+        out_of_memory(c, "the input strings");
+        return;
+    }
+    memcpy(req->bytes, p, (size_t)size);
+    req->nbytes = (size_t)size;
+    req->binary_in = true;
+    c->bin_used += (size_t)size;
+}
+
 /* An input's values from the binary part: `size` bytes from where the
  * inputs before it stopped. */
 static void take_binary(scan_ctx *c, int64_t size)
 {
     oip_request *req = c->req;
     static const size_t bytes[] = {4, 1, 4, 8};
+    if (req->dtype == OIP_BYTES) {
+        take_binary_strings(c, size);
+        return;
+    }
     size_t el = bytes[req->dtype], avail = c->bin_len - c->bin_used;
     char sh[160];
     if (req->count > INT64_MAX / (int64_t)el || size != req->count * (int64_t)el) {
@@ -767,11 +878,13 @@ static bool scan_more(scan_ctx *c, size_t i)
     if (c->st != DL_OK) {
         req->fault = one.fault;
         free(one.x);
+        free(one.bytes);
         return ok;
     }
     req->more[i - 1] = (oip_input){.name = one.input, .dtype = one.dtype,
                                    .binary_in = one.binary_in, .ndim = one.ndim,
-                                   .count = one.count, .x = one.x};
+                                   .count = one.count, .x = one.x, .bytes = one.bytes,
+                                   .nbytes = one.nbytes};
     memcpy(req->more[i - 1].shape, one.shape, sizeof(one.shape));
     return ok;
 }
@@ -821,8 +934,9 @@ static bool output_member(scan_ctx *c, const char *key, void *arg)
         const param_spec p[] = {
             {"binary_data", PARAM_BOOL, NULL, {.flag = &o->binary}},
             {"classification", PARAM_POSITIVE, "a class count", {.count = &o->classification}},
+            {"labels", PARAM_BOOL, NULL, {.flag = &o->labels}},
         };
-        ok = scan_params(c, w, OIP_FAULT_TENSOR, p, 2);
+        ok = scan_params(c, w, OIP_FAULT_TENSOR, p, 3);
     } else {
         ok = js_skip(&c->js);
     }
@@ -834,6 +948,7 @@ static bool scan_output(scan_ctx *c, size_t i, oip_asked *o)
     json_scan *s = &c->js;
     output_at at = {i, o};
     o->binary = -1;
+    o->labels = -1;
     if (js_peek(s) != JS_OBJECT) {
         refuse(c, OIP_FAULT_TENSOR, "outputs[%zu] must be an object with a string 'name'", i);
         return js_skip(s);
@@ -1095,26 +1210,30 @@ typedef struct req_input {
     const int64_t  *shape;
     int64_t         count;
     const float    *x;
+    const char     *bytes;   /* BYTES: count strings, Triton's layout */
 } req_input;
 
 static req_input input_at(const oip_request *req, int i)
 {
     if (i == 0)
-        return (req_input){&req->input, req->dtype, req->ndim, req->shape, req->count, req->x};
+        return (req_input){&req->input, req->dtype, req->ndim, req->shape, req->count, req->x,
+                           req->bytes};
     const oip_input *in = &req->more[i - 1];
-    return (req_input){&in->name, in->dtype, in->ndim, in->shape, in->count, in->x};
+    return (req_input){&in->name, in->dtype, in->ndim, in->shape, in->count, in->x, in->bytes};
 }
 
 /* Whether a request's datatype suits a model input: FP32 or UINT8 (image
- * bytes) for a float input, an integer type for ids. */
+ * bytes) for a float input, BYTES for text, an integer type for ids. */
 static bool dtype_fits(oip_dtype t, const dl_input_conf *in)
 {
+    if (in->dtype == DL_IN_BYTES || t == OIP_BYTES)
+        return in->dtype == DL_IN_BYTES && t == OIP_BYTES;
     return in->dtype == DL_IN_FP32 ? t == OIP_FP32 || t == OIP_UINT8 : t != OIP_FP32;
 }
 
 static const char *input_type_name(dl_in_type t)
 {
-    static const char *const names[] = {"FP32", "UINT8", "INT32", "INT64"};
+    static const char *const names[] = {"FP32", "UINT8", "INT32", "INT64", "BYTES"};
     return names[t];
 }
 
@@ -1130,21 +1249,45 @@ int64_t oip_id_bound(const dl_model_conf *conf, int k)
     return bound;
 }
 
-/* Ids of model input k: n samples of its values, `stride` floats apart. */
-static dl_status check_ids(const dl_model_conf *conf, int k, const void *x, int64_t n,
-                           int64_t stride, dl_err *err)
+/* n ids of model input k (float32 values at x, any alignment), of sample
+ * `sample`. */
+static dl_status check_id_run(const dl_model_conf *conf, int k, const void *x, int64_t n,
+                              int64_t sample, dl_err *err)
 {
     const dl_input_conf *in = &conf->inputs[k];
     int64_t bound = oip_id_bound(conf, k);
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < in->dim; j++) {
-            float v;   /* any alignment: a Kafka record's raw values */
-            memcpy(&v, (const char *)x + (size_t)(i * stride + j) * sizeof(float), sizeof(v));
-            if (!(v >= 0 && v < (float)bound && v == floorf(v)))
-                return bad(err, "input '%s': %.9g (sample %lld) is not an id: model '%s' "
-                           "takes integers in [0, %lld)", in->name, (double)v, (long long)i,
-                           conf->name, (long long)bound);
-        }
+    for (int64_t j = 0; j < n; j++) {
+        float v;   /* any alignment: a Kafka record's raw values */
+        memcpy(&v, (const char *)x + (size_t)j * sizeof(float), sizeof(v));
+        if (!(v >= 0 && v < (float)bound && v == floorf(v)))
+            return bad(err, "input '%s': %.9g (sample %lld) is not an id: model '%s' "
+                       "takes integers in [0, %lld)", in->name, (double)v, (long long)sample,
+                       conf->name, (long long)bound);
+    }
+    return DL_OK;
+}
+
+/* Ids of model input k: n samples of `per` values, `stride` floats apart. */
+static dl_status check_ids(const dl_model_conf *conf, int k, const void *x, int64_t n,
+                           int64_t per, int64_t stride, dl_err *err)
+{
+    dl_status st = DL_OK;
+    for (int64_t i = 0; i < n && st == DL_OK; i++)
+        st = check_id_run(conf, k, (const float *)x + i * stride, per, i, err);
+    return st;
+}
+
+/* The length at the head of a packed sample of sequence input `in` (any
+ * alignment): 1..max_length, a whole number. */
+static dl_status check_length(const dl_model_conf *conf, const dl_input_conf *in,
+                              const void *row, int64_t sample, dl_err *err)
+{
+    float len;
+    memcpy(&len, row, sizeof(len));
+    if (!(len >= 1 && len <= (float)in->max_length && len == floorf(len)))
+        return bad(err, "input '%s': sample %lld has length %.9g, not a whole number from 1 "
+                   "to max_length %lld of model '%s'", in->name, (long long)sample,
+                   (double)len, (long long)in->max_length, conf->name);
     return DL_OK;
 }
 
@@ -1152,44 +1295,92 @@ dl_status oip_check_ids(const dl_model_conf *conf, const void *x, int64_t n, dl_
 {
     int64_t stride = 0, at = 0;
     for (int k = 0; k < conf->ninputs; k++)
-        stride += conf->inputs[k].dim;
-    for (int k = 0; k < conf->ninputs; at += conf->inputs[k++].dim) {
-        dl_status st = conf->inputs[k].dtype == DL_IN_FP32
-                           ? DL_OK
-                           : check_ids(conf, k, (const float *)x + at, n, stride, err);
-        if (st != DL_OK)
-            return st;
+        stride += dl_input_width(&conf->inputs[k]);
+    dl_status st = DL_OK;
+    for (int k = 0; k < conf->ninputs && st == DL_OK; at += dl_input_width(&conf->inputs[k++])) {
+        const dl_input_conf *in = &conf->inputs[k];
+        const float *v = (const float *)x + at;   /* not read through: any alignment */
+        for (int64_t i = 0; in->max_length && i < n && st == DL_OK; i++)
+            st = check_length(conf, in, v + i * stride, i, err);
+        if (st == DL_OK && in->dtype != DL_IN_FP32)
+            st = check_ids(conf, k, v + (in->max_length > 0), n, in->dim, stride, err);
     }
-    return DL_OK;
+    return st;
 }
 
 /* The samples in input t of model input `in` ([B, ...] with in->dim
- * values per sample, or one sample's values alone); -1 when it fits not. */
-static int64_t samples_of(const req_input *t, const dl_input_conf *in)
+ * values per sample, or one sample's values alone); -1 when it fits not.
+ * A sequence: [B, len, ...] with the model's sizes of a position after
+ * len (*len set; it is checked against max_length after), or for text
+ * [B] or [B, 1] strings. */
+static int64_t samples_of(const req_input *t, const dl_input_conf *in, int64_t *len)
 {
+    *len = 0;
+    if (in->dtype == DL_IN_BYTES)
+        return t->ndim == 1 || (t->ndim == 2 && t->shape[1] == 1) ? t->shape[0] : -1;
+    if (in->max_length > 0) {
+        if (t->ndim != in->ndim + 1 || memcmp(t->shape + 2, in->shape + 1,
+                                              (size_t)(in->ndim - 1) * sizeof(int64_t)))
+            return -1;
+        *len = t->shape[1];
+        return t->shape[0];
+    }
     if (t->ndim >= 2 && product(t->shape + 1, t->ndim - 1) == in->dim)
         return t->shape[0];
     return t->count == in->dim ? 1 : -1;
 }
 
-/* Input t against model input k: datatype, shape (its samples into *n),
- * ids. */
-static dl_status check_input(const req_input *t, const dl_model_conf *conf, int k, int64_t *n,
-                             dl_err *err)
+/* "[B, len, 4]": the shape a sequence input takes, into buf. */
+static const char *seq_shape_text(const dl_input_conf *in, char *buf, size_t cap)
+{
+    size_t k = (size_t)snprintf(buf, cap, "[B, len");
+    for (int i = 1; i < in->ndim && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, ", %lld", (long long)in->shape[i]);
+    if (k < cap)
+        snprintf(buf + k, cap - k, "]");
+    return buf;
+}
+
+/* A refusal of input t's shape against model input k. */
+static dl_status shape_misfit(const req_input *t, const dl_model_conf *conf, int k, dl_err *err)
 {
     const dl_input_conf *in = &conf->inputs[k];
     char got[160], want[160];
+    shape_text(t->shape, t->ndim, got, sizeof(got));
+    if (in->dtype == DL_IN_BYTES)
+        return bad(err, "input '%s': shape %s does not fit model '%s': it takes [B] or [B, 1] "
+                   "strings (BYTES), a text a sample", in->name, got, conf->name);
+    if (in->max_length > 0)
+        return bad(err, "input '%s': shape %s does not fit model '%s': it takes sequences of "
+                   "%s with len from 1 to max_length %lld", in->name, got, conf->name,
+                   seq_shape_text(in, want, sizeof(want)), (long long)in->max_length);
+    return bad(err, "input '%s': shape %s does not fit model '%s': it takes [B, ...] with "
+               "%lld values per sample, e.g. [B, %s", in->name, got, conf->name,
+               (long long)in->dim, shape_text(in->shape, in->ndim, want, sizeof(want)) + 1);
+}
+
+/* Input t against model input k: datatype, shape (its samples into *n,
+ * a sequence's positions into *len), ids. */
+static dl_status check_input(const req_input *t, const dl_model_conf *conf, int k, int64_t *n,
+                             int64_t *len, dl_err *err)
+{
+    const dl_input_conf *in = &conf->inputs[k];
     if (!dtype_fits(t->dtype, in))
         return bad(err, "input '%s': datatype %s does not fit model '%s', which takes %s%s",
                    in->name, dtype_name(t->dtype), conf->name, input_type_name(in->dtype),
-                   in->dtype == DL_IN_FP32 ? " (or UINT8)" : " ids (or INT32, INT64, UINT8)");
-    *n = samples_of(t, in);
+                   in->dtype == DL_IN_FP32    ? " (or UINT8)"
+                   : in->dtype == DL_IN_BYTES ? " (a string a sample)"
+                                              : " ids (or INT32, INT64, UINT8)");
+    *n = samples_of(t, in, len);
     if (*n < 0)
-        return bad(err, "input '%s': shape %s does not fit model '%s': it takes [B, ...] with "
-                   "%lld values per sample, e.g. [B, %s", in->name,
-                   shape_text(t->shape, t->ndim, got, sizeof(got)), conf->name,
-                   (long long)in->dim, shape_text(in->shape, in->ndim, want, sizeof(want)) + 1);
-    return in->dtype == DL_IN_FP32 ? DL_OK : check_ids(conf, k, t->x, *n, in->dim, err);
+        return shape_misfit(t, conf, k, err);
+    if (*len > in->max_length)
+        return bad(err, "input '%s': %lld positions, above max_length %lld of model '%s'",
+                   in->name, (long long)*len, (long long)in->max_length, conf->name);
+    if (in->dtype == DL_IN_FP32 || in->dtype == DL_IN_BYTES)
+        return DL_OK;   /* text: its ids are checked once made */
+    int64_t per = in->max_length ? *len * (in->dim / in->max_length) : in->dim;
+    return check_ids(conf, k, t->x, *n, per, per, err);
 }
 
 /* Which request input is model input k, each request input named once by
@@ -1224,36 +1415,91 @@ static dl_status match_inputs(const oip_request *req, const dl_model_conf *conf,
     return DL_OK;
 }
 
-/* A request for a model of several inputs: each checked, the same batch,
- * then every sample's inputs side by side in req->x. */
-static dl_status check_inputs(oip_request *req, const dl_model_conf *conf, dl_err *err)
+/* Text input t as n packed samples of model input k (rows of x, stride
+ * floats apart): each string tokenized, then its ids checked. */
+static dl_status pack_text(const req_input *t, const dl_model_conf *conf, int k,
+                           const dl_tokenizer *tok, int64_t n, float *x, int64_t stride,
+                           dl_err *err)
 {
-    int of[OIP_MAX_INPUTS];
-    if (conf->ninputs > OIP_MAX_INPUTS)
-        return bad(err, "model '%s' has %d inputs; requests carry at most %d", conf->name,
-                   conf->ninputs, OIP_MAX_INPUTS);
-    dl_status st = match_inputs(req, conf, of, err);
-    int64_t batch = 0, stride = 0;
-    for (int k = 0; k < conf->ninputs && st == DL_OK; stride += conf->inputs[k++].dim) {
+    const dl_input_conf *in = &conf->inputs[k];
+    const unsigned char *p = (const unsigned char *)t->bytes;
+    DL_ASSERT(tok);   /* the registry makes one for every text input */
+    dl_status st = DL_OK;
+    for (int64_t i = 0; i < n && st == DL_OK; i++) {
+        /* checked when scanned: count elements, each a length, then its bytes */
+        size_t len = (size_t)le32(p);
+        float *row = x + i * stride;
+        st = dl_seq_pack_text(in, tok, (const char *)p + 4, len, row, err);
+        if (st == DL_OK)
+            st = check_id_run(conf, k, row + 1, (int64_t)row[0], i, err);
+        p += 4 + len;
+    }
+    return st;
+}
+
+/* Input t as n samples of model input k (of len positions for a
+ * sequence), into rows of x `stride` floats apart: copied, or packed. */
+static dl_status pack_input(const req_input *t, const dl_model_conf *conf, int k,
+                            const dl_tokenizer *tok, int64_t n, int64_t len, float *x,
+                            int64_t stride, dl_err *err)
+{
+    const dl_input_conf *in = &conf->inputs[k];
+    if (in->dtype == DL_IN_BYTES)
+        return pack_text(t, conf, k, tok, n, x, stride, err);
+    int64_t per = in->max_length ? len * (in->dim / in->max_length) : in->dim;
+    dl_status st = DL_OK;
+    for (int64_t i = 0; i < n && st == DL_OK; i++) {
+        if (in->max_length)
+            st = dl_seq_pack(in, t->x + i * per, len, x + i * stride, err);
+        else
+            memcpy(x + i * stride, t->x + i * per, (size_t)per * sizeof(float));
+    }
+    return st;
+}
+
+/* The model's inputs from the request's (model input k is request input
+ * of[k]): each checked, the same batch; then, for several inputs or a
+ * sequence, every sample's inputs side by side in req->x, sequences
+ * packed. */
+static dl_status gather_inputs(oip_request *req, const dl_model_conf *conf,
+                               dl_tokenizer *const *tok, const int *of, dl_err *err)
+{
+    int64_t batch = 0, stride = 0, lens[OIP_MAX_INPUTS];
+    bool packed = conf->ninputs > 1;
+    dl_status st = DL_OK;
+    for (int k = 0; k < conf->ninputs && st == DL_OK; k++) {
         req_input t = input_at(req, of[k]);
-        int64_t n;
-        st = check_input(&t, conf, k, &n, err);
+        int64_t n = 0;
+        stride += dl_input_width(&conf->inputs[k]);
+        st = check_input(&t, conf, k, &n, &lens[k], err);
         if (st == DL_OK && k > 0 && n != batch)
             st = bad(err, "input '%s' has %lld samples, input '%s' %lld: they must agree",
                      conf->inputs[k].name, (long long)n, conf->inputs[0].name,
                      (long long)batch);
         batch = n;
+        packed = packed || conf->inputs[k].max_length > 0;
     }
-    if (st != DL_OK)
+    if (st != DL_OK || !packed) {
+        req->batch = batch;
         return st;
+    }
+    if (batch > OIP_MAX_PACKED_BYTES / (int64_t)sizeof(float) / stride)
+        return dl_err_set(err, DL_ERR_TOO_LARGE, "%lld samples of model '%s' take %.0f MiB "
+                          "packed (%lld floats a sample), more than a request may (%lld MiB)",
+                          (long long)batch, conf->name,
+                          (double)batch * (double)stride * sizeof(float) / (1 << 20),
+                          (long long)stride, (long long)(OIP_MAX_PACKED_BYTES >> 20));
     float *x = malloc((size_t)(batch * stride) * sizeof(float));
     if (!x)
         return dl_err_set(err, DL_ERR_NOMEM, "out of memory for the input values");
-    for (int k = 0, at = 0; k < conf->ninputs; at += (int)conf->inputs[k++].dim) {
-        const float *src = input_at(req, of[k]).x;
-        int64_t d = conf->inputs[k].dim;
-        for (int64_t i = 0; i < batch; i++)
-            memcpy(x + i * stride + at, src + i * d, (size_t)d * sizeof(float));
+    int64_t at = 0;
+    for (int k = 0; k < conf->ninputs && st == DL_OK; at += dl_input_width(&conf->inputs[k++])) {
+        req_input t = input_at(req, of[k]);
+        st = pack_input(&t, conf, k, tok ? tok[k] : NULL, batch, lens[k], x + at, stride, err);
+    }
+    if (st != DL_OK) {
+        free(x);
+        return st;
     }
     free(req->x);
     req->x = x;
@@ -1262,9 +1508,21 @@ static dl_status check_inputs(oip_request *req, const dl_model_conf *conf, dl_er
     return DL_OK;
 }
 
+/* A request for a model of several inputs. */
+static dl_status check_inputs(oip_request *req, const dl_model_conf *conf,
+                              dl_tokenizer *const *tok, dl_err *err)
+{
+    int of[OIP_MAX_INPUTS];
+    if (conf->ninputs > OIP_MAX_INPUTS)
+        return bad(err, "model '%s' has %d inputs; requests carry at most %d", conf->name,
+                   conf->ninputs, OIP_MAX_INPUTS);
+    dl_status st = match_inputs(req, conf, of, err);
+    return st == DL_OK ? gather_inputs(req, conf, tok, of, err) : st;
+}
+
 /* A request for a model of one input. */
-static dl_status check_one_input(oip_request *req, const dl_model_conf *conf, int64_t in_dim,
-                                 dl_err *err)
+static dl_status check_one_input(oip_request *req, const dl_model_conf *conf,
+                                 dl_tokenizer *const *tok, int64_t in_dim, dl_err *err)
 {
     if (req->ninputs != 1)
         return bad(err, "'inputs' has %d inputs; model '%s' takes exactly one ('%s')",
@@ -1275,13 +1533,21 @@ static dl_status check_one_input(oip_request *req, const dl_model_conf *conf, in
     if (req->input.too_long || strcmp(req->input.text, conf->input_name) != 0)
         return bad(err, "inputs[0]: model '%s' has no input '%s%s' (it takes '%s')", conf->name,
                    req->input.text, req->input.too_long ? "..." : "", conf->input_name);
-    if (conf->inputs[0].dtype == DL_IN_FP32 && dtype_fits(req->dtype, &conf->inputs[0]))
+    const dl_input_conf *in = &conf->inputs[0];
+    if (in->dtype == DL_IN_FP32 && !in->max_length && dtype_fits(req->dtype, in))
         return fit_shape(req, conf, in_dim, err);   /* the common case, as it always was */
-    req_input t = input_at(req, 0);
-    return check_input(&t, conf, 0, &req->batch, err);
+    const int of[1] = {0};
+    return gather_inputs(req, conf, tok, of, err);
 }
 
 /* ---- outputs against the model ---- */
+
+/* Whether the model's first output has one value row a sample (not a
+ * per-token output), so that "class" and "label" mean something. */
+static bool whole_samples(const dl_model_conf *conf)
+{
+    return conf->outputs[0].max_length == 0;
+}
 
 /* The OIP_OUT_* kind a name stands for (*index: which model output, for
  * OIP_OUT_TENSOR); 0 for none. The model's output names come first. */
@@ -1293,14 +1559,15 @@ static unsigned output_kind(const oip_name *name, const dl_model_conf *conf, int
         if (strcmp(name->text, conf->outputs[*index].name) == 0)
             return OIP_OUT_TENSOR;
     *index = 0;
-    if (strcmp(name->text, "label") == 0 && conf->nlabels > 0)
+    if (strcmp(name->text, "label") == 0 && conf->nlabels > 0 && whole_samples(conf))
         return OIP_OUT_LABEL;
-    if (strcmp(name->text, "class") == 0)
+    if (strcmp(name->text, "class") == 0 && whole_samples(conf))
         return OIP_OUT_CLASS;
     return 0;
 }
 
-static void add_output(oip_request *req, unsigned kind, int index, bool binary, int64_t topk)
+static void add_output(oip_request *req, unsigned kind, int index, bool binary, int64_t topk,
+                       bool labels)
 {
     for (int i = 0; i < req->nout; i++)
         if (req->out[i].kind == kind && req->out[i].index == index)
@@ -1309,7 +1576,7 @@ static void add_output(oip_request *req, unsigned kind, int index, bool binary, 
         return;
     req->outputs |= kind;
     req->out[req->nout++] = (oip_output){.kind = kind, .index = index, .binary = binary,
-                                         .topk = topk};
+                                         .topk = topk, .labels = labels};
 }
 
 int oip_default_outputs(const dl_model_conf *conf, bool binary, oip_output *out)
@@ -1317,8 +1584,8 @@ int oip_default_outputs(const dl_model_conf *conf, bool binary, oip_output *out)
     int n = 0;
     for (int k = 0; k < conf->noutputs && n < OIP_MAX_OUTPUTS - 2; k++)
         out[n++] = (oip_output){.kind = OIP_OUT_TENSOR, .index = k, .binary = binary};
-    if (conf->noutputs > 1 && conf->loss != DL_LOSS_XENT)
-        return n;   /* a class of a value, or of a probability, means nothing */
+    if ((conf->noutputs > 1 && conf->loss != DL_LOSS_XENT) || !whole_samples(conf))
+        return n;   /* a class of a value, of a probability or of a sequence means nothing */
     if (conf->nlabels > 0)
         out[n++] = (oip_output){.kind = OIP_OUT_LABEL, .binary = binary};
     out[n++] = (oip_output){.kind = OIP_OUT_CLASS, .binary = binary};
@@ -1333,6 +1600,34 @@ static const char *output_names(const dl_model_conf *conf, char *buf, size_t cap
     for (int i = 0; i < conf->noutputs && k < cap; i++)
         k += (size_t)snprintf(buf + k, cap - k, "%s'%s'", i ? ", " : "", conf->outputs[i].name);
     return buf;
+}
+
+/* The answer entry i asks for of model output k (kind OIP_OUT_TENSOR):
+ * its classification (topk) or labels, checked against the output. */
+static dl_status check_asked(const oip_asked *a, int i, const dl_model_conf *conf, int k,
+                             int64_t *topk, bool *labels, dl_err *err)
+{
+    const dl_output_conf *o = &conf->outputs[k];
+    dl_loss loss = k == 0 ? conf->loss : o->loss;   /* conf->loss mirrors 0 */
+    int nlabels = k == 0 ? conf->nlabels : o->nlabels;
+    const char *which = conf->noutputs > 1 ? "this output" : "the output";
+    bool crf = loss == DL_LOSS_CRF;
+    /* a crf answers its best path, a tag a position: its classification
+     * is that path's labels */
+    *topk = crf ? 0 : a->classification;
+    *labels = a->labels == 1 || (crf && a->classification > 0);
+    if (crf && a->classification > 1)
+        return bad(err, "outputs[%d]: classification of '%s' asks for %lld classes: a crf "
+                   "output answers one tag a position (its best path); ask for 1, or for "
+                   "parameters.labels", i, a->name.text, (long long)a->classification);
+    if (*topk > 0 && loss != DL_LOSS_XENT && loss != DL_LOSS_NEXT_TOKEN)
+        return bad(err, "outputs[%d]: classification of '%s': %s of model '%s' is not a "
+                   "classifier (its loss is not softmax cross-entropy)", i, a->name.text,
+                   which, conf->name);
+    if (*labels && *topk == 0 && ((loss != DL_LOSS_XENT && !crf) || nlabels == 0))
+        return bad(err, "outputs[%d]: labels of '%s': %s of model '%s' has no labels", i,
+                   a->name.text, which, conf->name);
+    return DL_OK;
 }
 
 static dl_status check_outputs(oip_request *req, const dl_model_conf *conf, dl_err *err)
@@ -1350,34 +1645,38 @@ static dl_status check_outputs(oip_request *req, const dl_model_conf *conf, dl_e
         int k;
         unsigned kind = output_kind(&a->name, conf, &k);
         char names[256];
+        bool whole = whole_samples(conf);
         if (!kind)
-            return bad(err, "outputs[%d]: model '%s' has no output '%s%s' (it has %s%s and "
-                       "'class')", i, conf->name, a->name.text, a->name.too_long ? "..." : "",
+            return bad(err, "outputs[%d]: model '%s' has no output '%s%s' (it has %s%s%s)", i,
+                       conf->name, a->name.text, a->name.too_long ? "..." : "",
                        output_names(conf, names, sizeof(names)),
-                       conf->nlabels > 0 ? ", 'label'" : "");
-        if (a->classification > 0 && kind != OIP_OUT_TENSOR)
-            return bad(err, "outputs[%d]: classification is asked of '%s', which is not a "
-                       "tensor of class scores: ask it of '%s'", i, a->name.text,
-                       conf->output_name);
-        dl_loss loss = k == 0 ? conf->loss : conf->outputs[k].loss;   /* conf->loss mirrors 0 */
-        if (a->classification > 0 && loss != DL_LOSS_XENT)
-            return bad(err, "outputs[%d]: classification of '%s': %s of model '%s' is not a "
-                       "classifier (its loss is not softmax cross-entropy)", i, a->name.text,
-                       conf->noutputs > 1 ? "this output" : "the output", conf->name);
-        add_output(req, kind, k, a->binary >= 0 ? a->binary == 1 : req->binary_out,
-                   a->classification);
+                       conf->nlabels > 0 && whole ? ", 'label'" : "",
+                       whole ? " and 'class'" : "");
+        if ((a->classification > 0 || a->labels == 1) && kind != OIP_OUT_TENSOR)
+            return bad(err, "outputs[%d]: %s asked of '%s', which is not a tensor of class "
+                       "scores: ask %s of '%s'", i, a->classification > 0 ?
+                       "classification is" : "labels are", a->name.text,
+                       a->classification > 0 ? "it" : "them", conf->output_name);
+        int64_t topk = 0;
+        bool labels = false;
+        dl_status st = kind == OIP_OUT_TENSOR ? check_asked(a, i, conf, k, &topk, &labels, err)
+                                              : DL_OK;
+        if (st != DL_OK)
+            return st;
+        add_output(req, kind, k, a->binary >= 0 ? a->binary == 1 : req->binary_out, topk,
+                   labels);
     }
     return DL_OK;
 }
 
-dl_status oip_check_infer(oip_request *req, const dl_model_conf *conf, int64_t in_dim,
-                          dl_err *err)
+dl_status oip_check_infer(oip_request *req, const dl_model_conf *conf,
+                          dl_tokenizer *const *tok, int64_t in_dim, dl_err *err)
 {
     if (req->sequence)
         return bad(err, "model '%s' has no sequence batching: %s is not supported", conf->name,
                    req->sequence);
-    dl_status st = conf->ninputs > 1 ? check_inputs(req, conf, err)
-                                     : check_one_input(req, conf, in_dim, err);
+    dl_status st = conf->ninputs > 1 ? check_inputs(req, conf, tok, err)
+                                     : check_one_input(req, conf, tok, in_dim, err);
     return st == DL_OK ? check_outputs(req, conf, err) : st;
 }
 
@@ -1386,7 +1685,9 @@ dl_status oip_check_classes(const oip_request *req, const dl_model_conf *conf, i
 {
     for (int i = 0; i < req->nout; i++) {
         const dl_output_conf *o = &conf->outputs[req->out[i].index];
-        int64_t dim = conf->noutputs == 1 ? out_dim : o->dim;
+        int64_t dim = conf->noutputs == 1 ? out_dim : o->served;
+        if (o->max_length > 0)
+            dim /= o->max_length;   /* the classes of a position */
         if (req->out[i].topk > dim)
             return bad(err, "classification of '%s' asks for the top %lld classes, but model "
                        "'%s' has %lld", o->name, (long long)req->out[i].topk, conf->name,
@@ -1396,8 +1697,8 @@ dl_status oip_check_classes(const oip_request *req, const dl_model_conf *conf, i
 }
 
 dl_status oip_parse_infer(const char *body, size_t len, size_t json_len,
-                          const dl_model_conf *conf, int64_t in_dim, oip_request *req,
-                          dl_err *err)
+                          const dl_model_conf *conf, dl_tokenizer *const *tok, int64_t in_dim,
+                          oip_request *req, dl_err *err)
 {
     dl_status st = oip_scan_infer(body, len, json_len, req, err);
     if (st == DL_OK && req->id_integer) {
@@ -1405,7 +1706,7 @@ dl_status oip_parse_infer(const char *body, size_t len, size_t json_len,
         st = bad(err, "'id' must be a string, not an integer");
     }
     if (st == DL_OK)
-        st = oip_check_infer(req, conf, in_dim, err);
+        st = oip_check_infer(req, conf, tok, in_dim, err);
     if (st != DL_OK) {
         oip_fault fault = req->fault;
         oip_request_fini(req);
@@ -1416,9 +1717,12 @@ dl_status oip_parse_infer(const char *body, size_t len, size_t json_len,
 
 void oip_request_fini(oip_request *req)
 {
-    for (int i = 0; req->more && i < OIP_MAX_INPUTS - 1; i++)
+    for (int i = 0; req->more && i < OIP_MAX_INPUTS - 1; i++) {
         free(req->more[i].x);
+        free(req->more[i].bytes);
+    }
     free(req->more);
+    free(req->bytes);
     free(req->id);
     free(req->model);
     free(req->x);
