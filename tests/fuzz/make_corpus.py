@@ -123,6 +123,29 @@ def oip_seeds():
             ("route_metrics", "R/metrics")]
 
 
+def oip_text_seeds():
+    """Text requests for fuzz_oip_text.c's model (BYTES "text", max_length 6)."""
+    js = lambda o: json.dumps(o, separators=(",", ":"))
+    text = lambda data, shape, **kw: {"inputs": [dict(name="text", datatype="BYTES",
+                                                      shape=shape, data=data)], **kw}
+    strings = [b"hi", b"", "ab\u00e9".encode(), b"abcdef"]
+    raw = b"".join(struct.pack("<I", len(s)) + s for s in strings)
+    head = js({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [4],
+                           "parameters": {"binary_data_size": len(raw)}}],
+               "parameters": {"binary_data_output": True}}).encode()
+    short = js({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [2, 1],
+                            "parameters": {"binary_data_size": 9}}]}).encode()
+    return [("json_one", js(text(["hello"], [1]))),
+            ("json_nested", js(text([["a"], ["abcdef"]], [2, 1], id="n"))),
+            ("json_outputs", js(text(["ab", "xyz"], [2], outputs=[
+                {"name": "tags", "parameters": {"labels": True}},
+                {"name": "path", "parameters": {"binary_data": True}},
+                {"name": "tags", "parameters": {"classification": 2}}]))),
+            ("json_long", js(text(["abcdefg", ""], [2]))),
+            ("binary", b"B%d\n" % len(head) + head + raw),
+            ("binary_short", b"B%d\n" % len(short) + short + b"\x03\0\0\0abc\x09\0")]
+
+
 def record_seeds():
     js = lambda o: json.dumps(o, separators=(",", ":"))
     req = {"id": "r1", "model": "tiny", "model_version": "3",
@@ -186,6 +209,10 @@ def main():
     write_corpus("oip", oip_seeds())
     write_dict("oip", JSON_TOKENS + OIP_KEYS + ["R/v2/models/", "/versions/", "/infer",
                                                 "/ready", "/v2/repository/"])
+    write_corpus("oip_text", oip_text_seeds())
+    write_dict("oip_text", JSON_TOKENS + OIP_KEYS + ['"text"', '"tags"', '"path"', '"labels"',
+                                                     '"classification"', '\x01\0\0\0',
+                                                     '\xff\xff\xff\xff'])
     write_corpus("records", record_seeds())
     write_dict("records", JSON_TOKENS + OIP_KEYS)
 
