@@ -380,7 +380,9 @@ dl_status dl_model_forward_multi(dl_model *m, const float *const *xs, int64_t ba
 
 /* Output k of the last successful forward pass (backend memory, batch *
  * dl_model_output_dim(m, k) floats: logits for the classifier losses),
- * borrowed until the next call; NULL when there is none. */
+ * borrowed until the next call; NULL when there is none. A pass runs
+ * sequences at the batch's longest length: a per-token output holds
+ * dl_model_output_steps(m, k) positions a sample, not max_length. */
 const float *dl_model_output(const dl_model *m, int k);
 
 /* Loss of the last forward pass. A graph model (conf->graph) reads
@@ -408,6 +410,10 @@ void dl_model_output_stats(const dl_model *m, int k, double *loss_sum, int64_t *
  * counts among: the batch's samples, or for a per-token output its
  * labelled tokens (next_token: each position but a sample's last). */
 int64_t dl_model_output_judged(const dl_model *m, int k);
+
+/* Positions a sample of per-token output k holds after the last forward
+ * pass (the batch's longest length), 0 for another output. */
+int64_t dl_model_output_steps(const dl_model *m, int k);
 
 /* The lengths (host, batch of them) of output k's samples in the last
  * forward pass when it is a per-token output, else NULL. */

@@ -82,6 +82,36 @@ int64_t model_target_cols(const dl_model *m)
 
 /* Buffers for every kind of pass: gradients, scratch, layer aux memory,
  * staging and host loss buffers, for n samples. */
+/* Sets the sequence shapes of every layer's inputs and output to
+ * `steps` positions of each sequence input (NULL: its max_length, the
+ * capacity everything is sized for). A pass runs at the batch's longest
+ * sample, so no layer computes positions that no sample has. */
+static void set_steps(dl_model *m, const int64_t *steps)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        layer *l = &m->layers[i];
+        for (int k = 0; k <= l->nin; k++) {
+            int t = k < l->nin ? model_tensor_of(m, l->conf->src[k]) : m->ninputs + i;
+            int s = m->conf->tseq[t];
+            if (s < 0)
+                continue;
+            int64_t cap = m->conf->inputs[s].max_length, at = steps ? steps[s] : cap;
+            int64_t dim = m->tdim[t] / cap * at;
+            if (k == l->nin) {
+                l->out_shape[0] = at;
+                l->out_dim = dim;
+                continue;
+            }
+            l->ins_shape[k][0] = at;
+            l->ins_dim[k] = dim;
+            if (k == 0) {
+                l->in_shape[0] = at;
+                l->in_dim = dim;
+            }
+        }
+    }
+}
+
 static dl_status alloc_common(dl_model *m, int64_t n, dl_err *err)
 {
     int64_t work = 1, od = model_out_dim_sum(m), tc = model_target_cols(m);
@@ -130,6 +160,7 @@ static dl_status ensure_capacity(dl_model *m, int64_t n, bool train, dl_err *err
 {
     dl_status st = DL_OK;
     if (n > m->cap) {
+        set_steps(m, NULL);      /* buffers hold max_length positions */
         free_batch_buffers(m);
         if ((st = alloc_common(m, n, err)) != DL_OK) {
             free_batch_buffers(m);
@@ -357,6 +388,7 @@ void dl_model_free(dl_model *m)
     free(m->stage);
     free(m->seqbuf);
     free(m->lens);
+    free(m->steps);
     free(m->ostat);
     free(m->tdim);
     free(m->last_reader);
@@ -442,12 +474,13 @@ void dl_model_zero_grad(dl_model *m)
     m->be->ops->fill(m->be, m->grads, m->nparams, 0.0f);
 }
 
-/* Splits sequence input k's packed samples (x: a length, then the
- * values) into its lengths and values, checking each length. */
-static dl_status unpack_seq(dl_model *m, int k, const float *x, int64_t batch, dl_err *err)
+/* Reads sequence input k's lengths from its packed samples (x: a length,
+ * then the values), checking each, and the longest into m->steps[k]. */
+static dl_status read_lengths(dl_model *m, int k, const float *x, int64_t batch, dl_err *err)
 {
     const dl_input_conf *ic = &m->conf->inputs[k];
     int64_t w = model_in_width(m, k);
+    m->steps[k] = 1;
     for (int64_t i = 0; i < batch; i++) {
         float len;
         if (m->be->device < 0)
@@ -459,13 +492,23 @@ static dl_status unpack_seq(dl_model *m, int k, const float *x, int64_t batch, d
                               "not a whole number from 1 to %lld", ic->name, (long long)i,
                               (double)len, (long long)ic->max_length);
         m->lens[k][i] = (int32_t)len;
-        m->be->ops->copy(m->be, m->seqbuf[k] + i * m->tdim[k], x + i * w + 1, m->tdim[k]);
+        if (len > m->steps[k])
+            m->steps[k] = (int64_t)len;
     }
     return DL_OK;
 }
 
+/* Copies sequence input k's values, m->steps[k] positions a sample, out
+ * of its packed samples. */
+static void unpack_seq(dl_model *m, int k, const float *x, int64_t batch)
+{
+    int64_t w = model_in_width(m, k), d = model_dim_now(m, k);
+    for (int64_t i = 0; i < batch; i++)
+        m->be->ops->copy(m->be, m->seqbuf[k] + i * d, x + i * w + 1, d);
+}
+
 /* The lengths each layer reads and gives this pass. */
-static void bind_lengths(dl_model *m, int64_t batch)
+static void bind_lengths(dl_model *m)
 {
     for (int i = 0; i < m->nlayers; i++) {
         layer *l = &m->layers[i];
@@ -473,12 +516,6 @@ static void bind_lengths(dl_model *m, int64_t batch)
             l->ins_len[k] = model_lens_of(m, model_tensor_of(m, l->conf->src[k]));
         l->out_len = model_lens_of(m, m->ninputs + i);
         l->seq_max = l->nin ? l->in_shape[0] : 0;
-        if (l->nin && l->ins_len[0]) {
-            l->seq_max = 1;
-            for (int64_t j = 0; j < batch; j++)
-                if (l->ins_len[0][j] > l->seq_max)
-                    l->seq_max = l->ins_len[0][j];
-        }
     }
 }
 
@@ -522,13 +559,17 @@ dl_status dl_model_forward_multi(dl_model *m, const float *const *xs, int64_t ba
         return st;
     for (int k = 0; k < m->ninputs && st == DL_OK; k++)
         if (m->conf->inputs[k].max_length)
-            st = unpack_seq(m, k, xs[k], batch, err);
+            st = read_lengths(m, k, xs[k], batch, err);
     if (st != DL_OK)
         return st;
+    set_steps(m, m->steps);
+    for (int k = 0; k < m->ninputs; k++)
+        if (m->conf->inputs[k].max_length)
+            unpack_seq(m, k, xs[k], batch);
     if (train)
         m->counter++;
     bind_acts(m, xs, train);
-    bind_lengths(m, batch);
+    bind_lengths(m);
     for (int i = 0; i < m->nlayers; i++)
         if ((st = run_layer(m, i, batch, train, err)) != DL_OK)
             return dl_err_prefix(err, "layer '%s'", m->layers[i].conf->name);
@@ -575,6 +616,12 @@ const float *dl_model_output(const dl_model *m, int k)
     return m->have_out ? m->act[m->ninputs + m->conf->outputs[k].from] : NULL;
 }
 
+int64_t dl_model_output_steps(const dl_model *m, int k)
+{
+    return m->conf->outputs[k].max_length ? model_steps_of(m, m->ninputs + m->conf->outputs[k].from)
+                                          : 0;
+}
+
 const int32_t *dl_model_output_lengths(const dl_model *m, int k)
 {
     return m->conf->outputs[k].max_length && m->have_out
@@ -610,7 +657,8 @@ dl_status dl_model_set_output_grads(dl_model *m, const float *const *g, dl_err *
     if (!m->have_out || !m->trained)
         return dl_err_set(err, DL_ERR_INVALID, "output gradients need a training forward pass");
     for (int k = 0; k < m->conf->noutputs; k++)
-        m->be->ops->copy(m->be, model_dout_of(m, k, true), g[k], m->batch * dl_model_output_dim(m, k));
+        m->be->ops->copy(m->be, model_dout_of(m, k, true), g[k],
+                         m->batch * model_dim_now(m, m->ninputs + m->conf->outputs[k].from));
     m->have_dout = true;
     return DL_OK;
 }
@@ -696,20 +744,20 @@ static dl_status serve_crf(dl_model *m, int k, const float *y, float *p, int64_t
     const dl_output_conf *o = &m->conf->outputs[k];
     const float *tr = m->layers[o->from].p[0].data;
     const int32_t *len = dl_model_output_lengths(m, k);
-    int64_t T = o->max_length, C = o->dim / T;
-    float *hy = malloc((size_t)(b * o->dim + (C + 2) * C) * sizeof(float)), *ht = hy + b * o->dim;
+    int64_t L = o->max_length, C = o->dim / L, T = model_steps_of(m, m->ninputs + o->from);
+    float *hy = malloc((size_t)(b * T * C + (C + 2) * C) * sizeof(float)), *ht = hy + b * T * C;
     int32_t *path = malloc((size_t)T * sizeof(int32_t));
     void *work = malloc(crf_work_size(T, C));
     if (!hy || !path || !work) {
         free(hy), free(path), free(work);
         return dl_err_set(err, DL_ERR_NOMEM, "crf decoding");
     }
-    m->be->ops->download(m->be, hy, y, (size_t)(b * o->dim) * sizeof(float));
+    m->be->ops->download(m->be, hy, y, (size_t)(b * T * C) * sizeof(float));
     m->be->ops->download(m->be, ht, tr, (size_t)((C + 2) * C) * sizeof(float));
     for (int64_t i = 0; i < b; i++) {
-        crf_viterbi(hy + i * o->dim, len[i], C, ht, path, NULL, work);
-        for (int64_t t = 0; t < T; t++)
-            p[i * T + t] = t < len[i] ? (float)path[t] : -1.0f;
+        crf_viterbi(hy + i * T * C, len[i], C, ht, path, NULL, work);
+        for (int64_t t = 0; t < L; t++)
+            p[i * L + t] = t < len[i] ? (float)path[t] : -1.0f;
     }
     free(work), free(path), free(hy);
     return DL_OK;
@@ -723,15 +771,21 @@ static dl_status serve_output(dl_model *m, int k, const float *y, float *p, floa
                               int64_t b, dl_err *err)
 {
     const dl_output_conf *o = &m->conf->outputs[k];
-    int64_t rows = o->max_length ? b * o->max_length : b;
     if (o->loss == DL_LOSS_CRF)
         return serve_crf(m, k, y, hp, b, err);
-    if (o->loss == DL_LOSS_XENT || o->loss == DL_LOSS_NEXT_TOKEN)
-        m->be->ops->softmax_fwd(m->be, y, p, rows, o->dim * b / rows);
-    else if (o->loss == DL_LOSS_BCE)
+    if (o->max_length) {    /* T positions a sample computed, max_length served */
+        int64_t L = o->max_length, C = o->dim / L, T = model_steps_of(m, m->ninputs + o->from);
+        for (int64_t i = 0; i < b; i++) {
+            m->be->ops->softmax_fwd(m->be, y + i * T * C, p + i * L * C, T, C);
+            m->be->ops->fill(m->be, p + i * L * C + T * C, (L - T) * C, 0.0f);
+        }
+    } else if (o->loss == DL_LOSS_XENT) {
+        m->be->ops->softmax_fwd(m->be, y, p, b, o->dim);
+    } else if (o->loss == DL_LOSS_BCE) {
         m->be->ops->act_fwd(m->be, DL_ACT_SIGMOID, y, p, b * o->dim);
-    else
+    } else {
         m->be->ops->copy(m->be, p, y, b * o->dim);
+    }
     return DL_OK;
 }
 

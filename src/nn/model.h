@@ -72,6 +72,9 @@ struct dl_model {
                                                        without the lengths */
     int32_t            **lens;                      /* per sequence input: this pass's
                                                        lengths (host) */
+    int64_t             *steps;                     /* per sequence input: the longest
+                                                       of this pass, the positions its
+                                                       tensors hold a sample */
     float               *stage_in, *stage_out;      /* predict: a device's staging */
     float               *work;
     int64_t              batch;
@@ -104,6 +107,23 @@ static inline const int32_t *model_lens_of(const dl_model *m, int t)
 {
     int s = m->conf->tseq[t];
     return s >= 0 ? m->lens[s] : NULL;
+}
+
+/* Floats a sample of tensor t holds in this pass: a sequence's at the
+ * pass's longest length (m->steps), its max_length before any pass. */
+static inline int64_t model_dim_now(const dl_model *m, int t)
+{
+    int s = m->conf->tseq[t];
+    if (s < 0 || m->steps[s] == 0)
+        return m->tdim[t];
+    return m->tdim[t] / m->conf->inputs[s].max_length * m->steps[s];
+}
+
+/* Positions a sample of sequence tensor t holds in this pass. */
+static inline int64_t model_steps_of(const dl_model *m, int t)
+{
+    int s = m->conf->tseq[t];
+    return s < 0 ? 0 : m->steps[s] ? m->steps[s] : m->conf->inputs[s].max_length;
 }
 
 /* Values per sample of all outputs, and target columns of all outputs. */

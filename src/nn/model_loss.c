@@ -95,7 +95,8 @@ static dl_status loss_crf(dl_model *m, int k, const float *y, const int32_t *len
 {
     const dl_output_conf *o = &m->conf->outputs[k];
     param_slot *tp = &m->layers[o->from].p[0];
-    int64_t n = m->batch, T = o->max_length, C = o->dim / T, nt = (C + 2) * C;
+    int64_t n = m->batch, L = o->max_length, C = o->dim / L, nt = (C + 2) * C;
+    int64_t T = model_steps_of(m, m->ninputs + o->from);     /* positions of y's samples */
     out_stat *os = &m->ostat[k];
     float *trans = malloc((size_t)(2 * nt) * sizeof(float)), *dtrans = trans + nt;
     int32_t *path = malloc((size_t)T * sizeof(int32_t));
@@ -103,7 +104,7 @@ static dl_status loss_crf(dl_model *m, int k, const float *y, const int32_t *len
     dl_status st = trans && path && work ? DL_OK : dl_err_set(err, DL_ERR_NOMEM, "crf");
     for (int64_t i = 0; i < n && st == DL_OK; i++)
         for (int64_t p = 0; p < len[i] && st == DL_OK; p++)
-            if (m->host_labels[i * T + p] < 0)
+            if (m->host_labels[i * L + p] < 0)
                 st = dl_err_set(err, DL_ERR_INVALID, "output '%s': sample %lld has no tag at "
                                 "position %lld (a crf needs one at every position)", o->name,
                                 (long long)i, (long long)p);
@@ -112,7 +113,7 @@ static dl_status loss_crf(dl_model *m, int k, const float *y, const int32_t *len
         memset(dtrans, 0, (size_t)nt * sizeof(float));
     }
     for (int64_t i = 0; i < n && st == DL_OK; i++) {
-        const int32_t *tags = m->host_labels + i * T;
+        const int32_t *tags = m->host_labels + i * L;
         double score;
         os->loss += crf_nll(y + i * T * C, T, len[i], C, trans, tags, scale,
                             g ? g + i * T * C : NULL, g ? dtrans : NULL, work);
@@ -137,11 +138,11 @@ static dl_status loss_crf(dl_model *m, int k, const float *y, const int32_t *len
  * targets (host_labels holds n * max_length of them) or, for next_token,
  * the next id of its input; -1: ignored. */
 static int32_t token_label(const dl_model *m, const dl_output_conf *o, const float *ids,
-                           int64_t i, int64_t p)
+                           int64_t steps, int64_t i, int64_t p)
 {
     if (o->loss != DL_LOSS_NEXT_TOKEN)
         return m->host_labels[i * o->max_length + p];
-    return (int32_t)ids[i * o->max_length + p + 1];
+    return (int32_t)ids[i * steps + p + 1];
 }
 
 /* Gathers a per-token output's classes (a column a position, negative or
@@ -173,9 +174,10 @@ static dl_status loss_tokens(dl_model *m, int k, const float *targets, int64_t t
 {
     const dl_output_conf *o = &m->conf->outputs[k];
     const int32_t *len = model_lens_of(m, m->ninputs + o->from);
-    int64_t n = m->batch, T = o->max_length, C = o->dim / T, count = 0;
+    int64_t T = model_steps_of(m, m->ninputs + o->from), C = o->dim / o->max_length;
+    int64_t n = m->batch, d = T * C, count = 0;      /* y: n samples of T positions */
     out_stat *os = &m->ostat[k];
-    float *y = malloc((size_t)(n * o->dim) * sizeof(float) * 2), *g = y + n * o->dim;
+    float *y = malloc((size_t)(n * d) * sizeof(float) * 2), *g = y + n * d;
     float *ids = NULL;
     dl_status st = y ? DL_OK : dl_err_set(err, DL_ERR_NOMEM, "token loss");
     if (st == DL_OK && o->loss != DL_LOSS_NEXT_TOKEN)
@@ -189,19 +191,19 @@ static dl_status loss_tokens(dl_model *m, int k, const float *targets, int64_t t
     }
     if (ids)
         m->be->ops->download(m->be, ids, m->seqbuf[o->of], (size_t)(n * T) * sizeof(float));
-    m->be->ops->download(m->be, y, dl_model_output(m, k), (size_t)(n * o->dim) * sizeof(float));
-    memset(g, 0, (size_t)(n * o->dim) * sizeof(float));
+    m->be->ops->download(m->be, y, dl_model_output(m, k), (size_t)(n * d) * sizeof(float));
+    memset(g, 0, (size_t)(n * d) * sizeof(float));
     if (o->loss == DL_LOSS_CRF) {
         os->count = 0;       /* loss_crf counts the tokens */
         st = loss_crf(m, k, y, len, scale, dout ? g : NULL, err);
     } else {
         for (int64_t i = 0; i < n; i++)
             for (int64_t p = 0; p < len[i] - (o->loss == DL_LOSS_NEXT_TOKEN); p++)
-                count += token_label(m, o, ids, i, p) >= 0;
+                count += token_label(m, o, ids, T, i, p) >= 0;
         double per = count ? (double)n / (double)count : 0.0;
         for (int64_t i = 0; i < n; i++)
             for (int64_t p = 0; p < len[i] - (o->loss == DL_LOSS_NEXT_TOKEN); p++) {
-                int32_t c = token_label(m, o, ids, i, p);
+                int32_t c = token_label(m, o, ids, T, i, p);
                 double l = 0.0;
                 if (c < 0)
                     continue;
@@ -212,7 +214,7 @@ static dl_status loss_tokens(dl_model *m, int k, const float *targets, int64_t t
         os->count = count;
     }
     if (st == DL_OK && dout)
-        m->be->ops->upload(m->be, dout, g, (size_t)(n * o->dim) * sizeof(float));
+        m->be->ops->upload(m->be, dout, g, (size_t)(n * d) * sizeof(float));
     free(ids);
     free(y);
     return st;

@@ -553,8 +553,9 @@ dl_status model_plan_graph(dl_model *m, dl_err *err)
     m->stage = calloc((size_t)m->ninputs, sizeof(*m->stage));
     m->seqbuf = calloc((size_t)m->ninputs, sizeof(*m->seqbuf));
     m->lens = calloc((size_t)m->ninputs, sizeof(*m->lens));
+    m->steps = calloc((size_t)m->ninputs, sizeof(*m->steps));
     m->ostat = calloc((size_t)m->conf->noutputs, sizeof(*m->ostat));
-    if (st == DL_OK && (!m->act || !m->grad || !m->stage || !m->seqbuf || !m->lens ||
+    if (st == DL_OK && (!m->act || !m->grad || !m->stage || !m->seqbuf || !m->lens || !m->steps ||
                         !m->ostat))
         st = dl_err_set(err, DL_ERR_NOMEM, "graph tables");
     free(readers);

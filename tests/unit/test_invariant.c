@@ -329,7 +329,10 @@ static void seq_forward(seq_run *r, int64_t i, int64_t b, float *out)
     const float *y;
     cr_assert_eq(dl_model_forward(r->m, r->x + i * r->din, b, false, &y, &err), DL_OK, "%s",
                  err.msg);
-    memcpy(out + i * r->dout, y, (size_t)(b * r->dout) * sizeof(float));
+    /* The pass held the batch's longest length of positions a sample. */
+    int64_t per = r->dout / SEQ_L, d = dl_model_output_steps(r->m, 0) * per;
+    for (int64_t j = 0; j < b; j++)
+        memcpy(out + (i + j) * r->dout, y + j * d, (size_t)d * sizeof(float));
 }
 
 /* Valid values of every batch that differ in any bit from the sample
