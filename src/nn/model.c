@@ -789,36 +789,128 @@ static dl_status serve_output(dl_model *m, int k, const float *y, float *p, floa
     return DL_OK;
 }
 
+/* One chunk of b samples (host rows xb[k] of each input) to its served
+ * outputs (host rows ob[k]). */
+static dl_status predict_chunk(dl_model *m, const float *const *xb, int64_t b,
+                               float *const *ob, dl_err *err)
+{
+    bool host = m->be->device < 0;
+    const float *xd[64];
+    int64_t at = 0;
+    for (int k = 0; k < m->ninputs; k++) {
+        int64_t w = model_in_width(m, k);
+        xd[k] = xb[k];
+        if (!host) {       /* a device's inputs: staged one after the other */
+            m->be->ops->upload(m->be, m->stage_in + at, xb[k], (size_t)(b * w) * sizeof(float));
+            xd[k] = m->stage_in + at;
+            at += b * w;
+        }
+    }
+    dl_status st = dl_model_forward_multi(m, xd, b, false, err);
+    for (int k = 0; k < m->conf->noutputs && st == DL_OK; k++) {
+        int64_t od = dl_model_served_dim(m, k);
+        float *p = host ? ob[k] : m->stage_out;
+        st = serve_output(m, k, dl_model_output(m, k), p, ob[k], b, err);
+        if (!host && m->conf->outputs[k].loss != DL_LOSS_CRF)
+            m->be->ops->download(m->be, ob[k], p, (size_t)(b * od) * sizeof(float));
+    }
+    return st;
+}
+
+/* The longest of sample i's sequences (0: none). */
+static int64_t sample_steps(const dl_model *m, const float *const *xs, int64_t i)
+{
+    int64_t len = 0;
+    for (int k = 0; k < m->ninputs; k++) {
+        if (!m->conf->inputs[k].max_length)
+            continue;
+        float v = xs[k][i * model_in_width(m, k)];
+        if (v > (float)len && v <= (float)m->conf->inputs[k].max_length)
+            len = (int64_t)v;
+    }
+    return len;
+}
+
+/* A sample and its longest sequence, ordered by length, then index. */
+typedef struct by_steps {
+    int64_t steps, i;
+} by_steps;
+
+static int by_steps_cmp(const void *a, const void *b)
+{
+    const by_steps *x = a, *y = b;
+    return x->steps != y->steps ? (x->steps > y->steps) - (x->steps < y->steps)
+                                : (x->i > y->i) - (x->i < y->i);
+}
+
+/* Samples of sequences run in groups of similar lengths (sorted, a group
+ * ending where a sample would be more than twice as long as its first or
+ * the chunk is full), as a pass costs its longest sample: a batch of
+ * mixed lengths would pad every sample to the longest. Each group is
+ * gathered into staging rows and its answers put back in place. */
+static dl_status predict_grouped(dl_model *m, const float *const *xs, int64_t n, int64_t batch,
+                                 float *const *outs, dl_err *err)
+{
+    int64_t win = dl_model_in_dim(m), wout = dl_model_served_out_dim(m);
+    by_steps *order = malloc((size_t)n * sizeof(*order));
+    float *xb = malloc((size_t)(batch * (win + wout)) * sizeof(float));
+    if (!order || !xb) {
+        free(order);
+        free(xb);
+        return dl_err_set(err, DL_ERR_NOMEM, "predict staging");
+    }
+    for (int64_t i = 0; i < n; i++)
+        order[i] = (by_steps){ sample_steps(m, xs, i), i };
+    qsort(order, (size_t)n, sizeof(*order), by_steps_cmp);
+    const float *xk[64];
+    float *ok[64];
+    int64_t at = 0;
+    for (int k = 0; k < m->ninputs; at += batch * model_in_width(m, k++))
+        xk[k] = xb + at;
+    for (int k = 0; k < m->conf->noutputs; at += batch * dl_model_served_dim(m, k++))
+        ok[k] = xb + at;
+    dl_status st = DL_OK;
+    for (int64_t g = 0, e; g < n && st == DL_OK; g = e) {
+        for (e = g + 1; e < n && e - g < batch && order[e].steps <= 2 * order[g].steps; e++)
+            ;
+        for (int k = 0; k < m->ninputs; k++) {
+            int64_t w = model_in_width(m, k);
+            for (int64_t i = g; i < e; i++)
+                memcpy((float *)xk[k] + (i - g) * w, xs[k] + order[i].i * w,
+                       (size_t)w * sizeof(float));
+        }
+        st = predict_chunk(m, xk, e - g, ok, err);
+        for (int k = 0; k < m->conf->noutputs && st == DL_OK; k++) {
+            int64_t d = dl_model_served_dim(m, k);
+            for (int64_t i = g; i < e; i++)
+                memcpy(outs[k] + order[i].i * d, ok[k] + (i - g) * d, (size_t)d * sizeof(float));
+        }
+    }
+    free(xb);
+    free(order);
+    return st;
+}
+
 dl_status dl_model_predict_multi(dl_model *m, const float *const *xs, int64_t n,
                                  int64_t batch, float *const *outs, dl_err *err)
 {
     if (batch < 1)
         batch = 256;
     dl_status st = ensure_capacity(m, n < batch ? (n > 0 ? n : 1) : batch, false, err);
-    bool host = m->be->device < 0;
-    for (int64_t i = 0; i < n && st == DL_OK; i += batch) {
+    bool seq = false;
+    for (int k = 0; k < m->ninputs; k++)
+        seq = seq || (n > 1 && m->conf->inputs[k].max_length > 0);
+    if (st == DL_OK && seq)
+        st = predict_grouped(m, xs, n, batch, outs, err);
+    for (int64_t i = 0; i < n && st == DL_OK && !seq; i += batch) {
         int64_t b = n - i < batch ? n - i : batch;
         const float *xb[64];
+        float *ob[64];
         for (int k = 0; k < m->ninputs; k++)
             xb[k] = xs[k] + i * model_in_width(m, k);
-        if (!host) {       /* a device's inputs: staged one after the other */
-            int64_t at = 0;
-            for (int k = 0; k < m->ninputs; k++) {
-                int64_t w = model_in_width(m, k);
-                m->be->ops->upload(m->be, m->stage_in + at, xb[k],
-                                   (size_t)(b * w) * sizeof(float));
-                xb[k] = m->stage_in + at;
-                at += b * w;
-            }
-        }
-        st = dl_model_forward_multi(m, xb, b, false, err);
-        for (int k = 0; k < m->conf->noutputs && st == DL_OK; k++) {
-            int64_t od = dl_model_served_dim(m, k);
-            float *ob = outs[k] + i * od, *p = host ? ob : m->stage_out;
-            st = serve_output(m, k, dl_model_output(m, k), p, ob, b, err);
-            if (!host && m->conf->outputs[k].loss != DL_LOSS_CRF)
-                m->be->ops->download(m->be, ob, p, (size_t)(b * od) * sizeof(float));
-        }
+        for (int k = 0; k < m->conf->noutputs; k++)
+            ob[k] = outs[k] + i * dl_model_served_dim(m, k);
+        st = predict_chunk(m, xb, b, ob, err);
     }
     m->have_out = false;
     return st;

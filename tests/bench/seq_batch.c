@@ -12,8 +12,9 @@
  * classifier), one thread, batch_invariant as served. Batches of BATCH
  * samples, all of length 8; all of length 8 but one of MAX_LENGTH (what a
  * batcher mixing lengths makes); all of MAX_LENGTH. For each, the best of
- * ROUNDS dl_model_predict calls, in us a batch. Equal times: a batch costs
- * its max_length, padded, and grouping by length gains nothing
+ * ROUNDS dl_model_predict calls, in us a batch: the mixed batch costs
+ * about the short samples' time plus the long one's, as dl_model_predict
+ * groups a batch by length and a pass stops at its longest sample
  * (tests/bench/RESULTS.md, "Sequences of mixed lengths"). */
 #include "nn/dl_nn.h"
 #include "tensor/dl_tensor.h"

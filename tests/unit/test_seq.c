@@ -256,3 +256,28 @@ Test(seq, layers_that_mix_positions_refuse_a_sequence)
         cr_expect_not_null(strstr(err.msg, cases[k][1]), "%s", err.msg);
     }
 }
+
+/* dl_model_predict runs a batch in groups of similar lengths and puts
+ * each answer back in its place: the same bits as each sample alone. */
+Test(seq, grouped_prediction_answers_in_place)
+{
+    build("{'name': 'tags', 'from': 'fc'}");
+    dl_model_set_batch_invariant(m, true);
+    enum { S = 40 };
+    float *x = calloc(S * (1 + T), sizeof(float)), *all = calloc(S * T * C, sizeof(float));
+    float one[T * C];
+    for (int i = 0; i < S; i++) {
+        float *row = x + i * (1 + T);
+        row[0] = (float)(1 + (i * 7) % T);
+        for (int t = 0; t < (int)row[0]; t++)
+            row[1 + t] = (float)((i + 3 * t) % V);
+    }
+    dl_err err = {0};
+    cr_assert_eq(dl_model_predict(m, x, S, 16, all, &err), DL_OK, "%s", err.msg);
+    for (int i = 0; i < S; i++) {
+        cr_assert_eq(dl_model_predict(m, x + i * (1 + T), 1, 1, one, &err), DL_OK, "%s", err.msg);
+        cr_expect_eq(memcmp(one, all + i * T * C, sizeof(one)), 0, "sample %d moved", i);
+    }
+    free(x);
+    free(all);
+}
