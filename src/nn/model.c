@@ -775,9 +775,10 @@ static dl_status serve_output(dl_model *m, int k, const float *y, float *p, floa
         return serve_crf(m, k, y, hp, b, err);
     if (o->max_length) {    /* T positions a sample computed, max_length served */
         int64_t L = o->max_length, C = o->dim / L, T = model_steps_of(m, m->ninputs + o->from);
-        for (int64_t i = 0; i < b; i++) {
-            m->be->ops->softmax_fwd(m->be, y + i * T * C, p + i * L * C, T, C);
-            m->be->ops->fill(m->be, p + i * L * C + T * C, (L - T) * C, 0.0f);
+        const int32_t *len = dl_model_output_lengths(m, k);
+        for (int64_t i = 0; i < b; i++) {   /* zeros past each sample's length */
+            m->be->ops->softmax_fwd(m->be, y + i * T * C, p + i * L * C, len[i], C);
+            m->be->ops->fill(m->be, p + (i * L + len[i]) * C, (L - len[i]) * C, 0.0f);
         }
     } else if (o->loss == DL_LOSS_XENT) {
         m->be->ops->softmax_fwd(m->be, y, p, b, o->dim);
