@@ -57,6 +57,39 @@ typedef struct dl_attn {
     const int32_t *q_len, *k_len;
 } dl_attn;
 
+/* A stack of recurrent layers, PyTorch's nn.LSTM or nn.GRU (batch_first)
+ * over packed sequences: `layers` layers of `dirs` directions (2:
+ * bidirectional), layer k > 0 reading layer k - 1's directions side by
+ * side. Sample i runs its own len[i] steps from zero states, the reverse
+ * direction from its last valid position back to 0.
+ * x: [n, t, in], positions past a length unread. y with ret_seq: [n, t,
+ * hidden * dirs], the directions' h side by side, zeros past a length
+ * (pad_packed_sequence); else [n, hidden * dirs], the top layer's final
+ * states (PyTorch's h_n: forward at the last valid position, reverse at
+ * position 0).
+ * w: the parameters in PyTorch's order and layouts, one after the other:
+ * for each layer k, each direction: weight_ih [G * hidden, in_k],
+ * weight_hh [G * hidden, hidden], then (bias) bias_ih, bias_hh [G *
+ * hidden]; in_0 = in, in_k = hidden * dirs. LSTM: G = 4, gates i, f, g,
+ * o. GRU: G = 3, gates r, z, n, n = tanh(W_in x + b_in + r * (W_hn h +
+ * b_hn)). dw: their gradients, the same layout. */
+typedef enum dl_rnn_cell { DL_RNN_LSTM, DL_RNN_GRU } dl_rnn_cell;
+
+typedef struct dl_rnn {
+    dl_rnn_cell    cell;
+    int64_t        n, t, in, hidden;
+    int            layers, dirs;
+    bool           bias, ret_seq;
+    const int32_t *len;       /* host: n lengths in [1, t]; NULL: t each */
+    bool           train;     /* rnn_bwd follows */
+    bool           invariant; /* inference: a sample's bits independent of the
+                               * batch around it */
+    const float   *w;
+    float         *dw;
+    void          *reserve;   /* rnn_fwd to rnn_bwd: rnn_size's bytes */
+    void          *work;      /* scratch of one call: rnn_size's bytes */
+} dl_rnn;
+
 typedef struct dl_strided {
     int     nd;
     int64_t shape[DL_STRIDED_DIMS];
@@ -419,6 +452,18 @@ typedef struct dl_backend_ops {
      * len - 1. Zero elsewhere. */
     void (*seq_pool_bwd)(dl_backend *be, dl_seq_pool_kind kind, const dl_seq *q,
                          const float *x, const float *dy, float *dx);
+    /* Recurrent stacks (dl_rnn). rnn_size: the bytes of r->reserve and
+     * r->work that r's geometry (n, t, in, hidden, layers, dirs, cell)
+     * needs at any lengths. rnn_fwd writes y. rnn_bwd, after a training
+     * rnn_fwd of the same r and x (its reserve unchanged), accumulates
+     * the parameters' gradients into r->dw and overwrites dx (NULL: not
+     * wanted), zero past the lengths; dy past a length is unread. */
+    dl_status (*rnn_size)(dl_backend *be, const dl_rnn *r, size_t *reserve, size_t *work,
+                          dl_err *err);
+    dl_status (*rnn_fwd)(dl_backend *be, const dl_rnn *r, const float *x, float *y,
+                         dl_err *err);
+    dl_status (*rnn_bwd)(dl_backend *be, const dl_rnn *r, const float *x, const float *y,
+                         const float *dy, float *dx, dl_err *err);
 } dl_backend_ops;
 
 struct dl_backend {

@@ -1,7 +1,8 @@
 /* backend_cpu.c: the reference backend: memory, GEMM through OpenBLAS
  * (cblas_sgemm) or the thin kernel (gemm_thin.c), biases, the oneDNN
  * glue and the ops table, whose other kernels are in cpu_act.c, cpu_conv.c
- * (im2col, pooling), cpu_norm.c and cpu_train.c (losses, optimizers):
+ * (im2col, pooling), cpu_norm.c, cpu_rnn.c (LSTM, GRU) and cpu_train.c
+ * (losses, optimizers):
  * plain loops spread over dl_parallel_for where the work is large enough. */
 #define _POSIX_C_SOURCE 200809L
 #include "tensor/backend.h"
@@ -543,7 +544,10 @@ static dl_status cpu_sync(dl_backend *be, dl_err *err)
     .attn_bwd         = cpu_attn_bwd, \
     .seq_mask         = cpu_seq_mask, \
     .seq_pool_fwd     = cpu_seq_pool_fwd, \
-    .seq_pool_bwd     = cpu_seq_pool_bwd,
+    .seq_pool_bwd     = cpu_seq_pool_bwd, \
+    .rnn_size         = cpu_rnn_size, \
+    .rnn_fwd          = cpu_rnn_fwd, \
+    .rnn_bwd          = cpu_rnn_bwd,
 
 /* im2col + OpenBLAS and plain loops for convolution and pooling. */
 static const dl_backend_ops cpu_ops = {

@@ -110,6 +110,30 @@ static inline float cpu_expf(float x)
     return x == x ? p * two_n.f : x;
 }
 
+/* tanh(x) within a few ulp of tanhf, written so that loops over it
+ * vectorize (tanhf is a call): Cephes' odd polynomial below |x| = 0.625,
+ * 1 - 2 / (exp(2|x|) + 1) with x's sign above. */
+static inline float cpu_tanhf(float x)
+{
+    float a = x < 0.0f ? -x : x;
+    float big = 1.0f - 2.0f / (cpu_expf(2.0f * a) + 1.0f);
+    big = x < 0.0f ? -big : big;
+    float z = x * x;
+    float p = -5.70498872745e-3f;
+    p = p * z + 2.06390887954e-2f;
+    p = p * z - 5.37397155531e-2f;
+    p = p * z + 1.33314422036e-1f;
+    p = p * z - 3.33332819422e-1f;
+    float small = x + x * z * p;
+    return a > 0.625f ? big : small;
+}
+
+/* 1 / (1 + exp(-x)), vectorizable. */
+static inline float cpu_sigmoidf(float x)
+{
+    return 1.0f / (1.0f + cpu_expf(-x));
+}
+
 /* cpu_act.c; cpu_act_rows: y = act(y) in place (the GEMM epilogues). */
 void cpu_act_rows(dl_act act, float *restrict y, int64_t n);
 void cpu_act_fwd(dl_backend *be, dl_act act, const float *x, float *y,
@@ -219,6 +243,12 @@ void cpu_seq_pool_fwd(dl_backend *be, dl_seq_pool_kind kind, const dl_seq *q, co
                       float *y);
 void cpu_seq_pool_bwd(dl_backend *be, dl_seq_pool_kind kind, const dl_seq *q, const float *x,
                       const float *dy, float *dx);
+/* cpu_rnn.c: LSTM and GRU stacks (dl_rnn). */
+dl_status cpu_rnn_size(dl_backend *be, const dl_rnn *r, size_t *reserve, size_t *work,
+                       dl_err *err);
+dl_status cpu_rnn_fwd(dl_backend *be, const dl_rnn *r, const float *x, float *y, dl_err *err);
+dl_status cpu_rnn_bwd(dl_backend *be, const dl_rnn *r, const float *x, const float *y,
+                      const float *dy, float *dx, dl_err *err);
 void cpu_softmax_axis_fwd(dl_backend *be, bool log, const float *x, float *y,
                           int64_t outer, int64_t len, int64_t inner);
 void cpu_softmax_axis_bwd(dl_backend *be, bool log, const float *y, const float *dy,

@@ -1308,6 +1308,9 @@ const dl_backend_ops cuda_ops = {
     .seq_mask         = cu_seq_mask,
     .seq_pool_fwd     = cu_seq_pool_fwd,
     .seq_pool_bwd     = cu_seq_pool_bwd,
+    .rnn_size         = NULL,   /* no recurrent stacks yet */
+    .rnn_fwd          = NULL,
+    .rnn_bwd          = NULL,
 };
 
 /* ---- creation and teardown -------------------------------------------------- */

@@ -14,7 +14,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever this file or dl_backend_ops changes shape. */
-#define DL_CUDA_MODULE_ABI 3
+#define DL_CUDA_MODULE_ABI 4
 
 /* What the core lends the module. */
 typedef struct dl_cuda_host {
