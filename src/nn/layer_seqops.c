@@ -151,13 +151,3 @@ const layer_ops layer_seq_pool_ops = {
     .backward  = pool_backward,
     .supported = pool_supported,
 };
-
-/* ---- not yet on any backend ------------------------------------------------ */
-
-static bool none_supported(const layer *l)
-{
-    (void)l;
-    return false;
-}
-
-const layer_ops layer_rnn_ops = { .supported = none_supported };
