@@ -64,14 +64,15 @@ def inp(name, *shape, high=None, positive=False, scale=None, max_length=None, le
     return i
 
 
-def one(name, inputs, layers, mode="train", outputs=None, batch=3, ties=None):
+def one(name, inputs, layers, mode="train", outputs=None, batch=3, ties=None, seed=None):
     """A pass case; without outputs, the last layer is the one output.
     `ties` (seq_pool max): (pos_embedding layer, ids input, p, q) makes
     positions p and q of every sample long enough hold the same values,
     the largest (the same id there, and rows p and q of the positions'
-    weight equal and large), so that the maximum ties."""
+    weight equal and large), so that the maximum ties. `seed`: the case's
+    own, rather than its place in the lists."""
     return {"name": name, "inputs": inputs, "layers": layers, "mode": mode,
-            "outputs": outputs, "batch": batch, "ties": ties}
+            "outputs": outputs, "batch": batch, "ties": ties, "seed": seed}
 
 
 def L(name, kind, inputs=None, **conf):
@@ -358,6 +359,51 @@ SEQ_CASES = [
         batch=4),
 ]
 
+# lstm and gru: nn.LSTM / nn.GRU over pack_padded_sequence, a batch of 5
+# whose lengths include 1 and max_length; values, the inputs' and every
+# parameter's gradients. Seeded by their own numbers, so that where the
+# lists stand does not move their bytes (nor theirs the others').
+MIXED = [6, 1, 3, 5, 6]
+TOKENS = [{"name": "y", "from": "y", "loss": "softmax_cross_entropy"}]
+
+
+def seq_x(d=5):
+    return [inp("x", -1, d, max_length=6, lengths=MIXED)]
+
+
+RNN_CASES = [
+    one("lstm_seq", seq_x(), [L("y", "lstm", hidden=4)], outputs=TOKENS, batch=5,
+        seed=301),
+    one("lstm_last_bi", seq_x(),
+        [L("y", "lstm", hidden=4, bidirectional=True, **{"return": "last"})], batch=5,
+        seed=302),
+    one("lstm_2layers_bi_seq", seq_x(),
+        [L("rnn", "lstm", hidden=4, layers=2, bidirectional=True), L("y", "dense", units=3)],
+        outputs=TOKENS, batch=5, seed=303),
+    # behind a dense layer, whose padded positions hold its bias
+    one("lstm_2layers_last_nobias", seq_x(3),
+        [L("pre", "dense", units=3),
+         L("y", "lstm", hidden=5, layers=2, bias=False, **{"return": "last"})], batch=5,
+        seed=304),
+    one("gru_seq", seq_x(), [L("y", "gru", hidden=4)], outputs=TOKENS, batch=5, seed=305),
+    one("gru_last_bi", seq_x(),
+        [L("y", "gru", hidden=4, bidirectional=True, **{"return": "last"})], batch=5,
+        seed=306),
+    one("gru_2layers_bi_seq", seq_x(),
+        [L("pre", "dense", units=4), L("rnn", "gru", hidden=4, layers=2, bidirectional=True),
+         L("y", "dense", units=3)], outputs=TOKENS, batch=5, seed=307),
+    one("gru_2layers_last_nobias", seq_x(3),
+        [L("y", "gru", hidden=5, layers=2, bias=False, **{"return": "last"})], batch=5,
+        seed=308),
+    one("lstm_ids_bi_last", [inp("ids", -1, high=11, max_length=7, lengths=[7, 2, 1, 5])],
+        [L("emb", "embedding", num_embeddings=11, dim=5),
+         L("rnn", "lstm", hidden=6, bidirectional=True, **{"return": "last"}),
+         L("y", "dense", units=3)], batch=4, seed=309),
+    # no sequence: a fixed [T, D] input runs every step
+    one("gru_fixed_bi_seq", [inp("x", 4, 3)],
+        [L("y", "gru", hidden=3, layers=2, bidirectional=True)], seed=310),
+]
+
 
 def make_ties(case, model, values, lengths):
     """Equal, largest values at positions p and q of each sample longer
@@ -511,12 +557,18 @@ def verify_pass(folder):
         if isinstance(mod, torch.nn.Embedding) and mod.padding_idx is not None:
             dirs_p[k + ".weight"][mod.padding_idx] = 0.0
 
+    base = {k: p.detach().clone() for k, p in params.items()}
+
     def loss(eps):
-        ps = {k: (p + eps * dirs_p[k]).detach() for k, p in params.items()}
+        # the parameters moved in place: nn.LSTM and nn.GRU read their own
+        # tensors, which functional_call does not swap
         xe = [x if d is None else x + eps * d for x, d in zip(xs, dirs_x)]
         with torch.no_grad():
-            ys = torch.nn.utils.stateless.functional_call(model, ps, tuple(xe),
-                                                          {"lengths": lengths})
+            for k, p in params.items():
+                p.copy_(base[k] + eps * dirs_p[k])
+            ys = model(*xe, lengths=lengths)
+            for k, p in params.items():
+                p.copy_(base[k])
         ys = [tg.zero_padding(y, model.output_lengths(o, lengths))
               for o, y in zip(model.outputs, ys)]
         return ys, sum(float((y * values["grad." + o["name"]].double()).sum())
@@ -538,7 +590,7 @@ def verify_pass(folder):
 
 def cmd_verify(out, only):
     bad = 0
-    for case in PASS_CASES + OP_CASES + LATE_PASS_CASES + SEQ_CASES:
+    for case in PASS_CASES + OP_CASES + LATE_PASS_CASES + SEQ_CASES + RNN_CASES:
         if only and case["name"] not in only:
             continue
         out_err, grad_err, numeric = verify_pass(os.path.join(out, case["name"]))
@@ -562,7 +614,7 @@ def main(argv=None):
     if args.verify:
         return cmd_verify(args.out, args.only)
     cases = ([(c, make_pass) for c in PASS_CASES] + [(c, make_train) for c in TRAIN_CASES]
-             + [(c, make_pass) for c in OP_CASES + LATE_PASS_CASES + SEQ_CASES])
+             + [(c, make_pass) for c in OP_CASES + LATE_PASS_CASES + SEQ_CASES + RNN_CASES])
     names = [c["name"] for c, _ in cases]
     assert len(set(names)) == len(names), "case names repeat"
     for seed, (case, make) in enumerate(cases, 1):
@@ -570,7 +622,7 @@ def main(argv=None):
             continue
         folder = os.path.join(args.out, case["name"])
         os.makedirs(folder, exist_ok=True)
-        make(case, seed, folder)
+        make(case, case.get("seed") or seed, folder)
         print(case["name"])
     return 0
 

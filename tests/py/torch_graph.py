@@ -86,6 +86,13 @@ from the end):
   [num_embeddings, dim]; ids are an integer input or a float tensor
   holding integers; `padding_idx` as nn.Embedding's (that row starts at
   zero and gets no gradient).
+- lstm, gru (`hidden`, `layers` 1, `bidirectional` false, `return`
+  "sequence" or "last", `bias` true): nn.LSTM / nn.GRU (batch_first) over
+  pack_padded_sequence of each sample's length (all T without lengths):
+  [T, D] -> [T, hidden * dirs] (pad_packed_sequence: zeros past the
+  length), or with "last" the top layer's h_n, its directions side by side
+  [hidden * dirs] (no sequence); parameters named as PyTorch names them
+  ("<layer>.weight_ih_l0", ..., "_reverse").
 - seq_pool (`mode` mean, max, sum or last): [T, D...] -> [D...] over each
   sample's first len positions (max as torch.max(dim) over them: its
   gradient to the first maximal position; last: position len - 1).
@@ -382,6 +389,38 @@ class Embedding(nn.Embedding):
             bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
             raise IndexError("embedding id %d not in [0, %d)" % (bad, self.num_embeddings))
         return super().forward(ids)
+
+
+def _rnn_class(base):
+    """nn.LSTM or nn.GRU (batch_first) over packed sequences, its
+    parameters named as PyTorch names them."""
+
+    class Rnn(base):
+        takes_lengths = True
+
+        def __init__(self, ret_seq, *args, **kwargs):
+            super().__init__(*args, batch_first=True, **kwargs)
+            self.ret_seq = ret_seq
+
+        def forward(self, x, lengths=None):  # noqa: D401
+            b, t = x.shape[0], x.shape[1]
+            n = lengths[0] if lengths and lengths[0] is not None else \
+                torch.full([b], t, dtype=torch.int64)
+            packed = nn.utils.rnn.pack_padded_sequence(x, n.cpu(), batch_first=True,
+                                                       enforce_sorted=False)
+            out, h = super().forward(packed)
+            if self.ret_seq:
+                return nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
+                                                        total_length=t)[0]
+            h = h[0] if isinstance(h, tuple) else h      # LSTM: (h_n, c_n)
+            dirs = 2 if self.bidirectional else 1
+            return torch.cat([h[h.shape[0] - dirs + d] for d in range(dirs)], dim=1)
+
+    Rnn.__name__ = base.__name__
+    return Rnn
+
+
+RNN_CLASSES = {"lstm": _rnn_class(nn.LSTM), "gru": _rnn_class(nn.GRU)}
 
 
 # ---- building -------------------------------------------------------------------
@@ -684,6 +723,17 @@ def _constant(name, layer, s, shapes):
     return Constant([int(d) for d in layer["shape"]])
 
 
+def _rnn(name, layer, s, shapes):
+    _need(name, layer["type"], s, (2,), "[T, D]")
+    ret = layer.get("return", "sequence")
+    if ret not in ("sequence", "last"):
+        raise ModelError("layer '%s': return must be \"sequence\" or \"last\"" % name)
+    return RNN_CLASSES[layer["type"]](ret == "sequence", s[1], int(layer["hidden"]),
+                                      int(layer.get("layers", 1)),
+                                      bias=bool(layer.get("bias", True)),
+                                      bidirectional=bool(layer.get("bidirectional", False)))
+
+
 def _plain(cls):
     return lambda name, layer, s, shapes: cls()
 
@@ -705,14 +755,20 @@ BUILDERS = {
     "slice": _slice, "constant": _constant, "sdpa": _sdpa, "attention": _attention,
     "transpose": _transpose, "reshape": _reshape,
     "reduce_mean": _reduce, "reduce_sum": _reduce,
-    "pos_embedding": _pos_embedding, "seq_pool": _seq_pool,
+    "pos_embedding": _pos_embedding, "seq_pool": _seq_pool, "lstm": _rnn, "gru": _rnn,
 }
 # Layers of several inputs: (fewest, most).
 ARITY = {"add": (2, None), "mul": (2, None), "concat": (2, None),
          "sub": (2, 2), "div": (2, 2), "matmul": (2, 2), "constant": (0, 0),
          "attention": (1, 2)}
-# Layers whose output is no sequence though an input is (they end it).
+# Layers whose output is no sequence though an input is (they end it), and
+# whether a layer does.
 SEQ_END = ("seq_pool",)
+
+
+def ends_sequence(layer):
+    return layer.get("type") in SEQ_END or \
+        (layer.get("type") in ("lstm", "gru") and layer.get("return") == "last")
 
 
 def make_layer(layer, shapes, seq=False):
@@ -792,7 +848,7 @@ class Graph(nn.Module):
         mod.train()
         self.wiring.append((name, args))
         seqs = [self.seq_of[a] for a in srcs if self.seq_of[a]]
-        self.seq_of[name] = seqs[0] if seqs and layer.get("type") not in SEQ_END else None
+        self.seq_of[name] = seqs[0] if seqs and not ends_sequence(layer) else None
 
     def _check_outputs(self):
         for o in self.outputs:
