@@ -1,5 +1,6 @@
 /* test_invariant.c: batch-invariant inference (dl_model_set_batch_invariant).
- * The shipped models with random weights answer each of 40 samples with
+ * The shipped models with random weights, and sequence models (their own
+ * section, recurrent ones included), answer each of 40 samples with
  * the same bits alone, at every position of batches of 3, 8, 27 and 40,
  * whichever kernels the backend runs (meson.build runs this suite with
  * im2col and the thin GEMM kernel, then with oneDNN and OpenBLAS), on one
@@ -371,3 +372,111 @@ static void seq_check(int threads)
 }
 
 Test(invariant, attention_over_mixed_lengths) { seq_check(1); seq_check(2); }
+
+/* ---- recurrent layers ----------------------------------------------------------
+ * An LSTM tagger and a GRU classifier over one sequence input of lengths 1
+ * to RNN_L, random weights: each sample answers alone (zeros past its
+ * length) with the bits it gets in every batch (random values past its
+ * length, which no layer may read). Without the setting, how many values
+ * moved is logged. */
+
+#define RNN_L 11
+
+/* ids -> embedding -> two bidirectional LSTM layers -> a tag a position */
+static const char lstm_tagger[] =
+    "{\"name\": \"lstm-tagger\", \"inputs\": [{\"name\": \"ids\", \"datatype\": \"INT64\","
+    " \"shape\": [-1], \"max_length\": 11}],"
+    " \"layers\": [{\"name\": \"emb\", \"type\": \"embedding\", \"num_embeddings\": 50,"
+    "              \"dim\": 16},"
+    "             {\"name\": \"rnn\", \"type\": \"lstm\", \"hidden\": 24, \"layers\": 2,"
+    "              \"bidirectional\": true},"
+    "             {\"name\": \"tags\", \"type\": \"dense\", \"units\": 5}],"
+    " \"outputs\": [{\"name\": \"tags\", \"from\": \"tags\","
+    "               \"loss\": \"softmax_cross_entropy\"}]}";
+
+/* vectors -> a bidirectional GRU's last states -> a class */
+static const char gru_classifier[] =
+    "{\"name\": \"gru-classifier\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 6],"
+    " \"max_length\": 11}],"
+    " \"layers\": [{\"name\": \"rnn\", \"type\": \"gru\", \"hidden\": 20,"
+    "              \"bidirectional\": true, \"return\": \"last\"},"
+    "             {\"name\": \"cls\", \"type\": \"dense\", \"units\": 4}],"
+    " \"outputs\": [{\"name\": \"cls\", \"from\": \"cls\","
+    "               \"loss\": \"softmax_cross_entropy\"}]}";
+
+/* The packed samples: sample i of 1 + 7i mod RNN_L positions (RNN_L and 1
+ * among them), dim values a position (ids below vocab, or in [-1, 1)),
+ * past its length zeros or (pad) random values. */
+static void rnn_rows(run *r, int64_t vocab, int64_t dim, bool pad)
+{
+    for (int64_t i = 0; i < SAMPLES; i++) {
+        float *row = r->x + i * r->din;
+        dl_rng rng;
+        dl_rng_seed(&rng, 100 + (uint64_t)i);
+        row[0] = (float)(1 + i * 7 % RNN_L);
+        for (int64_t j = 0; j < RNN_L * dim; j++) {
+            float v = vocab ? (float)dl_rng_below(&rng, (uint64_t)vocab)
+                            : 2.0f * dl_rng_uniform(&rng) - 1.0f;
+            row[1 + j] = j < (int64_t)row[0] * dim || pad ? v : 0.0f;
+        }
+    }
+}
+
+/* Values of every batch that differ in any bit from the sample alone. */
+static int64_t rnn_moved(run *r, int64_t vocab, int64_t dim)
+{
+    rnn_rows(r, vocab, dim, false);
+    for (int64_t i = 0; i < SAMPLES; i++)
+        predict(r, i, 1, r->alone);
+    rnn_rows(r, vocab, dim, true);
+    int64_t n = 0;
+    for (size_t k = 0; k < sizeof(batches) / sizeof(batches[0]); k++) {
+        for (int64_t i = 0; i < SAMPLES; i += batches[k])
+            predict(r, i, i + batches[k] <= SAMPLES ? batches[k] : SAMPLES - i, r->batched);
+        for (int64_t j = 0; j < SAMPLES * r->dout; j++)
+            n += memcmp(&r->alone[j], &r->batched[j], sizeof(float)) != 0;
+    }
+    return n;
+}
+
+static void check_rnn(const char *json, int64_t vocab, int64_t dim, int threads)
+{
+    run r = {0};
+    dl_err err = {0};
+    cr_assert_eq(dl_model_conf_parse(json, strlen(json), "rnn.json", &r.conf, &err), DL_OK,
+                 "%s", err.msg);
+    dl_backend_params bp = { .threads = threads, .engine_layers = true };
+    cr_assert_eq(dl_backend_new("cpu", &bp, &r.be, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(dl_model_new(r.be, r.conf, 7, &r.m, &err), DL_OK, "%s", err.msg);
+    dl_model_fix_weights(r.m);
+    r.din = dl_model_in_dim(r.m);
+    r.dout = dl_model_out_dim(r.m);
+    cr_assert_eq(r.din, 1 + RNN_L * dim);
+    r.x = malloc((size_t)(SAMPLES * r.din) * sizeof(float));
+    r.alone = malloc((size_t)(SAMPLES * r.dout) * sizeof(float));
+    r.batched = malloc((size_t)(SAMPLES * r.dout) * sizeof(float));
+    cr_assert(r.x && r.alone && r.batched);
+    int64_t off = rnn_moved(&r, vocab, dim);
+    cr_log_info("%s, %d thread(s), %s: without batch_invariant %lld values moved",
+                r.conf->name, threads, dl_backend_conv_engine(r.be), (long long)off);
+    dl_model_set_batch_invariant(r.m, true);
+    int64_t on = rnn_moved(&r, vocab, dim);
+    cr_expect_eq(on, 0, "%s, %d thread(s): %lld values differ from the sample alone",
+                 r.conf->name, threads, (long long)on);
+    for (int64_t j = 0; j < SAMPLES * r.dout; j++)
+        cr_assert(isfinite(r.alone[j]), "%s: value %lld is %g", r.conf->name, (long long)j,
+                  r.alone[j]);
+    teardown(&r);
+}
+
+Test(invariant, lstm_mixed_lengths)
+{
+    check_rnn(lstm_tagger, 50, 1, 1);
+    check_rnn(lstm_tagger, 50, 1, 2);
+}
+
+Test(invariant, gru_mixed_lengths)
+{
+    check_rnn(gru_classifier, 0, 6, 1);
+    check_rnn(gru_classifier, 0, 6, 2);
+}
