@@ -886,6 +886,102 @@ static void check_seq(void)
     }
 }
 
+/* Floats of a dl_rnn's parameters (PyTorch's layout, dl_tensor.h). */
+static int64_t rnn_param_floats(const dl_rnn *r)
+{
+    int64_t gh = (r->cell == DL_RNN_LSTM ? 4 : 3) * r->hidden, n = 0;
+    for (int l = 0; l < r->layers; l++)
+        n += r->dirs * (gh * ((l == 0 ? r->in : r->hidden * r->dirs) + r->hidden) +
+                        (r->bias ? 2 * gh : 0));
+    return n;
+}
+
+/* Recurrent stacks (dl_rnn): LSTM and GRU, one and two layers, one and two
+ * directions, the sequence or the last states, lengths mixed (1 and t
+ * among them) or none; the output, dx and the parameters' gradients, and
+ * the batch-invariant forward (cuDNN a sample at a time). The steps'
+ * sums run in cuDNN's order: RNN_TOL. */
+#define RNN_TOL 5e-5
+
+/* r's forward (and in training its backward) on be, with reserve and
+ * work of rnn_size's bytes. */
+static bool rnn_run(dl_backend *be, dl_rnn r, float *w, float *dw, const float *x, float *y,
+                    const float *dy, float *dx, dl_err *err)
+{
+    size_t reserve = 0, work = 0;
+    r.w = w;
+    r.dw = dw;
+    if (be->ops->rnn_size(be, &r, &reserve, &work, err) != DL_OK)
+        return false;
+    r.reserve = reserve ? must_alloc(be, reserve) : NULL;
+    r.work = work ? must_alloc(be, work) : NULL;
+    bool ok = be->ops->rnn_fwd(be, &r, x, y, err) == DL_OK &&
+              (!r.train || be->ops->rnn_bwd(be, &r, x, y, dy, dx, err) == DL_OK) &&
+              dl_backend_sync(be, err) == DL_OK;
+    if (r.reserve)
+        be->ops->release(be, r.reserve);
+    if (r.work)
+        be->ops->release(be, r.work);
+    return ok;
+}
+
+static void check_rnn(void)
+{
+    static const struct {
+        dl_rnn_cell cell;
+        int layers, dirs;
+        bool ret_seq, bias, lens, invariant;
+        int64_t n, t, in, hidden;
+    } cases[] = {
+        { DL_RNN_LSTM, 1, 1, true, true, true, false, 5, 7, 6, 8 },
+        { DL_RNN_LSTM, 2, 2, false, true, true, false, 5, 7, 6, 8 },
+        { DL_RNN_LSTM, 1, 2, true, false, false, false, 3, 4, 5, 3 },
+        { DL_RNN_GRU, 1, 1, false, true, true, false, 5, 7, 6, 8 },
+        { DL_RNN_GRU, 2, 2, true, true, true, false, 5, 7, 6, 8 },
+        { DL_RNN_GRU, 1, 2, false, false, false, false, 3, 4, 5, 3 },
+        { DL_RNN_LSTM, 1, 1, false, true, true, false, 64, 30, 64, 128 },
+        { DL_RNN_LSTM, 2, 2, true, true, true, true, 5, 7, 6, 8 },
+        { DL_RNN_GRU, 1, 2, false, true, true, true, 5, 7, 6, 8 },
+    };
+    if (!HAVE(rnn_size) || !HAVE(rnn_fwd) || !HAVE(rnn_bwd))
+        return;
+    char name[64];
+    for (size_t cs = 0; cs < sizeof(cases) / sizeof(cases[0]); cs++) {
+        int64_t n = cases[cs].n, t = cases[cs].t, h = cases[cs].hidden;
+        int32_t *len = malloc((size_t)n * sizeof(int32_t));
+        for (int64_t i = 0; i < n; i++)
+            len[i] = i == 0 ? (int32_t)t : i == 1 ? 1 : 1 + (int32_t)dl_rng_below(&rng, t);
+        dl_rnn r = { .cell = cases[cs].cell, .n = n, .t = t, .in = cases[cs].in, .hidden = h,
+                     .layers = cases[cs].layers, .dirs = cases[cs].dirs,
+                     .bias = cases[cs].bias, .ret_seq = cases[cs].ret_seq,
+                     .len = cases[cs].lens ? len : NULL, .train = !cases[cs].invariant,
+                     .invariant = cases[cs].invariant };
+        int64_t np = rnn_param_floats(&r), yw = (r.ret_seq ? t : 1) * h * r.dirs;
+        pair *w = mk(np, -0.4f, 0.4f), *dw = mk(np, 0, 0), *x = mk(n * t * r.in, -1, 1),
+             *y = mk(n * yw, 0, 0), *dy = mk(n * yw, -1, 1), *dx = mk(n * t * r.in, 0, 0);
+        dl_err err = {0};
+        bool ok = true;
+        ON_BOTH(ok &= rnn_run(B, r, F(w), F(dw), F(x), F(y), F(dy), F(dx), &err));
+        if (!ok)
+            fprintf(stderr, "rnn: %s\n", err.msg);
+        snprintf(name, sizeof(name), "rnn_%s_l%d_d%d_%s%s%s%s_n%lld",
+                 r.cell == DL_RNN_LSTM ? "lstm" : "gru", r.layers, r.dirs,
+                 r.ret_seq ? "seq" : "last", r.bias ? "" : "_nobias", r.len ? "" : "_full",
+                 r.invariant ? "_inv" : "", (long long)n);
+        char what[80];
+        snprintf(what, sizeof(what), "%s_y", name);
+        compare(what, y, false, ok ? RNN_TOL : -1);
+        if (r.train) {
+            snprintf(what, sizeof(what), "%s_dx", name);
+            compare(what, dx, false, ok ? RNN_TOL : -1);
+            snprintf(what, sizeof(what), "%s_dw", name);
+            compare(what, dw, false, ok ? RNN_TOL : -1);
+        }
+        drop_all();
+        free(len);
+    }
+}
+
 /* One B for every q (sb = 0), every stride nonzero, and C_q apart by more
  * than m n; each with the four transposes, in FP32 and TF32; then k = 0. */
 static void check_gemm_batched(void)
@@ -1042,6 +1138,7 @@ int main(void)
     check_attention();
     check_seq();
     check_gemm_batched();
+    check_rnn();
     check_backend();
 
     st = dl_backend_sync(gpu, &err);

@@ -58,6 +58,29 @@ struct retired_buf {
     retired_buf *next;
 };
 
+#ifdef DL_HAVE_CUDNN
+/* A recurrent stack's cuDNN descriptor and where its parameters lie in
+ * cuDNN's weight space: blocks of floats copied from (forward) and added
+ * back to (backward) PyTorch's layout, adjacent ones merged. */
+constexpr int RNN_CACHE = 8;
+
+struct rnn_block {
+    int64_t src, dst, count;
+};
+
+struct rnn_entry {
+    bool                 used;
+    dl_rnn_cell          cell;
+    int64_t              in, hidden;
+    int                  layers, dirs;
+    bool                 bias;
+    cudnnRNNDescriptor_t desc;
+    size_t               wbytes;       /* its weight space */
+    rnn_block           *blocks;
+    int                  nblocks;
+};
+#endif
+
 struct cuda_ctx {
     int             dev;
     char            name[256];
@@ -80,6 +103,14 @@ struct cuda_ctx {
     bool            capturing;
     int             graphs;           /* alive */
     retired_buf    *retired;          /* internal buffers a graph may still use */
+#ifdef DL_HAVE_CUDNN
+    cudnnHandle_t   dnn;              /* made by the first recurrent op */
+    cudnnDropoutDescriptor_t nodrop;  /* dropout 0 between stacked layers */
+    rnn_entry       rnn[RNN_CACHE];   /* descriptors by geometry */
+    int             rnn_next;         /* the entry replaced next */
+    void           *rnn_w, *rnn_dw;   /* a weight space and its gradient */
+    size_t          rnn_w_bytes, rnn_dw_bytes;
+#endif
 };
 
 
@@ -1221,6 +1252,445 @@ void cu_seq_pool_bwd(dl_backend *be, dl_seq_pool_kind kind, const dl_seq *q, con
         CUDA_CHECK(c, k_seq_pool_bwd(c->stream, kind, q, len, x, dy, dx), "seq_pool_bwd");
 }
 
+#ifdef DL_HAVE_CUDNN
+/* ---- recurrent stacks on cuDNN (dl_rnn) -------------------------------------
+ * cuDNN's RNN API over padded batch-major data with each sample's length
+ * (CUDNN_RNN_PADDED_IO_ENABLED): the reverse direction starts at a
+ * sample's last valid position, y is zero past it, and hy holds PyTorch's
+ * h_n. cuDNN keeps the parameters in a weight space of its own layout:
+ * each call copies them in through the entry's blocks, and backward adds
+ * the weight-space gradient back through the same blocks. The reserve
+ * (r->reserve) holds cuDNN's reserve space, then, for a stack returning
+ * its last states, the full output sequence backward reads. */
+
+bool cudnn_check(cuda_ctx *c, cudnnStatus_t st, const char *what)
+{
+    if (st == CUDNN_STATUS_SUCCESS)
+        return true;
+    latch(c, DL_ERR_BACKEND, "%s: cuDNN %s", what, cudnnGetErrorString(st));
+    return false;
+}
+#define CUDNN_CHECK(c, call, what) cudnn_check((c), (call), (what))
+
+/* The cuDNN handle on c's stream, made on first use. */
+bool rnn_handle(cuda_ctx *c)
+{
+    if (c->dnn)
+        return true;
+    if (!CUDNN_CHECK(c, cudnnCreate(&c->dnn), "cuDNN handle"))
+        return false;
+    return CUDNN_CHECK(c, cudnnSetStream(c->dnn, c->stream), "cuDNN stream") &&
+           CUDNN_CHECK(c, cudnnCreateDropoutDescriptor(&c->nodrop), "cuDNN dropout") &&
+           CUDNN_CHECK(c, cudnnSetDropoutDescriptor(c->nodrop, c->dnn, 0.0f, nullptr, 0, 0),
+                       "cuDNN dropout");
+}
+
+void rnn_entry_clear(rnn_entry *e)
+{
+    if (e->desc)
+        cudnnDestroyRNNDescriptor(e->desc);
+    free(e->blocks);
+    *e = rnn_entry{};
+}
+
+int rnn_gates(const rnn_entry *e) { return e->cell == DL_RNN_LSTM ? 4 : 3; }
+
+/* Appends a block, merged with the last one where both continue it. */
+void rnn_add_block(rnn_entry *e, int64_t src, int64_t dst, int64_t count)
+{
+    rnn_block *b = e->nblocks ? &e->blocks[e->nblocks - 1] : nullptr;
+    if (b && b->src + b->count == src && b->dst + b->count == dst) {
+        b->count += count;
+        return;
+    }
+    e->blocks[e->nblocks++] = rnn_block{ src, dst, count };
+}
+
+/* Floats of the tensor cuDNN describes in d. */
+int64_t rnn_desc_floats(cudnnTensorDescriptor_t d)
+{
+    cudnnDataType_t dt;
+    int nd = 0, dims[8], strides[8];
+    if (cudnnGetTensorNdDescriptor(d, 8, &dt, &nd, dims, strides) != CUDNN_STATUS_SUCCESS)
+        return -1;
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++)
+        n *= dims[i];
+    return n;
+}
+
+/* The blocks of e: for each layer and direction (cuDNN's pseudo-layer),
+ * the gates of W_ih, then of W_hh (linear layers 0 .. 2G-1), then their
+ * biases, in PyTorch's order. */
+bool rnn_map(cuda_ctx *c, rnn_entry *e)
+{
+    int g = rnn_gates(e);
+    int64_t h = e->hidden, at = 0;
+    e->blocks = (rnn_block *)calloc((size_t)(e->layers * e->dirs * 4 * g), sizeof(rnn_block));
+    cudnnTensorDescriptor_t md = nullptr, bd = nullptr;
+    bool ok = e->blocks && grow(c, &c->rnn_w, &c->rnn_w_bytes, e->wbytes, "rnn weight space") &&
+              CUDNN_CHECK(c, cudnnCreateTensorDescriptor(&md), "rnn weights") &&
+              CUDNN_CHECK(c, cudnnCreateTensorDescriptor(&bd), "rnn weights");
+    if (!e->blocks)
+        latch(c, DL_ERR_NOMEM, "rnn weight blocks");
+    for (int pl = 0; ok && pl < e->layers * e->dirs; pl++) {
+        int64_t in = pl < e->dirs ? e->in : h * e->dirs;
+        for (int bias = 0; ok && bias <= (int)e->bias; bias++)
+            for (int id = 0; ok && id < 2 * g; id++) {
+                void *m = nullptr, *b = nullptr;
+                ok = CUDNN_CHECK(c, cudnnGetRNNWeightParams(c->dnn, e->desc, pl, e->wbytes,
+                                                            c->rnn_w, id, md, &m, bd, &b),
+                                 "rnn weights");
+                bool ih = id < g;
+                int64_t cols = ih ? in : h, gate = ih ? id : id - g;
+                int64_t src = bias ? at + g * h * (in + h) + (ih ? 0 : g * h) + gate * h
+                                   : at + (ih ? 0 : g * h * in) + gate * h * cols;
+                int64_t count = bias ? h : h * cols;
+                void *p = bias ? b : m;
+                if (ok && (!p || rnn_desc_floats(bias ? bd : md) != count)) {
+                    latch(c, DL_ERR_BACKEND, "rnn weights: cuDNN's linear layer %d of "
+                          "pseudo-layer %d is not the [%lld] block expected", id, pl,
+                          (long long)count);
+                    ok = false;
+                }
+                if (ok)
+                    rnn_add_block(e, src, ((char *)p - (char *)c->rnn_w) / (int64_t)sizeof(float),
+                                  count);
+            }
+        at += g * h * (in + h) + (e->bias ? 2 * g * h : 0);
+    }
+    if (md)
+        cudnnDestroyTensorDescriptor(md);
+    if (bd)
+        cudnnDestroyTensorDescriptor(bd);
+    return ok;
+}
+
+/* The entry of r's geometry: cached, else made (replacing the oldest). */
+rnn_entry *rnn_entry_for(cuda_ctx *c, const dl_rnn *r)
+{
+    for (int i = 0; i < RNN_CACHE; i++) {
+        rnn_entry *e = &c->rnn[i];
+        if (e->used && e->cell == r->cell && e->in == r->in && e->hidden == r->hidden &&
+            e->layers == r->layers && e->dirs == r->dirs && e->bias == r->bias)
+            return e;
+    }
+    if (!rnn_handle(c))
+        return nullptr;
+    rnn_entry *e = &c->rnn[c->rnn_next];
+    c->rnn_next = (c->rnn_next + 1) % RNN_CACHE;
+    rnn_entry_clear(e);
+    *e = rnn_entry{ true, r->cell, r->in, r->hidden, r->layers, r->dirs, r->bias,
+                    nullptr, 0, nullptr, 0 };
+    bool ok = CUDNN_CHECK(c, cudnnCreateRNNDescriptor(&e->desc), "rnn descriptor") &&
+              CUDNN_CHECK(c, cudnnSetRNNDescriptor_v8(
+                                 e->desc, CUDNN_RNN_ALGO_STANDARD,
+                                 r->cell == DL_RNN_LSTM ? CUDNN_LSTM : CUDNN_GRU,
+                                 r->bias ? CUDNN_RNN_DOUBLE_BIAS : CUDNN_RNN_NO_BIAS,
+                                 r->dirs == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL,
+                                 CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT,
+                                 c->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, (int32_t)r->in,
+                                 (int32_t)r->hidden, (int32_t)r->hidden, r->layers, c->nodrop,
+                                 CUDNN_RNN_PADDED_IO_ENABLED), "rnn descriptor") &&
+              CUDNN_CHECK(c, cudnnGetRNNWeightSpaceSize(c->dnn, e->desc, &e->wbytes),
+                          "rnn weight space") &&
+              rnn_map(c, e);
+    if (!ok) {
+        rnn_entry_clear(e);
+        return nullptr;
+    }
+    return e;
+}
+
+/* The descriptors of one call over n samples of host lengths len. */
+struct rnn_call {
+    cudnnRNNDataDescriptor_t xd, yd;
+    cudnnTensorDescriptor_t  hd;
+};
+
+void rnn_call_free(rnn_call *k)
+{
+    if (k->xd)
+        cudnnDestroyRNNDataDescriptor(k->xd);
+    if (k->yd)
+        cudnnDestroyRNNDataDescriptor(k->yd);
+    if (k->hd)
+        cudnnDestroyTensorDescriptor(k->hd);
+}
+
+bool rnn_call_init(cuda_ctx *c, const dl_rnn *r, int64_t n, const int32_t *len, rnn_call *k)
+{
+    *k = rnn_call{};
+    float zero = 0.0f;
+    int dims[3] = { r->layers * r->dirs, (int)n, (int)r->hidden };
+    int strides[3] = { (int)(n * r->hidden), (int)r->hidden, 1 };
+    return CUDNN_CHECK(c, cudnnCreateRNNDataDescriptor(&k->xd), "rnn data") &&
+           CUDNN_CHECK(c, cudnnCreateRNNDataDescriptor(&k->yd), "rnn data") &&
+           CUDNN_CHECK(c, cudnnCreateTensorDescriptor(&k->hd), "rnn states") &&
+           CUDNN_CHECK(c, cudnnSetRNNDataDescriptor(k->xd, CUDNN_DATA_FLOAT,
+                                                    CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED,
+                                                    (int)r->t, (int)n, (int)r->in, len, &zero),
+                       "rnn data") &&
+           CUDNN_CHECK(c, cudnnSetRNNDataDescriptor(k->yd, CUDNN_DATA_FLOAT,
+                                                    CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED,
+                                                    (int)r->t, (int)n,
+                                                    (int)(r->hidden * r->dirs), len, &zero),
+                       "rnn data") &&
+           CUDNN_CHECK(c, cudnnSetTensorNdDescriptor(k->hd, CUDNN_DATA_FLOAT, 3, dims, strides),
+                       "rnn states");
+}
+
+/* n host lengths: r's, or t each. New (free). */
+int32_t *rnn_lengths(const dl_rnn *r, int64_t n, const int32_t *len)
+{
+    int32_t *l = (int32_t *)malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
+    for (int64_t i = 0; l && i < n; i++)
+        l[i] = len ? len[i] : (int32_t)r->t;
+    return l;
+}
+
+/* Floats of the output sequence [n, t, hidden * dirs] and of hy. */
+int64_t rnn_seq_floats(const dl_rnn *r, int64_t n) { return n * r->t * r->hidden * r->dirs; }
+int64_t rnn_state_floats(const dl_rnn *r, int64_t n)
+{
+    return (int64_t)r->layers * r->dirs * n * r->hidden;
+}
+
+/* cuDNN's workspace and (training) reserve for n samples of r, at the
+ * lengths the call gives. */
+bool rnn_spaces(cuda_ctx *c, rnn_entry *e, const rnn_call *k, bool train, size_t *ws,
+                size_t *rs)
+{
+    return CUDNN_CHECK(c, cudnnGetRNNTempSpaceSizes(c->dnn, e->desc,
+                                                    train ? CUDNN_FWD_MODE_TRAINING
+                                                          : CUDNN_FWD_MODE_INFERENCE,
+                                                    k->xd, ws, rs), "rnn workspace");
+}
+
+/* The reserve's layout for n samples, whatever the lengths: cuDNN's
+ * reserve at all t steps, then (last states) the output sequence. */
+bool rnn_reserve(cuda_ctx *c, rnn_entry *e, const dl_rnn *r, int64_t n, size_t *rs,
+                 size_t *total)
+{
+    int32_t *full = rnn_lengths(r, n, nullptr);
+    rnn_call k;
+    size_t ws = 0;
+    bool ok = full && rnn_call_init(c, r, n, full, &k) && rnn_spaces(c, e, &k, true, &ws, rs);
+    if (full)
+        rnn_call_free(&k);
+    free(full);
+    if (!full)
+        latch(c, DL_ERR_NOMEM, "rnn lengths");
+    *total = align256(*rs) + (r->ret_seq ? 0 : (size_t)rnn_seq_floats(r, n) * sizeof(float));
+    return ok;
+}
+
+/* Copies r's parameters into the weight space (or, back, adds the weight
+ * space's gradient to r->dw). */
+bool rnn_weights_in(cuda_ctx *c, const rnn_entry *e, const dl_rnn *r)
+{
+    bool ok = true;
+    for (int i = 0; ok && i < e->nblocks; i++) {
+        const rnn_block *b = &e->blocks[i];
+        ok = CUDA_CHECK(c, cudaMemcpyAsync((float *)c->rnn_w + b->dst, r->w + b->src,
+                                           (size_t)b->count * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, c->stream), "rnn weights");
+    }
+    return ok;
+}
+
+bool rnn_grads_out(cuda_ctx *c, const rnn_entry *e, const dl_rnn *r)
+{
+    bool ok = true;
+    for (int i = 0; ok && i < e->nblocks; i++) {
+        const rnn_block *b = &e->blocks[i];
+        ok = CUDA_CHECK(c, k_axpy(c->stream, 1.0f, (const float *)c->rnn_dw + b->dst,
+                                  r->dw + b->src, b->count), "rnn gradients");
+    }
+    return ok;
+}
+
+/* hy's top layer to y [n, hidden * dirs], or back (to_y false: y to the
+ * top layer's slots of hy). */
+bool rnn_last(cuda_ctx *c, const dl_rnn *r, int64_t n, float *hy, float *y, bool to_y)
+{
+    int64_t h = r->hidden;
+    dl_strided g = { .nd = 3, .shape = { n, r->dirs, h }, .st = {} };
+    int64_t hs[3] = { h, n * h, 1 }, ys[3] = { r->dirs * h, h, 1 };
+    memcpy(g.st[to_y ? 0 : 1], hs, sizeof(hs));
+    memcpy(g.st[to_y ? 1 : 0], ys, sizeof(ys));
+    float *top = hy + (int64_t)(r->layers - 1) * r->dirs * n * h;
+    return CUDA_CHECK(c, to_y ? k_copy_strided(c->stream, &g, top, y)
+                              : k_copy_strided(c->stream, &g, y, top), "rnn last states");
+}
+
+/* One forward over samples [i0, i0 + n) of r. */
+bool rnn_fwd_run(cuda_ctx *c, rnn_entry *e, const dl_rnn *r, int64_t i0, int64_t n,
+                 const float *x, float *y)
+{
+    int32_t *len = rnn_lengths(r, n, r->len ? r->len + i0 : nullptr);
+    if (!len) {
+        latch(c, DL_ERR_NOMEM, "rnn lengths");
+        return false;
+    }
+    rnn_call k;
+    size_t ws = 0, rs = 0, rs_total = 0, unused = 0;
+    bool ok = rnn_call_init(c, r, n, len, &k) && rnn_spaces(c, e, &k, r->train, &ws, &unused) &&
+              (!r->train || rnn_reserve(c, e, r, n, &rs, &rs_total));
+    /* scratch: the lengths, the workspace, hy and (inference, last
+     * states) the output sequence */
+    size_t at_ws = align256((size_t)n * sizeof(int32_t)), at_hy = at_ws + align256(ws);
+    size_t at_seq = at_hy + align256((size_t)rnn_state_floats(r, n) * sizeof(float));
+    size_t need = at_seq + (r->ret_seq || r->train ? 0
+                                                  : (size_t)rnn_seq_floats(r, n) * sizeof(float));
+    char *s = ok ? (char *)scratch(c, need) : nullptr;
+    ok = s && CUDA_CHECK(c, stage_h2d(c, s, len, (size_t)n * sizeof(int32_t)), "rnn lengths") &&
+         rnn_weights_in(c, e, r);
+    float *hy = r->ret_seq ? nullptr : (float *)(s + at_hy);
+    float *seq = r->ret_seq ? y : r->train ? (float *)((char *)r->reserve + align256(rs))
+                                           : (float *)(s + at_seq);
+    ok = ok && CUDNN_CHECK(c, cudnnRNNForward(c->dnn, e->desc,
+                                              r->train ? CUDNN_FWD_MODE_TRAINING
+                                                       : CUDNN_FWD_MODE_INFERENCE,
+                                              (const int32_t *)s, k.xd, x, k.yd, seq, k.hd,
+                                              nullptr, hy, k.hd, nullptr, nullptr, e->wbytes,
+                                              c->rnn_w, ws, s + at_ws, r->train ? rs : 0,
+                                              r->train ? r->reserve : nullptr), "rnn forward");
+    if (ok && !r->ret_seq)
+        ok = rnn_last(c, r, n, hy, y, true);
+    rnn_call_free(&k);
+    free(len);
+    return ok;
+}
+
+bool rnn_geom_ok(cuda_ctx *c, const dl_rnn *r)
+{
+    if (r->n * r->t * (r->in > r->hidden * r->dirs ? r->in : r->hidden * r->dirs) > INT_MAX ||
+        r->hidden > INT_MAX / 4) {
+        latch(c, DL_ERR_INVALID, "rnn of %lld x %lld steps is too large", (long long)r->n,
+              (long long)r->t);
+        return false;
+    }
+    return true;
+}
+
+dl_status cu_rnn_size(dl_backend *be, const dl_rnn *r, size_t *reserve, size_t *work,
+                      dl_err *err)
+{
+    cuda_ctx *c = ctx_of(be);
+    *reserve = *work = 0;
+    if (c->latched)
+        return take_latched(c, err);
+    bind(c);
+    rnn_entry *e = rnn_geom_ok(c, r) ? rnn_entry_for(c, r) : nullptr;
+    size_t rs = 0;
+    if (!e || (r->n > 0 && !rnn_reserve(c, e, r, r->n, &rs, reserve)))
+        return take_latched(c, err);
+    return DL_OK;
+}
+
+/* Batch-invariant inference runs a sample at a time: one shape whatever
+ * the batch around it. */
+dl_status cu_rnn_fwd(dl_backend *be, const dl_rnn *r, const float *x, float *y, dl_err *err)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (c->latched)
+        return take_latched(c, err);
+    if (r->n <= 0)
+        return DL_OK;
+    if (refuse_capture(c, "rnn_fwd") || !rnn_geom_ok(c, r))
+        return take_latched(c, err);
+    bind(c);
+    rnn_entry *e = rnn_entry_for(c, r);
+    bool ok = e != nullptr;
+    int64_t ys = r->ret_seq ? r->t * r->hidden * r->dirs : r->hidden * r->dirs;
+    if (ok && r->invariant && !r->train)
+        for (int64_t i = 0; ok && i < r->n; i++)
+            ok = rnn_fwd_run(c, e, r, i, 1, x + i * r->t * r->in, y + i * ys);
+    else if (ok)
+        ok = rnn_fwd_run(c, e, r, 0, r->n, x, y);
+    return ok ? DL_OK : take_latched(c, err);
+}
+
+/* Backward data, then weights. A stack returning its last states reads
+ * zeros for the sequence's gradient and dy in dhy's top layer; dx, also
+ * when the caller wants none, is cuDNN's to write, then zeroed past the
+ * lengths. */
+dl_status cu_rnn_bwd(dl_backend *be, const dl_rnn *r, const float *x, const float *y,
+                     const float *dy, float *dx, dl_err *err)
+{
+    cuda_ctx *c = ctx_of(be);
+    if (c->latched)
+        return take_latched(c, err);
+    if (r->n <= 0)
+        return DL_OK;
+    if (refuse_capture(c, "rnn_bwd") || !rnn_geom_ok(c, r))
+        return take_latched(c, err);
+    bind(c);
+    int64_t n = r->n;
+    rnn_entry *e = rnn_entry_for(c, r);
+    int32_t *len = rnn_lengths(r, n, r->len);
+    rnn_call k{};
+    size_t ws = 0, unused = 0, rs = 0, rs_total = 0;
+    bool ok = e && len && rnn_call_init(c, r, n, len, &k) &&
+              rnn_spaces(c, e, &k, true, &ws, &unused) && rnn_reserve(c, e, r, n, &rs, &rs_total) &&
+              grow(c, &c->rnn_dw, &c->rnn_dw_bytes, e->wbytes, "rnn weight gradients");
+    if (!len)
+        latch(c, DL_ERR_NOMEM, "rnn lengths");
+    /* scratch: the lengths, the workspace, then (last states) the
+     * sequence's zero gradient and dhy, then dx when the caller has none */
+    size_t at_ws = align256((size_t)n * sizeof(int32_t)), at_dseq = at_ws + align256(ws);
+    size_t seq_bytes = r->ret_seq ? 0 : (size_t)rnn_seq_floats(r, n) * sizeof(float);
+    size_t at_dhy = at_dseq + align256(seq_bytes);
+    size_t at_dx = at_dhy + align256(r->ret_seq ? 0 : (size_t)rnn_state_floats(r, n) *
+                                                          sizeof(float));
+    size_t need = at_dx + (dx ? 0 : (size_t)(n * r->t * r->in) * sizeof(float));
+    char *s = ok ? (char *)scratch(c, need) : nullptr;
+    ok = s && CUDA_CHECK(c, stage_h2d(c, s, len, (size_t)n * sizeof(int32_t)), "rnn lengths") &&
+         rnn_weights_in(c, e, r);
+    const int32_t *dlen = (const int32_t *)s;
+    const float *seq = r->ret_seq ? y : (const float *)((const char *)r->reserve + align256(rs));
+    const float *dseq = dy;
+    float *dhy = nullptr, *dxs = dx ? dx : (float *)(s + at_dx);
+    if (ok && !r->ret_seq) {
+        dseq = (const float *)(s + at_dseq);
+        dhy = (float *)(s + at_dhy);
+        ok = CUDA_CHECK(c, cudaMemsetAsync(s + at_dseq, 0, at_dx - at_dseq, c->stream),
+                        "rnn gradients") &&
+             rnn_last(c, r, n, dhy, (float *)dy, false);
+    }
+    ok = ok && CUDNN_CHECK(c, cudnnRNNBackwardData_v8(c->dnn, e->desc, dlen, k.yd, seq, dseq,
+                                                      k.xd, dxs, k.hd, nullptr, dhy, nullptr,
+                                                      k.hd, nullptr, nullptr, nullptr, e->wbytes,
+                                                      c->rnn_w, ws, s + at_ws, rs, r->reserve),
+                           "rnn backward data");
+    dl_seq q = { n, r->t, r->in, r->len };
+    if (ok && dx)
+        ok = CUDA_CHECK(c, k_seq_mask(c->stream, &q, r->len ? dlen : nullptr, dx, dx),
+                        "rnn backward data");
+    ok = ok && CUDA_CHECK(c, cudaMemsetAsync(c->rnn_dw, 0, e->wbytes, c->stream),
+                          "rnn backward weights") &&
+         CUDNN_CHECK(c, cudnnRNNBackwardWeights_v8(c->dnn, e->desc, CUDNN_WGRAD_MODE_ADD, dlen,
+                                                   k.xd, x, k.hd, nullptr, k.yd, seq, e->wbytes,
+                                                   c->rnn_dw, ws, s + at_ws, rs, r->reserve),
+                     "rnn backward weights") &&
+         rnn_grads_out(c, e, r);
+    rnn_call_free(&k);
+    free(len);
+    return ok ? DL_OK : take_latched(c, err);
+}
+
+void rnn_fini(cuda_ctx *c)
+{
+    for (int i = 0; i < RNN_CACHE; i++)
+        rnn_entry_clear(&c->rnn[i]);
+    if (c->nodrop)
+        cudnnDestroyDropoutDescriptor(c->nodrop);
+    if (c->dnn)
+        cudnnDestroy(c->dnn);
+}
+#endif
+
 /* Defined below with creation and graphs. */
 void      mod_backend_destroy(dl_backend *be);
 dl_status mod_sync(dl_backend *be, dl_err *err);
@@ -1308,9 +1778,15 @@ const dl_backend_ops cuda_ops = {
     .seq_mask         = cu_seq_mask,
     .seq_pool_fwd     = cu_seq_pool_fwd,
     .seq_pool_bwd     = cu_seq_pool_bwd,
-    .rnn_size         = NULL,   /* no recurrent stacks yet */
+#ifdef DL_HAVE_CUDNN
+    .rnn_size         = cu_rnn_size,
+    .rnn_fwd          = cu_rnn_fwd,
+    .rnn_bwd          = cu_rnn_bwd,
+#else
+    .rnn_size         = NULL,
     .rnn_fwd          = NULL,
     .rnn_bwd          = NULL,
+#endif
 };
 
 /* ---- creation and teardown -------------------------------------------------- */
@@ -1336,6 +1812,9 @@ void ctx_destroy(cuda_ctx *c)
     if (c->stream)
         cudaStreamSynchronize(c->stream);
     release_retired(c);
+#ifdef DL_HAVE_CUDNN
+    rnn_fini(c);
+#endif
     if (c->blas)
         cublasDestroy(c->blas);
     pool_fini(&c->pl);
