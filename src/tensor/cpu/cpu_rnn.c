@@ -235,18 +235,56 @@ static void bias_sum(const rnn_plan *p, const rnn_params *w)
         p->bsum[j] = w->bih[j] + (j < gru_n ? w->bhh[j] : 0.0f);
 }
 
-/* One step's cells over rows [b, e) of the step (its j-th row is row o + j). */
-typedef struct cell_job {
-    const rnn_plan *p;
-    rnn_rows rw;
-    const float *bhn;          /* GRU: b_hn (zeros without biases) */
-    int64_t o, prev;           /* the step's first row; the previous step (-1: none) */
-} cell_job;
+/* A layer-direction's recurrence, split by samples: a group's rows at
+ * each step lie together (rows follow the batch's order within a step),
+ * so each group runs all its steps alone, a small GEMM and its cells a
+ * step, with no wait on the others between steps. A group's scratch
+ * rows (q, hg) are those of its samples: groups at different steps never
+ * share them. */
+typedef struct recur_job {
+    const rnn_plan   *p;
+    const rnn_params *w;
+    rnn_rows          rw;
+    const float      *dys;     /* backward: gradients of the states, [cap, h] */
+    int               failed;  /* set once, atomically: its setter wrote st, err */
+    dl_status         st;
+    dl_err            err;
+} recur_job;
 
-/* The state row that row k continues (the zero state at step 0). */
-static int64_t prev_row(const cell_job *j, int64_t k)
+/* Samples a group has at least: smaller batches run on one thread. */
+#define RNN_GROUP 8
+
+/* The rows of step s that samples [i0, i1) own: how many, from *first. */
+static int64_t group_rows(const rnn_plan *p, int64_t s, int64_t i0, int64_t i1,
+                          int64_t *first)
 {
-    return j->prev < 0 ? -1 : row_at(j->p, j->prev, j->p->smp[k]);
+    int64_t c = 0;
+    *first = 0;
+    for (int64_t i = i0; i < i1; i++)
+        if (p->len[i] > s && c++ == 0)
+            *first = row_at(p, s, i);
+    return c;
+}
+
+static void recur_fail(recur_job *j, dl_status st, const dl_err *err)
+{
+    int expect = 0;
+    if (__atomic_compare_exchange_n(&j->failed, &expect, 1, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        j->st = st;
+        j->err = *err;
+    }
+}
+
+static bool recur_failed(recur_job *j)
+{
+    return __atomic_load_n(&j->failed, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* The state row that row k of step s continues (-1: the zero state). */
+static int64_t prev_row(const rnn_plan *p, int64_t s, int64_t k)
+{
+    return s == 0 ? -1 : row_at(p, s - 1, p->smp[k]);
 }
 
 CPU_WIDE static void lstm_row(int64_t h, float *restrict g, const float *restrict q,
@@ -282,46 +320,64 @@ CPU_WIDE static void gru_row(int64_t h, float *restrict g, const float *restrict
     }
 }
 
-static void cell_task(void *ctx, int64_t b, int64_t e)
+/* The cells of m rows from row o of step s; q holds their W_hh h. */
+static void cells_fwd(const recur_job *j, int64_t s, int64_t o, int64_t m, const float *q)
 {
-    const cell_job *j = ctx;
     const rnn_plan *p = j->p;
+    rnn_rows rw = j->rw;
     int64_t h = p->h, gh = p->gh;
-    for (int64_t u = b; u < e; u++) {
-        int64_t k = j->o + u, pk = prev_row(j, k);
+    const float *bhn = j->w->bhh ? j->w->bhh + 2 * h : p->zero;
+    for (int64_t u = 0; u < m; u++) {
+        int64_t k = o + u, pk = prev_row(p, s, k);
         if (p->r->cell == DL_RNN_LSTM)
-            lstm_row(h, j->rw.gates + k * gh, p->q + u * gh,
-                     pk < 0 ? p->zero : j->rw.aux + pk * h, j->rw.aux + k * h, j->rw.h + k * h);
+            lstm_row(h, rw.gates + k * gh, q + u * gh, pk < 0 ? p->zero : rw.aux + pk * h,
+                     rw.aux + k * h, rw.h + k * h);
         else
-            gru_row(h, j->rw.gates + k * gh, p->q + u * gh, j->bhn,
-                    pk < 0 ? p->zero : j->rw.h + pk * h, j->rw.aux + k * h, j->rw.h + k * h);
+            gru_row(h, rw.gates + k * gh, q + u * gh, bhn, pk < 0 ? p->zero : rw.h + pk * h,
+                    rw.aux + k * h, rw.h + k * h);
     }
 }
 
-/* Step s of a layer-direction: the rows still running multiply their
- * previous states (contiguous when no sample ended at the last step,
- * gathered otherwise) by W_hh, then run their cells. */
-static dl_status step_fwd(const rnn_plan *p, const rnn_params *w, rnn_rows rw, int64_t s,
-                          dl_err *err)
+/* Step s of samples [i0, i1): their previous states (contiguous when none
+ * of them ended at the last step, gathered otherwise) times W_hh, then
+ * their cells. */
+static dl_status group_fwd(recur_job *j, int64_t s, int64_t i0, int64_t i1, dl_err *err)
 {
-    int64_t o = p->off[s], m = p->off[s + 1] - o, h = p->h;
-    cell_job j = { .p = p, .rw = rw, .bhn = w->bhh ? w->bhh + 2 * h : p->zero, .o = o,
-                   .prev = s - 1 };
+    const rnn_plan *p = j->p;
+    int64_t h = p->h, gh = p->gh, o, po;
+    int64_t m = group_rows(p, s, i0, i1, &o);
+    float *q = p->q + i0 * gh, *hg = p->hg + i0 * h;
+    if (m == 0)
+        return DL_OK;
     if (s == 0) {
-        memset(p->q, 0, (size_t)(m * p->gh) * sizeof(float));
+        memset(q, 0, (size_t)(m * gh) * sizeof(float));
     } else {
-        const float *hprev = rw.h + p->off[s - 1] * h;
-        if (p->off[s] - p->off[s - 1] != m) {
+        const float *hprev = j->rw.h;
+        if (group_rows(p, s - 1, i0, i1, &po) == m) {
+            hprev += po * h;
+        } else {
             for (int64_t u = 0; u < m; u++)
-                memcpy(p->hg + u * h, rw.h + prev_row(&j, o + u) * h, (size_t)h * sizeof(float));
-            hprev = p->hg;
+                memcpy(hg + u * h, j->rw.h + prev_row(p, s, o + u) * h,
+                       (size_t)h * sizeof(float));
+            hprev = hg;
         }
-        dl_status st = gemm_nt(p, p->r->invariant, m, p->gh, h, hprev, w->whh, NULL, p->q, err);
+        dl_status st = gemm_nt(p, p->r->invariant, m, gh, h, hprev, j->w->whh, NULL, q, err);
         if (st != DL_OK)
             return st;
     }
-    dl_parallel_for(m, CPU_GRAIN / (8 * p->gh) + 1, cell_task, &j);
+    cells_fwd(j, s, o, m, q);
     return DL_OK;
+}
+
+static void recur_fwd_task(void *ctx, int64_t i0, int64_t i1)
+{
+    recur_job *j = ctx;
+    dl_err err = {0};
+    for (int64_t s = 0; s < j->p->steps && !recur_failed(j); s++) {
+        dl_status st = group_fwd(j, s, i0, i1, &err);
+        if (st != DL_OK)
+            recur_fail(j, st, &err);
+    }
 }
 
 static dl_status layer_fwd(const rnn_plan *p, int l, int d, const float *x, dl_err *err)
@@ -333,9 +389,13 @@ static dl_status layer_fwd(const rnn_plan *p, int l, int d, const float *x, dl_e
         bias_sum(p, &w);
     dl_status st = gemm_nt(p, p->r->invariant, p->rows, p->gh, w.in, p->x, w.wih,
                            w.bih ? p->bsum : NULL, rw.gates, err);
-    for (int64_t s = 0; s < p->steps && st == DL_OK; s++)
-        st = step_fwd(p, &w, rw, s, err);
-    return st;
+    if (st != DL_OK)
+        return st;
+    recur_job j = { .p = p, .w = &w, .rw = rw };
+    dl_parallel_for(p->r->n, RNN_GROUP, recur_fwd_task, &j);
+    if (j.failed && err)
+        *err = j.err;
+    return j.failed ? j.st : DL_OK;
 }
 
 /* y from the top layer's states. */
@@ -363,13 +423,6 @@ static void write_output(const rnn_plan *p, float *y)
 }
 
 /* ---- backward ------------------------------------------------------------ */
-
-typedef struct bwd_job {
-    const rnn_plan *p;
-    rnn_rows rw;
-    const float *dys;          /* [cap, h] gradients of this layer-direction's states */
-    int64_t o, prev;
-} bwd_job;
 
 /* Row k's cell backward: dh = dys[k] + the carried gradient; gate
  * gradients before activation into da (and dah), the carry of c. */
@@ -407,37 +460,58 @@ CPU_WIDE static void gru_row_bwd(int64_t h, const float *restrict g, const float
     }
 }
 
-static void cell_bwd_task(void *ctx, int64_t b, int64_t e)
+/* The cells' backward of m rows from row o of step s. */
+static void cells_bwd(const recur_job *j, int64_t s, int64_t o, int64_t m)
 {
-    const bwd_job *j = ctx;
     const rnn_plan *p = j->p;
+    rnn_rows rw = j->rw;
     int64_t h = p->h, gh = p->gh;
-    for (int64_t u = b; u < e; u++) {
-        int64_t k = j->o + u, i = p->smp[k];
-        int64_t pk = j->prev < 0 ? -1 : row_at(p, j->prev, i);
+    for (int64_t u = 0; u < m; u++) {
+        int64_t k = o + u, i = p->smp[k], pk = prev_row(p, s, k);
         if (p->r->cell == DL_RNN_LSTM)
-            lstm_row_bwd(h, j->rw.gates + k * gh, j->rw.aux + k * h,
-                         pk < 0 ? p->zero : j->rw.aux + pk * h, j->dys + k * h, p->dhc + i * h,
+            lstm_row_bwd(h, rw.gates + k * gh, rw.aux + k * h,
+                         pk < 0 ? p->zero : rw.aux + pk * h, j->dys + k * h, p->dhc + i * h,
                          p->dcc + i * h, p->da + k * gh);
         else
-            gru_row_bwd(h, j->rw.gates + k * gh, j->rw.aux + k * h,
-                        pk < 0 ? p->zero : j->rw.h + pk * h, j->dys + k * h, p->dhc + i * h,
-                        p->da + k * gh, p->dah + k * gh);
+            gru_row_bwd(h, rw.gates + k * gh, rw.aux + k * h, pk < 0 ? p->zero : rw.h + pk * h,
+                        j->dys + k * h, p->dhc + i * h, p->da + k * gh, p->dah + k * gh);
     }
 }
 
-/* The carried gradient of h after step s: dah W_hh, plus (GRU) z dh. */
-static void carry_task(void *ctx, int64_t b, int64_t e)
+/* Step s of samples [i0, i1) backward: their cells, then the gradient
+ * carried to their previous states, dah W_hh (GRU: added to z dh). */
+static dl_status group_bwd(recur_job *j, int64_t s, int64_t i0, int64_t i1, dl_err *err)
 {
-    const bwd_job *j = ctx;
     const rnn_plan *p = j->p;
-    int64_t h = p->h;
+    int64_t h = p->h, gh = p->gh, o;
+    int64_t m = group_rows(p, s, i0, i1, &o);
+    float *hg = p->hg + i0 * h;
+    if (m == 0)
+        return DL_OK;
+    cells_bwd(j, s, o, m);
+    if (s == 0)
+        return DL_OK;
+    /* hg (m, h) = dah (m, gh) W_hh (gh, h) */
+    dl_status st = p->be->ops->gemm(p->be, false, false, m, h, gh, 1.0f, p->dah + o * gh,
+                                    j->w->whh, 0.0f, hg, err);
     bool add = p->r->cell == DL_RNN_GRU;
-    for (int64_t u = b; u < e; u++) {
-        float *restrict dst = p->dhc + p->smp[j->o + u] * h;
-        const float *restrict src = p->hg + u * h;
+    for (int64_t u = 0; u < m && st == DL_OK; u++) {
+        float *restrict dst = p->dhc + p->smp[o + u] * h;
+        const float *restrict src = hg + u * h;
         for (int64_t c = 0; c < h; c++)
             dst[c] = add ? dst[c] + src[c] : src[c];
+    }
+    return st;
+}
+
+static void recur_bwd_task(void *ctx, int64_t i0, int64_t i1)
+{
+    recur_job *j = ctx;
+    dl_err err = {0};
+    for (int64_t s = j->p->steps - 1; s >= 0 && !recur_failed(j); s--) {
+        dl_status st = group_bwd(j, s, i0, i1, &err);
+        if (st != DL_OK)
+            recur_fail(j, st, &err);
     }
 }
 
@@ -448,20 +522,11 @@ static dl_status bptt(const rnn_plan *p, const rnn_params *w, rnn_rows rw, const
     int64_t n = p->r->n, h = p->h;
     memset(p->dhc, 0, (size_t)(n * h) * sizeof(float));
     memset(p->dcc, 0, (size_t)(n * h) * sizeof(float));
-    for (int64_t s = p->steps - 1; s >= 0; s--) {
-        int64_t o = p->off[s], m = p->off[s + 1] - o;
-        bwd_job j = { .p = p, .rw = rw, .dys = dys, .o = o, .prev = s - 1 };
-        dl_parallel_for(m, CPU_GRAIN / (8 * p->gh) + 1, cell_bwd_task, &j);
-        if (s == 0)
-            break;
-        /* hg (m, h) = dah (m, gh) W_hh (gh, h) */
-        dl_status st = p->be->ops->gemm(p->be, false, false, m, h, p->gh, 1.0f,
-                                        p->dah + o * p->gh, w->whh, 0.0f, p->hg, err);
-        if (st != DL_OK)
-            return st;
-        dl_parallel_for(m, CPU_GRAIN / h + 1, carry_task, &j);
-    }
-    return DL_OK;
+    recur_job j = { .p = p, .w = w, .rw = rw, .dys = dys };
+    dl_parallel_for(n, RNN_GROUP, recur_bwd_task, &j);
+    if (j.failed && err)
+        *err = j.err;
+    return j.failed ? j.st : DL_OK;
 }
 
 /* hp: each row's previous state, for rows of steps 1 on (step 0's is
