@@ -2,8 +2,11 @@
 """rnn_vs_torch.py: PyTorch's side of tests/bench/rnn_vs_torch: the
 classifier of tests/tools/rnn_bench.c (embedding, nn.LSTM or nn.GRU over
 pack_padded_sequence returning h_n of the top layer, linear, cross-entropy,
-plain SGD) on the same random batches, in tokens/s (valid positions).
-Takes rnn_bench's options; prints one JSON line."""
+plain SGD) or with --crf its tagger (the recurrence's padded outputs, linear
+a position, a linear-chain CRF's negative log-likelihood as a PyTorch user
+writes it: the forward algorithm over the batch, a step at a time) on the
+same random batches, in tokens/s (valid positions). Takes rnn_bench's
+options; prints one JSON line."""
 
 import argparse
 import json
@@ -23,13 +26,40 @@ class Classifier(nn.Module):
                        bidirectional=a.bidirectional)
         self.dirs = 2 if a.bidirectional else 1
         self.cls = nn.Linear(a.hidden * self.dirs, a.classes)
+        self.crf = a.crf
+        if a.crf:   # start scores, end scores, then tag i to tag j (dlserve's layout)
+            self.transitions = nn.Parameter(torch.empty(a.classes + 2, a.classes)
+                                            .uniform_(-0.1, 0.1))
 
     def forward(self, ids, lengths):
         packed = nn.utils.rnn.pack_padded_sequence(self.emb(ids), lengths, batch_first=True,
                                                    enforce_sorted=False)
-        _, h = self.rnn(packed)
+        out, h = self.rnn(packed)
+        if self.crf:
+            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
+                                                      total_length=ids.shape[1])
+            return self.cls(out)
         h = h[0] if isinstance(h, tuple) else h
         return self.cls(torch.cat([h[h.shape[0] - self.dirs + d] for d in range(self.dirs)], 1))
+
+
+def crf_nll(emit, tags, lengths, trans):
+    """The mean over the batch of each sample's CRF negative log-likelihood."""
+    start, end, tr = trans[0], trans[1], trans[2:]
+    b, t, _ = emit.shape
+    mask = torch.arange(t)[None, :] < lengths[:, None]
+    rows = torch.arange(b)
+    first = tags[:, 0]
+    score = start[first] + emit[rows, 0, first]
+    alpha = start[None, :] + emit[:, 0]
+    for k in range(1, t):
+        step = tr[tags[:, k - 1].clamp(min=0), tags[:, k].clamp(min=0)] + \
+            emit[rows, k, tags[:, k].clamp(min=0)]
+        score = score + step * mask[:, k]
+        nxt = torch.logsumexp(alpha[:, :, None] + tr[None] + emit[:, k, None, :], dim=1)
+        alpha = torch.where(mask[:, k, None], nxt, alpha)
+    score = score + end[tags[rows, lengths - 1]]
+    return (torch.logsumexp(alpha + end[None, :], dim=1) - score).mean()
 
 
 def lcg(state):
@@ -48,6 +78,10 @@ def make_batch(a, state):
             state = lcg(state)
             ids[i, k] = (state >> 33) % a.vocab
     labels = torch.arange(a.batch) % a.classes
+    if a.crf:
+        pos = torch.arange(a.maxlen)[None, :]
+        labels = torch.where(pos < lengths[:, None], (torch.arange(a.batch)[:, None] + pos) %
+                             a.classes, torch.full_like(pos, -1))
     return ids, lengths, labels, int(lengths.sum()), state
 
 
@@ -59,6 +93,7 @@ def main():
                     ("vocab", 1000), ("classes", 10)):
         p.add_argument("--" + name, type=int, default=v)
     p.add_argument("--bidirectional", action="store_true")
+    p.add_argument("--crf", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -74,7 +109,9 @@ def main():
             t0 = time.perf_counter()
         ids, lengths, labels, tk = batches[s + 3]
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(ids, lengths), labels)
+        y = model(ids, lengths)
+        loss = crf_nll(y, labels, lengths, model.transitions) if a.crf else \
+            F.cross_entropy(y, labels)
         loss.backward()
         opt.step()
         tokens += tk if s >= 0 else 0
@@ -87,7 +124,8 @@ def main():
             model(ids, lengths)
             infer_tokens += tk
     infer_s = time.perf_counter() - t0
-    print(json.dumps({"side": "torch", "cell": a.cell, "threads": a.threads, "batch": a.batch,
+    print(json.dumps({"side": "torch", "cell": a.cell + ("-crf" if a.crf else ""),
+                      "threads": a.threads, "batch": a.batch,
                       "train_tokens_per_sec": round(tokens / train_s),
                       "infer_tokens_per_sec": round(infer_tokens / infer_s),
                       "loss": round(float(loss), 4)}))

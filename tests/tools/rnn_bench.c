@@ -1,10 +1,12 @@
 /* rnn_bench.c: training and inference throughput of a recurrent classifier
  * (embedding, lstm or gru returning its last state, dense, softmax
- * cross-entropy) on random id sequences, in tokens/s; tests/bench/rnn_vs_torch
- * runs it beside PyTorch's peer (tests/bench/rnn_vs_torch.py).
+ * cross-entropy) or, with --crf, of a tagger (embedding, lstm or gru over
+ * the sequence, dense a position, a linear-chain CRF) on random id
+ * sequences, in tokens/s; tests/bench/rnn_vs_torch runs it beside
+ * PyTorch's peer (tests/bench/rnn_vs_torch.py).
  *
  *   rnn_bench [--cell lstm|gru] [--embed E] [--hidden H] [--layers K]
- *             [--bidirectional] [--maxlen T] [--minlen M] [--batch B]
+ *             [--bidirectional] [--crf] [--maxlen T] [--minlen M] [--batch B]
  *             [--steps S] [--threads N] [--vocab V] [--classes C]
  *
  * Lengths are uniform in [minlen, maxlen] (seeded: the peer draws the same
@@ -22,7 +24,7 @@
 typedef struct opts {
     const char *cell;
     int embed, hidden, layers, maxlen, minlen, batch, steps, threads, vocab, classes;
-    bool bidir;
+    bool bidir, crf;
 } opts;
 
 static double now(void)
@@ -45,8 +47,8 @@ static bool parse(int argc, char **argv, opts *o)
         {"layers", 1, 0, 'k'}, {"maxlen", 1, 0, 't'}, {"minlen", 1, 0, 'm'},
         {"batch", 1, 0, 'b'}, {"steps", 1, 0, 's'}, {"threads", 1, 0, 'n'},
         {"vocab", 1, 0, 'v'}, {"classes", 1, 0, 'C'}, {"bidirectional", 0, 0, 'B'},
-        {0, 0, 0, 0}};
-    *o = (opts){ "lstm", 64, 128, 1, 30, 20, 64, 30, 2, 1000, 10, false };
+        {"crf", 0, 0, 'R'}, {0, 0, 0, 0}};
+    *o = (opts){ "lstm", 64, 128, 1, 30, 20, 64, 30, 2, 1000, 10, false, false };
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
@@ -62,14 +64,16 @@ static bool parse(int argc, char **argv, opts *o)
         case 'v': o->vocab = atoi(optarg); break;
         case 'C': o->classes = atoi(optarg); break;
         case 'B': o->bidir = true; break;
+        case 'R': o->crf = true; break;
         default: return false;
         }
     }
     return o->minlen >= 1 && o->minlen <= o->maxlen && o->batch > 0 && o->steps > 0;
 }
 
-/* One batch of packed samples and labels, from a simple LCG (the peer
- * runs the same one). */
+/* One batch of packed samples and labels (a class a sample, or with
+ * --crf a tag a position, -1 past the length), from a simple LCG (the
+ * peer runs the same one). */
 static int64_t make_batch(const opts *o, uint64_t *state, float *x, float *labels)
 {
     int64_t tokens = 0, w = 1 + o->maxlen;
@@ -82,7 +86,10 @@ static int64_t make_batch(const opts *o, uint64_t *state, float *x, float *label
             *state = *state * 6364136223846793005ull + 1442695040888963407ull;
             x[i * w + 1 + k] = (float)((*state >> 33) % (uint64_t)o->vocab);
         }
-        labels[i] = (float)(i % o->classes);
+        if (!o->crf)
+            labels[i] = (float)(i % o->classes);
+        for (int k = 0; o->crf && k < o->maxlen; k++)
+            labels[i * o->maxlen + k] = k < len ? (float)((i + k) % o->classes) : -1.0f;
         tokens += len;
     }
     return tokens;
@@ -97,7 +104,7 @@ int main(int argc, char **argv)
     opts o;
     if (!parse(argc, argv, &o)) {
         fprintf(stderr, "usage: rnn_bench [--cell lstm|gru] [--embed E] [--hidden H] "
-                "[--layers K] [--bidirectional] [--maxlen T] [--minlen M] [--batch B] "
+                "[--layers K] [--bidirectional] [--crf] [--maxlen T] [--minlen M] [--batch B] "
                 "[--steps S] [--threads N] [--vocab V] [--classes C]\n");
         return 2;
     }
@@ -107,11 +114,11 @@ int main(int argc, char **argv)
              "\"INT64\", \"shape\": [-1], \"max_length\": %d}], \"layers\": [{\"name\": "
              "\"emb\", \"type\": \"embedding\", \"num_embeddings\": %d, \"dim\": %d}, "
              "{\"name\": \"rnn\", \"type\": \"%s\", \"hidden\": %d, \"layers\": %d, "
-             "\"bidirectional\": %s, \"return\": \"last\"}, {\"name\": \"cls\", \"type\": "
-             "\"dense\", \"units\": %d}], \"outputs\": [{\"name\": \"cls\", \"from\": \"cls\", "
-             "\"loss\": \"softmax_cross_entropy\"}]}",
+             "\"bidirectional\": %s, \"return\": \"%s\"}, {\"name\": \"cls\", \"type\": "
+             "\"dense\", \"units\": %d}], \"outputs\": [{\"name\": \"tags\", \"from\": "
+             "\"cls\", \"loss\": \"%s\"}]}",
              o.maxlen, o.vocab, o.embed, o.cell, o.hidden, o.layers, o.bidir ? "true" : "false",
-             o.classes);
+             o.crf ? "sequence" : "last", o.classes, o.crf ? "crf" : "softmax_cross_entropy");
     dl_err err = {0};
     dl_backend *be = NULL;
     dl_model_conf *conf = NULL;
@@ -129,7 +136,7 @@ int main(int argc, char **argv)
     if (dl_optim_new(be, &hp, np, &opt, &err) != DL_OK)
         return die("optimizer", &err);
     float *x = malloc(sizeof(float) * (size_t)(o.batch * (1 + o.maxlen)));
-    float *labels = malloc(sizeof(float) * (size_t)o.batch);
+    float *labels = malloc(sizeof(float) * (size_t)(o.batch * o.maxlen));
     uint64_t state = 1;
     int64_t tokens = 0, infer_tokens = 0;
     double t0 = 0.0, train_s, infer_s, loss = 0.0;
@@ -156,9 +163,9 @@ int main(int argc, char **argv)
             return die("inference", &err);
     }
     infer_s = now() - t0;
-    printf("{\"side\": \"dlserve\", \"cell\": \"%s\", \"threads\": %d, \"batch\": %d, "
+    printf("{\"side\": \"dlserve\", \"cell\": \"%s%s\", \"threads\": %d, \"batch\": %d, "
            "\"train_tokens_per_sec\": %.0f, \"infer_tokens_per_sec\": %.0f, \"loss\": %.4f}\n",
-           o.cell, o.threads, o.batch, (double)tokens / train_s,
+           o.cell, o.crf ? "-crf" : "", o.threads, o.batch, (double)tokens / train_s,
            (double)infer_tokens / infer_s, loss / o.batch);
     free(x);
     free(labels);
