@@ -319,15 +319,26 @@ static void infer_print(const session *s, const dl_run_opts *o, const char *mode
 }
 
 /* Fills a batch of inputs: the test set tiled, or without one (no --data)
- * seeded values in [0, 1). */
-static void infer_fill(float *hx, const dl_dataset *test, int64_t batch, int64_t dim)
+ * seeded values in [0, 1) for FP32 inputs, id 0 for ids, and every
+ * sequence at its max_length (what a batch costs most). */
+static void infer_fill(float *hx, const dl_model_conf *conf, const dl_dataset *test,
+                       int64_t batch, int64_t dim)
 {
     uint32_t r = 12345u;
-    for (int64_t i = 0; i < batch; i++)
-        for (int64_t j = 0; j < dim && !test; j++) {
-            r = r * 1664525u + 1013904223u;
-            hx[i * dim + j] = (float)(r >> 8) / 16777216.0f;
+    for (int64_t i = 0; i < batch && !test; i++) {
+        float *row = hx + i * dim;
+        for (int k = 0; k < conf->ninputs; k++) {
+            const dl_input_conf *ic = &conf->inputs[k];
+            int64_t at = ic->max_length > 0;
+            if (at)
+                row[0] = (float)ic->max_length;
+            for (int64_t j = 0; j < ic->dim; j++) {
+                r = r * 1664525u + 1013904223u;
+                row[at + j] = ic->dtype == DL_IN_FP32 ? (float)(r >> 8) / 16777216.0f : 0.0f;
+            }
+            row += dl_input_width(ic);
         }
+    }
     for (int64_t i = 0; i < batch && test; i++)
         memcpy(hx + i * dim, test->x + (i % test->n) * dim, (size_t)dim * sizeof(float));
 }
@@ -341,7 +352,7 @@ static dl_status infer_batch(session *s, const dl_run_opts *o, const dl_dataset 
     float *hx = malloc((size_t)(batch * dim) * sizeof(float)), *x = NULL;
     if (!hx)
         return dl_err_set(err, DL_ERR_NOMEM, "bench input");
-    infer_fill(hx, test, batch, dim);
+    infer_fill(hx, s->conf, test, batch, dim);
     dl_status st = be->ops->alloc(be, (size_t)(batch * dim) * sizeof(float), (void **)&x, err);
     if (st == DL_OK)
         be->ops->upload(be, x, hx, (size_t)(batch * dim) * sizeof(float));

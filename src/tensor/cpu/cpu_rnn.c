@@ -10,6 +10,8 @@
 #include "tensor/backend.h"
 #include "tensor/cpu/cpu.h"
 
+#include <cblas.h>
+
 #include <string.h>
 
 /* A call's geometry and its work memory, carved from r->work. */
@@ -203,6 +205,28 @@ static dl_status gemm_nt(const rnn_plan *p, bool rows, int64_t m, int64_t n, int
     return st;
 }
 
+/* A step's GEMMs, on the calling thread: C (m, n) = A (m, k) B^T, B
+ * (n, k) (nt), or A B, B (k, n). They are small (a group's samples by a
+ * gate row) and run inside the recurrence's tasks, or alone for a batch
+ * below RNN_GROUP, where waking a team of threads at every step cost 100
+ * times the multiply on a loaded machine (kjv-punct at batch 1 on 2
+ * threads: 52 samples/s, 7500 on the calling thread). The thin kernel
+ * and OpenBLAS (single-threaded in the backend) both give each row the
+ * same bits whatever the other rows: batch-invariant as they are. */
+static void step_gemm(const rnn_plan *p, bool nt, int64_t m, int64_t n, int64_t k,
+                      const float *a, const float *b, float *c)
+{
+    if (nt && p->be->gemm_thin) {
+        dl_gemm_thin(m, n, k, a, k, b, k, c, n);
+        return;
+    }
+    int64_t rows = p->r->invariant ? 1 : m;
+    for (int64_t i = 0; i < m; i += rows)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, nt ? CblasTrans : CblasNoTrans,
+                    (blasint)rows, (blasint)n, (blasint)k, 1.0f, a + i * k, (blasint)k, b,
+                    (blasint)(nt ? k : n), 0.0f, c + i * n, (blasint)n);
+}
+
 /* ---- forward ------------------------------------------------------------- */
 
 /* The inputs of layer l, direction d, by row: from x (layer 0) or from
@@ -246,9 +270,6 @@ typedef struct recur_job {
     const rnn_params *w;
     rnn_rows          rw;
     const float      *dys;     /* backward: gradients of the states, [cap, h] */
-    int               failed;  /* set once, atomically: its setter wrote st, err */
-    dl_status         st;
-    dl_err            err;
 } recur_job;
 
 /* Samples a group has at least: smaller batches run on one thread. */
@@ -264,21 +285,6 @@ static int64_t group_rows(const rnn_plan *p, int64_t s, int64_t i0, int64_t i1,
         if (p->len[i] > s && c++ == 0)
             *first = row_at(p, s, i);
     return c;
-}
-
-static void recur_fail(recur_job *j, dl_status st, const dl_err *err)
-{
-    int expect = 0;
-    if (__atomic_compare_exchange_n(&j->failed, &expect, 1, false, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE)) {
-        j->st = st;
-        j->err = *err;
-    }
-}
-
-static bool recur_failed(recur_job *j)
-{
-    return __atomic_load_n(&j->failed, __ATOMIC_ACQUIRE) != 0;
 }
 
 /* The state row that row k of step s continues (-1: the zero state). */
@@ -341,14 +347,14 @@ static void cells_fwd(const recur_job *j, int64_t s, int64_t o, int64_t m, const
 /* Step s of samples [i0, i1): their previous states (contiguous when none
  * of them ended at the last step, gathered otherwise) times W_hh, then
  * their cells. */
-static dl_status group_fwd(recur_job *j, int64_t s, int64_t i0, int64_t i1, dl_err *err)
+static void group_fwd(recur_job *j, int64_t s, int64_t i0, int64_t i1)
 {
     const rnn_plan *p = j->p;
     int64_t h = p->h, gh = p->gh, o, po;
     int64_t m = group_rows(p, s, i0, i1, &o);
     float *q = p->q + i0 * gh, *hg = p->hg + i0 * h;
     if (m == 0)
-        return DL_OK;
+        return;
     if (s == 0) {
         memset(q, 0, (size_t)(m * gh) * sizeof(float));
     } else {
@@ -361,23 +367,16 @@ static dl_status group_fwd(recur_job *j, int64_t s, int64_t i0, int64_t i1, dl_e
                        (size_t)h * sizeof(float));
             hprev = hg;
         }
-        dl_status st = gemm_nt(p, p->r->invariant, m, gh, h, hprev, j->w->whh, NULL, q, err);
-        if (st != DL_OK)
-            return st;
+        step_gemm(p, true, m, gh, h, hprev, j->w->whh, q);
     }
     cells_fwd(j, s, o, m, q);
-    return DL_OK;
 }
 
 static void recur_fwd_task(void *ctx, int64_t i0, int64_t i1)
 {
     recur_job *j = ctx;
-    dl_err err = {0};
-    for (int64_t s = 0; s < j->p->steps && !recur_failed(j); s++) {
-        dl_status st = group_fwd(j, s, i0, i1, &err);
-        if (st != DL_OK)
-            recur_fail(j, st, &err);
-    }
+    for (int64_t s = 0; s < j->p->steps; s++)
+        group_fwd(j, s, i0, i1);
 }
 
 static dl_status layer_fwd(const rnn_plan *p, int l, int d, const float *x, dl_err *err)
@@ -393,9 +392,7 @@ static dl_status layer_fwd(const rnn_plan *p, int l, int d, const float *x, dl_e
         return st;
     recur_job j = { .p = p, .w = &w, .rw = rw };
     dl_parallel_for(p->r->n, RNN_GROUP, recur_fwd_task, &j);
-    if (j.failed && err)
-        *err = j.err;
-    return j.failed ? j.st : DL_OK;
+    return DL_OK;
 }
 
 /* y from the top layer's states. */
@@ -480,53 +477,43 @@ static void cells_bwd(const recur_job *j, int64_t s, int64_t o, int64_t m)
 
 /* Step s of samples [i0, i1) backward: their cells, then the gradient
  * carried to their previous states, dah W_hh (GRU: added to z dh). */
-static dl_status group_bwd(recur_job *j, int64_t s, int64_t i0, int64_t i1, dl_err *err)
+static void group_bwd(recur_job *j, int64_t s, int64_t i0, int64_t i1)
 {
     const rnn_plan *p = j->p;
     int64_t h = p->h, gh = p->gh, o;
     int64_t m = group_rows(p, s, i0, i1, &o);
     float *hg = p->hg + i0 * h;
     if (m == 0)
-        return DL_OK;
+        return;
     cells_bwd(j, s, o, m);
     if (s == 0)
-        return DL_OK;
+        return;
     /* hg (m, h) = dah (m, gh) W_hh (gh, h) */
-    dl_status st = p->be->ops->gemm(p->be, false, false, m, h, gh, 1.0f, p->dah + o * gh,
-                                    j->w->whh, 0.0f, hg, err);
+    step_gemm(p, false, m, h, gh, p->dah + o * gh, j->w->whh, hg);
     bool add = p->r->cell == DL_RNN_GRU;
-    for (int64_t u = 0; u < m && st == DL_OK; u++) {
+    for (int64_t u = 0; u < m; u++) {
         float *restrict dst = p->dhc + p->smp[o + u] * h;
         const float *restrict src = hg + u * h;
         for (int64_t c = 0; c < h; c++)
             dst[c] = add ? dst[c] + src[c] : src[c];
     }
-    return st;
 }
 
 static void recur_bwd_task(void *ctx, int64_t i0, int64_t i1)
 {
     recur_job *j = ctx;
-    dl_err err = {0};
-    for (int64_t s = j->p->steps - 1; s >= 0 && !recur_failed(j); s--) {
-        dl_status st = group_bwd(j, s, i0, i1, &err);
-        if (st != DL_OK)
-            recur_fail(j, st, &err);
-    }
+    for (int64_t s = j->p->steps - 1; s >= 0; s--)
+        group_bwd(j, s, i0, i1);
 }
 
 /* BPTT through a layer-direction: da (and dah) for every row. */
-static dl_status bptt(const rnn_plan *p, const rnn_params *w, rnn_rows rw, const float *dys,
-                      dl_err *err)
+static void bptt(const rnn_plan *p, const rnn_params *w, rnn_rows rw, const float *dys)
 {
     int64_t n = p->r->n, h = p->h;
     memset(p->dhc, 0, (size_t)(n * h) * sizeof(float));
     memset(p->dcc, 0, (size_t)(n * h) * sizeof(float));
     recur_job j = { .p = p, .w = w, .rw = rw, .dys = dys };
     dl_parallel_for(n, RNN_GROUP, recur_bwd_task, &j);
-    if (j.failed && err)
-        *err = j.err;
-    return j.failed ? j.st : DL_OK;
 }
 
 /* hp: each row's previous state, for rows of steps 1 on (step 0's is
@@ -573,13 +560,12 @@ static dl_status layer_bwd(const rnn_plan *p, int l, int d, const float *x, floa
     rnn_params w = params_of(p, l, d);
     rnn_rows rw = rows_of(p, l, d);
     int64_t rows = p->rows, gh = p->gh, h = p->h, first = p->off[1] - p->off[0];
-    dl_status st = bptt(p, &w, rw, dys, err);
-    if (st != DL_OK)
-        return st;
+    bptt(p, &w, rw, dys);
     gather_inputs(p, l, d, x, w.in);
     gather_prev(p, rw);
     /* dW_ih (gh, in) += da^T x; dW_hh (gh, h) += dah^T hp over steps 1 on */
-    st = ops->gemm(p->be, true, false, gh, w.in, rows, 1.0f, p->da, p->x, 1.0f, w.dwih, err);
+    dl_status st = ops->gemm(p->be, true, false, gh, w.in, rows, 1.0f, p->da, p->x, 1.0f,
+                             w.dwih, err);
     if (st == DL_OK && rows > first)
         st = ops->gemm(p->be, true, false, gh, h, rows - first, 1.0f, p->dah + first * gh,
                        p->hp + first * h, 1.0f, w.dwhh, err);
