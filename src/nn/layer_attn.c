@@ -3,8 +3,10 @@
  * value side by side (nn.MultiheadAttention's in_proj output); its output
  * [T, E] each head's softmax(scale Q K^T) V, the heads side by side, as
  * the out_proj reads them. The backend's attn_* kernels read the three in
- * place. Also attention, nn.MultiheadAttention whole (its projections
- * around the same kernels) over padded sequences. */
+ * place; over a padded sequence a sample's keys stop at its length and
+ * its queries past it give zeros, as in attention below. Also attention,
+ * nn.MultiheadAttention whole (its projections around the same kernels)
+ * over padded sequences. */
 #include "nn/layer.h"
 
 #include <math.h>
@@ -17,7 +19,8 @@ static dl_attn geom(const layer *l, int64_t n)
     return (dl_attn){ .n = n, .heads = l->conf->heads, .tq = t, .tk = t, .dk = d, .dv = d,
                       .q_row = 3 * e, .k_row = 3 * e, .v_row = 3 * e, .o_row = e,
                       .q_smp = 3 * e * t, .k_smp = 3 * e * t, .v_smp = 3 * e * t,
-                      .o_smp = e * t, .scale = scale, .causal = l->conf->causal };
+                      .o_smp = e * t, .scale = scale, .causal = l->conf->causal,
+                      .q_len = l->ins_len[0], .k_len = l->ins_len[0] };
 }
 
 static dl_status sdpa_forward(layer *l, const float *x, float *y, int64_t n, bool train,

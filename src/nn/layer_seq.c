@@ -26,7 +26,7 @@ static seq_use seq_use_of(const dl_layer_conf *c)
     case DL_LAYER_SQRT: case DL_LAYER_ERF: case DL_LAYER_LEAKY_RELU: case DL_LAYER_CLIP:
     case DL_LAYER_HARDSIGMOID: case DL_LAYER_HARDSWISH: case DL_LAYER_SLICE:
     case DL_LAYER_CONV1D: case DL_LAYER_ATTENTION: case DL_LAYER_POS_EMBEDDING:
-    case DL_LAYER_CRF:
+    case DL_LAYER_CRF: case DL_LAYER_SDPA: case DL_LAYER_RESHAPE: case DL_LAYER_TRANSPOSE:
         return SEQ_KEEP;
     case DL_LAYER_LSTM: case DL_LAYER_GRU:
         return c->ret_seq ? SEQ_KEEP : SEQ_END;
@@ -44,12 +44,15 @@ static dl_status seq_refuse(const dl_layer_conf *c, const char *why, dl_err *err
 }
 
 /* The per-position checks of a layer that keeps the sequence of input k
- * (nd dimensions, the time axis first). */
-static dl_status keep_checks(const dl_layer_conf *c, int nd, dl_err *err)
+ * (nd dimensions, the time axis first, t positions; out: its output's
+ * shape). */
+static dl_status keep_checks(const dl_layer_conf *c, int nd, int64_t t, const int64_t *out,
+                             dl_err *err)
 {
     switch (c->type) {
     case DL_LAYER_DENSE: case DL_LAYER_LAYERNORM: case DL_LAYER_POS_EMBEDDING:
     case DL_LAYER_CRF: case DL_LAYER_ATTENTION: case DL_LAYER_LSTM: case DL_LAYER_GRU:
+    case DL_LAYER_SDPA:
         return nd >= 2 ? DL_OK
              : seq_refuse(c, "it needs a vector a position, [T, D] (an embedding gives one)",
                           err);
@@ -64,6 +67,15 @@ static dl_status keep_checks(const dl_layer_conf *c, int nd, dl_err *err)
                               "1, groups 1, an odd kernel_size and padding = dilation * "
                               "(kernel_size - 1) / 2", err);
         return DL_OK;
+    /* what ONNX imports write around per-position work: a position's
+     * values reshaped or their axes swapped */
+    case DL_LAYER_RESHAPE:
+        return out[0] == t ? DL_OK
+             : seq_refuse(c, "its target shape must keep the time axis first, whole (each "
+                          "position reshaped alone)", err);
+    case DL_LAYER_TRANSPOSE:
+        return c->perm[0] == 0 ? DL_OK
+             : seq_refuse(c, "its perm must keep the time axis first (perm[0] = 0)", err);
     default:
         return DL_OK;
     }
@@ -95,7 +107,7 @@ dl_status layer_seq(const dl_layer_conf *c, int nin, const int *in_seq, const in
     }
     if (cross && in_seq[0] < 0)
         return seq_refuse(c, "its query (input 0) must be a sequence too", err);
-    dl_status st = keep_checks(c, in_ndim[first], err);
+    dl_status st = keep_checks(c, in_ndim[first], in[first][0], out, err);
     if (st != DL_OK)
         return st;
     if (c->type == DL_LAYER_CONV1D) {       /* channels last: [T, D] -> [T, filters] */

@@ -357,6 +357,14 @@ SEQ_CASES = [
          L("pos", "pos_embedding", max_length=6), L("tags", "dense", units=3)],
         outputs=[{"name": "tags", "from": "tags", "loss": "softmax_cross_entropy"}],
         batch=4),
+    # sdpa over a sequence (what ONNX imports of masked attention give): a
+    # sample's keys stop at its length. Seeded apart, after the others.
+    one("sdpa_seq", [inp("x", -1, 6, max_length=5, lengths=[5, 1, 3])],
+        [L("p", "dense", units=12), L("y", "sdpa", ["p"], heads=2)],
+        outputs=[{"name": "y", "from": "y", "loss": "softmax_cross_entropy"}], seed=401),
+    one("sdpa_seq_causal", [inp("x", -1, 9, max_length=6, lengths=[2, 6, 1])],
+        [L("y", "sdpa", heads=3, causal=True, scale=0.8)],
+        outputs=[{"name": "y", "from": "y", "loss": "softmax_cross_entropy"}], seed=402),
 ]
 
 # lstm and gru: nn.LSTM / nn.GRU over pack_padded_sequence, a batch of 5

@@ -599,7 +599,10 @@ def _concat(name, layer, s, shapes):
 class Sdpa(nn.Module):
     """Scaled dot-product attention over heads on a packed projection
     [T, 3E] (queries, keys, values side by side) -> [T, E]: PyTorch's own
-    attention arithmetic, as nn.MultiheadAttention runs it."""
+    attention arithmetic, as nn.MultiheadAttention runs it; over a padded
+    sequence, keys past its length get no weight (key_padding_mask)."""
+
+    takes_lengths = True
 
     def __init__(self, heads, scale, causal):
         super().__init__()
@@ -608,7 +611,7 @@ class Sdpa(nn.Module):
     def extra_repr(self):
         return "heads=%d, scale=%r, causal=%r" % (self.heads, self.scale, self.causal)
 
-    def forward(self, x):
+    def forward(self, x, lengths=None):
         b, t, w = x.shape
         e, h = w // 3, self.heads
         q, k, v = (p.reshape(b, t, h, e // h).transpose(1, 2) for p in x.split(e, dim=-1))
@@ -616,6 +619,9 @@ class Sdpa(nn.Module):
         s = torch.matmul(q * scale, k.transpose(-2, -1))
         if self.causal:
             s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        if lengths and lengths[0] is not None:
+            pad = torch.arange(t).unsqueeze(0) >= lengths[0].unsqueeze(1)
+            s = s.masked_fill(pad[:, None, None, :], float("-inf"))
         y = torch.matmul(torch.softmax(s, dim=-1), v)
         return y.transpose(1, 2).reshape(b, t, e)
 

@@ -256,7 +256,8 @@ Test(invariant, thin_kernel_rows_are_exact)
 
 /* ---- sequences ---------------------------------------------------------------
  * A token model over a sequence of ids (embedding -> self-attention ->
- * causal self-attention -> a per-token dense layer), random weights: each
+ * causal self-attention -> an sdpa over a packed projection, as ONNX
+ * imports give -> a per-token dense layer), random weights: each
  * of SAMPLES samples of mixed lengths (1 and max_length among them)
  * answers alone as it does in batches beside longer and shorter samples,
  * at every position before its length (past it lies padding no consumer
@@ -273,6 +274,8 @@ static const char seq_model[] =
     "              {\"name\": \"att\", \"type\": \"attention\", \"heads\": 4},"
     "              {\"name\": \"causal\", \"type\": \"attention\", \"heads\": 2,"
     "               \"causal\": true},"
+    "              {\"name\": \"proj\", \"type\": \"dense\", \"units\": 48},"
+    "              {\"name\": \"sdpa\", \"type\": \"sdpa\", \"heads\": 4},"
     "              {\"name\": \"tags\", \"type\": \"dense\", \"units\": 5}],"
     " \"outputs\": [{\"name\": \"tags\", \"from\": \"tags\","
     "                \"loss\": \"softmax_cross_entropy\"}]}";
