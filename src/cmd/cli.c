@@ -22,7 +22,7 @@ static const char synopsis[] =
     "       dlserve --eval MODEL_DIR [--version V] [--data DIR]\n"
     "       dlserve --predict MODEL_DIR [--version V] [FILE|-]\n"
     "       dlserve --bench MODEL_DIR [--threads N] [--batch-size B] [--steps S]\n"
-    "       dlserve --import FILE.onnx --models DIR --name NAME\n"
+    "       dlserve --import FILE.onnx --models DIR --name NAME [--max-length N]\n"
     "       dlserve --export MODEL_DIR [--version V] --onnx OUT.onnx\n";
 
 /* ---- the table -------------------------------------------------------------- */
@@ -112,6 +112,9 @@ static const cli_opt opts[] = {
      .value = CLI_IMPORT, .doc = "translate an ONNX model into DIR/NAME/<next version>/"},
     {"name", .group = G_MODE, .kind = OPT_TEXT, .arg = "NAME", FIELD(import_name),
      .doc = "--import: the model's name (its folder)"},
+    {"max-length", .group = G_MODE, .arg = "N", COUNT(import_max_length, 1, 1 << 20),
+     .doc = "--import: the capacity of each symbolic time axis (a sequence input's "
+            "max_length; default: the model.json beside, the metadata, or 256)"},
 
     {"data", .group = G_RUN, .kind = OPT_TEXT, .arg = "DIR", FIELD(run.data_dir),
      .doc = "data folder: IDX (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], "
@@ -532,5 +535,7 @@ int cli_parse(int argc, char **argv, cli *c)
         return fail("--publish goes with --train");
     if ((c->mode == CLI_EXPORT) != (c->onnx != NULL))
         return fail(c->onnx ? "--onnx goes with --export" : "--export needs --onnx FILE");
+    if (c->import_max_length && c->mode != CLI_IMPORT)
+        return fail("--max-length goes with --import");
     return -1;
 }

@@ -27,6 +27,7 @@ typedef struct cli {
     bool        publish;          /* --train --publish */
     const char *onnx;             /* --export: the ONNX file to write */
     const char *import_name;      /* --import: --name */
+    int64_t     import_max_length;/* --import: --max-length; 0: not given */
     const char *overrides[CLI_OVERRIDES_MAX];   /* "section.key=value", in order */
     int         noverrides;
     char        owned[CLI_OVERRIDES_MAX][1100]; /* texts built for --port, --models, ... */

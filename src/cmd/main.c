@@ -99,7 +99,8 @@ static int import_onnx(const cli *c)
         return fail("--import needs --name NAME (the model's folder under %s)%s", dir, "");
     dl_err err = {0};
     int64_t version = 0;
-    if (dl_onnx_import(c->run.model_dir, dir, c->import_name, &version, &err) != DL_OK) {
+    if (dl_onnx_import(c->run.model_dir, dir, c->import_name, c->import_max_length, &version,
+                       &err) != DL_OK) {
         fprintf(stderr, "dlserve: %s\n", err.msg);
         return 1;
     }

@@ -80,16 +80,20 @@ const layer_type_info layer_table[] = {
      * self-attention (onnx_ops.c, fuse_attention). */
     [DL_LAYER_SDPA] = ROW("sdpa", 1, &layer_sdpa_ops, layer_shape_sdpa,
                         "heads, scale, causal"),
-    [DL_LAYER_LSTM] = NATIVE("lstm", 1, &layer_rnn_ops, layer_shape_rnn, RNN_KEYS),
-    [DL_LAYER_GRU] = NATIVE("gru", 1, &layer_rnn_ops, layer_shape_rnn, RNN_KEYS),
+    /* ONNX's LSTM and GRU (onnx_seq.c), their gates reordered */
+    [DL_LAYER_LSTM] = ROW("lstm", 1, &layer_rnn_ops, layer_shape_rnn, RNN_KEYS),
+    [DL_LAYER_GRU] = ROW("gru", 1, &layer_rnn_ops, layer_shape_rnn, RNN_KEYS),
     /* nn.MultiheadAttention: one input (self-attention) or a query and
      * the keys and values. */
     [DL_LAYER_ATTENTION] = NATIVE("attention", -2, &layer_attention_ops,
                                 layer_shape_attention, "heads, causal, bias"),
-    [DL_LAYER_POS_EMBEDDING] = NATIVE("pos_embedding", 1, &layer_pos_embedding_ops,
-                                    layer_shape_positions, "max_length"),
-    [DL_LAYER_SEQ_POOL] = NATIVE("seq_pool", 1, &layer_seq_pool_ops, layer_shape_seq_pool,
-                               "mode"),
+    /* A sequence plus a constant table of a row a position (onnx_seq.c). */
+    [DL_LAYER_POS_EMBEDDING] = ROW("pos_embedding", 1, &layer_pos_embedding_ops,
+                                 layer_shape_positions, "max_length"),
+    /* ReduceMean, ReduceSum, ReduceMax over a sequence's time axis, and a
+     * masked sum divided by the lengths (onnx_seq.c). */
+    [DL_LAYER_SEQ_POOL] = ROW("seq_pool", 1, &layer_seq_pool_ops, layer_shape_seq_pool,
+                            "mode"),
     /* Made by an output's "loss": "crf" (its transitions), not written. */
     [DL_LAYER_CRF] = NATIVE("crf", 1, &layer_crf_ops, layer_shape_positions, ""),
 };

@@ -38,6 +38,8 @@ dl_status dl_onnx_export(const char *model_dir, int64_t version, const char *pat
 
 /* Most bytes of an ONNX file (or of one external data file). */
 #define DL_ONNX_MAX_BYTES (INT64_C(2) << 30)
+/* The capacity of a symbolic time axis when nothing gives one. */
+#define DL_ONNX_MAX_LENGTH 256
 
 /* An ONNX model translated: model.json text and F32 weights with PyTorch
  * names. Read-only once made. */
@@ -50,7 +52,12 @@ typedef struct dl_onnx_model dl_onnx_model;
  * (matched by name) and per-output loss, weight and labels (matched by name)
  * apply; its layers are ignored. Without beside, the model's metadata
  * "dlserve.model" gives the outputs' loss, weight and labels; without either,
- * outputs are served as they are ("mse"). An operator or attribute the
+ * outputs are served as they are ("mse"; a sequence output: per-token
+ * "softmax_cross_entropy"). An input whose second dimension is symbolic
+ * is a sequence input of capacity "max_length": the model.json beside's
+ * for that input, else the metadata's, else DL_ONNX_MAX_LENGTH; each
+ * sample is computed as the graph computes it alone, at its own length
+ * (docs/onnx.md, "Sequence models"). An operator or attribute the
  * engine cannot run exactly is refused: "node 'NAME' (OP, opset N):
  * reason". `what` names the source in errors. *out is new. */
 dl_status dl_onnx_parse(const void *buf, size_t len, const char *dir, const char *name,
@@ -76,9 +83,10 @@ dl_status dl_onnx_build(const dl_onnx_model *om, dl_backend *be, const char *wha
  * (a model.json already there merged in as for dl_onnx_parse, then
  * rewritten with the graph) and
  * MODELS_DIR/NAME/<version>/model.safetensors, version the next free one
- * (written into *version). */
+ * (written into *version). max_length > 0 (--max-length) is the capacity
+ * of every symbolic time axis, before any other. */
 dl_status dl_onnx_import(const char *path, const char *models_dir, const char *name,
-                         int64_t *version, dl_err *err);
+                         int64_t max_length, int64_t *version, dl_err *err);
 
 /* Whether importing an ONNX graph can give a layer of type t: some
  * operator translates to it (the others are native only, see

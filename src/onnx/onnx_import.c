@@ -29,6 +29,9 @@ static bool is_init(const onnx_graph *g, const char *name)
     return false;
 }
 
+/* A graph input: its first dimension the batch, the others fixed; a
+ * symbolic second one is a time axis: a sequence input of shape [-1,
+ * ...] whose capacity is xl_max_length's. */
 static dl_status add_input(xl *x, const onnx_value *in)
 {
     static const struct { int dt; const char *name; } types[] = {
@@ -57,17 +60,21 @@ static dl_status add_input(xl *x, const onnx_value *in)
     v->nd = in->ndim - 1;
     v->ids = in->elem != DT_FLOAT;
     v->input = true;
+    v->seq = in->dims[1] < 1;
     for (int k = 1; k < in->ndim; k++) {
-        if (in->dims[k] < 1) {
+        if (in->dims[k] < 1 && k > 1) {
             json_decref(shape);
             return dl_err_set(x->err, DL_ERR_INVALID, "graph input '%s': dimension %d is "
-                              "symbolic: only the first (the batch) may be", in->name, k);
+                              "symbolic: only the first (the batch) and the second (a time "
+                              "axis) may be", in->name, k);
         }
-        v->d[k - 1] = in->dims[k];
-        json_array_append_new(shape, json_integer(in->dims[k]));
+        v->d[k - 1] = k == 1 && v->seq ? xl_max_length(x, in->name) : in->dims[k];
+        json_array_append_new(shape, json_integer(k == 1 && v->seq ? -1 : in->dims[k]));
     }
-    json_array_append_new(x->inputs, json_pack("{s:s,s:o,s:s}", "name", name, "shape",
-                                               shape, "datatype", dt));
+    json_t *o = json_pack("{s:s,s:o,s:s}", "name", name, "shape", shape, "datatype", dt);
+    if (o && v->seq)
+        json_object_set_new(o, "max_length", json_integer(v->d[0]));
+    json_array_append_new(x->inputs, o);
     return DL_OK;
 }
 
@@ -108,8 +115,10 @@ static dl_status add_output(xl *x, int k, json_t *outs)
             return st;
         v = nv;
     }
+    /* served as computed (mse); a sequence output takes per-token losses
+     * only: scores a position (softmax_cross_entropy) */
     json_array_append_new(outs, json_pack("{s:s,s:s,s:s}", "name", oname, "from", v->src,
-                                          "loss", "mse"));
+                                          "loss", v->seq ? "softmax_cross_entropy" : "mse"));
     return DL_OK;
 }
 
@@ -183,7 +192,49 @@ static void merge_outputs(json_t *outs, json_t *list, json_t *one, json_t *top_l
             json_object_set(o, "labels", json_object_get(e, "labels"));
         if (e && json_object_get(e, "weight"))
             json_object_set(o, "weight", json_object_get(e, "weight"));
+        if (e && json_object_get(e, "of"))
+            json_object_set(o, "of", json_object_get(e, "of"));
     }
+}
+
+/* A crf output's transitions: the initializer "<output>.transitions" that
+ * dlserve's export writes beside the tag scores (the graph reads none). */
+static dl_status crf_weights(xl *x, json_t *outs)
+{
+    size_t i;
+    json_t *o;
+    json_array_foreach(outs, i, o) {
+        const char *loss = json_string_value(json_object_get(o, "loss"));
+        if (!loss || strcmp(loss, "crf"))
+            continue;
+        const char *name = json_string_value(json_object_get(o, "name"));
+        char want[DL_NAME_MAX + 16];
+        snprintf(want, sizeof(want), "%s.transitions", name);
+        for (int k = 0; k < x->g->ninits; k++) {
+            const onnx_tensor *t = &x->g->inits[k];
+            if (!strcmp(t->name, want) && t->f && t->ndim == 2) {
+                dl_status st = xl_tensor(x, name, "transitions", 2, t->dims, t->f, 0);
+                if (st)
+                    return st;
+                break;
+            }
+        }
+    }
+    return DL_OK;
+}
+
+/* A text input of the model.json beside (its tokenizer) for an ONNX input
+ * of ids over a time axis: the engine tokenizes, the graph reads the ids. */
+static void merge_text_input(json_t *in, json_t *e)
+{
+    json_t *tok = json_object_get(e, "tokenizer");
+    const char *dt = json_string_value(json_object_get(in, "datatype"));
+    if (!tok || !json_object_get(in, "max_length") || !dt || !strcmp(dt, "FP32") ||
+        json_array_size(json_object_get(in, "shape")) != 1)
+        return;
+    json_object_set_new(in, "datatype", json_string("BYTES"));
+    json_object_set_new(in, "shape", json_pack("[i]", 1));
+    json_object_set(in, "tokenizer", tok);
 }
 
 static void merge_beside(json_t *root, json_t *b)
@@ -201,36 +252,75 @@ static void merge_beside(json_t *root, json_t *b)
                                 json_string_value(json_object_get(in, "name")));
         if (e && json_object_get(e, "scaling"))
             json_object_set(in, "scaling", json_object_get(e, "scaling"));
+        if (e)
+            merge_text_input(in, e);
     }
     merge_outputs(json_object_get(root, "outputs"), json_object_get(b, "outputs"),
                   json_object_get(b, "output"), json_object_get(b, "loss"));
 }
 
-static dl_status merge(xl *x, json_t *root, const char *beside)
+/* The metadata's text inputs whose tokenizer needs no file (bytes): a
+ * words tokenizer's vocabulary comes with a model.json beside. */
+static void merge_meta_inputs(json_t *ins, json_t *meta)
+{
+    size_t i;
+    json_t *in;
+    json_array_foreach(ins, i, in) {
+        json_t *e = entry_named(json_object_get(meta, "inputs"), NULL, 0,
+                                json_string_value(json_object_get(in, "name")));
+        const char *type = json_string_value(json_object_get(json_object_get(e, "tokenizer"),
+                                                             "type"));
+        if (type && !strcmp(type, "bytes"))
+            merge_text_input(in, e);
+    }
+}
+
+static dl_status merge(xl *x, json_t *root)
+{
+    if (x->beside)
+        merge_beside(root, x->beside);
+    else if (x->meta) {
+        merge_meta_inputs(json_object_get(root, "inputs"), x->meta);
+        merge_outputs(json_object_get(root, "outputs"), json_object_get(x->meta, "outputs"),
+                      NULL, NULL);
+    }
+    return crf_weights(x, json_object_get(root, "outputs"));
+}
+
+/* The model.json beside (text, may be NULL) and the metadata
+ * "dlserve.model", parsed into x->beside and x->meta. */
+static dl_status read_sides(xl *x, const char *beside)
 {
     json_error_t je;
     if (beside) {
-        json_t *b = json_loads(beside, 0, &je);
-        if (!json_is_object(b)) {
-            json_decref(b);
+        x->beside = json_loads(beside, 0, &je);
+        if (!json_is_object(x->beside))
             return dl_err_set(x->err, DL_ERR_INVALID, "model.json beside the ONNX model: "
-                              "line %d: %s", je.line, json_is_object(b) ? "" : je.text);
-        }
-        merge_beside(root, b);
-        json_decref(b);
-        return DL_OK;
+                              "line %d: %s", je.line, x->beside ? "not an object" : je.text);
     }
-    if (!x->g->meta_model)
-        return DL_OK;
-    json_t *m = json_loads(x->g->meta_model, 0, &je);
-    if (!json_is_object(m)) {
-        json_decref(m);
-        return dl_err_set(x->err, DL_ERR_INVALID, "metadata 'dlserve.model' is not a JSON "
-                          "object");
+    if (x->g->meta_model) {
+        x->meta = json_loads(x->g->meta_model, 0, &je);
+        if (!json_is_object(x->meta))
+            return dl_err_set(x->err, DL_ERR_INVALID, "metadata 'dlserve.model' is not a JSON "
+                              "object");
     }
-    merge_outputs(json_object_get(root, "outputs"), json_object_get(m, "outputs"), NULL, NULL);
-    json_decref(m);
     return DL_OK;
+}
+
+int64_t xl_max_length(xl *x, const char *name)
+{
+    if (x->max_length > 0)
+        return x->max_length;
+    json_t *sides[2] = { x->beside, x->meta };
+    for (int k = 0; k < 2; k++) {
+        json_t *ins = json_object_get(sides[k], "inputs");
+        json_t *e = entry_named(ins, json_object_get(sides[k], "input"),
+                                ins ? json_array_size(ins) : 1, name);
+        json_t *ml = json_object_get(e, "max_length");
+        if (json_is_integer(ml) && json_integer_value(ml) > 0)
+            return json_integer_value(ml);
+    }
+    return DL_ONNX_MAX_LENGTH;
 }
 
 /* ---- the translation ------------------------------------------------------ */
@@ -275,7 +365,7 @@ static dl_status translate(xl *x, const char *name, const char *beside, char **j
     if (!(x->v = malloc((size_t)cap * sizeof(*x->v))))
         return dl_err_set(x->err, DL_ERR_NOMEM, "values");
     x->capv = cap;
-    dl_status st = DL_OK;
+    dl_status st = read_sides(x, beside);
     for (int k = 0; k < x->g->ninits && st == DL_OK; k++) {
         tvalue *v = xl_add(x, x->g->inits[k].name);
         st = v ? DL_OK : dl_err_set(x->err, DL_ERR_NOMEM, "values");
@@ -294,12 +384,14 @@ static dl_status translate(xl *x, const char *name, const char *beside, char **j
         st = dl_err_set(x->err, DL_ERR_INVALID, "the graph has no outputs");
     if (st == DL_OK)
         prune(x, outs);
+    if (st == DL_OK)
+        st = xl_merge_stacks(x, outs);
     json_t *root = json_pack("{s:s,s:O,s:O,s:o}", "name", name, "inputs", x->inputs,
                              "layers", x->layers, "outputs", outs);
     if (st == DL_OK && !root)
         st = dl_err_set(x->err, DL_ERR_NOMEM, "model.json");
     if (st == DL_OK)
-        st = merge(x, root, beside);
+        st = merge(x, root);
     if (st == DL_OK && !(*json = dump(root)))
         st = dl_err_set(x->err, DL_ERR_NOMEM, "model.json");
     json_decref(root);   /* json_pack took outs, even when it failed */
@@ -316,6 +408,8 @@ static void xl_fini(xl *x)
     free(x->v);
     json_decref(x->layers);
     json_decref(x->inputs);
+    json_decref(x->beside);
+    json_decref(x->meta);
 }
 
 static dl_status finish(xl *x, char *json, dl_onnx_model **out)
@@ -346,9 +440,11 @@ static dl_status finish(xl *x, char *json, dl_onnx_model **out)
     return DL_OK;
 }
 
-dl_status dl_onnx_parse(const void *buf, size_t len, const char *dir, const char *name,
-                        const char *beside, const char *what, dl_onnx_model **out,
-                        dl_err *err)
+/* dl_onnx_parse, with the time axes' capacity max_length (0: each
+ * input's from the model.json beside, the metadata, or 256). */
+static dl_status parse(const void *buf, size_t len, const char *dir, const char *name,
+                       const char *beside, int64_t max_length, const char *what,
+                       dl_onnx_model **out, dl_err *err)
 {
     *out = NULL;
     if (!dl_model_name_valid(name, strlen(name)))
@@ -357,7 +453,8 @@ dl_status dl_onnx_parse(const void *buf, size_t len, const char *dir, const char
     dl_status st = onnx_read(buf, len, dir, what, &g, err);
     if (st != DL_OK)
         return st;
-    xl x = { .g = g, .err = err, .layers = json_array(), .inputs = json_array() };
+    xl x = { .g = g, .err = err, .max_length = max_length, .layers = json_array(),
+             .inputs = json_array() };
     char *json = NULL;
     st = x.layers && x.inputs ? translate(&x, name, beside, &json)
                               : dl_err_set(err, DL_ERR_NOMEM, "model");
@@ -370,8 +467,16 @@ dl_status dl_onnx_parse(const void *buf, size_t len, const char *dir, const char
     return st;
 }
 
-dl_status dl_onnx_load(const char *path, const char *name, const char *beside,
-                       dl_onnx_model **out, dl_err *err)
+dl_status dl_onnx_parse(const void *buf, size_t len, const char *dir, const char *name,
+                        const char *beside, const char *what, dl_onnx_model **out,
+                        dl_err *err)
+{
+    return parse(buf, len, dir, name, beside, 0, what, out, err);
+}
+
+/* dl_onnx_load, with parse's max_length. */
+static dl_status load(const char *path, const char *name, const char *beside,
+                      int64_t max_length, dl_onnx_model **out, dl_err *err)
 {
     *out = NULL;
     struct stat sb;
@@ -389,9 +494,15 @@ dl_status dl_onnx_load(const char *path, const char *name, const char *beside,
         *slash = '\0';
     else
         snprintf(dir, sizeof(dir), ".");
-    st = dl_onnx_parse(buf, len, dir, name, beside, path, out, err);
+    st = parse(buf, len, dir, name, beside, max_length, path, out, err);
     free(buf);
     return st;
+}
+
+dl_status dl_onnx_load(const char *path, const char *name, const char *beside,
+                       dl_onnx_model **out, dl_err *err)
+{
+    return load(path, name, beside, 0, out, err);
 }
 
 void dl_onnx_free(dl_onnx_model *om)
@@ -450,7 +561,7 @@ static dl_status write_text(const char *path, const char *text, dl_err *err)
 }
 
 dl_status dl_onnx_import(const char *path, const char *models_dir, const char *name,
-                         int64_t *version, dl_err *err)
+                         int64_t max_length, int64_t *version, dl_err *err)
 {
     char dir[4200], file[4300];
     snprintf(dir, sizeof(dir), "%s/%s", models_dir, name);
@@ -461,7 +572,7 @@ dl_status dl_onnx_import(const char *path, const char *models_dir, const char *n
     dl_status st = stat(file, &sb) == 0 ? dl_file_read(file, &beside, &len, err) : DL_OK;
     dl_onnx_model *om = NULL;
     if (st == DL_OK)
-        st = dl_onnx_load(path, name, beside, &om, err);
+        st = load(path, name, beside, max_length, &om, err);
     free(beside);
     dl_backend *be = NULL;
     dl_model_conf *conf = NULL;

@@ -206,7 +206,8 @@ bool xl_layout_follows(const char *op)
         "Transpose", "Reshape", "MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Softmax",
         "LogSoftmax", "Slice", "Shape", "LayerNormalization", "Relu", "Sigmoid", "Tanh",
         "Sqrt", "Erf", "HardSwish", "LeakyRelu", "HardSigmoid", "Clip", "Pow", "Identity",
-        "Dropout", "Cast",
+        "Dropout", "Cast", "Gather", "Concat", "Where", "LSTM", "GRU", "Squeeze",
+        "Unsqueeze",
     };
     for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++)
         if (!strcmp(ops[k], op))

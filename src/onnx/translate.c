@@ -38,6 +38,14 @@ tvalue *xl_add(xl *x, const char *name)
     return v;
 }
 
+bool xl_has_seq(xl *x)
+{
+    for (int k = 0; k < x->nv; k++)
+        if (x->v[k].input && x->v[k].seq)
+            return true;
+    return false;
+}
+
 int xl_uses(xl *x, const char *name)
 {
     int n = 0;
@@ -107,9 +115,59 @@ void xl_node_layer_name(xl *x, const onnx_node *n, const char *weight, char out[
     xl_layer_name(x, base, out);
 }
 
+/* The dynamic value that layer or input `src` gives, or NULL. */
+static const tvalue *source(xl *x, const char *src)
+{
+    for (int k = 0; src && k < x->nv; k++)
+        if (!x->v[k].c && x->v[k].src && !strcmp(x->v[k].src, src))
+            return &x->v[k];
+    return NULL;
+}
+
+static bool has_axis0(json_t *list)
+{
+    size_t i;
+    json_t *a;
+    json_array_foreach(list, i, a)
+        if (json_integer_value(a) == 0)
+            return true;
+    return false;
+}
+
+/* Whether layer l, of output shape d, keeps the time axis of its sequence
+ * source (t positions) as its own first axis, as layer_seq.c rules: not
+ * when it pools, reduces, slices, concatenates or moves that axis. The
+ * engine refuses the layers that would mix positions; this says where
+ * the time axis is for the translations that need to know. */
+static bool keeps_time(json_t *l, const char *type, int nd, const int64_t *d, int64_t t)
+{
+    static const char *const ends[] = { "seq_pool", "flatten", "global_avgpool2d", "matmul" };
+    for (size_t k = 0; k < sizeof(ends) / sizeof(ends[0]); k++)
+        if (!strcmp(type, ends[k]))
+            return false;
+    json_t *ret = json_object_get(l, "return"), *perm = json_object_get(l, "perm");
+    json_t *axis = json_object_get(l, "axis");
+    if (ret && !strcmp(json_string_value(ret) ? json_string_value(ret) : "", "last"))
+        return false;
+    if (perm && json_integer_value(json_array_get(perm, 0)) != 0)
+        return false;
+    if (!strncmp(type, "reduce_", 7) && has_axis0(axis))
+        return false;
+    if ((!strcmp(type, "slice") || !strcmp(type, "concat")) && json_integer_value(axis) == 0)
+        return false;
+    return nd >= 1 && d[0] == t;
+}
+
 dl_status xl_emit(xl *x, json_t *l, const char *lname, const char *const *srcs, int nsrc,
                   tvalue *out, int nd, const int64_t *d)
 {
+    const tvalue *seq = NULL;
+    for (int k = 0; k < nsrc && !seq; k++)
+        if ((seq = source(x, srcs[k])) && !seq->seq)
+            seq = NULL;
+    const char *type = json_string_value(json_object_get(l, "type"));
+    /* the time's length: a channels-first view holds it last */
+    bool keeps = seq && type && keeps_time(l, type, nd, d, seq->d[seq->cf ? 1 : 0]);
     json_t *in = json_array(), *named = json_pack("{s:s,s:s?}", "name", lname, "type",
                                                   json_string_value(json_object_get(l, "type")));
     for (int k = 0; in && k < nsrc; k++)
@@ -134,6 +192,7 @@ dl_status xl_emit(xl *x, json_t *l, const char *lname, const char *const *srcs, 
     out->c = NULL;
     out->src = name;
     out->nd = nd;
+    out->seq = keeps;
     memcpy(out->d, d, (size_t)nd * sizeof(*d));
     return DL_OK;
 }
