@@ -55,16 +55,20 @@ static void tensor_msg(dl_sbuf *t, const char *name, int dtype, int ndim, const 
     pb_bytes(t, TENSOR_RAW_DATA, raw, nbytes);
 }
 
-/* ValueInfoProto of a graph input or output: ["batch", shape...]. */
+/* ValueInfoProto of a graph input or output: ["batch", shape...], the
+ * first dimension of the shape symbolic (`time`) when not NULL. */
 static void value_info(dl_sbuf *g, int field, const char *name, int dtype, int nd,
-                       const int64_t *shape)
+                       const int64_t *shape, const char *time)
 {
     dl_sbuf dims = {0}, ttype = {0}, type = {0}, vi = {0}, dim = {0};
     pb_str(&dim, DIM_PARAM, "batch");
     pb_msg(&dims, SHAPE_DIM, &dim);
     for (int k = 0; k < nd; k++) {
         dl_sbuf_free(&dim);
-        pb_int(&dim, DIM_VALUE, shape[k]);
+        if (k == 0 && time)
+            pb_str(&dim, DIM_PARAM, time);
+        else
+            pb_int(&dim, DIM_VALUE, shape[k]);
         pb_msg(&dims, SHAPE_DIM, &dim);
     }
     pb_int(&ttype, TTYPE_ELEM_TYPE, dtype);
@@ -226,12 +230,15 @@ static void expand_to_batch(exporter *e, const char *x, int nd, const char *pref
 
 /* ---- inputs: ids as INT64, scaling ----------------------------------------- */
 
+/* A text (BYTES) input is the ids its tokenizer gives: INT64 over the
+ * time axis (the tokenizer stays dlserve's, named in the metadata). */
 static int input_dtype(dl_in_type t)
 {
     switch (t) {
     case DL_IN_UINT8: return DT_UINT8;
     case DL_IN_INT32: return DT_INT32;
-    case DL_IN_INT64: return DT_INT64;
+    case DL_IN_INT64:
+    case DL_IN_BYTES: return DT_INT64;
     default:          return DT_FLOAT;
     }
 }
@@ -243,7 +250,7 @@ static void emit_input(exporter *e, int k)
     const dl_input_conf *in = &e->conf->inputs[k];
     char *cur = e->tname[k], next[TNAME_MAX];
     dl_strlcpy(cur, in->name, TNAME_MAX);
-    if (in->dtype != DL_IN_FP32 && in->dtype != DL_IN_INT64) {
+    if (in->dtype != DL_IN_FP32 && input_dtype(in->dtype) != DT_INT64) {
         dl_sbuf n;
         node_begin(&n, "Cast", 1, (const char *const *)&cur, sub_name(next, in->name, "int64"));
         attr_int(&n, "to", DT_INT64);
@@ -276,6 +283,7 @@ typedef struct lctx {
     const char *in[DL_LAYER_MAX_IN];
     int         in_nd[DL_LAYER_MAX_IN];
     bool        in_one[DL_LAYER_MAX_IN];   /* of 1 for a batch: a constant's */
+    bool        in_seq[DL_LAYER_MAX_IN];   /* a sequence: its axis 1 is the time */
     const char *out;
     int         out_nd;
     const int64_t *out_d;
@@ -370,11 +378,14 @@ static void emit_batchnorm(exporter *e, const lctx *c)
     node_end(e, &n);
 }
 
-/* flatten, reshape: Reshape to [0 (the batch), per-sample shape...]. */
+/* flatten, reshape: Reshape to [0 (the batch), per-sample shape...]; over
+ * a sequence, the time axis (kept first) copied too. */
 static void emit_reshape(exporter *e, const lctx *c)
 {
     int64_t shape[DL_MAX_DIMS + 1] = { 0 };
     memcpy(shape + 1, c->out_d, (size_t)c->out_nd * sizeof(*shape));
+    if (c->in_seq[0])
+        shape[1] = 0;
     char sn[TNAME_MAX];
     const_ints(e, sub_name(sn, c->l->name, "shape"), shape, c->out_nd + 1);
     op2(e, "Reshape", c->in[0], sn, c->out);
@@ -607,31 +618,53 @@ static void emit_silu(exporter *e, const lctx *c)
     op2(e, "Mul", c->in[0], s, c->out);
 }
 
-/* sdpa: as PyTorch writes nn.MultiheadAttention's self-attention (which
- * the importer fuses back): the projection sliced into q, k and v, each
- * reshaped to [batch, T, H, d] and transposed to heads first (k to
- * [batch, H, d, T]), q scaled, softmax(q k) v (a causal mask added to the
- * scores), then the heads back side by side. */
-static dl_status emit_sdpa(exporter *e, const lctx *c, dl_err *err)
+/* [T] of a sequence tensor x ([batch, T, ...]): Shape's axis 1, as
+ * "<prefix>/<what>". */
+static const char *time_dim(exporter *e, const char *x, const char *prefix, const char *what,
+                            char *buf)
 {
-    const dl_layer_conf *l = c->l;
-    const char *p = l->name;
-    int64_t t = c->out_d[0], w = c->out_d[1], h = l->heads, d = w / h;
-    float scale = l->scale > 0.0f ? l->scale : 1.0f / sqrtf((float)d);
+    dl_sbuf n;
+    node_begin(&n, "Shape", 1, &x, sub_name(buf, prefix, what));
+    attr_int(&n, "start", 1);
+    attr_int(&n, "end", 2);
+    node_end(e, &n);
+    return buf;
+}
+
+/* The attention nodes of sdpa and attention: as PyTorch writes
+ * nn.MultiheadAttention's self-attention (which the importer fuses
+ * back): the projection proj ([batch, T, 3E], each position's q, k and
+ * v) sliced into q, k and v, each reshaped to [batch, T, H, d] and
+ * transposed to heads first (k to [batch, H, d, T]), q scaled, softmax(q
+ * k) v (a causal mask added to the scores: over a sequence its first T
+ * rows and columns), then the heads back side by side into out. */
+typedef struct sdpa_geom {
+    const char *p;                  /* names' prefix: the layer */
+    int64_t     w, heads;           /* E, H */
+    float       scale;
+    bool        causal, seq;
+    int64_t     t;                  /* positions, or a sequence's capacity */
+} sdpa_geom;
+
+static dl_status sdpa_nodes(exporter *e, const sdpa_geom *sg, const char *proj,
+                            const char *out, dl_err *err)
+{
+    const char *p = sg->p;
+    int64_t t = sg->t, w = sg->w, h = sg->heads, d = w / h;
     static const char *const part[3] = { "q", "k", "v" };
     char head[3][TNAME_MAX], buf[TNAME_MAX], a[TNAME_MAX], b[TNAME_MAX], shape[TNAME_MAX];
-    int64_t split_shape[4] = { 0, t, h, d }, axis = 2, step = 1;
+    int64_t split_shape[4] = { 0, 0, h, d }, axis = 2, step = 1;
     const_ints(e, sub_name(shape, p, "head_shape"), split_shape, 4);
     const_ints(e, sub_name(a, p, "axes"), &axis, 1);
     const_ints(e, sub_name(b, p, "steps"), &step, 1);
     for (int k = 0; k < 3; k++) {
-        char s[TNAME_MAX], en[TNAME_MAX], sl[TNAME_MAX], rs[TNAME_MAX], w2[32];
+        char st[TNAME_MAX], en[TNAME_MAX], sl[TNAME_MAX], rs[TNAME_MAX], w2[32];
         int64_t start = k * w, end = (k + 1) * w;
         snprintf(w2, sizeof(w2), "%s_start", part[k]);
-        const_ints(e, sub_name(s, p, w2), &start, 1);
+        const_ints(e, sub_name(st, p, w2), &start, 1);
         snprintf(w2, sizeof(w2), "%s_end", part[k]);
         const_ints(e, sub_name(en, p, w2), &end, 1);
-        op(e, "Slice", 5, (const char *const[]){ c->in[0], s, en, a, b }, sub_name(sl, p, part[k]));
+        op(e, "Slice", 5, (const char *const[]){ proj, st, en, a, b }, sub_name(sl, p, part[k]));
         snprintf(w2, sizeof(w2), "%s_split", part[k]);
         op2(e, "Reshape", sl, shape, sub_name(rs, p, w2));
         int64_t perm[4] = { 0, 2, k == 1 ? 3 : 1, k == 1 ? 1 : 3 };
@@ -642,9 +675,9 @@ static dl_status emit_sdpa(exporter *e, const lctx *c, dl_err *err)
         node_end(e, &n);
     }
     char qs[TNAME_MAX], sc[TNAME_MAX], pr[TNAME_MAX], o[TNAME_MAX], ot[TNAME_MAX];
-    op_const(e, "Mul", head[0], scale, p, "scale", sub_name(qs, p, "q_scaled"));
+    op_const(e, "Mul", head[0], sg->scale, p, "scale", sub_name(qs, p, "q_scaled"));
     op2(e, "MatMul", qs, head[1], sub_name(sc, p, "scores"));
-    if (l->causal) {
+    if (sg->causal) {
         float *mask = calloc((size_t)(t * t), sizeof(float));
         int64_t dims[2] = { t, t };
         if (!mask)
@@ -655,6 +688,21 @@ static dl_status emit_sdpa(exporter *e, const lctx *c, dl_err *err)
         constant(e, sub_name(buf, p, "causal_mask"), DT_FLOAT, 2, dims, mask,
                  (size_t)(t * t) * sizeof(float));
         free(mask);
+        if (sg->seq) {              /* the mask's first T rows and columns */
+            char td[TNAME_MAX], ends[TNAME_MAX], st[TNAME_MAX], ax[TNAME_MAX], cut[TNAME_MAX];
+            const int64_t zeros[2] = { 0, 0 }, axes[2] = { 0, 1 };
+            time_dim(e, proj, p, "time", td);
+            dl_sbuf n;
+            node_begin(&n, "Concat", 2, (const char *const[]){ td, td },
+                       sub_name(ends, p, "mask_ends"));
+            attr_int(&n, "axis", 0);
+            node_end(e, &n);
+            const_ints(e, sub_name(st, p, "mask_starts"), zeros, 2);
+            const_ints(e, sub_name(ax, p, "mask_axes"), axes, 2);
+            op(e, "Slice", 4, (const char *const[]){ buf, st, ends, ax },
+               sub_name(cut, p, "causal_mask_t"));
+            strcpy(buf, cut);
+        }
         char masked[TNAME_MAX];
         op2(e, "Add", sc, buf, sub_name(masked, p, "scores_masked"));
         strcpy(sc, masked);
@@ -664,13 +712,280 @@ static dl_status emit_sdpa(exporter *e, const lctx *c, dl_err *err)
     attr_int(&n, "axis", -1);
     node_end(e, &n);
     op2(e, "MatMul", pr, head[2], sub_name(o, p, "heads_out"));
-    int64_t perm[4] = { 0, 2, 1, 3 }, out_shape[3] = { 0, t, w };
+    int64_t perm[4] = { 0, 2, 1, 3 }, out_shape[3] = { 0, 0, w };
     node_begin(&n, "Transpose", 1, (const char *const[]){ o }, sub_name(ot, p, "heads_back"));
     attr_ints(&n, "perm", perm, 4);
     node_end(e, &n);
     const_ints(e, sub_name(buf, p, "out_shape"), out_shape, 3);
-    op2(e, "Reshape", ot, buf, c->out);
+    op2(e, "Reshape", ot, buf, out);
     return DL_OK;
+}
+
+static dl_status emit_sdpa(exporter *e, const lctx *c, dl_err *err)
+{
+    const dl_layer_conf *l = c->l;
+    int64_t w = c->out_d[1];
+    sdpa_geom sg = { .p = l->name, .w = w, .heads = l->heads, .causal = l->causal,
+                     .seq = c->in_seq[0], .t = c->out_d[0],
+                     .scale = l->scale > 0.0f ? l->scale : 1.0f / sqrtf((float)(w / l->heads)) };
+    return sdpa_nodes(e, &sg, c->in[0], c->out, err);
+}
+
+/* y = x W^T (+ b) over [batch, ..., in] for the parameters "<layer>.<w>"
+ * and "<layer>.<b>" (b NULL: none). */
+static void linear(exporter *e, const lctx *c, const char *x, const char *w, const char *b,
+                   const char *what, const char *out)
+{
+    char wn[TNAME_MAX], wt[TNAME_MAX], bn[TNAME_MAX], mm[TNAME_MAX], tw[32];
+    const int64_t perm[2] = { 1, 0 };
+    snprintf(tw, sizeof(tw), "%s_t", what);
+    dl_sbuf n;
+    node_begin(&n, "Transpose", 1, (const char *const[]){ param(wn, c, w) },
+               sub_name(wt, c->l->name, tw));
+    attr_ints(&n, "perm", perm, 2);
+    node_end(e, &n);
+    snprintf(tw, sizeof(tw), "%s_matmul", what);
+    op2(e, "MatMul", x, wt, b ? sub_name(mm, c->l->name, tw) : out);
+    if (b)
+        op2(e, "Add", mm, param(bn, c, b), out);
+}
+
+/* attention (self-attention, one input): nn.MultiheadAttention as PyTorch
+ * writes it: the in_proj, the heads (sdpa_nodes), the out_proj. Over a
+ * sequence, a batch of samples of one length (no key padding mask). */
+static dl_status emit_attention(exporter *e, const lctx *c, dl_err *err)
+{
+    const dl_layer_conf *l = c->l;
+    if (l->nsrc != 1)
+        return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (attention) of a query and keys: "
+                          "only self-attention (one input) has an ONNX form", l->name);
+    char proj[TNAME_MAX], att[TNAME_MAX];
+    int64_t w = c->out_d[1];
+    linear(e, c, c->in[0], "in_proj_weight", l->bias ? "in_proj_bias" : NULL, "in_proj",
+           sub_name(proj, l->name, "in_proj"));
+    sdpa_geom sg = { .p = l->name, .w = w, .heads = l->heads, .causal = l->causal,
+                     .seq = c->in_seq[0], .t = c->out_d[0],
+                     .scale = 1.0f / sqrtf((float)(w / l->heads)) };
+    dl_status st = sdpa_nodes(e, &sg, proj, sub_name(att, l->name, "heads"), err);
+    if (st == DL_OK)
+        linear(e, c, att, "out_proj.weight", l->bias ? "out_proj.bias" : NULL, "out_proj",
+               c->out);
+    return st;
+}
+
+/* pos_embedding: x + the weight's first T rows. */
+static void emit_pos_embedding(exporter *e, const lctx *c)
+{
+    const char *p = c->l->name;
+    char td[TNAME_MAX], zero[TNAME_MAX], w[TNAME_MAX], rows[TNAME_MAX];
+    const int64_t z = 0;
+    if (c->in_seq[0])
+        time_dim(e, c->in[0], p, "time", td);
+    else
+        const_ints(e, sub_name(td, p, "time"), &c->out_d[0], 1);
+    const_ints(e, sub_name(zero, p, "zero"), &z, 1);
+    op(e, "Slice", 4, (const char *const[]){ param(w, c, "weight"), zero, td, zero },
+       sub_name(rows, p, "rows"));
+    op2(e, "Add", c->in[0], rows, c->out);
+}
+
+/* seq_pool over the time axis (axis 1): ReduceMean, ReduceMax, ReduceSum,
+ * or the last position (Gather -1): over samples of one length. */
+static void emit_seq_pool(exporter *e, const lctx *c)
+{
+    const char *p = c->l->name;
+    const int64_t axis = 1, last = -1;
+    char an[TNAME_MAX];
+    dl_sbuf n;
+    switch (c->l->pool) {
+    case DL_SEQ_POOL_SUM:
+        const_ints(e, sub_name(an, p, "axes"), &axis, 1);
+        node_begin(&n, "ReduceSum", 2, (const char *const[]){ c->in[0], an }, c->out);
+        break;
+    case DL_SEQ_POOL_LAST:
+        constant(e, sub_name(an, p, "last"), DT_INT64, 0, NULL, &last, sizeof(last));
+        node_begin(&n, "Gather", 2, (const char *const[]){ c->in[0], an }, c->out);
+        attr_int(&n, "axis", 1);
+        node_end(e, &n);
+        return;
+    default:
+        node_begin(&n, c->l->pool == DL_SEQ_POOL_MAX ? "ReduceMax" : "ReduceMean", 1, c->in,
+                   c->out);
+        attr_ints(&n, "axes", &axis, 1);
+    }
+    attr_int(&n, "keepdims", 0);
+    node_end(e, &n);
+}
+
+/* ---- lstm and gru: ONNX's LSTM and GRU ---------------------------------------
+ * dlserve's layers keep PyTorch's parameters (weight_ih_l<k>, ...); the
+ * graph slices their gates into ONNX's order (LSTM i, o, f, c; GRU z, r,
+ * h) and stacks the directions: the initializers stay the safetensors
+ * tensors. [batch, T, D] is transposed to ONNX's [T, batch, D], each
+ * level one node; Y back to [batch, T, dirs * H] or Y_h of the top level
+ * to [batch, dirs * H]. No sequence_lens: a batch of samples of one
+ * length. */
+
+/* ONNX's gate j is PyTorch's gate onnx_src[j]. */
+static const int lstm_src[4] = { 0, 3, 1, 2 }, gru_src[3] = { 1, 0, 2 };
+
+/* Parameter `name` ([G*H, cols] or [G*H]) with its gates in ONNX's order,
+ * as "<prefix>/<what>". */
+static const char *gates_onnx(exporter *e, const lctx *c, const char *name, int g, int64_t h,
+                              const char *what, char *out)
+{
+    const int *src = g == 4 ? lstm_src : gru_src;
+    char pn[TNAME_MAX], parts[4][TNAME_MAX], ax[TNAME_MAX], w2[32];
+    const int64_t zero = 0;
+    const char *ins[4];
+    snprintf(w2, sizeof(w2), "%s_axis", what);
+    const_ints(e, sub_name(ax, c->l->name, w2), &zero, 1);
+    for (int j = 0; j < g; j++) {
+        char st[TNAME_MAX], en[TNAME_MAX];
+        int64_t lo = src[j] * h, hi = lo + h;
+        snprintf(w2, sizeof(w2), "%s_g%d_start", what, j);
+        const_ints(e, sub_name(st, c->l->name, w2), &lo, 1);
+        snprintf(w2, sizeof(w2), "%s_g%d_end", what, j);
+        const_ints(e, sub_name(en, c->l->name, w2), &hi, 1);
+        snprintf(w2, sizeof(w2), "%s_g%d", what, j);
+        op(e, "Slice", 4, (const char *const[]){ param(pn, c, name), st, en, ax },
+           sub_name(parts[j], c->l->name, w2));
+        ins[j] = parts[j];
+    }
+    dl_sbuf n;
+    node_begin(&n, "Concat", g, ins, sub_name(out, c->l->name, what));
+    attr_int(&n, "axis", 0);
+    node_end(e, &n);
+    return out;
+}
+
+/* W, R or B (kind 0, 1, 2) of level k: [dirs, ...] in ONNX's layout. */
+static const char *rnn_input(exporter *e, const lctx *c, int kind, int k, char *out)
+{
+    const dl_layer_conf *l = c->l;
+    int g = l->type == DL_LAYER_LSTM ? 4 : 3, dirs = l->bidirectional ? 2 : 1;
+    static const char *const what[3] = { "W", "R", "B" };
+    char dir_in[2][TNAME_MAX], ax[TNAME_MAX], w2[32];
+    const int64_t zero = 0;
+    snprintf(w2, sizeof(w2), "l%d_%s_axis0", k, what[kind]);
+    const_ints(e, sub_name(ax, l->name, w2), &zero, 1);
+    for (int d = 0; d < dirs; d++) {
+        const char *sfx = d ? "_reverse" : "", *dn = d ? "rev" : "fwd";
+        char name[64], a[TNAME_MAX], b[TNAME_MAX], flat[TNAME_MAX];
+        const char *vec;
+        if (kind < 2) {
+            snprintf(name, sizeof(name), "weight_%s_l%d%s", kind ? "hh" : "ih", k, sfx);
+            snprintf(w2, sizeof(w2), "l%d_%s_%s", k, what[kind], dn);
+            vec = gates_onnx(e, c, name, g, l->hidden, w2, flat);
+        } else {            /* B: the input biases, then the hidden ones */
+            snprintf(name, sizeof(name), "bias_ih_l%d%s", k, sfx);
+            snprintf(w2, sizeof(w2), "l%d_Bi_%s", k, dn);
+            gates_onnx(e, c, name, g, l->hidden, w2, a);
+            snprintf(name, sizeof(name), "bias_hh_l%d%s", k, sfx);
+            snprintf(w2, sizeof(w2), "l%d_Bh_%s", k, dn);
+            gates_onnx(e, c, name, g, l->hidden, w2, b);
+            snprintf(w2, sizeof(w2), "l%d_B_%s", k, dn);
+            dl_sbuf n;
+            node_begin(&n, "Concat", 2, (const char *const[]){ a, b },
+                       sub_name(flat, l->name, w2));
+            attr_int(&n, "axis", 0);
+            node_end(e, &n);
+            vec = flat;
+        }
+        snprintf(w2, sizeof(w2), "l%d_%s_%s_dir", k, what[kind], dn);
+        op2(e, "Unsqueeze", vec, ax, sub_name(dir_in[d], l->name, w2));
+    }
+    snprintf(w2, sizeof(w2), "l%d_%s", k, what[kind]);
+    if (dirs == 1) {
+        op1(e, "Identity", dir_in[0], sub_name(out, l->name, w2));
+        return out;
+    }
+    dl_sbuf n;
+    node_begin(&n, "Concat", 2, (const char *const[]){ dir_in[0], dir_in[1] },
+               sub_name(out, l->name, w2));
+    attr_int(&n, "axis", 0);
+    node_end(e, &n);
+    return out;
+}
+
+static void emit_rnn(exporter *e, const lctx *c)
+{
+    const dl_layer_conf *l = c->l;
+    bool lstm = l->type == DL_LAYER_LSTM;
+    const char *p = l->name;
+    char x[TNAME_MAX], y[TNAME_MAX], yh[TNAME_MAX], tr[TNAME_MAX], sh[TNAME_MAX], w2[32];
+    const int64_t tb[3] = { 1, 0, 2 }, ybd[4] = { 0, 2, 1, 3 }, merge[3] = { 0, 0, -1 },
+                  flat[2] = { 0, -1 };
+    dl_sbuf n;
+    node_begin(&n, "Transpose", 1, c->in, sub_name(x, p, "time_major"));
+    attr_ints(&n, "perm", tb, 3);
+    node_end(e, &n);
+    const_ints(e, sub_name(sh, p, "merge_dirs"), merge, 3);
+    for (int k = 0; k < l->num_layers; k++) {
+        bool top = k == l->num_layers - 1;
+        char wn[TNAME_MAX], rn[TNAME_MAX], bn[TNAME_MAX];
+        const char *ins[4] = { x, rnn_input(e, c, 0, k, wn), rnn_input(e, c, 1, k, rn),
+                               l->bias ? rnn_input(e, c, 2, k, bn) : "" };
+        snprintf(w2, sizeof(w2), "l%d_Y", k);
+        sub_name(y, p, w2);
+        snprintf(w2, sizeof(w2), "l%d_Y_h", k);
+        sub_name(yh, p, w2);
+        node_begin(&n, lstm ? "LSTM" : "GRU", l->bias ? 4 : 3, ins, y);
+        if (top && !l->ret_seq)
+            pb_str(&n, NODE_OUTPUT, yh);
+        attr_int(&n, "hidden_size", l->hidden);
+        if (l->bidirectional) {
+            dl_sbuf a = {0};
+            pb_str(&a, ATTR_NAME, "direction");
+            pb_str(&a, ATTR_S, "bidirectional");
+            pb_int(&a, ATTR_TYPE, ATTR_TYPE_STRING);
+            pb_msg(&n, NODE_ATTRIBUTE, &a);
+            dl_sbuf_free(&a);
+        }
+        if (!lstm)
+            attr_int(&n, "linear_before_reset", 1);
+        node_end(e, &n);
+        if (top && !l->ret_seq)
+            break;
+        /* Y [T, dirs, batch, H] -> [T, batch, dirs * H] */
+        snprintf(w2, sizeof(w2), "l%d_Y_t", k);
+        node_begin(&n, "Transpose", 1, (const char *const[]){ y }, sub_name(tr, p, w2));
+        attr_ints(&n, "perm", ybd, 4);
+        node_end(e, &n);
+        snprintf(w2, sizeof(w2), "l%d_out", k);
+        op2(e, "Reshape", tr, sh, sub_name(x, p, w2));
+    }
+    if (l->ret_seq) {
+        node_begin(&n, "Transpose", 1, (const char *const[]){ x }, c->out);
+        attr_ints(&n, "perm", tb, 3);
+        node_end(e, &n);
+        return;
+    }
+    /* Y_h [dirs, batch, H] -> [batch, dirs * H] */
+    node_begin(&n, "Transpose", 1, (const char *const[]){ yh }, sub_name(tr, p, "Y_h_t"));
+    attr_ints(&n, "perm", tb, 3);
+    node_end(e, &n);
+    const_ints(e, sub_name(sh, p, "flat"), flat, 2);
+    op2(e, "Reshape", tr, sh, c->out);
+}
+
+/* conv1d over a sequence, channels last ([T, D] a sample): Conv between
+ * transposes to ONNX's channels first. */
+static void emit_conv_seq(exporter *e, const lctx *c)
+{
+    char cf[TNAME_MAX], co[TNAME_MAX];
+    const int64_t perm[3] = { 0, 2, 1 };
+    dl_sbuf n;
+    node_begin(&n, "Transpose", 1, c->in, sub_name(cf, c->l->name, "channels_first"));
+    attr_ints(&n, "perm", perm, 3);
+    node_end(e, &n);
+    lctx cc = *c;
+    cc.in[0] = cf;
+    cc.out = sub_name(co, c->l->name, "conv");
+    emit_conv(e, &cc);
+    node_begin(&n, "Transpose", 1, (const char *const[]){ co }, c->out);
+    attr_ints(&n, "perm", perm, 3);
+    node_end(e, &n);
 }
 
 /* The nodes of one layer, ending in c->out. */
@@ -678,8 +993,8 @@ static dl_status emit_layer(exporter *e, const lctx *c, dl_err *err)
 {
     switch (c->l->type) {
     case DL_LAYER_DENSE:            emit_dense(e, c); break;
-    case DL_LAYER_CONV2D:
-    case DL_LAYER_CONV1D:           emit_conv(e, c); break;
+    case DL_LAYER_CONV2D:           emit_conv(e, c); break;
+    case DL_LAYER_CONV1D:           c->in_seq[0] ? emit_conv_seq(e, c) : emit_conv(e, c); break;
     case DL_LAYER_MAXPOOL2D:
     case DL_LAYER_AVGPOOL2D:
     case DL_LAYER_MAXPOOL1D:        emit_pool(e, c); break;
@@ -719,6 +1034,13 @@ static dl_status emit_layer(exporter *e, const lctx *c, dl_err *err)
     case DL_LAYER_SLICE:            emit_slice(e, c); break;
     case DL_LAYER_CONSTANT:         emit_constant(e, c); break;
     case DL_LAYER_SDPA:             return emit_sdpa(e, c, err);
+    case DL_LAYER_ATTENTION:        return emit_attention(e, c, err);
+    case DL_LAYER_LSTM:
+    case DL_LAYER_GRU:              emit_rnn(e, c); break;
+    case DL_LAYER_POS_EMBEDDING:    emit_pos_embedding(e, c); break;
+    case DL_LAYER_SEQ_POOL:         emit_seq_pool(e, c); break;
+    /* a crf output: its tag scores; decoding (Viterbi) is dlserve's */
+    case DL_LAYER_CRF:              op1(e, "Identity", c->in[0], c->out); break;
     default:
         return dl_err_set(err, DL_ERR_INVALID, "layer '%s' (%s) has no ONNX form",
                           c->l->name, dl_layer_type_name(c->l->type));
@@ -776,6 +1098,7 @@ static dl_status emit_layer_at(exporter *e, int i, dl_err *err)
         c.in[k] = e->tname[s];
         c.in_nd[k] = e->nd[s];
         c.in_one[k] = e->one[s];
+        c.in_seq[k] = conf->tseq[s] >= 0;
         e->one[t] &= e->one[s];
     }
     layer_tensor_name(e, i);
@@ -825,15 +1148,32 @@ static void emit_initializers(exporter *e)
     }
 }
 
+/* A sequence's time axis: "time" when the model has one sequence input,
+ * "<input>_time" when several (their lengths differ). */
+static const char *time_name(const exporter *e, int t, char *buf)
+{
+    int s = e->conf->tseq[t], nseq = 0;
+    if (s < 0)
+        return NULL;
+    for (int k = 0; k < e->conf->ninputs; k++)
+        nseq += e->conf->inputs[k].max_length > 0;
+    if (nseq == 1)
+        return "time";
+    snprintf(buf, TNAME_MAX, "%s_time", e->conf->inputs[s].name);
+    return buf;
+}
+
 static void emit_io(exporter *e)
 {
     const dl_model_conf *conf = e->conf;
+    char tb[TNAME_MAX];
     for (int k = 0; k < conf->ninputs; k++)
         value_info(&e->graph, GRAPH_INPUT, conf->inputs[k].name,
-                   input_dtype(conf->inputs[k].dtype), e->nd[k], e->d[k]);
+                   input_dtype(conf->inputs[k].dtype), e->nd[k], e->d[k], time_name(e, k, tb));
     for (int k = 0; k < conf->noutputs; k++) {
         int t = conf->ninputs + conf->outputs[k].from;
-        value_info(&e->graph, GRAPH_OUTPUT, conf->outputs[k].name, DT_FLOAT, e->nd[t], e->d[t]);
+        value_info(&e->graph, GRAPH_OUTPUT, conf->outputs[k].name, DT_FLOAT, e->nd[t], e->d[t],
+                   time_name(e, t, tb));
     }
 }
 
@@ -858,19 +1198,42 @@ static dl_status build_graph(exporter *e, dl_err *err)
 static const char *loss_name(dl_loss l)
 {
     switch (l) {
-    case DL_LOSS_MSE: return "mse";
-    case DL_LOSS_BCE: return "bce_with_logits";
-    default:          return "softmax_cross_entropy";
+    case DL_LOSS_MSE:        return "mse";
+    case DL_LOSS_BCE:        return "bce_with_logits";
+    case DL_LOSS_CRF:        return "crf";
+    case DL_LOSS_NEXT_TOKEN: return "next_token";
+    default:                 return "softmax_cross_entropy";
     }
 }
 
-/* metadata "dlserve.model": {"name", "outputs": [{"name", "loss", "weight", "labels"}]}:
+/* metadata "dlserve.model": {"name", "inputs": [{"name", "max_length",
+ * "datatype", "tokenizer"}] (the sequence inputs; a text input's
+ * tokenizer), "outputs": [{"name", "loss", "weight", "labels", "of"}]}:
  * what an import needs to train and evaluate as the model did. */
 static void model_json(const dl_model_conf *conf, dl_sbuf *j)
 {
     dl_sbuf_add(j, "{\"name\":", 8);
     dl_sbuf_json_string(j, conf->name);
-    dl_sbuf_printf(j, ",\"outputs\":[");
+    dl_sbuf_printf(j, ",\"inputs\":[");
+    for (int k = 0, n = 0; k < conf->ninputs; k++) {
+        const dl_input_conf *in = &conf->inputs[k];
+        if (!in->max_length)
+            continue;
+        dl_sbuf_printf(j, "%s{\"name\":", n++ ? "," : "");
+        dl_sbuf_json_string(j, in->name);
+        dl_sbuf_printf(j, ",\"max_length\":%lld", (long long)in->max_length);
+        if (in->tok.kind == DL_TOK_BYTES)
+            dl_sbuf_printf(j, ",\"datatype\":\"BYTES\",\"tokenizer\":{\"type\":\"bytes\"}");
+        else if (in->tok.kind == DL_TOK_WORDS) {   /* the vocabulary: its file's name */
+            const char *slash = strrchr(in->tok.vocab, '/');
+            dl_sbuf_printf(j, ",\"datatype\":\"BYTES\",\"tokenizer\":{\"type\":\"words\","
+                           "\"vocab\":");
+            dl_sbuf_json_string(j, slash ? slash + 1 : in->tok.vocab);
+            dl_sbuf_printf(j, ",\"lowercase\":%s}", in->tok.lowercase ? "true" : "false");
+        }
+        dl_sbuf_putc(j, '}');
+    }
+    dl_sbuf_printf(j, "],\"outputs\":[");
     for (int k = 0; k < conf->noutputs; k++) {
         const dl_output_conf *o = &conf->outputs[k];
         dl_sbuf_printf(j, "%s{\"name\":", k ? "," : "");
@@ -884,7 +1247,12 @@ static void model_json(const dl_model_conf *conf, dl_sbuf *j)
                 dl_sbuf_putc(j, ',');
             dl_sbuf_json_string(j, o->labels[q]);
         }
-        dl_sbuf_printf(j, "]}");
+        dl_sbuf_putc(j, ']');
+        if (o->loss == DL_LOSS_NEXT_TOKEN) {
+            dl_sbuf_printf(j, ",\"of\":");
+            dl_sbuf_json_string(j, conf->inputs[o->of].name);
+        }
+        dl_sbuf_putc(j, '}');
     }
     dl_sbuf_printf(j, "]}");
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """onnx_eval.py: a small evaluator of ONNX graphs (opset 17) for the tests,
 written on torch from the ONNX operator specification, independently of
-dlserve's code: the operators that `dlserve --export` writes, nothing more.
+dlserve's code: the operators that `dlserve --export` writes, nothing more
+(LSTM and GRU step by step, a sample at a time).
 
     import onnx_eval
     outs = onnx_eval.run(onnx.load(path), {"input": array})   # name -> numpy
@@ -145,6 +146,70 @@ def op_reducesum(n, a, x):
     return x[0].sum(dim=reduce_axes(x[0], axes), keepdim=bool(a.get("keepdims", 1)))
 
 
+def op_reducemax(n, a, x):
+    axes = reduce_axes(x[0], a.get("axes"))
+    return torch.amax(x[0], dim=axes, keepdim=bool(a.get("keepdims", 1)))
+
+
+def rnn_inputs(n, a, x, gates):
+    """LSTM and GRU (opset 14, layout 0): X [T, B, I], W [D, G*H, I], R [D,
+    G*H, H], B [D, 2*G*H] or zeros, sequence_lens [B] or T each, initial
+    states [D, B, H] or zeros; the default activations only."""
+    need(a.get("layout", 0) == 0, n, "layout 1")
+    need("activations" not in a and "clip" not in a, n, "activations or clip")
+    X, W, R = x[0], x[1], x[2]
+    t, b = X.shape[0], X.shape[1]
+    d, h = W.shape[0], a["hidden_size"]
+    direction = a.get("direction", b"forward")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    need(d == (2 if direction == "bidirectional" else 1), n, "direction")
+    B = x[3] if len(x) > 3 and x[3] is not None else torch.zeros(d, 2 * gates * h)
+    lens = x[4] if len(x) > 4 and x[4] is not None else torch.full([b], t)
+    zero = torch.zeros(d, b, h)
+    h0 = x[5] if len(x) > 5 and x[5] is not None else zero
+    c0 = x[6] if len(x) > 6 and x[6] is not None else zero
+    return X, W, R, B, [int(v) for v in lens], h0, c0, direction, t, b, d, h
+
+
+def op_rnn(n, a, x):
+    """LSTM (gates i, o, f, c) and GRU (z, r, h; linear_before_reset as
+    given) over each sample's sequence_lens steps: Y zero past them, Y_h
+    (and Y_c) the states after the last step of each direction."""
+    lstm = n.op_type == "LSTM"
+    g = 4 if lstm else 3
+    X, W, R, B, lens, h0, c0, direction, t, b, d, h = rnn_inputs(n, a, x, g)
+    Y = torch.zeros(t, d, b, h)
+    Yh, Yc = h0.clone(), c0.clone()
+    lbr = a.get("linear_before_reset", 0)
+    for di in range(d):
+        rev = direction == "reverse" or di == 1
+        Wb, Rb = B[di, :g * h], B[di, g * h:]
+        for s in range(b):
+            hs, cs = h0[di, s], c0[di, s]
+            steps = range(lens[s] - 1, -1, -1) if rev else range(lens[s])
+            for ti in steps:
+                xw = X[ti, s] @ W[di].t() + Wb
+                hr = hs @ R[di].t()
+                if lstm:
+                    i, o, f, cc = (xw + hr + Rb).split(h)
+                    cs = torch.sigmoid(f) * cs + torch.sigmoid(i) * torch.tanh(cc)
+                    hs = torch.sigmoid(o) * torch.tanh(cs)
+                else:
+                    xz, xr, xh = xw.split(h)
+                    hz, hr_, hh = hr.split(h)
+                    bz, br, bh = Rb.split(h)
+                    z = torch.sigmoid(xz + hz + bz)
+                    r = torch.sigmoid(xr + hr_ + br)
+                    if lbr:
+                        nn_ = torch.tanh(xh + r * (hh + bh))
+                    else:
+                        nn_ = torch.tanh(xh + (r * hs) @ R[di, 2 * h:].t() + bh)
+                    hs = (1 - z) * nn_ + z * hs
+                Y[ti, di, s] = hs
+            Yh[di, s], Yc[di, s] = hs, cs
+    return (Y, Yh, Yc) if lstm else (Y, Yh)
+
+
 def op_layernorm(n, a, x):
     X, scale = x[0], x[1]
     axis = a.get("axis", -1) % X.dim()
@@ -275,6 +340,9 @@ OPS = {
     "Unsqueeze": op_unsqueeze,
     "ReduceMean": op_reducemean,
     "ReduceSum": op_reducesum,
+    "ReduceMax": op_reducemax,
+    "LSTM": op_rnn,
+    "GRU": op_rnn,
     "LayerNormalization": op_layernorm,
 }
 
@@ -299,8 +367,12 @@ def run(model, feeds):
             if n.op_type not in OPS or n.domain not in ("", "ai.onnx"):
                 raise ValueError(f"node {n.name!r}: operator {n.op_type} is not supported")
             x = [env[i] if i else None for i in n.input]
-            need(len(n.output) == 1, n, "one output expected")
-            env[n.output[0]] = OPS[n.op_type](n, attrs(n), x)
+            y = OPS[n.op_type](n, attrs(n), x)
+            y = y if isinstance(y, tuple) else (y,)
+            need(len(n.output) <= len(y), n, "more outputs than the operator gives")
+            for name, v in zip(n.output, y):
+                if name:
+                    env[name] = v
     return {o.name: env[o.name].numpy() for o in model.graph.output}
 
 
