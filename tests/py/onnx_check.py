@@ -4,7 +4,11 @@ the ONNX tests (numpy only: no torch to load for each check).
 
     onnx_check.py predict OUT REF   --predict's lines in OUT ({"index": i,
                                     "outputs": {"y": [...]}}, one a sample,
-                                    in order) against REF's "y"
+                                    in order) against REF's "y" (if any);
+                                    with "tags" in REF (a per-token output's
+                                    scores, REF's "lengths" each sample's),
+                                    the classes --predict prints for it
+                                    against their top
     onnx_check.py answer BODY REF   the output "y" of an OIP JSON answer
                                     (its shape, then its data) against
                                     REF's "y"
@@ -12,8 +16,10 @@ the ONNX tests (numpy only: no torch to load for each check).
 REF is a JSON file {"y": PyTorch's outputs, one row a sample}. Every value
 must lie within 1e-4 of PyTorch's, relative to it, with 1e-6 allowed
 besides for the values near 0 (a relative bound alone fails on float
-rounding there). Prints how many values agreed and the largest relative
-difference; exits non-zero naming the first value that does not agree.
+rounding there). A per-token class must be the top of PyTorch's scores at
+its position, or tied with it within tests/py/tolerance.py's bound.
+Prints how many values agreed and the largest relative difference; exits
+non-zero naming the first value that does not agree.
 """
 import json
 import os
@@ -40,15 +46,32 @@ def close(what, got, want):
     print(f"# {what}: {got.size} values agree, largest relative difference {rel:.1e}")
 
 
-def predicted(path):
-    """Output "y" of --predict's lines, one row a sample."""
-    rows = []
+def predicted(path, names=("y",)):
+    """Outputs `names` of --predict's lines: name -> one row a sample."""
+    rows = {k: [] for k in names}
     for i, line in enumerate(open(path)):
         r = json.loads(line)
-        if r.get("index") != i or list(r.get("outputs", {})) != ["y"]:
+        if r.get("index") != i or list(r.get("outputs", {})) != list(names):
             sys.exit(f"{path}:{i + 1}: not the prediction of sample {i}: {line.strip()}")
-        rows.append(r["outputs"]["y"])
+        for k in names:
+            rows[k].append(r["outputs"][k])
     return rows
+
+
+def tokens(what, got, scores, lengths):
+    """Each sample's per-token classes against the top of its scores."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from tolerance import near_top
+    n = 0
+    for i, (classes, s, length) in enumerate(zip(got, scores, lengths)):
+        if len(classes) != length:
+            sys.exit(f"{what}: sample {i} has {len(classes)} classes, {length} positions")
+        for t, k in enumerate(classes):
+            if not near_top(s[t], k):
+                sys.exit(f"{what}: sample {i} position {t}: class {k}, PyTorch's scores "
+                         f"{s[t]}")
+            n += 1
+    print(f"# {what}: {n} per-token classes agree")
 
 
 def answered(path):
@@ -63,12 +86,17 @@ def answered(path):
 def main(argv):
     if len(argv) != 4 or argv[1] not in ("predict", "answer"):
         sys.exit(__doc__)
-    want = np.asarray(json.load(open(argv[3]))["y"], dtype=np.float64)
+    ref = json.load(open(argv[3]))
     what = "%s of %s" % (argv[1], os.path.basename(argv[3]))
     if argv[1] == "predict":    # each sample's values, flat
-        close(what, predicted(argv[2]), want.reshape(len(want), -1))
+        got = predicted(argv[2], tuple(k for k in ("y", "tags") if k in ref))
+        if "y" in ref:
+            want = np.asarray(ref["y"], dtype=np.float64)
+            close(what, got["y"], want.reshape(len(want), -1))
+        if "tags" in ref:
+            tokens(what + " (tags)", got["tags"], ref["tags"], ref["lengths"])
     else:
-        close(what, answered(argv[2]), want)
+        close(what, answered(argv[2]), np.asarray(ref["y"], dtype=np.float64))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,26 @@ outputs, for dlserve's ONNX import tests.
         batch 1 and 32; OUTDIR/batchmix.onnx, whose softmax runs over the
         batch after a transpose, and OUTDIR/batchout.onnx, whose output
         holds the batch on axis 1.
+    onnx_models.py sequence OUTDIR
+        Text models of ids over a dynamic time axis (dynamic_axes {0:
+        "batch", 1: "time"}, opset 17, pad id 0), each exported without
+        padding to OUTDIR/<model>.onnx with, for batch 1 and 32 (lengths 1
+        to 16, 1 and 16 included at 32): OUTDIR/<model>.b<N>.jsonl (a
+        sample's ids a line, unpadded: what --predict reads) and
+        .b<N>.json (PyTorch's outputs over the padded batch, masks or
+        packing applied: {"y": [...], "tags": [...]}, tags the per-token
+        scores of seq_gru). seq_tx: learned positions and a 2-layer
+        nn.TransformerEncoder with src_key_padding_mask = ids == 0,
+        masked mean pooling; seq_lstm: a 2-layer bidirectional nn.LSTM
+        (pack_padded_sequence for the reference), h_n of the top layer;
+        seq_gru: an nn.GRU, masked max pooling (masked_fill, max) and a
+        per-token output; seq_cnn: a text CNN, Conv1d over
+        emb.transpose(1, 2), masked max over time; seq_lm: a causal
+        language model (torch.triu mask over the time axis), its next-id
+        scores as "tags". Each batch's outputs
+        are asserted equal (1e-5) to each sample's alone, unpadded. And
+        two the import refuses: seq_first.onnx (h[:, 0], the first
+        position) and seq_dim.onnx (a symbolic third dimension).
     onnx_models.py finetune OUTDIR STEPS BATCH LR [WEIGHTS]
         Trains the mlp from OUTDIR/mlp.onnx's weights with plain SGD on
         OUTDIR/ft.csv (class, then 8 features) with softmax cross-entropy,
@@ -167,6 +187,185 @@ class BatchOut(nn.Module):
 
     def forward(self, x):
         return x.t() * 2
+
+
+class SeqTransformer(nn.Module):
+    """Ids -> embedding + learned positions -> nn.TransformerEncoder with a
+    key padding mask computed from the ids -> masked mean -> classes."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(30, 16, padding_idx=0)
+        self.pos = nn.Embedding(16, 16)
+        layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, num_layers=2)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, ids, lengths=None):
+        pad = ids == 0
+        h = self.emb(ids) + self.pos(torch.arange(ids.shape[1]))
+        h = self.enc(h, src_key_padding_mask=pad)
+        keep = (~pad).unsqueeze(-1).float()
+        return self.head((h * keep).sum(1) / keep.sum(1))
+
+
+class SeqLSTM(nn.Module):
+    """Ids -> embedding -> 2-layer bidirectional LSTM (over packed
+    sequences when lengths are given) -> the top layer's last states."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(30, 8, padding_idx=0)
+        self.rnn = nn.LSTM(8, 6, num_layers=2, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(12, 3)
+
+    def forward(self, ids, lengths=None):
+        x = self.emb(ids)
+        if lengths is not None:
+            x = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True,
+                                                  enforce_sorted=False)
+        _, (h, _) = self.rnn(x)
+        return self.head(torch.cat([h[-2], h[-1]], dim=1))
+
+
+class SeqGRU(nn.Module):
+    """Ids -> embedding -> GRU -> masked max over time -> classes, and a
+    per-token output (tags) of the GRU's states."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(30, 8, padding_idx=0)
+        self.rnn = nn.GRU(8, 6, batch_first=True)
+        self.head = nn.Linear(6, 3)
+        self.tagger = nn.Linear(6, 4)
+
+    def forward(self, ids, lengths=None):
+        x = self.emb(ids)
+        if lengths is not None:
+            x = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True,
+                                                  enforce_sorted=False)
+        out, _ = self.rnn(x)
+        if lengths is not None:
+            out = nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
+                                                   total_length=ids.shape[1])[0]
+        pad = (ids == 0).unsqueeze(-1)
+        mx = out.masked_fill(pad, float("-inf")).max(dim=1).values
+        return self.head(mx), self.tagger(out)
+
+
+class SeqCNN(nn.Module):
+    """Ids -> embedding -> Conv1d over the channels-first transpose ->
+    ReLU -> masked max over time -> classes."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(30, 8, padding_idx=0)
+        self.conv = nn.Conv1d(8, 6, 3, padding=1)
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, ids, lengths=None):
+        h = torch.relu(self.conv(self.emb(ids).transpose(1, 2)))
+        h = h.masked_fill((ids == 0).unsqueeze(1), float("-inf"))
+        return self.head(h.max(dim=2).values)
+
+
+class SeqFirst(nn.Module):
+    """The first position of each sample: no layer of dlserve takes it."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(30, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, ids):
+        return self.head(self.emb(ids)[:, 0])
+
+
+def seq_refused(out):
+    """seq_first.onnx (the first position over a time axis) and
+    seq_dim.onnx (a symbolic third dimension)."""
+    import onnx
+    from onnx import TensorProto, helper
+    torch.onnx.export(SeqFirst().eval(), (torch.randint(1, 30, (2, 5)),), f"{out}/seq_first.onnx",
+                      input_names=["ids"], output_names=["y"],
+                      dynamic_axes={"ids": {0: "batch", 1: "time"}, "y": {0: "batch"}},
+                      opset_version=17)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "time", "feat"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "time", "feat"])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "dim", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+              f"{out}/seq_dim.onnx")
+
+
+class SeqLM(nn.Module):
+    """A causal language model: a transformer whose mask (torch.triu over
+    the time axis) hides later positions, next-id scores a position."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(30, 16)
+        layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, num_layers=1)
+        self.head = nn.Linear(16, 30)
+
+    def forward(self, ids, lengths=None):
+        t = ids.shape[1]
+        mask = torch.triu(torch.full((t, t), float("-inf")), diagonal=1)
+        return self.head(self.enc(self.emb(ids), mask=mask))
+
+
+def seq_batch(b, g):
+    """b samples of ids in 1..29, padded with 0 to 16; lengths 1 to 16 (a
+    sample of 1 and one of 16 when b > 1; 7 when b is 1)."""
+    lens = torch.randint(1, 17, (b,), generator=g)
+    if b > 1:
+        lens[0], lens[1] = 16, 1
+    else:
+        lens[0] = 7
+    ids = torch.zeros(b, 16, dtype=torch.int64)
+    for i in range(b):
+        ids[i, :lens[i]] = torch.randint(1, 30, (int(lens[i]),), generator=g)
+    return ids[:, :int(lens.max())], lens
+
+
+def seq_outputs(m, ids, lens, names):
+    """PyTorch's outputs of a batch by name ("y", "tags"): per-token
+    scores (tags) zero past each sample's length."""
+    y = m(ids, lens)
+    out = dict(zip(names, y if isinstance(y, tuple) else (y,)))
+    if "tags" in out:
+        keep = torch.arange(ids.shape[1])[None, :] < lens[:, None]
+        out["tags"] = out["tags"] * keep.unsqueeze(-1)
+    return out
+
+
+def sequence(out):
+    g = torch.Generator().manual_seed(7)
+    for name, m in (("seq_tx", SeqTransformer()), ("seq_lstm", SeqLSTM()),
+                    ("seq_gru", SeqGRU()), ("seq_cnn", SeqCNN()), ("seq_lm", SeqLM())):
+        m.eval()
+        outs = {"seq_gru": ["y", "tags"], "seq_lm": ["tags"]}.get(name, ["y"])
+        axes = {"ids": {0: "batch", 1: "time"}, "y": {0: "batch"}, "tags": {0: "batch", 1: "time"}}
+        torch.onnx.export(m, (torch.randint(1, 30, (2, 5)),), f"{out}/{name}.onnx",
+                          input_names=["ids"], output_names=outs,
+                          dynamic_axes={k: v for k, v in axes.items() if k in outs + ["ids"]},
+                          opset_version=17)
+        for b in (1, 32):
+            ids, lens = seq_batch(b, g)
+            with torch.no_grad():
+                ref = seq_outputs(m, ids, lens, outs)
+                for i in range(b):        # the batch answers as each sample alone
+                    alone = seq_outputs(m, ids[i:i + 1, :lens[i]], lens[i:i + 1], outs)
+                    for k, v in alone.items():
+                        got = ref[k][i:i + 1, :v.shape[1]] if k == "tags" else ref[k][i:i + 1]
+                        assert torch.allclose(got, v, rtol=1e-5, atol=1e-5), (name, k, i)
+            with open(f"{out}/{name}.b{b}.jsonl", "w") as f:
+                for i in range(b):
+                    f.write(json.dumps({"ids": ids[i, :lens[i]].tolist()}) + "\n")
+            with open(f"{out}/{name}.b{b}.json", "w") as f:
+                json.dump({k: v.tolist() for k, v in ref.items()} |
+                          {"lengths": lens.tolist()}, f)
+    seq_refused(out)
 
 
 def models():
@@ -340,6 +539,8 @@ if __name__ == "__main__":
         walkthrough(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "transformer":
         transformer(sys.argv[2])
+    elif sys.argv[1] == "sequence":
+        sequence(sys.argv[2])
     elif sys.argv[1] == "finetune":
         finetune(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]),
                  sys.argv[6] if len(sys.argv) > 6 else None)
