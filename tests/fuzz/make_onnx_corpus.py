@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """make_onnx_corpus.py: the seed corpus of fuzz_onnx (corpus/onnx/): the
 small PyTorch models of tests/py/onnx_models.py exported to ONNX (a
-transformer encoder among them), and a truncated copy of one. Run with /usr/bin/python3 (torch); rerun after
+transformer encoder among them; the text models over a dynamic time
+axis: masks, LSTM, GRU), and a truncated copy of one. Run with /usr/bin/python3 (torch); rerun after
 changing those models."""
 import os
 import shutil
@@ -20,5 +21,8 @@ with tempfile.TemporaryDirectory() as tmp:
         shutil.copy(f"{tmp}/{name}.onnx", f"{out}/{name}.onnx")
     onnx_models.transformer(tmp)
     shutil.copy(f"{tmp}/tx_relu.onnx", f"{out}/transformer.onnx")
+    onnx_models.sequence(tmp)
+    for name in ("seq_tx", "seq_lstm", "seq_gru", "seq_cnn", "seq_lm"):
+        shutil.copy(f"{tmp}/{name}.onnx", f"{out}/{name}.onnx")
     data = open(f"{tmp}/mlp.onnx", "rb").read()
     open(f"{out}/mlp_cut.onnx", "wb").write(data[:len(data) // 2])
