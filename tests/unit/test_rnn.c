@@ -1,8 +1,10 @@
 /* test_rnn.c: the lstm and gru layers in training: a classifier of id
  * sequences of mixed lengths (embedding, a recurrent layer's last state,
- * dense, softmax cross-entropy) trains 20 SGD steps as PyTorch does from
- * the same initial weights (tests/py/seq_steps.py: nn.LSTM / nn.GRU over
- * pack_padded_sequence), losses and final weights within 1e-4. */
+ * dense, softmax cross-entropy) and a BiLSTM-CRF tagger (the layer over
+ * the sequence, dense a position, a crf output) train 20 SGD steps as
+ * PyTorch does from the same initial weights (tests/py/seq_steps.py:
+ * nn.LSTM / nn.GRU over pack_padded_sequence, the CRF's forward
+ * algorithm), losses and final weights within 1e-4. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -17,8 +19,9 @@ TestSuite(rnn, .timeout = 120);
 
 enum { N = 16, MAXLEN = 12, VOCAB = 30, CLASSES = 4, STEPS = 20 };
 
-/* The classifier around `rnn` (a layer's JSON, named 'rnn'). */
-static const char *classifier(const char *rnn)
+/* The classifier (or with crf the tagger) around `rnn` (a layer's JSON,
+ * named 'rnn'). */
+static const char *classifier(const char *rnn, bool crf)
 {
     static char buf[2048];
     snprintf(buf, sizeof(buf),
@@ -26,12 +29,14 @@ static const char *classifier(const char *rnn)
              "'shape': [-1], 'max_length': %d}], 'layers': [{'name': 'emb', "
              "'type': 'embedding', 'num_embeddings': %d, 'dim': 8}, %s, {'name': 'cls', "
              "'type': 'dense', 'units': %d}], 'outputs': [{'name': 'cls', 'from': 'cls', "
-             "'loss': 'softmax_cross_entropy'}]}", MAXLEN, VOCAB, rnn, CLASSES);
+             "'loss': '%s'}]}", MAXLEN, VOCAB, rnn, CLASSES,
+             crf ? "crf" : "softmax_cross_entropy");
     return fx_dq(buf);
 }
 
-/* N packed samples (lengths 1 to MAXLEN, both among them), then N labels. */
-static void make_data(float *x, float *labels)
+/* N packed samples (lengths 1 to MAXLEN, both among them), then N labels
+ * (with crf, N rows of MAXLEN tags, -1 past the length). */
+static void make_data(float *x, float *labels, bool crf)
 {
     dl_rng rng;
     dl_rng_seed(&rng, 21);
@@ -42,7 +47,10 @@ static void make_data(float *x, float *labels)
         row[0] = (float)len;
         for (int k = 0; k < len; k++)
             row[1 + k] = (float)dl_rng_below(&rng, VOCAB);
-        labels[i] = (float)dl_rng_below(&rng, CLASSES);
+        for (int k = 0; crf && k < MAXLEN; k++)
+            labels[i * MAXLEN + k] = k < len ? (float)dl_rng_below(&rng, CLASSES) : -1.0f;
+        if (!crf)
+            labels[i] = (float)dl_rng_below(&rng, CLASSES);
     }
 }
 
@@ -66,13 +74,14 @@ static void torch_losses(const char *path, double *loss)
         loss[s] = strtod(p + 1, &p);
 }
 
-/* Trains the classifier around `rnn` here and in PyTorch; compares. */
-static void trains_as_pytorch(const char *rnn, double lr)
+/* Trains the classifier (tagger) around `rnn` here and in PyTorch;
+ * compares. */
+static void trains_as_pytorch(const char *rnn, bool crf, double lr)
 {
     /* scripts/test installs python3-torch: the peer missing is a failure */
     cr_assert(have_torch(), "/usr/bin/python3 has no torch (apt-get install python3-torch)");
     dl_err err = {0};
-    const char *json = classifier(rnn);
+    const char *json = classifier(rnn, crf);
     dl_model_conf *conf = NULL;
     dl_model *m = NULL, *ref = NULL;
     dl_backend *be = fx_cpu_backend();
@@ -92,12 +101,12 @@ static void trains_as_pytorch(const char *rnn, double lr)
     fputs(json, f);
     fclose(f);
     cr_assert_eq(dl_model_save(m, init, NULL, &err), DL_OK, "%s", err.msg);
-    static float x[N * (1 + MAXLEN)], labels[N];
-    make_data(x, labels);
+    static float x[N * (1 + MAXLEN)], labels[N * MAXLEN];
+    make_data(x, labels, crf);
     f = fopen(data, "wb");
     cr_assert_not_null(f);
     fwrite(x, sizeof(x), 1, f);
-    fwrite(labels, sizeof(labels), 1, f);
+    fwrite(labels, sizeof(float), crf ? N * MAXLEN : N, f);
     fclose(f);
     snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 /usr/bin/python3 %s %s %s %s %d %d %g %s > "
              "%s/torch.json", fx_source_path("tests/py/seq_steps.py"), spec, init, data, N,
@@ -151,11 +160,18 @@ static void trains_as_pytorch(const char *rnn, double lr)
 
 Test(rnn, lstm_classifier_trains_as_pytorch)
 {
-    trains_as_pytorch("{'name': 'rnn', 'type': 'lstm', 'hidden': 10, 'return': 'last'}", 0.5);
+    trains_as_pytorch("{'name': 'rnn', 'type': 'lstm', 'hidden': 10, 'return': 'last'}", false,
+                      0.5);
 }
 
 Test(rnn, stacked_bidirectional_gru_trains_as_pytorch)
 {
     trains_as_pytorch("{'name': 'rnn', 'type': 'gru', 'hidden': 7, 'layers': 2, "
-                      "'bidirectional': true, 'return': 'last'}", 0.5);
+                      "'bidirectional': true, 'return': 'last'}", false, 0.5);
+}
+
+Test(rnn, bilstm_crf_tagger_trains_as_pytorch)
+{
+    trains_as_pytorch("{'name': 'rnn', 'type': 'lstm', 'hidden': 6, 'bidirectional': true}",
+                      true, 0.1);
 }
