@@ -30,7 +30,10 @@ SERVE_PACKAGES=(libmicrohttpd-dev libinih-dev libsystemd-dev curl librdkafka-dev
 # libFuzzer for the fuzz harnesses; mmdebstrap, buildah, podman and runc
 # for the container image test (tests/deploy/test_image.sh), python3-yaml
 # for the manifest test, python3-onnx for the ONNX tests' models and checks
-# (tests/py/onnx_models.py, onnx_eval.py).
+# (tests/py/onnx_models.py, onnx_eval.py); the data of the PaddlePaddle
+# book's models (their prepare scripts; tests/cli/test_book_models.sh):
+# bible-kjv-text, python3-sklearn (also the baselines of
+# tests/py/book_baselines.py) and r-cran-dslabs.
 TEST_PACKAGES=(libcriterion-dev python3-torch prometheus systemd redis-server chromium
                clang-14 libclang-rt-14-dev mmdebstrap buildah podman runc python3-yaml
-               python3-onnx)
+               python3-onnx bible-kjv-text python3-sklearn r-cran-dslabs)
