@@ -616,8 +616,10 @@ static void dir_of(const char *what, char *out, size_t len)
     const char *slash = strrchr(what, '/');
     if (!slash)
         snprintf(out, len, ".");
+    else if (slash == what)                /* "/model.json": the root */
+        snprintf(out, len, "/");
     else
-        snprintf(out, len, "%.*s", (int)((slash - what) ? slash - what : 1), what);
+        snprintf(out, len, "%.*s", (int)(slash - what), what);
 }
 
 /* A text input's "tokenizer": {"type": "bytes"} or {"type": "words",
