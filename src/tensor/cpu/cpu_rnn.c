@@ -633,16 +633,26 @@ dl_status cpu_rnn_size(dl_backend *be, const dl_rnn *r, size_t *reserve, size_t 
     return DL_OK;
 }
 
-dl_status cpu_rnn_fwd(dl_backend *be, const dl_rnn *r, const float *x, float *y, dl_err *err)
+/* A pass's plan over r's work buffer, its rows placed (after the checks;
+ * nothing more for an empty batch). */
+static dl_status plan_open(rnn_plan *p, dl_backend *be, const dl_rnn *r, dl_err *err)
 {
-    rnn_plan p;
     dl_status st = check(r, true, err);
     if (st != DL_OK || r->n == 0)
         return st;
-    plan_init(&p, be, r);
-    layout(&p, r->work);
-    plan_rows(&p);
-    memset(p.zero, 0, (size_t)p.h * sizeof(float));
+    plan_init(p, be, r);
+    layout(p, r->work);
+    plan_rows(p);
+    memset(p->zero, 0, (size_t)p->h * sizeof(float));
+    return DL_OK;
+}
+
+dl_status cpu_rnn_fwd(dl_backend *be, const dl_rnn *r, const float *x, float *y, dl_err *err)
+{
+    rnn_plan p;
+    dl_status st = plan_open(&p, be, r, err);
+    if (st != DL_OK || r->n == 0)
+        return st;
     for (int l = 0; l < r->layers && st == DL_OK; l++)
         for (int d = 0; d < r->dirs && st == DL_OK; d++)
             st = layer_fwd(&p, l, d, x, err);
@@ -656,13 +666,9 @@ dl_status cpu_rnn_bwd(dl_backend *be, const dl_rnn *r, const float *x, const flo
 {
     (void)y;
     rnn_plan p;
-    dl_status st = check(r, true, err);
+    dl_status st = plan_open(&p, be, r, err);
     if (st != DL_OK || r->n == 0)
         return st;
-    plan_init(&p, be, r);
-    layout(&p, r->work);
-    plan_rows(&p);
-    memset(p.zero, 0, (size_t)p.h * sizeof(float));
     if (dx)
         memset(dx, 0, (size_t)(r->n * r->t * r->in) * sizeof(float));
     int cur = 0;
