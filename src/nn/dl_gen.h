@@ -55,11 +55,22 @@ typedef struct dl_gen_params {
     uint64_t seed;            /* sampling's stream: the same seed, the same text */
     int      nstop;
     char     stop[DL_GEN_MAX_STOP][DL_GEN_STOP_MAX];  /* generation ends before one */
-    int      beam_width;      /* 1: no beam search */
+    int      beam_width;      /* 1: no beam search (see below) */
     float    length_penalty;  /* 1: beams ranked by log-probability / length^it */
 } dl_gen_params;
 
 void dl_gen_params_init(dl_gen_params *p);
+
+/* Greedy decoding takes the highest logit (the lowest id among equals).
+ * Beam search of width W keeps W beams, starting from one: each step
+ * every beam's score (its tokens' summed log-softmax) plus each token's
+ * log-probability is a candidate; of the best 2W (higher score first,
+ * then the lower beam, then the lower id) those ending in eos finish,
+ * ranked by score / (tokens generated, eos included)^length_penalty, and
+ * the first W others are the next beams. It stops once W have finished,
+ * or at max_tokens (or a full context), when the live beams finish too
+ * ("length"); the best finished one answers (the first among equals).
+ * Width 1 is greedy decoding. Stop strings cut the answer's text. */
 
 /* Checks p: max_tokens >= 1, temperature >= 0, top_k >= 0, top_p in
  * (0, 1], beam_width 1 to 16 (beam search is greedy: no temperature),
@@ -93,11 +104,16 @@ void dl_gen_free(dl_gen *g);
  * that cannot run a position at a time). */
 bool dl_gen_cached(const dl_gen *g);
 
+/* Makes every step recompute the whole prefix even where the cache could
+ * run (tests compare the two); before any dl_gen_start. */
+void dl_gen_set_recompute(dl_gen *g, bool on);
+
 /* Bytes of decoding state one sequence takes (its cache at max_context). */
 size_t dl_gen_seq_bytes(const dl_gen *g);
 
-/* Starts a sequence for prompt[0..len) (the source text of an
- * encoder-decoder). DL_ERR_INVALID: parameters, or a prompt longer than
+/* Starts a sequence for prompt[0..len) (an encoder-decoder's source
+ * text, tokenized by the source input's tokenizer when it is BYTES, else
+ * by the generate block's). DL_ERR_INVALID: parameters, or a prompt longer than
  * the context (or the source's max_length) allows; DL_ERR_BUSY: no room
  * (max_seqs or cache_bytes) until a sequence ends. The sequence runs from
  * the next dl_gen_step; it is the caller's until dl_gen_end. */
