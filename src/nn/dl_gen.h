@@ -57,6 +57,7 @@ typedef struct dl_gen_params {
     char     stop[DL_GEN_MAX_STOP][DL_GEN_STOP_MAX];  /* generation ends before one */
     int      beam_width;      /* 1: no beam search (see below) */
     float    length_penalty;  /* 1: beams ranked by log-probability / length^it */
+    bool     beam_search;     /* beam search at beam_width 1 too (tests: it is greedy) */
 } dl_gen_params;
 
 void dl_gen_params_init(dl_gen_params *p);
@@ -65,9 +66,10 @@ void dl_gen_params_init(dl_gen_params *p);
  * Beam search of width W keeps W beams, starting from one: each step
  * every beam's score (its tokens' summed log-softmax) plus each token's
  * log-probability is a candidate; of the best 2W (higher score first,
- * then the lower beam, then the lower id) those ending in eos finish,
- * ranked by score / (tokens generated, eos included)^length_penalty, and
- * the first W others are the next beams. It stops once W have finished,
+ * then the lower beam, then the lower id) those among the first W that
+ * end in eos finish, ranked by score / (tokens generated, eos
+ * included)^length_penalty, and the first W that do not are the next
+ * beams. It stops once W have finished,
  * or at max_tokens (or a full context), when the live beams finish too
  * ("length"); the best finished one answers (the first among equals).
  * Width 1 is greedy decoding. Stop strings cut the answer's text. */

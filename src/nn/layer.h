@@ -23,6 +23,20 @@ typedef struct param_slot {
 
 typedef struct layer layer;
 
+/* Decoding (generate.c): a pass over the new positions of sequences whose
+ * earlier positions a cache holds. Sample s of the pass starts at
+ * position past[s] of its sequence; a self-attention's keys are its
+ * kv_len[s] = past[s] + its length in this pass; a cross-attention's its
+ * source's src_len[s]. The layers that read only the source (source[i])
+ * run as in any pass when sequences start, and not at all in a step
+ * (past > 0 everywhere), where a cross-attention reads the keys and
+ * values it cached when its sequence started. */
+typedef struct layer_dec {
+    const int32_t *past, *kv_len, *src_len;   /* host, a sample each */
+    const bool    *source;                    /* a layer each; NULL: none */
+    bool           step;
+} layer_dec;
+
 typedef struct layer_ops {
     /* Declares the parameters (shapes from in_shape / out_shape). */
     void (*declare)(layer *l);
@@ -110,6 +124,12 @@ struct layer {
     /* Whether input 0 is a sequence (known when the model is built, before
      * any lengths: a conv1d over one declares its weights from [T, D]). */
     bool                 seq;
+    /* Decoding (NULL otherwise): the pass's positions, and this layer's
+     * cache (an attention's keys and values, `cache_stride` floats a
+     * sample, sample 0 of the pass at `cache`; backend memory). */
+    const layer_dec     *dec;
+    float               *cache;
+    int64_t              cache_stride;
 };
 
 /* Runs a layer's forward one sample at a time (batch-invariant inference

@@ -171,9 +171,57 @@ static dl_status att_proj(layer *l, bool exact, const float *x, int64_t r, const
     return DL_OK;
 }
 
+/* Decoding (l->dec, generate.c): only the pass's new positions are
+ * computed. A causal self-attention appends each sample's new keys and
+ * values to its cache ([max_context, 2E]: K then V a position) and its
+ * queries attend over the cache up to themselves; a cross-attention
+ * caches the source's keys and values ([source max_length, 2E]) when its
+ * sequence starts and reads them in every later step. */
+static dl_status att_decode(layer *l, const float *const *xs, float *y, int64_t n, bool exact,
+                            dl_err *err)
+{
+    const dl_backend_ops *ops = l->be->ops;
+    const layer_dec *d = l->dec;
+    int64_t e = att_e(l), t = att_t(l), rq = n * t, cs = l->cache_stride;
+    bool self = l->nin == 1, bias = l->conf->bias;
+    const float *w = l->p[0].data, *b = bias ? l->p[1].data : NULL;
+    float *proj = l->aux, *ctx = proj + att_proj_floats(l, n);
+    int64_t qw = self ? 3 * e : e;
+    dl_status st = att_proj(l, exact, xs[0], rq, w, b, qw, proj, err);
+    if (st == DL_OK && self) {
+        for (int64_t s = 0; s < n; s++) {       /* the new keys and values, cached */
+            dl_strided g = { .nd = 2, .shape = { l->ins_len[0][s], 2 * e },
+                             .st = { { 3 * e, 1 }, { 2 * e, 1 } } };
+            ops->copy_strided(l->be, &g, proj + s * t * 3 * e + e,
+                              l->cache + s * cs + d->past[s] * 2 * e);
+        }
+    } else if (st == DL_OK && !d->step) {
+        int64_t src = att_s(l);                  /* the source's, cached whole */
+        float *kv = proj + rq * e;
+        st = att_proj(l, exact, xs[1], n * src, w + e * e, bias ? b + e : NULL, 2 * e, kv, err);
+        for (int64_t s = 0; st == DL_OK && s < n; s++)
+            ops->copy(l->be, l->cache + s * cs, kv + s * src * 2 * e, src * 2 * e);
+    }
+    if (st != DL_OK)
+        return st;
+    dl_attn a = { .n = n, .heads = l->conf->heads, .tq = t, .tk = cs / (2 * e),
+                  .dk = e / l->conf->heads, .dv = e / l->conf->heads, .q_row = qw,
+                  .k_row = 2 * e, .v_row = 2 * e, .o_row = e, .q_smp = qw * t, .k_smp = cs,
+                  .v_smp = cs, .o_smp = e * t, .causal = self, .q_len = l->ins_len[0],
+                  .k_len = self ? d->kv_len : d->src_len, .q_off = self ? d->past : NULL };
+    a.scale = 1.0f / sqrtf((float)a.dk);
+    st = ops->attn_fwd(l->be, &a, proj, l->cache, l->cache + e, ctx, err);
+    if (st == DL_OK)
+        st = att_proj(l, exact, ctx, rq, att_out_w(l)->data, bias ? l->p[3].data : NULL, e, y,
+                      err);
+    return st;
+}
+
 static dl_status att_forward(layer *l, const float *const *xs, float *y, int64_t n, bool train,
                              dl_err *err)
 {
+    if (l->dec)
+        return att_decode(l, xs, y, n, l->invariant && !train, err);
     int64_t e = att_e(l), rq = n * att_t(l), rk = n * att_s(l);
     bool exact = l->invariant && !train, bias = l->conf->bias;
     const float *w = l->p[0].data, *b = bias ? l->p[1].data : NULL;

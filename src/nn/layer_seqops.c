@@ -75,7 +75,20 @@ static dl_status pos_forward(layer *l, const float *x, float *y, int64_t n, bool
 {
     (void)train, (void)err;
     dl_strided g = pos_geom(l, n);
-    l->be->ops->binary_fwd(l->be, DL_BIN_ADD, &g, x, l->p[0].data, NULL, y);
+    if (!l->dec) {
+        l->be->ops->binary_fwd(l->be, DL_BIN_ADD, &g, x, l->p[0].data, NULL, y);
+        return DL_OK;
+    }
+    /* Decoding: sample s's rows are positions past[s] on, up to the
+     * table's end (rows beyond a sample's length are copied as they are). */
+    int64_t d = l->in_shape[1], t = l->in_shape[0];
+    for (int64_t s = 0; s < n; s++) {
+        int64_t room = l->conf->max_length - l->dec->past[s], rows = t < room ? t : room;
+        g = (dl_strided){ .nd = 1, .shape = { rows * d }, .st = { { 1 }, { 1 }, { 1 } } };
+        l->be->ops->binary_fwd(l->be, DL_BIN_ADD, &g, x + s * t * d,
+                               l->p[0].data + l->dec->past[s] * d, NULL, y + s * t * d);
+        l->be->ops->copy(l->be, y + (s * t + rows) * d, x + (s * t + rows) * d, (t - rows) * d);
+    }
     return DL_OK;
 }
 

@@ -550,6 +550,12 @@ static dl_status run_layer(dl_model *m, int i, int64_t batch, bool train, dl_err
 dl_status dl_model_forward_multi(dl_model *m, const float *const *xs, int64_t batch,
                                  bool train, dl_err *err)
 {
+    return model_forward_dec(m, xs, batch, train, NULL, err);
+}
+
+dl_status model_forward_dec(dl_model *m, const float *const *xs, int64_t batch, bool train,
+                            const layer_dec *dec, dl_err *err)
+{
     m->have_dout = false;
     m->have_out = false;      /* no loss on a failed pass: set again on success */
     if (batch < 1)
@@ -570,9 +576,16 @@ dl_status dl_model_forward_multi(dl_model *m, const float *const *xs, int64_t ba
         m->counter++;
     bind_acts(m, xs, train);
     bind_lengths(m);
-    for (int i = 0; i < m->nlayers; i++)
-        if ((st = run_layer(m, i, batch, train, err)) != DL_OK)
+    for (int i = 0; i < m->nlayers; i++) {
+        bool source = dec && dec->source && dec->source[i];
+        if (source && dec->step)
+            continue;
+        m->layers[i].dec = source ? NULL : dec;
+        st = run_layer(m, i, batch, train, err);
+        m->layers[i].dec = NULL;
+        if (st != DL_OK)
             return dl_err_prefix(err, "layer '%s'", m->layers[i].conf->name);
+    }
     m->batch = batch;
     m->trained = train;
     m->have_out = true;

@@ -126,6 +126,11 @@ static inline int64_t model_steps_of(const dl_model *m, int t)
     return s < 0 ? 0 : m->steps[s] ? m->steps[s] : m->conf->inputs[s].max_length;
 }
 
+/* dl_model_forward_multi with decoding state (generate.c; layer_dec says
+ * which layers it reaches). */
+dl_status model_forward_dec(dl_model *m, const float *const *xs, int64_t batch, bool train,
+                            const layer_dec *dec, dl_err *err);
+
 /* Values per sample of all outputs, and target columns of all outputs. */
 int64_t model_out_dim_sum(const dl_model *m);
 int64_t model_target_cols(const dl_model *m);

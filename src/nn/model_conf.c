@@ -2,6 +2,7 @@
  * the file, the key and what is wrong with it), its input scaling and the
  * model name rule. */
 #define _POSIX_C_SOURCE 200809L
+#include "nn/dl_gen.h"
 #include "nn/layer.h"
 
 #include <float.h>
@@ -1013,10 +1014,11 @@ static dl_status add_crf_layers(ctx *c, dl_model_conf *m)
 
 static dl_status parse_root(ctx *c, json_t *root, dl_model_conf *m)
 {
-    /* "serving" is the daemon's (src/serve/serving.c): known, not read here. */
+    /* "serving" is the daemon's (src/serve/serving.c), "generate"
+     * dl_gen_conf_read's: known, not read here. */
     static const char *const keys[] = {"name", "description", "input", "inputs", "layers",
                                        "loss", "output", "outputs", "training", "serving",
-                                       NULL};
+                                       "generate", NULL};
     if (!json_is_object(root))
         return dl_err_set(c->err, DL_ERR_INVALID, "%s: must be a JSON object", c->what);
     dl_status st = check_keys(c, root, keys);
@@ -1141,4 +1143,96 @@ bool dl_model_name_valid(const char *s, size_t len)
             return false;
     }
     return true;
+}
+
+/* ---- the "generate" block (dl_gen.h) ---------------------------------- */
+
+static int input_named(const dl_model_conf *m, const char *name)
+{
+    for (int k = 0; k < m->ninputs; k++)
+        if (strcmp(m->inputs[k].name, name) == 0)
+            return k;
+    return -1;
+}
+
+/* Checks the block's names against the model: the ids input, the
+ * logits output over its positions, the source, and no other input. */
+static dl_status check_generate(ctx *c, const dl_model_conf *m, const dl_gen_conf *gc)
+{
+    int in = input_named(m, gc->input), src = gc->source[0] ? input_named(m, gc->source) : -1;
+    if (in < 0)
+        return bad(c, "input", "names no input of the model");
+    const dl_input_conf *ic = &m->inputs[in];
+    if (ic->max_length == 0 || ic->ndim != 1 ||
+        (ic->dtype != DL_IN_INT64 && ic->dtype != DL_IN_INT32))
+        return bad(c, "input", "must name an INT64 [-1] input (a sequence of ids)");
+    if (gc->source[0] && (src < 0 || src == in || m->inputs[src].max_length == 0))
+        return bad(c, "source", "must name another sequence input of the model");
+    for (int k = 0; k < m->ninputs; k++)
+        if (k != in && k != src)
+            return dl_err_set(c->err, DL_ERR_INVALID, "%s: generate: the model's input '%s' "
+                              "is neither its 'input' nor its 'source'", c->what,
+                              m->inputs[k].name);
+    if (gc->max_context > ic->max_length)
+        return bad(c, "max_context", "is over the input's max_length");
+    for (int k = 0; k < m->noutputs; k++)
+        if (strcmp(m->outputs[k].name, gc->output) == 0) {
+            if (m->tseq[m->ninputs + m->outputs[k].from] != in)
+                return bad(c, "output", "must give logits at every position of the input");
+            return DL_OK;
+        }
+    return bad(c, "output", "names no output of the model");
+}
+
+static dl_status parse_generate(ctx *c, json_t *g, const dl_model_conf *m, dl_gen_conf *gc)
+{
+    static const char *const keys[] = {"input", "output", "source", "max_context", "eos",
+                                       "tokenizer", NULL};
+    if (!json_is_object(g))
+        return dl_err_set(c->err, DL_ERR_INVALID, "%s: 'generate' must be an object", c->what);
+    dl_status st = check_keys(c, g, keys);
+    if (st || (st = get_name(c, g, "input", true, gc->input)) ||
+        (st = get_name(c, g, "output", true, gc->output)) ||
+        (st = get_name(c, g, "source", false, gc->source)))
+        return st;
+    int in = input_named(m, gc->input);
+    gc->max_context = in >= 0 ? m->inputs[in].max_length : 0;
+    if ((st = get_int(c, g, "max_context", 2, INT32_MAX, false, &gc->max_context)))
+        return st;
+    json_t *eos = json_object_get(g, "eos");
+    if (eos && (!json_is_string(eos) || !json_string_length(eos) ||
+                json_string_length(eos) >= sizeof(gc->eos)))
+        return bad(c, "eos", "must be a non-empty string of under 64 bytes");
+    if (eos)
+        memcpy(gc->eos, json_string_value(eos), json_string_length(eos) + 1);
+    gc->tok.kind = DL_TOK_BYTES;
+    json_t *tok = json_object_get(g, "tokenizer");
+    if (tok && (st = parse_tokenizer(c, tok, &gc->tok)))
+        return st;
+    return check_generate(c, m, gc);
+}
+
+dl_status dl_gen_conf_read(const char *json, const char *what, const dl_model_conf *conf,
+                           dl_gen_conf *gc, bool *has, dl_err *err)
+{
+    *gc = (dl_gen_conf){0};
+    *has = false;
+    json_error_t je;
+    json_t *root = json && *json ? json_loads(json, 0, &je) : NULL;
+    if (json && *json && !root)
+        return dl_err_set(err, DL_ERR_INVALID, "%s:%d: %s", what, je.line, je.text);
+    ctx c = { .what = what, .where = "generate: ", .err = err };
+    json_t *g = json_object_get(root, "generate");
+    dl_status st = g ? parse_generate(&c, g, conf, gc) : DL_OK;
+    json_decref(root);
+    if (st != DL_OK)
+        dl_gen_conf_release(gc);
+    *has = g && st == DL_OK;
+    return st;
+}
+
+void dl_gen_conf_release(dl_gen_conf *gc)
+{
+    free(gc->tok.vocab);
+    gc->tok.vocab = NULL;
 }

@@ -1,7 +1,7 @@
 /* tokenizer.c: text inputs' tokenizers (bytes, or words of a vocabulary
  * file kept in a hash table) and the packed layout of a sequence sample. */
 #define _POSIX_C_SOURCE 200809L
-#include "nn/dl_nn.h"
+#include "nn/dl_gen.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -230,4 +230,35 @@ dl_status dl_seq_pack(const dl_input_conf *ic, const float *values, int64_t len,
     memcpy(row + 1, values, (size_t)(len * d) * sizeof(float));
     memset(row + 1 + len * d, 0, (size_t)((ic->max_length - len) * d) * sizeof(float));
     return DL_OK;
+}
+
+size_t dl_detokenize(const dl_tokenizer *t, const int32_t *ids, int64_t n, char *buf,
+                     size_t cap)
+{
+    size_t at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const char *w = NULL;
+        size_t len = 0;
+        char byte;
+        if (t->kind == DL_TOK_BYTES && ids[i] > 0 && ids[i] < 256) {
+            byte = (char)ids[i];
+            w = &byte, len = 1;
+        } else if (t->kind == DL_TOK_WORDS && ids[i] == DL_TOK_UNK) {
+            w = "<unk>", len = 5;
+        } else if (t->kind == DL_TOK_WORDS && ids[i] >= 2 && ids[i] - 2 < t->nwords) {
+            w = t->text + t->word_at[ids[i] - 2];
+            len = (size_t)t->word_len[ids[i] - 2];
+        }
+        if (!w)
+            continue;
+        if (t->kind == DL_TOK_WORDS && at > 0) {
+            if (at < cap)
+                buf[at] = ' ';
+            at++;
+        }
+        for (size_t k = 0; k < len; k++, at++)
+            if (at < cap)
+                buf[at] = w[k];
+    }
+    return at;
 }

@@ -55,6 +55,10 @@ typedef struct dl_attn {
     float   scale;
     bool    causal;
     const int32_t *q_len, *k_len;
+    /* Decoding with a key-value cache: sample s's query row r is position
+     * q_off[s] + r of its sequence (host; NULL: 0), and `causal` lets it
+     * see keys 0 to q_off[s] + r. */
+    const int32_t *q_off;
 } dl_attn;
 
 /* A stack of recurrent layers, PyTorch's nn.LSTM or nn.GRU (batch_first)

@@ -492,7 +492,7 @@ Test(cuda_bodies, attention_fwd_and_bwd)
                     int64_t qn = lens ? ql[s] : t, kn = lens ? kl[s] : t;
                     host_gemm(false, true, t, t, d, q, 3 * e, k, 3 * e, p, t);
                     for (int64_t i = 0; i < t; i++)
-                        body_attn_row(p + i * t, body_attn_keys(i, qn, kn, causal), t,
+                        body_attn_row(p + i * t, body_attn_keys(i, qn, kn, causal, 0), t,
                                       a.scale);
                     host_gemm(false, false, t, d, t, p, t, v, 3 * e,
                               o + s * a.o_smp + hh * d, e);

@@ -35,10 +35,11 @@ static int64_t rows_of(const int32_t *len, int64_t s, int64_t cap)
     return len[s] < 0 ? 0 : len[s] < cap ? len[s] : cap;
 }
 
-/* How many of a sample's kn valid keys query row `row` attends to. */
-static int64_t keys_of(const dl_attn *a, int64_t row, int64_t kn)
+/* How many of sample smp's kn valid keys its query row `row` attends to. */
+static int64_t keys_of(const dl_attn *a, int64_t smp, int64_t row, int64_t kn)
 {
-    return a->causal && row + 1 < kn ? row + 1 : kn;
+    int64_t at = (a->q_off ? a->q_off[smp] : 0) + row;   /* the query's position */
+    return a->causal && at + 1 < kn ? at + 1 : kn;
 }
 
 /* Zeroes `rows` rows of `cols` floats, `ld` apart. */
@@ -106,10 +107,10 @@ CPU_WIDE static void fwd_task(void *ctx, int64_t u0, int64_t u1)
         zero_rows(o + live * a->o_row, rows - live, a->dv, a->o_row);
         if (live == 0)
             continue;
-        int64_t keys = keys_of(a, r0 + live - 1, kn);
+        int64_t keys = keys_of(a, smp, r0 + live - 1, kn);
         gemm_nt(j->thin, live, keys, a->dk, q, a->q_row, k, a->k_row, s, keys);
         for (int64_t r = 0; r < live; r++)
-            softmax_row(s + r * keys, keys_of(a, r0 + r, kn), keys, a->scale);
+            softmax_row(s + r * keys, keys_of(a, smp, r0 + r, kn), keys, a->scale);
         if (!j->thin) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)live,
                         (blasint)a->dv, (blasint)keys, 1.0f, s, (blasint)keys, v,
@@ -191,7 +192,7 @@ CPU_WIDE static void bwd_task(void *ctx, int64_t u0, int64_t u1)
             continue;
         gemm_nt(false, qn, kn, a->dk, q, a->q_row, k, a->k_row, p, kn);
         for (int64_t r = 0; r < qn; r++)
-            softmax_row(p + r * kn, keys_of(a, r, kn), kn, a->scale);
+            softmax_row(p + r * kn, keys_of(a, smp, r, kn), kn, a->scale);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)kn, (blasint)a->dv,
                     (blasint)qn, 1.0f, p, (blasint)kn, dout, (blasint)a->o_row, 0.0f, dv,
                     (blasint)a->v_row);

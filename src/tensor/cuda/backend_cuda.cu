@@ -1156,7 +1156,8 @@ dl_status cu_attn_fwd(dl_backend *be, const dl_attn *a, const float *q, const fl
              CUDA_CHECK(c, k_attn_softmax(c->stream, p, a->heads * a->tq, a->tq, a->tk,
                                           a->scale, a->causal,
                                           attn_rows_of(a->q_len, s, a->tq),
-                                          attn_rows_of(a->k_len, s, a->tk)), "attention") &&
+                                          attn_rows_of(a->k_len, s, a->tk),
+                                          a->q_off ? a->q_off[s] : 0), "attention") &&
              attn_gemm(c, false, false, a->tq, a->dv, a->tk, p, a->tk, tt, v + s * a->v_smp,
                        a->v_row, a->dv, o + s * a->o_smp, a->o_row, a->dv, a->heads);
     }
@@ -1185,7 +1186,8 @@ dl_status cu_attn_bwd(dl_backend *be, const dl_attn *a, const float *q, const fl
                        a->dk, p, a->tk, tt, a->heads) &&
              CUDA_CHECK(c, k_attn_softmax(c->stream, p, rows, a->tq, a->tk, a->scale,
                                           a->causal, attn_rows_of(a->q_len, s, a->tq),
-                                          attn_rows_of(a->k_len, s, a->tk)), "attention") &&
+                                          attn_rows_of(a->k_len, s, a->tk),
+                                          a->q_off ? a->q_off[s] : 0), "attention") &&
              attn_gemm(c, true, false, a->tk, a->dv, a->tq, p, a->tk, tt, dos, a->o_row, a->dv,
                        dv + s * a->v_smp, a->v_row, a->dv, a->heads) &&
              attn_gemm(c, false, true, a->tq, a->tk, a->dv, dos, a->o_row, a->dv, vs, a->v_row,

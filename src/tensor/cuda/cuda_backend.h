@@ -141,7 +141,7 @@ cudaError_t k_unary_bwd(cudaStream_t s, const dl_unary *u, const float *x, const
  * weight, rows of queries from qn on are zeros), and the scores' gradient
  * from them. */
 cudaError_t k_attn_softmax(cudaStream_t s, float *p, int64_t rows, int64_t tq, int64_t tk,
-                           float scale, bool causal, int64_t qn, int64_t kn);
+                           float scale, bool causal, int64_t qn, int64_t kn, int64_t off);
 cudaError_t k_attn_softmax_bwd(cudaStream_t s, const float *p, float *dp, int64_t rows,
                                int64_t tk, float scale);
 cudaError_t k_softmax_axis_fwd(cudaStream_t s, bool log, const float *x, float *y,

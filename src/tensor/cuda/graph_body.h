@@ -321,11 +321,11 @@ DL_HD void body_softmax_col(bool log_, const float *x, float *y, int64_t len, in
 /* The keys query row i of a sample attends to (dl_attn), of its qn valid
  * queries and kn valid keys: none past qn (a padded query), else the
  * first kn, or those up to i when causal. */
-DL_HD int64_t body_attn_keys(int64_t i, int64_t qn, int64_t kn, bool causal)
+DL_HD int64_t body_attn_keys(int64_t i, int64_t qn, int64_t kn, bool causal, int64_t off)
 {
     if (i >= qn)
         return 0;
-    return causal && i + 1 < kn ? i + 1 : kn;
+    return causal && off + i + 1 < kn ? off + i + 1 : kn;
 }
 
 /* Attention's probabilities on a row of scores (dl_attn): p[0..keys) =

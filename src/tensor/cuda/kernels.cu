@@ -858,10 +858,10 @@ __global__ void softmax_axis_bwd_kernel(const float *y, const float *dy, float *
 /* One thread a row of attention scores: row r is query r % tq of its
  * head, of the sample's qn valid queries and kn valid keys. */
 __global__ void attn_softmax_kernel(float *p, int64_t rows, int64_t tq, int64_t tk, float scale,
-                                    bool causal, int64_t qn, int64_t kn)
+                                    bool causal, int64_t qn, int64_t kn, int64_t off)
 {
     for (int64_t r = tid(); r < rows; r += nthreads())
-        body_attn_row(p + r * tk, body_attn_keys(r % tq, qn, kn, causal), tk, scale);
+        body_attn_row(p + r * tk, body_attn_keys(r % tq, qn, kn, causal, off), tk, scale);
 }
 
 __global__ void attn_softmax_bwd_kernel(const float *p, float *dp, int64_t rows, int64_t tk,
@@ -1455,12 +1455,12 @@ cudaError_t k_unary_bwd(cudaStream_t s, const dl_unary *u, const float *x, const
 #undef UNARY_CASES
 
 cudaError_t k_attn_softmax(cudaStream_t s, float *p, int64_t rows, int64_t tq, int64_t tk,
-                           float scale, bool causal, int64_t qn, int64_t kn)
+                           float scale, bool causal, int64_t qn, int64_t kn, int64_t off)
 {
     if (rows <= 0 || tk <= 0)
         return cudaSuccess;
     attn_softmax_kernel<<<blocks_for(rows), BLOCK, 0, s>>>(p, rows, tq, tk, scale, causal, qn,
-                                                           kn);
+                                                           kn, off);
     return cudaGetLastError();
 }
 
