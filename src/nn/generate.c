@@ -25,6 +25,11 @@
 
 typedef enum pass_kind { PASS_STEP, PASS_PREFILL, PASS_FULL } pass_kind;
 
+/* What a layer caches a slot: a self-attention's keys and values at each
+ * position so far, a cross-attention's of its source, a recurrent stack's
+ * states. */
+typedef enum cache_kind { CACHE_NONE, CACHE_SELF, CACHE_CROSS, CACHE_STATE } cache_kind;
+
 struct dl_gen_seq {
     dl_gen_params p;
     int           width;          /* beams (1: no beam search) */
@@ -63,7 +68,7 @@ struct dl_gen {
     bool                 cached, recompute;
     bool                *skip;            /* per layer: reads the source only (layer_dec.source) */
     float              **cache;           /* per layer: slot 0's cache (NULL: none) */
-    bool                *self;            /* per layer: a self-attention's cache */
+    char                *kind;            /* per layer: a cache_kind */
     size_t               seq_bytes;
     dl_gen_seq         **seqs;            /* by slot */
     int64_t              nseqs;
@@ -140,9 +145,9 @@ static dl_status plan_layers(dl_gen *g, dl_err *err)
     int nt = m->ninputs + m->nlayers;
     bool *on_ids = calloc((size_t)nt, 1), *on_src = calloc((size_t)nt, 1);
     g->skip = calloc((size_t)m->nlayers, 1);
-    g->self = calloc((size_t)m->nlayers, 1);
+    g->kind = calloc((size_t)m->nlayers, 1);
     g->cache = calloc((size_t)m->nlayers, sizeof(*g->cache));
-    if (!on_ids || !on_src || !g->skip || !g->self || !g->cache) {
+    if (!on_ids || !on_src || !g->skip || !g->kind || !g->cache) {
         free(on_ids), free(on_src);
         return dl_err_set(err, DL_ERR_NOMEM, "generation's layer table");
     }
@@ -161,11 +166,13 @@ static dl_status plan_layers(dl_gen *g, dl_err *err)
         if (!on_ids[t])
             continue;
         int q = model_tensor_of(m, c->src[0]), kv = model_tensor_of(m, c->src[c->nsrc - 1]);
-        bool ok;
+        bool ok = true;
         if (c->type == DL_LAYER_ATTENTION && c->nsrc == 1)
-            ok = c->causal, g->self[i] = true;
+            ok = c->causal, g->kind[i] = CACHE_SELF;
         else if (c->type == DL_LAYER_ATTENTION)
-            ok = !c->causal && on_ids[q] && !on_ids[kv] && on_src[kv];
+            ok = !c->causal && on_ids[q] && !on_ids[kv] && on_src[kv], g->kind[i] = CACHE_CROSS;
+        else if (c->type == DL_LAYER_LSTM || c->type == DL_LAYER_GRU)
+            ok = !c->bidirectional && c->ret_seq, g->kind[i] = CACHE_STATE;
         else
             ok = per_position(c->type) || c->type == DL_LAYER_POS_EMBEDDING;
         for (int k = 0; k < c->nsrc && c->type != DL_LAYER_ATTENTION; k++) {
@@ -178,16 +185,33 @@ static dl_status plan_layers(dl_gen *g, dl_err *err)
     return DL_OK;
 }
 
-/* The caches of an attention layer's slots: a self-attention's keys and
- * values at each of max_context positions, a cross-attention's at each
- * of the source's. */
+/* Floats of layer i's cache a slot: a self-attention's keys and values
+ * at each of max_context positions, a cross-attention's at each of the
+ * source's, a recurrent stack's h (and c) of each layer. */
 static int64_t cache_stride(const dl_gen *g, int i)
 {
-    const layer *l = &g->m->layers[i];
-    if (l->conf->type != DL_LAYER_ATTENTION || !g->cached || g->skip[i])
+    const dl_layer_conf *c = g->m->layers[i].conf;
+    int64_t e = g->m->layers[i].ins_shape[0][1];
+    if (!g->cached)
         return 0;
-    int64_t e = l->ins_shape[0][1];
-    return 2 * e * (g->self[i] ? g->ctx : g->m->conf->inputs[g->src].max_length);
+    switch ((cache_kind)g->kind[i]) {
+    case CACHE_SELF:  return 2 * e * g->ctx;
+    case CACHE_CROSS: return 2 * e * g->m->conf->inputs[g->src].max_length;
+    case CACHE_STATE: return c->num_layers * c->hidden * (c->type == DL_LAYER_LSTM ? 2 : 1);
+    default:          return 0;
+    }
+}
+
+/* Floats of layer i's cache that a sequence of n positions (source of
+ * src_len) holds in its slot. */
+static int64_t cache_used(const dl_gen *g, int i, int64_t n, int32_t src_len)
+{
+    int64_t st = g->m->layers[i].cache_stride;
+    switch ((cache_kind)g->kind[i]) {
+    case CACHE_SELF:  return st / g->ctx * n;
+    case CACHE_CROSS: return st / g->m->conf->inputs[g->src].max_length * src_len;
+    default:          return st;
+    }
 }
 
 static dl_status alloc_caches(dl_gen *g, dl_err *err)
@@ -356,7 +380,7 @@ void dl_gen_free(dl_gen *g)
     if (g->move)
         be->ops->release(be, g->move);
     dl_tokenizer_free(g->src_tok);
-    free(g->skip), free(g->self), free(g->cache), free(g->seqs);
+    free(g->skip), free(g->kind), free(g->cache), free(g->seqs);
     free(g->past), free(g->kv_len), free(g->src_len), free(g->row_len), free(g->logits);
     free(g);
 }
@@ -468,21 +492,16 @@ dl_status dl_gen_start(dl_gen *g, const char *prompt, size_t len, const dl_gen_p
     return DL_OK;
 }
 
-/* Copies slot `from`'s cached positions to slot `to` in every cache
- * (through `move` when the two may overlap a beam's reorder). */
-static void copy_slot(dl_gen *g, int64_t to, int64_t from, int64_t n, int32_t src_len,
-                      float *via)
+/* Copies what slot `from` caches to slot `to` (below it) in every cache. */
+static void copy_slot(dl_gen *g, int64_t to, int64_t from, int64_t n, int32_t src_len)
 {
     dl_backend *be = g->m->be;
     for (int i = 0; i < g->m->nlayers; i++) {
         if (!g->cache[i])
             continue;
-        int64_t st = g->m->layers[i].cache_stride, e2 = st / (g->self[i] ? g->ctx :
-                         g->m->conf->inputs[g->src].max_length);
-        int64_t rows = g->self[i] ? n : src_len;
-        float *dst = via ? via + to * g->move_stride : g->cache[i] + to * st;
-        const float *sp = g->cache[i] + from * st;
-        be->ops->copy(be, dst, sp, rows * e2);
+        int64_t st = g->m->layers[i].cache_stride;
+        be->ops->copy(be, g->cache[i] + to * st, g->cache[i] + from * st,
+                      cache_used(g, i, n, src_len));
     }
 }
 
@@ -497,7 +516,7 @@ void dl_gen_end(dl_gen *g, dl_gen_seq *s)
     for (int64_t i = at + 1; i < g->nseqs; i++) {     /* the later ones move down */
         dl_gen_seq *t = g->seqs[i];
         for (int b = 0; g->cached && t->started && b < t->width; b++)
-            copy_slot(g, t->slot - w + b, t->slot + b, t->n, t->src_len, NULL);
+            copy_slot(g, t->slot - w + b, t->slot + b, t->n, t->src_len);
         t->slot -= w;
         g->seqs[i - 1] = t;
     }
@@ -792,14 +811,15 @@ static void beam_reorder(dl_gen *g, dl_gen_seq *s, const int *parent, int nb)
         return;
     dl_backend *be = g->m->be;
     for (int i = 0; i < g->m->nlayers; i++) {
-        if (!g->cache[i] || !g->self[i])   /* a source's keys: the same in every beam */
+        /* a source's keys and values: the same in every beam */
+        if (!g->cache[i] || g->kind[i] == CACHE_CROSS)
             continue;
-        int64_t st = g->m->layers[i].cache_stride, e2 = st / g->ctx;
+        int64_t st = g->m->layers[i].cache_stride, used = cache_used(g, i, s->n, 0);
         float *c = g->cache[i] + s->slot * st;
         for (int j = 0; j < nb; j++)
-            be->ops->copy(be, g->move + j * g->move_stride, c + parent[j] * st, s->n * e2);
+            be->ops->copy(be, g->move + j * g->move_stride, c + parent[j] * st, used);
         for (int j = 0; j < nb; j++)
-            be->ops->copy(be, c + j * st, g->move + j * g->move_stride, s->n * e2);
+            be->ops->copy(be, c + j * st, g->move + j * g->move_stride, used);
     }
 }
 

@@ -6,6 +6,7 @@
 #include "nn/layer.h"
 
 #include <math.h>
+#include <string.h>
 
 /* PyTorch's parameter names, by layer, direction and kind (weight_ih,
  * weight_hh, bias_ih, bias_hh): the slots keep the pointer. */
@@ -74,16 +75,71 @@ static size_t rnn_aux_bytes(const layer *l, int64_t n)
     return reserve;
 }
 
-static int64_t rnn_work_floats(const layer *l, int64_t n)
+static int64_t kernel_work_floats(const layer *l, int64_t n)
 {
     size_t reserve, work;
     sizes(l, n, &reserve, &work);
     return (int64_t)((work + sizeof(float) - 1) / sizeof(float));
 }
 
+/* Decoding's states of a batch of n, [layers, n, hidden] each: h and c
+ * read, h and c written. */
+static int64_t state_floats(const layer *l, int64_t n)
+{
+    return l->conf->num_layers * n * l->conf->hidden;
+}
+
+/* The kernel's scratch, then room for decoding's four state blocks. */
+static int64_t rnn_work_floats(const layer *l, int64_t n)
+{
+    return kernel_work_floats(l, n) + 4 * state_floats(l, n);
+}
+
+/* Moves states between a pass's [layers, n, hidden] block and the
+ * slots' caches (layers * hidden floats of h, then of c, a slot). */
+static void state_move(layer *l, int64_t n, float *block, float *cache, bool to_cache)
+{
+    int64_t h = l->conf->hidden, nl = l->conf->num_layers, cs = l->cache_stride;
+    int64_t blk[3] = { n * h, h, 1 }, cch[3] = { h, cs, 1 };
+    dl_strided g = { .nd = 3, .shape = { nl, n, h } };
+    memcpy(g.st[0], to_cache ? blk : cch, sizeof(blk));
+    memcpy(g.st[1], to_cache ? cch : blk, sizeof(blk));
+    l->be->ops->copy_strided(l->be, &g, to_cache ? block : cache, to_cache ? cache : block);
+}
+
+/* Decoding (l->dec, generate.c; a unidirectional stack returning the
+ * sequence): a sequence's first pass starts from zero states, later ones
+ * from the states its last pass left in the cache; either leaves its
+ * states there. */
+static dl_status rnn_decode(layer *l, const float *x, float *y, int64_t n, dl_err *err)
+{
+    bool lstm = l->conf->type == DL_LAYER_LSTM;
+    int64_t sf = state_floats(l, n), ch = l->conf->num_layers * l->conf->hidden;
+    float *hx = l->work + kernel_work_floats(l, n), *cx = hx + sf, *hy = cx + sf, *cy = hy + sf;
+    dl_rnn r = desc(l, n, false);
+    if (l->dec->step) {
+        state_move(l, n, hx, l->cache, false);
+        if (lstm)
+            state_move(l, n, cx, l->cache + ch, false);
+    }
+    r.hx = l->dec->step ? hx : NULL;
+    r.cx = l->dec->step && lstm ? cx : NULL;
+    r.hy = hy;
+    r.cy = lstm ? cy : NULL;
+    dl_status st = l->be->ops->rnn_fwd(l->be, &r, x, y, err);
+    if (st == DL_OK) {
+        state_move(l, n, hy, l->cache, true);
+        if (lstm)
+            state_move(l, n, cy, l->cache + ch, true);
+    }
+    return st;
+}
+
 static dl_status rnn_forward(layer *l, const float *x, float *y, int64_t n, bool train,
                              dl_err *err)
 {
+    if (l->dec)
+        return rnn_decode(l, x, y, n, err);
     dl_rnn r = desc(l, n, train);
     size_t reserve, work;
     dl_status st = l->be->ops->rnn_size(l->be, &r, &reserve, &work, err);

@@ -92,6 +92,12 @@ typedef struct dl_rnn {
     float         *dw;
     void          *reserve;   /* rnn_fwd to rnn_bwd: rnn_size's bytes */
     void          *work;      /* scratch of one call: rnn_size's bytes */
+    /* Inference only (decoding): the initial states, [layers * dirs, n,
+     * hidden] as cuDNN's hx and cx (NULL: zeros; cx LSTM only), and where
+     * rnn_fwd leaves each sample's states after its last step (NULL:
+     * nowhere; hy with ret_seq only). */
+    const float   *hx, *cx;
+    float         *hy, *cy;
 } dl_rnn;
 
 typedef struct dl_strided {

@@ -1,12 +1,13 @@
 /* test_generate.c: the decoder (dl_gen) against itself: decoding over
- * the key-value cache gives the ids that recomputing every prefix gives
- * (decoder-only and encoder-decoder, prompts of several lengths started
- * together and joining mid-way); beam width 1 is greedy decoding; with
+ * the cache gives the ids that recomputing every prefix gives
+ * (decoder-only, encoder-decoder and recurrent decoders, prompts of
+ * several lengths started together and joining mid-way); beam width 1 is
+ * greedy decoding; with
  * batch-invariant inference a sequence's bits do not depend on the
  * sequences beside it; and the rules of sampling, stop strings,
  * max_tokens, a full context and a full decoder. Random weights: what is
  * compared is the engine's arithmetic, not the model's quality (PyTorch's
- * decoding from the same weights is tests/unit/test_generate_torch). */
+ * decoding from the same weights is tested against tests/py/gen_ref.py). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -59,6 +60,23 @@ static const char *encdec_json =
     "'outputs': [{'name': 'logits', 'from': 'logits', 'loss': 'next_token', 'of': 'ids'}],"
     "'generate': {'input': 'ids', 'output': 'logits', 'source': 'src', 'max_context': 40, "
     "'eos': '~'}}";
+
+/* A recurrent decoder: the state a slot instead of keys and values. */
+static char rnn_json[1024];
+
+static const char *rnn_model(const char *cell)
+{
+    snprintf(rnn_json, sizeof(rnn_json),
+             "{'name': 'rnn', 'inputs': [{'name': 'ids', 'datatype': 'INT64', 'shape': [-1], "
+             "'max_length': 40}], 'layers': ["
+             "{'name': 'emb', 'type': 'embedding', 'num_embeddings': 256, 'dim': 16},"
+             "{'name': 'rnn', 'type': '%s', 'hidden': 24, 'layers': 2, 'return': 'sequence'},"
+             "{'name': 'logits', 'type': 'dense', 'units': 256}],"
+             "'outputs': [{'name': 'logits', 'from': 'logits', 'loss': 'next_token', "
+             "'of': 'ids'}],"
+             "'generate': {'input': 'ids', 'output': 'logits', 'eos': '~'}}", cell);
+    return rnn_json;
+}
 
 typedef struct rig {
     dl_backend    *be;
@@ -177,6 +195,17 @@ Test(generate, cache_equals_recompute_encoder_decoder)
     dl_gen_params_init(&p);
     p.max_tokens = 12;
     cache_equals_recompute(encdec_json, &p);
+}
+
+Test(generate, recurrent_state_equals_recompute)
+{
+    dl_gen_params p;
+    dl_gen_params_init(&p);
+    p.max_tokens = 12;
+    cache_equals_recompute(rnn_model("lstm"), &p);
+    cache_equals_recompute(rnn_model("gru"), &p);
+    p.beam_width = 3;
+    cache_equals_recompute(rnn_model("gru"), &p);
 }
 
 Test(generate, beam_search_on_the_cache_equals_recompute)

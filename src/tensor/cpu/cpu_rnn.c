@@ -270,6 +270,7 @@ typedef struct recur_job {
     const rnn_params *w;
     rnn_rows          rw;
     const float      *dys;     /* backward: gradients of the states, [cap, h] */
+    const float      *h0, *c0; /* forward: the initial states [n, h] (NULL: zeros) */
 } recur_job;
 
 /* Samples a group has at least: smaller batches run on one thread. */
@@ -334,12 +335,14 @@ static void cells_fwd(const recur_job *j, int64_t s, int64_t o, int64_t m, const
     int64_t h = p->h, gh = p->gh;
     const float *bhn = j->w->bhh ? j->w->bhh + 2 * h : p->zero;
     for (int64_t u = 0; u < m; u++) {
-        int64_t k = o + u, pk = prev_row(p, s, k);
+        int64_t k = o + u, pk = prev_row(p, s, k), i = p->smp[k];
         if (p->r->cell == DL_RNN_LSTM)
-            lstm_row(h, rw.gates + k * gh, q + u * gh, pk < 0 ? p->zero : rw.aux + pk * h,
+            lstm_row(h, rw.gates + k * gh, q + u * gh,
+                     pk >= 0 ? rw.aux + pk * h : j->c0 ? j->c0 + i * h : p->zero,
                      rw.aux + k * h, rw.h + k * h);
         else
-            gru_row(h, rw.gates + k * gh, q + u * gh, bhn, pk < 0 ? p->zero : rw.h + pk * h,
+            gru_row(h, rw.gates + k * gh, q + u * gh, bhn,
+                    pk >= 0 ? rw.h + pk * h : j->h0 ? j->h0 + i * h : p->zero,
                     rw.aux + k * h, rw.h + k * h);
     }
 }
@@ -355,7 +358,9 @@ static void group_fwd(recur_job *j, int64_t s, int64_t i0, int64_t i1)
     float *q = p->q + i0 * gh, *hg = p->hg + i0 * h;
     if (m == 0)
         return;
-    if (s == 0) {
+    if (s == 0 && j->h0) {          /* every sample runs step 0: rows i0 on */
+        step_gemm(p, true, m, gh, h, j->h0 + i0 * h, j->w->whh, q);
+    } else if (s == 0) {
         memset(q, 0, (size_t)(m * gh) * sizeof(float));
     } else {
         const float *hprev = j->rw.h;
@@ -390,8 +395,18 @@ static dl_status layer_fwd(const rnn_plan *p, int l, int d, const float *x, dl_e
                            w.bih ? p->bsum : NULL, rw.gates, err);
     if (st != DL_OK)
         return st;
-    recur_job j = { .p = p, .w = &w, .rw = rw };
-    dl_parallel_for(p->r->n, RNN_GROUP, recur_fwd_task, &j);
+    const dl_rnn *r = p->r;
+    int64_t at = (l * r->dirs + d) * r->n * p->h;      /* hx's [layer, direction] */
+    recur_job j = { .p = p, .w = &w, .rw = rw, .h0 = r->hx ? r->hx + at : NULL,
+                    .c0 = r->cx ? r->cx + at : NULL };
+    dl_parallel_for(r->n, RNN_GROUP, recur_fwd_task, &j);
+    for (int64_t i = 0; i < r->n && (r->hy || r->cy); i++) {   /* the states at the end */
+        int64_t k = row_at(p, p->len[i] - 1, i);
+        if (r->hy)
+            memcpy(r->hy + at + i * p->h, rw.h + k * p->h, (size_t)p->h * sizeof(float));
+        if (r->cy && r->cell == DL_RNN_LSTM)
+            memcpy(r->cy + at + i * p->h, rw.aux + k * p->h, (size_t)p->h * sizeof(float));
+    }
     return DL_OK;
 }
 

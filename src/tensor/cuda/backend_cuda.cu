@@ -1548,14 +1548,14 @@ bool rnn_fwd_run(cuda_ctx *c, rnn_entry *e, const dl_rnn *r, int64_t i0, int64_t
     char *s = ok ? (char *)scratch(c, need) : nullptr;
     ok = s && CUDA_CHECK(c, stage_h2d(c, s, len, (size_t)n * sizeof(int32_t)), "rnn lengths") &&
          rnn_weights_in(c, e, r);
-    float *hy = r->ret_seq ? nullptr : (float *)(s + at_hy);
+    float *hy = r->ret_seq ? r->hy : (float *)(s + at_hy);
     float *seq = r->ret_seq ? y : r->train ? (float *)((char *)r->reserve + align256(rs))
                                            : (float *)(s + at_seq);
     ok = ok && CUDNN_CHECK(c, cudnnRNNForward(c->dnn, e->desc,
                                               r->train ? CUDNN_FWD_MODE_TRAINING
                                                        : CUDNN_FWD_MODE_INFERENCE,
                                               (const int32_t *)s, k.xd, x, k.yd, seq, k.hd,
-                                              nullptr, hy, k.hd, nullptr, nullptr, e->wbytes,
+                                              r->hx, hy, k.hd, r->cx, r->cy, e->wbytes,
                                               c->rnn_w, ws, s + at_ws, r->train ? rs : 0,
                                               r->train ? r->reserve : nullptr), "rnn forward");
     if (ok && !r->ret_seq)
@@ -1606,7 +1606,9 @@ dl_status cu_rnn_fwd(dl_backend *be, const dl_rnn *r, const float *x, float *y, 
     rnn_entry *e = rnn_entry_for(c, r);
     bool ok = e != nullptr;
     int64_t ys = r->ret_seq ? r->t * r->hidden * r->dirs : r->hidden * r->dirs;
-    if (ok && r->invariant && !r->train)
+    /* Batch-invariant: a sample at a time, but for decoding's states
+     * ([layers, n, h] over the whole batch, as cuDNN reads them) */
+    if (ok && r->invariant && !r->train && !r->hx && !r->hy && !r->cy)
         for (int64_t i = 0; ok && i < r->n; i++)
             ok = rnn_fwd_run(c, e, r, i, 1, x + i * r->t * r->in, y + i * ys);
     else if (ok)
