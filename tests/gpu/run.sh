@@ -8,7 +8,9 @@
 #      (-Dcuda=enabled; HTTP, Kafka, Redis, systemd and Criterion off);
 #      jansson's headers come from shared-build/include, which
 #      tests/gpu/vendor-headers.sh fills on a machine that has them;
-#   2. runs the CPU-vs-CUDA parity check of every op (tests/gpu/test_gpu_ops);
+#   2. runs the CPU-vs-CUDA parity check of every op (tests/gpu/test_gpu_ops)
+#      and of generation (tests/gpu/test_gpu_gen: greedy decoding over the
+#      key-value cache and cuDNN's recurrent states);
 #   3. trains on both devices and compares (tests/gpu/test_gpu_train.sh:
 #      fashion-mlp, fashion-cnn, fashion-resnet); on this machine a skip
 #      (exit 77: no usable GPU) counts as a failure; then imports PyTorch's
@@ -97,6 +99,11 @@ if [ "${result[build]}" = PASS ]; then
     rc=$?
     result[parity]=$([ $rc -eq 0 ] && echo PASS || echo "FAIL($rc)")
 
+    say "generation on cuda against cpu"
+    timeout "$(left 40)" "$build/tests/test_gpu_gen" > "$out/gen.log" 2>&1
+    rc=$?
+    result[gen]=$([ $rc -eq 0 ] && echo PASS || echo "FAIL($rc)")
+
     # ---- 3. training on both devices -------------------------------------------
     say "training on cpu and cuda"
     DLSERVE=$build/dlserve DLSERVE_SOURCE_ROOT=$root DLSERVE_DATA=$data \
@@ -158,7 +165,7 @@ fi
     echo
     echo "| step | result |"
     echo "|---|---|"
-    for k in build parity train onnx nccl bench; do
+    for k in build parity gen train onnx nccl bench; do
         echo "| $k | ${result[$k]:-not run} |"
     done
     if [ -f "$out/parity.log" ]; then
@@ -196,7 +203,7 @@ EOF
     fi
 } | tee "$out/summary.md"
 
-for k in build parity train onnx nccl; do
+for k in build parity gen train onnx nccl; do
     case ${result[$k]:-} in PASS|skipped*) ;; *) exit 1 ;; esac
 done
 exit 0
