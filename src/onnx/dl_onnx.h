@@ -48,14 +48,16 @@ typedef struct dl_onnx_model dl_onnx_model;
 /* Translates the ONNX model in buf (len bytes) into a model called
  * `name`. dir (may be NULL: external data is then refused) holds its
  * external data files; beside (may be NULL) is the text of a model.json
- * beside it, whose name, description, training, per-input scaling
- * (matched by name) and per-output loss, weight and labels (matched by name)
- * apply; its layers are ignored. Without beside, the model's metadata
+ * beside it, whose name, description, training, "generate" block,
+ * per-input scaling (matched by name) and per-output loss, weight and
+ * labels (matched by name) apply; its layers are ignored. Without beside, the model's metadata
  * "dlserve.model" gives the outputs' loss, weight and labels; without either,
  * outputs are served as they are ("mse"; a sequence output: per-token
  * "softmax_cross_entropy"). An input whose second dimension is symbolic
  * is a sequence input of capacity "max_length": the model.json beside's
- * for that input, else the metadata's, else DL_ONNX_MAX_LENGTH; each
+ * for that input, else the metadata's, else the max_context of the
+ * beside's "generate" block (kept in the translation) when the input is
+ * its ids, else DL_ONNX_MAX_LENGTH; each
  * sample is computed as the graph computes it alone, at its own length
  * (docs/onnx.md, "Sequence models"). An operator or attribute the
  * engine cannot run exactly is refused: "node 'NAME' (OP, opset N):

@@ -239,7 +239,7 @@ static void merge_text_input(json_t *in, json_t *e)
 
 static void merge_beside(json_t *root, json_t *b)
 {
-    static const char *const keep[] = {"description", "training", "serving"};
+    static const char *const keep[] = {"description", "training", "serving", "generate"};
     for (size_t k = 0; k < sizeof(keep) / sizeof(keep[0]); k++)
         if (json_object_get(b, keep[k]))
             json_object_set(root, keep[k], json_object_get(b, keep[k]));
@@ -320,6 +320,12 @@ int64_t xl_max_length(xl *x, const char *name)
         if (json_is_integer(ml) && json_integer_value(ml) > 0)
             return json_integer_value(ml);
     }
+    /* the generate block's context, for its ids input */
+    json_t *gen = json_object_get(x->beside, "generate");
+    json_t *in = json_object_get(gen, "input"), *mc = json_object_get(gen, "max_context");
+    if (json_is_string(in) && !strcmp(json_string_value(in), name) && json_is_integer(mc) &&
+        json_integer_value(mc) > 0)
+        return json_integer_value(mc);
     return DL_ONNX_MAX_LENGTH;
 }
 

@@ -1258,6 +1258,70 @@ static dl_status op_slice(xl *x, const onnx_node *n)
     return xl_alias(x, n, &cur);
 }
 
+#define ONNX_MAX_SPLIT 64   /* outputs of one Split */
+
+/* Split along one axis (sizes from input 1, the `split` attribute before
+ * opset 13, or equal parts): a slice layer an output read (a constant:
+ * folded). */
+static dl_status op_split(xl *x, const onnx_node *n)
+{
+    tvalue *a = xl_arg(x, n, 0), *sv = n->nin > 1 && n->in[1][0] ? xl_arg(x, n, 1) : NULL;
+    const onnx_attr *sa = onnx_attr_find(n, "split");
+    int64_t axis = xl_attr_i(n, "axis", 0), size[ONNX_MAX_SPLIT], at = 0;
+    int r = a->c ? a->c->ndim : xl_rank(a), pa = a->c ? -1 : xl_axis(a, axis);
+    int64_t ax = axis < 0 ? axis + r : axis;
+    if (n->nout < 1 || n->nout > ONNX_MAX_SPLIT || ax < 0 || ax >= r || (sv && !sv->c) ||
+        (sv && (!sv->c->i || sv->c->n != n->nout)) || (sa && sa->nints != n->nout))
+        return xl_refuse(x, n, "needs an axis, constant split sizes, one an output, and at "
+                         "most %d outputs", ONNX_MAX_SPLIT);
+    if (!a->c && pa < 0)
+        return xl_refuse(x, n, "splitting the batch axis is not supported");
+    int64_t whole = a->c ? a->c->dims[ax] : a->d[pa];
+    for (int k = 0; k < n->nout; k++) {
+        size[k] = sv ? sv->c->i[k] : sa ? sa->ints[k]
+                : (whole + n->nout - 1) / n->nout;       /* the last part may be smaller */
+        if (!sv && !sa && k == n->nout - 1)
+            size[k] = whole - at;
+        if (size[k] < 1 || at + size[k] > whole)
+            return xl_refuse(x, n, "split sizes that do not fit the axis of %lld",
+                             (long long)whole);
+        at += size[k];
+    }
+    if (at != whole)
+        return xl_refuse(x, n, "split sizes that do not add up to the axis of %lld",
+                         (long long)whole);
+    at = 0;
+    for (int k = 0; k < n->nout; k++, at += size[k - 1]) {
+        onnx_node one = *n;
+        one.nout = 1;
+        one.out = &n->out[k];
+        if (!n->out[k][0] || (!a->c && !xl_uses(x, n->out[k])))
+            continue;
+        dl_status st;
+        if (a->c) {
+            int64_t lo[ONNX_MAX_DIMS] = { 0 }, step[ONNX_MAX_DIMS], len[ONNX_MAX_DIMS];
+            for (int j = 0; j < r; j++) {
+                step[j] = 1;
+                len[j] = a->c->dims[j];
+            }
+            lo[ax] = at;
+            len[ax] = size[k];
+            st = fold_slice(x, &one, a->c, lo, step, len);
+        } else {
+            int64_t d[ONNX_MAX_DIMS];
+            memcpy(d, a->d, sizeof(d));
+            d[pa] = size[k];
+            st = xl_unary(x, &one, "slice", json_pack("{s:i,s:I,s:I}", "axis", pa, "start",
+                                                   (json_int_t)at, "end",
+                                                   (json_int_t)(at + size[k])),
+                          a, a->nd, d);
+        }
+        if (st)
+            return st;
+    }
+    return DL_OK;
+}
+
 /* ---- element-wise and multi-input -------------------------------------- */
 
 /* The tensor whose rows 0, 1, ... layers srcs[0..n) are, in order and
@@ -1434,6 +1498,43 @@ static dl_status op_binary(xl *x, const onnx_node *n)
     tvalue *o = xl_out0(x, n);
     return keep_layout(x, n, &like, o ? xl_emit(x, json_pack("{s:s}", "type", type), name,
                                                 srcs, 2, o, nd, d) : xl_nomem(x));
+}
+
+/* Where(C, s, X) or Where(C, X, s) of a constant condition C and a
+ * one-value constant s of -inf (or below -1e30, where x + s is s): what
+ * masked_fill writes for a causal mask over the time axis (folded to its
+ * capacity). It is X plus the constant C ? s : 0 (or C ? 0 : s), exactly:
+ * an add layer, which attention_of recognises as a causal mask. Other
+ * Wheres: onnx_seq.c. */
+static dl_status op_where(xl *x, const onnx_node *n)
+{
+    tvalue *c = xl_arg(x, n, 0), *a = xl_arg(x, n, 1), *b = xl_arg(x, n, 2);
+    if (n->nin != 3 || !c || !a || !b || !c->c || c->fill || (a->c != NULL) == (b->c != NULL))
+        return xl_op_where(x, n);
+    tvalue *t = a->c ? b : a, *k = a->c ? a : b;
+    double s = k->c->n == 1 && !k->fill ? (k->c->f ? k->c->f[0] : (double)k->c->i[0]) : 0;
+    if (!k->c->f || k->c->n != 1 || k->fill || !(s <= -1e30) || !t->src)
+        return xl_op_where(x, n);
+    const onnx_tensor *ct = c->c;
+    onnx_tensor *m = xl_const(x, true, ct->ndim, ct->dims);
+    if (!m)
+        return xl_nomem(x);
+    for (int64_t e = 0; e < m->n; e++) {
+        bool on = (ct->f ? ct->f[e] : (double)ct->i[e]) != 0;
+        m->f[e] = on == (k == a) ? (float)s : 0.0f;
+    }
+    /* the constant under the output's name, hidden by the add's output
+     * (values are found from the last) */
+    tvalue *mv = xl_add(x, n->out[0]);
+    if (!mv)
+        return xl_nomem(x);
+    mv->c = m;
+    const char *ins[2] = { t->name, n->out[0] };
+    onnx_node add = *n;
+    add.op = "Add";
+    add.nin = 2;
+    add.in = ins;
+    return op_binary(x, &add);
 }
 
 /* Softmax/LogSoftmax: before opset 13 the input is coerced to 2-D at axis,
@@ -1637,9 +1738,10 @@ static const struct {
     {"ReduceMean", op_reduce, L(REDUCE_MEAN) | L(RESHAPE) | L(SEQ_POOL)},
     {"ReduceSum", op_reduce, L(REDUCE_SUM) | L(RESHAPE) | L(SEQ_POOL)},
     {"ReduceMax", op_reduce, L(SEQ_POOL) | L(RESHAPE)}, {"Constant", op_constant, 0},
-    {"Shape", op_shape, 0}, {"Slice", op_slice, L(SLICE)},
+    {"Shape", op_shape, 0}, {"Slice", op_slice, L(SLICE)}, {"Split", op_split, L(SLICE)},
     /* the time axis and its masks (onnx_seq.c) */
-    {"Equal", xl_op_equal, 0}, {"Not", xl_op_not, 0}, {"Where", xl_op_where, 0},
+    {"Equal", xl_op_equal, 0}, {"Less", xl_op_compare, 0}, {"LessOrEqual", xl_op_compare, 0},
+    {"Greater", xl_op_compare, 0}, {"GreaterOrEqual", xl_op_compare, 0}, {"Not", xl_op_not, 0}, {"Where", op_where, L(ADD) | L(CONSTANT)},
     {"Expand", xl_op_expand, 0}, {"ConstantOfShape", xl_op_constant_of_shape, 0},
     {"Range", xl_op_range, 0}, {"Trilu", xl_op_trilu, 0}, {"ArgMax", xl_op_argmax, 0},
     {"LSTM", xl_op_rnn, L(LSTM) | L(RESHAPE)}, {"GRU", xl_op_rnn, L(GRU) | L(RESHAPE)},

@@ -2,7 +2,7 @@
  * masks text models compute from their ids (Equal, Not, Where, Expand,
  * Cast, ReduceMax, ArgMax of masks), pooling over the time axis, position
  * tables, the LSTM and GRU operators, and the constants their exports
- * fold (ConstantOfShape, Range).
+ * fold (ConstantOfShape, Range, Trilu, comparisons of positions).
  *
  * The rule. A symbolic time axis makes a sequence input (onnx_import.c);
  * each sample is computed as the graph computes it alone, at its own
@@ -145,10 +145,17 @@ static int64_t bcast_at(const onnx_tensor *t, const int64_t *d, int r, int64_t e
     return at;
 }
 
-/* The inputs Equal, Not and Where take. */
+/* The inputs Equal, the comparisons, Not and Where take. */
 static int logic_arity(const char *op)
 {
-    return !strcmp(op, "Not") ? 1 : !strcmp(op, "Equal") ? 2 : 3;
+    return !strcmp(op, "Not") ? 1 : !strcmp(op, "Where") ? 3 : 2;
+}
+
+/* a OP b for Equal, Less, LessOrEqual, Greater, GreaterOrEqual. */
+static bool compare(const char *op, double a, double b)
+{
+    return !strcmp(op, "Equal") ? a == b : !strcmp(op, "Less") ? a < b
+         : !strcmp(op, "LessOrEqual") ? a <= b : !strcmp(op, "Greater") ? a > b : a >= b;
 }
 
 /* Equal, Not and Where of constants, broadcast; booleans as integers. */
@@ -168,7 +175,7 @@ static dl_status fold_logic(xl *x, const onnx_node *n)
     for (int64_t e = 0; o && e < o->n; e++) {
         double a = cval(t[0], bcast_at(t[0], d, r, e));
         double v = !strcmp(n->op, "Not") ? a == 0
-                 : !strcmp(n->op, "Equal") ? a == cval(t[1], bcast_at(t[1], d, r, e))
+                 : !where ? compare(n->op, a, cval(t[1], bcast_at(t[1], d, r, e)))
                  : cval(t[a != 0 ? 1 : 2], bcast_at(t[a != 0 ? 1 : 2], d, r, e));
         if (is_f)
             o->f[e] = (float)v;
@@ -266,6 +273,16 @@ dl_status xl_op_equal(xl *x, const onnx_node *n)
         return xl_refuse(x, n, "only the padding mask ids == PAD (a constant) of a sequence "
                          "input of ids [batch, time] is translated");
     return set_mask(x, n, ids, XL_MASK_BOOL, 1, 1.0, 0.0);
+}
+
+/* Less, LessOrEqual, Greater, GreaterOrEqual: of constants (a causal
+ * mask from positions over the time axis folded to its capacity). */
+dl_status xl_op_compare(xl *x, const onnx_node *n)
+{
+    if (xl_all_const(x, n))
+        return fold_logic(x, n);
+    return xl_refuse(x, n, "only comparisons of constants (positions over the time axis) "
+                     "are translated");
 }
 
 dl_status xl_op_not(xl *x, const onnx_node *n)

@@ -181,7 +181,9 @@ tvalue *xl_value_from(xl *x, const char *layer);
 
 /* The time axis' capacity of sequence input `name` (the engine's
  * max_length): --max-length, else the model.json beside's or the
- * metadata's "max_length" of that input, else 256 (onnx_import.c). */
+ * metadata's "max_length" of that input, else the beside's "generate"
+ * block's max_context when that input is its ids, else 256
+ * (onnx_import.c). */
 int64_t xl_max_length(xl *x, const char *name);
 /* Whether a node reads a padding mask or a batch-shaped fill constant:
  * then xl_mask_node translates it. */
@@ -190,6 +192,7 @@ dl_status xl_mask_node(xl *x, const onnx_node *n);
 /* Operators of the time axis and its masks: Equal, Not, Where, Expand,
  * ConstantOfShape, Range, Trilu, ArgMax, LSTM and GRU. */
 dl_status xl_op_equal(xl *x, const onnx_node *n);
+dl_status xl_op_compare(xl *x, const onnx_node *n);
 dl_status xl_op_not(xl *x, const onnx_node *n);
 dl_status xl_op_where(xl *x, const onnx_node *n);
 dl_status xl_op_expand(xl *x, const onnx_node *n);
