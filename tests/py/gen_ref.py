@@ -18,9 +18,9 @@ src/nn/dl_gen.h specifies, recomputing the whole prefix each step:
 - beam search of width W: W beams from one; each step every beam's score
   (its tokens' summed log-softmax) plus each token's log-probability is a
   candidate; of the best 2W (higher score, then the lower beam, then the
-  lower id) those ending in eos finish, ranked by score / (tokens
-  generated, eos included)^length_penalty, and the first W others are the
-  next beams; it stops once W have finished, or at max_tokens (or a full
+  lower id) those among the first W that end in eos finish, ranked by
+  score / (tokens generated, eos included)^length_penalty, and the first
+  W that do not are the next beams; it stops once W have finished, or at max_tokens (or a full
   context), when the live beams finish too ("length"); the best finished
   one answers, the first among equals. Width 1 is greedy.
 
@@ -168,6 +168,8 @@ def beam(gm, prompt, max_tokens, width, penalty, margins):
         for k, (score, b, i) in enumerate(cands[:2 * width]):
             ids = live[b][1] + [i]
             if i == gm.eos:
+                if k >= width:      # ranked below the beams that go on
+                    continue
                 done.append((score / len(ids) ** penalty, score, ids, "stop"))
             elif len(nxt) < width:
                 nxt.append((score, ids))

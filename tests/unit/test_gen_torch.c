@@ -1,4 +1,4 @@
-/* test_gen.c: generation against PyTorch. Two small transformers with
+/* test_gen_torch.c: generation against PyTorch. Two small transformers with
  * random weights (tests/unit/fixtures/gen: a decoder-only model of two
  * causal attention blocks, an encoder-decoder with cross-attention whose
  * decoder starts from eos), their weights written by tests/py/gen_ref.py,
@@ -19,7 +19,7 @@
 #include "nn/dl_nn.h"
 #include "onnx/dl_onnx.h"
 
-TestSuite(gen, .timeout = 180);
+TestSuite(gen_torch, .timeout = 180);
 
 #define NPROMPT 8
 #define MAXGEN 64
@@ -46,6 +46,7 @@ typedef struct result {
 typedef struct run_opts {
     int    width;
     float  penalty;
+    bool   beam;         /* beam search at width 1 too */
     bool   recompute;
     bool   stagger;      /* prompts join the running batch a step apart */
 } run_opts;
@@ -195,6 +196,7 @@ static void decode_loaded(loaded *l, int max_tokens, const run_opts *o, result *
     p.max_tokens = max_tokens;
     p.beam_width = o->width;
     p.length_penalty = o->penalty;
+    p.beam_search = o->beam;
     cr_assert_eq(dl_gen_params_check(&p, &err), DL_OK, "%s", err.msg);
 
     dl_gen_seq *seq[NPROMPT] = {0};
@@ -297,9 +299,9 @@ static void beam_case(const char *fixture, int seed)
     result want[NPROMPT], got[NPROMPT], greedy[NPROMPT];
     make_model(dir, sizeof(dir), fixture, seed, MAXTOK);
     reference(dir, MAXTOK, 1, 1.0, greedy);
-    run_opts o = { .width = 1, .penalty = 0.6f };
+    run_opts o = { .width = 1, .penalty = 0.6f, .beam = true };
     decode(dir, MAXTOK, &o, got);
-    same(got, greedy, "beam width 1 (length penalty 0.6)");
+    same(got, greedy, "beam search of width 1 (length penalty 0.6)");
     static const struct { int w; float lp; } beams[] = { {3, 0.6f}, {4, 1.2f} };
     for (size_t b = 0; b < sizeof(beams) / sizeof(beams[0]); b++) {
         char what[96];
@@ -317,22 +319,22 @@ static void beam_case(const char *fixture, int seed)
     fx_rmtree(dir);
 }
 
-Test(gen, decoder_greedy_equals_pytorch)
+Test(gen_torch, decoder_greedy_equals_pytorch)
 {
     greedy_case("tests/unit/fixtures/gen/decoder/model.json", 2);
 }
 
-Test(gen, decoder_beam_search_equals_reference)
+Test(gen_torch, decoder_beam_search_equals_reference)
 {
     beam_case("tests/unit/fixtures/gen/decoder/model.json", 2);
 }
 
-Test(gen, encoder_decoder_greedy_equals_pytorch)
+Test(gen_torch, encoder_decoder_greedy_equals_pytorch)
 {
     greedy_case("tests/unit/fixtures/gen/encdec/model.json", 5);
 }
 
-Test(gen, encoder_decoder_beam_search_equals_reference)
+Test(gen_torch, encoder_decoder_beam_search_equals_reference)
 {
     beam_case("tests/unit/fixtures/gen/encdec/model.json", 5);
 }
@@ -342,7 +344,7 @@ Test(gen, encoder_decoder_beam_search_equals_reference)
  * 1/model.onnx and a model.json of only the generate block: greedy
  * decoding equals the module's own, token for token, on the key-value
  * cache (the attention recognised: causal sdpa layers) and recomputing. */
-Test(gen, onnx_decoder_greedy_equals_pytorch)
+Test(gen_torch, onnx_decoder_greedy_equals_pytorch)
 {
     enum { MAXTOK_ONNX = 16 };
     char dir[256], cmd[4096];
