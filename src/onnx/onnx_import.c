@@ -392,6 +392,10 @@ static dl_status translate(xl *x, const char *name, const char *beside, char **j
         prune(x, outs);
     if (st == DL_OK)
         st = xl_merge_stacks(x, outs);
+    /* a model that generates: its attention as attention layers, which the
+     * decoder's key-value cache runs on */
+    if (st == DL_OK && json_object_get(x->beside, "generate"))
+        st = xl_fuse_attention(x, outs);
     json_t *root = json_pack("{s:s,s:O,s:O,s:o}", "name", name, "inputs", x->inputs,
                              "layers", x->layers, "outputs", outs);
     if (st == DL_OK && !root)

@@ -1011,6 +1011,110 @@ static dl_status emit_attention(xl *x, const onnx_node *n, const head_split *q, 
     return o && l ? xl_emit(x, l, name, &q->src, 1, o, out->nd, out->d) : xl_nomem(x);
 }
 
+/* The tensor "<layer>.<suffix>", or NULL. */
+static tensor_out *tensor_of(xl *x, const char *layer, const char *suffix)
+{
+    size_t len = strlen(layer);
+    for (int t = 0; t < x->nt; t++)
+        if (!strncmp(x->t[t].name, layer, len) && x->t[t].name[len] == '.' &&
+            !strcmp(x->t[t].name + len + 1, suffix))
+            return &x->t[t];
+    return NULL;
+}
+
+/* Renames tensor t "<layer>.<suffix>". */
+static dl_status rename_tensor(xl *x, tensor_out *t, const char *layer, const char *suffix)
+{
+    size_t n = strlen(layer) + strlen(suffix) + 2;
+    char *name = malloc(n);
+    if (!name)
+        return xl_nomem(x);
+    snprintf(name, n, "%s.%s", layer, suffix);
+    free(t->name);
+    t->name = name;
+    return DL_OK;
+}
+
+/* Whether layer l is a dense layer of `units` over inputs of `in`
+ * features, its weight (and bias) there. */
+static bool dense_of(xl *x, json_t *l, int64_t units, int64_t in)
+{
+    const char *name = json_string_value(json_object_get(l, "name"));
+    tensor_out *w = l ? tensor_of(x, name, "weight") : NULL;
+    return w && key_int(l, "units", 0) == units && w->ndim == 2 && w->shape[0] == units &&
+           w->shape[1] == in && (!json_is_true(json_object_get(l, "bias")) ||
+                                 tensor_of(x, name, "bias"));
+}
+
+/* The projection (q), the heads (s) and the projection back (o) as one
+ * attention layer in o's place, under o's name. */
+static dl_status fuse_one(xl *x, json_t *q, json_t *s, json_t *o, int64_t e)
+{
+    const char *qn = json_string_value(json_object_get(q, "name"));
+    const char *on = json_string_value(json_object_get(o, "name"));
+    bool qb = json_is_true(json_object_get(q, "bias")), ob = json_is_true(json_object_get(o, "bias"));
+    static const char *const from[4] = { "weight", "bias", "weight", "bias" };
+    static const char *const to[4] = { "in_proj_weight", "in_proj_bias", "out_proj.weight",
+                                       "out_proj.bias" };
+    dl_status st = DL_OK;
+    for (int k = 0; k < 4 && st == DL_OK; k++) {
+        tensor_out *t = tensor_of(x, k < 2 ? qn : on, from[k]);
+        int64_t n = k == 1 ? 3 * e : e;
+        if (t)
+            st = rename_tensor(x, t, on, to[k]);
+        else if ((k == 1 && ob) || (k == 3 && qb))   /* the bias one of them lacks: zeros */
+            st = xl_tensor(x, on, to[k], 1, &n, NULL, 0);
+    }
+    if (st)
+        return st;
+    json_object_set_new(o, "type", json_string(dl_layer_type_name(DL_LAYER_ATTENTION)));
+    json_object_del(o, "units");
+    json_object_set(o, "heads", json_object_get(s, "heads"));
+    if (json_is_true(json_object_get(s, "causal")))
+        json_object_set_new(o, "causal", json_true());
+    json_object_set_new(o, "bias", json_boolean(qb || ob));
+    json_object_set(o, "inputs", json_object_get(q, "inputs"));
+    return DL_OK;
+}
+
+dl_status xl_fuse_attention(xl *x, json_t *outs)
+{
+    for (size_t i = 0; i < json_array_size(x->layers); i++) {
+        json_t *s = json_array_get(x->layers, i), *q = NULL, *o = NULL, *l;
+        const char *sn = json_string_value(json_object_get(s, "name"));
+        if (!xl_emitted(x, sn, DL_LAYER_SDPA) || json_object_get(s, "scale"))
+            continue;
+        const char *qn = xl_input_of(s, 0);
+        size_t j;
+        json_array_foreach(x->layers, j, l) {
+            if (j < i && !strcmp(json_string_value(json_object_get(l, "name")), qn))
+                q = l;
+            if (j > i && !strcmp(xl_input_of(l, 0) ? xl_input_of(l, 0) : "", sn) && !o)
+                o = l;
+        }
+        const tvalue *sv = xl_value_from(x, sn);
+        int64_t e = sv && sv->nd == 2 ? sv->d[1] : 0;
+        if (!q || !o || e < 1 || json_array_size(json_object_get(q, "inputs")) != 1 ||
+            json_array_size(json_object_get(o, "inputs")) != 1 ||
+            xl_readers(x, outs, qn) != 1 || xl_readers(x, outs, sn) != 1 ||
+            !xl_emitted(x, qn, DL_LAYER_DENSE) || !xl_emitted(x, json_string_value(
+                json_object_get(o, "name")), DL_LAYER_DENSE) ||
+            !dense_of(x, q, 3 * e, e) || !dense_of(x, o, e, e))
+            continue;
+        dl_status st = fuse_one(x, q, s, o, e);
+        if (st)
+            return st;
+        json_array_remove(x->layers, i);        /* s, then q before it */
+        for (j = 0; j < i; j++)
+            if (json_array_get(x->layers, j) == q) {
+                json_array_remove(x->layers, j);
+                break;
+            }
+        i = 0;
+    }
+    return DL_OK;
+}
+
 /* Reshape: per sample when the batch keeps its place in row-major order
  * (onnx_layout.c); the output may hold it on another axis. */
 static dl_status op_reshape(xl *x, const onnx_node *n)

@@ -970,8 +970,7 @@ static bool rnn_like(json_t *l, const char *t, json_t *h, json_t *bi, json_t *bi
            json_equal(json_object_get(l, "bias"), bias);
 }
 
-/* How many layers and outputs read layer `name`. */
-static int readers(xl *x, json_t *outs, const char *name)
+int xl_readers(xl *x, json_t *outs, const char *name)
 {
     int r = 0;
     size_t i, k;
@@ -1025,7 +1024,7 @@ dl_status xl_merge_stacks(xl *x, json_t *outs)
         if (!a || !rnn_like(a, type, json_object_get(b, "hidden"),
                             json_object_get(b, "bidirectional"), json_object_get(b, "bias")) ||
             !json_is_string(ret) || strcmp(json_string_value(ret), "sequence") ||
-            readers(x, outs, below) != 1)
+            xl_readers(x, outs, below) != 1)
             continue;
         /* b is the next levels of a: a takes them, and b's place */
         json_int_t na = json_integer_value(json_object_get(a, "layers")), nb;

@@ -176,6 +176,14 @@ json_t *xl_emitted(xl *x, const char *name, dl_layer_type t);
 const char *xl_input_of(json_t *l, size_t k);
 /* The per-sample value a layer's output is, or NULL. */
 tvalue *xl_value_from(xl *x, const char *layer);
+/* How many layers and outputs (the model.json list outs) read layer
+ * `name`. */
+int xl_readers(xl *x, json_t *outs, const char *name);
+/* Each self-attention of the emitted layers that runs as a dense packed
+ * projection, an sdpa of the default scale and a dense back to its width
+ * becomes one attention layer (nn.MultiheadAttention's tensors: the
+ * decoder's key-value cache runs on attention layers). */
+dl_status xl_fuse_attention(xl *x, json_t *outs);
 
 /* ---- sequences (onnx_seq.c) ---- */
 

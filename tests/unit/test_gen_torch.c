@@ -343,7 +343,8 @@ Test(gen_torch, encoder_decoder_beam_search_equals_reference)
  * attention under three causal masks), in a model folder of
  * 1/model.onnx and a model.json of only the generate block: greedy
  * decoding equals the module's own, token for token, on the key-value
- * cache (the attention recognised: causal sdpa layers) and recomputing. */
+ * cache (each block's attention recognised as one causal attention
+ * layer) and recomputing. */
 Test(gen_torch, onnx_decoder_greedy_equals_pytorch)
 {
     enum { MAXTOK_ONNX = 16 };
@@ -363,10 +364,10 @@ Test(gen_torch, onnx_decoder_greedy_equals_pytorch)
     snprintf(model, sizeof(model), "%s/gpt", dir);
     loaded l;
     load_onnx(model, "gpt", &l);
-    int sdpa = 0;
+    int att = 0;
     for (int k = 0; k < l.conf->nlayers; k++)
-        sdpa += l.conf->layers[k].type == DL_LAYER_SDPA && l.conf->layers[k].causal;
-    cr_expect_eq(sdpa, 3, "the three attention blocks as causal sdpa layers: %d", sdpa);
+        att += l.conf->layers[k].type == DL_LAYER_ATTENTION && l.conf->layers[k].causal;
+    cr_expect_eq(att, 3, "the three attention blocks as causal attention layers: %d", att);
     cr_expect_eq(l.conf->inputs[0].max_length, 64, "the ids' time axis from max_context: %lld",
                  (long long)l.conf->inputs[0].max_length);
     run_opts o = { .width = 1, .penalty = 1.0f, .stagger = true };
