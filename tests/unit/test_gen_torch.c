@@ -51,7 +51,7 @@ typedef struct run_opts {
     bool   stagger;      /* prompts join the running batch a step apart */
 } run_opts;
 
-/* dir/prompts.json: the prompts as a JSON list; and torch is there. */
+/* dir/prompts.json: the prompts as a JSON list. */
 static void write_prompts(const char *dir)
 {
     FILE *f = fopen(fx_join(dir, "prompts.json"), "w");
@@ -61,9 +61,14 @@ static void write_prompts(const char *dir)
         fprintf(f, "%s\"%s\"", i ? ", " : "", prompts[i]);
     fputs("]\n", f);
     fclose(f);
-    /* scripts/test installs python3-torch: the peer missing is a failure */
-    cr_assert(system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0,
-              "/usr/bin/python3 has no torch (apt-get install python3-torch)");
+}
+
+/* Runs a PyTorch peer; scripts/test installs python3-torch, so the peer
+ * missing is a failure. */
+static void run_peer(const char *cmd)
+{
+    cr_assert_eq(system(cmd), 0, "%s (failed; /usr/bin/python3 needs torch: apt-get install "
+                 "python3-torch)", cmd);
 }
 
 /* A model folder in a new temporary folder: the fixture's model.json,
@@ -80,7 +85,7 @@ static void make_model(char *dir, size_t size, const char *fixture, int seed, in
     snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 /usr/bin/python3 %s init %s --seed %d "
              "--prompts %s/prompts.json --max-tokens %d", fx_source_path("tests/py/gen_ref.py"),
              dir, seed, dir, max_tokens);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    run_peer(cmd);
 }
 
 static void read_ref(const char *out, result *want);
@@ -94,7 +99,7 @@ static void reference(const char *dir, int max_tokens, int width, double penalty
     snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 /usr/bin/python3 %s decode %s --prompts "
              "%s/prompts.json --max-tokens %d --beam-width %d --length-penalty %g > %s",
              fx_source_path("tests/py/gen_ref.py"), dir, dir, max_tokens, width, penalty, out);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    run_peer(cmd);
     read_ref(out, want);
 }
 
@@ -356,7 +361,7 @@ Test(gen_torch, onnx_decoder_greedy_equals_pytorch)
     snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 /usr/bin/python3 %s %s --prompts "
              "%s/prompts.json --max-tokens %d 2> %s/export.log",
              fx_source_path("tests/py/gen_onnx.py"), dir, dir, MAXTOK_ONNX, dir);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    run_peer(cmd);
     read_ref(fx_join(dir, "ref.txt"), want);
     both_endings(want, "gen_onnx.py");
 
