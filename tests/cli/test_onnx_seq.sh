@@ -15,7 +15,9 @@
 # axis' capacity comes from --max-length, a model.json beside or the
 # metadata; refusals name the node. Every sequence fixture of
 # tests/unit/fixtures/graph, exported and imported back, answers as the
-# original, bit for bit (a cross-attention is refused at export). ~10 s.
+# original, bit for bit (a cross-attention is refused at export). A GPT
+# exported as nanoGPT writes its attention imports beside a model.json of
+# only a generate block (tests/unit/test_gen_torch.c decodes it). ~12 s.
 . "$(dirname "$0")/../lib/lib.sh"
 PY=/usr/bin/python3
 CHECK=$SRC/tests/py/onnx_check.py
@@ -77,6 +79,31 @@ check "seq_cnn: conv1d over the sequence, no transpose, max pooling" \
 check "seq_lm: the triu mask over the time axis is a causal sdpa; per-token scores" \
     layers seq_lm '[l.get("causal") for l in m["layers"] if l["type"] == "sdpa"] == [True] and
         [(o["name"], o["loss"]) for o in m["outputs"]] == [("tags", "softmax_cross_entropy")]'
+
+# A decoder-only GPT as nanoGPT writes its attention (Split of the packed
+# projection, masked_fill of an arange comparison, of a sliced tril buffer,
+# and triu added: tests/py/gen_onnx.py) beside a model.json of only a
+# generate block: its max_context is the time axis, the block is kept, and
+# each block's attention is one causal attention layer (the decoder's
+# cache runs on them); without the block, causal sdpa layers as before.
+G=$WORK/gpt
+$PY "$SRC/tests/py/gen_onnx.py" "$G" --max-tokens 8 > "$WORK/gpt.log" 2>&1 ||
+    sed 's/^/# /' "$WORK/gpt.log"
+mkdir -p "$M/gpt"
+cp "$G/gpt/model.json" "$M/gpt/"
+"$DLSERVE" --import "$G/gpt/1/model.onnx" --models "$M" --name gpt > /dev/null \
+    2> "$WORK/imp.err" || sed 's/^/# /' "$WORK/imp.err"
+check "gpt: the generate block's max_context is the ids' time axis; the block kept" \
+    layers gpt 'm["inputs"][0]["max_length"] == 64 and
+        m["generate"] == {"input": "ids", "output": "logits", "max_context": 64, "eos": "\n"}'
+check "gpt: three causal attention layers, no mask or split left" \
+    layers gpt '[l.get("causal") for l in m["layers"] if l["type"] == "attention"] ==
+        [True] * 3 and set(types) <= {"embedding", "pos_embedding", "layernorm", "attention",
+                                      "add", "dense", "gelu"}'
+"$DLSERVE" --import "$G/gpt/1/model.onnx" --models "$M" --name gpt_plain --max-length 64 \
+    > /dev/null 2> "$WORK/imp.err" || sed 's/^/# /' "$WORK/imp.err"
+check "gpt without a generate block: three causal sdpa layers" \
+    layers gpt_plain '[l.get("causal") for l in m["layers"] if l["type"] == "sdpa"] == [True] * 3'
 
 # --eval: a model.json beside gives the outputs their losses and labels;
 # the losses are PyTorch's cross-entropies over the same batch (the
