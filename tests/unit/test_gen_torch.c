@@ -1,7 +1,8 @@
 /* test_gen_torch.c: generation against PyTorch. Two small transformers with
  * random weights (tests/unit/fixtures/gen: a decoder-only model of two
  * causal attention blocks, an encoder-decoder with cross-attention whose
- * decoder starts from eos), their weights written by tests/py/gen_ref.py,
+ * decoder starts from eos, and one of a GRU encoder and an LSTM decoder),
+ * their weights written by tests/py/gen_ref.py,
  * which also decodes them in PyTorch recomputing the whole prefix each
  * step. dlserve's decoder (dl_gen.h) runs the prompts together, some of
  * them joining the running batch later, and must give PyTorch's ids token
@@ -238,8 +239,11 @@ static void decode_loaded(loaded *l, int max_tokens, const run_opts *o, result *
 static void decode(const char *dir, int max_tokens, const run_opts *o, result *got)
 {
     loaded l;
+    bool cached = false;
     load_native(dir, &l);
-    decode_loaded(&l, max_tokens, o, got, NULL);
+    decode_loaded(&l, max_tokens, o, got, &cached);
+    cr_expect(cached == !o->recompute, "%s the key-value cache", cached ? "ran on" :
+              "did not run on");
     unload(&l);
 }
 
@@ -342,6 +346,18 @@ Test(gen_torch, encoder_decoder_greedy_equals_pytorch)
 Test(gen_torch, encoder_decoder_beam_search_equals_reference)
 {
     beam_case("tests/unit/fixtures/gen/encdec/model.json", 5);
+}
+
+/* A GRU encoder (bidirectional) and a 2-level LSTM decoder with
+ * cross-attention: the decoder's recurrent states kept a sequence. */
+Test(gen_torch, recurrent_encoder_decoder_greedy_equals_pytorch)
+{
+    greedy_case("tests/unit/fixtures/gen/rnn/model.json", 1);
+}
+
+Test(gen_torch, recurrent_encoder_decoder_beam_search_equals_reference)
+{
+    beam_case("tests/unit/fixtures/gen/rnn/model.json", 1);
 }
 
 /* PyTorch's GPT exported to ONNX (tests/py/gen_onnx.py: nanoGPT's
