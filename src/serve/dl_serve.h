@@ -158,9 +158,18 @@ typedef struct dl_kafka_topic {
 dl_status dl_kafka_topics_parse(const char *csv, dl_kafka_topic *out, int max, int *n,
                                 dl_err *err);
 
+/* [generate]: models that generate text (docs/serving.md, "Generation"). */
+typedef struct dl_generate_conf {
+    int64_t max_sequences;       /* sequences a version runs at once (a beam counts its width) */
+    int64_t cache_bytes;         /* decoding state (key-value caches) of a version; 0: no bound */
+    int64_t max_tokens;          /* a request's max_tokens when it gives none */
+    int64_t timeout_us;          /* longest a request waits for room before 503 */
+} dl_generate_conf;
+
 typedef struct dl_serve_conf {
     dl_http_conf     http;
     dl_batching_conf batching;
+    dl_generate_conf generate;
     dl_models_conf   models;
     dl_log_conf      log;
     dl_kafka_conf    kafka;

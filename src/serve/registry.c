@@ -47,6 +47,8 @@ struct registry {
     pthread_mutex_t load_mu;        /* one loader at a time */
     dl_models_conf  conf;
     bool            batch_invariant;        /* [batching]'s, unless a model says */
+    dl_generate_conf gen;                   /* [generate] */
+    bool            has_gen;                /* generators started */
     dl_backend     *be[DL_MAX_INSTANCES];   /* one a copy of each model */
     int             nbe;
     entry          *e;
@@ -57,6 +59,7 @@ struct registry {
 
 static void served_free(served_impl *s)
 {
+    generator_free(s->pub.gen);   /* first: its thread may be the caller, ending after */
     for (int i = 0; i < DL_MAX_INSTANCES; i++)
         dl_model_free(s->pub.m[i]);
     for (int k = 0; s->pub.tok && k < s->pub.conf->ninputs; k++)
@@ -149,6 +152,53 @@ static void warm_sample(const dl_model_conf *conf, float *x)
             x[0] = (float)conf->inputs[k].max_length;
 }
 
+/* A copy of the version's model on backend be, its weights loaded (from
+ * the translated ONNX model om, or the safetensors file path), fixed and
+ * batch-invariant as the version's serving block or the daemon says. */
+static dl_status new_instance(const registry *r, served_impl *s, dl_backend *be,
+                              dl_onnx_model *om, const char *path, const serving_conf *sc,
+                              dl_model **out, dl_err *err)
+{
+    dl_model *m = NULL;
+    dl_status st = dl_model_new(be, s->pub.conf, 1, &m, err);
+    if (st == DL_OK && om)
+        st = dl_model_set_weights(m, dl_onnx_tensor_at(om, 0), dl_onnx_tensor_count(om),
+                                  path, err);
+    else if (st == DL_OK)
+        st = dl_model_load(m, path, err);
+    if (st == DL_OK) {
+        dl_model_fix_weights(m);
+        dl_model_set_batch_invariant(m, sc->batch_invariant >= 0 ? sc->batch_invariant == 1
+                                                                 : r->batch_invariant);
+    }
+    *out = m;
+    return st;
+}
+
+/* The version's generator when model.json's text has a "generate" block
+ * (and the daemon starts generators): a copy of the model of its own. */
+static dl_status start_generator(const registry *r, served_impl *s, const char *text,
+                                 dl_onnx_model *om, const char *path, const serving_conf *sc,
+                                 dl_err *err)
+{
+    dl_gen_conf gc;
+    bool has = false;
+    memset(&gc, 0, sizeof(gc));
+    char what[DL_PATH_MAX + 128];
+    snprintf(what, sizeof(what), "%s/%s/model.json", r->conf.dir, s->pub.conf->name);
+    dl_status st = text[0] ? dl_gen_conf_read(text, what, s->pub.conf, &gc, &has, err) : DL_OK;
+    if (st != DL_OK || !has || !r->has_gen)
+        return st;
+    dl_model *m = NULL;
+    st = new_instance(r, s, r->be[0], om, path, sc, &m, err);
+    if (st != DL_OK) {
+        dl_model_free(m);
+        dl_gen_conf_release(&gc);
+        return st;
+    }
+    return generator_new(s->pub.conf->name, s->pub.version, &m, &gc, &r->gen, &s->pub.gen, err);
+}
+
 /* Loads, validates and warms up one version from its model's model.json
  * `text` (without its serving block; "" when there is none) and serving
  * settings sc. */
@@ -174,18 +224,10 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
              (long long)version);
     for (int i = 0; st == DL_OK && i < s->pub.instances; i++) {   /* a copy an instance */
         dl_model *m = NULL;
-        st = dl_model_new(r->be[i], s->pub.conf, 1, &m, err);
+        st = new_instance(r, s, r->be[i], om, path, sc, &m, err);
         s->pub.m[i] = m;
-        if (st == DL_OK && om)
-            st = dl_model_set_weights(m, dl_onnx_tensor_at(om, 0), dl_onnx_tensor_count(om),
-                                      path, err);
-        else if (st == DL_OK)
-            st = dl_model_load(m, path, err);
         if (st != DL_OK)
             break;
-        dl_model_fix_weights(m);
-        dl_model_set_batch_invariant(m, sc->batch_invariant >= 0 ? sc->batch_invariant == 1
-                                                                 : r->batch_invariant);
         s->pub.in_dim = dl_model_in_dim(m);
         s->pub.out_dim = dl_model_served_out_dim(m);
         /* Warm-up: one pass sizes the buffers before the first request;
@@ -213,6 +255,10 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
         if (st == DL_OK && i == 0 && sc->instances == 0 && r->conf.instances == 0 &&
             best * 1e6 < REGISTRY_AUTO_SAMPLE_US)
             s->pub.instances = 1;
+    }
+    if (st == DL_OK) {
+        s->pub.version = version;   /* the generator's name and version */
+        st = start_generator(r, s, text, om, path, sc, err);
     }
     dl_onnx_free(om);
     if (st != DL_OK) {
@@ -424,8 +470,9 @@ int registry_rescan(registry *r)
     return changes;
 }
 
-dl_status registry_new(const dl_models_conf *conf, bool batch_invariant, dl_backend *const *be,
-                       int nbe, registry **out, dl_err *err)
+dl_status registry_new(const dl_models_conf *conf, bool batch_invariant,
+                       const dl_generate_conf *gen, dl_backend *const *be, int nbe,
+                       registry **out, dl_err *err)
 {
     *out = NULL;
     DL_ASSERT(nbe >= 1 && nbe <= DL_MAX_INSTANCES);
@@ -436,6 +483,10 @@ dl_status registry_new(const dl_models_conf *conf, bool batch_invariant, dl_back
     pthread_mutex_init(&r->load_mu, NULL);
     r->conf = *conf;
     r->batch_invariant = batch_invariant;
+    if (gen) {
+        r->gen = *gen;
+        r->has_gen = true;
+    }
     memcpy(r->be, be, (size_t)nbe * sizeof(*be));
     r->nbe = nbe;
     struct stat sb;
@@ -570,6 +621,27 @@ json_t *registry_status(registry *r)
     return arr;
 }
 
+/* One gauge of every served version that generates; called with the lock
+ * held. */
+static void gen_metrics(registry *r, dl_sbuf *out, const char *name, const char *help,
+                        int64_t (*get)(const generator *g))
+{
+    bool any = false;
+    for (int i = 0; i < r->n; i++)
+        for (int k = 0; !r->e[i].unloaded && k < r->e[i].nv; k++) {
+            const served *sv = &r->e[i].v[k]->pub;
+            if (!sv->gen)
+                continue;
+            if (!any)
+                dl_prom_family(out, name, "gauge", help);
+            any = true;
+            char v[24];
+            snprintf(v, sizeof(v), "%lld", (long long)sv->version);
+            dl_prom_sample(out, name, (double)get(sv->gen), "model", sv->name, "version", v,
+                           NULL);
+        }
+}
+
 void registry_metrics(registry *r, dl_sbuf *out)
 {
     pthread_mutex_lock(&r->mu);
@@ -601,6 +673,12 @@ void registry_metrics(registry *r, dl_sbuf *out)
                            e->unloaded ? "unloaded" : e->reason[0] ? e->reason : "not loaded yet",
                            NULL);
     }
+    gen_metrics(r, out, "dlserve_generate_sequences_running",
+                "Sequences generating now (a beam counts once), by model and version.",
+                generator_running);
+    gen_metrics(r, out, "dlserve_generate_requests_waiting",
+                "Generate requests waiting for room to start, by model and version.",
+                generator_waiting);
     pthread_mutex_unlock(&r->mu);
 }
 

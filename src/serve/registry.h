@@ -4,6 +4,7 @@
 #define DL_SERVE_REGISTRY_H
 
 #include "serve/dl_serve.h"
+#include "serve/generator.h"
 #include "serve/serving.h"
 
 #include <jansson.h>
@@ -33,6 +34,10 @@ typedef struct served {
     /* Inference us a sample in the last batch run (at first, the
      * warm-up's single sample). */
     atomic_llong         sample_us;
+    /* Owned: the version's generation (generator.h) when its model.json
+     * has a "generate" block, else NULL; it runs on a copy of the model of
+     * its own, built as m[0] is. */
+    generator           *gen;
 } served;
 
 /* With conf->instances 0 (models.instances' default: the daemon then gives
@@ -52,9 +57,11 @@ typedef struct served {
  * A model that fails to load is logged and recorded (see
  * registry_status), not fatal. Models compute batch-invariant answers
  * (dl_model_set_batch_invariant) as batch_invariant says, unless their
- * "serving" block says otherwise. */
-dl_status registry_new(const dl_models_conf *conf, bool batch_invariant, dl_backend *const *be,
-                       int nbe, registry **out, dl_err *err);
+ * "serving" block says otherwise. Versions with a "generate" block get a
+ * generator with the settings gen (NULL: none is started). */
+dl_status registry_new(const dl_models_conf *conf, bool batch_invariant,
+                       const dl_generate_conf *gen, dl_backend *const *be, int nbe,
+                       registry **out, dl_err *err);
 void registry_free(registry *r);
 
 /* Rescans the folder: loads, validates and warms up new versions, swaps
@@ -96,7 +103,10 @@ json_t *registry_status(registry *r);
  * (every refused attempt) and dlserve_model_ready{model,version}: 1 for
  * each version served, 0 with a "reason" label for each version the last
  * scan refused, and {model,reason} 0 for a model with weights that serves
- * nothing else to show (unloaded, not loaded yet). */
+ * nothing else to show (unloaded, not loaded yet);
+ * dlserve_generate_sequences_running{model,version} and
+ * dlserve_generate_requests_waiting{model,version} of each version that
+ * generates. */
 void registry_metrics(registry *r, dl_sbuf *out);
 
 /* The daemon's version policy ([models] policy; borrowed, constant): a

@@ -18,6 +18,9 @@
  *   dlserve_request_duration_seconds          histogram {model}: total of ok requests
  *   dlserve_batch_size                        histogram {model}: samples per batch
  *   dlserve_request_timeouts_total            counter  {model, version}: stats_timeout
+ *   dlserve_generated_tokens_total            counter  {model, version}: stats_generate
+ *   dlserve_time_to_first_token_seconds       histogram {model}: stats_generate
+ *   dlserve_time_per_output_token_seconds     histogram {model}: stats_generate
  *   dlserve_http_responses_total              counter  {method, handler, code}
  *   process_*                                 read from /proc/self at each scrape
  *
@@ -112,6 +115,7 @@ typedef struct series {
     uint64_t inferences;      /* samples of successful requests */
     uint64_t executions;      /* batches */
     uint64_t timeouts;        /* requests refused: queued past their deadline */
+    uint64_t gen_tokens;      /* tokens generated */
     double   request_us, queue_us, compute_us;   /* compute_us: the infer part */
     double   input_us, output_us, fail_us;
     double   last_inference;  /* Unix seconds of the last successful request; 0: none */
@@ -129,6 +133,13 @@ typedef struct model_stats {
     uint64_t batch_buckets[N_BATCH_BOUNDS + 1];
     uint64_t batch_count;
     double   batch_sum;       /* samples */
+    /* generation: time to first token, time per output token (seconds) */
+    uint64_t ttft_buckets[N_REQ_BOUNDS + 1];
+    uint64_t ttft_count;
+    double   ttft_sum;
+    uint64_t tpot_buckets[N_REQ_BOUNDS + 1];
+    uint64_t tpot_count;
+    double   tpot_sum;
 } model_stats;
 
 struct stats {
@@ -449,6 +460,31 @@ void stats_timeout(stats *st, const char *model, int64_t version)
     pthread_mutex_unlock(&st->mu);
 }
 
+/* One observation v (seconds) of a histogram over req_bounds. */
+static void observe(uint64_t *buckets, uint64_t *count, double *sum, double v)
+{
+    buckets[bucket_of(req_bounds, N_REQ_BOUNDS, v)]++;
+    (*count)++;
+    *sum += v;
+}
+
+void stats_generate(stats *st, const char *model, int64_t version, int64_t tokens,
+                    double ttft_s, double tpot_s)
+{
+    if (!model)
+        model = "";
+    pthread_mutex_lock(&st->mu);
+    series *s = series_get(st, model, version);
+    if (s)
+        s->gen_tokens += tokens > 0 ? (uint64_t)tokens : 0;
+    model_stats *ms = model_get(st, model);
+    if (ms && ttft_s >= 0 && isfinite(ttft_s))
+        observe(ms->ttft_buckets, &ms->ttft_count, &ms->ttft_sum, ttft_s);
+    if (ms && tpot_s >= 0 && isfinite(tpot_s))
+        observe(ms->tpot_buckets, &ms->tpot_count, &ms->tpot_sum, tpot_s);
+    pthread_mutex_unlock(&st->mu);
+}
+
 void stats_batch_times(stats *st, const char *model, int64_t version, int64_t samples,
                        double input_us, double infer_us, double output_us)
 {
@@ -688,6 +724,28 @@ char *stats_prometheus(stats *st, const char *extra)
     for (size_t i = 0; i < st->nseries; i++)
         sample_series(&b, "dlserve_request_timeouts_total", st->series[i],
                       (double)st->series[i]->timeouts);
+
+    dl_prom_family(&b, "dlserve_generated_tokens_total", "counter",
+                   "Tokens generated, by model and version.");
+    for (size_t i = 0; i < st->nseries; i++)
+        sample_series(&b, "dlserve_generated_tokens_total", st->series[i],
+                      (double)st->series[i]->gen_tokens);
+    dl_prom_family(&b, "dlserve_time_to_first_token_seconds", "histogram",
+                   "Time from arrival to the first generated token, in seconds.");
+    for (size_t i = 0; i < st->nmodels; i++) {
+        const model_stats *ms = st->models[i];
+        if (ms->ttft_count)
+            sample_histo(&b, "dlserve_time_to_first_token_seconds", ms->name, req_bounds,
+                         N_REQ_BOUNDS, ms->ttft_buckets, ms->ttft_count, ms->ttft_sum);
+    }
+    dl_prom_family(&b, "dlserve_time_per_output_token_seconds", "histogram",
+                   "Time per generated token after the first, in seconds.");
+    for (size_t i = 0; i < st->nmodels; i++) {
+        const model_stats *ms = st->models[i];
+        if (ms->tpot_count)
+            sample_histo(&b, "dlserve_time_per_output_token_seconds", ms->name, req_bounds,
+                         N_REQ_BOUNDS, ms->tpot_buckets, ms->tpot_count, ms->tpot_sum);
+    }
 
     dl_prom_family(&b, "dlserve_http_responses_total", "counter",
               "HTTP responses sent, by method, handler (the route) and status code.");

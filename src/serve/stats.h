@@ -46,6 +46,11 @@ void stats_batch_times(stats *st, const char *model, int64_t version, int64_t sa
  * transport's stats_request as any other. */
 void stats_timeout(stats *st, const char *model, int64_t version);
 
+/* A generate request done: tokens generated, its time to first token and
+ * time per output token after it, in seconds (< 0: none to record). */
+void stats_generate(stats *st, const char *model, int64_t version, int64_t tokens,
+                    double ttft_s, double tpot_s);
+
 /* Triton's statistics extension: the "model_stats" entries (new array) of
  * `model`, every version that has statistics (version 0) or that one;
  * [] when there are none. NULL only when out of memory. */
@@ -63,6 +68,9 @@ void stats_http(stats *st, const char *method, const char *handler, int code);
  * nv_inference_compute_input_duration_us,
  * nv_inference_compute_output_duration_us) with model and version labels,
  * histograms dlserve_request_duration_seconds and dlserve_batch_size,
+ * dlserve_generated_tokens_total and the histograms
+ * dlserve_time_to_first_token_seconds and
+ * dlserve_time_per_output_token_seconds,
  * dlserve_http_responses_total{method,handler,code}, and process metrics
  * (process_resident_memory_bytes, process_cpu_seconds_total,
  * process_start_time_seconds, process_open_fds). `extra` (may be NULL) is

@@ -1,0 +1,110 @@
+/* generator.h (private to serve/): generation served (generator.c). A
+ * served version whose model.json has a "generate" block gets one
+ * generator: a thread owning its own copy of the model and a dl_gen, which
+ * runs every request of that version with continuous batching: each pass
+ * it starts the requests waiting (while there is room), advances every
+ * running sequence one step, hands new text to the streaming ones and
+ * completes the finished ones. A request waits at most one step to join.
+ *
+ * A transport, for each request:
+ *   1. pins the version (registry_acquire) and checks that it generates
+ *      (sv->gen not NULL);
+ *   2. fills a gen_req with gen_req_init and generator_submit's it;
+ *   3. takes what on_event tells it (admitted, new text, done) on its own
+ *      thread, reading q's results under gen_req_lock;
+ *   4. may gen_req_cancel it meanwhile (its client went away): it ends at
+ *      the next step;
+ *   5. once done, accounts with gen_req_account and frees it
+ *      (gen_req_fini), releasing the version after. */
+#ifndef DL_SERVE_GENERATOR_H
+#define DL_SERVE_GENERATOR_H
+
+#include "nn/dl_gen.h"
+#include "serve/dl_serve.h"
+#include "serve/stats.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+typedef struct generator generator;
+struct served;
+
+typedef struct gen_req {
+    /* The submitter's, constant once submitted. */
+    struct served *sv;           /* the version (the submitter's reference) */
+    const char   *prompt;        /* prompt[0..len), the submitter's until done */
+    size_t        len;
+    dl_gen_params p;             /* checked by generator_submit */
+    int64_t       timeout_us;    /* longest it may wait for room; 0: [generate] timeout_us */
+    bool          stream;        /* on_event for each step that adds text */
+    /* Called from the generator's thread, without q's lock, when q is
+     * admitted (started), when its text grew (stream only) and when it is
+     * done (the last call: q is the submitter's again from its start).
+     * Must not block: it hands q to the transport's own thread. */
+    void        (*on_event)(struct gen_req *q, void *ctx);
+    void         *ctx;
+    /* Set by the generator under the lock (gen_req_lock), read by the
+     * submitter under it. */
+    pthread_mutex_t mu;
+    char         *text;          /* the text so far, text_len bytes (new; NUL after) */
+    size_t        text_len, text_cap;
+    bool          started;       /* admitted: its sequence runs */
+    bool          done;
+    dl_gen_finish finish;        /* DL_GEN_LENGTH or DL_GEN_STOP once done and ok */
+    /* Why it failed once done: DL_OK, DL_ERR_INVALID (its prompt or
+     * parameters: 400), DL_ERR_TIMEOUT (no room before its deadline: 503),
+     * DL_ERR_UNAVAILABLE (cancelled, or the generator stopped),
+     * DL_ERR_BACKEND or DL_ERR_NOMEM (a step failed) */
+    dl_err        err;
+    int64_t       prompt_tokens, tokens;
+    /* dl_time_now(): submitted, admitted, its first token, done */
+    double        t_arrival, t_start, t_first, t_end;
+    atomic_bool   cancel;
+    /* The generator's. */
+    double        deadline;
+    dl_gen_seq   *seq;
+    struct gen_req *next;
+} gen_req;
+
+/* Fills q (every other field zeroed, its lock made): version sv, the
+ * prompt (borrowed) and parameters p, the completion on_event(q, ctx). */
+void gen_req_init(gen_req *q, struct served *sv, const char *prompt, size_t len,
+                  const dl_gen_params *p, bool stream,
+                  void (*on_event)(gen_req *q, void *ctx), void *ctx);
+/* Frees what q holds (its text, its lock); q itself is the caller's. */
+void gen_req_fini(gen_req *q);
+void gen_req_lock(gen_req *q);
+void gen_req_unlock(gen_req *q);
+/* Asks the generator to end q at its next step (any thread). */
+void gen_req_cancel(gen_req *q);
+/* Records a done request in st: dlserve_generated_tokens_total, time to
+ * first token and time per output token of the version's model. */
+void gen_req_account(stats *st, const gen_req *q);
+
+/* The [generate] settings of the daemon (dl_serve.h). */
+/* Starts a generator for version `version` of model `name`: m (taken: the
+ * generator's from here, freed with it; also on failure), gc (taken: its
+ * contents move into the generator, *gc zeroed). */
+dl_status generator_new(const char *name, int64_t version, dl_model **m, dl_gen_conf *gc,
+                        const dl_generate_conf *conf, generator **out, dl_err *err);
+/* Stops the thread and frees the generator; no request may be queued or
+ * running (every one holds a reference on the version that owns it).
+ * Safe from the generator's own thread (a transport's on_event that
+ * drops the last reference): it then ends once that call returns. NULL
+ * does nothing. */
+void generator_free(generator *g);
+
+/* Queues q (gen_req_init'ed, q->sv's generator g). DL_ERR_INVALID for bad
+ * parameters (dl_gen_params_check's message), DL_ERR_UNAVAILABLE once
+ * stopping; on DL_OK q completes through on_event. */
+dl_status generator_submit(generator *g, gen_req *q, dl_err *err);
+
+/* Sequences running now, and requests waiting for room (any thread). */
+int64_t generator_running(const generator *g);
+int64_t generator_waiting(const generator *g);
+/* The generate block the version has (borrowed, constant). */
+const dl_gen_conf *generator_conf(const generator *g);
+/* Whether steps run on the key-value cache (dl_gen_cached). */
+bool generator_cached(const generator *g);
+
+#endif /* DL_SERVE_GENERATOR_H */
