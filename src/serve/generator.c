@@ -18,6 +18,7 @@ struct generator {
     dl_gen_conf      gc;          /* owned */
     dl_tokenizer    *tok;         /* owned: gc's tokenizer */
     dl_model        *m;           /* owned; the dl_gen's while it lives */
+    dl_model_conf   *conf_m;      /* owned once generator_free takes it: m's */
     dl_gen          *gen;         /* touched by the thread only */
     pthread_t        thread;
     pthread_mutex_t  mu;          /* the queue, stop */
@@ -78,6 +79,74 @@ void gen_req_account(stats *st, const gen_req *q)
     double ttft = first ? q->t_first - q->t_arrival : -1;
     double tpot = first && q->tokens > 1 ? (q->t_end - q->t_first) / (double)(q->tokens - 1) : -1;
     stats_generate(st, sv->name, sv->version, q->tokens, ttft, tpot);
+}
+
+/* ---- parameters ---------------------------------------------------------------- */
+
+/* stop: a string or a list of strings, each 1 to DL_GEN_STOP_MAX - 1 bytes. */
+static dl_status set_stop(dl_gen_params *p, json_t *v, dl_err *err)
+{
+    json_t *one[1] = {v};
+    json_t **items = one;
+    size_t n = 1;
+    if (json_is_array(v)) {
+        n = json_array_size(v);
+        items = NULL;
+    } else if (!json_is_string(v)) {
+        return dl_err_set(err, DL_ERR_INVALID, "parameter 'stop' must be a string or a list "
+                          "of strings");
+    }
+    if (n > DL_GEN_MAX_STOP)
+        return dl_err_set(err, DL_ERR_INVALID, "parameter 'stop' has %zu strings (at most %d)",
+                          n, DL_GEN_MAX_STOP);
+    p->nstop = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = items ? items[i] : json_array_get(v, i);
+        size_t len = json_string_length(s);
+        if (!json_is_string(s) || len == 0 || len >= DL_GEN_STOP_MAX)
+            return dl_err_set(err, DL_ERR_INVALID, "parameter 'stop': each stop must be a "
+                              "string of 1 to %d bytes", DL_GEN_STOP_MAX - 1);
+        memcpy(p->stop[p->nstop], json_string_value(s), len + 1);
+        p->nstop++;
+    }
+    return DL_OK;
+}
+
+dl_status gen_param_set(dl_gen_params *p, const char *key, json_t *v, dl_err *err)
+{
+    static const char *const ints[] = {"max_tokens", "top_k", "seed", "beam_width"};
+    static const char *const nums[] = {"temperature", "top_p", "length_penalty"};
+    if (!strcmp(key, "stop"))
+        return set_stop(p, v, err);
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+        if (strcmp(key, ints[i]) != 0)
+            continue;
+        if (!json_is_integer(v) || (i == 2 && json_integer_value(v) < 0))
+            return dl_err_set(err, DL_ERR_INVALID, "parameter '%s' must be an integer%s", key,
+                              i == 2 ? " >= 0" : "");
+        json_int_t x = json_integer_value(v);
+        if (i == 0)
+            p->max_tokens = x;
+        else if (i == 1)
+            p->top_k = x;
+        else if (i == 2)
+            p->seed = (uint64_t)x;
+        else if (x < 0 || x > 1000)
+            return dl_err_set(err, DL_ERR_INVALID, "parameter 'beam_width' must be 1 to 16");
+        else
+            p->beam_width = (int)x;
+        return DL_OK;
+    }
+    for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+        if (strcmp(key, nums[i]) != 0)
+            continue;
+        if (!json_is_number(v))
+            return dl_err_set(err, DL_ERR_INVALID, "parameter '%s' must be a number", key);
+        float x = (float)json_number_value(v);
+        *(i == 0 ? &p->temperature : i == 1 ? &p->top_p : &p->length_penalty) = x;
+        return DL_OK;
+    }
+    return dl_err_set(err, DL_ERR_NOT_FOUND, "unknown parameter '%s'", key);
 }
 
 /* ---- the thread ---------------------------------------------------------------- */
@@ -288,6 +357,7 @@ static void destroy(generator *g)
 {
     dl_gen_free(g->gen);
     dl_model_free(g->m);
+    dl_model_conf_free(g->conf_m);
     dl_tokenizer_free(g->tok);
     dl_gen_conf_release(&g->gc);
     pthread_mutex_destroy(&g->mu);
@@ -344,10 +414,12 @@ dl_status generator_new(const char *name, int64_t version, dl_model **m, dl_gen_
     return DL_OK;
 }
 
-void generator_free(generator *g)
+void generator_free(generator *g, dl_model_conf **conf)
 {
     if (!g)
         return;
+    g->conf_m = *conf;
+    *conf = NULL;
     pthread_mutex_lock(&g->mu);
     g->stop = true;
     pthread_cond_signal(&g->cv);
@@ -404,4 +476,9 @@ const dl_gen_conf *generator_conf(const generator *g)
 bool generator_cached(const generator *g)
 {
     return dl_gen_cached(g->gen);
+}
+
+const dl_generate_conf *generator_settings(const generator *g)
+{
+    return &g->conf;
 }

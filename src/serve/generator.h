@@ -23,6 +23,7 @@
 #include "serve/dl_serve.h"
 #include "serve/stats.h"
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -81,18 +82,18 @@ void gen_req_cancel(gen_req *q);
  * first token and time per output token of the version's model. */
 void gen_req_account(stats *st, const gen_req *q);
 
-/* The [generate] settings of the daemon (dl_serve.h). */
 /* Starts a generator for version `version` of model `name`: m (taken: the
  * generator's from here, freed with it; also on failure), gc (taken: its
  * contents move into the generator, *gc zeroed). */
 dl_status generator_new(const char *name, int64_t version, dl_model **m, dl_gen_conf *gc,
                         const dl_generate_conf *conf, generator **out, dl_err *err);
-/* Stops the thread and frees the generator; no request may be queued or
- * running (every one holds a reference on the version that owns it).
- * Safe from the generator's own thread (a transport's on_event that
- * drops the last reference): it then ends once that call returns. NULL
- * does nothing. */
-void generator_free(generator *g);
+/* Stops the thread and frees the generator, then *conf (taken, *conf
+ * NULLed: the configuration its model was built from, which the model
+ * reads to its end); no request may be queued or running (every one holds
+ * a reference on the version that owns it). Safe from the generator's
+ * own thread (a transport's on_event that drops the last reference): it
+ * then ends once that call returns. NULL does nothing (and takes nothing). */
+void generator_free(generator *g, dl_model_conf **conf);
 
 /* Queues q (gen_req_init'ed, q->sv's generator g). DL_ERR_INVALID for bad
  * parameters (dl_gen_params_check's message), DL_ERR_UNAVAILABLE once
@@ -104,6 +105,16 @@ int64_t generator_running(const generator *g);
 int64_t generator_waiting(const generator *g);
 /* The generate block the version has (borrowed, constant). */
 const dl_gen_conf *generator_conf(const generator *g);
+/* Sets the decoding parameter `key` of p from JSON value v: max_tokens,
+ * top_k, seed, beam_width (integers), temperature, top_p, length_penalty
+ * (numbers), stop (a string or a list of at most DL_GEN_MAX_STOP). For
+ * the generate endpoints, OpenAI's API and Kafka records alike.
+ * DL_ERR_INVALID naming the key for a value of the wrong kind,
+ * DL_ERR_NOT_FOUND for a key that is none of these. */
+dl_status gen_param_set(dl_gen_params *p, const char *key, json_t *v, dl_err *err);
+
+/* The [generate] settings it runs with (borrowed, constant). */
+const dl_generate_conf *generator_settings(const generator *g);
 /* Whether steps run on the key-value cache (dl_gen_cached). */
 bool generator_cached(const generator *g);
 

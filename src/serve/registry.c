@@ -59,13 +59,15 @@ struct registry {
 
 static void served_free(served_impl *s)
 {
-    generator_free(s->pub.gen);   /* first: its thread may be the caller, ending after */
     for (int i = 0; i < DL_MAX_INSTANCES; i++)
         dl_model_free(s->pub.m[i]);
     for (int k = 0; s->pub.tok && k < s->pub.conf->ninputs; k++)
         dl_tokenizer_free(s->pub.tok[k]);
     free(s->pub.tok);
-    dl_model_conf_free(s->pub.conf);
+    /* Last: its thread may be the caller, ending after this; the
+     * configuration goes with it (its model reads it to the end). */
+    generator_free(s->pub.gen, &s->pub.conf);
+    dl_model_conf_free(s->pub.conf);   /* NULL when the generator took it */
     free(s);
 }
 

@@ -224,6 +224,7 @@ bool http_infer_resume(http_server *h, struct MHD_Connection *c, request *rq, an
     case REQ_READING:
     case REQ_REFUSED_DRAINING:
     case REQ_GONE:
+    case REQ_GENERATING:
         break;
     }
     DL_ASSERT(false);   /* only an infer request past REQ_READING gets here */

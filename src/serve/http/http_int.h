@@ -106,6 +106,10 @@ typedef struct answer {
                                    (static, not freed unless gzip), sent with
                                    its headers */
     bool        gzip;           /* body is compressed (new even for a page) */
+    /* A generate_stream or streamed completions answer: server-sent
+     * events that http_generate_read writes as the generation goes, for
+     * this request (body NULL). */
+    struct request *events;
 } answer;
 
 /* Where a request stands, which decides what the access handler does when
@@ -138,6 +142,10 @@ typedef enum req_stage {
     /* Completed (its connection closed) while REQ_HELD: still linked in
      * its held batch, whose first request frees it. */
     REQ_GONE,
+    /* A generate or completions request handed to its version's generator
+     * (gen): suspended until it starts (streams) or ends, then answered,
+     * a stream's events written as they come. */
+    REQ_GENERATING,
 } req_stage;
 
 /* One request, from its first access-handler call to its completion
@@ -186,6 +194,9 @@ typedef struct request {
     int64_t      batch_samples;   /* (first request) samples in all */
     double       busy_since;      /* (first request) when its batch first found
                                      no idle instance, or 0 */
+    /* REQ_GENERATING: the generation (http_generate.c; new, it may
+     * outlive rq when the client goes first). */
+    struct gen_http *gen;
 } request;
 
 /* ---- http_request.c: the request cycle ----------------------------------- */
@@ -289,6 +300,24 @@ dl_status http_model_stats(const http_deps *d, const char *model, int64_t versio
  * status when the version is not served (404, or 503 for nothing ready). */
 dl_status http_model_config(const http_deps *d, const char *model, int64_t version,
                             json_t **out, dl_err *err);
+
+/* ---- http_generate.c: generation (Triton's generate, OpenAI's API) --------- */
+
+/* Parses a generate, generate_stream or completions request and hands it
+ * to its version's generator (REQ_GENERATING, the connection suspended):
+ * false then; true with the answer in *a when it is refused first. */
+bool http_generate_start(http_server *h, struct MHD_Connection *c, request *rq, answer *a);
+/* The access handler called again for a REQ_GENERATING request: true
+ * with its answer in *a (the JSON answer, an error, or a stream's
+ * events), false while it waits (suspended again). */
+bool http_generate_resume(http_server *h, struct MHD_Connection *c, request *rq, answer *a);
+/* rq's connection has closed: its generation is cancelled if running and
+ * freed when it ends. */
+void http_generate_closed(request *rq);
+/* MHD's content reader of a stream's events (cls: the request). */
+ssize_t http_generate_read(void *cls, uint64_t pos, char *buf, size_t max);
+/* GET /v1/models: the models that generate, as OpenAI lists them. */
+answer http_openai_models(http_server *h);
 
 /* ---- http_infer.c: infer requests and held batches -------------------------- */
 

@@ -70,6 +70,8 @@ static const char *handler_name(oip_route_kind kind)
         [OIP_ROUTE_METRICS] = "metrics",       [OIP_ROUTE_STATUS] = "status",
         [OIP_ROUTE_PAGE] = "page",             [OIP_ROUTE_PAGE_FILE] = "page_file",
         [OIP_ROUTE_TRAINING] = "training",
+        [OIP_ROUTE_GENERATE] = "generate",     [OIP_ROUTE_GENERATE_STREAM] = "generate_stream",
+        [OIP_ROUTE_COMPLETIONS] = "completions", [OIP_ROUTE_OPENAI_MODELS] = "models",
     };
     size_t k = (size_t)kind;
     return k < sizeof(names) / sizeof(names[0]) && names[k] ? names[k] : "unknown";
@@ -90,19 +92,23 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *c, const r
                                const char *method, const char *url, answer a)
 {
     static const char oom[] = "{\"error\":\"out of memory\"}";
-    bool vary = http_answer_compress(c, &a);
+    bool vary = !a.events && http_answer_compress(c, &a);
     size_t len = a.len ? a.len : a.body ? strlen(a.body) : 0;
     struct MHD_Response *resp =
-        a.body ? MHD_create_response_from_buffer(len, a.body,
-                                                 a.page && !a.gzip ? MHD_RESPMEM_PERSISTENT
-                                                                   : MHD_RESPMEM_MUST_FREE)
-               : MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom,
-                                                 MHD_RESPMEM_PERSISTENT);
+        a.events ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, http_generate_read,
+                                                     a.events, NULL)
+        : a.body ? MHD_create_response_from_buffer(len, a.body,
+                                                   a.page && !a.gzip ? MHD_RESPMEM_PERSISTENT
+                                                                     : MHD_RESPMEM_MUST_FREE)
+                 : MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom,
+                                                   MHD_RESPMEM_PERSISTENT);
     if (!resp) {
         if (!a.page || a.gzip)
             free(a.body);
         return MHD_NO;
     }
+    if (a.events)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     if (a.page) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, PAGE_CACHE);
         MHD_add_response_header(resp, "Content-Security-Policy", PAGE_CSP);
@@ -380,6 +386,7 @@ void http_request_free(request *rq)
     if (rq->refusal)
         free(take_refusal(rq).body);
     free(rq->q.out);   /* NULL unless its batch ran */
+    http_generate_closed(rq);
     oip_request_fini(&rq->in);
     http_body_fini(rq);
     served_release(rq->sv);
@@ -454,6 +461,9 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
     else if (rq->stage == REQ_READING) {
         if (!http_dispatch(h, c, rq, &a))
             return MHD_YES;   /* held, or suspended until its batch completes */
+    } else if (rq->stage == REQ_GENERATING) {
+        if (!http_generate_resume(h, c, rq, &a))
+            return MHD_YES;   /* waiting for its generation */
     } else if (!http_infer_resume(h, c, rq, &a))
         return MHD_YES;   /* still held, or queued */
     return respond(h, c, rq, method, url, a);

@@ -201,6 +201,10 @@ bool http_dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer
         return true;
     switch (rq->route.kind) {
     case OIP_ROUTE_INFER:       return http_infer_start(h, c, rq, a);
+    case OIP_ROUTE_GENERATE:
+    case OIP_ROUTE_GENERATE_STREAM:
+    case OIP_ROUTE_COMPLETIONS: return http_generate_start(h, c, rq, a);
+    case OIP_ROUTE_OPENAI_MODELS: *a = http_openai_models(h); break;
     case OIP_ROUTE_LIVE:        *a = http_json_answer(200, json_pack("{s:b}", "live", 1)); break;
     case OIP_ROUTE_READY: {
         bool ready = server_ready(h);

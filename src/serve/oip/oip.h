@@ -38,6 +38,10 @@ typedef enum oip_route_kind {
     OIP_ROUTE_TRAINING,      /* GET  /status/training */
     OIP_ROUTE_HISTORY,       /* GET  /status/history */
     OIP_ROUTE_TRACE_SETTING, /* GET|POST /v2[/models/{m}]/trace/setting (model: r->model) */
+    OIP_ROUTE_GENERATE,      /* POST /v2/models/{m}[/versions/{v}]/generate */
+    OIP_ROUTE_GENERATE_STREAM, /* POST /v2/models/{m}[/versions/{v}]/generate_stream */
+    OIP_ROUTE_COMPLETIONS,   /* POST /v1/completions (OpenAI's; the model in the body) */
+    OIP_ROUTE_OPENAI_MODELS, /* GET  /v1/models (OpenAI's) */
 } oip_route_kind;
 
 typedef struct oip_route {

@@ -85,6 +85,10 @@ static oip_route_kind route_model(const seg *s, int n, oip_route *r)
         return OIP_ROUTE_MODEL_STATS;
     if (n == 1 && seg_is(s[0], "config"))
         return OIP_ROUTE_MODEL_CONFIG;
+    if (n == 1 && seg_is(s[0], "generate"))
+        return OIP_ROUTE_GENERATE;
+    if (n == 1 && seg_is(s[0], "generate_stream"))
+        return OIP_ROUTE_GENERATE_STREAM;
     if (n == 2 && seg_is(s[0], "trace") && seg_is(s[1], "setting") && r->version == 0)
         return OIP_ROUTE_TRACE_SETTING;
     return OIP_ROUTE_NONE;
@@ -134,6 +138,10 @@ static oip_route_kind route(const char *path, oip_route *r)
         return OIP_ROUTE_STATUS;
     if (n == 2 && (seg_is(s[0], "ui") || seg_is(s[0], "status")))
         return route_page(s, n, r);
+    if (n == 2 && seg_is(s[0], "v1"))   /* OpenAI's API */
+        return seg_is(s[1], "completions") ? OIP_ROUTE_COMPLETIONS
+               : seg_is(s[1], "models")    ? OIP_ROUTE_OPENAI_MODELS
+                                           : OIP_ROUTE_NONE;
     if (!seg_is(s[0], "v2"))
         return OIP_ROUTE_NONE;
     if (n == 1)
@@ -165,7 +173,9 @@ oip_route_kind oip_route_parse(const char *path, oip_route *r)
 static bool route_is_post(oip_route_kind kind)
 {
     return kind == OIP_ROUTE_INFER || kind == OIP_ROUTE_REPO_INDEX ||
-           kind == OIP_ROUTE_REPO_LOAD || kind == OIP_ROUTE_REPO_UNLOAD;
+           kind == OIP_ROUTE_REPO_LOAD || kind == OIP_ROUTE_REPO_UNLOAD ||
+           kind == OIP_ROUTE_GENERATE || kind == OIP_ROUTE_GENERATE_STREAM ||
+           kind == OIP_ROUTE_COMPLETIONS;
 }
 
 const char *oip_route_allow(oip_route_kind kind)
