@@ -614,10 +614,17 @@ json_t *registry_status(registry *r)
         const char *state = e->nv && !e->unloaded ? "READY" : "UNAVAILABLE";
         const char *reason = e->unloaded ? "unloaded" : e->reason;
         json_t *serving = e->nv ? serving_json(&e->v[0]->pub.serving) : json_object();
-        json_array_append_new(arr, json_pack("{s:s, s:o, s:s, s:s, s:b, s:o*, s:o}", "name",
-                                             e->name, "versions", versions, "state", state,
-                                             "reason", reason, "unloaded", e->unloaded,
-                                             "serving", serving, "refused", refused));
+        const generator *g = e->nv && !e->unloaded ? e->v[0]->pub.gen : NULL;
+        json_t *gen = g ? json_pack("{s:I, s:I, s:b}", "running",
+                                    (json_int_t)generator_running(g), "waiting",
+                                    (json_int_t)generator_waiting(g), "cached",
+                                    generator_cached(g))
+                        : NULL;
+        json_array_append_new(arr, json_pack("{s:s, s:o, s:s, s:s, s:b, s:o*, s:o, s:o*}",
+                                             "name", e->name, "versions", versions, "state",
+                                             state, "reason", reason, "unloaded", e->unloaded,
+                                             "serving", serving, "refused", refused,
+                                             "generate", gen));
     }
     pthread_mutex_unlock(&r->mu);
     return arr;

@@ -96,8 +96,10 @@ bool registry_ready(registry *r);
  * "READY"|"UNAVAILABLE" (Triton's: no version served, or unloaded),
  * "reason" ("unloaded" when unloaded), "unloaded", "serving" (the newest
  * version's serving block: serving_json), "refused": [{"version",
- * "reason"}] (the versions the last scan wanted and could not load)}], for
- * /status and /v2/repository/index. */
+ * "reason"}] (the versions the last scan wanted and could not load),
+ * "generate": {"running", "waiting", "cached"} (the newest version's
+ * generator; only where it generates)}], for /status and
+ * /v2/repository/index. */
 json_t *registry_status(registry *r);
 /* Prometheus text to out: dlserve_model_versions_refused_total{model}
  * (every refused attempt) and dlserve_model_ready{model,version}: 1 for

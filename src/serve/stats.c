@@ -808,14 +808,15 @@ static bool json_add_series(json_t *models, const series *s)
 
     char vkey[24];
     snprintf(vkey, sizeof(vkey), "%" PRId64, s->version);
-    json_t *v = json_pack("{s:o, s:o, s:o, s:o, s:f, s:f, s:f}",
+    json_t *v = json_pack("{s:o, s:o, s:o, s:o, s:f, s:f, s:f, s:o}",
                           "success", jint(s->success),
                           "failure", jint(s->failure),
                           "inferences", jint(s->inferences),
                           "executions", jint(s->executions),
                           "request_duration_us", s->request_us,
                           "queue_duration_us", s->queue_us,
-                          "compute_infer_duration_us", s->compute_us);
+                          "compute_infer_duration_us", s->compute_us,
+                          "generated_tokens", jint(s->gen_tokens));
     return v && json_object_set_new(mv, vkey, v) == 0;
 }
 

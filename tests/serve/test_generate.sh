@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Generation served: "lm", a tiny decoder-only byte-level transformer
+# (embedding, positions, causal attention, layernorm, next-token logits)
+# with a "generate" block, trained here for a moment on a few KB of
+# words, and "plain", the same model without the block. Over HTTP
+# (tests/serve/gen_client.py): generate_stream's events concatenate to
+# generate's text for the same seed; 64 concurrent generations of
+# different lengths answer bit for bit what each answers alone
+# (batch_invariant); a client gone mid-stream frees its sequence (the
+# running gauge back to 0) and the daemon serves on; OpenAI's completion
+# object field by field, its stream's chunks and [DONE], /v1/models;
+# 400s for bad parameters and bodies (OpenAI's error shape on its
+# endpoint), 404 for an unknown model, 400 for a model that does not
+# generate; the metrics pass promtool and the status shows generation.
+. "$(dirname "$0")/../lib/lib.sh"
+. "$SRC/tests/lib/lib_serve.sh"
+PY=/usr/bin/python3
+
+R=$WORK/repo
+mkdir -p "$R/lm" "$R/plain" "$WORK/data"
+cat > "$R/lm/model.json" <<'EOF'
+{"name": "lm",
+ "inputs": [{"name": "ids", "datatype": "INT64", "shape": [-1], "max_length": 64}],
+ "layers": [{"name": "emb", "type": "embedding", "num_embeddings": 256, "dim": 32},
+            {"name": "pos", "type": "pos_embedding", "max_length": 64},
+            {"name": "att", "type": "attention", "heads": 2, "causal": true},
+            {"name": "res", "type": "add", "inputs": ["pos", "att"]},
+            {"name": "norm", "type": "layernorm"},
+            {"name": "logits", "type": "dense", "units": 256}],
+ "outputs": [{"name": "next", "from": "logits", "loss": "next_token", "of": "ids"}],
+ "generate": {"input": "ids", "output": "next", "max_context": 64, "eos": "\n"},
+ "training": {"epochs": 3, "batch_size": 16, "optimizer": "adam", "lr": 0.01}}
+EOF
+$PY - "$WORK/data" <<'PY'
+import json, random, sys
+random.seed(1)
+words = "in the beginning god created heaven and earth light was good day night".split()
+for split, n in (("train", 300), ("test", 30)):
+    with open(f"{sys.argv[1]}/{split}.jsonl", "w") as f:
+        for _ in range(n):
+            s = " ".join(random.choice(words) for _ in range(random.randint(3, 8))) + "\n"
+            f.write(json.dumps({"ids": list(s.encode())}) + "\n")
+PY
+"$DLSERVE" --train "$R/lm" --data "$WORK/data" --threads 1 --no-progress > /dev/null \
+    2> "$WORK/train.err"
+check "lm trains" test -s "$R/lm/1/model.safetensors"
+grep -v '"generate"' "$R/lm/model.json" | sed 's/"name": "lm"/"name": "plain"/' \
+    > "$R/plain/model.json"
+mkdir -p "$R/plain/1"
+cp "$R/lm/1/model.safetensors" "$R/plain/1/"
+
+start_daemon gen --set models.dir="$R" --set batching.batch_invariant=true \
+    --set http.threads=2
+check "the daemon starts" test -n "$PORT"
+
+$PY "$SRC/tests/serve/gen_client.py" "$URL" lm stream
+check "generate_stream's events concatenate to generate's text" test $? -eq 0
+$PY "$SRC/tests/serve/gen_client.py" "$URL" lm concurrent 64
+check "64 concurrent generations each equal their text alone" test $? -eq 0
+$PY "$SRC/tests/serve/gen_client.py" "$URL" lm vanish
+check "a client gone mid-stream frees its sequence; the daemon serves on" test $? -eq 0
+$PY "$SRC/tests/serve/gen_client.py" "$URL" lm openai
+check "OpenAI's completion object, its stream and /v1/models" test $? -eq 0
+
+# refusals: code and message
+refused() {   # refused CODE PATH BODY PATTERN
+    local want=$1 path=$2 body=$3 pattern=$4 got
+    got=$(code POST "$path" -d "$body")
+    [ "$got" = "$want" ] && grep -q -- "$pattern" "$WORK/body" ||
+        { echo "$path $body: $got $(cat "$WORK/body")"; false; }
+}
+G=/v2/models/lm/generate
+check "max_tokens 0: 400" refused 400 $G '{"text_input":"a","parameters":{"max_tokens":0}}' max_tokens
+check "temperature < 0: 400" refused 400 $G '{"text_input":"a","parameters":{"temperature":-1}}' temperature
+check "top_p 0: 400" refused 400 $G '{"text_input":"a","parameters":{"top_p":0}}' top_p
+check "beam_width 17: 400" refused 400 $G '{"text_input":"a","parameters":{"beam_width":17}}' beam_width
+check "an unknown parameter: 400" refused 400 $G '{"text_input":"a","parameters":{"colour":1}}' colour
+check "stop of a number: 400" refused 400 $G '{"text_input":"a","parameters":{"stop":3}}' stop
+check "five stop strings: 400" refused 400 $G \
+    '{"text_input":"a","parameters":{"stop":["a","b","c","d","e"]}}' stop
+check "no text_input: 400" refused 400 $G '{"parameters":{}}' text_input
+check "a body that is not JSON: 400" refused 400 $G 'hello' JSON
+check "a prompt longer than the context: 400" refused 400 $G \
+    "{\"text_input\":\"$(printf 'a%.0s' $(seq 80))\"}" context
+check "an unknown model: 404" refused 404 /v2/models/nope/generate '{"text_input":"a"}' nope
+check "a model without a generate block: 400" refused 400 /v2/models/plain/generate_stream \
+    '{"text_input":"a"}' 'does not generate'
+check "OpenAI: n 2 is 400 in OpenAI's shape" refused 400 /v1/completions \
+    '{"model":"lm","prompt":"a","n":2}' '"type":"invalid_request_error"'
+check "OpenAI: best_of 2 is 400" refused 400 /v1/completions \
+    '{"model":"lm","prompt":"a","best_of":2}' best_of
+check "OpenAI: an unknown argument is 400" refused 400 /v1/completions \
+    '{"model":"lm","prompt":"a","colour":1}' colour
+check "OpenAI: a prompt of two is 400" refused 400 /v1/completions \
+    '{"model":"lm","prompt":["a","b"]}' prompt
+check "OpenAI: an unknown model is 404, model_not_found" refused 404 /v1/completions \
+    '{"model":"nope","prompt":"a"}' model_not_found
+check "GET on generate: 405" test "$(code GET $G)" = 405
+
+code GET /metrics > /dev/null
+cp "$WORK/body" "$WORK/metrics"
+check "metrics: tokens generated" grep -q '^dlserve_generated_tokens_total{model="lm",version="1"} [1-9]' "$WORK/metrics"
+check "metrics: time to first token" grep -q '^dlserve_time_to_first_token_seconds_count{model="lm"} [1-9]' "$WORK/metrics"
+check "metrics: time per output token" grep -q '^dlserve_time_per_output_token_seconds_count{model="lm"} [1-9]' "$WORK/metrics"
+check "metrics: sequences running 0" grep -q '^dlserve_generate_sequences_running{model="lm",version="1"} 0$' "$WORK/metrics"
+if command -v promtool > /dev/null; then
+    check "metrics pass promtool" "$SRC/tests/serve/promtool_check.sh" "$WORK/metrics"
+fi
+code GET /status > /dev/null
+check "status: lm generates, running 0" test "$(jq_get \
+    '[m["generate"]["running"] for m in d["models"] if m["name"] == "lm"][0] == 0')" = True
+check "status: tokens generated counted" test "$(jq_get \
+    'd["counters"]["models"]["lm"]["1"]["generated_tokens"] > 0')" = True
+
+stop_daemon
+check "the daemon stops cleanly" test $? -eq 0
+finish
