@@ -11,7 +11,8 @@
 # object field by field, its stream's chunks and [DONE], /v1/models;
 # 400s for bad parameters and bodies (OpenAI's error shape on its
 # endpoint), 404 for an unknown model, 400 for a model that does not
-# generate; the metrics pass promtool and the status shows generation.
+# generate; the metrics pass promtool, /status and the status page show
+# the generation.
 . "$(dirname "$0")/../lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 PY=/usr/bin/python3
@@ -111,6 +112,16 @@ check "status: lm generates, running 0" test "$(jq_get \
     '[m["generate"]["running"] for m in d["models"] if m["name"] == "lm"][0] == 0')" = True
 check "status: tokens generated counted" test "$(jq_get \
     'd["counters"]["models"]["lm"]["1"]["generated_tokens"] > 0')" = True
+CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
+if [ -n "$CHROMIUM" ]; then
+    check "the status page shows lm's generation (headless Chromium)" \
+        $PY "$SRC/tests/serve/browser.py" "$URL/" --chromium "$CHROMIUM" \
+        --dom "$WORK/page.html" --screenshot "$WORK/page.png" --console "$WORK/console.txt" \
+        --timeout 40 --until "document.body.dataset.polls >= 1 &&
+            !document.getElementById('generation').hidden &&
+            document.querySelector('#generation-models tr[data-model=lm]') !== null"
+    check "... without a script error" test ! -s "$WORK/console.txt"
+fi
 
 stop_daemon
 check "the daemon stops cleanly" test $? -eq 0

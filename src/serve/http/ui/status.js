@@ -277,6 +277,29 @@ function showModels(st, counts) {
   }));
 }
 
+// The models that generate: sequences running and waiting, tokens
+// generated, and the medians of time to first token and per output token
+// since the daemon started.
+function showGeneration(st, prom) {
+  const gen = st.models.filter((m) => m.generate);
+  document.getElementById('generation').hidden = !gen.length;
+  const p50 = (name, m) => {
+    const b = histograms(prom, name)[m];
+    const v = b ? quantile(0.5, b, null) : null;
+    return v === null ? null : v * 1000;
+  };
+  fill('generation-models', gen.map((m) => {
+    let tokens = 0;
+    for (const v of Object.values((st.counters.models || {})[m.name] || {}))
+      tokens += v.generated_tokens || 0;
+    return el('tr', {'data-model': m.name}, el('td', {}, m.name), num(m.generate.running),
+              num(m.generate.waiting), num(tokens),
+              num(p50('dlserve_time_to_first_token_seconds', m.name)),
+              num(p50('dlserve_time_per_output_token_seconds', m.name)),
+              el('td', {}, m.generate.cached ? 'key-value cache' : 'whole prefix a step'));
+  }));
+}
+
 // A record's timestamp to its output's acknowledgement: the buckets that
 // hold the median and the 99th percentile, per timestamp type seen.
 function latencyText(lat) {
@@ -457,6 +480,7 @@ async function poll() {
         (st.ready ? 'ready' : 'NOT READY') + (st.http.auth ? ' · token' : '') +
         (st.http.tls ? ' · TLS' : '');
     showModels(st, counts);
+    showGeneration(st, prom);
     showKafka(st.kafka);
     showRedis(st.redis);
     draw(st, prom);
