@@ -149,6 +149,27 @@ dl_status gen_param_set(dl_gen_params *p, const char *key, json_t *v, dl_err *er
     return dl_err_set(err, DL_ERR_NOT_FOUND, "unknown parameter '%s'", key);
 }
 
+json_t *gen_text_json(const char *text, size_t len)
+{
+    dl_sbuf b = {0};
+    dl_sbuf_add(&b, "", 0);
+    for (size_t i = 0; i < len;) {
+        char one[5] = {0};   /* dl_utf8_len reads to a NUL at most */
+        memcpy(one, text + i, len - i < 4 ? len - i : 4);
+        size_t u = dl_utf8_len((const unsigned char *)one);
+        if (u == 0 || one[0] == '\0') {
+            dl_sbuf_add(&b, "\xEF\xBF\xBD", 3);
+            i++;
+        } else {
+            dl_sbuf_add(&b, text + i, u);
+            i += u;
+        }
+    }
+    json_t *j = b.oom ? NULL : json_stringn(b.s, b.len);
+    free(b.s);
+    return j;
+}
+
 /* ---- the thread ---------------------------------------------------------------- */
 
 /* Ends q (its sequence freed, if any): done with why (code DL_OK: its

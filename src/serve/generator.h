@@ -113,6 +113,10 @@ const dl_gen_conf *generator_conf(const generator *g);
  * DL_ERR_NOT_FOUND for a key that is none of these. */
 dl_status gen_param_set(dl_gen_params *p, const char *key, json_t *v, dl_err *err);
 
+/* Generated text[0..len) as a JSON string (new reference; NULL out of
+ * memory): bytes that are not UTF-8 become U+FFFD. */
+json_t *gen_text_json(const char *text, size_t len);
+
 /* The [generate] settings it runs with (borrowed, constant). */
 const dl_generate_conf *generator_settings(const generator *g);
 /* Whether steps run on the key-value cache (dl_gen_cached). */

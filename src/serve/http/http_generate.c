@@ -53,29 +53,6 @@ static size_t utf8_cut(const char *text, size_t len)
     return need > k + 1 && lead >= 0xC0 ? i - 1 : len;
 }
 
-/* text[0..len) as a JSON string: bytes that are not UTF-8 become U+FFFD. */
-static json_t *json_text(const char *text, size_t len)
-{
-    dl_sbuf b = {0};
-    dl_sbuf_add(&b, "", 0);
-    for (size_t i = 0; i < len;) {
-        char one[5] = {0};
-        size_t n = len - i < 4 ? len - i : 4;
-        memcpy(one, text + i, n);
-        size_t u = dl_utf8_len((const unsigned char *)one);
-        if (u == 0 || one[0] == '\0') {
-            dl_sbuf_add(&b, "\xEF\xBF\xBD", 3);
-            i++;
-        } else {
-            dl_sbuf_add(&b, text + i, u);
-            i += u;
-        }
-    }
-    json_t *j = b.oom ? NULL : json_stringn(b.s, b.len);
-    free(b.s);
-    return j;
-}
-
 /* ---- answers ------------------------------------------------------------------- */
 
 /* OpenAI's error object: {"error": {"message", "type", "code"}}. */
@@ -111,14 +88,14 @@ static json_t *result_json(const gen_http *g, const char *text, size_t len, cons
         char v[24];
         snprintf(v, sizeof(v), "%" PRId64, sv->version);
         json_t *o = json_pack("{s:s, s:s, s:o}", "model_name", sv->name, "model_version", v,
-                              "text_output", json_text(text, len));
+                              "text_output", gen_text_json(text, len));
         if (o && finish)
             json_object_set_new(o, "finish_reason", json_string(finish));
         return o;
     }
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[{s:o, s:i, s:n, s:o}]}", "id", g->id,
                           "object", "text_completion", "created", (json_int_t)g->created,
-                          "model", sv->name, "choices", "text", json_text(text, len), "index", 0,
+                          "model", sv->name, "choices", "text", gen_text_json(text, len), "index", 0,
                           "logprobs", "finish_reason",
                           finish ? json_string(finish) : json_null());
     if (o && usage)

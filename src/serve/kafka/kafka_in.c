@@ -108,6 +108,7 @@ static void rec_put(kafka_srv *k, krec *r)
         buf_put(k, r->in);
     r->in = NULL;
     record_env_fini(&r->env);
+    kafka_gen_free(r);
     served_release(r->req.sv);
     r->req.model[0] = '\0';
     r->req.version = r->req.n = 0;
@@ -301,6 +302,13 @@ static bool submit(kafka_srv *k, krec *r)
     dl_err err = {0};
     if (!r->req.x && expired(k, r, &err)) {
         refuse(k, r, REC_EXPIRED, &err);
+        return true;
+    }
+    if (!r->req.x && kafka_gen_is(r)) {   /* to its generator, not the batcher */
+        char model[HDR_MAX], id[HDR_MAX], ctype[HDR_MAX], jlen[HDR_MAX];
+        record_in in;
+        record_in_of(r, &in, model, id, ctype, jlen);
+        kafka_gen_submit(k, r, in.model_hdr, in.id_hdr);
         return true;
     }
     if (!r->req.x) {

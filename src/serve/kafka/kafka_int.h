@@ -50,6 +50,7 @@ typedef enum rec_state {
 } rec_state;
 
 struct tpart;
+typedef struct kgen kgen;
 
 /* Decoded inputs and room for their outputs: a record's from parsing
  * until its output is written, then back to the consumer's pool, so
@@ -85,6 +86,7 @@ typedef struct krec {
     record_fault         fault;      /* REC_OK, or why it goes to the dead letters
                                       * (req.err says why) */
     dl_sbuf              result;     /* redis delivery: the output, written with the offsets */
+    kgen                *gen;        /* a generate record's generation (kafka_gen.c), or NULL */
     struct krec         *next;       /* overflow list, hand-off list or pool */
     struct krec         *stale_next; /* the consumer's list of stale records */
 } krec;
@@ -332,6 +334,24 @@ void kafka_on_infer_done(infer_req *q, void *ctx);
 
 /* Producer delivery reports (served by the output thread). */
 void kafka_on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque);
+
+/* ---- kafka_gen.c: generate records --------------------------------------- */
+
+/* Whether r's value is a generate record (a JSON object with
+ * "text_input"). */
+bool kafka_gen_is(const krec *r);
+/* Parses the generate record r and hands it to its version's generator
+ * (its end hands r to the output thread), or refuses it to the dead
+ * letters. model_hdr, id_hdr: its dlserve-model and dlserve-id headers
+ * (NULL: none). Consumer thread. */
+void kafka_gen_submit(kafka_srv *k, krec *r, const char *model_hdr, const char *id_hdr);
+/* The output of a generation that ended, into b (reused): R_DONE, or
+ * R_NEW with *fault and err saying why it goes to the dead letters.
+ * Accounts it in the statistics. Output thread. */
+rec_state kafka_gen_output(kafka_srv *k, krec *r, dl_sbuf *b, record_fault *fault,
+                           dl_err *err);
+/* Frees r's generation, if any. */
+void kafka_gen_free(krec *r);
 
 /* ---- kafka_route.c: which model a record goes to ------------------------ */
 

@@ -176,6 +176,8 @@ static bool format(kafka_srv *k, const record_out *o, dl_sbuf *b, size_t *json_l
     return record_format_oip(o, binary, b, json_len);
 }
 
+static rec_state produce_output(kafka_srv *k, krec *r, dl_sbuf *b, size_t json_len);
+
 /* A finished inference: its output to the output topic, or kept in the
  * record when the mode writes results with the offsets. */
 static rec_state output(kafka_srv *k, krec *r)
@@ -191,6 +193,26 @@ static rec_state output(kafka_srv *k, krec *r)
     size_t json_len;
     if (!format(k, &o, b, &json_len))
         return dead_letter(k, r, REC_INFERENCE, "out of memory writing the output");
+    return produce_output(k, r, b, json_len);
+}
+
+/* A generation that ended: its output, or its dead letter. */
+static rec_state gen_output(kafka_srv *k, krec *r)
+{
+    dl_sbuf *b = k->mode->keeps_results ? &r->result : &k->out_text;
+    record_fault f;
+    dl_err err = {0};
+    if (kafka_gen_output(k, r, b, &f, &err) != R_DONE)
+        return dead_letter(k, r, f, err.msg);
+    return produce_output(k, r, b, b->len);
+}
+
+/* Produces r's output b (its first json_len bytes JSON) to the output
+ * topic, or keeps it in the record when the mode writes results with the
+ * offsets. */
+static rec_state produce_output(kafka_srv *k, krec *r, dl_sbuf *b, size_t json_len)
+{
+    served *sv = r->req.sv;
     if (k->mode->keeps_results)
         return R_DONE;
     if (k->mode->on_output)
@@ -243,6 +265,8 @@ static void write_record(kafka_srv *k, krec *r, kbuf **back)
     if (!atomic_load(&r->stale)) {
         if (r->fault != REC_OK) {   /* refused before or by the batcher */
             next = dead_letter(k, r, r->fault, r->req.err.msg);
+        } else if (r->gen) {        /* a generation */
+            next = gen_output(k, r);
         } else {
             bool ok = r->req.err.code == DL_OK;
             account(k, r, ok);
@@ -258,6 +282,7 @@ static void write_record(kafka_srv *k, krec *r, kbuf **back)
     rd_kafka_message_destroy(r->msg);
     r->msg = NULL;
     r->req.out = NULL;   /* the input buffer's, which goes back below */
+    kafka_gen_free(r);   /* before the version it ran on */
     served_release(r->req.sv);
     r->req.sv = NULL;
     if (r->in) {
