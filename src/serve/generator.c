@@ -54,6 +54,8 @@ void gen_req_fini(gen_req *q)
 {
     free(q->text);
     q->text = NULL;
+    free(q->steps);
+    q->steps = NULL;
     pthread_mutex_destroy(&q->mu);
 }
 
@@ -194,7 +196,8 @@ static bool complete(generator *g, gen_req *q, dl_status code, const char *why)
     return !g->self_free;
 }
 
-/* q's text grew to len bytes: copied under q's lock. */
+/* q's text grew to len bytes: copied under q's lock (and, streamed, the
+ * step's end noted). */
 static dl_status take_text(gen_req *q, const char *text, size_t len)
 {
     dl_status st = DL_OK;
@@ -211,10 +214,22 @@ static dl_status take_text(gen_req *q, const char *text, size_t len)
             st = DL_ERR_NOMEM;
         }
     }
+    if (st == DL_OK && q->stream && q->nsteps == q->steps_cap) {
+        size_t cap = q->steps_cap ? 2 * q->steps_cap : 64;
+        size_t *p = realloc(q->steps, cap * sizeof(*p));
+        if (p) {
+            q->steps = p;
+            q->steps_cap = cap;
+        } else {
+            st = DL_ERR_NOMEM;
+        }
+    }
     if (st == DL_OK) {
         memcpy(q->text + q->text_len, text + q->text_len, len - q->text_len);
         q->text_len = len;
         q->text[len] = '\0';
+        if (q->stream)
+            q->steps[q->nsteps++] = len;
     }
     gen_req_unlock(q);
     return st;

@@ -49,6 +49,8 @@ typedef struct gen_req {
     pthread_mutex_t mu;
     char         *text;          /* the text so far, text_len bytes (new; NUL after) */
     size_t        text_len, text_cap;
+    size_t       *steps;         /* stream: text_len after each step that added text */
+    size_t        nsteps, steps_cap;
     bool          started;       /* admitted: its sequence runs */
     bool          done;
     dl_gen_finish finish;        /* DL_GEN_LENGTH or DL_GEN_STOP once done and ok */

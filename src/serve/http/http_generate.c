@@ -32,6 +32,7 @@ typedef struct gen_http {
     /* The stream's writer (the event loop's): text bytes sent, the last
      * event written, the answer queued */
     size_t                 sent;
+    size_t                 step;       /* the first of q's steps not wholly sent */
     bool                   finished;
     char                   id[40];     /* OpenAI's "cmpl-..." */
     int64_t                created;    /* Unix seconds */
@@ -396,6 +397,22 @@ static void sse_event(dl_sbuf *b, json_t *j)
     free(s);
 }
 
+/* The stream's last event: its error, or its text's end with finish_reason
+ * (and OpenAI's [DONE]). */
+static void last_event(dl_sbuf *b, gen_http *g, size_t upto)
+{
+    const gen_req *q = &g->q;
+    if (q->err.code != DL_OK)
+        sse_event(b, g->api == GEN_API_OPENAI
+                         ? json_pack("{s:{s:s, s:s}}", "error", "message", q->err.msg, "type",
+                                     "server_error")
+                         : json_pack("{s:s}", "error", q->err.msg));
+    else
+        sse_event(b, result_json(g, q->text + g->sent, upto - g->sent, finish_name(q), false));
+    if (g->api == GEN_API_OPENAI)
+        dl_sbuf_printf(b, "data: [DONE]\n\n");
+}
+
 ssize_t http_generate_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -406,28 +423,40 @@ ssize_t http_generate_read(void *cls, uint64_t pos, char *buf, size_t max)
         return MHD_CONTENT_READER_END_OF_STREAM;
     dl_sbuf b = {0};
     gen_req_lock(q);
-    size_t upto = q->done ? q->text_len : utf8_cut(q->text ? q->text : "", q->text_len);
-    /* a step's text a event, at most what fits (the rest comes next call) */
-    size_t room = max > 1024 ? (max - 512) / 6 : 1;
-    if (upto > g->sent + room)
-        upto = utf8_cut(q->text, g->sent + room);
-    bool last = q->done && upto == q->text_len;
-    if (upto > g->sent || last) {
-        if (last && q->err.code != DL_OK)
-            sse_event(&b, g->api == GEN_API_OPENAI
-                              ? json_pack("{s:{s:s, s:s}}", "error", "message", q->err.msg,
-                                          "type", "server_error")
-                              : json_pack("{s:s}", "error", q->err.msg));
-        else
-            sse_event(&b, result_json(g, q->text + g->sent, upto - g->sent,
-                                      last ? finish_name(q) : NULL, false));
-        if (last && g->api == GEN_API_OPENAI)
-            dl_sbuf_printf(&b, "data: [DONE]\n\n");
+    const char *text = q->text ? q->text : "";
+    /* An event a step that added text, as many as fit (a byte takes at
+     * most 6 in JSON, the rest of an event less than 512); a step's text
+     * longer than that is split. Text is cut between characters: a
+     * character split between steps goes out whole with the next. */
+    while (!g->finished) {
+        while (g->step < q->nsteps && q->steps[g->step] <= g->sent)
+            g->step++;
+        bool pending = g->step < q->nsteps;
+        if (!pending && !q->done)
+            break;   /* until the next step */
+        size_t upto = pending ? q->steps[g->step] : q->text_len;
+        size_t room = max > b.len + 512 ? (max - b.len - 512) / 6 : 0;
+        if (upto > g->sent + room)
+            upto = g->sent + room;
+        bool last = q->done && upto == q->text_len;
+        if (last) {
+            last_event(&b, g, upto);
+            g->sent = upto;
+            g->finished = true;
+            break;
+        }
+        upto = utf8_cut(text, upto);
+        if (upto <= g->sent) {
+            if (room == 0 || g->step + 1 >= q->nsteps)
+                break;   /* full, or the rest of a character is to come */
+            g->step++;   /* this step ends inside a character: join the next */
+            continue;
+        }
+        sse_event(&b, result_json(g, text + g->sent, upto - g->sent, NULL, false));
         g->sent = upto;
-        g->finished = last;
-    } else {
-        suspend(g);   /* until the next event */
     }
+    if (b.len == 0 && !g->finished)
+        suspend(g);   /* until the next event */
     gen_req_unlock(q);
     if (b.oom || b.len > max) {
         free(b.s);
