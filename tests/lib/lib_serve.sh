@@ -9,6 +9,43 @@ make_repo() {
         > /dev/null 2>&1
 }
 
+# make_lm_repo DIR: a model repository with "lm", a tiny decoder-only
+# byte-level transformer (embedding, positions, causal attention,
+# layernorm, next-token logits) that generates ("generate" block, eos a
+# newline), trained for a moment on a few KB of words (v1), and "plain",
+# the same model and weights without the block.
+make_lm_repo() {
+    mkdir -p "$1/lm" "$1/plain/1" "$WORK/lmdata"
+    cat > "$1/lm/model.json" <<'EOF'
+{"name": "lm",
+ "inputs": [{"name": "ids", "datatype": "INT64", "shape": [-1], "max_length": 64}],
+ "layers": [{"name": "emb", "type": "embedding", "num_embeddings": 256, "dim": 32},
+            {"name": "pos", "type": "pos_embedding", "max_length": 64},
+            {"name": "att", "type": "attention", "heads": 2, "causal": true},
+            {"name": "res", "type": "add", "inputs": ["pos", "att"]},
+            {"name": "norm", "type": "layernorm"},
+            {"name": "logits", "type": "dense", "units": 256}],
+ "outputs": [{"name": "next", "from": "logits", "loss": "next_token", "of": "ids"}],
+ "generate": {"input": "ids", "output": "next", "max_context": 64, "eos": "\n"},
+ "training": {"epochs": 3, "batch_size": 16, "optimizer": "adam", "lr": 0.01}}
+EOF
+    /usr/bin/python3 - "$WORK/lmdata" <<'PY'
+import json, random, sys
+random.seed(1)
+words = "in the beginning god created heaven and earth light was good day night".split()
+for split, n in (("train", 300), ("test", 30)):
+    with open(f"{sys.argv[1]}/{split}.jsonl", "w") as f:
+        for _ in range(n):
+            s = " ".join(random.choice(words) for _ in range(random.randint(3, 8))) + "\n"
+            f.write(json.dumps({"ids": list(s.encode())}) + "\n")
+PY
+    "$DLSERVE" --train "$1/lm" --data "$WORK/lmdata" --threads 1 --no-progress > /dev/null \
+        2> "$WORK/lm-train.err"
+    grep -v '"generate"' "$1/lm/model.json" | sed 's/"name": "lm"/"name": "plain"/' \
+        > "$1/plain/model.json"
+    cp "$1/lm/1/model.safetensors" "$1/plain/1/" 2> /dev/null
+}
+
 # start_daemon NAME ARGS...: starts dlserve on a free port; sets PID, PORT,
 # URL and LOG. Fails if it is not ready within 30 s.
 start_daemon() {

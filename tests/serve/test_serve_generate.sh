@@ -18,37 +18,8 @@
 PY=/usr/bin/python3
 
 R=$WORK/repo
-mkdir -p "$R/lm" "$R/plain" "$WORK/data"
-cat > "$R/lm/model.json" <<'EOF'
-{"name": "lm",
- "inputs": [{"name": "ids", "datatype": "INT64", "shape": [-1], "max_length": 64}],
- "layers": [{"name": "emb", "type": "embedding", "num_embeddings": 256, "dim": 32},
-            {"name": "pos", "type": "pos_embedding", "max_length": 64},
-            {"name": "att", "type": "attention", "heads": 2, "causal": true},
-            {"name": "res", "type": "add", "inputs": ["pos", "att"]},
-            {"name": "norm", "type": "layernorm"},
-            {"name": "logits", "type": "dense", "units": 256}],
- "outputs": [{"name": "next", "from": "logits", "loss": "next_token", "of": "ids"}],
- "generate": {"input": "ids", "output": "next", "max_context": 64, "eos": "\n"},
- "training": {"epochs": 3, "batch_size": 16, "optimizer": "adam", "lr": 0.01}}
-EOF
-$PY - "$WORK/data" <<'PY'
-import json, random, sys
-random.seed(1)
-words = "in the beginning god created heaven and earth light was good day night".split()
-for split, n in (("train", 300), ("test", 30)):
-    with open(f"{sys.argv[1]}/{split}.jsonl", "w") as f:
-        for _ in range(n):
-            s = " ".join(random.choice(words) for _ in range(random.randint(3, 8))) + "\n"
-            f.write(json.dumps({"ids": list(s.encode())}) + "\n")
-PY
-"$DLSERVE" --train "$R/lm" --data "$WORK/data" --threads 1 --no-progress > /dev/null \
-    2> "$WORK/train.err"
+make_lm_repo "$R"
 check "lm trains" test -s "$R/lm/1/model.safetensors"
-grep -v '"generate"' "$R/lm/model.json" | sed 's/"name": "lm"/"name": "plain"/' \
-    > "$R/plain/model.json"
-mkdir -p "$R/plain/1"
-cp "$R/lm/1/model.safetensors" "$R/plain/1/"
 
 start_daemon gen --set models.dir="$R" --set batching.batch_invariant=true \
     --set http.threads=2
