@@ -30,6 +30,7 @@ struct generator {
     /* The thread's own: requests taken from the queue and not yet
      * admitted (in arrival order), and those running. */
     gen_req         *pending, *run;
+    bool             freed;       /* a sequence ended since admit last ran */
 };
 
 /* ---- requests --------------------------------------------------------------- */
@@ -114,8 +115,16 @@ static dl_status set_stop(dl_gen_params *p, json_t *v, dl_err *err)
     return DL_OK;
 }
 
-dl_status gen_param_set(dl_gen_params *p, const char *key, json_t *v, dl_err *err)
+dl_status gen_param_set(dl_gen_params *p, int64_t *timeout_us, const char *key, json_t *v,
+                        dl_err *err)
 {
+    if (timeout_us && !strcmp(key, "timeout")) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return dl_err_set(err, DL_ERR_INVALID, "parameter 'timeout' must be an integer "
+                              ">= 0 (microseconds)");
+        *timeout_us = json_integer_value(v);
+        return DL_OK;
+    }
     static const char *const ints[] = {"max_tokens", "top_k", "seed", "beam_width"};
     static const char *const nums[] = {"temperature", "top_p", "length_penalty"};
     if (!strcmp(key, "stop"))
@@ -184,6 +193,7 @@ static bool complete(generator *g, gen_req *q, dl_status code, const char *why)
         q->tokens = dl_gen_tokens(q->seq);
         dl_gen_end(g->gen, q->seq);
         q->seq = NULL;
+        g->freed = true;
         atomic_fetch_sub(&g->running, 1);
     }
     gen_req_lock(q);
@@ -242,6 +252,7 @@ static bool admit(generator *g, double now)
 {
     gen_req **link = &g->pending;
     bool full = false;
+    g->freed = false;
     for (gen_req *q = g->pending; q; q = *link) {
         dl_err err = {0};
         dl_status st = DL_ERR_BUSY;
@@ -337,11 +348,12 @@ static bool drop_cancelled(generator *g)
     return true;
 }
 
-/* Waits for work: requests queued, or the earliest pending deadline.
- * Called with g->mu held; false once stopping with nothing left. */
+/* Waits for work: requests queued, sequences running, room freed for
+ * those pending, or the earliest pending deadline. Called with g->mu
+ * held; false once stopping with nothing left. */
 static bool wait_work(generator *g)
 {
-    while (!g->head && !g->run && !g->stop) {
+    while (!g->head && !g->run && !g->stop && !(g->pending && g->freed)) {
         double until = 0;
         for (gen_req *q = g->pending; q; q = q->next)
             if (q->deadline > 0 && (until == 0 || q->deadline < until))

@@ -109,11 +109,14 @@ int64_t generator_waiting(const generator *g);
 const dl_gen_conf *generator_conf(const generator *g);
 /* Sets the decoding parameter `key` of p from JSON value v: max_tokens,
  * top_k, seed, beam_width (integers), temperature, top_p, length_penalty
- * (numbers), stop (a string or a list of at most DL_GEN_MAX_STOP). For
- * the generate endpoints, OpenAI's API and Kafka records alike.
- * DL_ERR_INVALID naming the key for a value of the wrong kind,
- * DL_ERR_NOT_FOUND for a key that is none of these. */
-dl_status gen_param_set(dl_gen_params *p, const char *key, json_t *v, dl_err *err);
+ * (numbers), stop (a string or a list of at most DL_GEN_MAX_STOP); and,
+ * when timeout_us is not NULL, "timeout" (microseconds >= 0: the longest
+ * the request waits for room; 0 the default) into it. For the generate
+ * endpoints, OpenAI's API and Kafka records alike. DL_ERR_INVALID naming
+ * the key for a value of the wrong kind, DL_ERR_NOT_FOUND for a key that
+ * is none of these. */
+dl_status gen_param_set(dl_gen_params *p, int64_t *timeout_us, const char *key, json_t *v,
+                        dl_err *err);
 
 /* Generated text[0..len) as a JSON string (new reference; NULL out of
  * memory): bytes that are not UTF-8 become U+FFFD. */

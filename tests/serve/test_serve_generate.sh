@@ -12,7 +12,8 @@
 # 400s for bad parameters and bodies (OpenAI's error shape on its
 # endpoint), 404 for an unknown model, 400 for a model that does not
 # generate; the metrics pass promtool, /status and the status page show
-# the generation.
+# the generation. With room for one sequence, generations queue for it
+# within their deadline, and one that never finds room gets 503.
 . "$(dirname "$0")/../lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 PY=/usr/bin/python3
@@ -96,4 +97,17 @@ fi
 
 stop_daemon
 check "the daemon stops cleanly" test $? -eq 0
+
+# Room for one sequence: requests queue for it within their deadline; one
+# that can never start (a beam of 2) gets 503 once its timeout passes.
+start_daemon one --set models.dir="$R" --set batching.batch_invariant=true \
+    --set generate.max_sequences=1
+check "a daemon of one sequence starts" test -n "$PORT"
+$PY "$SRC/tests/serve/gen_client.py" "$URL" lm concurrent 8
+check "8 generations queue for one sequence and each equals its text alone" test $? -eq 0
+check "no room before the request's timeout: 503" refused 503 $G \
+    '{"text_input":"a","parameters":{"beam_width":2,"timeout":200000}}' 'no room'
+check "a bad timeout: 400" refused 400 $G '{"text_input":"a","parameters":{"timeout":-1}}' timeout
+stop_daemon
+check "it stops cleanly" test $? -eq 0
 finish

@@ -29,6 +29,7 @@ typedef struct gen_http {
     request               *rq;         /* under q's lock: NULL once the connection closed */
     bool                   suspended;  /* under q's lock: waiting for an event */
     dl_err                 refused;    /* generator_submit's refusal */
+    int64_t                timeout_us; /* its "timeout" parameter (0: none) */
     /* The stream's writer (the event loop's): text bytes sent, the last
      * event written, the answer queued */
     size_t                 sent;
@@ -188,11 +189,11 @@ static dl_status parse_triton(json_t *body, gen_http *g, dl_err *err)
     if (params && !json_is_object(params))
         return dl_err_set(err, DL_ERR_INVALID, "'parameters' must be an object");
     json_object_foreach(params, key, v) {
-        dl_status st = gen_param_set(&g->q.p, key, v, err);
+        dl_status st = gen_param_set(&g->q.p, &g->timeout_us, key, v, err);
         if (st == DL_ERR_NOT_FOUND)
             st = dl_err_set(err, DL_ERR_INVALID, "unknown parameter '%.60s' (max_tokens, "
                             "temperature, top_k, top_p, seed, stop, beam_width, "
-                            "length_penalty)", key);
+                            "length_penalty, timeout)", key);
         if (st != DL_OK)
             return st;
     }
@@ -239,7 +240,7 @@ static dl_status openai_key(gen_http *g, const char *key, json_t *v, dl_err *err
     if (json_is_null(v))
         return DL_OK;
     dl_status st = strcmp(key, "beam_width") && strcmp(key, "length_penalty")
-                       ? gen_param_set(&g->q.p, key, v, err)
+                       ? gen_param_set(&g->q.p, NULL, key, v, err)
                        : DL_ERR_NOT_FOUND;
     if (st == DL_ERR_NOT_FOUND)
         st = dl_err_set(err, DL_ERR_INVALID, "unrecognized request argument supplied: %.60s",
@@ -331,6 +332,7 @@ bool http_generate_start(http_server *h, struct MHD_Connection *c, request *rq, 
     }
     dl_gen_params p = g->q.p;
     gen_req_init(&g->q, sv, g->prompt, g->q.len, &p, g->stream, on_event, g);
+    g->q.timeout_us = g->timeout_us;
     g->h = h;
     g->c = c;
     g->loop = http_loop_current();

@@ -19,6 +19,7 @@ struct kgen {
     kafka_srv *k;
     krec      *r;
     char      *prompt;     /* owned */
+    int64_t    timeout_us; /* its "timeout" parameter (0: none) */
 };
 
 bool kafka_gen_is(const krec *r)
@@ -117,7 +118,7 @@ static record_fault parse(kafka_srv *k, krec *r, json_t *body, const char *model
     dl_gen_params_init(&g->q.p);
     g->q.p.max_tokens = generator_settings(sv->gen)->max_tokens;
     json_object_foreach(params, key, v) {
-        dl_status st = gen_param_set(&g->q.p, key, v, err);
+        dl_status st = gen_param_set(&g->q.p, &g->timeout_us, key, v, err);
         if (st == DL_ERR_NOT_FOUND)
             st = dl_err_set(err, DL_ERR_INVALID, "unknown parameter '%.60s'", key);
         if (st != DL_OK)
@@ -162,6 +163,7 @@ void kafka_gen_submit(kafka_srv *k, krec *r, const char *model_hdr, const char *
     }
     dl_gen_params p = g->q.p;
     gen_req_init(&g->q, r->req.sv, g->prompt, g->q.len, &p, false, on_event, g);
+    g->q.timeout_us = g->timeout_us;
     g->k = k;
     g->r = r;
     r->gen = g;
