@@ -7,6 +7,7 @@
 #include "serve/registry.h"
 
 #include <errno.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,7 +27,7 @@ struct generator {
     gen_req         *head, *tail; /* submitted, not yet taken by the thread */
     bool             stop;
     bool             self_free;   /* generator_free called on the thread */
-    atomic_llong     running, waiting;
+    atomic_llong     running, waiting, cancelled;
     /* The thread's own: requests taken from the queue and not yet
      * admitted (in arrival order), and those running. */
     gen_req         *pending, *run;
@@ -47,6 +48,7 @@ void gen_req_init(gen_req *q, struct served *sv, const char *prompt, size_t len,
     q->stream = stream;
     q->on_event = on_event;
     q->ctx = ctx;
+    q->watch_fd = -1;
     pthread_mutex_init(&q->mu, NULL);
     atomic_init(&q->cancel, false);
 }
@@ -332,16 +334,27 @@ static bool after_step(generator *g, const dl_err *err)
     return true;
 }
 
+/* Whether the peer of socket fd has closed it (or it failed): a read
+ * that would not block finds its end. Bytes waiting (a request sent
+ * behind) are left for their reader. */
+static bool peer_gone(int fd)
+{
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 /* Ends the running requests whose clients went away (before a step). */
 static bool drop_cancelled(generator *g)
 {
     gen_req **link = &g->run;
     for (gen_req *q = g->run; q; q = *link) {
-        if (!atomic_load(&q->cancel)) {
+        if (!atomic_load(&q->cancel) && !(q->watch_fd >= 0 && peer_gone(q->watch_fd))) {
             link = &q->next;
             continue;
         }
         *link = q->next;
+        atomic_fetch_add(&g->cancelled, 1);
         if (!complete(g, q, DL_ERR_UNAVAILABLE, "cancelled"))
             return false;
     }
@@ -448,6 +461,7 @@ dl_status generator_new(const char *name, int64_t version, dl_model **m, dl_gen_
     pthread_cond_init(&g->cv, NULL);
     atomic_init(&g->running, 0);
     atomic_init(&g->waiting, 0);
+    atomic_init(&g->cancelled, 0);
     dl_status st = dl_tokenizer_new(&g->gc.tok, &g->tok, err);
     if (st == DL_OK)
         st = dl_gen_new(g->m, &g->gc, g->tok, conf->max_sequences, (size_t)conf->cache_bytes,
@@ -509,6 +523,11 @@ dl_status generator_submit(generator *g, gen_req *q, dl_err *err)
 int64_t generator_running(const generator *g)
 {
     return atomic_load(&((generator *)g)->running);
+}
+
+int64_t generator_cancelled(const generator *g)
+{
+    return atomic_load(&((generator *)g)->cancelled);
 }
 
 int64_t generator_waiting(const generator *g)

@@ -38,6 +38,9 @@ typedef struct gen_req {
     dl_gen_params p;             /* checked by generator_submit */
     int64_t       timeout_us;    /* longest it may wait for room; 0: [generate] timeout_us */
     bool          stream;        /* on_event for each step that adds text */
+    /* A socket whose peer closing cancels q, checked before each step
+     * (HTTP: a connection suspended while q runs); -1: none. */
+    int           watch_fd;
     /* Called from the generator's thread, without q's lock, when q is
      * admitted (started), when its text grew (stream only) and when it is
      * done (the last call: q is the submitter's again from its start).
@@ -102,9 +105,11 @@ void generator_free(generator *g, dl_model_conf **conf);
  * stopping; on DL_OK q completes through on_event. */
 dl_status generator_submit(generator *g, gen_req *q, dl_err *err);
 
-/* Sequences running now, and requests waiting for room (any thread). */
+/* Sequences running now, requests waiting for room, and requests
+ * cancelled so far (their clients gone) (any thread). */
 int64_t generator_running(const generator *g);
 int64_t generator_waiting(const generator *g);
+int64_t generator_cancelled(const generator *g);
 /* The generate block the version has (borrowed, constant). */
 const dl_gen_conf *generator_conf(const generator *g);
 /* Sets the decoding parameter `key` of p from JSON value v: max_tokens,

@@ -635,6 +635,7 @@ json_t *registry_status(registry *r)
 static void gen_metrics(registry *r, dl_sbuf *out, const char *name, const char *help,
                         int64_t (*get)(const generator *g))
 {
+    const char *type = strstr(name, "_total") ? "counter" : "gauge";
     bool any = false;
     for (int i = 0; i < r->n; i++)
         for (int k = 0; !r->e[i].unloaded && k < r->e[i].nv; k++) {
@@ -642,7 +643,7 @@ static void gen_metrics(registry *r, dl_sbuf *out, const char *name, const char 
             if (!sv->gen)
                 continue;
             if (!any)
-                dl_prom_family(out, name, "gauge", help);
+                dl_prom_family(out, name, type, help);
             any = true;
             char v[24];
             snprintf(v, sizeof(v), "%lld", (long long)sv->version);
@@ -688,6 +689,9 @@ void registry_metrics(registry *r, dl_sbuf *out)
     gen_metrics(r, out, "dlserve_generate_requests_waiting",
                 "Generate requests waiting for room to start, by model and version.",
                 generator_waiting);
+    gen_metrics(r, out, "dlserve_generate_cancelled_total",
+                "Generations ended early because their client went away, by model and version.",
+                generator_cancelled);
     pthread_mutex_unlock(&r->mu);
 }
 

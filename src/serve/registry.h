@@ -106,8 +106,9 @@ json_t *registry_status(registry *r);
  * each version served, 0 with a "reason" label for each version the last
  * scan refused, and {model,reason} 0 for a model with weights that serves
  * nothing else to show (unloaded, not loaded yet);
- * dlserve_generate_sequences_running{model,version} and
- * dlserve_generate_requests_waiting{model,version} of each version that
+ * dlserve_generate_sequences_running{model,version},
+ * dlserve_generate_requests_waiting{model,version} and
+ * dlserve_generate_cancelled_total{model,version} of each version that
  * generates. */
 void registry_metrics(registry *r, dl_sbuf *out);
 

@@ -333,6 +333,12 @@ bool http_generate_start(http_server *h, struct MHD_Connection *c, request *rq, 
     dl_gen_params p = g->q.p;
     gen_req_init(&g->q, sv, g->prompt, g->q.len, &p, g->stream, on_event, g);
     g->q.timeout_us = g->timeout_us;
+    if (!g->stream) {
+        /* suspended until it ends: the generator watches its socket */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        g->q.watch_fd = ci ? ci->connect_fd : -1;
+    }
     g->h = h;
     g->c = c;
     g->loop = http_loop_current();
