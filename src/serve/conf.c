@@ -130,8 +130,8 @@ const dl_opt dl_serve_opts[] = {
     INT(generate, cache_bytes, "1073741824", 0, 1LL << 50,
         "bytes of decoding state (key-value caches) each generating version may hold; "
         "requests past it wait for room; 0 = no bound but max_sequences"),
-    INT(generate, max_tokens, "16", 1, 1 << 20,
-        "tokens a generate request makes at most when it does not say"),
+    INT(generate, default_length, "16", 1, 1 << 20,
+        "max_tokens of a generate request that gives none: the tokens it makes at most"),
     INT(generate, timeout_us, "30000000", 0, 3600000000LL,
         "longest a generate request waits for room before it gets 503, in microseconds"),
     STR(models, dir, "models", "the model repository folder"),

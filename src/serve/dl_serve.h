@@ -162,7 +162,7 @@ dl_status dl_kafka_topics_parse(const char *csv, dl_kafka_topic *out, int max, i
 typedef struct dl_generate_conf {
     int64_t max_sequences;       /* sequences a version runs at once (a beam counts its width) */
     int64_t cache_bytes;         /* decoding state (key-value caches) of a version; 0: no bound */
-    int64_t max_tokens;          /* a request's max_tokens when it gives none */
+    int64_t default_length;      /* a request's max_tokens when it gives none */
     int64_t timeout_us;          /* longest a request waits for room before 503 */
 } dl_generate_conf;
 

@@ -300,7 +300,7 @@ static dl_status parse(http_server *h, request *rq, gen_http *g, served **sv, dl
         st = dl_err_set(err, DL_ERR_INVALID, "model '%s' does not generate (its model.json "
                         "has no \"generate\" block)", (*sv)->name);
     if (st == DL_OK && g->api == GEN_API_TRITON) {
-        g->q.p.max_tokens = generator_settings((*sv)->gen)->max_tokens;
+        g->q.p.max_tokens = generator_settings((*sv)->gen)->default_length;
         st = parse_triton(body, g, err);
     }
     if (st == DL_OK)

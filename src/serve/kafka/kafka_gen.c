@@ -116,7 +116,7 @@ static record_fault parse(kafka_srv *k, krec *r, json_t *body, const char *model
         return dl_err_set(err, DL_ERR_INVALID, "model '%s' does not generate (its model.json "
                           "has no \"generate\" block)", name), REC_MODEL;
     dl_gen_params_init(&g->q.p);
-    g->q.p.max_tokens = generator_settings(sv->gen)->max_tokens;
+    g->q.p.max_tokens = generator_settings(sv->gen)->default_length;
     json_object_foreach(params, key, v) {
         dl_status st = gen_param_set(&g->q.p, &g->timeout_us, key, v, err);
         if (st == DL_ERR_NOT_FOUND)
