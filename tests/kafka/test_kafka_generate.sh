@@ -4,17 +4,21 @@
 # each with {"id", "model", "model_version", "text_output",
 # "finish_reason"}, the text what HTTP's generate answers for the same
 # prompt and parameters (batch_invariant), under at-least-once and under
-# exactly-once (read_committed, no duplicate in a clean run); malformed
+# exactly-once (read_committed, no duplicate in a clean run), and under
+# redis delivery (each result written once to a real redis-server, with
+# the offsets: MONITOR counts the writes); malformed
 # records, bad parameters, a model that does not generate and an unknown
 # model go to the dead-letter topic with their kind.
 . "$(dirname "$0")/../lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 . "$SRC/tests/lib/lib_kafka.sh"
+. "$SRC/tests/lib/lib_redis.sh"
 
 make_lm_repo "$WORK/repo"
 check "lm trains" test -s "$WORK/repo/lm/1/model.safetensors"
-check "mock cluster up" start_mock gin:2 gout:2 gdlq:1 ein:2 eout:2 edlq:1
-trap 'kill -9 ${PID:-} 2>/dev/null; stop_mock; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
+check "mock cluster up" start_mock gin:2 gout:2 gdlq:1 ein:2 eout:2 edlq:1 rin:2 rout:1 rdlq:1
+trap 'kill -9 ${PID:-} ${MON:-} 2>/dev/null; [ -n "${RPID:-}" ] && stop_redis; stop_mock
+      [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 COMMON=(--set batching.batch_invariant=true --set models.watch=false
         --set kafka.consumer.session.timeout.ms=6000
         --set kafka.consumer.heartbeat.interval.ms=500)
@@ -56,7 +60,13 @@ for line in open(sys.argv[3]):
     if key.startswith("p-"):
         prompts[key] = json.loads(value)
 seen = {}
-for line in open(out):
+if out.startswith("redis:"):   # redis delivery: the results under dlserve:result:<id>
+    import subprocess
+    for key in prompts:
+        v = subprocess.run(["redis-cli", "-p", out[6:], "--raw", "get", "dlserve:result:" + key],
+                           capture_output=True, check=True).stdout
+        seen[key] = [json.loads(v)]
+for line in open(out) if not out.startswith("redis:") else []:
     f = line.rstrip("\n").split("\t")
     key, value = unescape(f[0]).decode(), json.loads(unescape(f[5]))
     seen.setdefault(key, []).append(value)
@@ -122,4 +132,31 @@ check "... the dead letters, committed" \
 check "... kinds: $WANT" test "$(dead_kinds "$WORK/edlq.out")" = "$WANT"
 check "... transactions committed" wait_for 10 kstatus 'k["transactions_committed"] > 0'
 check "the exactly-once daemon stops cleanly" stop_daemon
+
+# ---- redis delivery: results and offsets in one MULTI/EXEC ------------------------
+if command -v redis-server > /dev/null; then
+    check "redis-server up" start_redis
+    redis-cli -p "$RPORT" monitor > "$WORK/monitor.log" &
+    MON=$!
+    check "a redis-delivery daemon joins" start_kafka_daemon rd "${COMMON[@]}" \
+        --set kafka.delivery=redis --set redis.host=127.0.0.1 --set redis.port="$RPORT" \
+        --set kafka.input_topics=rin --set kafka.output_topic=rout \
+        --set kafka.dead_letter_topic=rdlq --set kafka.group_id=g3
+    kcat -b "$BOOT" -P -t rin -K'|' < "$WORK/prompts.txt"
+    check "redis: 24 results" wait_for 90 sh -c \
+        "[ \$(redis-cli -p $RPORT --scan --pattern 'dlserve:result:p-*' | wc -l) -eq 24 ]"
+    check "... each prompt answered, with HTTP's text" \
+        $PY "$WORK/check.py" "redis:$RPORT" "$URL" "$WORK/prompts.txt"
+    check "the redis-delivery daemon stops cleanly" stop_daemon
+    kill "$MON" 2>/dev/null
+    wait "$MON" 2>/dev/null
+    check "MONITOR: each result written once" $PY -c '
+import re, sys
+n = {}
+for line in open(sys.argv[1]):
+    m = re.search(r"\"SET\" \"dlserve:result:(p-[0-9]+)\"", line, re.I)
+    if m:
+        n[m.group(1)] = n.get(m.group(1), 0) + 1
+assert len(n) == 24 and set(n.values()) == {1}, n' "$WORK/monitor.log"
+fi
 finish
