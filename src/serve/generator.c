@@ -260,7 +260,8 @@ static bool admit(generator *g, double now)
         dl_status st = DL_ERR_BUSY;
         if (!atomic_load(&q->cancel) && !full)
             st = dl_gen_start(g->gen, q->prompt, q->len, &q->p, &q->seq, &err);
-        if (st == DL_ERR_BUSY && !atomic_load(&q->cancel) && (q->deadline == 0 || now < q->deadline)) {
+        bool in_time = q->deadline == 0 || now < q->deadline;
+        if (st == DL_ERR_BUSY && !atomic_load(&q->cancel) && in_time) {
             full = true;
             link = &q->next;
             continue;

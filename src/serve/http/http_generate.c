@@ -97,8 +97,8 @@ static json_t *result_json(const gen_http *g, const char *text, size_t len, cons
     }
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[{s:o, s:i, s:n, s:o}]}", "id", g->id,
                           "object", "text_completion", "created", (json_int_t)g->created,
-                          "model", sv->name, "choices", "text", gen_text_json(text, len), "index", 0,
-                          "logprobs", "finish_reason",
+                          "model", sv->name, "choices", "text", gen_text_json(text, len),
+                          "index", 0, "logprobs", "finish_reason",
                           finish ? json_string(finish) : json_null());
     if (o && usage)
         json_object_set_new(o, "usage",
@@ -177,7 +177,8 @@ static void suspend(gen_http *g)
  * taken and ignored). */
 static dl_status parse_triton(json_t *body, gen_http *g, dl_err *err)
 {
-    json_t *text = json_object_get(body, "text_input"), *params = json_object_get(body, "parameters");
+    json_t *text = json_object_get(body, "text_input");
+    json_t *params = json_object_get(body, "parameters");
     if (!json_is_string(text))
         return dl_err_set(err, DL_ERR_INVALID, "'text_input' must be a string");
     const char *key;

@@ -87,7 +87,8 @@ static record_fault parse(kafka_srv *k, krec *r, json_t *body, const char *model
 {
     if (!json_is_object(body))
         return dl_err_set(err, DL_ERR_INVALID, "not a JSON object"), REC_JSON;
-    json_t *text = json_object_get(body, "text_input"), *params = json_object_get(body, "parameters");
+    json_t *text = json_object_get(body, "text_input");
+    json_t *params = json_object_get(body, "parameters");
     json_t *model = json_object_get(body, "model");
     const char *key;
     json_t *v;
