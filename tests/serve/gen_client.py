@@ -11,11 +11,17 @@ checked and exits non-zero on the first mismatch.
   gen_client.py URL MODEL vanish       a client that closes mid-stream frees
                                        its sequence (the running gauge back
                                        to 0) and the next request is served
+  gen_client.py URL MODEL retire REPO  a stream begun on version 1 ends whole
+                                       after version 2 (the same weights)
+                                       replaced it; new requests go to 2
   gen_client.py URL MODEL openai       /v1/completions field by field,
                                        streamed chunks and [DONE], /v1/models
 """
 import http.client
 import json
+import os
+import re
+import shutil
 import socket
 import sys
 import threading
@@ -221,10 +227,54 @@ def openai():
     print("/v1/models:", m)
 
 
+def retire(repo):
+    params = {"max_tokens": 40, "temperature": 0.8, "seed": 5, "stop": ["\x01"]}
+    body = json.dumps({"text_input": "in the", "parameters": params}).encode()
+    s = socket.create_connection((HOST.hostname, HOST.port), timeout=60)
+    s.sendall(b"POST /v2/models/%s/generate_stream HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+              % (MODEL.encode(), len(body), body))
+    got = b""
+    while b"data: " not in got:
+        chunk = s.recv(1)   # the first event only: the rest waits in the socket
+        if not chunk:
+            fail("the stream closed before its first event")
+        got += chunk
+    # version 2: the same weights, published whole (a rename)
+    tmp = os.path.join(repo, MODEL, ".v2")
+    os.makedirs(tmp)
+    shutil.copy(os.path.join(repo, MODEL, "1", "model.safetensors"), tmp)
+    os.rename(tmp, os.path.join(repo, MODEL, "2"))
+    deadline = time.time() + 60
+    while generate("in", {"max_tokens": 1})["model_version"] != "2":
+        if time.time() > deadline:
+            fail("version 2 was not served within 60 s")
+        time.sleep(0.1)
+    while not got.endswith(b"0\r\n\r\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    s.close()
+    events = [json.loads(e) for e in re.findall(rb"data: (\{.*?\})\n\n", got)]
+    if not events or events[-1].get("finish_reason") not in ("length", "stop"):
+        fail(f"the stream did not end whole: {got[-200:]!r}")
+    if {e["model_version"] for e in events} != {"1"}:
+        fail(f"versions in the stream: {[e['model_version'] for e in events]}")
+    joined = "".join(e["text_output"] for e in events)
+    now = generate("in the", params)
+    if now["model_version"] != "2" or now["text_output"] != joined:
+        fail(f"version 1's stream {joined!r} against version 2's {now}")
+    print(f"version 1's stream ended whole ({len(events)} events) after version 2 came; "
+          f"version 2 answers the same text")
+
+
 if WHAT == "stream":
     stream()
 elif WHAT == "concurrent":
     concurrent(int(sys.argv[4]))
+elif WHAT == "retire":
+    retire(sys.argv[4])
 elif WHAT == "vanish":
     vanish()
 elif WHAT == "openai":

@@ -13,7 +13,8 @@
 # endpoint), 404 for an unknown model, 400 for a model that does not
 # generate; the metrics pass promtool, /status and the status page show
 # the generation. With room for one sequence, generations queue for it
-# within their deadline, and one that never finds room gets 503.
+# within their deadline, and one that never finds room gets 503; a
+# stream begun on version 1 ends whole after version 2 replaced it.
 . "$(dirname "$0")/../lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 PY=/usr/bin/python3
@@ -108,6 +109,11 @@ check "8 generations queue for one sequence and each equals its text alone" test
 check "no room before the request's timeout: 503" refused 503 $G \
     '{"text_input":"a","parameters":{"beam_width":2,"timeout":200000}}' 'no room'
 check "a bad timeout: 400" refused 400 $G '{"text_input":"a","parameters":{"timeout":-1}}' timeout
+$PY "$SRC/tests/serve/gen_client.py" "$URL" lm retire "$R"
+check "a stream on version 1 ends whole after version 2 replaced it" test $? -eq 0
+check "version 1's generator retired with it" sh -c "curl -s $URL/metrics |
+    grep -q '^dlserve_generate_sequences_running{model=\"lm\",version=\"2\"}' &&
+    ! curl -s $URL/metrics | grep -q '^dlserve_generate_sequences_running{model=\"lm\",version=\"1\"}'"
 stop_daemon
 check "it stops cleanly" test $? -eq 0
 finish
