@@ -378,10 +378,10 @@ static dl_status start(daemon_ctx *d, dl_err *err)
         if ((st = dl_backend_new(d->conf.models.device.name, &bp, &d->be[i], err)) == DL_OK)
             d->nbe++;
     if (st == DL_OK)
-        st = registry_new(&d->conf.models, d->conf.batching.batch_invariant, &d->conf.generate,
-                          d->be, d->nbe, &d->reg, err);
-    if (st == DL_OK)
         st = stats_new(&d->st, err);
+    if (st == DL_OK)
+        st = registry_new(&d->conf.models, d->conf.batching.batch_invariant, &d->conf.generate,
+                          d->st, d->be, d->nbe, &d->reg, err);
     if (st == DL_OK)
         st = batcher_new(&d->conf.batching, instances, d->reg, d->st, &d->bat, err);
     if (st == DL_OK)

@@ -21,6 +21,7 @@ struct generator {
     dl_model        *m;           /* owned; the dl_gen's while it lives */
     dl_model_conf   *conf_m;      /* owned once generator_free takes it: m's */
     dl_gen          *gen;         /* touched by the thread only */
+    stats           *st;          /* its steps, as the batcher's batches (NULL: none) */
     pthread_t        thread;
     pthread_mutex_t  mu;          /* the queue, stop */
     pthread_cond_t   cv;          /* a request queued, stop */
@@ -411,7 +412,11 @@ static bool pass(generator *g)
     if (!g->run)
         return true;
     dl_err err = {0};
+    int64_t slots = dl_gen_slots_used(g->gen);
+    double t0 = dl_time_now();
     dl_status st = dl_gen_step(g->gen, &err);
+    if (st == DL_OK && g->st)   /* a step is a batch of the sequences it ran */
+        stats_batch_times(g->st, g->name, g->version, slots, 0, (dl_time_now() - t0) * 1e6, 0);
     return after_step(g, st == DL_OK ? NULL : &err);
 }
 
@@ -441,7 +446,7 @@ static void *gen_main(void *arg)
 /* ---- the generator ------------------------------------------------------------ */
 
 dl_status generator_new(const char *name, int64_t version, dl_model **m, dl_gen_conf *gc,
-                        const dl_generate_conf *conf, generator **out, dl_err *err)
+                        const dl_generate_conf *conf, stats *counts, generator **out, dl_err *err)
 {
     *out = NULL;
     generator *g = calloc(1, sizeof(*g));
@@ -454,6 +459,7 @@ dl_status generator_new(const char *name, int64_t version, dl_model **m, dl_gen_
     snprintf(g->name, sizeof(g->name), "%s", name);
     g->version = version;
     g->conf = *conf;
+    g->st = counts;
     g->gc = *gc;
     memset(gc, 0, sizeof(*gc));
     g->m = *m;

@@ -89,9 +89,12 @@ void gen_req_account(stats *st, const gen_req *q);
 
 /* Starts a generator for version `version` of model `name`: m (taken: the
  * generator's from here, freed with it; also on failure), gc (taken: its
- * contents move into the generator, *gc zeroed). */
+ * contents move into the generator, *gc zeroed). Each step counts in
+ * `counts` as a batch of the sequences it advanced (prefills and steps alike,
+ * as the batcher counts its batches; NULL: nowhere). */
 dl_status generator_new(const char *name, int64_t version, dl_model **m, dl_gen_conf *gc,
-                        const dl_generate_conf *conf, generator **out, dl_err *err);
+                        const dl_generate_conf *conf, stats *counts, generator **out,
+                        dl_err *err);
 /* Stops the thread and frees the generator, then *conf (taken, *conf
  * NULLed: the configuration its model was built from, which the model
  * reads to its end); no request may be queued or running (every one holds

@@ -49,6 +49,7 @@ struct registry {
     bool            batch_invariant;        /* [batching]'s, unless a model says */
     dl_generate_conf gen;                   /* [generate] */
     bool            has_gen;                /* generators started */
+    stats          *st;                     /* where generators count their steps */
     dl_backend     *be[DL_MAX_INSTANCES];   /* one a copy of each model */
     int             nbe;
     entry          *e;
@@ -198,7 +199,8 @@ static dl_status start_generator(const registry *r, served_impl *s, const char *
         dl_gen_conf_release(&gc);
         return st;
     }
-    return generator_new(s->pub.conf->name, s->pub.version, &m, &gc, &r->gen, &s->pub.gen, err);
+    return generator_new(s->pub.conf->name, s->pub.version, &m, &gc, &r->gen, r->st,
+                         &s->pub.gen, err);
 }
 
 /* Loads, validates and warms up one version from its model's model.json
@@ -473,7 +475,7 @@ int registry_rescan(registry *r)
 }
 
 dl_status registry_new(const dl_models_conf *conf, bool batch_invariant,
-                       const dl_generate_conf *gen, dl_backend *const *be, int nbe,
+                       const dl_generate_conf *gen, stats *st, dl_backend *const *be, int nbe,
                        registry **out, dl_err *err)
 {
     *out = NULL;
@@ -489,6 +491,7 @@ dl_status registry_new(const dl_models_conf *conf, bool batch_invariant,
         r->gen = *gen;
         r->has_gen = true;
     }
+    r->st = st;
     memcpy(r->be, be, (size_t)nbe * sizeof(*be));
     r->nbe = nbe;
     struct stat sb;

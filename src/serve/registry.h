@@ -58,9 +58,10 @@ typedef struct served {
  * registry_status), not fatal. Models compute batch-invariant answers
  * (dl_model_set_batch_invariant) as batch_invariant says, unless their
  * "serving" block says otherwise. Versions with a "generate" block get a
- * generator with the settings gen (NULL: none is started). */
+ * generator with the settings gen (NULL: none is started), counting its
+ * steps in st. */
 dl_status registry_new(const dl_models_conf *conf, bool batch_invariant,
-                       const dl_generate_conf *gen, dl_backend *const *be, int nbe,
+                       const dl_generate_conf *gen, stats *st, dl_backend *const *be, int nbe,
                        registry **out, dl_err *err);
 void registry_free(registry *r);
 

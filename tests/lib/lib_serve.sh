@@ -12,8 +12,10 @@ make_repo() {
 # make_lm_repo DIR: a model repository with "lm", a tiny decoder-only
 # byte-level transformer (embedding, positions, causal attention,
 # layernorm, next-token logits) that generates ("generate" block, eos a
-# newline), trained for a moment on a few KB of words (v1), and "plain",
-# the same model and weights without the block.
+# newline), trained for a moment on a few KB of words (v1); "plain", the
+# same model and weights without the block; and "endless", the same
+# layers over a context of 2048 and no eos: a generation that runs until
+# max_tokens (long enough to be cut off by a client going away).
 make_lm_repo() {
     mkdir -p "$1/lm" "$1/plain/1" "$WORK/lmdata"
     cat > "$1/lm/model.json" <<'EOF'
@@ -44,6 +46,12 @@ PY
     grep -v '"generate"' "$1/lm/model.json" | sed 's/"name": "lm"/"name": "plain"/' \
         > "$1/plain/model.json"
     cp "$1/lm/1/model.safetensors" "$1/plain/1/" 2> /dev/null
+    mkdir -p "$1/endless"
+    sed 's/"name": "lm"/"name": "endless"/; s/"max_length": 64/"max_length": 2048/g;
+         s/"max_context": 64, "eos": "\\n"/"max_context": 2048/; s/"epochs": 3/"epochs": 1/' \
+        "$1/lm/model.json" > "$1/endless/model.json"
+    "$DLSERVE" --train "$1/endless" --data "$WORK/lmdata" --threads 1 --no-progress \
+        > /dev/null 2>> "$WORK/lm-train.err"
 }
 
 # start_daemon NAME ARGS...: starts dlserve on a free port; sets PID, PORT,

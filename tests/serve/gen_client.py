@@ -134,8 +134,9 @@ def concurrent(n):
 
 
 def vanish():
+    before = metric("dlserve_generate_cancelled_total")
     body = json.dumps({"text_input": "in", "parameters": {
-        "max_tokens": 60, "temperature": 1.0, "seed": 7, "stop": ["\x01"]}}).encode()
+        "max_tokens": 2000, "temperature": 1.0, "seed": 7}}).encode()
     for route in ("generate_stream", "generate"):
         s = socket.create_connection((HOST.hostname, HOST.port), timeout=60)
         s.sendall(b"POST /v2/models/%s/%s HTTP/1.1\r\nHost: x\r\n"
@@ -153,9 +154,11 @@ def vanish():
         if time.time() > deadline:
             fail("the sequence of a client gone still runs after 60 s")
         time.sleep(0.1)
-    print("clients gone mid-stream and before their answer: their sequences freed "
-          f"(running 0; cancelled so far: {metric('dlserve_generate_cancelled_total'):.0f}; "
-          "a tiny model may finish first)")
+    cancelled = metric("dlserve_generate_cancelled_total") - before
+    if cancelled != 2:
+        fail(f"{cancelled:.0f} of the 2 generations of clients gone were cancelled")
+    print("clients gone mid-stream and before their answer: both sequences cancelled "
+          "and freed (running 0)")
     r = generate("in the", {"max_tokens": 5})
     if not isinstance(r.get("text_output"), str):
         fail(f"served after: {r}")

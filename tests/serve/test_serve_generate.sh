@@ -31,7 +31,7 @@ $PY "$SRC/tests/serve/gen_client.py" "$URL" lm stream
 check "generate_stream's events concatenate to generate's text" test $? -eq 0
 $PY "$SRC/tests/serve/gen_client.py" "$URL" lm concurrent 64
 check "64 concurrent generations each equal their text alone" test $? -eq 0
-$PY "$SRC/tests/serve/gen_client.py" "$URL" lm vanish
+$PY "$SRC/tests/serve/gen_client.py" "$URL" endless vanish
 check "a client gone mid-stream frees its sequence; the daemon serves on" test $? -eq 0
 $PY "$SRC/tests/serve/gen_client.py" "$URL" lm openai
 check "OpenAI's completion object, its stream and /v1/models" test $? -eq 0
@@ -76,6 +76,7 @@ cp "$WORK/body" "$WORK/metrics"
 check "metrics: tokens generated" grep -q '^dlserve_generated_tokens_total{model="lm",version="1"} [1-9]' "$WORK/metrics"
 check "metrics: time to first token" grep -q '^dlserve_time_to_first_token_seconds_count{model="lm"} [1-9]' "$WORK/metrics"
 check "metrics: time per output token" grep -q '^dlserve_time_per_output_token_seconds_count{model="lm"} [1-9]' "$WORK/metrics"
+check "metrics: generation steps count as batches" grep -q '^nv_inference_exec_count{model="lm",version="1"} [1-9]' "$WORK/metrics"
 check "metrics: sequences running 0" grep -q '^dlserve_generate_sequences_running{model="lm",version="1"} 0$' "$WORK/metrics"
 if command -v promtool > /dev/null; then
     check "metrics pass promtool" "$SRC/tests/serve/promtool_check.sh" "$WORK/metrics"

@@ -15,7 +15,7 @@ static inline registry *fx_registry(const char *dir, dl_backend **bes, int n)
     conf.instances = n;   /* models.instances = n, not its default (0) */
     registry *r = NULL;
     dl_err err = {0};
-    cr_assert_eq(registry_new(&conf, true, NULL, bes, n, &r, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(registry_new(&conf, true, NULL, NULL, bes, n, &r, &err), DL_OK, "%s", err.msg);
     return r;
 }
 

@@ -75,7 +75,7 @@ Test(registry, default_instances_copies_match)
     snprintf(conf.policy, sizeof(conf.policy), "latest");
     registry *r2 = NULL;
     dl_err err = {0};
-    cr_assert_eq(registry_new(&conf, true, NULL, two, 2, &r2, &err), DL_OK, "%s", err.msg);
+    cr_assert_eq(registry_new(&conf, true, NULL, NULL, two, 2, &r2, &err), DL_OK, "%s", err.msg);
     served *sv = NULL;
     cr_assert_eq(registry_acquire(r2, "tiny", 0, &sv, &err), DL_OK, "%s", err.msg);
     cr_expect(sv->instances == 1 || sv->instances == 2, "%d", sv->instances);
