@@ -30,6 +30,12 @@ typedef enum pass_kind { PASS_STEP, PASS_PREFILL, PASS_FULL } pass_kind;
  * states. */
 typedef enum cache_kind { CACHE_NONE, CACHE_SELF, CACHE_CROSS, CACHE_STATE } cache_kind;
 
+/* A token sampling may draw: its logit (over the temperature). */
+typedef struct cand {
+    float   logit;
+    int32_t id;
+} cand;
+
 struct dl_gen_seq {
     dl_gen_params p;
     int           width;          /* beams (1: no beam search) */
@@ -76,6 +82,7 @@ struct dl_gen {
     int64_t              width_in[2];
     int32_t             *past, *kv_len, *src_len, *row_len;   /* per slot */
     float               *logits;          /* host: a row a slot */
+    cand                *cand;            /* sampling's: vocab of them */
     float               *move;            /* a beam's reorder: BEAM_MAX slots of a cache */
     int64_t              move_stride;
 };
@@ -290,6 +297,7 @@ static dl_status alloc_staging(dl_gen *g, dl_err *err)
         !(g->src_len = calloc((size_t)ns, sizeof(int32_t))) ||
         !(g->row_len = calloc((size_t)ns, sizeof(int32_t))) ||
         !(g->logits = malloc((size_t)(ns * g->vocab) * sizeof(float))) ||
+        !(g->cand = malloc((size_t)g->vocab * sizeof(*g->cand))) ||
         !(g->seqs = calloc((size_t)ns, sizeof(*g->seqs))))
         return dl_err_set(err, DL_ERR_NOMEM, "generation's buffers");
     return DL_OK;
@@ -382,6 +390,7 @@ void dl_gen_free(dl_gen *g)
     dl_tokenizer_free(g->src_tok);
     free(g->skip), free(g->kind), free(g->cache), free(g->seqs);
     free(g->past), free(g->kv_len), free(g->src_len), free(g->row_len), free(g->logits);
+    free(g->cand);
     free(g);
 }
 
@@ -513,12 +522,22 @@ void dl_gen_end(dl_gen *g, dl_gen_seq *s)
     if (at == g->nseqs)
         return;
     int w = s->width;
-    for (int64_t i = at + 1; i < g->nseqs; i++) {     /* the later ones move down */
-        dl_gen_seq *t = g->seqs[i];
-        for (int b = 0; g->cached && t->started && b < t->width; b++)
-            copy_slot(g, t->slot - w + b, t->slot + b, t->n, t->src_len);
-        t->slot -= w;
-        g->seqs[i - 1] = t;
+    dl_gen_seq *last = g->seqs[g->nseqs - 1];
+    if (last != s && last->width == w && last->started) {
+        /* the last one fills the hole: every one is started, so the
+         * order that keeps prefills at the end holds */
+        for (int b = 0; g->cached && b < w; b++)
+            copy_slot(g, s->slot + b, last->slot + b, last->n, last->src_len);
+        last->slot = s->slot;
+        g->seqs[at] = last;
+    } else {
+        for (int64_t i = at + 1; i < g->nseqs; i++) {     /* the later ones move down */
+            dl_gen_seq *t = g->seqs[i];
+            for (int b = 0; g->cached && t->started && b < t->width; b++)
+                copy_slot(g, t->slot - w + b, t->slot + b, t->n, t->src_len);
+            t->slot -= w;
+            g->seqs[i - 1] = t;
+        }
     }
     g->nseqs--;
     g->used -= w;
@@ -606,11 +625,6 @@ static int64_t argmax(const float *x, int64_t n)
             best = i;
     return best;
 }
-
-typedef struct cand {
-    float   logit;
-    int32_t id;
-} cand;
 
 static int by_logit(const void *a, const void *b)
 {
@@ -877,9 +891,6 @@ dl_status dl_gen_step(dl_gen *g, dl_err *err)
         if (st == DL_OK && first_new < g->used)
             st = run_pass(g, i_new, first_new, g->used - first_new, PASS_PREFILL, err);
     }
-    cand *c = st == DL_OK ? malloc((size_t)g->vocab * sizeof(*c)) : NULL;
-    if (st == DL_OK && !c)
-        st = dl_err_set(err, DL_ERR_NOMEM, "generation's candidates");
     for (int64_t i = 0; st == DL_OK && i < g->nseqs; i++) {
         dl_gen_seq *s = g->seqs[i];
         s->started = true;
@@ -889,11 +900,10 @@ dl_status dl_gen_step(dl_gen *g, dl_err *err)
         if (s->width > 1 || s->p.beam_search)
             st = beam_step(g, s, err);
         else if (s->p.temperature > 0.0f)
-            st = take_token(g, s, sample(s, row, g->vocab, c), err);
+            st = take_token(g, s, sample(s, row, g->vocab, g->cand), err);
         else
             st = take_token(g, s, (int32_t)argmax(row, g->vocab), err);
     }
-    free(c);
     return st;
 }
 
