@@ -5,7 +5,10 @@
 # --max-length 16, answer PyTorch's outputs to 1e-4 over HTTP for 32
 # samples of mixed lengths (1 to 16) sent at once, one request each, so
 # that the batcher mixes lengths; and over Kafka, the same samples as
-# records (mock cluster, kcat), answered with the same values.
+# records (mock cluster, kcat), answered with the same values. And a GPT
+# exported from PyTorch (tests/py/gen_onnx.py) served from its model.onnx
+# beside a model.json of only a "generate" block: /generate answers
+# PyTorch's greedy decoding of each prompt, its text and finish reason.
 . "$(dirname "$0")/../lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 . "$SRC/tests/lib/lib_kafka.sh"
@@ -20,6 +23,10 @@ for m in $MODELS; do
         > /dev/null 2> "$WORK/imp.err" || sed 's/^/# /' "$WORK/imp.err"
     check "$m: exported by PyTorch and imported" test -s "$WORK/repo/$m/1/model.safetensors"
 done
+
+$PY "$SRC/tests/py/gen_onnx.py" "$WORK/gpt" --max-tokens 8 > "$WORK/gpt.log" 2>&1 ||
+    sed 's/^/# /' "$WORK/gpt.log"
+cp -r "$WORK/gpt/gpt" "$WORK/repo/"
 
 check "mock cluster up" start_mock in:2 out:1 dlq:1
 trap 'kill -9 ${PID:-} 2>/dev/null; stop_mock; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
@@ -88,5 +95,40 @@ PY
     check "$m over Kafka: the records answer PyTorch's outputs (1e-4)" \
         $PY "$SRC/tests/py/onnx_check.py" answer "$WORK/k$m.json" "$X/$m.b32.json"
 done
+check "gpt from model.onnx: /generate answers PyTorch's greedy decoding" \
+    $PY - "$URL" "$WORK/gpt/prompts.json" "$WORK/gpt/ref.txt" <<'PY'
+import json, sys, urllib.request
+url, prompts, ref = sys.argv[1], json.load(open(sys.argv[2])), open(sys.argv[3]).readlines()
+
+def text_of(ids):
+    """The daemon's text of byte ids: 0 is padding, a byte that starts no
+    UTF-8 character is U+FFFD."""
+    b, out, i = bytes(i for i in ids if i), "", 0
+    while i < len(b):
+        for n in (1, 2, 3, 4):
+            try:
+                out += b[i:i + n].decode("utf-8")
+                i += n
+                break
+            except UnicodeDecodeError:
+                pass
+        else:
+            out += "\ufffd"
+            i += 1
+    return out
+
+for p, line in zip(prompts, ref):
+    finish, *ids = line.split()
+    ids = [int(i) for i in ids]
+    want = text_of(ids[:-1] if finish == "stop" else ids)
+    req = urllib.request.Request(url + "/v2/models/gpt/generate", json.dumps(
+        {"text_input": p, "parameters": {"max_tokens": 8}}).encode(),
+        {"Content-Type": "application/json"})
+    got = json.load(urllib.request.urlopen(req, timeout=60))
+    if got["text_output"] != want or got["finish_reason"] != finish:
+        sys.exit("prompt %r: %r (%s), PyTorch %r (%s)" % (p, got["text_output"],
+                 got["finish_reason"], want, finish))
+print("%d prompts as PyTorch decodes them" % len(prompts))
+PY
 check "the daemon stops cleanly" stop_daemon
 finish
