@@ -21,6 +21,7 @@ static const char synopsis[] =
     "       dlserve --train MODEL_DIR [options]         train; write MODEL_DIR/<next version>/\n"
     "       dlserve --eval MODEL_DIR [--version V] [--data DIR]\n"
     "       dlserve --predict MODEL_DIR [--version V] [FILE|-]\n"
+    "       dlserve --generate MODEL_DIR (--prompt TEXT | --prompts FILE) [options]\n"
     "       dlserve --bench MODEL_DIR [--threads N] [--batch-size B] [--steps S]\n"
     "       dlserve --import FILE.onnx --models DIR --name NAME [--max-length N]\n"
     "       dlserve --export MODEL_DIR [--version V] --onnx OUT.onnx\n";
@@ -39,10 +40,11 @@ typedef enum opt_kind {
 } opt_kind;
 
 /* Groups, in --help's order; modes are in the synopsis. */
-typedef enum opt_group { G_MODE, G_RUN, G_DIST, G_DAEMON, G_GENERAL, G_COUNT } opt_group;
+typedef enum opt_group { G_MODE, G_RUN, G_GEN, G_DIST, G_DAEMON, G_GENERAL, G_COUNT } opt_group;
 
 static const char *const group_title[G_COUNT] = {
     [G_RUN] = "options:",
+    [G_GEN] = "generation (--generate; see docs/generation.md):",
     [G_DIST] = "distributed training (under mpirun, srun or an MPIJob; see README):",
     [G_DAEMON] = "daemon:",
     [G_GENERAL] = "",
@@ -80,6 +82,7 @@ struct cli_opt {
 
 static int call_mode(const cli_opt *o, const char *arg, cli *c);
 static int call_dist(const cli_opt *o, const char *arg, cli *c);
+static int call_stop(const cli_opt *o, const char *arg, cli *c);
 static int call_check_config(const cli_opt *o, const char *arg, cli *c);
 static int call_config_reference(const cli_opt *o, const char *arg, cli *c);
 static int call_options_reference(const cli_opt *o, const char *arg, cli *c);
@@ -104,6 +107,8 @@ static const cli_opt opts[] = {
      .value = CLI_EVAL, .doc = "evaluate a version on the test split"},
     {"predict", .group = G_MODE, .kind = OPT_CALL, .arg = "MODEL_DIR", .call = call_mode,
      .value = CLI_PREDICT, .doc = "predict the samples of FILE or standard input"},
+    {"generate", .group = G_MODE, .kind = OPT_CALL, .arg = "MODEL_DIR", .call = call_mode,
+     .value = CLI_GENERATE, .doc = "generate text for --prompt or each line of --prompts"},
     {"bench", .group = G_MODE, .kind = OPT_CALL, .arg = "MODEL_DIR", .call = call_mode,
      .value = CLI_BENCH, .doc = "measure training and inference samples/s"},
     {"export", .group = G_MODE, .kind = OPT_CALL, .arg = "MODEL_DIR", .call = call_mode,
@@ -138,7 +143,8 @@ static const cli_opt opts[] = {
     {"clip-norm", .group = G_RUN, .arg = "X", REAL(run.clip_norm, 0, 1e6, "a valid number"),
      .doc = "clip the gradients' global L2 norm to X before each step; 0: off"},
     {"seed", .group = G_RUN, .arg = "N", COUNT(run.seed, 0, COUNT_MAX),
-     .doc = "initialisation and shuffle seed; the same seed gives the same run"},
+     .doc = "initialisation and shuffle seed; the same seed gives the same run; --generate: "
+            "the sampling seed"},
     {"threads", .group = G_RUN, .arg = "N", COUNT(run.threads, 1, 1024),
      .doc = "CPU threads for everything: OpenBLAS, oneDNN and dlserve's own loops, one at "
             "a time (default: all cores)"},
@@ -150,12 +156,13 @@ static const cli_opt opts[] = {
      .doc = "--bench: inference samples/s only, at these batch sizes"},
     {"batch-invariant", .group = G_RUN, .kind = OPT_WORD, .arg = "on|off",
      FIELD(run.batch_invariant), .words = onoff_words,
-     .doc = "--eval, --predict, --bench: each answer the same bits in any batch; default: "
-            "model.json's serving.batch_invariant, else as the daemon"},
+     .doc = "--eval, --predict, --generate, --bench: each answer the same bits in any batch; "
+            "default: model.json's serving.batch_invariant, else as the daemon"},
     {"limit", .group = G_RUN, .arg = "N", COUNT(run.limit, 1, COUNT_MAX),
      .doc = "use only the first N samples of each split (quick runs)"},
     {"version", .group = G_RUN, .arg = "V", COUNT(run.version, 1, COUNT_MAX),
-     .doc = "model version for --eval / --predict / --export (default newest); --train: "
+     .doc = "model version for --eval / --predict / --generate / --export (default newest); "
+            "--train: "
             "start from its weights (fine-tuning)"},
     {"onnx", .group = G_RUN, .kind = OPT_TEXT, .arg = "FILE", FIELD(onnx),
      .doc = "--export: the ONNX file to write (opset 17, a dynamic batch dimension)"},
@@ -166,6 +173,34 @@ static const cli_opt opts[] = {
     {"steps", .group = G_RUN, .arg = "S", COUNT(run.steps, 1, COUNT_MAX),
      .doc = "--bench: timed steps (default 50); --train: stop after S steps with a "
             "checkpoint, to continue with --resume"},
+
+    {"prompt", .group = G_GEN, .kind = OPT_TEXT, .arg = "TEXT", FIELD(gen.prompt),
+     .doc = "the prompt (an encoder-decoder's source text)"},
+    {"prompts", .group = G_GEN, .kind = OPT_TEXT, .arg = "FILE", FIELD(gen.prompts),
+     .doc = "a prompt a line (\"-\": standard input), all decoded together; answers in "
+            "their order"},
+    {"max-tokens", .group = G_GEN, .arg = "N", COUNT(gen.max_tokens, 1, COUNT_MAX),
+     .doc = "tokens generated at most (default 16)"},
+    {"temperature", .group = G_GEN, .arg = "X", REAL(gen.temperature, 0, 1e6, "a valid number"),
+     .doc = "sampling temperature; 0 (the default): greedy"},
+    {"top-k", .group = G_GEN, .arg = "N", COUNT(gen.top_k, 0, COUNT_MAX),
+     .doc = "sample among the N likeliest tokens; 0 (the default): all"},
+    {"top-p", .group = G_GEN, .arg = "X", REAL(gen.top_p, 0, 1, "a valid number"),
+     .doc = "sample among the likeliest tokens whose probabilities sum to X (default 1)"},
+    {"stop", .group = G_GEN, .kind = OPT_CALL, .arg = "TEXT", .call = call_stop,
+     .doc = "end an answer before TEXT (repeatable, at most " XSTR(DL_GEN_MAX_STOP) ")"},
+    {"beam-width", .group = G_GEN, .arg = "W", COUNT(gen.beam_width, 1, 16),
+     .doc = "beam search over W beams (default 1: none)"},
+    {"length-penalty", .group = G_GEN, .arg = "X",
+     REAL(gen.length_penalty, 0, 100, "a valid number"),
+     .doc = "beam search: finished beams ranked by log-probability / length^X (default 1)"},
+    {"max-seqs", .group = G_GEN, .arg = "N", COUNT(gen.max_seqs, 1, 1 << 16),
+     .doc = "sequences decoded at once, a beam counting its width (default "
+            XSTR(DL_GEN_RUN_SEQS) "); the other prompts wait for room"},
+    {"recompute", .group = G_GEN, .kind = OPT_FLAG, FIELD(gen.recompute), .value = 1,
+     .doc = "recompute the whole prefix every step instead of the key-value cache (tests)"},
+    {"ids", .group = G_GEN, .kind = OPT_FLAG, FIELD(gen.ids), .value = 1,
+     .doc = "print the generated ids with each answer"},
 
     {"dist", .group = G_DIST, .kind = OPT_CALL, .arg = "MODE", .call = call_dist,
      .words = dist_forms, .doc = "how trainers combine their work, allreduce by default"},
@@ -327,7 +362,8 @@ static int apply(const cli_opt *o, const char *arg, cli *c)
 static int call_mode(const cli_opt *o, const char *arg, cli *c)
 {
     if (c->mode != CLI_SERVE)
-        return fail("only one of --train, --eval, --predict, --bench, --export, --import");
+        return fail("only one of --train, --eval, --predict, --generate, --bench, --export, "
+                    "--import");
     c->mode = (cli_mode)o->value;
     c->run.model_dir = arg;
     return -1;
@@ -340,6 +376,17 @@ static int call_dist(const cli_opt *o, const char *arg, cli *c)
     if (dl_dist_parse_mode(arg, &c->run.dist, &err) != DL_OK)
         return fail("%s", err.msg);
     c->run.dist_given = true;
+    return -1;
+}
+
+static int call_stop(const cli_opt *o, const char *arg, cli *c)
+{
+    (void)o;
+    if (c->gen.nstop == DL_GEN_MAX_STOP)
+        return fail("--stop: at most %d stop strings", DL_GEN_MAX_STOP);
+    if (!*arg || strlen(arg) >= DL_GEN_STOP_MAX)
+        return fail("--stop: a stop string has 1 to %d bytes", DL_GEN_STOP_MAX - 1);
+    c->gen.stop[c->gen.nstop++] = arg;
     return -1;
 }
 
@@ -487,10 +534,27 @@ static bool wants_program_version(int argc, char **argv)
     return false;
 }
 
+/* --generate takes one of --prompt and --prompts; its options go with it
+ * only. */
+static int check_generate(const cli *c)
+{
+    dl_gen_run_opts unset;
+    dl_gen_run_opts_init(&unset);
+    if (c->mode != CLI_GENERATE)
+        return memcmp(&unset, &c->gen, sizeof(unset)) == 0
+                   ? -1 : fail("--prompt, --prompts, --max-tokens, --temperature, --top-k, "
+                               "--top-p, --stop, --beam-width, --length-penalty, --max-seqs, "
+                               "--recompute and --ids go with --generate");
+    if (!c->gen.prompt == !c->gen.prompts)
+        return fail("--generate needs one of --prompt TEXT and --prompts FILE");
+    return -1;
+}
+
 int cli_parse(int argc, char **argv, cli *c)
 {
     memset(c, 0, sizeof(*c));
     dl_run_opts_init(&c->run);
+    dl_gen_run_opts_init(&c->gen);
     c->mode = CLI_SERVE;
     if (wants_program_version(argc, argv))
         return call_version(NULL, NULL, c);
@@ -537,5 +601,5 @@ int cli_parse(int argc, char **argv, cli *c)
         return fail(c->onnx ? "--onnx goes with --export" : "--export needs --onnx FILE");
     if (c->import_max_length && c->mode != CLI_IMPORT)
         return fail("--max-length goes with --import");
-    return -1;
+    return check_generate(c);
 }

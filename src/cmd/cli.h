@@ -16,12 +16,14 @@ typedef enum cli_mode {
     CLI_BENCH,
     CLI_EXPORT,
     CLI_IMPORT,    /* --import FILE.onnx --models DIR --name NAME */
+    CLI_GENERATE,  /* --generate MODEL_DIR (--prompt TEXT | --prompts FILE) */
 } cli_mode;
 
 /* What the command line asks for. Strings point into argv or into owned. */
 typedef struct cli {
     cli_mode    mode;
-    dl_run_opts run;              /* --train, --eval, --predict, --bench */
+    dl_run_opts run;              /* --train, --eval, --predict, --bench, --generate */
+    dl_gen_run_opts gen;          /* --generate */
     const char *config;           /* --config or --check-config FILE; NULL: none */
     bool        check_config;     /* --check-config: print the effective config */
     bool        publish;          /* --train --publish */

@@ -1,6 +1,6 @@
 /* main.c: dlserve's entry point: the command line (cli.c) dispatched to
- * the daemon, training, evaluation, prediction, benchmarking and the ONNX
- * export. */
+ * the daemon, training, evaluation, prediction, generation, benchmarking
+ * and the ONNX export. */
 #define _POSIX_C_SOURCE 200809L
 #include "cmd/cli.h"
 #include "onnx/dl_onnx.h"
@@ -168,6 +168,7 @@ int main(int argc, char **argv)
     case CLI_TRAIN:   st = dl_train_run(o, &err); break;
     case CLI_EVAL:    st = dl_eval_run(o, &err); break;
     case CLI_PREDICT: st = dl_predict_run(o, &err); break;
+    case CLI_GENERATE: st = dl_gen_run(o, &c.gen, &err); break;
     case CLI_BENCH:   st = o->infer_batches ? dl_bench_infer_run(o, &err)
                                             : dl_bench_run(o, &err); break;
     case CLI_EXPORT:  st = export_onnx(&c, &err); break;

@@ -4,6 +4,7 @@
 #ifndef DL_TRAIN_H
 #define DL_TRAIN_H
 
+#include "nn/dl_gen.h"
 #include "nn/dl_nn.h"
 #include "train/dist/dl_dist.h"
 
@@ -90,6 +91,33 @@ dl_status dl_bench_run(const dl_run_opts *o, dl_err *err);
  * "graph" (CUDA only) replays it as a CUDA graph. Prints one JSON line
  * per batch size and mode. */
 dl_status dl_bench_infer_run(const dl_run_opts *o, dl_err *err);
+
+/* --generate's options; negative numbers (NULL strings) leave the
+ * decoding parameters' defaults (dl_gen_params_init). */
+#define DL_GEN_RUN_SEQS 32      /* sequences decoded at once by default */
+
+typedef struct dl_gen_run_opts {
+    const char *prompt;         /* --prompt TEXT, or */
+    const char *prompts;        /* --prompts FILE: a prompt a line ("-": stdin) */
+    int64_t     max_tokens, top_k, beam_width;
+    double      temperature, top_p, length_penalty;
+    const char *stop[DL_GEN_MAX_STOP];
+    int         nstop;
+    int64_t     max_seqs;       /* sequences at once; <= 0: DL_GEN_RUN_SEQS */
+    bool        recompute;      /* every step recomputes the whole prefix */
+    bool        ids;            /* answers carry the generated ids */
+} dl_gen_run_opts;
+
+/* Fills g with "the defaults" values. */
+void dl_gen_run_opts_init(dl_gen_run_opts *g);
+
+/* Generates for each prompt with a version of a model whose model.json
+ * has a "generate" block (o->version, else the newest; o->seed, when
+ * given, seeds sampling), all prompts running together as the decoder
+ * has room; prints one JSON line an answer, in the prompts' order
+ * (docs/generation.md). Errors: no generate block, bad parameters, a
+ * prompt too long (naming its line). */
+dl_status dl_gen_run(const dl_run_opts *o, const dl_gen_run_opts *g, dl_err *err);
 
 #ifdef __cplusplus
 }
