@@ -14,6 +14,11 @@ runs in seconds.
   kjv-punct   each word's most frequent tag in train (a word unseen in
               train: the most frequent tag overall): test token accuracy
   movielens   mu + b_user + b_movie with regularised biases: test rmse
+  kjv-gpt     byte unigram and bigram models (add-k smoothed) of the next
+              byte after each position but the last of a window, as the
+              model's next_token loss predicts it: test perplexity
+  kjv-es      a word-for-word translation (tests/py/kjv_es_bleu.py): test
+              BLEU
 
 Where a baseline has a parameter (k, the interpolation weight, lambda) it is
 chosen on a held-out tenth of train (every 10th sample), then the model is
@@ -23,6 +28,7 @@ and is fixed (3): searching it each run would take half a minute.
 import collections
 import json
 import math
+import os
 import sys
 
 import numpy as np
@@ -174,8 +180,46 @@ def movielens(data):
             "train": len(train), "test": len(test)}
 
 
+def kjv_gpt(data):
+    def pairs(samples):
+        prev = np.concatenate([np.array(s["ids"][:-1], dtype=np.int64) for s in samples])
+        nxt = np.concatenate([np.array(s["ids"][1:], dtype=np.int64) for s in samples])
+        return prev, nxt
+
+    def counts(prev, nxt):
+        c = np.zeros((256, 256))
+        np.add.at(c, (prev, nxt), 1)
+        return c
+
+    def add_k_logp(c, k):
+        return np.log((c + k) / (c.sum(1, keepdims=True) + k * 256))
+
+    def ppl(logp, prev, nxt):
+        return float(np.exp(-logp[prev, nxt].mean()))
+
+    train, test = load(data, "train"), load(data, "test")
+    fit, dev = held_out(train)
+    c_fit, (p_dev, n_dev) = counts(*pairs(fit)), pairs(dev)
+    ks = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]
+    k = min(ks, key=lambda k: ppl(add_k_logp(c_fit, k), p_dev, n_dev))
+    c = counts(*pairs(train))
+    p_te, n_te = pairs(test)
+    uni = np.log((c.sum(0) + 1) / (c.sum() + 256))
+    return {"baseline": "byte bigram, add-k smoothed",
+            "test_perplexity": round(ppl(add_k_logp(c, k), p_te, n_te), 3), "k": k,
+            "unigram_test_perplexity": round(float(np.exp(-uni[n_te].mean())), 3),
+            "train": len(train), "test": len(test), "test_tokens": len(n_te)}
+
+
+def kjv_es(data):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import kjv_es_bleu
+    return kjv_es_bleu.evaluate(data)
+
+
 BASELINES = {"housing": housing, "kjv-ngram": kjv_ngram, "kjv-books": kjv_books,
-             "kjv-books-lstm": kjv_books, "kjv-punct": kjv_punct, "movielens": movielens}
+             "kjv-books-lstm": kjv_books, "kjv-punct": kjv_punct, "movielens": movielens,
+             "kjv-gpt": kjv_gpt, "kjv-es": kjv_es, "kjv-es-gru": kjv_es}
 
 
 def main():
