@@ -105,7 +105,7 @@ check "kjv-es learns: test perplexity below 200 (a unigram model of its words: 3
 r = json.loads(open(sys.argv[1]).readline())
 print("# test perplexity %.1f, token accuracy %.3f" % (r["perplexity"], r["accuracy"]))
 sys.exit(not r["perplexity"] < 200)' "$WORK/es-eval.json"
-"$DLSERVE" --generate "$E" --beam-width 4 --max-tokens 50 \
+"$DLSERVE" --generate "$E" --beam-width 4 --max-tokens 50 --threads 1 \
     --prompts "$WORK/data/kjv-es/test.en.txt" > "$WORK/es-answers.jsonl" 2> "$WORK/es-gen.err"
 check "kjv-es: --generate --beam-width 4 answers the 150 test verses with Spanish words" \
     /usr/bin/python3 - "$WORK/es-answers.jsonl" "$E/vocab_es.txt" <<'PY'
@@ -127,7 +127,7 @@ print("# BLEU %.2f, word for word %.2f" % (r["bleu"], r["baseline_bleu"]))
 sys.exit(not r["bleu"] >= 0)' "$WORK/es-bleu.json"
 
 # ---- --generate on it ------------------------------------------------------
-gen() { "$DLSERVE" --generate "$G" --batch-invariant on "$@" 2>> "$WORK/gen.err"; }
+gen() { "$DLSERVE" --generate "$G" --threads 1 --batch-invariant on "$@" 2>> "$WORK/gen.err"; }
 printf 'And God said\nJesus wept\n\nThe LORD is my shepherd; I shall\n' > "$WORK/prompts.txt"
 gen --prompts "$WORK/prompts.txt" --max-tokens 24 --ids > "$WORK/all.jsonl"
 check "--prompts: an answer a prompt, in order" \

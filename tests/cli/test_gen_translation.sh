@@ -20,7 +20,7 @@ cp -L "$SRC/models/kjv-es"/*.txt "$SRC/models/kjv-es/model.json" "$WORK/kjv-es/"
 "$DLSERVE" --train "$WORK/kjv-es" --data "$D" --threads 2 --no-progress \
     > "$WORK/train.json" 2> "$WORK/train.err"
 check "kjv-es trains with its defaults" test -s "$WORK/kjv-es/1/model.safetensors"
-"$DLSERVE" --generate "$WORK/kjv-es" --beam-width 4 --max-tokens 50 --threads 2 \
+"$DLSERVE" --generate "$WORK/kjv-es" --beam-width 4 --max-tokens 50 --threads 1 \
     --prompts "$D/test.en.txt" > "$WORK/answers.jsonl" 2> "$WORK/gen.err"
 check "beam search answers the 200 verses" test "$(wc -l < "$WORK/answers.jsonl")" -eq 200
 /usr/bin/python3 "$SRC/tests/py/kjv_es_bleu.py" "$D" "$WORK/answers.jsonl" > "$WORK/bleu.json"
