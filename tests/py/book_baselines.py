@@ -219,7 +219,7 @@ def kjv_es(data):
 
 BASELINES = {"housing": housing, "kjv-ngram": kjv_ngram, "kjv-books": kjv_books,
              "kjv-books-lstm": kjv_books, "kjv-punct": kjv_punct, "movielens": movielens,
-             "kjv-gpt": kjv_gpt, "kjv-es": kjv_es, "kjv-es-gru": kjv_es}
+             "kjv-gpt": kjv_gpt, "kjv-es": kjv_es}
 
 
 def main():
