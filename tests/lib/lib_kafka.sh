@@ -48,13 +48,14 @@ stop_mock() {
 # Joining a group that has members takes two cooperative rebalances (the
 # first assigns the newcomer nothing while the others give partitions up),
 # each of which librdkafka 2.0's mock holds for session.timeout.ms less a
-# second, however soon the members rejoin (tests/bench/kafka_rejoin): 30 s
-# leaves room for a slow sanitizer build. When it fails, the daemon's log
-# tail is shown.
+# second, however soon the members rejoin (tests/bench/kafka_rejoin): 60 s
+# leaves room for a slow sanitizer build or a machine whose cores are all
+# busy (with one core spinning and two tests running, a second member's
+# join once took over 30 s). When it fails, the daemon's log tail is shown.
 start_kafka_daemon() {
     local name=$1; shift
     start_daemon "$name" --models "$WORK/repo" --set kafka.brokers="$BOOT" "$@" || return 1
-    for _ in $(seq 300); do
+    for _ in $(seq 600); do
         grep -q "assigned [1-9]" "$LOG" && return 0
         kill -0 "$PID" 2>/dev/null || break
         sleep 0.1
