@@ -1052,7 +1052,8 @@ static dl_status fuse_one(xl *x, json_t *q, json_t *s, json_t *o, int64_t e)
 {
     const char *qn = json_string_value(json_object_get(q, "name"));
     const char *on = json_string_value(json_object_get(o, "name"));
-    bool qb = json_is_true(json_object_get(q, "bias")), ob = json_is_true(json_object_get(o, "bias"));
+    bool qb = json_is_true(json_object_get(q, "bias"));
+    bool ob = json_is_true(json_object_get(o, "bias"));
     static const char *const from[4] = { "weight", "bias", "weight", "bias" };
     static const char *const to[4] = { "in_proj_weight", "in_proj_bias", "out_proj.weight",
                                        "out_proj.bias" };
@@ -1845,7 +1846,8 @@ static const struct {
     {"Shape", op_shape, 0}, {"Slice", op_slice, L(SLICE)}, {"Split", op_split, L(SLICE)},
     /* the time axis and its masks (onnx_seq.c) */
     {"Equal", xl_op_equal, 0}, {"Less", xl_op_compare, 0}, {"LessOrEqual", xl_op_compare, 0},
-    {"Greater", xl_op_compare, 0}, {"GreaterOrEqual", xl_op_compare, 0}, {"Not", xl_op_not, 0}, {"Where", op_where, L(ADD) | L(CONSTANT)},
+    {"Greater", xl_op_compare, 0}, {"GreaterOrEqual", xl_op_compare, 0}, {"Not", xl_op_not, 0},
+    {"Where", op_where, L(ADD) | L(CONSTANT)},
     {"Expand", xl_op_expand, 0}, {"ConstantOfShape", xl_op_constant_of_shape, 0},
     {"Range", xl_op_range, 0}, {"Trilu", xl_op_trilu, 0}, {"ArgMax", xl_op_argmax, 0},
     {"LSTM", xl_op_rnn, L(LSTM) | L(RESHAPE)}, {"GRU", xl_op_rnn, L(GRU) | L(RESHAPE)},
