@@ -284,23 +284,6 @@ bool http_dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer
 /* GET /metrics: the Prometheus exposition (500 out of memory). */
 answer http_metrics_answer(http_server *h);
 
-/* ---- http_stats.c: Triton's statistics and model configuration ----------- */
-
-/* Triton's statistics extension for GET /v2/models[/{m}[/versions/{v}]]/stats:
- * {"model_stats": [...]} (*out new): every model's when model is "", each
- * version with statistics and each served version (zero counts when it
- * has answered nothing), or only `version` when it is not 0.
- * DL_ERR_NOT_FOUND (404) for a model or version the registry does not
- * know. */
-dl_status http_model_stats(const http_deps *d, const char *model, int64_t version, json_t **out,
-                           dl_err *err);
-/* Triton's model configuration (JSON) of a served version for GET
- * .../config (*out new): name, platform, backend, max_batch_size, input,
- * output, dynamic_batching with its queue policy. registry_acquire's
- * status when the version is not served (404, or 503 for nothing ready). */
-dl_status http_model_config(const http_deps *d, const char *model, int64_t version,
-                            json_t **out, dl_err *err);
-
 /* ---- http_generate.c: generation (Triton's generate, OpenAI's API) --------- */
 
 /* Parses a generate, generate_stream or completions request and hands it

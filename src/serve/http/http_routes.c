@@ -4,6 +4,7 @@
 #define _GNU_SOURCE   /* microhttpd.h's socket types */
 #include "serve/http/http_int.h"
 #include "serve/http/status_page.h"
+#include "serve/model_info.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -126,14 +127,15 @@ answer http_metrics_answer(http_server *h)
     return a;
 }
 
-/* A model's statistics or configuration (http_stats.c). */
+/* A model's statistics or configuration (model_info.h). */
 static answer model_json(http_server *h, const oip_route *r,
-                         dl_status (*get)(const http_deps *, const char *, int64_t, json_t **,
-                                          dl_err *))
+                         dl_status (*get)(const model_info_deps *, const char *, int64_t,
+                                          json_t **, dl_err *))
 {
     json_t *j;
     dl_err err = {0};
-    if (get(h->deps, r->model, r->version, &j, &err) != DL_OK)
+    model_info_deps mi = { h->deps->reg, h->deps->bat, h->deps->st };
+    if (get(&mi, r->model, r->version, &j, &err) != DL_OK)
         return http_status_answer(err.code, "%s", err.msg);
     return http_json_answer(200, j);
 }
@@ -217,8 +219,8 @@ bool http_dispatch(http_server *h, struct MHD_Connection *c, request *rq, answer
     case OIP_ROUTE_REPO_INDEX:  *a = repo_index(h); break;
     case OIP_ROUTE_REPO_LOAD:   *a = repo_change(h, rq, true); break;
     case OIP_ROUTE_REPO_UNLOAD: *a = repo_change(h, rq, false); break;
-    case OIP_ROUTE_MODEL_STATS:  *a = model_json(h, &rq->route, http_model_stats); break;
-    case OIP_ROUTE_MODEL_CONFIG: *a = model_json(h, &rq->route, http_model_config); break;
+    case OIP_ROUTE_MODEL_STATS:  *a = model_json(h, &rq->route, model_info_stats); break;
+    case OIP_ROUTE_MODEL_CONFIG: *a = model_json(h, &rq->route, model_info_config); break;
     case OIP_ROUTE_METRICS:     *a = http_metrics_answer(h); break;
     case OIP_ROUTE_STATUS:      *a = status(h); break;
     case OIP_ROUTE_PAGE:        *a = page_file("index.html", true); break;

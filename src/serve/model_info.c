@@ -1,8 +1,8 @@
-/* http_stats.c: Triton's statistics and model configuration extensions,
- * GET /v2/models[/{m}[/versions/{v}]]/stats and .../config, as JSON built
- * from the registry, the batcher's configuration and the stats. */
-#define _GNU_SOURCE   /* microhttpd.h's socket types */
-#include "serve/http/http_int.h"
+/* model_info.c: Triton's statistics and model configuration extensions
+ * as JSON built from the registry, the batcher's configuration and the
+ * stats: HTTP answers them as they are, gRPC as their protobuf messages. */
+#include "serve/model_info.h"
+#include "serve/oip/oip.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 
 /* The model (and version) must be one the registry knows: unknown ones
  * are DL_ERR_NOT_FOUND (404). A model with nothing ready yet is known. */
-static dl_status known(const http_deps *d, const char *model, int64_t version, served **sv,
+static dl_status known(const model_info_deps *d, const char *model, int64_t version, served **sv,
                        dl_err *err)
 {
     dl_status st = registry_acquire(d->reg, model, version, sv, err);
@@ -46,7 +46,7 @@ static bool has_version(json_t *arr, const char *version)
  * output `status`):
  * those recorded, then each served version without any (zero counts);
  * only `version` when it is not 0. False when out of memory. */
-static bool add_model(const http_deps *d, json_t *arr, json_t *status, const char *model,
+static bool add_model(const model_info_deps *d, json_t *arr, json_t *status, const char *model,
                       int64_t version)
 {
     json_t *recorded = stats_model_stats(d->st, model, version);
@@ -66,8 +66,8 @@ static bool add_model(const http_deps *d, json_t *arr, json_t *status, const cha
     return ok;
 }
 
-dl_status http_model_stats(const http_deps *d, const char *model, int64_t version, json_t **out,
-                           dl_err *err)
+dl_status model_info_stats(const model_info_deps *d, const char *model, int64_t version,
+                           json_t **out, dl_err *err)
 {
     *out = NULL;
     if (model[0] != '\0') {
@@ -227,7 +227,7 @@ static json_t *model_config(const served *sv, const dl_batching_conf *bc, const 
                      "model.safetensors");
 }
 
-dl_status http_model_config(const http_deps *d, const char *model, int64_t version,
+dl_status model_info_config(const model_info_deps *d, const char *model, int64_t version,
                             json_t **out, dl_err *err)
 {
     *out = NULL;
