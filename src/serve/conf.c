@@ -109,6 +109,11 @@ const dl_opt dl_serve_opts[] = {
     INT(http, shutdown_grace_s, "-1", -1, 300,
         "seconds after SIGTERM that readiness is 503 while requests are still served, so "
         "that load balancers stop sending first; -1 = 5 under systemd, 0 elsewhere"),
+    STR(grpc, address, "", "address to bind gRPC; empty = [http] address"),
+    INT(grpc, port, "8001", 0, 65535, "gRPC port (Open Inference Protocol, health); 0 = no gRPC"),
+    INT(grpc, threads, "0", 0, 256, "threads serving every gRPC call; 0 = one per core"),
+    INT(grpc, max_message_bytes, "8388608", 1024, 1 << 30,
+        "larger gRPC messages get RESOURCE_EXHAUSTED"),
     INT(batching, max_batch_size, "64", 1, 65536, "most samples in one inference batch"),
     INT(batching, max_queue_delay_us, "500", 0, 10000000,
         "longest a request waits for a batch to fill, in microseconds"),

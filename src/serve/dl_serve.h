@@ -28,6 +28,15 @@ typedef struct dl_http_conf {
                                     systemd, 0 elsewhere */
 } dl_http_conf;
 
+/* [grpc]: the Open Inference Protocol over gRPC (docs/serving.md, "gRPC").
+ * TLS and the bearer token are [http]'s: one set of credentials. */
+typedef struct dl_grpc_conf {
+    char    address[64];         /* bind address; [http] address when empty */
+    int64_t port;                /* 0: no gRPC */
+    int64_t threads;             /* threads serving every call; 0: one per core */
+    int64_t max_message_bytes;   /* larger messages get RESOURCE_EXHAUSTED */
+} dl_grpc_conf;
+
 typedef struct dl_batching_conf {
     int64_t max_batch_size;
     int64_t max_queue_delay_us;
@@ -168,6 +177,7 @@ typedef struct dl_generate_conf {
 
 typedef struct dl_serve_conf {
     dl_http_conf     http;
+    dl_grpc_conf     grpc;
     dl_batching_conf batching;
     dl_generate_conf generate;
     dl_models_conf   models;
