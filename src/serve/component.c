@@ -13,6 +13,11 @@ bool component_kafka_wanted(const dl_serve_conf *c)
     return c->kafka.brokers[0] != '\0' || c->kafka.embedded;
 }
 
+bool component_grpc_wanted(const dl_serve_conf *c)
+{
+    return c->grpc.port != 0;
+}
+
 bool component_otlp_wanted(const dl_serve_conf *c)
 {
     return c->trace.otlp_endpoint[0] != '\0';
@@ -35,4 +40,11 @@ const component component_otlp_missing = {
     .wanted = component_otlp_wanted,
     .missing = "[trace] otlp_endpoint is set but this dlserve was built without span export "
                "(libcurl)",
+};
+
+const component component_grpc_missing = {
+    .name = "grpc",
+    .wanted = component_grpc_wanted,
+    .missing = "[grpc] port is set but this dlserve was built without gRPC (libgrpc, "
+               "protobuf-c); set grpc.port = 0",
 };

@@ -1,5 +1,5 @@
 /* component.h (private to serve/): the daemon's parts that take requests
- * or talk to the outside (the OTLP span exporter, HTTP, Redis, Kafka)
+ * or talk to the outside (the OTLP span exporter, HTTP, gRPC, Redis, Kafka)
  * behind one table of {start, stop, finish, free, status, metrics}, so
  * that daemon.c starts, stops, reports and frees them in loops, and a
  * build without a library differs only in the table's registration.
@@ -86,9 +86,12 @@ typedef struct component {
 bool component_redis_wanted(const dl_serve_conf *c);
 bool component_kafka_wanted(const dl_serve_conf *c);
 bool component_otlp_wanted(const dl_serve_conf *c);
+bool component_grpc_wanted(const dl_serve_conf *c);
 
 /* HTTP (http/component_http.c): http.h's server, in every build. */
 extern const component component_http;
+/* With libgrpc and protobuf-c (grpc/component_grpc.c): grpc_transport.h's server. */
+extern const component component_grpc;
 /* With hiredis (component_redis.c): the status link (training progress in
  * /status), the registry watcher, and the dlserve_redis_* families. */
 extern const component component_redis;
@@ -102,5 +105,6 @@ extern const component component_otlp;
 extern const component component_redis_missing;
 extern const component component_kafka_missing;
 extern const component component_otlp_missing;
+extern const component component_grpc_missing;
 
 #endif /* DL_SERVE_COMPONENT_H */

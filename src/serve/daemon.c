@@ -87,11 +87,12 @@ static void watch_tree(int fd, const char *dir, int depth)
     closedir(d);
 }
 
-/* The components, started in this order (the span exporter, then HTTP)
+/* The components, started in this order (the span exporter, HTTP, gRPC)
  * and stopped in reverse before the batcher drains: Kafka's records in
  * flight are answered and committed first, then the Redis watcher stops;
- * HTTP takes no stop (new infer requests get 503 meanwhile) but finishes
- * once the batcher has drained, answering what is in flight; Redis's
+ * HTTP and gRPC take no stop (new infer requests get 503 or UNAVAILABLE
+ * meanwhile) but finish once the batcher has drained, answering what is
+ * in flight; Redis's
  * status link is freed after HTTP has stopped; the span exporter finishes
  * last, sending the spans of HTTP's last answers. A build without a
  * library registers its stand-in, which refuses a configuration that asks
@@ -103,6 +104,11 @@ static const component *const components[] = {
     &component_otlp_missing,
 #endif
     &component_http,
+#ifdef DL_HAVE_GRPC
+    &component_grpc,
+#else
+    &component_grpc_missing,
+#endif
 #ifdef DL_HAVE_REDIS
     &component_redis,
 #else

@@ -2,8 +2,8 @@
 # check_includes.sh [SRC]: the daemon's library boundaries (src/serve/meson.build).
 # Only src/serve/http/ may include microhttpd.h, only src/serve/kafka/
 # librdkafka's headers, only src/redis/ hiredis's, only
-# src/serve/component_otlp.c libcurl's. Prints each file that
-# crosses a boundary and exits 1; exits 0 when none does.
+# src/serve/component_otlp.c libcurl's, only src/serve/grpc/ libgrpc's.
+# Prints each file that crosses a boundary and exits 1; exits 0 when none does.
 #
 # With --self-test, plants a crossing in a copy of SRC and fails unless the
 # check catches it (so the check cannot pass by reading nothing).
@@ -15,7 +15,8 @@ check() {   # check SRC
     local rules=('microhttpd\.h' 'serve/http/'
                  'librdkafka/rdkafka(_mock)?\.h' 'serve/kafka/'
                  'hiredis/' 'redis/'
-                 'curl/curl\.h' 'serve/component_otlp.c')
+                 'curl/curl\.h' 'serve/component_otlp.c'
+                 'grpc/' 'serve/grpc/')
     local i
     for ((i = 0; i < ${#rules[@]}; i += 2)); do
         while IFS= read -r f; do
@@ -38,14 +39,15 @@ if [ "${1:-}" = --self-test ]; then
     for planted in 'serve/daemon.c:#include <microhttpd.h>' \
                    'serve/oip/oip_scan.c:#include <librdkafka/rdkafka.h>' \
                    'serve/http/http_request.c:#  include "librdkafka/rdkafka_mock.h"' \
-                   'serve/kafka/kafka.c:#include <hiredis/hiredis.h>'; do
+                   'serve/kafka/kafka.c:#include <hiredis/hiredis.h>' \
+                   'serve/batcher.c:#include <grpc/grpc.h>'; do
         rm -rf "$tmp/src"; cp -r "$src" "$tmp/src"
         echo "${planted#*:}" >> "$tmp/src/${planted%%:*}"
         if check "$tmp/src" >/dev/null; then
             echo "self-test: the check missed '${planted#*:}' in ${planted%%:*}"; exit 1
         fi
     done
-    echo "include boundaries hold; 4 planted crossings caught"
+    echo "include boundaries hold; 5 planted crossings caught"
     exit 0
 fi
 check "${1:-$(dirname "$0")/../../src}"
