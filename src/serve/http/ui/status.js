@@ -478,7 +478,9 @@ async function poll() {
     document.getElementById('server').textContent =
         `version ${st.version} · up ${fmt(Math.round(t))} s · ` +
         (st.ready ? 'ready' : 'NOT READY') + (st.http.auth ? ' · token' : '') +
-        (st.http.tls ? ' · TLS' : '');
+        (st.http.tls ? ' · TLS' : '') +
+        (st.grpc && st.grpc.port ? ` · gRPC port ${st.grpc.port}, ${st.grpc.calls_in_flight} ` +
+                                   `calls, ${st.grpc.streams_open} streams` : '');
     showModels(st, counts);
     showGeneration(st, prom);
     showKafka(st.kafka);
