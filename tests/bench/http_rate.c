@@ -1,7 +1,7 @@
-/* http_rate.c: an open-loop HTTP load generator for tests/bench/serve_http:
- * requests go out at a fixed rate, each one's latency counted from when it was due.
+/* http_rate.c: an open-loop HTTP load generator for tests/bench/serve_http: requests go
+ * out at a fixed rate, each one's latency counted from when it was due (-r 0: closed loop).
  *
- *   http_rate -r RATE -d SECONDS [-c CONNS] [-b BODY_FILE] [-H 'Name: value']... URL
+ *   http_rate -r RATE|0 -d SECONDS [-c CONNS] [-b BODY_FILE] [-H 'Name: value']... URL
  *
  * wrk is closed-loop: each connection sends its next request when the last
  * one is answered, so a slow answer delays the requests behind it and is
@@ -28,7 +28,12 @@
  * the connections ran out and requests waited for one); late: requests
  * sent 1 ms or more after they were due (no free connection, or this
  * program starved of CPU). Exit status 0, or 1 on a usage or setup error
- * (message on stderr). */
+ * (message on stderr).
+ *
+ * With -r 0 the loop is closed, as wrk's and tests/tools/grpc_rate.c's: each
+ * connection sends its next request as soon as its answer is complete, for
+ * SECONDS; a latency runs from the request's send, answers count until
+ * SECONDS are up, and requests still in flight then are left (timeout=0). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -263,22 +268,24 @@ int main(int argc, char **argv)
             headers[nheaders++] = optarg;
             break;
         default:
-            die("%s", "usage: http_rate -r RATE -d SECONDS [-c CONNS] [-b BODY_FILE] "
-                      "[-H 'Name: value']... URL");
+            die("%s", "usage: http_rate -r RATE (0: closed loop) -d SECONDS [-c CONNS] "
+                      "[-b BODY_FILE] [-H 'Name: value']... URL");
         }
     }
-    if (optind != argc - 1 || rate <= 0 || seconds <= 0 || nconns < 1 || nconns > MAX_CONNS)
-        die("%s", "usage: http_rate -r RATE -d SECONDS [-c CONNS 1..4096] [-b BODY_FILE] "
-                  "[-H 'Name: value']... URL");
+    if (optind != argc - 1 || rate < 0 || seconds <= 0 || nconns < 1 || nconns > MAX_CONNS)
+        die("%s", "usage: http_rate -r RATE (0: closed loop) -d SECONDS [-c CONNS 1..4096] "
+                  "[-b BODY_FILE] [-H 'Name: value']... URL");
     size_t body_len = 0;
     char *body = body_path ? read_file(body_path, &body_len) : NULL;
     build_request(argv[optind], body, body_len, headers, nheaders);
 
-    double want = rate * seconds;
-    if (want < 1 || want > 1e8)
+    bool closed = rate == 0;
+    double want = closed ? 0 : rate * seconds;
+    if (!closed && (want < 1 || want > 1e8))
         die("%s", "RATE x SECONDS must be 1..1e8 requests");
-    size_t total = (size_t)llround(want);
-    uint32_t *lat = malloc(total * sizeof(*lat));        /* microseconds, answer order */
+    size_t total = closed ? SIZE_MAX : (size_t)llround(want);   /* closed: until SECONDS */
+    size_t lat_cap = closed ? 1 << 20 : total;
+    uint32_t *lat = malloc(lat_cap * sizeof(*lat));      /* microseconds, answer order */
     conn *conns = calloc((size_t)nconns, sizeof(*conns));
     conn **idle = malloc((size_t)nconns * sizeof(*idle)); /* a stack of free connections */
     ep = epoll_create1(EPOLL_CLOEXEC);
@@ -292,17 +299,18 @@ int main(int argc, char **argv)
         idle[nidle++] = &conns[i];
     }
 
-    /* request i is due at start + i * period */
-    double period = 1e9 / rate;
+    /* request i is due at start + i * period; closed, when it is sent */
+    double period = closed ? 0 : 1e9 / rate;
     size_t next = 0, answered = 0, inflight = 0, max_inflight = 0, late = 0;
     long long lost_read = 0, lost_write = 0, bad_status = 0;
     double sum_us = 0;
     int64_t start = now_ns(), t = start;
-    int64_t deadline = start + (int64_t)((double)total * period) + DRAIN_NS;
+    int64_t deadline = closed ? start + (int64_t)(seconds * 1e9)
+                              : start + (int64_t)((double)total * period) + DRAIN_NS;
     struct epoll_event evs[64];
 
     while ((next < total || inflight > 0) && t < deadline) {
-        int64_t due = start + (int64_t)((double)next * period);
+        int64_t due = closed ? t : start + (int64_t)((double)next * period);
         while (next < total && due <= t && nidle > 0) {
             conn *c = idle[--nidle];
             late += t - due >= LATE_NS;
@@ -315,7 +323,7 @@ int main(int argc, char **argv)
                 idle[nidle++] = c;
             }
             next++;
-            due = start + (int64_t)((double)next * period);
+            due = closed ? t : start + (int64_t)((double)next * period);
         }
         /* sleep until the next request is due (or, with none free or none
          * left, until an answer comes), waking for answers meanwhile */
@@ -335,6 +343,12 @@ int main(int argc, char **argv)
             int r = conn_read(c);
             if (r == 0)
                 continue;
+            if (r == 1 && answered == lat_cap) {   /* only closed: total bounds it */
+                lat_cap *= 2;
+                lat = realloc(lat, lat_cap * sizeof(*lat));
+                if (!lat)
+                    die("%s", "out of memory");
+            }
             if (r == 1) {
                 uint32_t us = (uint32_t)((t - c->due_ns) / 1000);
                 lat[answered++] = us;
@@ -350,7 +364,7 @@ int main(int argc, char **argv)
         }
     }
     int64_t elapsed = t - start;
-    long long timeouts = (long long)(total - next + inflight);
+    long long timeouts = closed ? 0 : (long long)(total - next + inflight);
 
     qsort(lat, answered, sizeof(*lat), cmp_u32);
     uint32_t p50 = percentile(lat, answered, 50), p90 = percentile(lat, answered, 90);
@@ -358,8 +372,12 @@ int main(int argc, char **argv)
     uint32_t max = answered ? lat[answered - 1] : 0;
     double rps = (double)answered / ((double)elapsed / 1e9);
     double mean = answered ? sum_us / (double)answered : 0;
-    printf("%zu requests due at %.0f/s over %d connections to %s for %.1f s\n",
-           total, rate, nconns, argv[optind], seconds);
+    if (closed)
+        printf("closed loop over %d connections to %s for %.1f s\n", nconns, argv[optind],
+               seconds);
+    else
+        printf("%zu requests due at %.0f/s over %d connections to %s for %.1f s\n",
+               total, rate, nconns, argv[optind], seconds);
     printf("  %zu answered in %.2f s: %.1f/s; latency from when due, us: p50 %u, p90 %u, "
            "p99 %u, p99.9 %u, max %u, mean %.1f\n", answered, (double)elapsed / 1e9, rps,
            p50, p90, p99, p999, max, mean);
