@@ -6,11 +6,22 @@ tests/deploy/test_manifests.sh and test_alerts.sh. Commands:
   resolve DIR            a kustomization by hand: every resource, base,
                          generator file and patch exists (recursively);
                          prints the resources' documents as one YAML stream
-  probes STREAM          one line per Deployment probe: KIND PATH PORT, the
+  probes STREAM          one line per Deployment probe: KIND http PATH PORT
+                         or KIND grpc SERVICE PORT (SERVICE "" as -), the
                          port resolved to a number through the container's
                          named ports; and `grace GRACE PRESTOP_SLEEP`
   ports STREAM           containerPort, Service targetPort (resolved) and
                          prometheus.io/port, one a line
+  grpc-ports STREAM      the gRPC containerPort (port named grpc), the
+                         Service's port named grpc and its targetPort
+                         (resolved), one a line
+  ports-of YAML          NAME:PORT of the first container's ports (a
+                         ServingRuntime) or the predictor model's (an
+                         InferenceService), one a line
+  protocols YAML         a ServingRuntime's protocolVersions, on one line
+  grpc-health HOST:PORT [SERVICE]
+                         grpc.health.v1 Health/Check: prints the status
+                         (SERVING ...); exit 0 for SERVING
   configmap STREAM OUT   dlserve.conf of the ConfigMap to OUT
   env YAML               NAME=VALUE lines of the first container's env
   metrics FILE...        the metric names used in alert rules, Grafana
@@ -92,8 +103,12 @@ def port_number(c, port):
 def cmd_probes(stream):
     dep, c = container(stream)
     for kind in ('startupProbe', 'livenessProbe', 'readinessProbe'):
-        g = c[kind]['httpGet']
-        print(kind, g['path'], port_number(c, g['port']))
+        p = c[kind]
+        if 'grpc' in p:
+            print(kind, 'grpc', p['grpc'].get('service') or '-', p['grpc']['port'])
+        else:
+            g = p['httpGet']
+            print(kind, 'http', g['path'], port_number(c, g['port']))
     sleep = c['lifecycle']['preStop']['exec']['command']
     print('grace', dep['spec']['template']['spec']['terminationGracePeriodSeconds'],
           sleep[-1] if sleep[0].endswith('sleep') else 0)
@@ -105,6 +120,48 @@ def cmd_ports(stream):
     svc = docs_of(stream, 'Service')[0]
     print(port_number(c, svc['spec']['ports'][0]['targetPort']))
     print(dep['spec']['template']['metadata']['annotations']['prometheus.io/port'])
+
+
+def cmd_grpc_ports(stream):
+    _, c = container(stream)
+    print(port_number(c, 'grpc'))
+    svc = docs_of(stream, 'Service')[0]
+    p = next(p for p in svc['spec']['ports'] if p.get('name') == 'grpc')
+    print(p['port'])
+    print(port_number(c, p['targetPort']))
+
+
+def cmd_ports_of(path):
+    d = load_all(path)[0]
+    if d['kind'] == 'InferenceService':
+        ports = d['spec']['predictor']['model'].get('ports', [])
+    else:
+        ports = d['spec']['containers'][0].get('ports', [])
+    for p in ports:
+        print(f"{p.get('name', '')}:{p['containerPort']}")
+
+
+def cmd_protocols(path):
+    print(' '.join(load_all(path)[0]['spec'].get('protocolVersions', [])))
+
+
+def cmd_grpc_health(target, service=''):
+    """One Check call, the messages encoded by hand: HealthCheckRequest is
+    field 1 (service, a string), HealthCheckResponse field 1 (status, an
+    enum); no generated code needed."""
+    import grpc
+    names = {0: 'UNKNOWN', 1: 'SERVING', 2: 'NOT_SERVING', 3: 'SERVICE_UNKNOWN'}
+    svc = service.encode()
+    req = (b'\x0a' + bytes([len(svc)]) + svc) if svc else b''
+    with grpc.insecure_channel(target) as ch:
+        check = ch.unary_unary('/grpc.health.v1.Health/Check')
+        try:
+            res = check(req, timeout=5)
+        except grpc.RpcError as e:
+            sys.exit(f'{target}: {e.code()} {e.details()}')
+    status = res[1] if len(res) >= 2 and res[0] == 0x08 else 0
+    print(names.get(status, status))
+    sys.exit(0 if status == 1 else 1)
 
 
 def cmd_configmap(stream, out):
@@ -183,6 +240,9 @@ def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     {'parse': lambda: cmd_parse(args), 'resolve': lambda: cmd_resolve(*args),
      'probes': lambda: cmd_probes(*args), 'ports': lambda: cmd_ports(*args),
+     'grpc-ports': lambda: cmd_grpc_ports(*args), 'ports-of': lambda: cmd_ports_of(*args),
+     'protocols': lambda: cmd_protocols(*args),
+     'grpc-health': lambda: cmd_grpc_health(*args),
      'configmap': lambda: cmd_configmap(*args), 'env': lambda: cmd_env(*args),
      'metrics': lambda: cmd_metrics(args), 'known': lambda: cmd_known(args[0], args[1:]),
      'alerts': lambda: cmd_alerts(*args),

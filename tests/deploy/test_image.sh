@@ -73,7 +73,7 @@ check "the base is imported as $BASE" podman image exists "$BASE"
 t0=$SECONDS
 [ -f "$IMAGE_BUILD/build.ninja" ] ||
     meson setup "$IMAGE_BUILD" "$SRC" --buildtype release -Dtests=disabled -Dmpi=disabled \
-        -Dcuda=disabled -Dnative=false > "$WORK/meson.log" 2>&1
+        -Dcuda=disabled -Dgrpc=enabled -Dnative=false > "$WORK/meson.log" 2>&1
 # quiet LOG COMMAND...: the command with its output in LOG (shown on failure).
 quiet() {
     local log=$1; shift
@@ -117,7 +117,9 @@ check "image user is 10001" test "$(inspect '{{.Config.User}}')" = "10001:10001"
 check "entry point is the daemon with /etc/dlserve/dlserve.conf" \
     test "$(inspect '{{json .Config.Entrypoint}}')" = \
          '["/usr/bin/dlserve","--config","/etc/dlserve/dlserve.conf"]'
-check "port 8000 is exposed" sh -c "podman image inspect --format '{{json .Config.ExposedPorts}}' '$IMAGE' | grep -q 8000/tcp"
+check "ports 8000 (HTTP) and 8001 (gRPC) are exposed" \
+    sh -c "podman image inspect --format '{{json .Config.ExposedPorts}}' '$IMAGE' | grep -q 8000/tcp &&
+           podman image inspect --format '{{json .Config.ExposedPorts}}' '$IMAGE' | grep -q 8001/tcp"
 check "/models and /etc/dlserve are volumes" \
     sh -c "podman image inspect --format '{{json .Config.Volumes}}' '$IMAGE' | grep -q '/models' &&
            podman image inspect --format '{{json .Config.Volumes}}' '$IMAGE' | grep -q '/etc/dlserve'"
@@ -127,6 +129,9 @@ check "the stop signal is SIGTERM" test "$(inspect '{{.Config.StopSignal}}')" = 
 in_image /usr/bin/dlserve --check-config /etc/dlserve/dlserve.conf > "$WORK/conf" 2>&1
 check "the image's dlserve.conf listens on every address, models in /models" \
     sh -c "grep -q '^address = 0.0.0.0$' '$WORK/conf' && grep -q '^dir = /models$' '$WORK/conf'"
+check "the image's dlserve.conf: gRPC on every address, port 8001" \
+    test "$(awk '/^\[/ { g = ($0 == "[grpc]") } g && /^(address|port) = / { printf "%s ", $3 }' \
+            "$WORK/conf")" = "0.0.0.0 8001 "
 
 # ---- the container ----
 make_repo "$WORK/repo"
