@@ -117,7 +117,7 @@ $M probes "$WORK/base.yaml" > "$WORK/probes"
 check "the startup probe asks HTTP /v2/health/ready" \
     grep -qx "startupProbe http /v2/health/ready $conf_port" "$WORK/probes"
 check "liveness and readiness are gRPC health probes on grpc.port" \
-    sh -c "grep -qx 'livenessProbe grpc - $grpc_port' '$WORK/probes' &&
+    sh -c "grep -qx 'livenessProbe grpc liveness $grpc_port' '$WORK/probes' &&
            grep -qx 'readinessProbe grpc - $grpc_port' '$WORK/probes'"
 read -r _ grace sleep_s < <(grep '^grace' "$WORK/probes")
 check "terminationGracePeriodSeconds ($grace) covers preStop ($sleep_s s) and 45 s of drain" \

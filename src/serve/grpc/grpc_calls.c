@@ -289,22 +289,26 @@ static void repository_unload(gcall *c)
     repository_change(c, false);
 }
 
-/* SERVING once ready, NOT_SERVING before and during the shutdown grace,
- * for the server ("") and its inference service; NOT_FOUND for others. */
+/* Service "" (and the inference service's name): SERVING once ready,
+ * NOT_SERVING before and during the shutdown grace, for readiness.
+ * "liveness": SERVING while the process answers, for liveness probes.
+ * Others: NOT_FOUND. */
 static void health_check(gcall *c)
 {
     Grpc__Health__V1__HealthCheckRequest *q =
         (void *)request_of(c, &grpc__health__v1__health_check_request__descriptor);
     if (!q)
         return;
-    bool known = !q->service[0] || strcmp(q->service, "inference.GRPCInferenceService") == 0;
+    bool ready = !q->service[0] || strcmp(q->service, "inference.GRPCInferenceService") == 0;
+    bool live = strcmp(q->service, "liveness") == 0;
     grpc__health__v1__health_check_request__free_unpacked(q, NULL);
-    if (!known) {
-        answer_error(c, DL_ERR_NOT_FOUND, "unknown service");
+    if (!ready && !live) {
+        answer_error(c, DL_ERR_NOT_FOUND, "unknown service (\"\", "
+                     "\"inference.GRPCInferenceService\" or \"liveness\")");
         return;
     }
     Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-    r.status = server_ready(c->s) && !atomic_load(&c->s->stopping)
+    r.status = live || (server_ready(c->s) && !atomic_load(&c->s->stopping))
                    ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
                    : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
     answer_message(c, &r.base);
