@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# The gRPC transport end to end: a real daemon and a real Python gRPC
+# client whose stubs grpc_tools.protoc generates here from
+# proto/grpc_service.proto and proto/health.proto
+# (tests/serve/grpc_client.py). Every method of
+# inference.GRPCInferenceService and grpc.health.v1.Health/Check; infer
+# answers bit for bit the HTTP binary extension's for the same inputs
+# (fashion-mlp with raw and typed FP32 and UINT8, two-tower's two inputs,
+# tagger's BYTES texts), requested outputs and classification; the status
+# codes of bad requests; a stream of 1,000 requests in flight answered
+# once each; clients killed mid-stream while the daemon serves on;
+# statistics, the repository, /status and /metrics (promtool). A second
+# daemon with a token, a small grpc.max_message_bytes and a slow batcher:
+# UNAUTHENTICATED, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED counted as a
+# timeout, and health NOT_SERVING during the shutdown grace. Both daemons
+# exit 0 with nothing from the sanitizers in their logs (the ASan build
+# reports leaks at exit, killed streams included). ~30 s.
+. "$(dirname "$0")/../lib/lib.sh"
+. "$(dirname "$0")/../lib/lib_serve.sh"
+PY=/usr/bin/python3
+REPO=$WORK/models
+export GRPC_STUBS=$WORK/stubs
+trap 'kill -9 ${PID:-} 2>/dev/null; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
+
+make_repo "$REPO"
+check "a trained version of fashion-mlp" test -s "$REPO/fashion-mlp/1/model.safetensors"
+
+# tagger (as tests/serve/test_serve_text.sh's): a BYTES input through the
+# bytes tokenizer, two per-token outputs, one of them a crf; two-tower
+# (models/two-tower): an INT64 id and 16 features, two outputs. Random
+# fixed weights: answers are compared, not judged.
+mkdir -p "$REPO/tagger/1" "$REPO/two-tower/1"
+cat > "$REPO/tagger/model.json" <<'EOF'
+{"name": "tagger",
+ "inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "max_length": 12,
+             "tokenizer": {"type": "bytes"}}],
+ "layers": [{"name": "emb", "type": "embedding", "num_embeddings": 256, "dim": 32},
+            {"name": "hid", "type": "dense", "units": 64},
+            {"name": "relu", "type": "relu"},
+            {"name": "fc1", "type": "dense", "units": 3},
+            {"name": "fc2", "type": "dense", "units": 3, "inputs": ["relu"]}],
+ "outputs": [{"name": "kind", "from": "fc1", "loss": "softmax_cross_entropy",
+              "labels": ["lower", "upper", "other"]},
+             {"name": "tags", "from": "fc2", "loss": "crf",
+              "labels": ["lower", "upper", "other"]}]}
+EOF
+cp "$SRC/models/two-tower/model.json" "$REPO/two-tower/"
+$PY - "$REPO" <<'PY'
+import json, random, struct, sys
+def write(path, shapes, seed):
+    rng = random.Random(seed)
+    head, data = {}, b""
+    for name, shape in shapes.items():
+        n = shape[0] * (shape[1] if len(shape) > 1 else 1)
+        raw = struct.pack("<%df" % n, *[rng.uniform(-1, 1) for _ in range(n)])
+        head[name] = {"dtype": "F32", "shape": shape,
+                      "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(head).encode()
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + data)
+write(sys.argv[1] + "/tagger/1/model.safetensors",
+      {"emb.weight": [256, 32], "hid.weight": [64, 32], "hid.bias": [64],
+       "fc1.weight": [3, 64], "fc1.bias": [3], "fc2.weight": [3, 64], "fc2.bias": [3],
+       "tags.transitions": [5, 3]}, 5)
+write(sys.argv[1] + "/two-tower/1/model.safetensors",
+      {"user_emb.weight": [100, 8], "feat_fc.weight": [16, 16], "feat_fc.bias": [16],
+       "fc1.weight": [64, 24], "fc1.bias": [64], "click.weight": [1, 64], "click.bias": [1],
+       "rating.weight": [1, 64], "rating.bias": [1]}, 6)
+PY
+
+# gc CHECK [ARGS...]: a group of checks of tests/serve/grpc_client.py on
+# the daemon last started.
+gc() { $PY "$SRC/tests/serve/grpc_client.py" ${TOKEN:+--token "$TOKEN"} \
+           "127.0.0.1:$GPORT" "$URL" "$@"; }
+
+# free_port: a port below 32768 (outside Linux's ephemeral range, where
+# the kernel picks clients' ports) that nothing holds now.
+free_port() {
+    $PY - <<'PY'
+import random, socket
+while True:
+    p = random.randint(10000, 32767)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+        print(p)
+        break
+    except OSError:
+        pass
+    finally:
+        s.close()
+PY
+}
+
+# start_grpc NAME ARGS...: start_daemon with gRPC on a free port (GPORT),
+# ready once it says it listens there; another port if one was taken.
+start_grpc() {
+    local name=$1; shift
+    for _ in 1 2 3 4 5; do
+        GPORT=$(free_port)
+        if start_daemon "$name" --set grpc.port="$GPORT" "$@"; then
+            for _ in $(seq 100); do
+                grep -q "grpc: listening on 127.0.0.1 port $GPORT," "$LOG" && return 0
+                kill -0 "$PID" 2>/dev/null || break
+                sleep 0.1
+            done
+        fi
+        echo "# gRPC daemon not started on port $GPORT:"; tail -3 "$LOG"
+        kill -9 "$PID" 2>/dev/null; wait "$PID" 2>/dev/null
+    done
+    return 1
+}
+
+# clean_exit: the daemon stops with exit code 0 and no sanitizer report.
+clean_exit() {
+    check "the daemon stops cleanly (exit 0)" stop_daemon 30
+    check "... and no AddressSanitizer, LeakSanitizer or UBSan report in its log" \
+        sh -c "! grep -Eq 'ERROR: AddressSanitizer|LeakSanitizer|runtime error:' '$LOG'"
+}
+
+TOKEN=""
+GPORT=0 URL=-
+check "client stubs generated from proto/ by grpc_tools.protoc" gc gen
+
+# ---- one daemon for most checks -----------------------------------------------
+# batch_invariant: answers are compared bit for bit whatever batch each
+# request ran in (stream requests batch together; HTTP ones run alone).
+check "the daemon serves gRPC" start_grpc grpc --models "$REPO" --set models.watch=false \
+    --set batching.batch_invariant=true --set grpc.threads=2
+check "its log says where gRPC listens" grep -q "grpc: listening on 127.0.0.1 port $GPORT, 2 threads" "$LOG"
+
+check "live, ready, metadata, config, health, unknown methods" gc basics
+check "ModelInfer as HTTP's binary answers: raw, typed, outputs, classification" gc infer
+check "two inputs (two-tower), BYTES texts (tagger)" gc multi
+check "error codes of bad requests" gc errors
+check "a stream of 1,000 requests, each answered once, as unary calls" gc stream 1000
+check "ModelStatistics counts gRPC requests" gc stats
+check "RepositoryIndex, unload, ModelReady, load" gc repository
+check "clients gone mid-stream: the daemon serves on, no stream left open" gc killed
+check "/status' grpc object, /metrics' gRPC families" gc status "$GPORT"
+check "/status grpc.port is the port chosen" \
+    test "$(code GET /status)" = 200 -a "$(jq_get 'd["grpc"]["port"]')" = "$GPORT"
+curl -s "$URL/metrics" > "$WORK/metrics.txt"
+check "/metrics: dlserve_grpc_requests_total of ModelInfer OK" \
+    grep -Eq '^dlserve_grpc_requests_total\{method="ModelInfer",code="OK"\} [1-9]' "$WORK/metrics.txt"
+check "promtool check metrics passes" "$SRC/tests/serve/promtool_check.sh" "$WORK/metrics.txt"
+clean_exit
+
+# ---- a token, a small message bound, a slow batcher, a shutdown grace ----------
+# eager off and 1.5 s of queue delay: a lone request waits 1.5 s for its
+# batch to fill, and a stream's 1,000 requests all wait together.
+TOKEN=grpc-secret-7
+check "a daemon with a token, max_message_bytes 4096 and a slow batcher" \
+    start_grpc grpc-token --models "$REPO" --set models.watch=false \
+    --set http.token="$TOKEN" --set grpc.max_message_bytes=4096 \
+    --set batching.eager=false --set batching.max_queue_delay_us=1500000 \
+    --set batching.max_batch_size=1024 --set batching.batch_invariant=true \
+    --set http.shutdown_grace_s=5
+check "its log says a token is required" \
+    grep -q "grpc: listening on 127.0.0.1 port $GPORT, .*token required" "$LOG"
+check "the token: UNAUTHENTICATED without it, health open" gc auth
+check "a message over grpc.max_message_bytes: RESOURCE_EXHAUSTED" gc oversize 4096
+check "a deadline that passes in the queue: DEADLINE_EXCEEDED, counted" gc deadline
+check "a stream of 1,000 requests in flight at once, each answered once" gc stream 1000 queued
+check "/status grpc: auth true" \
+    test "$(code GET /status -H "Authorization: Bearer $TOKEN")" = 200 -a \
+         "$(jq_get '(d["grpc"]["auth"], d["grpc"]["port"])')" = "(True, $GPORT)"
+kill -TERM "$PID"
+for _ in $(seq 50); do grep -q "not ready: serving for" "$LOG" && break; sleep 0.1; done
+check "SIGTERM: health NOT_SERVING during the shutdown grace, calls answered" gc grace
+clean_exit   # a second SIGTERM ends the grace
+check "... before the grace's 5 s were over" grep -q "not ready: serving for 5 s" "$LOG"
+finish
