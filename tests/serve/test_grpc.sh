@@ -18,6 +18,10 @@
 . "$(dirname "$0")/../lib/lib.sh"
 . "$(dirname "$0")/../lib/lib_serve.sh"
 PY=/usr/bin/python3
+if ! $PY -c 'import grpc, grpc_tools.protoc' 2> /dev/null; then
+    echo "SKIP: no python3-grpcio and python3-grpc-tools"
+    exit 77
+fi
 REPO=$WORK/models
 export GRPC_STUBS=$WORK/stubs
 trap 'kill -9 ${PID:-} 2>/dev/null; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
