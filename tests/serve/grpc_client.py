@@ -50,7 +50,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 
@@ -747,6 +746,9 @@ def check_repository():
     expect(index()["fashion-mlp"].state == "READY", "the index: READY again")
 
 
+CODES = [c.name for c in grpc.StatusCode]
+
+
 def check_status(port):
     s = grpc_status()
     expect(s["port"] == int(port) and s["tls"] is False and s["auth"] is bool(A.token),
@@ -768,10 +770,12 @@ def check_status(port):
            "# TYPE dlserve_grpc_streams_open gauge" in m and
            metric(m, "dlserve_grpc_calls_in_flight") == 0,
            "/metrics: the calls_in_flight and streams_open gauges")
-    total = sum(metric(m, "dlserve_grpc_requests_total", method="ModelInfer", code=c)
-                for c in ("OK", "NOT_FOUND", "INVALID_ARGUMENT", "UNAVAILABLE"))
-    expect(total == s["requests"]["ModelInfer"] or total <= s["requests"]["ModelInfer"],
-           "/metrics and /status agree on ModelInfer calls", (total, s["requests"]))
+    for method, n in s["requests"].items():
+        total = sum(metric(m, "dlserve_grpc_requests_total", method=method, code=c)
+                    for c in CODES)
+        if total != n:
+            raise Failed("/metrics counts %d %s calls, /status %d" % (total, method, n))
+    ok("/metrics and /status agree on every method's calls")
 
 
 def check_auth():

@@ -131,7 +131,8 @@ check "client stubs generated from proto/ by grpc_tools.protoc" gc gen
 # request ran in (stream requests batch together; HTTP ones run alone).
 check "the daemon serves gRPC" start_grpc grpc --models "$REPO" --set models.watch=false \
     --set batching.batch_invariant=true --set grpc.threads=2
-check "its log says where gRPC listens" grep -q "grpc: listening on 127.0.0.1 port $GPORT, 2 threads" "$LOG"
+check "its log says where gRPC listens" \
+    grep -q "grpc: listening on 127.0.0.1 port $GPORT, 2 threads" "$LOG"
 
 check "live, ready, metadata, config, health, unknown methods" gc basics
 check "ModelInfer as HTTP's binary answers: raw, typed, outputs, classification" gc infer
@@ -146,7 +147,8 @@ check "/status grpc.port is the port chosen" \
     test "$(code GET /status)" = 200 -a "$(jq_get 'd["grpc"]["port"]')" = "$GPORT"
 curl -s "$URL/metrics" > "$WORK/metrics.txt"
 check "/metrics: dlserve_grpc_requests_total of ModelInfer OK" \
-    grep -Eq '^dlserve_grpc_requests_total\{method="ModelInfer",code="OK"\} [1-9]' "$WORK/metrics.txt"
+    grep -Eq '^dlserve_grpc_requests_total\{method="ModelInfer",code="OK"\} [1-9]' \
+    "$WORK/metrics.txt"
 check "promtool check metrics passes" "$SRC/tests/serve/promtool_check.sh" "$WORK/metrics.txt"
 clean_exit
 
