@@ -14,7 +14,7 @@
 # UNAUTHENTICATED, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED counted as a
 # timeout, and health NOT_SERVING during the shutdown grace. Both daemons
 # exit 0 with nothing from the sanitizers in their logs (the ASan build
-# reports leaks at exit, killed streams included). ~30 s.
+# reports leaks at exit, killed streams included). ~12 s.
 . "$(dirname "$0")/../lib/lib.sh"
 . "$(dirname "$0")/../lib/lib_serve.sh"
 PY=/usr/bin/python3
