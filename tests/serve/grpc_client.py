@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""grpc_client.py [--token T] GRPC_TARGET HTTP_URL CHECK [ARGS...]
+"""grpc_client.py [--token T] [--tls CERT] GRPC_TARGET HTTP_URL CHECK [ARGS...]
 
 A gRPC client of dlserve's inference.GRPCInferenceService and
 grpc.health.v1.Health, its Python stubs generated from the project's own
@@ -12,7 +12,9 @@ CHECK is one group of checks, run against the daemon at GRPC_TARGET
 (host:port, plaintext) and, where answers are compared, its HTTP side at
 HTTP_URL (the Open Inference Protocol's binary tensor data extension,
 fetched with http.client); --token sends `authorization: Bearer T` on
-every gRPC call and HTTP request. Prints "  ok - ..." for each check that
+every gRPC call and HTTP request; --tls CERT speaks TLS to GRPC_TARGET
+(host:port with the certificate's host name), trusting CERT, and HTTPS
+to HTTP_URL. Prints "  ok - ..." for each check that
 passes; on the first failure prints "  FAIL - ..." and exits 1.
 
   gen                  only generate the stubs
@@ -37,6 +39,10 @@ passes; on the first failure prints "  FAIL - ..." and exits 1.
   oversize BYTES       a message over grpc.max_message_bytes
   deadline             a deadline that passes in the queue
   grace                after SIGTERM, during the shutdown grace
+  generate             text_input to the generating model "lm": unary as
+                       HTTP's generate, a stream's pieces, refusals; a
+                       client gone mid-generation ("endless") cancels it
+  tls                  (--tls) calls over TLS; a plaintext client refused
 
 Standard library, grpcio and protobuf only.
 """
@@ -57,6 +63,7 @@ import grpc
 
 p = argparse.ArgumentParser()
 p.add_argument("--token", default="")
+p.add_argument("--tls", default="")
 p.add_argument("target")
 p.add_argument("url")
 p.add_argument("check")
@@ -91,9 +98,13 @@ import health_pb2_grpc                   # noqa: E402
 
 URL = urllib.parse.urlparse(A.url)
 MD = [("authorization", "Bearer " + A.token)] if A.token else None
-channel = grpc.insecure_channel(A.target, options=[
-    ("grpc.max_receive_message_length", 64 << 20),
-    ("grpc.max_send_message_length", 64 << 20)])
+OPTIONS = [("grpc.max_receive_message_length", 64 << 20),
+           ("grpc.max_send_message_length", 64 << 20)]
+if A.tls:
+    with open(A.tls, "rb") as f:
+        channel = grpc.secure_channel(A.target, grpc.ssl_channel_credentials(f.read()), OPTIONS)
+else:
+    channel = grpc.insecure_channel(A.target, options=OPTIONS)
 stub = pb_grpc.GRPCInferenceServiceStub(channel)
 health = health_pb2_grpc.HealthStub(channel)
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -148,7 +159,12 @@ def hreq(method, path, body=None, headers=None):
     h = dict(headers or {})
     if A.token:
         h["Authorization"] = "Bearer " + A.token
-    c = http.client.HTTPConnection(URL.hostname, URL.port, timeout=60)
+    if A.tls:
+        import ssl
+        c = http.client.HTTPSConnection(URL.hostname, URL.port, timeout=60,
+                                        context=ssl.create_default_context(cafile=A.tls))
+    else:
+        c = http.client.HTTPConnection(URL.hostname, URL.port, timeout=60)
     try:
         c.request(method, path, body=body, headers=h)
         r = c.getresponse()
@@ -891,13 +907,108 @@ def check_grace():
     expect(r.name == "fashion-mlp", "other calls still answered")
 
 
+def text_request(model, prompt, rid, **params):
+    q = pb.ModelInferRequest(model_name=model, id=rid)
+    q.inputs.add(name="text_input", datatype="BYTES", shape=[1]).contents.bytes_contents.append(
+        prompt.encode())
+    for k, v in params.items():
+        set_param(q.parameters[k], v)
+    return q
+
+
+def text_of(r):
+    """text_output of a generation's answer, and its final flag."""
+    expect([(o.name, o.datatype, list(o.shape)) for o in r.outputs] ==
+           [("text_output", "BYTES", [1])], "an answer of text_output BYTES [1]", r.outputs)
+    return unpack("BYTES", r.raw_output_contents[0])[0], \
+        r.parameters["triton_final_response"].bool_param
+
+
+def check_generate():
+    prompts = {"g-%d" % i: p for i, p in enumerate(["in the ", "light ", "god created "])}
+    want = {}
+    for rid, prompt in prompts.items():
+        h = http_json("/v2/models/lm/generate", "POST", json.dumps(
+            {"text_input": prompt, "parameters": {"max_tokens": 24}}).encode())
+        r = expect_ok(stub.ModelInfer, text_request("lm", prompt, rid, max_tokens=24),
+                      "ModelInfer of a text_input")
+        text, final = text_of(r)
+        expect(text.decode() == h["text_output"] and final and r.id == rid and
+               r.parameters["finish_reason"].string_param == h["finish_reason"],
+               "ModelInfer %r: HTTP generate's text and finish reason, final" % prompt,
+               (text, h))
+        want[rid] = text
+    pieces = {}
+    qs = [text_request("lm", p, rid, max_tokens=24) for rid, p in prompts.items()]
+    qs.append(text_request("lm", "x", "bad", max_tokens=-1))
+    for m in stub.ModelStreamInfer(iter(qs), timeout=60, metadata=MD):
+        pieces.setdefault(m.infer_response.id, []).append(m)
+    bad = pieces.pop("bad", [])
+    expect(len(bad) == 1 and "max_tokens" in bad[0].error_message,
+           "a stream's bad parameter: one answer with its error", bad)
+    for rid, ms in pieces.items():
+        texts = [text_of(m.infer_response) for m in ms]
+        expect(all(not f for _, f in texts[:-1]) and texts[-1][1],
+               "%s: pieces, then one final answer" % rid, len(texts))
+        expect(b"".join(t for t, _ in texts) == want[rid],
+               "%s: the pieces make the unary text" % rid)
+    expect(set(pieces) == set(prompts), "every generation of the stream answered")
+    expect_code(stub.ModelInfer, text_request("lm", "x", "p", warmth=1),
+                grpc.StatusCode.INVALID_ARGUMENT, "an unknown parameter", "warmth")
+    # a long generation, its client gone: cancelled at a step, nothing left
+    proc = subprocess.Popen([sys.executable, "-c", GEN_VICTIM, STUBS, A.target],
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    proc.kill()
+    proc.wait(30)
+    expect(line.strip() == "generating", "a client streams an endless generation", line)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        s = grpc_status()
+        m = metrics()
+        if s["streams_open"] == 0 and metric(m, "dlserve_generate_sequences_running", model="endless",
+                                             version="1") == 0:
+            break
+        time.sleep(0.1)
+    expect(s["streams_open"] == 0, "its stream closed", s)
+    expect(metric(m, "dlserve_generate_sequences_running", model="endless", version="1") == 0,
+           "its generation stopped (none running)")
+    expect(metric(m, "dlserve_generate_cancelled_total", model="endless", version="1") >= 1,
+           "... counted as cancelled")
+
+
+GEN_VICTIM = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import grpc, grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc
+stub = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(sys.argv[2]))
+q = pb.ModelInferRequest(model_name="endless", id="e")
+q.inputs.add(name="text_input", datatype="BYTES", shape=[1]).contents.bytes_contents.append(b"in")
+q.parameters["max_tokens"].int64_param = 2000
+for i, m in enumerate(stub.ModelStreamInfer(iter([q]))):
+    print("generating", flush=True)
+    break
+import time; time.sleep(30)
+"""
+
+
+def check_tls():
+    r = expect_ok(stub.ModelInfer, infer_request("fashion-mlp", [images(0, 2)]),
+                  "ModelInfer over TLS")
+    ans, tensors = http_binary("fashion-mlp", [images(0, 2)])
+    same_as_http(r, ans, tensors, "over TLS")
+    plain = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(A.target))
+    expect_code(plain.ServerLive, pb.ServerLiveRequest(), grpc.StatusCode.UNAVAILABLE,
+                "a plaintext client of the TLS port", timeout=5)
+
+
 CHECKS = {"gen": lambda: ok("stubs in %s" % STUBS), "basics": check_basics,
           "infer": check_infer, "multi": check_multi, "errors": check_errors,
           "stream": lambda n="1000", how="": check_stream(int(n), how == "queued"),
           "killed": check_killed,
           "stats": check_stats, "repository": check_repository, "status": check_status,
           "auth": check_auth, "oversize": check_oversize, "deadline": check_deadline,
-          "grace": check_grace}
+          "grace": check_grace, "generate": check_generate, "tls": check_tls}
 
 try:
     CHECKS[A.check](*A.args)

@@ -12,9 +12,11 @@
 # statistics, the repository, /status and /metrics (promtool). A second
 # daemon with a token, a small grpc.max_message_bytes and a slow batcher:
 # UNAUTHENTICATED, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED counted as a
-# timeout, and health NOT_SERVING during the shutdown grace. Both daemons
-# exit 0 with nothing from the sanitizers in their logs (the ASan build
-# reports leaks at exit, killed streams included). ~12 s.
+# timeout, and health NOT_SERVING during the shutdown grace. Generation:
+# text_input to a generating model, whole and streamed as HTTP's generate
+# answers, cancelled when its client goes. TLS with [http]'s certificate.
+# Every daemon exits 0 with nothing from the sanitizers in its log (the
+# ASan build reports leaks at exit, killed streams included).
 . "$(dirname "$0")/../lib/lib.sh"
 . "$(dirname "$0")/../lib/lib_serve.sh"
 PY=/usr/bin/python3
@@ -104,7 +106,7 @@ start_grpc() {
         GPORT=$(free_port)
         if start_daemon "$name" --set grpc.port="$GPORT" "$@"; then
             for _ in $(seq 100); do
-                grep -q "grpc: listening on 127.0.0.1 port $GPORT," "$LOG" && return 0
+                grep -Eq "grpc: listening on 127.0.0.1( \(TLS\))? port $GPORT," "$LOG" && return 0
                 kill -0 "$PID" 2>/dev/null || break
                 sleep 0.1
             done
@@ -176,4 +178,23 @@ for _ in $(seq 50); do grep -q "not ready: serving for" "$LOG" && break; sleep 0
 check "SIGTERM: health NOT_SERVING during the shutdown grace, calls answered" gc grace
 clean_exit   # a second SIGTERM ends the grace
 check "... before the grace's 5 s were over" grep -q "not ready: serving for 5 s" "$LOG"
+
+# ---- generation (lm, endless: make_lm_repo) ------------------------------------
+TOKEN=""
+make_lm_repo "$REPO"
+check "a daemon with generating models" start_grpc grpc-gen --models "$REPO" \
+    --set models.watch=false
+check "text_input: the whole text, each piece on a stream, cancelled when gone" gc generate
+clean_exit
+
+# ---- TLS: [http]'s certificate serves gRPC too ---------------------------------
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$WORK/key.pem" -out "$WORK/cert.pem" \
+    -days 1 -subj /CN=localhost > /dev/null 2>&1
+check "a daemon with TLS" start_grpc grpc-tls --models "$REPO" --set models.watch=false \
+    --set http.tls_cert="$WORK/cert.pem" --set http.tls_key="$WORK/key.pem"
+check "its log says gRPC serves TLS" grep -q "grpc: listening on 127.0.0.1 (TLS) port" "$LOG"
+check "ModelInfer over TLS as HTTPS's answer; plaintext refused" \
+    $PY "$SRC/tests/serve/grpc_client.py" --tls "$WORK/cert.pem" "localhost:$GPORT" \
+    "https://localhost:$PORT" tls
+clean_exit
 finish
