@@ -60,6 +60,7 @@ struct grpc_srv {
     int                    nthreads;
     pthread_t             *threads;
     pthread_t              answerer;
+    bool                   answerer_started;
     int                    port;
     bool                   tls;
     char                  *bearer;     /* "Bearer <token>", or NULL: no token */

@@ -422,8 +422,8 @@ dl_status grpc_srv_start(const grpc_deps *deps, grpc_srv **out, int *port, dl_er
     s->nthreads = conf->threads > 0 ? (int)conf->threads : cores > 0 ? (int)cores : 1;
     s->threads = calloc((size_t)s->nthreads, sizeof(*s->threads));
     int started = 0;
-    bool answerer = s->threads && pthread_create(&s->answerer, NULL, answer_thread, s) == 0;
-    while (answerer && started < s->nthreads &&
+    s->answerer_started = s->threads && pthread_create(&s->answerer, NULL, answer_thread, s) == 0;
+    while (s->answerer_started && started < s->nthreads &&
            pthread_create(&s->threads[started], NULL, cq_thread, s) == 0)
         started++;
     if (started < s->nthreads) {
@@ -467,14 +467,19 @@ void grpc_srv_stop(grpc_srv *s)
     s->answerer_quit = true;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    if (s->threads && s->threads[0] && s->nthreads >= 0)
+    if (s->answerer_started)
         pthread_join(s->answerer, NULL);
     grpc_completion_queue_shutdown(s->cq);
     for (int i = 0; i < s->nthreads; i++)
         pthread_join(s->threads[i], NULL);
-    if (s->nthreads == 0) {   /* never started: drain the queue here */
-        while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
-                   .type != GRPC_QUEUE_SHUTDOWN) {
+    if (s->nthreads == 0) {   /* no thread started: the queue's events run here */
+        for (;;) {
+            grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                                                       NULL);
+            if (ev.type == GRPC_QUEUE_SHUTDOWN)
+                break;
+            gtag *t = ev.tag;
+            t->fn(t, ev.success != 0);
         }
     }
     release(s);
