@@ -481,6 +481,14 @@ Test(grpc_codec, refuses_names_that_are_not_utf8)
     /* read as the server would without the wire (protobuf-c need not check) */
     cr_assert_eq(grpc_read_infer(&m, &req, &err), DL_ERR_INVALID);
     cr_expect_str_eq(err.msg, "inputs[0].name is not valid UTF-8");
+    cr_expect_null(req.id);
+
+    ins[0].name = "pixels";
+    m.id = "q\xC3";   /* cut inside a character: not kept for the refusal either */
+    cr_assert_eq(grpc_read_infer(&m, &req, &err), DL_ERR_INVALID);
+    cr_expect_str_eq(err.msg, "id is not valid UTF-8");
+    cr_expect_eq(req.fault, OIP_FAULT_ENVELOPE);
+    cr_expect_null(req.id);
 }
 
 Test(grpc_codec, refuses_what_is_not_a_request)

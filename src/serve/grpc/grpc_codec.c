@@ -68,16 +68,23 @@ static dl_status refuse(transcoder *tc, oip_fault fault, const char *fmt, ...)
     return st;
 }
 
-/* s as a JSON string; protobuf-c does not check that strings are UTF-8,
- * and JSON must be. */
-static dl_status put_text(transcoder *tc, const char *s, oip_fault fault, const char *where)
+/* protobuf-c does not check that strings are UTF-8; JSON must be. */
+static bool valid_utf8(const char *s)
 {
     for (const unsigned char *p = (const unsigned char *)s; *p;) {
         size_t n = dl_utf8_len(p);
         if (n == 0)
-            return refuse(tc, fault, "%s is not valid UTF-8", where);
+            return false;
         p += n;
     }
+    return true;
+}
+
+/* s as a JSON string. */
+static dl_status put_text(transcoder *tc, const char *s, oip_fault fault, const char *where)
+{
+    if (!valid_utf8(s))
+        return refuse(tc, fault, "%s is not valid UTF-8", where);
     dl_sbuf_json_string(&tc->body, s);
     return DL_OK;
 }
@@ -420,7 +427,7 @@ dl_status grpc_read_infer(const Inference__ModelInferRequest *m, oip_request *re
     dl_status st = transcode(tc, &json_len);
     if (st == DL_OK) {
         st = oip_scan_infer(tc->body.s, tc->body.len, json_len, req, err);
-    } else if (st == DL_ERR_INVALID && m->id[0]) {
+    } else if (st == DL_ERR_INVALID && m->id[0] && valid_utf8(m->id)) {
         /* as the scanner keeps it: a refusal still names its request */
         req->id = strdup(m->id);
     }
