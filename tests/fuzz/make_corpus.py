@@ -92,6 +92,12 @@ OIP_KEYS = ['"id"', '"model"', '"model_version"', '"inputs"', '"outputs"', '"nam
             '"binary_data_size"', '"binary_data_output"', '"FP32"', '"UINT8"',
             '"BYTES"', '"INT64"', '"input"', '"probabilities"', '"label"', '"class"',
             '"timeout"']
+# ModelInferRequest's tags (field << 3 | wire type: 2 length-delimited, 0
+# varint) and the words of its values.
+GRPC_TOKENS = ['\x0a', '\x12', '\x1a', '\x22', '\x2a', '\x32', '\x3a', '\x42', '\x08',
+               '\x10', '\x18', '\xff\xff\xff\xff\x0f', 'FP32', 'UINT8', 'INT32', 'INT64',
+               'BYTES', 'FP16', 'input', 'probabilities', 'label', 'class', 'timeout',
+               'priority', 'classification', 'binary_data', 'labels', 'sequence_id']
 
 
 def oip_seeds():
@@ -190,6 +196,85 @@ def jsonl_seeds():
                                        "\n", "\r\n", "the", "cat", "'", "\xc3\xa9"])
 
 
+# ---- protobuf, by hand (the standard library has no protobuf) -------------
+
+def pb_varint(n):
+    n &= (1 << 64) - 1   # negative integers as their 64-bit two's complement
+    out = b""
+    while True:
+        out += bytes([(n & 0x7F) | (0x80 if n >> 7 else 0)])
+        n >>= 7
+        if not n:
+            return out
+
+
+def pb_len(field, data):
+    if isinstance(data, str):
+        data = data.encode()
+    return pb_varint(field << 3 | 2) + pb_varint(len(data)) + data
+
+
+def pb_int(field, v):
+    return pb_varint(field << 3) + pb_varint(v)
+
+
+def pb_param(key, **v):
+    """A map<string, InferParameter> entry: bool_param 1, int64_param 2,
+    string_param 3."""
+    (kind, value), = v.items()
+    param = (pb_int(1, int(value)) if kind == "b" else pb_int(2, value) if kind == "i"
+             else pb_len(3, value))
+    return pb_len(1, key) + pb_len(2, param)
+
+
+def pb_input(name, dtype, shape, contents=None, params=b""):
+    """A ModelInferRequest.InferInputTensor; contents: InferTensorContents
+    bytes (fp32 6, int 2, int64 3, uint 4, bytes 8)."""
+    t = (pb_len(1, name) + pb_len(2, dtype) + pb_len(3, b"".join(pb_varint(d) for d in shape))
+         + (pb_len(4, params) if params else b""))
+    return t + (pb_len(5, contents) if contents is not None else b"")
+
+
+def pb_request(inputs, outputs=(), raw=(), rid="", params=()):
+    """A ModelInferRequest: model_name 1, id 3, parameters 4, inputs 5,
+    outputs 6 (name, parameters), raw_input_contents 7."""
+    m = pb_len(1, "tiny") + (pb_len(3, rid) if rid else b"")
+    m += b"".join(pb_len(4, p) for p in params) + b"".join(pb_len(5, i) for i in inputs)
+    for name, oparams in outputs:
+        m += pb_len(6, pb_len(1, name) + b"".join(pb_len(2, p) for p in oparams))
+    return m + b"".join(pb_len(7, r) for r in raw)
+
+
+def grpc_seeds():
+    """ModelInferRequests for fuzz_grpc.c's 2x2-input model, typed and raw."""
+    packed = lambda field, vals: pb_len(field, b"".join(pb_varint(v) for v in vals))
+    return [
+        ("typed_fp32", pb_request([pb_input("input", "FP32", [1, 2, 2],
+                                            pb_len(6, f32(1, 2, 3, 4)))], rid="1")),
+        ("raw_fp32", pb_request([pb_input("input", "FP32", [2, 4])],
+                                [("label", []), ("class", [pb_param("binary_data", b=True)]),
+                                 ("probabilities", [pb_param("classification", i=2)])],
+                                raw=[f32(0.5, -1, 2e-3, 4, 5, 6, 7, 8)], rid="two",
+                                params=[pb_param("timeout", i=2500),
+                                        pb_param("priority", i=1)])),
+        ("typed_u8", pb_request([pb_input("input", "UINT8", [4],
+                                          packed(4, [0, 1, 254, 255]))])),
+        ("typed_int64", pb_request([pb_input("input", "INT64", [1, 4],
+                                             packed(3, [1, -2, 3, 1 << 40]))])),
+        ("typed_int32", pb_request([pb_input("input", "INT32", [4], packed(2, [-1, 0, 7, 9]))])),
+        ("raw_u8", pb_request([pb_input("input", "UINT8", [2, 2, 2])], raw=[bytes(range(8))])),
+        ("bytes", pb_request([pb_input("input", "BYTES", [2],
+                                       pb_len(8, b"caf\xc3\xa9") + pb_len(8, ""))])),
+        ("raw_bytes", pb_request([pb_input("input", "BYTES", [1])],
+                                 raw=[struct.pack("<I", 3) + b"abc"])),
+        ("two_inputs", pb_request([pb_input("input", "FP32", [1, 4], pb_len(6, f32(1, 2, 3, 4))),
+                                   pb_input("extra", "FP32", [1], pb_len(6, f32(1)))])),
+        ("wrong_field", pb_request([pb_input("input", "FP32", [4], packed(2, [1, 2, 3, 4]))])),
+        ("sequence", pb_request([pb_input("input", "FP32", [4], pb_len(6, f32(1, 2, 3, 4)))],
+                                params=[pb_param("sequence_id", s="s1")])),
+    ]
+
+
 def main():
     mlp = read("models/fashion-mlp/model.json")
     cnn = read("models/fashion-cnn/model.json")
@@ -213,6 +298,8 @@ def main():
     write_dict("oip_text", JSON_TOKENS + OIP_KEYS + ['"text"', '"tags"', '"path"', '"labels"',
                                                      '"classification"', '\x01\0\0\0',
                                                      '\xff\xff\xff\xff'])
+    write_corpus("grpc", grpc_seeds())
+    write_dict("grpc", GRPC_TOKENS)
     write_corpus("records", record_seeds())
     write_dict("records", JSON_TOKENS + OIP_KEYS)
 
