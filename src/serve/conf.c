@@ -111,7 +111,7 @@ const dl_opt dl_serve_opts[] = {
         "that load balancers stop sending first; -1 = 5 under systemd, 0 elsewhere"),
     STR(grpc, address, "", "address to bind gRPC; empty = [http] address"),
     INT(grpc, port, "8001", 0, 65535, "gRPC port (Open Inference Protocol, health); 0 = no gRPC"),
-    INT(grpc, threads, "0", 0, 256, "threads serving every gRPC call; 0 = one per core"),
+    INT(grpc, threads, "0", 0, 256, "threads serving every gRPC call; 0 = one per two cores"),
     INT(grpc, max_message_bytes, "8388608", 1024, 1 << 30,
         "larger gRPC messages get RESOURCE_EXHAUSTED"),
     INT(batching, max_batch_size, "64", 1, 65536, "most samples in one inference batch"),

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "serve/grpc/grpc_codec.h"
 #include "serve/grpc/pb_json.h"
+#include "serve/oip/json_scan.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -87,6 +88,35 @@ static dl_status put_text(transcoder *tc, const char *s, oip_fault fault, const 
         return refuse(tc, fault, "%s is not valid UTF-8", where);
     dl_sbuf_json_string(&tc->body, s);
     return DL_OK;
+}
+
+/* put_text of list[i].field, its place worded only when it is refused:
+ * this runs for every request. */
+static dl_status put_field(transcoder *tc, const char *s, const char *list, size_t i,
+                           const char *field)
+{
+    if (!valid_utf8(s))
+        return refuse(tc, OIP_FAULT_TENSOR, "%s[%zu].%s is not valid UTF-8", list, i, field);
+    dl_sbuf_json_string(&tc->body, s);
+    return DL_OK;
+}
+
+/* Appends a literal, or a decimal integer, without printf's parsing. */
+static void put(dl_sbuf *b, const char *lit)
+{
+    dl_sbuf_add(b, lit, strlen(lit));
+}
+
+static void put_int(dl_sbuf *b, int64_t v)
+{
+    char buf[24], *p = buf + sizeof(buf);
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do
+        *--p = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0)
+        *--p = '-';
+    dl_sbuf_add(b, p, (size_t)(buf + sizeof(buf) - p));
 }
 
 /* An InferParameter as the JSON value HTTP would send (null when unset). */
@@ -258,25 +288,25 @@ static dl_status put_input(transcoder *tc, size_t i)
 {
     const Inference__ModelInferRequest__InferInputTensor *in = tc->m->inputs[i];
     dl_sbuf *b = &tc->body;
-    char at[48];
-    dl_sbuf_printf(b, "%s{", i ? "," : "");
+    put(b, i ? ",{" : "{");
     if (i >= OIP_MAX_INPUTS) {   /* counted, not read, by the scanner */
         dl_sbuf_putc(b, '}');
         return DL_OK;
     }
-    snprintf(at, sizeof(at), "inputs[%zu].name", i);
-    dl_sbuf_printf(b, "\"name\":");
-    dl_status st = put_text(tc, in->name, OIP_FAULT_TENSOR, at);
-    snprintf(at, sizeof(at), "inputs[%zu].datatype", i);
-    dl_sbuf_printf(b, ",\"datatype\":");
+    put(b, "\"name\":");
+    dl_status st = put_field(tc, in->name, "inputs", i, "name");
+    put(b, ",\"datatype\":");
     if (st == DL_OK)
-        st = put_text(tc, in->datatype, OIP_FAULT_TENSOR, at);
+        st = put_field(tc, in->datatype, "inputs", i, "datatype");
     if (st != DL_OK)
         return st;
-    dl_sbuf_printf(b, ",\"shape\":[");
+    put(b, ",\"shape\":[");
     /* past OIP_MAX_DIMS + 1 dimensions the scanner refuses alike */
-    for (size_t k = 0; k < in->n_shape && k <= OIP_MAX_DIMS; k++)
-        dl_sbuf_printf(b, "%s%" PRId64, k ? "," : "", in->shape[k]);
+    for (size_t k = 0; k < in->n_shape && k <= OIP_MAX_DIMS; k++) {
+        if (k)
+            dl_sbuf_putc(b, ',');
+        put_int(b, in->shape[k]);
+    }
     dl_sbuf_putc(b, ']');
     int t = dtype_of(in->datatype);
     int64_t count = shape_count(in->shape, in->n_shape);
@@ -296,7 +326,9 @@ static dl_status put_input(transcoder *tc, size_t i)
     if (st != DL_OK && !tc->deferred)
         return st;
     if (st == DL_OK) {
-        dl_sbuf_printf(b, ",\"parameters\":{\"binary_data_size\":%zu}", size);
+        put(b, ",\"parameters\":{\"binary_data_size\":");
+        put_int(b, (int64_t)size);
+        dl_sbuf_putc(b, '}');
         tc->sent[i] = true;
         tc->size[i] = size;
     }
@@ -372,19 +404,19 @@ static dl_status transcode(transcoder *tc, size_t *json_len)
                           "has raw_input_contents: send its values one way", i);
     /* inputs first: their faults are reported before the parameters' */
     dl_status st = DL_OK;
-    dl_sbuf_printf(b, "{\"inputs\":[");
+    put(b, "{\"inputs\":[");
     for (size_t i = 0; st == DL_OK && i < m->n_inputs; i++)
         st = put_input(tc, i);
-    dl_sbuf_printf(b, "],\"outputs\":[");
+    put(b, "],\"outputs\":[");
     /* one past the most the scanner takes: it refuses that one alike */
     for (size_t i = 0; st == DL_OK && i < m->n_outputs && i <= OIP_MAX_OUTPUTS; i++) {
         const Inference__ModelInferRequest__InferRequestedOutputTensor *o = m->outputs[i];
         char at[48];
-        snprintf(at, sizeof(at), "outputs[%zu].name", i);
-        dl_sbuf_printf(b, "%s{\"name\":", i ? "," : "");
-        st = put_text(tc, o->name, OIP_FAULT_TENSOR, at);
-        snprintf(at, sizeof(at), "outputs[%zu].parameters", i);
-        if (st == DL_OK)
+        put(b, i ? ",{\"name\":" : "{\"name\":");
+        st = put_field(tc, o->name, "outputs", i, "name");
+        if (st == DL_OK && o->n_parameters > 0)
+            snprintf(at, sizeof(at), "outputs[%zu].parameters", i);
+        if (st == DL_OK && o->n_parameters > 0)
             st = put_params(tc, (ProtobufCMessage *const *)o->parameters, o->n_parameters,
                             out_keys, sizeof(out_keys) / sizeof(out_keys[0]), OIP_FAULT_TENSOR,
                             at);
@@ -396,7 +428,7 @@ static dl_status transcode(transcoder *tc, size_t *json_len)
                         req_keys, sizeof(req_keys) / sizeof(req_keys[0]), OIP_FAULT_ENVELOPE,
                         "parameters");
     if (st == DL_OK && m->id[0]) {
-        dl_sbuf_printf(b, ",\"id\":");
+        put(b, ",\"id\":");
         st = put_text(tc, m->id, OIP_FAULT_ENVELOPE, "id");
     }
     dl_sbuf_putc(b, '}');
@@ -462,28 +494,87 @@ dl_status grpc_unpack_infer(const uint8_t *data, size_t len, Inference__ModelInf
 typedef struct out_tensor {
     Inference__ModelInferResponse__InferOutputTensor t;
     int64_t shape[OIP_MAX_DIMS];
+    char    name[DL_NAME_MAX];
+    char    dtype[16];
+    size_t  size;            /* its binary_data_size */
 } out_tensor;
 
-/* outs[i] from the JSON of output o; false when it is not as
- * oip_write_infer writes it. *size: its binary_data_size. */
-static bool read_output(json_t *o, out_tensor *ot, size_t *size)
+/* Copies the string that comes next into buf (cut to size). */
+static bool scan_text(json_scan *js, char *buf, size_t size)
 {
-    json_t *shape = json_object_get(o, "shape");
-    json_t *bytes = json_object_get(json_object_get(o, "parameters"), "binary_data_size");
-    const char *name = json_string_value(json_object_get(o, "name"));
-    const char *dtype = json_string_value(json_object_get(o, "datatype"));
-    if (!name || !dtype || json_array_size(shape) > OIP_MAX_DIMS || !json_is_integer(bytes) ||
-        json_integer_value(bytes) < 0)
+    const char *v;
+    size_t n;
+    if (!js_string(js, &v, &n))
         return false;
-    *ot = (out_tensor){.t = INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__INIT};
-    ot->t.name = (char *)name;
-    ot->t.datatype = (char *)dtype;
-    ot->t.n_shape = json_array_size(shape);
-    ot->t.shape = ot->shape;
-    for (size_t k = 0; k < ot->t.n_shape; k++)
-        ot->shape[k] = json_integer_value(json_array_get(shape, k));
-    *size = (size_t)json_integer_value(bytes);
+    dl_strlcpy(buf, v, size);
     return true;
+}
+
+/* An output's {"name","datatype","shape","parameters":{"binary_data_size"}}. */
+static bool scan_output(json_scan *js, out_tensor *ot)
+{
+    *ot = (out_tensor){.t = INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__INIT};
+    ot->t.name = ot->name;
+    ot->t.datatype = ot->dtype;
+    ot->t.shape = ot->shape;
+    bool sized = false;
+    js_iter it, in;
+    const char *key;
+    if (!js_object(js, &it))
+        return false;
+    while (js_member(js, &it, &key, NULL)) {
+        bool ok;
+        if (strcmp(key, "name") == 0) {
+            ok = scan_text(js, ot->name, sizeof(ot->name));
+        } else if (strcmp(key, "datatype") == 0) {
+            ok = scan_text(js, ot->dtype, sizeof(ot->dtype));
+        } else if (strcmp(key, "shape") == 0) {
+            ok = js_array(js, &in);
+            js_num n;
+            while (ok && js_element(js, &in))
+                ok = ot->t.n_shape < OIP_MAX_DIMS && js_number(js, &n) && n.fits &&
+                     (ot->shape[ot->t.n_shape++] = n.i, true);
+        } else if (strcmp(key, "parameters") == 0) {
+            ok = js_object(js, &in);
+            while (ok && js_member(js, &in, &key, NULL)) {
+                js_num n;
+                if (strcmp(key, "binary_data_size") == 0)
+                    ok = js_number(js, &n) && n.fits && n.i >= 0 &&
+                         (ot->size = (size_t)n.i, sized = true);
+                else
+                    ok = js_skip(js);
+            }
+        } else {
+            ok = js_skip(js);
+        }
+        if (!ok)
+            return false;
+    }
+    return !js->failed && sized;
+}
+
+/* The outputs of the JSON part of a binary answer, in order: false when it
+ * is not as oip_write_infer writes it. */
+static bool scan_outputs(const char *json, size_t len, out_tensor *ot, size_t *nout)
+{
+    json_scan js;
+    js_init(&js, json, len);
+    js_iter top, arr;
+    const char *key;
+    bool ok = js_object(&js, &top);
+    *nout = 0;
+    while (ok && js_member(&js, &top, &key, NULL)) {
+        if (strcmp(key, "outputs") != 0) {
+            ok = js_skip(&js);
+            continue;
+        }
+        ok = js_array(&js, &arr);
+        while (ok && js_element(&js, &arr))
+            ok = *nout < OIP_MAX_OUTPUTS && scan_output(&js, &ot[(*nout)++]);
+    }
+    ok = ok && !js.failed && js_end(&js);
+    js_fini(&js);
+    return ok;
 }
 
 /* The answer's parameters as InferParameters (strings borrowed from res). */
@@ -546,26 +637,22 @@ static dl_status pack_answer(Inference__ModelInferResponse *resp, bool stream,
 
 /* The answer of res whose binary form is ans (json_len bytes of JSON). */
 static dl_status write_answer(const oip_result *res, const dl_sbuf *ans, size_t json_len,
-                             bool stream, dl_sbuf *out, dl_err *err)
+                              bool stream, dl_sbuf *out, dl_err *err)
 {
-    json_t *j = json_loadb(ans->s, json_len, 0, NULL);
-    json_t *outputs = json_object_get(j, "outputs");
-    size_t nout = json_array_size(outputs);
-    DL_ASSERT(!j || (json_is_array(outputs) && nout <= OIP_MAX_OUTPUTS));
     out_tensor ot[OIP_MAX_OUTPUTS];
+    size_t nout;
+    bool scanned = scan_outputs(ans->s, json_len, ot, &nout);
+    DL_ASSERT(scanned);   /* oip_write_infer's own JSON */
     Inference__ModelInferResponse__InferOutputTensor *tensors[OIP_MAX_OUTPUTS];
     ProtobufCBinaryData raw[OIP_MAX_OUTPUTS];
     size_t at = json_len;
-    for (size_t i = 0; j && i < nout; i++) {
-        size_t size = 0;
-        bool ok = read_output(json_array_get(outputs, i), &ot[i], &size);
-        DL_ASSERT(ok);
-        DL_ASSERT(size <= ans->len - at);
+    for (size_t i = 0; i < nout; i++) {
+        DL_ASSERT(ot[i].size <= ans->len - at);
         tensors[i] = &ot[i].t;
-        raw[i] = (ProtobufCBinaryData){.len = size, .data = (uint8_t *)ans->s + at};
-        at += size;
+        raw[i] = (ProtobufCBinaryData){.len = ot[i].size, .data = (uint8_t *)ans->s + at};
+        at += ot[i].size;
     }
-    DL_ASSERT(!j || at == ans->len);
+    DL_ASSERT(at == ans->len);
     char version[24];
     snprintf(version, sizeof(version), "%" PRId64, res->version);
     Inference__ModelInferResponse resp = INFERENCE__MODEL_INFER_RESPONSE__INIT;
@@ -578,7 +665,7 @@ static dl_status write_answer(const oip_result *res, const dl_sbuf *ans, size_t 
     resp.raw_output_contents = raw;
     out_params p = {0};
     dl_status st;
-    if (!j || !make_params(res, &p)) {
+    if (!scanned || !make_params(res, &p)) {
         st = dl_err_set(err, DL_ERR_NOMEM, "out of memory for the answer");
         out->oom = true;
     } else {
@@ -587,7 +674,6 @@ static dl_status write_answer(const oip_result *res, const dl_sbuf *ans, size_t 
         st = pack_answer(&resp, stream, "", out, err);
     }
     free_params(&p);
-    json_decref(j);
     return st;
 }
 

@@ -26,7 +26,7 @@ typedef struct grpc_deps {
 } grpc_deps;
 
 /* Starts listening on deps->conf's address and port (deps must outlive
- * the server) with deps->conf->threads threads (0: one per core) serving
+ * the server) with deps->conf->threads threads (0: one per two cores) serving
  * every call from one completion queue. The bound port is in *port. */
 dl_status grpc_srv_start(const grpc_deps *deps, grpc_srv **out, int *port, dl_err *err);
 /* Stops: no new calls; those in flight are answered (call it after
