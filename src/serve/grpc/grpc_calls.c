@@ -340,6 +340,34 @@ static void infer_done(infer_req *q, void *ctx)
     gsrv_queue_answer(ctx);
 }
 
+/* The requests a completion-queue thread has read in its current pass,
+ * for one version: run together as one batch on that thread once the
+ * queue has no event ready (gsrv_pass_end), as an HTTP event loop runs
+ * the requests it read in one pass. Calls arrive one event at a time; run
+ * one by one, they would each be a batch. */
+static _Thread_local ireq *held, *held_tail;
+static _Thread_local int64_t held_samples;
+
+/* Adds r to this thread's held batch: with eager batching, while the
+ * batch fits max_batch_size and the inference a thread may compute
+ * (direct_max_us). False when r is to be submitted instead. */
+static bool hold(batcher *bat, ireq *r)
+{
+    int64_t samples = (held ? held_samples : 0) + r->q.n;
+    if ((held && held->sv != r->sv) || !batcher_fits_thread(bat, r->sv, samples) ||
+        (!held && batcher_stopping(bat)))
+        return false;
+    r->q.t_arrival = dl_time_now();
+    r->held_next = NULL;
+    if (held)
+        held_tail->held_next = r;
+    else
+        held = r;
+    held_tail = r;
+    held_samples = samples;
+    return true;
+}
+
 /* The request's trace context from its metadata. */
 static void trace_take(ireq *r)
 {
@@ -389,9 +417,8 @@ void gsrv_infer_start(ireq *r, const uint8_t *data, size_t len)
         timeout = left > 1 ? left : 1;
     infer_req_init(&r->q, sv, r->in.batch, r->in.x, NULL, timeout, infer_done, r);
     r->q.priority = r->in.priority;
-    if (batcher_run_now(bat, &r->q)) {
+    if (hold(bat, r)) {
         batcher_arriving(bat, -1);
-        gsrv_infer_finish(r);
         return;
     }
     if (batcher_submit(bat, &r->q, &r->refused) != DL_OK) {
@@ -400,6 +427,29 @@ void gsrv_infer_start(ireq *r, const uint8_t *data, size_t len)
         return;
     }
     batcher_arriving(bat, -1);   /* r may be answered already: bat, not r */
+}
+
+bool gsrv_holding(void)
+{
+    return held != NULL;
+}
+
+void gsrv_pass_end(void)
+{
+    ireq *first = held;
+    if (!first)
+        return;
+    held = held_tail = NULL;
+    batcher *bat = first->s->deps->bat;
+    for (ireq *r = first; r; r = r->held_next)
+        r->q.next = r->held_next ? &r->held_next->q : NULL;
+    bool ran = batcher_run_batch(bat, &first->q);
+    for (ireq *r = first, *next; r; r = next) {
+        next = r->held_next;   /* r is answered, and may be freed, below */
+        r->q.next = NULL;
+        if (ran || batcher_submit(bat, &r->q, &r->refused) != DL_OK)
+            gsrv_infer_finish(r);
+    }
 }
 
 void gsrv_infer_finish(ireq *r)

@@ -120,6 +120,7 @@ typedef struct ireq {
     dl_err         refused;
     dl_sbuf        out;        /* the packed answer */
     struct ireq   *next;       /* the answer thread's list */
+    struct ireq   *held_next;  /* its thread's held batch (grpc_calls.c) */
     bool           queued;     /* on that list (under s->mu) */
     /* A generation (text_input to a generating version; grpc_generate.c):
      * its request, and the text answered so far. */
@@ -164,6 +165,10 @@ void gsrv_infer_start(ireq *r, const uint8_t *data, size_t len);
 void gsrv_infer_finish(ireq *r);
 /* Hands r to the answer thread (any thread; once while it is queued). */
 void gsrv_queue_answer(ireq *r);
+/* Whether the calling completion-queue thread holds requests to run, and
+ * runs them (or submits them) once its queue has no event ready. */
+bool gsrv_holding(void);
+void gsrv_pass_end(void);
 
 /* ---- grpc_generate.c ---------------------------------------------------------- */
 

@@ -251,8 +251,14 @@ static void *cq_thread(void *arg)
     grpc_srv *s = arg;
     pthread_setname_np(pthread_self(), "grpc");
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
-                                                   NULL);
+        /* Requests held: a look without waiting, and when nothing is
+         * ready the pass is over and they run. */
+        bool holding = gsrv_holding();
+        grpc_event ev = grpc_completion_queue_next(
+            s->cq, holding ? gpr_time_0(GPR_CLOCK_MONOTONIC) : gpr_inf_future(GPR_CLOCK_MONOTONIC),
+            NULL);
+        if (ev.type == GRPC_QUEUE_TIMEOUT)
+            gsrv_pass_end();
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             return NULL;
         if (ev.type == GRPC_OP_COMPLETE) {
