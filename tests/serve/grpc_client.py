@@ -43,6 +43,7 @@ passes; on the first failure prints "  FAIL - ..." and exits 1.
                        HTTP's generate, a stream's pieces, refusals; a
                        client gone mid-generation ("endless") cancels it
   tls                  (--tls) calls over TLS; a plaintext client refused
+  traced TRACEPARENT   a ModelInfer and a stream's request carrying it
 
 Standard library, grpcio and protobuf only.
 """
@@ -1002,13 +1003,24 @@ def check_tls():
                 "a plaintext client of the TLS port", timeout=5)
 
 
+def check_traced(tp):
+    md = (MD or []) + [("traceparent", tp)]
+    expect_ok(stub.ModelInfer, infer_request("fashion-mlp", [images(0, 1)]),
+              "ModelInfer with a traceparent", metadata=md)
+    got = list(stub.ModelStreamInfer(iter([infer_request("fashion-mlp", [images(1, 1)],
+                                                         rid="traced")]),
+                                     timeout=60, metadata=md))
+    expect(len(got) == 1 and not got[0].error_message, "a stream's request with it", got)
+
+
 CHECKS = {"gen": lambda: ok("stubs in %s" % STUBS), "basics": check_basics,
           "infer": check_infer, "multi": check_multi, "errors": check_errors,
           "stream": lambda n="1000", how="": check_stream(int(n), how == "queued"),
           "killed": check_killed,
           "stats": check_stats, "repository": check_repository, "status": check_status,
           "auth": check_auth, "oversize": check_oversize, "deadline": check_deadline,
-          "grace": check_grace, "generate": check_generate, "tls": check_tls}
+          "grace": check_grace, "generate": check_generate, "tls": check_tls,
+          "traced": check_traced}
 
 try:
     CHECKS[A.check](*A.args)

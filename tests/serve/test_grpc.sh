@@ -15,7 +15,8 @@
 # timeout, and health NOT_SERVING during the shutdown grace. Generation:
 # text_input to a generating model, whole and streamed as HTTP's generate
 # answers, cancelled when its client goes. TLS with [http]'s certificate.
-# Every daemon exits 0 with nothing from the sanitizers in its log (the
+# Spans of traced requests reach an OTLP collector. Every daemon exits 0
+# with nothing from the sanitizers in its log (the
 # ASan build reports leaks at exit, killed streams included).
 . "$(dirname "$0")/../lib/lib.sh"
 . "$(dirname "$0")/../lib/lib_serve.sh"
@@ -128,11 +129,21 @@ TOKEN=""
 GPORT=0 URL=-
 check "client stubs generated from proto/ by grpc_tools.protoc" gc gen
 
+# An OTLP collector: gRPC requests are traced as HTTP's are.
+SPANS=$WORK/spans.jsonl
+touch "$SPANS"
+$PY "$SRC/tests/serve/otlp_receiver.py" "$WORK/rport" "$SPANS" &
+RPID=$!
+trap 'kill -9 ${PID:-} $RPID 2>/dev/null; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
+for _ in $(seq 100); do [ -s "$WORK/rport" ] && break; sleep 0.1; done
+
 # ---- one daemon for most checks -----------------------------------------------
 # batch_invariant: answers are compared bit for bit whatever batch each
 # request ran in (stream requests batch together; HTTP ones run alone).
 check "the daemon serves gRPC" start_grpc grpc --models "$REPO" --set models.watch=false \
-    --set batching.batch_invariant=true --set grpc.threads=2
+    --set batching.batch_invariant=true --set grpc.threads=2 \
+    --set trace.otlp_endpoint="http://127.0.0.1:$(cat "$WORK/rport")/v1/traces" \
+    --set trace.flush_ms=50
 check "its log says where gRPC listens" \
     grep -q "grpc: listening on 127.0.0.1 port $GPORT, 2 threads" "$LOG"
 
@@ -147,6 +158,17 @@ check "clients gone mid-stream: the daemon serves on, no stream left open" gc ki
 check "/status' grpc object, /metrics' gRPC families" gc status "$GPORT"
 check "/status grpc.port is the port chosen" \
     test "$(code GET /status)" = 200 -a "$(jq_get 'd["grpc"]["port"]')" = "$GPORT"
+TP=00-5af7183fb1d4cf5f1b3e4a2d0c9e8f71-00f067aa0ba902b7-01
+check "requests with a traceparent in their metadata" gc traced "$TP"
+traced() {   # the server spans of trace TP's id, each parented on TP's span
+    $PY -c 'import json, sys
+tid, parent = sys.argv[2].split("-")[1:3]
+spans = [json.loads(l)["span"] for l in open(sys.argv[1])]
+print(sum(1 for s in spans if s["traceId"] == tid and s["kind"] == 2
+          and s.get("parentSpanId") == parent))' "$SPANS" "$TP"
+}
+for _ in $(seq 100); do [ "$(traced)" -ge 2 ] && break; sleep 0.1; done
+check "... both traced: server spans of its trace, parented on it" test "$(traced)" = 2
 curl -s "$URL/metrics" > "$WORK/metrics.txt"
 check "/metrics: dlserve_grpc_requests_total of ModelInfer OK" \
     grep -Eq '^dlserve_grpc_requests_total\{method="ModelInfer",code="OK"\} [1-9]' \
