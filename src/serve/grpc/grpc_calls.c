@@ -187,51 +187,58 @@ static void own_keys_as_parameters(json_t *cfg)
     json_object_set_new(cfg, "parameters", params);
 }
 
-static void model_config(gcall *c)
+/* A string field of a request by its name (ModelConfigRequest and
+ * ModelStatisticsRequest both have "name" and "version"). */
+static const char *string_field(const ProtobufCMessage *m, const char *name)
 {
-    Inference__ModelConfigRequest *q =
-        (void *)request_of(c, &inference__model_config_request__descriptor);
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
+    return *(char *const *)(const void *)((const char *)m + f->offset);
+}
+
+/* A model's configuration (config) or statistics: the JSON HTTP answers
+ * with, as the answer's message. Statistics of no model name are every
+ * model's. */
+static void model_info_call(gcall *c, const ProtobufCMessageDescriptor *req,
+                            const ProtobufCMessageDescriptor *ans, bool config)
+{
+    ProtobufCMessage *q = request_of(c, req);
     if (!q)
         return;
     const grpc_deps *d = c->s->deps;
     model_info_deps mi = {d->reg, d->bat, d->st};
+    const char *name = string_field(q, "name");
     dl_err err = {0};
     int64_t v;
-    json_t *cfg = NULL;
-    dl_status st = grpc_parse_version(q->version, &v, &err);
+    json_t *j = NULL;
+    dl_status st = grpc_parse_version(string_field(q, "version"), &v, &err);
+    if (st == DL_OK && v != 0 && !name[0])
+        st = dl_err_set(&err, DL_ERR_INVALID, "a version needs a model name");
     if (st == DL_OK)
-        st = model_info_config(&mi, q->name, v, &cfg, &err);
-    inference__model_config_request__free_unpacked(q, NULL);
+        st = config ? model_info_config(&mi, name, v, &j, &err)
+                    : model_info_stats(&mi, name, v, &j, &err);
+    protobuf_c_message_free_unpacked(q, NULL);
     if (st != DL_OK) {
         answer_error(c, st, err.msg);
         return;
     }
-    own_keys_as_parameters(cfg);
-    answer_json(c, &inference__model_config_response__descriptor, json_pack("{s:o}", "config", cfg));
+    if (config) {
+        own_keys_as_parameters(j);
+        j = json_pack("{s:o}", "config", j);
+    }
+    answer_json(c, ans, j);
+}
+
+static void model_config(gcall *c)
+{
+    model_info_call(c, &inference__model_config_request__descriptor,
+                    &inference__model_config_response__descriptor, true);
 }
 
 static void model_statistics(gcall *c)
 {
-    Inference__ModelStatisticsRequest *q =
-        (void *)request_of(c, &inference__model_statistics_request__descriptor);
-    if (!q)
-        return;
-    const grpc_deps *d = c->s->deps;
-    model_info_deps mi = {d->reg, d->bat, d->st};
-    dl_err err = {0};
-    int64_t v;
-    json_t *j = NULL;
-    dl_status st = grpc_parse_version(q->version, &v, &err);
-    if (st == DL_OK && v != 0 && !q->name[0])
-        st = dl_err_set(&err, DL_ERR_INVALID, "a version needs a model name");
-    if (st == DL_OK)
-        st = model_info_stats(&mi, q->name, v, &j, &err);
-    inference__model_statistics_request__free_unpacked(q, NULL);
-    if (st != DL_OK) {
-        answer_error(c, st, err.msg);
-        return;
-    }
-    answer_json(c, &inference__model_statistics_response__descriptor, j);
+    model_info_call(c, &inference__model_statistics_request__descriptor,
+                    &inference__model_statistics_response__descriptor, false);
 }
 
 static void repository_index(gcall *c)
