@@ -264,14 +264,12 @@ static void repository_index(gcall *c)
 
 static void repository_change(gcall *c, bool load)
 {
-    const ProtobufCMessageDescriptor *d = load ? &inference__repository_model_load_request__descriptor
-                                               : &inference__repository_model_unload_request__descriptor;
-    ProtobufCMessage *m = request_of(c, d);
+    ProtobufCMessage *m =
+        request_of(c, load ? &inference__repository_model_load_request__descriptor
+                           : &inference__repository_model_unload_request__descriptor);
     if (!m)
         return;
-    /* Both messages start alike: repository_name, model_name. */
-    const char *name = load ? ((Inference__RepositoryModelLoadRequest *)m)->model_name
-                            : ((Inference__RepositoryModelUnloadRequest *)m)->model_name;
+    const char *name = string_field(m, "model_name");
     registry *reg = c->s->deps->reg;
     dl_err err = {0};
     dl_status st = load ? registry_load(reg, name, &err) : registry_unload(reg, name, &err);

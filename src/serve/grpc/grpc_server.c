@@ -385,8 +385,10 @@ dl_status grpc_srv_start(const grpc_deps *deps, grpc_srv **out, int *port, dl_er
     }
     int max = (int)conf->max_message_bytes;
     grpc_arg args[] = {
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, .value.integer = max},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = max},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+         .value.integer = max},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
+         .value.integer = max},
     };
     grpc_channel_args ca = {.num_args = 2, .args = args};
     s->server = grpc_server_create(&ca, NULL);
