@@ -56,6 +56,59 @@ const char *dl_delivery_name(dl_delivery mode)
     return dl_opt_word_name(delivery_words, (int)mode);
 }
 
+static const dl_opt_word control_words[] = {
+    {"watch", DL_MODELS_CONTROL_WATCH},
+    {"poll", DL_MODELS_CONTROL_POLL},
+    {"explicit", DL_MODELS_CONTROL_EXPLICIT},
+    {NULL, 0},
+};
+
+const char *dl_models_control_name(dl_models_control mode)
+{
+    return dl_opt_word_name(control_words, (int)mode);
+}
+
+/* [models] load: the form it takes (the value is unused). */
+static const dl_opt_word load_words[] = {{"name,name,...", 0}, {NULL, 0}};
+
+/* "a, b": model names separated by commas (blanks around them ignored),
+ * each a valid model name; "" is none. Stored as written. */
+static bool parse_load(const char *text, void *field, char *why, size_t whylen)
+{
+    size_t len = strlen(text);
+    if (len >= DL_MODELS_LOAD_MAX) {
+        snprintf(why, whylen, "value is too long (%zu characters, at most %d)", len,
+                 DL_MODELS_LOAD_MAX - 1);
+        return false;
+    }
+    for (const char *p = text; *p;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        const char *name = p;
+        while (n > 0 && (*name == ' ' || *name == '\t'))
+            name++, n--;
+        while (n > 0 && (name[n - 1] == ' ' || name[n - 1] == '\t'))
+            n--;
+        if (!dl_model_name_valid(name, n)) {
+            snprintf(why, whylen, "'%.*s' is not a valid model name (expected name,name,...)",
+                     (int)(n < 60 ? n : 60), name);
+            return false;
+        }
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    char *out = field;
+    memset(out, 0, DL_MODELS_LOAD_MAX);
+    memcpy(out, text, len);
+    return true;
+}
+
+static void format_load(const void *field, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", (const char *)field);
+}
+
 /* [models] device: the forms it takes (the values are unused). */
 static const dl_opt_word device_words[] = {{"cpu", 0}, {"cuda", 0}, {"cuda:N", 0}, {NULL, 0}};
 
@@ -141,7 +194,20 @@ const dl_opt dl_serve_opts[] = {
         "longest a generate request waits for room before it gets 503, in microseconds"),
     STR(models, dir, "models", "the model repository folder"),
     STR(models, policy, "latest", "versions served: latest, latest:N or versions:1,3,..."),
-    BOOL(models, watch, "true", "reload when the model folder changes"),
+    ENUM(models, control, "watch", control_words,
+         "what loads models: watch (the folder, inotify), poll (a rescan every "
+         "poll_interval_s: NFS, object-store mounts) or explicit (load at start, then the "
+         "repository API alone)"),
+    INT(models, poll_interval_s, "10", 1, 86400, "control = poll: seconds between rescans"),
+    CUSTOM(models, load, "", load_words, parse_load, format_load,
+           "control = explicit: the models loaded at start; the others load through "
+           "POST /v2/repository/models/{m}/load"),
+    INT(models, load_threads, "0", 0, 64,
+        "model versions loaded (read, built, warmed up) at once, at start and on rescans; "
+        "0 = one per core, at most 4"),
+    BOOL(models, watch, "true",
+         "control = watch: reload when the model folder changes; false = only on SIGHUP and "
+         "through the repository API (the older spelling)"),
     CUSTOM(models, device, "cpu", device_words, parse_device, format_device,
            "inference device"),
     INT(models, threads, "0", 0, 1024,
@@ -356,6 +422,10 @@ dl_status dl_serve_conf_validate(const dl_serve_conf *c, dl_err *err)
         return dl_err_set(err, DL_ERR_INVALID,
                           "[models] policy '%.60s' is invalid: expected latest, latest:N "
                           "or versions:N,N,... with every N >= 1", c->models.policy);
+    if (c->models.load[0] && c->models.control != DL_MODELS_CONTROL_EXPLICIT)
+        return dl_err_set(err, DL_ERR_INVALID, "[models] load names the models loaded at "
+                          "start with control = explicit (control is %s: every model loads)",
+                          dl_models_control_name(c->models.control));
     if (c->kafka.delivery == DL_DELIVERY_REDIS && !c->redis.host[0])
         return dl_err_set(err, DL_ERR_INVALID,
                           "[kafka] delivery = redis needs [redis] host");

@@ -1,9 +1,11 @@
 /* daemon.c: the serving daemon's life: configuration, models and batcher
  * started in order, then the components (HTTP, Redis, Kafka) from one
  * table; READY=1 once models are loaded and warmed up; a main loop that
- * watches the model folder (inotify), reloads on SIGHUP, pets the systemd
- * watchdog, and on SIGTERM stops intake, answers every queued request and
- * exits 0. Signal handlers only set flags. */
+ * reloads models as [models] control says (inotify on the model folder, or
+ * a rescan every poll_interval_s, or nothing: the repository API alone),
+ * reloads on SIGHUP, pets the systemd watchdog, and on SIGTERM stops
+ * intake, answers every queued request and exits 0. Signal handlers only
+ * set flags. */
 #define _GNU_SOURCE
 #include "serve/component.h"
 #include "serve/history.h"
@@ -150,8 +152,10 @@ static bool is_ready(void *ctx)
 static json_t *status_extra(void *ctx)
 {
     daemon_ctx *d = ctx;
-    json_t *o = json_pack("{s:I, s:s, s:i, s:i}", "reloads", (json_int_t)d->reloads,
-                          "models_dir", d->conf.models.dir, "port", d->env.http_port,
+    json_t *o = json_pack("{s:I, s:s, s:s, s:i, s:i, s:i}", "reloads", (json_int_t)d->reloads,
+                          "models_dir", d->conf.models.dir, "models_control",
+                          dl_models_control_name(d->conf.models.control), "model_load_threads",
+                          registry_load_threads(d->reg), "port", d->env.http_port,
                           "inference_threads", d->be[0]->threads);
     for (size_t i = 0; o && i < NCOMPONENTS; i++) {
         void *state = atomic_load(&d->state[i]);
@@ -232,7 +236,8 @@ static void status_line(daemon_ctx *d)
 }
 
 /* SIGHUP: the configuration file again (only what can change live) and
- * the models. A bad file keeps the running configuration. */
+ * the models, unless control = explicit (Triton's: only the repository
+ * API loads). A bad file keeps the running configuration. */
 static void reload(daemon_ctx *d)
 {
     notify("RELOADING=1");
@@ -248,22 +253,46 @@ static void reload(daemon_ctx *d)
             dl_log_set_format(fresh.log.format);
             d->conf.log = fresh.log;
             if (memcmp(&fresh.http, &d->conf.http, sizeof(fresh.http)) ||
-                memcmp(&fresh.batching, &d->conf.batching, sizeof(fresh.batching)))
-                DL_LOG(DL_LOG_WARNING, "conf", "[http] and [batching] changes apply at restart");
+                memcmp(&fresh.batching, &d->conf.batching, sizeof(fresh.batching)) ||
+                memcmp(&fresh.models, &d->conf.models, sizeof(fresh.models)))
+                DL_LOG(DL_LOG_WARNING, "conf",
+                       "[http], [batching] and [models] changes apply at restart");
         }
     }
-    registry_rescan(d->reg);
+    if (d->conf.models.control != DL_MODELS_CONTROL_EXPLICIT)
+        registry_rescan(d->reg);
     notify("READY=1");
     status_line(d);
     DL_LOG(DL_LOG_NOTICE, "daemon", "reloaded");
 }
 
+/* What reloads models, in the log at start. */
+static void log_control(const dl_models_conf *mc, bool watching)
+{
+    if (mc->control == DL_MODELS_CONTROL_POLL)
+        DL_LOG(DL_LOG_NOTICE, "models", "control = poll: rescanning %s every %lld s", mc->dir,
+               (long long)mc->poll_interval_s);
+    else if (mc->control == DL_MODELS_CONTROL_EXPLICIT)
+        DL_LOG(DL_LOG_NOTICE, "models", "control = explicit: models load and unload through "
+               "the repository API only");
+    else if (watching)
+        DL_LOG(DL_LOG_INFO, "models", "control = watch: reloading on changes in %s", mc->dir);
+    else
+        DL_LOG(DL_LOG_NOTICE, "models", "control = watch, watch = false: reloading on SIGHUP "
+               "and through the repository API only");
+}
+
 static void main_loop(daemon_ctx *d)
 {
-    int fd = d->conf.models.watch ? inotify_init1(IN_NONBLOCK | IN_CLOEXEC) : -1;
+    const dl_models_conf *mc = &d->conf.models;
+    bool polling = mc->control == DL_MODELS_CONTROL_POLL;
+    int fd = mc->control == DL_MODELS_CONTROL_WATCH && mc->watch
+             ? inotify_init1(IN_NONBLOCK | IN_CLOEXEC) : -1;
     if (fd >= 0)
-        watch_tree(fd, d->conf.models.dir, 2);
+        watch_tree(fd, mc->dir, 2);
+    log_control(mc, fd >= 0);
     double wd = watchdog_seconds(), last_pet = 0.0, changed = 0.0, next_snapshot = 0.0;
+    double next_poll = dl_time_now() + (double)mc->poll_interval_s;
     bool dirty = false;
     while (!stop_flag) {
         if (dl_time_now() >= next_snapshot) {
@@ -274,6 +303,9 @@ static void main_loop(daemon_ctx *d)
         int until_snapshot = (int)((next_snapshot - dl_time_now()) * 1000) + 1;
         if (until_snapshot < timeout)
             timeout = until_snapshot;
+        int until_poll = (int)((next_poll - dl_time_now()) * 1000) + 1;
+        if (polling && until_poll < timeout)
+            timeout = until_poll;
         struct pollfd p[2] = { { .fd = fd, .events = POLLIN },
                                { .fd = d->wake[0], .events = POLLIN } };
         char buf[16384];
@@ -287,13 +319,24 @@ static void main_loop(daemon_ctx *d)
             if (p[1].revents) {   /* an announced version: load it now */
                 while (read(d->wake[0], buf, sizeof(buf)) > 0)
                     ;
-                if (registry_rescan(d->reg) > 0)
+                if (mc->control == DL_MODELS_CONTROL_EXPLICIT)
+                    DL_LOG(DL_LOG_NOTICE, "models", "announced version not loaded: with "
+                           "control = explicit, POST /v2/repository/models/{m}/load loads it");
+                else if (registry_rescan(d->reg) > 0)
                     status_line(d);
             }
         }
         if (reload_flag) {
             reload_flag = 0;
             reload(d);
+        }
+        if (polling && dl_time_now() >= next_poll) {
+            int changes = registry_rescan(d->reg);
+            if (changes > 0) {
+                DL_LOG(DL_LOG_NOTICE, "models", "poll: %d changes in %s", changes, mc->dir);
+                status_line(d);
+            }
+            next_poll = dl_time_now() + (double)mc->poll_interval_s;
         }
         if (dirty && dl_time_now() - changed > DEBOUNCE_S) {
             dirty = false;

@@ -62,15 +62,34 @@ typedef struct dl_device {
     int            index;        /* N of "cuda:N" (0..1023); -1: "cuda" (the local rank's GPU), cpu */
 } dl_device;
 
+/* [models] control: what loads and reloads models (docs/serving.md,
+ * "Model lifecycle"). */
+typedef enum dl_models_control {
+    DL_MODELS_CONTROL_WATCH,     /* inotify on the repository (with watch = true) */
+    DL_MODELS_CONTROL_POLL,      /* a rescan every poll_interval_s */
+    DL_MODELS_CONTROL_EXPLICIT,  /* `load` at start, then the repository API alone */
+} dl_models_control;
+
+#define DL_MODELS_LOAD_MAX 1024  /* [models] load: bytes of the list */
+
 typedef struct dl_models_conf {
     char    dir[DL_PATH_MAX];    /* the model repository */
     char    policy[128];         /* "latest", "latest:N" or "versions:1,3" */
-    bool    watch;               /* reload on changes in the folder (inotify) */
+    int     control;             /* dl_models_control */
+    int64_t poll_interval_s;     /* control = poll: seconds between rescans */
+    char    load[DL_MODELS_LOAD_MAX];  /* control = explicit: "a,b", the models loaded
+                                          at start */
+    int64_t load_threads;        /* versions loaded at once; 0: the cores, at most 4 */
+    bool    watch;               /* control = watch: inotify on (false: SIGHUP and the
+                                    repository API alone) */
     dl_device device;
     int64_t threads;             /* CPU threads for inference, of each instance (0: the
                                     cores less one, or split between instances) */
     int64_t instances;           /* copies of each model, batches computed at once */
 } dl_models_conf;
+
+/* The word of a control mode in the configuration ("watch", ...); static. */
+const char *dl_models_control_name(dl_models_control mode);
 
 typedef struct dl_log_conf {
     int     level;               /* DL_LOG_ERR .. DL_LOG_DEBUG */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_VERSIONS 64
 #define REFUSED_MAX 8     /* refused versions kept per model for registry_status */
@@ -28,7 +29,8 @@ typedef struct entry {
     char         name[DL_NAME_MAX];
     served_impl *v[MAX_VERSIONS];   /* served versions, newest first */
     int          nv;
-    bool         unloaded;          /* by POST .../unload */
+    bool         unloaded;          /* by POST .../unload; control = explicit: not loaded */
+    bool         busy;              /* a plan syncs it (plan_begin) */
     bool         present;           /* folder seen in the last scan */
     int          on_disk;           /* versions with weights in the folder */
     char         reason[256];       /* why the last load failed, or "" */
@@ -44,8 +46,10 @@ typedef struct entry {
 
 struct registry {
     pthread_mutex_t mu;             /* the entries */
-    pthread_mutex_t load_mu;        /* one loader at a time */
+    pthread_cond_t  idle;           /* an entry stopped being busy */
+    pthread_mutex_t scan_mu;        /* one rescan at a time */
     dl_models_conf  conf;
+    int             load_threads;   /* versions loaded at once (models.load_threads) */
     bool            batch_invariant;        /* [batching]'s, unless a model says */
     dl_generate_conf gen;                   /* [generate] */
     bool            has_gen;                /* generators started */
@@ -313,8 +317,10 @@ static entry *find_or_add(registry *r, const char *name)
     return e;
 }
 
-/* Publishes `next` (newest first) as the entry's versions; the replaced
- * ones lose the registry's reference. Called with the lock held. */
+/* Publishes `next` (newest first) as the entry's versions, each carrying a
+ * reference for the registry; every version replaced loses the registry's
+ * reference (one kept in `next` holds the one it carries). Called with the
+ * lock held. */
 static void publish(entry *e, served_impl **next, int n)
 {
     served_impl *old[MAX_VERSIONS];
@@ -323,111 +329,230 @@ static void publish(entry *e, served_impl **next, int n)
     if (n > 0)
         memcpy(e->v, next, (size_t)n * sizeof(*next));
     e->nv = n;
-    for (int i = 0; i < nold; i++) {
-        bool kept = false;
-        for (int k = 0; k < n; k++)
-            kept = kept || next[k] == old[i];
-        if (!kept)
-            served_release(&old[i]->pub);
-    }
+    for (int i = 0; i < nold; i++)
+        served_release(&old[i]->pub);
 }
 
-/* Brings one model to what the policy wants; returns the changes made. */
-static int sync_model_locked(registry *r, const char *name);
-
-static int sync_model(registry *r, const char *name)
-{
-    pthread_mutex_lock(&r->load_mu);
-    int changes = sync_model_locked(r, name);
-    pthread_mutex_unlock(&r->load_mu);
-    return changes;
-}
-
-static int sync_model_locked(registry *r, const char *name)
-{
-    int64_t have[MAX_VERSIONS], want[MAX_VERSIONS];
-    int nhave = list_versions(r, name, have, MAX_VERSIONS);
-    char *text = NULL;
+/* One model brought to what the policy wants, in three steps: planned
+ * (plan_begin: the entry marked busy, its versions and model.json read),
+ * the versions it lacks loaded (load_plans: with the other models' of a
+ * rescan, on load_threads threads), then published at once (plan_finish).
+ * One caller at a time syncs a model (entry.busy): a rescan and an API
+ * load of the same model wait for each other. */
+typedef struct plan {
+    char         name[DL_NAME_MAX];
+    bool         active;                  /* busy marked by this plan */
+    int64_t      want[MAX_VERSIONS];      /* what the policy selects, newest first */
+    int          nwant, nhave;
+    char        *text;                    /* model.json (new) */
     serving_conf sc;
-    dl_err jerr = {0};
-    bool json_ok = read_model_json(r, name, &text, &sc, &jerr) == DL_OK;
-    const char *policy = json_ok && sc.version_policy[0] ? sc.version_policy : r->conf.policy;
-    int nwant = json_ok ? dl_repo_select(policy, have, nhave, want) : 0;
+    bool         json_ok;
+    dl_err       jerr;                    /* why model.json was refused */
+    served_impl *current[MAX_VERSIONS];   /* served at the start, a reference each */
+    int          ncur;
+    served_impl *got[MAX_VERSIONS];       /* want[i]: served already, loaded, or NULL */
+    bool         fresh[MAX_VERSIONS];     /* want[i] was to load */
+    dl_err       err[MAX_VERSIONS];       /* why want[i] was refused */
+} plan;
+
+static void plan_begin(registry *r, plan *p, const char *name)
+{
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "%s", name);
     pthread_mutex_lock(&r->mu);
     entry *e = find_or_add(r, name);
+    while (e && e->busy) {
+        pthread_cond_wait(&r->idle, &r->mu);
+        e = find(r, name);   /* the entries may have moved meanwhile */
+    }
     if (!e || e->unloaded) {
         pthread_mutex_unlock(&r->mu);
-        free(text);
-        return 0;
+        return;
     }
+    e->busy = true;
     e->present = true;
-    served_impl *current[MAX_VERSIONS];
-    int ncur = e->nv;
-    memcpy(current, e->v, sizeof(current));
+    /* References of our own: an unload meanwhile drops the registry's. */
+    p->ncur = e->nv;
+    for (int k = 0; k < e->nv; k++) {
+        p->current[k] = e->v[k];
+        atomic_fetch_add(&e->v[k]->refs, 1);
+    }
     pthread_mutex_unlock(&r->mu);
+    p->active = true;
+    int64_t have[MAX_VERSIONS];
+    p->nhave = list_versions(r, name, have, MAX_VERSIONS);
+    p->json_ok = read_model_json(r, name, &p->text, &p->sc, &p->jerr) == DL_OK;
+    const char *policy = p->json_ok && p->sc.version_policy[0] ? p->sc.version_policy
+                                                               : r->conf.policy;
+    p->nwant = p->json_ok ? dl_repo_select(policy, have, p->nhave, p->want) : 0;
+    for (int i = 0; i < p->nwant; i++) {
+        for (int k = 0; k < p->ncur && !p->got[i]; k++)
+            if (p->current[k]->pub.version == p->want[i])
+                p->got[i] = p->current[k];
+        p->fresh[i] = !p->got[i];
+    }
+}
 
-    /* Load outside the lock: requests keep flowing to the old versions. */
+/* A version to load: plans[..].want[i]. */
+typedef struct load_job {
+    plan *p;
+    int   i;
+} load_job;
+
+typedef struct job_queue {
+    registry  *r;
+    load_job  *jobs;
+    int        n;
+    atomic_int next;   /* the next job to take */
+} job_queue;
+
+static void run_job(registry *r, plan *p, int i)
+{
+    double t0 = dl_time_now();
+    if (load_version(r, p->name, p->want[i], p->text, &p->sc, &p->got[i], &p->err[i]) == DL_OK)
+        DL_LOG(DL_LOG_NOTICE, "models", "%s version %lld loaded in %.0f ms", p->name,
+               (long long)p->want[i], (dl_time_now() - t0) * 1e3);
+}
+
+static void *load_worker(void *arg)
+{
+    job_queue *q = arg;
+    for (int i; (i = atomic_fetch_add(&q->next, 1)) < q->n;)
+        run_job(q->r, q->jobs[i].p, q->jobs[i].i);
+    return NULL;
+}
+
+/* Loads every version the plans lack, on up to load_threads threads (the
+ * caller one of them): a version's load is mostly one thread's work
+ * (reading, building, warm-up samples of one), so several at once use
+ * the cores that one leaves idle. Versions are independent: each builds
+ * its own copies, and a backend computes for several callers at once
+ * (as it does for requests while a rescan loads). */
+static void load_plans(registry *r, plan *plans, int nplans)
+{
+    int n = 0;
+    for (int k = 0; k < nplans; k++)
+        for (int i = 0; plans[k].active && i < plans[k].nwant; i++)
+            n += plans[k].fresh[i];
+    load_job *jobs = n > 1 && r->load_threads > 1 ? calloc((size_t)n, sizeof(*jobs)) : NULL;
+    if (!jobs) {   /* one thread, or no memory for the queue: one after the other */
+        for (int k = 0; k < nplans; k++)
+            for (int i = 0; plans[k].active && i < plans[k].nwant; i++)
+                if (plans[k].fresh[i])
+                    run_job(r, &plans[k], i);
+        return;
+    }
+    job_queue q = {.r = r, .jobs = jobs, .n = 0};
+    for (int k = 0; k < nplans; k++)
+        for (int i = 0; plans[k].active && i < plans[k].nwant; i++)
+            if (plans[k].fresh[i])
+                jobs[q.n++] = (load_job){&plans[k], i};
+    atomic_init(&q.next, 0);
+    pthread_t t[REGISTRY_LOAD_THREADS_MAX];
+    int nt = 0;
+    for (int k = 1; k < r->load_threads && k < n; k++)
+        if (pthread_create(&t[nt], NULL, load_worker, &q) == 0)
+            nt++;
+    load_worker(&q);
+    for (int k = 0; k < nt; k++)
+        pthread_join(t[k], NULL);
+    free(jobs);
+}
+
+/* Publishes what a plan loaded; returns the changes made. */
+static int plan_finish(registry *r, plan *p)
+{
+    if (!p->active)
+        return 0;
     served_impl *next[MAX_VERSIONS];
     int n = 0, changes = 0, nrefused = 0, nfailed = 0;
     char reason[256] = "";
     int64_t refused[REFUSED_MAX];
     char why[REFUSED_MAX][REFUSED_WHY];
-    for (int i = 0; i < nwant; i++) {
-        served_impl *s = NULL;
-        for (int k = 0; k < ncur && !s; k++)
-            if (current[k]->pub.version == want[i])
-                s = current[k];
-        if (!s) {
-            dl_err err = {0};
-            if (load_version(r, name, want[i], text, &sc, &s, &err) != DL_OK) {
-                DL_LOG(DL_LOG_ERR, "models", "%s version %lld refused: %s", name,
-                       (long long)want[i], err.msg);
-                snprintf(reason, sizeof(reason), "version %lld refused: %.200s",
-                         (long long)want[i], err.msg);
-                nfailed++;
-                if (nrefused < REFUSED_MAX) {
-                    refused[nrefused] = want[i];
-                    snprintf(why[nrefused++], REFUSED_WHY, "%.*s", REFUSED_WHY - 1, err.msg);
-                }
-                continue;
-            }
-            DL_LOG(DL_LOG_NOTICE, "models", "%s version %lld loaded", name, (long long)want[i]);
-            changes++;
+    for (int i = 0; i < p->nwant; i++) {
+        if (p->got[i]) {
+            changes += p->fresh[i];
+            next[n++] = p->got[i];
+            continue;
         }
-        next[n++] = s;
+        const char *msg = p->err[i].msg;
+        DL_LOG(DL_LOG_ERR, "models", "%s version %lld refused: %s", p->name,
+               (long long)p->want[i], msg);
+        snprintf(reason, sizeof(reason), "version %lld refused: %.200s", (long long)p->want[i],
+                 msg);
+        nfailed++;
+        if (nrefused < REFUSED_MAX) {
+            refused[nrefused] = p->want[i];
+            snprintf(why[nrefused++], REFUSED_WHY, "%.*s", REFUSED_WHY - 1, msg);
+        }
     }
     /* A refused newest version leaves the versions that were serving. */
-    for (int k = 0; k < ncur && n == 0; k++)
-        next[n++] = current[k];
-    for (int k = 0; k < ncur; k++) {
+    for (int k = 0; k < p->ncur && n == 0; k++)
+        next[n++] = p->current[k];
+    /* The plan's references of the versions kept go to the registry. */
+    served_impl *drop[MAX_VERSIONS];
+    int ndrop = 0;
+    for (int k = 0; k < p->ncur; k++) {
         bool kept = false;
         for (int i = 0; i < n; i++)
-            kept = kept || next[i] == current[k];
+            kept = kept || next[i] == p->current[k];
         if (!kept) {
-            DL_LOG(DL_LOG_NOTICE, "models", "%s version %lld retired", name,
-                   (long long)current[k]->pub.version);
+            DL_LOG(DL_LOG_NOTICE, "models", "%s version %lld retired", p->name,
+                   (long long)p->current[k]->pub.version);
+            drop[ndrop++] = p->current[k];
             changes++;
         }
     }
-    free(text);
-    if (!json_ok) {   /* a bad model.json or serving block: nothing new loads */
-        DL_LOG(DL_LOG_ERR, "models", "%s refused: %s", name, jerr.msg);
-        snprintf(reason, sizeof(reason), "model.json refused: %.200s", jerr.msg);
-    } else if (nhave == 0) {
+    free(p->text);
+    if (!p->json_ok) {   /* a bad model.json or serving block: nothing new loads */
+        DL_LOG(DL_LOG_ERR, "models", "%s refused: %s", p->name, p->jerr.msg);
+        snprintf(reason, sizeof(reason), "model.json refused: %.200s", p->jerr.msg);
+    } else if (p->nhave == 0) {
         snprintf(reason, sizeof(reason), "no version with model.safetensors or model.onnx");
     }
     pthread_mutex_lock(&r->mu);
-    e = find(r, name);
-    publish(e, next, n);
-    e->on_disk = nhave;
-    snprintf(e->reason, sizeof(e->reason), "%s", reason);
-    e->refused_total += nfailed;
-    e->nrefused = nrefused;
-    for (int i = 0; i < nrefused; i++) {
-        e->refused[i].version = refused[i];
-        memcpy(e->refused[i].why, why[i], REFUSED_WHY);
+    entry *e = find(r, p->name);
+    if (e->unloaded) {   /* unloaded meanwhile: what was loaded goes */
+        for (int i = 0; i < n; i++)
+            drop[ndrop++] = next[i];
+        changes = 0;
+    } else {
+        publish(e, next, n);
+        e->on_disk = p->nhave;
+        snprintf(e->reason, sizeof(e->reason), "%s", reason);
+        e->refused_total += nfailed;
+        e->nrefused = nrefused;
+        for (int i = 0; i < nrefused; i++) {
+            e->refused[i].version = refused[i];
+            memcpy(e->refused[i].why, why[i], REFUSED_WHY);
+        }
     }
+    e->busy = false;
+    pthread_cond_broadcast(&r->idle);
     pthread_mutex_unlock(&r->mu);
+    for (int i = 0; i < ndrop; i++)
+        served_release(&drop[i]->pub);
+    return changes;
+}
+
+/* Brings the models named to what the policy wants, their versions loaded
+ * together; returns the changes made. */
+static int sync_models(registry *r, char (*names)[DL_NAME_MAX], int n)
+{
+    if (n == 0)
+        return 0;
+    plan *plans = calloc((size_t)n, sizeof(*plans));
+    if (!plans) {
+        DL_LOG(DL_LOG_ERR, "models", "out of memory syncing %d models", n);
+        return 0;
+    }
+    for (int k = 0; k < n; k++)
+        plan_begin(r, &plans[k], names[k]);
+    load_plans(r, plans, n);
+    int changes = 0;
+    for (int k = 0; k < n; k++)
+        changes += plan_finish(r, &plans[k]);
+    free(plans);
     return changes;
 }
 
@@ -445,33 +570,111 @@ static bool is_model_dir(const registry *r, const char *name)
     return dl_repo_served_versions(path, &v, 1) > 0;   /* model.onnx alone */
 }
 
-int registry_rescan(registry *r)
+/* The model folders of the repository (new array, *n of them), or NULL
+ * when it cannot be read (logged). */
+static char (*model_dirs(registry *r, int *n))[DL_NAME_MAX]
 {
+    *n = 0;
     DIR *d = opendir(r->conf.dir);
     if (!d) {
         DL_LOG(DL_LOG_ERR, "models", "%s: cannot open the model repository", r->conf.dir);
+        return NULL;
+    }
+    char (*names)[DL_NAME_MAX] = NULL;
+    int cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!is_model_dir(r, de->d_name))
+            continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char (*more)[DL_NAME_MAX] = realloc(names, (size_t)cap * sizeof(*names));
+            if (!more)
+                break;
+            names = more;
+        }
+        snprintf(names[(*n)++], DL_NAME_MAX, "%s", de->d_name);
+    }
+    closedir(d);
+    if (!names)
+        names = calloc(1, sizeof(*names));   /* an empty repository is no error */
+    return names;
+}
+
+int registry_rescan(registry *r)
+{
+    pthread_mutex_lock(&r->scan_mu);
+    int n;
+    char (*names)[DL_NAME_MAX] = model_dirs(r, &n);
+    if (!names) {
+        pthread_mutex_unlock(&r->scan_mu);
         return 0;
     }
     pthread_mutex_lock(&r->mu);
     for (int i = 0; i < r->n; i++)
         r->e[i].present = false;
     pthread_mutex_unlock(&r->mu);
-    int changes = 0;
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (is_model_dir(r, de->d_name))
-            changes += sync_model(r, de->d_name);
-    closedir(d);
-    /* Folders that disappeared stop serving. */
+    int changes = sync_models(r, names, n);
+    free(names);
+    /* Folders that disappeared stop serving (one being loaded through the
+     * API was there a moment ago). */
     pthread_mutex_lock(&r->mu);
     for (int i = 0; i < r->n; i++)
-        if (!r->e[i].present && r->e[i].nv > 0) {
+        if (!r->e[i].present && !r->e[i].busy && r->e[i].nv > 0) {
             DL_LOG(DL_LOG_NOTICE, "models", "%s: folder gone, unloading", r->e[i].name);
             publish(&r->e[i], NULL, 0);
             changes++;
         }
     pthread_mutex_unlock(&r->mu);
+    pthread_mutex_unlock(&r->scan_mu);
     return changes;
+}
+
+/* control = explicit at start: every model folder listed, unloaded, then
+ * those [models] load names loaded. */
+static void start_explicit(registry *r)
+{
+    int n;
+    char (*names)[DL_NAME_MAX] = model_dirs(r, &n);
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; names && i < n; i++) {
+        entry *e = find_or_add(r, names[i]);
+        if (e)
+            e->unloaded = true;
+    }
+    pthread_mutex_unlock(&r->mu);
+    free(names);
+    /* The list, checked by the configuration: names separated by commas. */
+    char (*load)[DL_NAME_MAX] = calloc(sizeof(r->conf.load) / 2 + 1, sizeof(*load));
+    int nload = 0;
+    for (const char *p = r->conf.load; load && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len > 0 && (*p == ' ' || *p == '\t'))
+            p++, len--;
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        snprintf(load[nload], DL_NAME_MAX, "%.*s", (int)len, p);
+        p = end ? end + 1 : "";
+        bool twice = false;   /* listed twice: its plan would wait for itself */
+        for (int k = 0; k < nload; k++)
+            twice = twice || strcmp(load[k], load[nload]) == 0;
+        if (twice)
+            continue;
+        pthread_mutex_lock(&r->mu);
+        entry *e = find_or_add(r, load[nload]);
+        if (e && is_model_dir(r, load[nload])) {
+            e->unloaded = false;
+            nload++;
+        } else if (e) {
+            DL_LOG(DL_LOG_ERR, "models", "[models] load names '%s': no %s/%s/model.json or "
+                   "version with model.onnx", load[nload], r->conf.dir, load[nload]);
+            snprintf(e->reason, sizeof(e->reason), "no folder in the model repository");
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    sync_models(r, load, nload);
+    free(load);
 }
 
 dl_status registry_new(const dl_models_conf *conf, bool batch_invariant,
@@ -484,8 +687,15 @@ dl_status registry_new(const dl_models_conf *conf, bool batch_invariant,
     if (!r)
         return dl_err_set(err, DL_ERR_NOMEM, "registry");
     pthread_mutex_init(&r->mu, NULL);
-    pthread_mutex_init(&r->load_mu, NULL);
+    pthread_mutex_init(&r->scan_mu, NULL);
+    pthread_cond_init(&r->idle, NULL);
     r->conf = *conf;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    r->load_threads = conf->load_threads > 0 ? (int)conf->load_threads
+                      : cores > REGISTRY_LOAD_THREADS_AUTO ? REGISTRY_LOAD_THREADS_AUTO
+                      : cores > 1 ? (int)cores : 1;
+    if (r->load_threads > REGISTRY_LOAD_THREADS_MAX)
+        r->load_threads = REGISTRY_LOAD_THREADS_MAX;
     r->batch_invariant = batch_invariant;
     if (gen) {
         r->gen = *gen;
@@ -497,11 +707,15 @@ dl_status registry_new(const dl_models_conf *conf, bool batch_invariant,
     struct stat sb;
     if (stat(conf->dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         pthread_mutex_destroy(&r->mu);
-        pthread_mutex_destroy(&r->load_mu);
+        pthread_mutex_destroy(&r->scan_mu);
+        pthread_cond_destroy(&r->idle);
         free(r);
         return dl_err_set(err, DL_ERR_IO, "%s: the model repository is not a folder", conf->dir);
     }
-    registry_rescan(r);
+    if (conf->control == DL_MODELS_CONTROL_EXPLICIT)
+        start_explicit(r);
+    else
+        registry_rescan(r);
     *out = r;
     return DL_OK;
 }
@@ -514,7 +728,8 @@ void registry_free(registry *r)
         publish(&r->e[i], NULL, 0);
     free(r->e);
     pthread_mutex_destroy(&r->mu);
-    pthread_mutex_destroy(&r->load_mu);
+    pthread_mutex_destroy(&r->scan_mu);
+    pthread_cond_destroy(&r->idle);
     free(r);
 }
 
@@ -524,12 +739,14 @@ dl_status registry_load(registry *r, const char *name, dl_err *err)
         return dl_err_set(err, DL_ERR_NOT_FOUND,
                           "unknown model '%s': no %s/%s/model.json or version with model.onnx",
                           name, r->conf.dir, name);
+    char one[1][DL_NAME_MAX];
+    snprintf(one[0], DL_NAME_MAX, "%s", name);
     pthread_mutex_lock(&r->mu);
     entry *e = find_or_add(r, name);
     if (e)
         e->unloaded = false;
     pthread_mutex_unlock(&r->mu);
-    sync_model(r, name);
+    sync_models(r, one, 1);
     pthread_mutex_lock(&r->mu);
     e = find(r, name);
     dl_status st = DL_OK;
@@ -701,6 +918,11 @@ void registry_metrics(registry *r, dl_sbuf *out)
 const char *registry_policy(const registry *r)
 {
     return r->conf.policy;
+}
+
+int registry_load_threads(const registry *r)
+{
+    return r->load_threads;
 }
 
 char **registry_names(registry *r)

@@ -53,7 +53,15 @@ typedef struct served {
  * "HTTP serving"). */
 #define REGISTRY_AUTO_SAMPLE_US 20
 
-/* Scans conf->dir and loads what the version policy selects. *out is new.
+/* models.load_threads = 0: one a core up to this many. A version's load
+ * is mostly one thread's work, and a rescan competes with the requests
+ * being served for the cores. */
+#define REGISTRY_LOAD_THREADS_AUTO 4
+#define REGISTRY_LOAD_THREADS_MAX 64
+
+/* Scans conf->dir and loads what the version policy selects (with
+ * conf->control explicit, only the models conf->load names; the others
+ * are listed unloaded, for registry_load). *out is new.
  * A model that fails to load is logged and recorded (see
  * registry_status), not fatal. Models compute batch-invariant answers
  * (dl_model_set_batch_invariant) as batch_invariant says, unless their
@@ -65,15 +73,17 @@ dl_status registry_new(const dl_models_conf *conf, bool batch_invariant,
                        registry **out, dl_err *err);
 void registry_free(registry *r);
 
-/* Rescans the folder: loads, validates and warms up new versions, swaps
- * them in atomically, and drops versions the policy no longer selects (they
- * are freed when their last reference goes). A bad version is refused and
- * the old keeps serving; the reason goes to the log and registry_status.
- * Returns the number of changes. */
+/* Rescans the folder: loads, validates and warms up new versions (up to
+ * models.load_threads at once), swaps each model's in atomically, and
+ * drops versions the policy no longer selects (they are freed when their
+ * last reference goes). A bad version is refused and the old keeps
+ * serving; the reason goes to the log and registry_status. Models
+ * unloaded (or, with control explicit, never loaded) stay so. Returns the
+ * number of changes. */
 int registry_rescan(registry *r);
 
-/* Loads (or reloads) / unloads one model by name, for
- * POST /v2/repository/models/{m}/load|unload. DL_ERR_NOT_FOUND when there
+/* Loads (or reloads: its folder read again) / unloads one model by name,
+ * for POST /v2/repository/models/{m}/load|unload. DL_ERR_NOT_FOUND when there
  * is no such model folder (load) or model (unload); DL_ERR_INVALID when
  * its newest version is refused (err says why). */
 dl_status registry_load(registry *r, const char *name, dl_err *err);
@@ -116,6 +126,9 @@ void registry_metrics(registry *r, dl_sbuf *out);
 /* The daemon's version policy ([models] policy; borrowed, constant): a
  * model's serving.version_policy overrides it. */
 const char *registry_policy(const registry *r);
+
+/* Versions loaded at once: models.load_threads, 0 resolved. */
+int registry_load_threads(const registry *r);
 
 /* Names of the models (new array of new strings, NULL-terminated). */
 char **registry_names(registry *r);
