@@ -48,6 +48,10 @@ struct registry {
     pthread_mutex_t mu;             /* the entries */
     pthread_cond_t  idle;           /* an entry stopped being busy */
     pthread_mutex_t scan_mu;        /* one rescan at a time */
+    /* One version's warm-up timed at a time: its time decides how many
+     * instances run it (REGISTRY_AUTO_SAMPLE_US), and versions loading
+     * together would slow each other's. */
+    pthread_mutex_t time_mu;
     dl_models_conf  conf;
     int             load_threads;   /* versions loaded at once (models.load_threads) */
     bool            batch_invariant;        /* [batching]'s, unless a model says */
@@ -249,12 +253,14 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
         st = x && y ? dl_model_predict(m, x, 1, 1, y, err)
                     : dl_err_set(err, DL_ERR_NOMEM, "warm-up");
         double best = 0;
+        pthread_mutex_lock(&r->time_mu);
         for (int i = 0; i < 3 && st == DL_OK; i++) {
             double t0 = dl_time_now();
             st = dl_model_predict(m, x, 1, 1, y, err);
             double t = dl_time_now() - t0;
             best = i == 0 || t < best ? t : best;
         }
+        pthread_mutex_unlock(&r->time_mu);
         atomic_store(&s->pub.sample_us, (long long)(best * 1e6));
         free(x);
         free(y);
@@ -688,6 +694,7 @@ dl_status registry_new(const dl_models_conf *conf, bool batch_invariant,
         return dl_err_set(err, DL_ERR_NOMEM, "registry");
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->scan_mu, NULL);
+    pthread_mutex_init(&r->time_mu, NULL);
     pthread_cond_init(&r->idle, NULL);
     r->conf = *conf;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -708,6 +715,7 @@ dl_status registry_new(const dl_models_conf *conf, bool batch_invariant,
     if (stat(conf->dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         pthread_mutex_destroy(&r->mu);
         pthread_mutex_destroy(&r->scan_mu);
+        pthread_mutex_destroy(&r->time_mu);
         pthread_cond_destroy(&r->idle);
         free(r);
         return dl_err_set(err, DL_ERR_IO, "%s: the model repository is not a folder", conf->dir);
@@ -729,6 +737,7 @@ void registry_free(registry *r)
     free(r->e);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->scan_mu);
+    pthread_mutex_destroy(&r->time_mu);
     pthread_cond_destroy(&r->idle);
     free(r);
 }
