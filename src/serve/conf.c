@@ -71,6 +71,23 @@ const char *dl_models_control_name(dl_models_control mode)
 /* [models] load: the form it takes (the value is unused). */
 static const dl_opt_word load_words[] = {{"name,name,...", 0}, {NULL, 0}};
 
+bool dl_models_load_next(const char **p, const char **name, size_t *len)
+{
+    if (!*p)
+        return false;
+    const char *end = strchr(*p, ',');
+    size_t n = end ? (size_t)(end - *p) : strlen(*p);
+    const char *s = *p;
+    while (n > 0 && (*s == ' ' || *s == '\t'))
+        s++, n--;
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        n--;
+    *name = s;
+    *len = n;
+    *p = end ? end + 1 : NULL;
+    return true;
+}
+
 /* "a, b": model names separated by commas (blanks around them ignored),
  * each a valid model name; "" is none. Stored as written. */
 static bool parse_load(const char *text, void *field, char *why, size_t whylen)
@@ -81,23 +98,14 @@ static bool parse_load(const char *text, void *field, char *why, size_t whylen)
                  DL_MODELS_LOAD_MAX - 1);
         return false;
     }
-    for (const char *p = text; *p;) {
-        const char *end = strchr(p, ',');
-        size_t n = end ? (size_t)(end - p) : strlen(p);
-        const char *name = p;
-        while (n > 0 && (*name == ' ' || *name == '\t'))
-            name++, n--;
-        while (n > 0 && (name[n - 1] == ' ' || name[n - 1] == '\t'))
-            n--;
+    const char *name;
+    size_t n;
+    for (const char *p = text[0] ? text : NULL; dl_models_load_next(&p, &name, &n);)
         if (!dl_model_name_valid(name, n)) {
             snprintf(why, whylen, "'%.*s' is not a valid model name (expected name,name,...)",
                      (int)(n < 60 ? n : 60), name);
             return false;
         }
-        if (!end)
-            break;
-        p = end + 1;
-    }
     char *out = field;
     memset(out, 0, DL_MODELS_LOAD_MAX);
     memcpy(out, text, len);

@@ -91,6 +91,12 @@ typedef struct dl_models_conf {
 /* The word of a control mode in the configuration ("watch", ...); static. */
 const char *dl_models_control_name(dl_models_control mode);
 
+/* The next entry of a [models] load list ("a, b"): *name and *len, the
+ * blanks around it left out; *p moves past its comma. Start with *p the
+ * list, NULL when it is ""; false once the entries are done. "a," gives
+ * "a" and then an empty entry. */
+bool dl_models_load_next(const char **p, const char **name, size_t *len);
+
 typedef struct dl_log_conf {
     int     level;               /* DL_LOG_ERR .. DL_LOG_DEBUG */
     char    debug[128];          /* subsystems logged at debug level: "kafka,http" */

@@ -653,15 +653,11 @@ static void start_explicit(registry *r)
     /* The list, checked by the configuration: names separated by commas. */
     char (*load)[DL_NAME_MAX] = calloc(sizeof(r->conf.load) / 2 + 1, sizeof(*load));
     int nload = 0;
-    for (const char *p = r->conf.load; load && *p;) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        while (len > 0 && (*p == ' ' || *p == '\t'))
-            p++, len--;
-        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
-            len--;
-        snprintf(load[nload], DL_NAME_MAX, "%.*s", (int)len, p);
-        p = end ? end + 1 : "";
+    const char *name;
+    size_t len;
+    for (const char *p = r->conf.load[0] ? r->conf.load : NULL;
+         load && dl_models_load_next(&p, &name, &len);) {
+        snprintf(load[nload], DL_NAME_MAX, "%.*s", (int)len, name);
         bool twice = false;   /* listed twice: its plan would wait for itself */
         for (int k = 0; k < nload; k++)
             twice = twice || strcmp(load[k], load[nload]) == 0;

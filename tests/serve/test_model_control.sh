@@ -45,6 +45,11 @@ check "control = sometimes stops start-up" test $rc -ne 0
 check "... naming file and line, and the words" \
     grep -q "bad.conf:3: \[models\] control 'sometimes' is invalid: expected watch, poll" \
     "$WORK/bad.err"
+printf '[models]\ncontrol = explicit\nload = a, b/c\n' > "$WORK/bad2.conf"
+"$DLSERVE" --config "$WORK/bad2.conf" > /dev/null 2> "$WORK/bad2.err"; rc=$?
+check "a bad name in load stops start-up, naming file and line" sh -c \
+    "[ $rc -ne 0 ] && grep -q \"bad2.conf:3: \[models\] load: 'b/c' is not a valid model name\" \
+     '$WORK/bad2.err'"
 "$DLSERVE" --models "$REPO" --set models.load=a > /dev/null 2> "$WORK/load.err"; rc=$?
 check "load without control = explicit stops start-up" \
     sh -c "[ $rc -ne 0 ] && grep -q 'control = explicit' '$WORK/load.err'"
@@ -60,7 +65,7 @@ check "poll: the poll loaded it (no folder watch)" grep -q "poll: [0-9]* changes
 stop_daemon
 
 # ---- explicit: load = a, then the repository API alone ----
-start_daemon explicit --models "$REPO" --set models.control=explicit --set models.load=a
+start_daemon explicit --models "$REPO" --set models.control=explicit --set "models.load=a, nope"
 check "explicit: daemon up" test -n "$PORT"
 check "explicit: /status says models_control explicit" status_is 'd["models_control"]' explicit
 check "explicit: a is ready" test "$(code GET /v2/models/a/ready)" = 200
@@ -71,6 +76,10 @@ code POST /v2/repository/index > /dev/null
 check "explicit: the index lists b as unloaded" test \
     "$(jq_get '[(m["state"], m.get("reason")) for m in d if m["name"] == "b"]')" \
     = "[('UNAVAILABLE', 'unloaded')]"
+check "explicit: the index says why nope, named in load, is not served" test \
+    "$(jq_get '[m["reason"] for m in d if m["name"] == "nope"]')" \
+    = "['no folder in the model repository']"
+check "explicit: the log says so" grep -q "load names 'nope'" "$LOG"
 check "explicit: loading b is 200" test "$(code POST /v2/repository/models/b/load)" = 200
 check "explicit: b answers" \
     test "$(code POST /v2/models/b/infer --data-binary @"$WORK/req1.json")" = 200
