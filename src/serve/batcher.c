@@ -129,15 +129,60 @@ void infer_req_init(infer_req *q, served *sv, int64_t n, const void *x, float *o
     dl_strlcpy(q->model, sv->name, sizeof(q->model));
 }
 
+/* The key of q's inputs: its version (that very load) and raw bytes. */
+static cache_key key_of(const infer_req *q)
+{
+    return (cache_key){.model = q->sv->name, .version = q->sv->version,
+                       .load = q->sv->load_id, .x = q->x,
+                       .x_len = (size_t)(q->n * q->sv->in_dim) * sizeof(float)};
+}
+
+bool infer_req_cached(cache *c, infer_req *q)
+{
+    if (!c || !q->sv->serving.cache)
+        return false;
+    double t0 = dl_time_now();
+    size_t len = (size_t)(q->n * q->sv->out_dim) * sizeof(float);
+    bool given = q->out != NULL;
+    if (!given)
+        q->out = malloc(len);
+    cache_key k = key_of(q);
+    bool hit = q->out && cache_get(c, &k, q->out, len);
+    if (!hit && !given) {
+        free(q->out);   /* the batcher allocates it, as without a cache */
+        q->out = NULL;
+    }
+    double now = dl_time_now();
+    q->cache = hit ? INFER_CACHE_HIT : INFER_CACHE_MISS;
+    q->cache_us = (now - t0) * 1e6;
+    if (hit) {
+        q->err = (dl_err){0};
+        q->t_arrival = q->t_start = q->t_infer = q->t_end = now;
+    }
+    return hit;
+}
+
+void infer_req_cache_store(cache *c, infer_req *q)
+{
+    if (!c || q->cache != INFER_CACHE_MISS || q->err.code != DL_OK || !q->out)
+        return;
+    double t0 = dl_time_now();
+    cache_key k = key_of(q);
+    cache_put(c, &k, q->out, (size_t)(q->n * q->sv->out_dim) * sizeof(float));
+    q->cache_us += (dl_time_now() - t0) * 1e6;
+}
+
 void infer_req_account(stats *st, const infer_req *q, double t_received, bool ok)
 {
     /* queue: submission to its batch's start; input, infer: the batch's
      * preparation and inference; output: the answer's writing; total:
      * from the transport's receipt to now. A request that did not run (or
-     * failed) has only a total. */
+     * failed) has only a total; a cache hit, its lookup. */
     double now = dl_time_now();
-    req_times t = {.total_us = (now - t_received) * 1e6};
-    if (ok) {
+    req_times t = {.total_us = (now - t_received) * 1e6,
+                   .cache_hit = q->cache == INFER_CACHE_HIT,
+                   .cache_miss = q->cache == INFER_CACHE_MISS, .cache_us = q->cache_us};
+    if (ok && !t.cache_hit) {
         t.queue_us = (q->t_start - q->t_arrival) * 1e6;
         t.input_us = (q->t_infer - q->t_start) * 1e6;
         t.infer_us = (q->t_end - q->t_infer) * 1e6;

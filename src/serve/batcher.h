@@ -5,6 +5,7 @@
 #ifndef DL_SERVE_BATCHER_H
 #define DL_SERVE_BATCHER_H
 
+#include "serve/cache.h"
 #include "serve/registry.h"
 #include "serve/stats.h"
 
@@ -57,7 +58,14 @@ typedef struct infer_req {
     void        (*on_done)(struct infer_req *q, void *ctx);
     void         *ctx;
     struct infer_req *next;      /* batcher's queue link */
+    /* The response cache (infer_req_cached): INFER_CACHE_HIT when it
+     * answered (no batch ran), INFER_CACHE_MISS when it was looked up in
+     * vain; cache_us, the lookup's time and, for a miss, the insertion's. */
+    int           cache;
+    double        cache_us;
 } infer_req;
+
+enum { INFER_CACHE_NONE, INFER_CACHE_HIT, INFER_CACHE_MISS };
 
 /* The transport contract. A transport (http/, kafka/; a new one such as
  * gRPC the same) does, for each request:
@@ -82,6 +90,20 @@ typedef struct infer_req {
 void infer_req_init(infer_req *q, served *sv, int64_t n, const void *x, float *out,
                     int64_t timeout_us, void (*on_done)(infer_req *q, void *ctx), void *ctx);
 
+/* The response cache, for a transport: looks q up (filled by
+ * infer_req_init) in c (NULL: no cache) when its version's serving block
+ * sets cache. True on a hit, with q done as if its batch had run: q->out
+ * holds the cached outputs (allocated when q->out was NULL), err ok, times
+ * now; q is then answered and accounted as any other (step 5 of the
+ * contract), without submitting it. */
+bool infer_req_cached(cache *c, infer_req *q);
+
+/* After a looked-up request (a miss) completed with its outputs, keeps
+ * them in c for the next requests of the same inputs, before it is
+ * answered. Does nothing for a request that was not looked up, a hit or a
+ * failure. */
+void infer_req_cache_store(cache *c, infer_req *q);
+
 /* Records the outcome of a completed (or refused) request q in st, for
  * q->sv's model and version and q->n samples: when ok, the time it queued
  * in the batcher (t_arrival to t_start), its batch's input preparation
@@ -89,7 +111,10 @@ void infer_req_init(infer_req *q, served *sv, int64_t n, const void *x, float *o
  * writing (t_end to now); and the total from t_received (dl_time_now()
  * when the transport received the request) to now. ok: the request was
  * answered with its predictions. q->sv must be set. The one place where
- * HTTP and Kafka turn a request's timestamps into durations. */
+ * HTTP and Kafka turn a request's timestamps into durations. A cache hit
+ * counts as answered, with its lookup's time and no queue or compute; a
+ * miss adds its lookup and insertion time (Triton's cache_hit and
+ * cache_miss). */
 void infer_req_account(stats *st, const infer_req *q, double t_received, bool ok);
 
 /* Starts the workers: one per instance of the models (models.instances),

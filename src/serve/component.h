@@ -35,6 +35,9 @@ typedef struct component_env {
     registry            *reg;
     batcher             *bat;
     stats               *st;
+    /* The response cache (cache.h), NULL when off: a transport looks its
+     * requests up (infer_req_cached) and stores their answers. */
+    cache               *cache;
     /* A byte written here wakes the daemon's main loop, which rescans the
      * model repository (non-blocking; any thread). */
     int                  rescan_fd;

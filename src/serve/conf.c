@@ -200,6 +200,9 @@ const dl_opt dl_serve_opts[] = {
         "max_tokens of a generate request that gives none: the tokens it makes at most"),
     INT(generate, timeout_us, "30000000", 0, 3600000000LL,
         "longest a generate request waits for room before it gets 503, in microseconds"),
+    INT(cache, bytes, "0", 0, 1LL << 50,
+        "bytes the response cache holds (keys and answers) for the models whose serving "
+        "block sets cache to true, least recently used evicted first; 0 = no cache"),
     STR(models, dir, "models", "the model repository folder"),
     STR(models, policy, "latest", "versions served: latest, latest:N or versions:1,3,..."),
     ENUM(models, control, "watch", control_words,

@@ -132,6 +132,7 @@ typedef struct daemon_ctx {
     registry     *reg;
     stats        *st;
     batcher      *bat;
+    cache        *cache;         /* the response cache; NULL: [cache] bytes = 0 */
     tracer       *tr;
     history      *hs;            /* the status page's history */
     double        start;
@@ -142,6 +143,12 @@ typedef struct daemon_ctx {
     void *_Atomic state[NCOMPONENTS];
     int           wake[2];        /* a byte here wakes the main loop: rescan the repository */
 } daemon_ctx;
+
+/* A version the registry stops serving takes its cached answers along. */
+static void retired(void *ctx, const served *sv)
+{
+    cache_drop(ctx, sv->name, sv->version, sv->load_id);
+}
 
 static bool is_ready(void *ctx)
 {
@@ -157,6 +164,16 @@ static json_t *status_extra(void *ctx)
                           dl_models_control_name(d->conf.models.control), "model_load_threads",
                           registry_load_threads(d->reg), "port", d->env.http_port,
                           "inference_threads", d->be[0]->threads);
+    if (o && d->cache) {
+        cache_usage u;
+        cache_get_usage(d->cache, &u);
+        json_object_set_new(o, "cache", json_pack("{s:I, s:I, s:I, s:I, s:I}", "bytes",
+                                                  (json_int_t)u.bytes, "entries",
+                                                  (json_int_t)u.entries, "capacity",
+                                                  (json_int_t)u.capacity, "inserts",
+                                                  (json_int_t)u.inserts, "evictions",
+                                                  (json_int_t)u.evictions));
+    }
     for (size_t i = 0; o && i < NCOMPONENTS; i++) {
         void *state = atomic_load(&d->state[i]);
         json_t *j = state && components[i]->status ? components[i]->status(state) : NULL;
@@ -188,6 +205,8 @@ static char *metrics_extra(void *ctx)
         registry_metrics(d->reg, &b);
     if (d->bat)
         batcher_metrics(d->bat, &b);
+    if (d->cache)
+        cache_metrics(d->cache, &b);
     for (size_t i = 0; i < NCOMPONENTS; i++) {
         void *state = atomic_load(&d->state[i]);
         if (state && components[i]->metrics)
@@ -254,9 +273,10 @@ static void reload(daemon_ctx *d)
             d->conf.log = fresh.log;
             if (memcmp(&fresh.http, &d->conf.http, sizeof(fresh.http)) ||
                 memcmp(&fresh.batching, &d->conf.batching, sizeof(fresh.batching)) ||
-                memcmp(&fresh.models, &d->conf.models, sizeof(fresh.models)))
+                memcmp(&fresh.models, &d->conf.models, sizeof(fresh.models)) ||
+                fresh.cache.bytes != d->conf.cache.bytes)
                 DL_LOG(DL_LOG_WARNING, "conf",
-                       "[http], [batching] and [models] changes apply at restart");
+                       "[http], [batching], [models] and [cache] changes apply at restart");
         }
     }
     if (d->conf.models.control != DL_MODELS_CONTROL_EXPLICIT)
@@ -431,6 +451,11 @@ static dl_status start(daemon_ctx *d, dl_err *err)
     if (st == DL_OK)
         st = registry_new(&d->conf.models, d->conf.batching.batch_invariant, &d->conf.generate,
                           d->st, d->be, d->nbe, &d->reg, err);
+    if (st == DL_OK && d->conf.cache.bytes > 0) {
+        st = cache_new((size_t)d->conf.cache.bytes, &d->cache, err);
+        if (st == DL_OK)
+            registry_on_retire(d->reg, retired, d->cache);
+    }
     if (st == DL_OK)
         st = batcher_new(&d->conf.batching, instances, d->reg, d->st, &d->bat, err);
     if (st == DL_OK)
@@ -442,6 +467,7 @@ static dl_status start(daemon_ctx *d, dl_err *err)
     d->env.conf = &d->conf;
     d->env.reg = d->reg;
     d->env.bat = d->bat;
+    d->env.cache = d->cache;
     d->env.st = d->st;
     d->env.tracer = d->tr;
     d->env.history = history_of;
@@ -483,6 +509,7 @@ static void stop(daemon_ctx *d)
     }
     batcher_free(d->bat);
     registry_free(d->reg);
+    cache_free(d->cache);   /* after the registry: its last versions retire into it */
     stats_free(d->st);
     for (int i = 0; i < d->nbe; i++)
         dl_backend_free(d->be[i]);

@@ -200,11 +200,17 @@ typedef struct dl_generate_conf {
     int64_t timeout_us;          /* longest a request waits for room before 503 */
 } dl_generate_conf;
 
+/* [cache]: the response cache (docs/serving.md, "Response cache"). */
+typedef struct dl_cache_conf {
+    int64_t bytes;               /* its bound; 0: no cache */
+} dl_cache_conf;
+
 typedef struct dl_serve_conf {
     dl_http_conf     http;
     dl_grpc_conf     grpc;
     dl_batching_conf batching;
     dl_generate_conf generate;
+    dl_cache_conf    cache;
     dl_models_conf   models;
     dl_log_conf      log;
     dl_kafka_conf    kafka;

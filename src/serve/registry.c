@@ -62,7 +62,13 @@ struct registry {
     int             nbe;
     entry          *e;
     int             n, cap;
+    /* registry_on_retire's: called under mu for each version dropped */
+    void          (*retired)(void *ctx, const served *sv);
+    void           *retired_ctx;
 };
+
+/* served's load_id: one more for each version loaded. */
+static atomic_uint_fast64_t loads;
 
 /* ---- versions ------------------------------------------------------------ */
 
@@ -224,6 +230,7 @@ static dl_status load_version(registry *r, const char *name, int64_t version, co
     if (!s)
         return dl_err_set(err, DL_ERR_NOMEM, "model");
     s->pub.serving = *sc;
+    s->pub.load_id = atomic_fetch_add(&loads, 1) + 1;
     s->pub.instances = sc->instances > 0 ? (int)sc->instances : r->nbe;
     dl_onnx_model *om = NULL;
     dl_status st = version_conf(r, name, version, text, &om, &s->pub.conf, err);
@@ -325,9 +332,10 @@ static entry *find_or_add(registry *r, const char *name)
 
 /* Publishes `next` (newest first) as the entry's versions, each carrying a
  * reference for the registry; every version replaced loses the registry's
- * reference (one kept in `next` holds the one it carries). Called with the
- * lock held. */
-static void publish(entry *e, served_impl **next, int n)
+ * reference (one kept in `next` holds the one it carries), and those no
+ * longer served are retired (registry_on_retire). Called with the lock
+ * held. */
+static void publish(registry *r, entry *e, served_impl **next, int n)
 {
     served_impl *old[MAX_VERSIONS];
     int nold = e->nv;
@@ -335,8 +343,14 @@ static void publish(entry *e, served_impl **next, int n)
     if (n > 0)
         memcpy(e->v, next, (size_t)n * sizeof(*next));
     e->nv = n;
-    for (int i = 0; i < nold; i++)
+    for (int i = 0; i < nold; i++) {
+        bool kept = false;
+        for (int k = 0; k < n; k++)
+            kept = kept || next[k] == old[i];
+        if (!kept && r->retired)
+            r->retired(r->retired_ctx, &old[i]->pub);
         served_release(&old[i]->pub);
+    }
 }
 
 /* One model brought to what the policy wants, in three steps: planned
@@ -523,7 +537,7 @@ static int plan_finish(registry *r, plan *p)
             drop[ndrop++] = next[i];
         changes = 0;
     } else {
-        publish(e, next, n);
+        publish(r, e, next, n);
         e->on_disk = p->nhave;
         snprintf(e->reason, sizeof(e->reason), "%s", reason);
         e->refused_total += nfailed;
@@ -628,7 +642,7 @@ int registry_rescan(registry *r)
     for (int i = 0; i < r->n; i++)
         if (!r->e[i].present && !r->e[i].busy && r->e[i].nv > 0) {
             DL_LOG(DL_LOG_NOTICE, "models", "%s: folder gone, unloading", r->e[i].name);
-            publish(&r->e[i], NULL, 0);
+            publish(r, &r->e[i], NULL, 0);
             changes++;
         }
     pthread_mutex_unlock(&r->mu);
@@ -729,13 +743,21 @@ void registry_free(registry *r)
     if (!r)
         return;
     for (int i = 0; i < r->n; i++)
-        publish(&r->e[i], NULL, 0);
+        publish(r, &r->e[i], NULL, 0);
     free(r->e);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->scan_mu);
     pthread_mutex_destroy(&r->time_mu);
     pthread_cond_destroy(&r->idle);
     free(r);
+}
+
+void registry_on_retire(registry *r, void (*fn)(void *ctx, const served *sv), void *ctx)
+{
+    pthread_mutex_lock(&r->mu);
+    r->retired = fn;
+    r->retired_ctx = ctx;
+    pthread_mutex_unlock(&r->mu);
 }
 
 dl_status registry_load(registry *r, const char *name, dl_err *err)
@@ -774,7 +796,7 @@ dl_status registry_unload(registry *r, const char *name, dl_err *err)
         return dl_err_set(err, DL_ERR_NOT_FOUND, "unknown model '%s'", name);
     }
     e->unloaded = true;
-    publish(e, NULL, 0);
+    publish(r, e, NULL, 0);
     pthread_mutex_unlock(&r->mu);
     DL_LOG(DL_LOG_NOTICE, "models", "%s unloaded", name);
     return DL_OK;

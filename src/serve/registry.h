@@ -17,6 +17,11 @@ typedef struct registry registry;
 typedef struct served {
     char                 name[DL_NAME_MAX];
     int64_t              version;
+    /* Which load this is, unique in the process: a version loaded again
+     * (unloaded, then loaded from files that may have changed) gets a new
+     * one, so that what was kept of the earlier load (the response
+     * cache's answers) never answers for it. */
+    uint64_t             load_id;
     dl_model_conf       *conf;        /* owned */
     /* Owned: one copy a backend of the registry (models.instances, or
      * fewer: serving.instances), m[i] used by whoever holds the batcher's
@@ -81,6 +86,12 @@ void registry_free(registry *r);
  * unloaded (or, with control explicit, never loaded) stay so. Returns the
  * number of changes. */
 int registry_rescan(registry *r);
+
+/* fn(ctx, sv) is called for each version the registry stops serving
+ * (retired by a rescan, unloaded, or at registry_free), as it drops it,
+ * with the registry's lock held: fn must be short and must not call the
+ * registry. Requests holding sv may still complete after it. */
+void registry_on_retire(registry *r, void (*fn)(void *ctx, const served *sv), void *ctx);
 
 /* Loads (or reloads: its folder read again) / unloads one model by name,
  * for POST /v2/repository/models/{m}/load|unload. DL_ERR_NOT_FOUND when there

@@ -136,7 +136,7 @@ dl_status serving_parse(json_t *block, int64_t max_instances, serving_conf *sc, 
     static const char *const keys[] = {
         "max_batch_size", "max_queue_delay_us", "preferred_batch_size", "max_queue_size",
         "instances", "version_policy", "default_timeout_us", "priority_levels",
-        "default_priority_level", "batch_invariant", NULL};
+        "default_priority_level", "batch_invariant", "cache", NULL};
     serving_init(sc);
     if (!block)
         return DL_OK;
@@ -166,6 +166,10 @@ dl_status serving_parse(json_t *block, int64_t max_instances, serving_conf *sc, 
         return dl_err_set(err, DL_ERR_INVALID, "serving.batch_invariant must be true or false");
     if (bi)
         sc->batch_invariant = json_is_true(bi);
+    json_t *cache = json_object_get(block, "cache");
+    if (cache && !json_is_boolean(cache))
+        return dl_err_set(err, DL_ERR_INVALID, "serving.cache must be true or false");
+    sc->cache = json_is_true(cache);
     if (sc->max_batch_size > 0 && sc->max_queue_size > 0 &&
         sc->max_batch_size > sc->max_queue_size)
         return dl_err_set(err, DL_ERR_INVALID, "serving.max_batch_size %lld is over "
@@ -215,6 +219,8 @@ json_t *serving_json(const serving_conf *sc)
         json_object_set_new(o, "default_timeout_us", json_integer(sc->default_timeout_us));
     if (sc->batch_invariant >= 0)
         json_object_set_new(o, "batch_invariant", json_boolean(sc->batch_invariant));
+    if (sc->cache)
+        json_object_set_new(o, "cache", json_true());
     if (sc->priority_levels) {
         json_object_set_new(o, "priority_levels", json_integer(sc->priority_levels));
         json_object_set_new(o, "default_priority_level",

@@ -28,6 +28,7 @@ typedef struct serving_conf {
     int64_t priority_levels;         /* 0: one level, priorities ignored */
     int64_t default_priority_level;  /* 1..priority_levels when levels are given */
     int     batch_invariant;         /* 1, 0; -1: not given */
+    bool    cache;                   /* answers kept in the response cache ([cache] bytes) */
 } serving_conf;
 
 /* The settings when model.json has no "serving" block: none given. */
@@ -40,7 +41,7 @@ void serving_init(serving_conf *sc);
  * each at most max_batch_size), version_policy (as [models] policy),
  * priority_levels (0..SERVING_MAX_PRIORITY) and default_priority_level
  * (1..priority_levels; with levels, required), batch_invariant (true or
- * false). `max_instances` bounds
+ * false), cache (true or false: false when not given). `max_instances` bounds
  * instances (models.instances). DL_ERR_INVALID with err naming the key and
  * why for anything else, unknown keys included. */
 dl_status serving_parse(json_t *block, int64_t max_instances, serving_conf *sc, dl_err *err);

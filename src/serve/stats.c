@@ -21,6 +21,8 @@
  *   dlserve_generated_tokens_total            counter  {model, version}: stats_generate
  *   dlserve_time_to_first_token_seconds       histogram {model}: stats_generate
  *   dlserve_time_per_output_token_seconds     histogram {model}: stats_generate
+ *   dlserve_cache_hits_total / _misses_total  counter  {model, version}: stats_request_times
+ *       (only the series that looked the response cache up)
  *   dlserve_http_responses_total              counter  {method, handler, code}
  *   process_*                                 read from /proc/self at each scrape
  *
@@ -116,6 +118,9 @@ typedef struct series {
     uint64_t executions;      /* batches */
     uint64_t timeouts;        /* requests refused: queued past their deadline */
     uint64_t gen_tokens;      /* tokens generated */
+    uint64_t computed;        /* successful requests that ran (not answered by the cache) */
+    uint64_t cache_hits, cache_misses;
+    double   cache_hit_us, cache_miss_us;
     double   request_us, queue_us, compute_us;   /* compute_us: the infer part */
     double   input_us, output_us, fail_us;
     double   last_inference;  /* Unix seconds of the last successful request; 0: none */
@@ -393,16 +398,26 @@ void stats_request_times(stats *st, const char *model, int64_t version, bool ok,
     pthread_mutex_lock(&st->mu);
     series *s = series_get(st, model, version);
     if (s) {
+        if (t->cache_hit) {
+            s->cache_hits++;
+            s->cache_hit_us += nonneg(t->cache_us);
+        } else if (t->cache_miss) {
+            s->cache_misses++;
+            s->cache_miss_us += nonneg(t->cache_us);
+        }
         if (ok) {
             s->success++;
-            s->inferences += samples > 0 ? (uint64_t)samples : 0;
             s->request_us += total_us;
+            s->last_inference = (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9;
+        }
+        if (ok && !t->cache_hit) {
+            s->computed++;
+            s->inferences += samples > 0 ? (uint64_t)samples : 0;
             s->queue_us += queue_us;
             s->compute_us += compute_us;
             s->input_us += input_us;
             s->output_us += output_us;
-            s->last_inference = (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9;
-        } else {
+        } else if (!ok) {
             s->failure++;
             s->fail_us += total_us;
         }
@@ -747,6 +762,19 @@ char *stats_prometheus(stats *st, const char *extra)
                          N_REQ_BOUNDS, ms->tpot_buckets, ms->tpot_count, ms->tpot_sum);
     }
 
+    dl_prom_family(&b, "dlserve_cache_hits_total", "counter",
+                   "Inference requests answered from the response cache.");
+    for (size_t i = 0; i < st->nseries; i++)
+        if (st->series[i]->cache_hits + st->series[i]->cache_misses)
+            sample_series(&b, "dlserve_cache_hits_total", st->series[i],
+                          (double)st->series[i]->cache_hits);
+    dl_prom_family(&b, "dlserve_cache_misses_total", "counter",
+                   "Inference requests looked up in the response cache in vain, then computed.");
+    for (size_t i = 0; i < st->nseries; i++)
+        if (st->series[i]->cache_hits + st->series[i]->cache_misses)
+            sample_series(&b, "dlserve_cache_misses_total", st->series[i],
+                          (double)st->series[i]->cache_misses);
+
     dl_prom_family(&b, "dlserve_http_responses_total", "counter",
               "HTTP responses sent, by method, handler (the route) and status code.");
     for (size_t i = 0; i < st->nhttp; i++) {
@@ -889,15 +917,17 @@ static json_t *model_stat(const series *s)
     char version[24];
     snprintf(version, sizeof(version), "%" PRId64, s->version);
     /* last_inference: milliseconds since the epoch, as Triton's */
+    /* as Triton's: success counts cache hits, queue and compute do not */
     json_t *inference = json_pack(
         "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
         "success", duration_stat(s->success, s->request_us),
         "fail", duration_stat(s->failure, s->fail_us),
-        "queue", duration_stat(s->success, s->queue_us),
-        "compute_input", duration_stat(s->success, s->input_us),
-        "compute_infer", duration_stat(s->success, s->compute_us),
-        "compute_output", duration_stat(s->success, s->output_us),
-        "cache_hit", duration_stat(0, 0), "cache_miss", duration_stat(0, 0));
+        "queue", duration_stat(s->computed, s->queue_us),
+        "compute_input", duration_stat(s->computed, s->input_us),
+        "compute_infer", duration_stat(s->computed, s->compute_us),
+        "compute_output", duration_stat(s->computed, s->output_us),
+        "cache_hit", duration_stat(s->cache_hits, s->cache_hit_us),
+        "cache_miss", duration_stat(s->cache_misses, s->cache_miss_us));
     return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:[]}", "name", s->model,
                      "version", version, "last_inference",
                      jint((uint64_t)llround(s->last_inference * 1e3)), "inference_count",

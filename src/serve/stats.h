@@ -30,11 +30,18 @@ void stats_batch(stats *st, const char *model, int64_t version, int64_t samples)
  * (from arrival to answer). */
 typedef struct req_times {
     double queue_us, input_us, infer_us, output_us, total_us;
+    /* The response cache: answered from it (a hit), or looked up in vain
+     * (a miss); cache_us, the lookup's time and a miss's insertion's. */
+    bool   cache_hit, cache_miss;
+    double cache_us;
 } req_times;
 
 /* stats_request with every duration: ok requests add all of them, failed
- * ones their total (Triton's "fail" duration). stats_request(..., queue,
- * compute, total) is this with compute as the infer time. */
+ * ones their total (Triton's "fail" duration). As Triton's, a cache hit
+ * that was answered counts as a success (its total) and in cache_hit, and
+ * in neither the inferences nor the queue and compute durations; a miss
+ * counts in cache_miss besides. stats_request(..., queue, compute, total)
+ * is this with compute as the infer time. */
 void stats_request_times(stats *st, const char *model, int64_t version, bool ok,
                          int64_t samples, const req_times *t);
 /* stats_batch with the batch's compute durations (microseconds), kept per
@@ -71,7 +78,9 @@ void stats_http(stats *st, const char *method, const char *handler, int code);
  * dlserve_generated_tokens_total and the histograms
  * dlserve_time_to_first_token_seconds and
  * dlserve_time_per_output_token_seconds,
- * dlserve_http_responses_total{method,handler,code}, and process metrics
+ * dlserve_http_responses_total{method,handler,code},
+ * dlserve_cache_hits_total and dlserve_cache_misses_total{model,version}
+ * (the versions whose requests looked the response cache up), and process metrics
  * (process_resident_memory_bytes, process_cpu_seconds_total,
  * process_start_time_seconds, process_open_fds). `extra` (may be NULL) is
  * appended as is. */

@@ -20,7 +20,8 @@ static dl_status grpc_comp_start(component_env *env, void **state, dl_err *err)
     if (!gc)
         return dl_err_set(err, DL_ERR_NOMEM, "grpc component");
     gc->deps = (grpc_deps){ .conf = &env->conf->grpc, .http = &env->conf->http,
-                            .reg = env->reg, .bat = env->bat, .st = env->st, .tr = env->tracer,
+                            .reg = env->reg, .bat = env->bat, .st = env->st, .cache = env->cache,
+                            .tr = env->tracer,
                             .server_version = DL_VERSION_STRING, .ready = env->ready,
                             .ctx = env->ctx };
     int port;

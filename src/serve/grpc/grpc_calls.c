@@ -2,7 +2,7 @@
  * grpc.health.v1.Health. Metadata, configuration, statistics and the
  * repository index are the JSON HTTP answers with, turned into their
  * messages (pb_json.h); infer requests follow the transport contract of
- * batcher.h, as HTTP's do; a stream reads its requests one after the
+ * batcher.h, as HTTP's do (the response cache's answers included); a stream reads its requests one after the
  * other, runs them side by side and writes each answer as it comes. */
 #define _GNU_SOURCE
 #include "serve/grpc/grpc_codec.h"
@@ -422,6 +422,11 @@ void gsrv_infer_start(ireq *r, const uint8_t *data, size_t len)
         timeout = left > 1 ? left : 1;
     infer_req_init(&r->q, sv, r->in.batch, r->in.x, NULL, timeout, infer_done, r);
     r->q.priority = r->in.priority;
+    if (infer_req_cached(d->cache, &r->q)) {   /* answered from the response cache */
+        batcher_arriving(bat, -1);
+        gsrv_infer_finish(r);
+        return;
+    }
     if (hold(bat, r)) {
         batcher_arriving(bat, -1);
         return;
@@ -474,6 +479,7 @@ void gsrv_infer_finish(ireq *r)
     } else if (q->err.code != DL_OK) {
         dl_err_set(&err, q->err.code, "inference failed: %s", q->err.msg);
     } else {
+        infer_req_cache_store(d->cache, &r->q);   /* a miss computed: kept */
         oip_result res = {.model = sv->name, .version = sv->version,
                           .id = r->msg->id[0] ? r->msg->id : NULL, .conf = sv->conf,
                           .batch = r->in.batch, .out_dim = sv->out_dim, .y = q->out,

@@ -17,6 +17,7 @@ typedef struct grpc_deps {
     registry           *reg;
     batcher            *bat;
     stats              *st;
+    cache              *cache;          /* the response cache, NULL when off */
     tracer             *tr;
     const char         *server_version; /* DL_VERSION_STRING */
     /* true once models are loaded and warmed, false again after SIGTERM

@@ -30,7 +30,7 @@ static dl_status http_comp_start(component_env *env, void **state, dl_err *err)
     if (!hc)
         return dl_err_set(err, DL_ERR_NOMEM, "http component");
     hc->deps = (http_deps){ .conf = &env->conf->http, .reg = env->reg, .bat = env->bat,
-                            .st = env->st, .start_time = env->start_time,
+                            .st = env->st, .cache = env->cache, .start_time = env->start_time,
                             .server_version = DL_VERSION_STRING,
                             .models_dir = env->conf->models.dir, .ready = env->ready,
                             .ctx = env->ctx, .status_extra = env->status_extra,

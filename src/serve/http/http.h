@@ -16,6 +16,7 @@ typedef struct http_deps {
     registry           *reg;
     batcher            *bat;
     stats              *st;
+    cache              *cache;          /* the response cache, NULL when off */
     double              start_time;     /* dl_time_now() at start */
     const char         *server_version; /* DL_VERSION_STRING */
     const char         *models_dir;     /* the repository, for GET /status/training */

@@ -1,7 +1,9 @@
-/* http_infer.c: infer requests over HTTP: parsed and run on the event
+/* http_infer.c: infer requests over HTTP: parsed, answered at once from
+ * the response cache when it holds their inputs' answer, run on the event
  * loop when the batcher allows, held with the others its loop read in one
  * pass and run as one batch, or queued with the connection suspended
- * until the batch's completion resumes it; then answered from the result. */
+ * until the batch's completion resumes it; then answered from the result
+ * (kept in the cache when it was looked up). */
 #define _GNU_SOURCE   /* microhttpd.h's socket types */
 #include "serve/http/http_int.h"
 
@@ -54,6 +56,7 @@ static answer infer_answer(http_server *h, request *rq)
          * 500 when the backend failed */
         a = http_status_answer(q->err.code, "inference failed: %s", q->err.msg);
     } else {
+        infer_req_cache_store(h->deps->cache, &rq->q);   /* a miss computed: kept */
         oip_result res = {.model = sv->name, .version = sv->version, .id = rq->in.id,
                           .conf = sv->conf, .batch = rq->in.batch, .out_dim = sv->out_dim,
                           .y = q->out, .x = rq->in.x, .in_dim = sv->in_dim,
@@ -193,7 +196,8 @@ bool http_infer_start(http_server *h, struct MHD_Connection *c, request *rq, ans
     rq->c = c;
     rq->loop = http_loop_current();
     batcher *bat = h->deps->bat;
-    if (!open_batch && batcher_run_now(bat, q)) {   /* answered on this thread: nothing to wait for */
+    /* Answered from the response cache, or run on this thread: nothing to wait for. */
+    if (infer_req_cached(h->deps->cache, q) || (!open_batch && batcher_run_now(bat, q))) {
         rq->stage = REQ_SUBMITTED;   /* no longer announced */
         batcher_arriving(bat, -1);
         *a = infer_answer(h, rq);
