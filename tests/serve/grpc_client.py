@@ -33,6 +33,8 @@ passes; on the first failure prints "  FAIL - ..." and exits 1.
   killed               clients gone mid-stream: killed, and exited with
                        requests unread; the daemon serves on, no stream left
   stats                ModelStatistics counts gRPC requests (as HTTP's)
+  cache                fashion-mlp's response cache: the same inputs twice,
+                       a miss then a hit, the same bits; HTTP hits too
   repository           the index; unload, ModelReady, load
   status PORT          /status's grpc object and /metrics' gRPC families
   auth                 with a token: what needs it and what does not
@@ -722,6 +724,25 @@ def check_stats():
            names)
 
 
+def check_cache():
+    """fashion-mlp with "cache": true, the images 900..902 new to it."""
+    x = [images(900, 3)]
+    s0 = model_stats("fashion-mlp").inference_stats
+    r1 = expect_ok(stub.ModelInfer, infer_request("fashion-mlp", x), "infer")
+    r2 = expect_ok(stub.ModelInfer, infer_request("fashion-mlp", x, typed=True), "again, typed")
+    expect(r2.raw_output_contents == r1.raw_output_contents,
+           "the same inputs again: the same bits")
+    s1 = model_stats("fashion-mlp").inference_stats
+    expect((s1.cache_miss.count - s0.cache_miss.count, s1.cache_hit.count - s0.cache_hit.count)
+           == (1, 1), "a miss, then a hit", (s0, s1))
+    expect(s1.cache_hit.ns > s0.cache_hit.ns and s1.cache_miss.ns > s0.cache_miss.ns,
+           "their durations")
+    ans, tensors = http_binary("fashion-mlp", x)
+    same_as_http(r1, ans, tensors, "HTTP's answer from the cache gRPC filled")
+    s2 = model_stats("fashion-mlp").inference_stats
+    expect(s2.cache_hit.count - s1.cache_hit.count == 1, "HTTP's request was a hit")
+
+
 def index():
     r = expect_ok(stub.RepositoryIndex, pb.RepositoryIndexRequest(), "RepositoryIndex")
     return {m.name: m for m in r.models}
@@ -1017,7 +1038,7 @@ CHECKS = {"gen": lambda: ok("stubs in %s" % STUBS), "basics": check_basics,
           "infer": check_infer, "multi": check_multi, "errors": check_errors,
           "stream": lambda n="1000", how="": check_stream(int(n), how == "queued"),
           "killed": check_killed,
-          "stats": check_stats, "repository": check_repository, "status": check_status,
+          "stats": check_stats, "cache": check_cache, "repository": check_repository, "status": check_status,
           "auth": check_auth, "oversize": check_oversize, "deadline": check_deadline,
           "grace": check_grace, "generate": check_generate, "tls": check_tls,
           "traced": check_traced}

@@ -501,3 +501,44 @@ Test(stats, model_stats_in_tritons_form)
     cr_expect_eq(sample(text, "dlserve_request_timeouts_total{model=\"m\",version=\"2\"}"), 0);
     free(text);
 }
+
+/* Triton's cache statistics: a hit is a success (its total) and a
+ * cache_hit (its lookup), not an inference nor queue or compute time; a
+ * miss adds its lookup and insertion to cache_miss. */
+Test(stats, cache_hits_and_misses)
+{
+    req_times miss = {.queue_us = 10, .input_us = 2, .infer_us = 30, .output_us = 4,
+                      .total_us = 50, .cache_miss = true, .cache_us = 3};
+    req_times hit = {.output_us = 1, .total_us = 5, .cache_hit = true, .cache_us = 2};
+    stats_request_times(st, "m", 1, true, 4, &miss);
+    stats_request_times(st, "m", 1, true, 4, &hit);
+    stats_request_times(st, "m", 1, true, 4, &hit);
+    stats_request_times(st, "plain", 1, true, 4, &(req_times){.total_us = 9});
+
+    json_t *all = stats_model_stats(st, "m", 0);
+    cr_assert_eq(json_array_size(all), 1);
+    json_t *v1 = json_array_get(all, 0);
+    cr_expect_eq(json_integer_value(json_object_get(v1, "inference_count")), 4);
+    json_t *is = json_object_get(v1, "inference_stats");
+    cr_expect_eq(dur(is, "success", "count"), 3);
+    cr_expect_eq(dur(is, "success", "ns"), 60000);
+    cr_expect_eq(dur(is, "cache_hit", "count"), 2);
+    cr_expect_eq(dur(is, "cache_hit", "ns"), 4000);
+    cr_expect_eq(dur(is, "cache_miss", "count"), 1);
+    cr_expect_eq(dur(is, "cache_miss", "ns"), 3000);
+    cr_expect_eq(dur(is, "queue", "count"), 1);
+    cr_expect_eq(dur(is, "queue", "ns"), 10000);
+    cr_expect_eq(dur(is, "compute_infer", "count"), 1);
+    cr_expect_eq(dur(is, "compute_output", "ns"), 4000);
+    json_decref(all);
+
+    char *text = stats_prometheus(st, NULL);
+    cr_assert_not_null(text);
+    cr_expect_eq(sample(text, "dlserve_cache_hits_total{model=\"m\",version=\"1\"}"), 2);
+    cr_expect_eq(sample(text, "dlserve_cache_misses_total{model=\"m\",version=\"1\"}"), 1);
+    cr_expect_eq(sample(text, "nv_inference_request_success{model=\"m\",version=\"1\"}"), 3);
+    cr_expect_eq(sample(text, "nv_inference_count{model=\"m\",version=\"1\"}"), 4);
+    cr_expect_null(strstr(text, "dlserve_cache_hits_total{model=\"plain\""),
+                   "a model that never looked the cache up has no cache series");
+    free(text);
+}
