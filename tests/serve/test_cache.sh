@@ -67,16 +67,18 @@ start_daemon cache --models "$REPO" --set cache.bytes=1M
 check "daemon starts with a 1 MiB cache" test -n "$PORT"
 check "the model's serving block says cache" \
     test "$(code GET /status)" = 200 -a \
-         "$(jq_get '[m["serving"].get("cache") for m in d["models"] if m["name"] == "fashion-mlp"]')" = "[True]"
+         "$(jq_get '[m["serving"].get("cache") for m in d["models"]
+                    if m["name"] == "fashion-mlp"]')" = "[True]"
 check "first request: 200" test "$(infer fashion-mlp a a1.out)" = 200
 check "same request again: 200" test "$(infer fashion-mlp a a2.out)" = 200
 check "... answered with the same bytes" cmp -s "$WORK/a1.out" "$WORK/a2.out"
 check "stats: a miss, then a hit; both successes, the samples of the one computed" \
     test "$(stats fashion-mlp 1)" = "1 1 2 2"
+IS='d["model_stats"][0]["inference_stats"]'
 check "stats: the hit's and the miss's durations" \
-    test "$(jq_get '[d["model_stats"][0]["inference_stats"][k]["ns"] > 0 for k in ("cache_hit", "cache_miss")]')" = "[True, True]"
+    test "$(jq_get "[$IS[k]['ns'] > 0 for k in ('cache_hit', 'cache_miss')]")" = "[True, True]"
 check "stats: queue and compute count the computed request only" \
-    test "$(jq_get '[d["model_stats"][0]["inference_stats"][k]["count"] for k in ("queue", "compute_infer")]')" = "[1, 1]"
+    test "$(jq_get "[$IS[k]['count'] for k in ('queue', 'compute_infer')]")" = "[1, 1]"
 check "metrics: dlserve_cache_hits_total and _misses_total of version 1" \
     test "$(metric 'dlserve_cache_hits_total{model="fashion-mlp",version="1"}')" = 1 -a \
          "$(metric 'dlserve_cache_misses_total{model="fashion-mlp",version="1"}')" = 1

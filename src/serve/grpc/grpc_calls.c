@@ -2,8 +2,9 @@
  * grpc.health.v1.Health. Metadata, configuration, statistics and the
  * repository index are the JSON HTTP answers with, turned into their
  * messages (pb_json.h); infer requests follow the transport contract of
- * batcher.h, as HTTP's do (the response cache's answers included); a stream reads its requests one after the
- * other, runs them side by side and writes each answer as it comes. */
+ * batcher.h, as HTTP's do (the response cache's answers included); a
+ * stream reads its requests one after the other, runs them side by side
+ * and writes each answer as it comes. */
 #define _GNU_SOURCE
 #include "serve/grpc/grpc_codec.h"
 #include "serve/grpc/grpc_int.h"
