@@ -38,5 +38,5 @@ SERVE_PACKAGES=(libmicrohttpd-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compi
 # tests/py/book_baselines.py) and r-cran-dslabs.
 TEST_PACKAGES=(libcriterion-dev python3-torch prometheus systemd redis-server chromium
                clang-14 libclang-rt-14-dev mmdebstrap buildah podman runc python3-yaml
-               python3-grpcio python3-grpc-tools python3-onnx bible-kjv-text
+               python3-grpcio python3-grpc-tools python3-onnx python3-jsonschema bible-kjv-text
                python3-sklearn r-cran-dslabs)

@@ -30,6 +30,33 @@ tests/deploy/test_manifests.sh and test_alerts.sh. Commands:
   alerts RULES OUT       the rules with every `for:` set to 0s
   formats RUNTIME ISVC...  the runtime's model formats on one line, then
                          each InferenceService's format and runtime
+  validate SCHEMAS FILE...  every document of the files against the schema
+                         of its apiVersion and kind in the folder SCHEMAS
+                         (tests/deploy/schemas/README.md); a kind without
+                         a schema fails; kustomize's Kustomization is skipped
+  kserve-runtime YAML    KServe reads prometheus.kserve.io/* from
+                         spec.annotations, none under metadata; autoSelect
+                         for the dlserve format only
+  prometheusrule RULES   the rules file as a PrometheusRule, to stdout
+  same-rules RULES PR    the PrometheusRule's groups are the rules file's
+  runbooks RULES DOC BASE  every alert's runbook_url is BASE#anchor, a
+                         heading of DOC; no relative `runbook`
+  claims STREAM          the PersistentVolumeClaims (NAME MODES), the
+                         claims of the Deployment (deployment CLAIM SUBPATH
+                         MOUNT) and of the MPIJob (mpijob CLAIM MOUNT)
+  train-args STREAM      the MPIJob's ranks (-n, then Worker replicas x
+                         slotsPerWorker) on one line, then the arguments
+                         of dlserve under mpirun, one a line
+  kafka-trigger STREAM   bootstrapServers, consumerGroup and topic of the
+                         ScaledObject's kafka trigger, one a line
+  netpol STREAM          ingress PORT/PROTO (named ports resolved through
+                         the Deployment's container) on one line, egress
+                         PORT/PROTO on another, over every NetworkPolicy
+                         selecting the Deployment's pods
+  spread STREAM          the topologyKeys of the Deployment's
+                         topologySpreadConstraints whose selector matches
+                         its pod labels, sorted, on one line
+  adapter VALUES         the metric names prometheus-adapter's rules expose
 """
 import json
 import os
@@ -180,7 +207,8 @@ def exprs(doc):
     """Every PromQL string of an alert file, dashboard, ScaledObject or HPA."""
     if isinstance(doc, dict):
         for k, v in doc.items():
-            if k in ('expr', 'query', 'definition') and isinstance(v, str):
+            if k in ('expr', 'query', 'definition', 'seriesQuery', 'metricsQuery') \
+                    and isinstance(v, str):
                 yield v
             elif k == 'metric' and isinstance(v, dict) and 'name' in v:
                 yield v['name']
@@ -236,6 +264,236 @@ def cmd_formats(runtime, services):
             print(m['modelFormat']['name'], m.get('runtime', ''))
 
 
+def close_objects(schema, closable=True):
+    """Strict mode: an object schema listing properties admits no others
+    (kubeconform's -strict), so a misspelt or misplaced field fails.
+    Branches of if/then/else, allOf, anyOf, oneOf and not only add
+    constraints: they stay open; so does a schema beside a $ref."""
+    if isinstance(schema, list):
+        for s in schema:
+            close_objects(s, closable)
+        return
+    if not isinstance(schema, dict):
+        return
+    if closable and 'properties' in schema and 'additionalProperties' not in schema \
+            and '$ref' not in schema:
+        schema['additionalProperties'] = False
+    for k, v in schema.items():
+        if k in ('properties', '$defs', 'patternProperties'):
+            for sub in v.values():
+                close_objects(sub, True)
+        elif k in ('items', 'additionalProperties'):
+            close_objects(v, True)
+        elif k in ('if', 'then', 'else', 'allOf', 'anyOf', 'oneOf', 'not'):
+            close_objects(v, False)
+
+
+def load_schemas(folder):
+    store, by_kind = {}, {}
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith('.yaml'):
+            continue
+        with open(os.path.join(folder, name)) as f:
+            schema = yaml.safe_load(f)
+        close_objects(schema)
+        store[name] = schema
+        props = schema.get('properties', {})
+        if 'kind' in props:
+            by_kind[(props['apiVersion']['const'], props['kind']['const'])] = name
+    return store, by_kind
+
+
+def cmd_validate(folder, paths):
+    import warnings
+    import jsonschema
+    warnings.simplefilter("ignore", DeprecationWarning)
+    store, by_kind = load_schemas(folder)
+    errors = n = 0
+    for p in paths:
+        for d in load_all(p):
+            key = (d.get('apiVersion'), d.get('kind'))
+            if key[1] == 'Kustomization':
+                continue
+            where = f"{p}: {key[1]} {d.get('metadata', {}).get('name', '?')}"
+            if key not in by_kind:
+                print(f'{where}: no schema for {key[0]} {key[1]}')
+                errors += 1
+                continue
+            name = by_kind[key]
+            resolver = jsonschema.RefResolver(name, store[name], store=store)
+            v = jsonschema.Draft202012Validator(store[name], resolver=resolver)
+            for e in sorted(v.iter_errors(d), key=lambda e: list(e.absolute_path)):
+                path = '.'.join(str(x) for x in e.absolute_path) or '(top)'
+                print(f'{where}: {path}: {e.message}')
+                errors += 1
+            n += 1
+    print(f'{n} documents, {errors} errors')
+    sys.exit(1 if errors else 0)
+
+
+def cmd_kserve_runtime(path):
+    (rt,) = load_all(path)
+    bad = []
+    meta = rt['metadata'].get('annotations', {})
+    spec = rt['spec'].get('annotations', {})
+    if any(k.startswith('prometheus.kserve.io/') for k in meta):
+        bad.append('prometheus.kserve.io/* under metadata.annotations (KServe ignores them)')
+    for k in ('prometheus.kserve.io/port', 'prometheus.kserve.io/path'):
+        if k not in spec:
+            bad.append(f'no {k} in spec.annotations')
+    port = rt['spec']['containers'][0]['ports'][0]['containerPort']
+    if str(spec.get('prometheus.kserve.io/port')) != str(port):
+        bad.append(f'prometheus.kserve.io/port is not the container port {port}')
+    auto = {f['name']: f.get('autoSelect', False) for f in rt['spec']['supportedModelFormats']}
+    if auto != {'dlserve': True, 'onnx': False}:
+        bad.append(f'autoSelect {auto}: wanted dlserve true, onnx false')
+    for b in bad:
+        print(f'{path}: {b}')
+    sys.exit(1 if bad else 0)
+
+
+def read_rules(rules):
+    with open(rules) as f:
+        return yaml.safe_load(f)
+
+
+PR_HEADER = """\
+# prometheusrule.yaml: conf/prometheus/dlserve-alerts.yml as a PrometheusRule
+# for the Prometheus operator (kube-prometheus-stack selects it by the
+# label release). Generated, not edited: after a change to the rules,
+#   tests/deploy/manifests.py prometheusrule conf/prometheus/dlserve-alerts.yml \\
+#     > deploy/k8s/overlays/monitoring/prometheusrule.yaml
+# (tests/deploy/test_alerts.sh checks that the two agree).
+"""
+
+
+def cmd_prometheusrule(rules):
+    pr = {'apiVersion': 'monitoring.coreos.com/v1', 'kind': 'PrometheusRule',
+          'metadata': {'name': 'dlserve', 'labels': {'release': 'kube-prometheus-stack'}},
+          'spec': {'groups': read_rules(rules)['groups']}}
+    print(PR_HEADER, end='')
+    yaml.safe_dump(pr, sys.stdout, sort_keys=False, width=100)
+
+
+def cmd_same_rules(rules, pr):
+    (doc,) = load_all(pr)
+    sys.exit(0 if doc['spec']['groups'] == read_rules(rules)['groups'] else 1)
+
+
+def anchors(doc):
+    """GitHub's heading anchors: lower case, punctuation but - and _
+    dropped, spaces to -."""
+    out = set()
+    with open(doc) as f:
+        for line in f:
+            m = re.match(r'#+\s+(.*)', line)
+            if m:
+                a = re.sub(r'[^\w\- ]', '', m.group(1).strip().lower()).replace(' ', '-')
+                out.add(a)
+    return out
+
+
+def cmd_runbooks(rules, doc, base):
+    have = anchors(doc)
+    bad = []
+    for g in read_rules(rules)['groups']:
+        for r in g['rules']:
+            if 'alert' not in r:
+                continue
+            a = r.get('annotations', {})
+            url = a.get('runbook_url', '')
+            if 'runbook' in a:
+                bad.append(f"{r['alert']}: a relative runbook: {a['runbook']}")
+            if not url.startswith(base + '#'):
+                bad.append(f"{r['alert']}: runbook_url {url!r} is not {base}#...")
+            elif url.split('#', 1)[1] not in have:
+                bad.append(f"{r['alert']}: no heading #{url.split('#', 1)[1]} in {doc}")
+    for b in bad:
+        print(b)
+    sys.exit(1 if bad else 0)
+
+
+def claim_of(volumes, name):
+    v = next(v for v in volumes if v['name'] == name)
+    return v['persistentVolumeClaim']['claimName']
+
+
+def cmd_claims(stream):
+    docs = load_all(stream)
+    for d in docs:
+        if d['kind'] == 'PersistentVolumeClaim':
+            print(d['metadata']['name'], ','.join(d['spec']['accessModes']))
+        elif d['kind'] == 'Deployment':
+            pod = d['spec']['template']['spec']
+            for m in pod['containers'][0].get('volumeMounts', []):
+                v = next(v for v in pod['volumes'] if v['name'] == m['name'])
+                if 'persistentVolumeClaim' in v:
+                    print('deployment', v['persistentVolumeClaim']['claimName'],
+                          m.get('subPath', '-'), m['mountPath'])
+        elif d['kind'] == 'MPIJob':
+            for role in d['spec']['mpiReplicaSpecs'].values():
+                pod = role['template']['spec']
+                for c in pod['containers']:
+                    for m in c.get('volumeMounts', []):
+                        v = next(v for v in pod['volumes'] if v['name'] == m['name'])
+                        if 'persistentVolumeClaim' in v:
+                            print('mpijob', v['persistentVolumeClaim']['claimName'],
+                                  m['mountPath'])
+
+
+def cmd_train_args(stream):
+    job = next(d for d in load_all(stream) if d['kind'] == 'MPIJob')
+    spec = job['spec']
+    c = spec['mpiReplicaSpecs']['Launcher']['template']['spec']['containers'][0]
+    args = c['args']
+    n = args[args.index('-n') + 1]
+    print(n, spec['mpiReplicaSpecs']['Worker']['replicas'] * spec.get('slotsPerWorker', 1))
+    at = next(i for i, a in enumerate(args) if a.endswith('/dlserve'))
+    print('\n'.join(args[at + 1:]))
+
+
+def cmd_kafka_trigger(stream):
+    so = next(d for d in load_all(stream) if d['kind'] == 'ScaledObject')
+    t = next(t for t in so['spec']['triggers'] if t['type'] == 'kafka')['metadata']
+    print(t['bootstrapServers'], t['consumerGroup'], t['topic'], sep='\n')
+
+
+def selects(selector, labels):
+    return all(labels.get(k) == v for k, v in selector.get('matchLabels', {}).items())
+
+
+def cmd_netpol(stream):
+    docs = load_all(stream)
+    dep, c = container(stream)
+    labels = dep['spec']['template']['metadata']['labels']
+    ins, outs = set(), set()
+    for d in docs:
+        if d['kind'] != 'NetworkPolicy' or not selects(d['spec']['podSelector'], labels):
+            continue
+        for rule in d['spec'].get('ingress', []):
+            for p in rule.get('ports', []):
+                ins.add(f"{port_number(c, p['port'])}/{p.get('protocol', 'TCP')}")
+        for rule in d['spec'].get('egress', []):
+            for p in rule.get('ports', []):
+                outs.add(f"{p['port']}/{p.get('protocol', 'TCP')}")
+    print(' '.join(sorted(ins)))
+    print(' '.join(sorted(outs)))
+
+
+def cmd_spread(stream):
+    dep, _ = container(stream)
+    pod = dep['spec']['template']
+    keys = [t['topologyKey'] for t in pod['spec'].get('topologySpreadConstraints', [])
+            if selects(t.get('labelSelector', {}), pod['metadata']['labels'])]
+    print(' '.join(sorted(keys)))
+
+
+def cmd_adapter(values):
+    (doc,) = load_all(values)
+    for r in doc['rules']['custom']:
+        print(r['name'].get('as') or r['name']['matches'].strip('^$'))
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     {'parse': lambda: cmd_parse(args), 'resolve': lambda: cmd_resolve(*args),
@@ -246,7 +504,14 @@ def main():
      'configmap': lambda: cmd_configmap(*args), 'env': lambda: cmd_env(*args),
      'metrics': lambda: cmd_metrics(args), 'known': lambda: cmd_known(args[0], args[1:]),
      'alerts': lambda: cmd_alerts(*args),
-     'formats': lambda: cmd_formats(args[0], args[1:])}[cmd]()
+     'formats': lambda: cmd_formats(args[0], args[1:]),
+     'validate': lambda: cmd_validate(args[0], args[1:]),
+     'kserve-runtime': lambda: cmd_kserve_runtime(*args),
+     'prometheusrule': lambda: cmd_prometheusrule(*args),
+     'same-rules': lambda: cmd_same_rules(*args), 'runbooks': lambda: cmd_runbooks(*args),
+     'claims': lambda: cmd_claims(*args), 'train-args': lambda: cmd_train_args(*args),
+     'kafka-trigger': lambda: cmd_kafka_trigger(*args), 'netpol': lambda: cmd_netpol(*args),
+     'spread': lambda: cmd_spread(*args), 'adapter': lambda: cmd_adapter(*args)}[cmd]()
 
 
 if __name__ == '__main__':

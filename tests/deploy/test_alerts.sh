@@ -11,6 +11,9 @@
 # every broker down (DlserveKafkaBrokersDown), the daemon killed
 # (DlserveDown). Each must fire once provoked, and none may fire before
 # its provocation (checked at every step, first with nothing provoked).
+# Before that: every alert's annotations.runbook_url is an absolute URL
+# into docs/deploy.md whose anchor is a heading there, and the monitoring
+# overlay's PrometheusRule holds exactly these rules.
 . "$(dirname "$0")/../lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 . "$SRC/tests/lib/lib_kafka.sh"
@@ -26,6 +29,14 @@ promtool_ok() {
     promtool check rules "$1" > "$WORK/promtool.out" 2>&1 || { sed 's/^/# /' "$WORK/promtool.out"; return 1; }
 }
 check "promtool check rules" promtool_ok "$RULES"
+RUNBOOKS=https://dlserve.example.com/docs/deploy.md
+check "every alert's runbook_url is $RUNBOOKS#<a heading of docs/deploy.md>" \
+    $M runbooks "$RULES" "$SRC/docs/deploy.md" "$RUNBOOKS"
+sed 's/#dlservedown"/#dlserve-down"/' "$RULES" > "$WORK/badanchor.yml"
+check "a runbook_url to a missing heading is caught" \
+    sh -c "! $M runbooks '$WORK/badanchor.yml' '$SRC/docs/deploy.md' '$RUNBOOKS' > /dev/null"
+check "the PrometheusRule of overlays/monitoring holds the same rules" \
+    $M same-rules "$RULES" "$SRC/deploy/k8s/overlays/monitoring/prometheusrule.yaml"
 $M alerts "$RULES" "$WORK/rules.yml"
 check "the rules with for: 0s still pass promtool" promtool_ok "$WORK/rules.yml"
 
