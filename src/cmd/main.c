@@ -34,15 +34,27 @@ static int fail(const char *fmt, const char *a, const char *b)
     return 2;
 }
 
-/* The daemon, or --check-config. */
-static int serve(const char *config, bool check, const char *const *ov, int nov)
+/* --check-config: the file, the DLSERVE_* variables and the --set
+ * options, as the daemon loads them, then every raw Kafka property set as
+ * the daemon sets it, so that librdkafka refuses what it would refuse at
+ * start; the effective configuration on standard output. */
+static int check_config(const char *config, const char *const *ov, int nov)
 {
 #ifdef DL_HAVE_SERVE
-    if (!check)
-        return dl_serve_main(config, ov, nov);
-    dl_serve_conf conf;
+    static dl_serve_conf conf;
     dl_err err = {0};
-    if (dl_serve_conf_load(&conf, config, &err) != DL_OK) {
+    dl_status st = dl_serve_conf_load(&conf, config, &err);
+    if (st == DL_OK)
+        st = dl_serve_conf_apply(&conf, ov, nov, &err);
+    if (st == DL_OK)
+        st = dl_serve_conf_validate(&conf, &err);
+    if (st == DL_OK && (st = dl_serve_conf_check_kafka(&conf, &err)) == DL_ERR_UNAVAILABLE) {
+        if (conf.kafka.nprops > 0)
+            fprintf(stderr, "dlserve: %s: the [kafka.*] properties were not checked\n",
+                    err.msg);
+        st = DL_OK;
+    }
+    if (st != DL_OK) {
         fprintf(stderr, "dlserve: %s\n", err.msg);
         return 2;
     }
@@ -50,7 +62,19 @@ static int serve(const char *config, bool check, const char *const *ov, int nov)
     return 0;
 #else
     (void)config;
-    (void)check;
+    (void)ov;
+    (void)nov;
+    return fail("this build has no daemon (it needs libmicrohttpd and inih)%s%s", "", "");
+#endif
+}
+
+/* The daemon. */
+static int serve(const char *config, const char *const *ov, int nov)
+{
+#ifdef DL_HAVE_SERVE
+    return dl_serve_main(config, ov, nov);
+#else
+    (void)config;
     (void)ov;
     (void)nov;
     return fail("this build has no daemon (it needs libmicrohttpd and inih)%s%s", "", "");
@@ -156,8 +180,10 @@ int main(int argc, char **argv)
         return rc;
     if (c.mode == CLI_IMPORT)
         return import_onnx(&c);
+    if (c.mode == CLI_SERVE && c.check_config)
+        return check_config(c.config, c.overrides, c.noverrides);
     if (c.mode == CLI_SERVE)
-        return serve(c.config, c.check_config, c.overrides, c.noverrides);
+        return serve(c.config, c.overrides, c.noverrides);
     if (c.publish)
         return train_and_publish(&c.run, c.config, c.overrides, c.noverrides);
 

@@ -489,6 +489,16 @@ dl_status dl_serve_conf_load(dl_serve_conf *conf, const char *path, dl_err *err)
     return st;
 }
 
+#ifndef DL_HAVE_KAFKA
+/* With Kafka, kafka/kafka_conf.c's: librdkafka checks the properties. */
+dl_status dl_serve_conf_check_kafka(const dl_serve_conf *conf, dl_err *err)
+{
+    (void)conf;
+    return dl_err_set(err, DL_ERR_UNAVAILABLE, "this dlserve was built without Kafka "
+                      "(librdkafka)");
+}
+#endif
+
 void dl_serve_conf_print(const dl_serve_conf *c, FILE *f)
 {
     dl_conf_print(dl_serve_opts, c, f);

@@ -243,6 +243,14 @@ dl_status dl_serve_conf_apply(dl_serve_conf *conf, const char *const *ov, int n,
  * dl_serve_conf_load. */
 dl_status dl_serve_conf_validate(const dl_serve_conf *conf, dl_err *err);
 
+/* Sets every raw [kafka.*] property, with dlserve's own, on a fresh
+ * librdkafka configuration of each client the daemon makes (the producer,
+ * then the consumer), as the daemon does at start, so that librdkafka
+ * checks their names and values (--check-config); creates no client.
+ * DL_ERR_INVALID names the property's origin (file:line, or --set) and
+ * librdkafka's reason; DL_ERR_UNAVAILABLE in a build without Kafka. */
+dl_status dl_serve_conf_check_kafka(const dl_serve_conf *conf, dl_err *err);
+
 /* Writes the effective configuration (--check-config): every option, then
  * the raw [kafka.*] sections; secrets (dl_conf_secret_key) show as ***. */
 void dl_serve_conf_print(const dl_serve_conf *conf, FILE *f);

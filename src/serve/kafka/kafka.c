@@ -41,7 +41,7 @@ bool kafka_is_fatal(kafka_srv *k)
  * predecessor left open. Zombies are fenced by the group
  * generation (the offsets go with the consumer's group metadata), so an id
  * that changes (port 0) is safe too. */
-static void txn_id_init(kafka_srv *k, int http_port)
+void kafka_txn_id_init(kafka_srv *k, int http_port)
 {
     if (k->conf.transactional_id[0]) {
         snprintf(k->txn_id, sizeof(k->txn_id), "%s", k->conf.transactional_id);
@@ -112,7 +112,7 @@ dl_status kafka_start(const kafka_deps *deps, kafka_srv **out, dl_err *err)
     pthread_mutex_init(&k->hand_mu, NULL);
     pthread_cond_init(&k->hand_cv, NULL);
     pthread_mutex_init(&k->snap_mu, NULL);
-    txn_id_init(k, deps->http_port);
+    kafka_txn_id_init(k, deps->http_port);
     snprintf(k->bootstrap, sizeof(k->bootstrap), "%s", k->conf.brokers);
     dl_status st = DL_OK;
 #ifdef DL_HAVE_REDIS

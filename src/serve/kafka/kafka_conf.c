@@ -131,9 +131,11 @@ static void log_effective(kafka_srv *k, rd_kafka_conf_t *c, const char *client)
 
 /* Our settings, then [kafka.client], then [kafka.consumer] /
  * [kafka.producer], then what the delivery mode requires (it wins: a mode
- * is a contract). */
-static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out, dl_err *err)
+ * is a contract), into a new configuration *out. The properties only:
+ * --check-config sets them as the daemon does (dl_serve_conf_check_kafka). */
+static dl_status client_props(kafka_srv *k, bool producer, rd_kafka_conf_t **out, dl_err *err)
 {
+    *out = NULL;
     rd_kafka_conf_t *c = rd_kafka_conf_new();
     char interval[32], prefetch[32];
     snprintf(interval, sizeof(interval), "%lld", (long long)k->conf.commit_interval_ms);
@@ -210,6 +212,17 @@ static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out,
         rd_kafka_conf_destroy(c);
         return st;
     }
+    *out = c;
+    return DL_OK;
+}
+
+/* A client's properties (client_props), logged, with our callbacks. */
+static dl_status client_conf(kafka_srv *k, bool producer, rd_kafka_conf_t **out, dl_err *err)
+{
+    rd_kafka_conf_t *c;
+    dl_status st = client_props(k, producer, &c, err);
+    if (st != DL_OK)
+        return st;
     log_effective(k, c, producer ? k->mode->transactional ? "transactional producer"
                                                           : "producer" : "consumer");
     rd_kafka_conf_set_opaque(c, k);
@@ -309,4 +322,31 @@ dl_status kafka_clients_start(kafka_srv *k, dl_err *err)
         return dl_err_set(err, DL_ERR_INVALID, "Kafka subscribe to '%s': %s",
                           k->conf.input_topics, rd_kafka_err2str(e));
     return DL_OK;
+}
+
+dl_status dl_serve_conf_check_kafka(const dl_serve_conf *conf, dl_err *err)
+{
+    kafka_srv *k = calloc(1, sizeof(*k));
+    if (!k)
+        return dl_err_set(err, DL_ERR_NOMEM, "kafka");
+    k->conf = conf->kafka;
+    /* redis delivery in a build without Redis: the daemon refuses it when
+     * Kafka starts; the properties are the same in every mode but for the
+     * transactional ones, so they are checked as at-least-once's */
+    k->mode = kafka_mode_of(conf->kafka.delivery);
+    if (!k->mode)
+        k->mode = kafka_mode_of(DL_DELIVERY_AT_LEAST_ONCE);
+    /* the embedded cluster's address comes at start: any will do here */
+    snprintf(k->bootstrap, sizeof(k->bootstrap), "%s",
+             conf->kafka.brokers[0] ? conf->kafka.brokers : "127.0.0.1:9092");
+    kafka_txn_id_init(k, (int)conf->http.port);
+    dl_status st = DL_OK;
+    for (int producer = 1; st == DL_OK && producer >= 0; producer--) {
+        rd_kafka_conf_t *c;
+        st = client_props(k, producer != 0, &c, err);
+        if (st == DL_OK)
+            rd_kafka_conf_destroy(c);
+    }
+    free(k);
+    return st;
 }

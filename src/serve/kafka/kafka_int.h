@@ -276,6 +276,10 @@ struct kafka_srv {
 void kafka_set_fatal(kafka_srv *k, const char *why);
 bool kafka_is_fatal(kafka_srv *k);
 
+/* k->txn_id: [kafka] transactional_id, else dlserve-<group_id>-<host>-<http
+ * port> (k->conf set). */
+void kafka_txn_id_init(kafka_srv *k, int http_port);
+
 /* ---- kafka_in.c: the consumer thread ------------------------------------ */
 
 void *kafka_in_main(void *arg);
