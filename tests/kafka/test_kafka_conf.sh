@@ -5,7 +5,8 @@
 # level, hold them) and the per-client sections override them; secrets
 # come from ${env:} and ${file:} and appear nowhere (--check-config, the
 # log, /status); security properties in [kafka.consumer] alone stop the
-# start. librdkafka 2.0.2's mock cluster has no SASL (it does not answer
+# start; --check-config applies --set and has librdkafka check every
+# property, naming the file and line of one it refuses (sasl.jaas.config). librdkafka 2.0.2's mock cluster has no SASL (it does not answer
 # SaslHandshake, nor has rdkafka_mock.h a setting for it) and no TLS: the
 # SASL clients here try PLAIN and fail against it, which shows they use it.
 . "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
@@ -98,6 +99,38 @@ printf '[kafka.producer]\nssl.ca.location = /etc/ca.pem\n' > "$WORK/bad.conf"
 "$DLSERVE" --check-config "$WORK/bad.conf" > /dev/null 2> "$WORK/bad.err"
 check "ssl.* in [kafka.producer] alone refused by --check-config" fails_with "$WORK/bad.err" $? \
     "bad.conf:2: \[kafka.producer\] ssl.ca.location: .*\[kafka.client\]"
+
+# --check-config sets every property as the daemon does, so that librdkafka
+# refuses what it would refuse at start, naming the file and line
+printf '[kafka]\nembedded = true\n[kafka.client]\nsasl.mechanisms = PLAIN\nsasl.jaas.config = %s\n' \
+    'org.apache.kafka.common.security.plain.PlainLoginModule required;' > "$WORK/jaas.conf"
+"$DLSERVE" --check-config "$WORK/jaas.conf" > /dev/null 2> "$WORK/jaas.err"; rc=$?
+check "--check-config refuses sasl.jaas.config with file:line and librdkafka's reason" \
+    fails_with "$WORK/jaas.err" $rc \
+    "jaas.conf:5: Kafka property 'sasl.jaas.config': Java JAAS configuration is not supported"
+[ $rc -eq 2 ] || bad "exit code $rc, not 2"
+printf '[kafka.consumer]\nsession.timeout.ms = 10000\nfetch.wait.max.ms = soon\n' > "$WORK/bad.conf"
+"$DLSERVE" --check-config "$WORK/bad.conf" > /dev/null 2> "$WORK/bad.err"
+check "... a bad value in [kafka.consumer]" fails_with "$WORK/bad.err" $? \
+    "bad.conf:3: Kafka property 'fetch.wait.max.ms': Invalid value"
+printf '[kafka.producer]\nlinger.ms = 5\nno.such.property = 1\n' > "$WORK/bad.conf"
+"$DLSERVE" --check-config "$WORK/bad.conf" > /dev/null 2> "$WORK/bad.err"
+check "... an unknown property in [kafka.producer]" fails_with "$WORK/bad.err" $? \
+    "bad.conf:3: Kafka property 'no.such.property': No such configuration property"
+# the --set options of the same command line apply, and are checked too
+"$DLSERVE" --check-config "$WORK/dlserve.conf" --set http.port=9123 \
+    --set kafka.consumer.client.rack=rack-set --port 9124 > "$WORK/set.out" 2>&1
+check "--check-config applies --set (last one wins)" grep -qx 'port = 9124' "$WORK/set.out"
+check "... to the raw sections too" grep -qz $'\n\\[kafka.consumer\\]\nclient.rack = rack-set\n' \
+    "$WORK/set.out"
+"$DLSERVE" --check-config "$WORK/dlserve.conf" --set kafka.client.sasl.jaas.config=x \
+    > /dev/null 2> "$WORK/set.err"
+check "... a bad --set property is refused" fails_with "$WORK/set.err" $? \
+    "^dlserve: --set: Kafka property 'sasl.jaas.config': Java JAAS"
+"$DLSERVE" --check-config "$WORK/dlserve.conf" --set kafka.delivery=exactly-once \
+    --set kafka.producer.transactional.id=tx-1 > /dev/null 2>&1
+check "... exactly-once's transactional producer checks" test $? -eq 0
+
 unset KAFKA_PASSWORD
 "$DLSERVE" --check-config "$WORK/dlserve.conf" > /dev/null 2> "$WORK/unset.err"
 check "an unset \${env:} variable is refused with file:line" fails_with "$WORK/unset.err" $? \
