@@ -19,12 +19,12 @@ static const char synopsis[] =
     "usage: dlserve [--config FILE] [--set S.K=V]...    run the daemon\n"
     "       dlserve --check-config FILE                 validate, print the effective config\n"
     "       dlserve --train MODEL_DIR [options]         train; write MODEL_DIR/<next version>/\n"
-    "       dlserve --eval MODEL_DIR [--version V] [--data DIR]\n"
-    "       dlserve --predict MODEL_DIR [--version V] [FILE|-]\n"
+    "       dlserve --eval MODEL_DIR [--model-version V] [--data DIR]\n"
+    "       dlserve --predict MODEL_DIR [--model-version V] [FILE|-]\n"
     "       dlserve --generate MODEL_DIR (--prompt TEXT | --prompts FILE) [options]\n"
     "       dlserve --bench MODEL_DIR [--threads N] [--batch-size B] [--steps S]\n"
     "       dlserve --import FILE.onnx --models DIR --name NAME [--max-length N]\n"
-    "       dlserve --export MODEL_DIR [--version V] --onnx OUT.onnx\n";
+    "       dlserve --export MODEL_DIR [--model-version V] --onnx OUT.onnx\n";
 
 /* ---- the table -------------------------------------------------------------- */
 
@@ -56,6 +56,8 @@ struct cli_opt {
     char        shortopt;    /* one-letter alias ('h'), or 0 */
     bool        short_only;  /* getopt knows it by shortopt only: its long name
                                 belongs to another entry */
+    bool        hidden;      /* an old name: parsed, left out of --help and the
+                                references (the entry it stands for says so) */
     opt_group   group;
     opt_kind    kind;
     const char *arg;         /* the argument in --help ("N"); NULL: takes none */
@@ -88,6 +90,7 @@ static int call_config_reference(const cli_opt *o, const char *arg, cli *c);
 static int call_options_reference(const cli_opt *o, const char *arg, cli *c);
 static int call_help(const cli_opt *o, const char *arg, cli *c);
 static int call_version(const cli_opt *o, const char *arg, cli *c);
+static int call_version_alias(const cli_opt *o, const char *arg, cli *c);
 
 static const dl_opt_word optimizer_words[] = {
     {"sgd", DL_OPTIM_SGD}, {"momentum", DL_OPTIM_MOMENTUM}, {"adam", DL_OPTIM_ADAM},
@@ -160,10 +163,12 @@ static const cli_opt opts[] = {
             "default: model.json's serving.batch_invariant, else as the daemon"},
     {"limit", .group = G_RUN, .arg = "N", COUNT(run.limit, 1, COUNT_MAX),
      .doc = "use only the first N samples of each split (quick runs)"},
-    {"version", .group = G_RUN, .arg = "V", COUNT(run.version, 1, COUNT_MAX),
+    {"model-version", .group = G_RUN, .arg = "V", COUNT(run.version, 1, COUNT_MAX),
      .doc = "model version for --eval / --predict / --generate / --export (default newest); "
-            "--train: "
-            "start from its weights (fine-tuning)"},
+            "--train: start from its weights (fine-tuning); formerly --version V"},
+    /* before --model-version, "--version V"; "--version" alone is -V's */
+    {"version", .hidden = true, .group = G_RUN, .kind = OPT_CALL, .arg = "V",
+     .call = call_version_alias, .doc = "old name of --model-version V"},
     {"onnx", .group = G_RUN, .kind = OPT_TEXT, .arg = "FILE", FIELD(onnx),
      .doc = "--export: the ONNX file to write (opset 17, a dynamic batch dimension)"},
     {"progress", .group = G_RUN, .kind = OPT_FLAG, FIELD(run.progress), .value = 1,
@@ -246,7 +251,7 @@ static const cli_opt opts[] = {
     {"help", .shortopt = 'h', .group = G_GENERAL, .kind = OPT_CALL, .call = call_help,
      .doc = "this help"},
     {"version", .shortopt = 'V', .short_only = true, .group = G_GENERAL, .kind = OPT_CALL,
-     .call = call_version, .doc = "print dlserve's version (when given no V)"},
+     .call = call_version, .doc = "print dlserve's version and exit"},
 };
 
 #define NOPTS (sizeof(opts) / sizeof(*opts))
@@ -441,7 +446,7 @@ static int call_options_reference(const cli_opt *o, const char *arg, cli *c)
     (void)c;
     fputs("| option | values | meaning |\n|---|---|---|\n", stdout);
     for (size_t i = 0; i < NOPTS; i++) {
-        if (opts[i].group != G_RUN && opts[i].group != G_DIST)
+        if ((opts[i].group != G_RUN && opts[i].group != G_DIST) || opts[i].hidden)
             continue;
         char usage[80], option[96], range[160];
         usage_text(&opts[i], usage, sizeof(usage));
@@ -491,7 +496,7 @@ static int call_help(const cli_opt *o, const char *arg, cli *c)
     for (opt_group g = G_RUN; g < G_COUNT; g++) {
         printf("\n%s%s", group_title[g], *group_title[g] ? "\n" : "");
         for (size_t i = 0; i < NOPTS; i++) {
-            if (opts[i].group != g)
+            if (opts[i].group != g || opts[i].hidden)
                 continue;
             char usage[80], doc[512], words[160];
             usage_text(&opts[i], usage, sizeof(usage));
@@ -521,10 +526,22 @@ static int call_version(const cli_opt *o, const char *arg, cli *c)
     return 0;
 }
 
+/* "--version V": --model-version V, warned about once the mode is known
+ * (check_model_version). */
+static int call_version_alias(const cli_opt *o, const char *arg, cli *c)
+{
+    (void)o;
+    if (!parse_i64(arg, 1, COUNT_MAX, &c->run.version))
+        return fail("--version: '%s' is not a valid model version (--version alone prints "
+                    "dlserve's version)", arg);
+    c->version_alias = true;
+    return -1;
+}
+
 /* ---- parsing ----------------------------------------------------------------- */
 
-/* "--version" alone prints the program's version; "--version V" selects a
- * model version for --eval and --predict. */
+/* "--version" alone (last, or before another option) prints the
+ * program's version; "--version V" is the old --model-version V. */
 static bool wants_program_version(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -532,6 +549,22 @@ static bool wants_program_version(int argc, char **argv)
             (i + 1 == argc || strncmp(argv[i + 1], "--", 2) == 0))
             return true;
     return false;
+}
+
+/* A model version goes with the modes that load one (or, --train, start
+ * from one); "--version V" there is warned about. */
+static int check_model_version(const cli *c)
+{
+    bool takes = c->mode == CLI_TRAIN || c->mode == CLI_EVAL || c->mode == CLI_PREDICT ||
+                 c->mode == CLI_GENERATE || c->mode == CLI_EXPORT;
+    if (c->run.version > 0 && !takes)
+        return fail("%s goes with --train, --eval, --predict, --generate and --export%s",
+                    c->version_alias ? "--version V (a model version)" : "--model-version",
+                    c->version_alias ? "; --version alone prints dlserve's version" : "");
+    if (c->version_alias)
+        fprintf(stderr, "dlserve: warning: --version V for a model version is deprecated: "
+                "use --model-version %lld\n", (long long)c->run.version);
+    return -1;
 }
 
 /* --generate takes one of --prompt and --prompts; its options go with it
@@ -601,5 +634,6 @@ int cli_parse(int argc, char **argv, cli *c)
         return fail(c->onnx ? "--onnx goes with --export" : "--export needs --onnx FILE");
     if (c->import_max_length && c->mode != CLI_IMPORT)
         return fail("--max-length goes with --import");
-    return check_generate(c);
+    int rc = check_generate(c);
+    return rc >= 0 ? rc : check_model_version(c);
 }

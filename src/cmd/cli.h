@@ -30,6 +30,7 @@ typedef struct cli {
     const char *onnx;             /* --export: the ONNX file to write */
     const char *import_name;      /* --import: --name */
     int64_t     import_max_length;/* --import: --max-length; 0: not given */
+    bool        version_alias;    /* the model version came as "--version V" */
     const char *overrides[CLI_OVERRIDES_MAX];   /* "section.key=value", in order */
     int         noverrides;
     char        owned[CLI_OVERRIDES_MAX][1100]; /* texts built for --port, --models, ... */
@@ -37,7 +38,7 @@ typedef struct cli {
 
 /* Parses argv into *c (which it initialises). Returns -1 when the command
  * should run; otherwise the exit code to end with: 0 once --help,
- * --version, --config-reference or --options-reference has printed, 2
+ * --version, --man, --config-reference or --options-reference has printed, 2
  * after a bad option or value (one line on stderr names it). Keeps
  * pointers into argv. Not thread-safe (getopt). */
 int cli_parse(int argc, char **argv, cli *c);

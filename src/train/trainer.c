@@ -845,7 +845,7 @@ static dl_status train_job(trainer *t, dl_err *err)
 {
     const dl_run_opts *o = t->o;
     dl_status st = check_options(t, err);
-    /* --version V: fine-tune, starting from that version's weights. */
+    /* --model-version V: fine-tune, starting from that version's weights. */
     if (st == DL_OK && o->version > 0 && !o->resume)
         st = session_load_weights(&t->s, o, err);
     if (st == DL_OK && dl_dist_is_server(t->d))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The command line end to end on a data subset: --help, --version, --train
-# (version folders and their files), --eval, --predict, and clear one-line
+# (version folders and their files), --eval, --predict, --model-version
+# and its old name --version V, and clear one-line
 # errors for malformed model, weights, data and options.
 . "$(dirname "$0")/../lib/lib.sh"
 
@@ -49,7 +50,7 @@ if command -v script >/dev/null; then
 fi
 
 # ---- evaluation ----
-"$DLSERVE" --eval "$M" --version 1 --limit 2000 > "$WORK/eval.json"; rc=$?
+"$DLSERVE" --eval "$M" --model-version 1 --limit 2000 > "$WORK/eval.json"; rc=$?
 check "--eval exits 0" test $rc -eq 0
 check "--eval reports 2000 samples" test "$(json_get "$WORK/eval.json" samples)" = 2000
 for k in model version accuracy loss samples_per_sec; do
@@ -58,8 +59,31 @@ done
 "$DLSERVE" --eval "$M" > "$WORK/eval-latest.json"
 check "--eval defaults to the newest version" test "$(json_get "$WORK/eval-latest.json" version)" = 2
 
+# ---- --version V, the old name of --model-version V ----
+"$DLSERVE" --eval "$M" --version 1 --limit 100 > "$WORK/eval-old.json" 2> "$WORK/err"; rc=$?
+check "--eval --version 1: still the model version" \
+    test $rc -eq 0 -a "$(json_get "$WORK/eval-old.json" version)" = 1
+check "... with a warning naming --model-version" fails_with "$WORK/err" 1 \
+    "^dlserve: warning: --version V for a model version is deprecated: use --model-version 1$"
+"$DLSERVE" --eval "$M" --model-version 1 --limit 100 > /dev/null 2> "$WORK/err"
+check "--model-version warns of nothing" test ! -s "$WORK/err"
+check "--eval ... --version (alone) prints dlserve's version" \
+    test "$("$DLSERVE" --eval "$M" --version)" = "dlserve 0.1.0"
+check "-V prints dlserve's version" test "$("$DLSERVE" -V)" = "dlserve 0.1.0"
+"$DLSERVE" --version 2 > /dev/null 2> "$WORK/err"; rc=$?
+check "--version V without a mode that takes one: refused" \
+    fails_with "$WORK/err" $rc "^dlserve: --version V (a model version) goes with --train, --eval"
+"$DLSERVE" --bench "$M" --model-version 2 > /dev/null 2> "$WORK/err"; rc=$?
+check "--bench --model-version: refused" \
+    fails_with "$WORK/err" $rc "^dlserve: --model-version goes with --train, --eval"
+"$DLSERVE" --eval "$M" --version one > /dev/null 2> "$WORK/err"; rc=$?
+check "--version one: not a model version" \
+    fails_with "$WORK/err" $rc "^dlserve: --version: 'one' is not a valid model version"
+check "--help lists --model-version V" grep -q -- '^  --model-version V' "$WORK/help"
+check "... and --version V under it only" test -z "$(grep -- '^  --version' "$WORK/help")"
+
 # ---- prediction: IDX file, CSV on stdin ----
-"$DLSERVE" --predict "$M" --version 1 "$DATA/t10k-images-idx3-ubyte.gz" --limit 5 > "$WORK/pred"
+"$DLSERVE" --predict "$M" --model-version 1 "$DATA/t10k-images-idx3-ubyte.gz" --limit 5 > "$WORK/pred"
 check "--predict prints one line per image" test "$(wc -l < "$WORK/pred")" -eq 5
 check "predictions carry labels" grep -q '"label":"' "$WORK/pred"
 /usr/bin/python3 - "$DATA" > "$WORK/five.csv" <<'PY'
@@ -68,7 +92,7 @@ raw = gzip.open(sys.argv[1] + "/t10k-images-idx3-ubyte.gz").read()[16:16 + 5 * 7
 for i in range(5):
     print(",".join(str(b) for b in raw[i * 784:(i + 1) * 784]))
 PY
-"$DLSERVE" --predict "$M" --version 1 - < "$WORK/five.csv" > "$WORK/pred-csv"
+"$DLSERVE" --predict "$M" --model-version 1 - < "$WORK/five.csv" > "$WORK/pred-csv"
 # Both runs compute alike (the same binary, threads, engines and batch of
 # 5, the same pixel values): the same bits, so the classes compare exactly.
 check "CSV on stdin predicts the same classes as the IDX file" \
@@ -83,7 +107,7 @@ check "model.json typo: refused naming file and key" fails_with "$WORK/err" $rc 
 
 cp -r "$M" "$WORK/corrupt"
 head -c 1000 "$M/1/model.safetensors" > "$WORK/corrupt/1/model.safetensors"
-"$DLSERVE" --eval "$WORK/corrupt" --version 1 --limit 10 2> "$WORK/err" >/dev/null; rc=$?
+"$DLSERVE" --eval "$WORK/corrupt" --model-version 1 --limit 10 2> "$WORK/err" >/dev/null; rc=$?
 check "truncated weights: refused naming the file" fails_with "$WORK/err" $rc "corrupt/1/model.safetensors"
 
 mkdir -p "$WORK/otherdata"

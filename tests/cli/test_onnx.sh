@@ -105,7 +105,7 @@ check "--import with a name that is no folder name is refused" \
 check "refused imports write nothing" test ! -e "$M/bad/1" -a ! -e "$M/cut/1"
 
 # Fine-tuning: a model.json beside gives the output its loss and labels and
-# the training settings; --train --version 1 starts from the imported
+# the training settings; --train --model-version 1 starts from the imported
 # weights and equals PyTorch's own SGD from the same weights: every step's
 # loss, and the weights after 5 full-batch steps to 1e-4 relative.
 F=$M/mlpft
@@ -129,9 +129,9 @@ check "the model.json beside is kept with the graph merged in" /usr/bin/python3 
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["outputs"][0]["loss"] == "softmax_cross_entropy" and d["layers"] and d["training"]["lr"] == 0.1, d' "$F/model.json"
-"$DLSERVE" --train "$F" --version 1 --data "$WORK/ft" --threads 1 --no-progress \
+"$DLSERVE" --train "$F" --model-version 1 --data "$WORK/ft" --threads 1 --no-progress \
     > "$WORK/ft.json" 2> "$WORK/ft.err"
-check "--train --version 1 fine-tunes into version 2" test -s "$F/2/model.safetensors"
+check "--train --model-version 1 fine-tunes into version 2" test -s "$F/2/model.safetensors"
 /usr/bin/python3 "$SRC/tests/py/onnx_models.py" finetune "$X" 5 64 0.1 "$F/2/model.safetensors" \
     > "$WORK/ft-torch.txt" 2> "$WORK/ft-torch.err"
 check "the fine-tuned weights equal PyTorch's (1e-4 relative)" test $? -eq 0

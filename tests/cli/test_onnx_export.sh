@@ -390,7 +390,7 @@ assert clip(hi, lo) == [0.0, 0.0, 0.0]     # min > max: every value is max
 PY
 
 # ---- errors: one line on stderr naming the problem ----
-"$DLSERVE" --export "$WORK/models/fashion-mlp" --version 9 --onnx "$WORK/v9.onnx" \
+"$DLSERVE" --export "$WORK/models/fashion-mlp" --model-version 9 --onnx "$WORK/v9.onnx" \
     > /dev/null 2> "$WORK/err"
 check "a missing version is refused, naming it" fails_with "$WORK/err" $? "no version 9"
 check "and no file is written" test ! -e "$WORK/v9.onnx"

@@ -61,7 +61,7 @@ check "mlp test accuracy tf32 $at ~ cpu $ac (0.02)" near "$at" "$ac" 0.02
 
 # The CPU-trained version (2) evaluated on both devices.
 for d in cpu cuda; do
-    "$DLSERVE" --eval "$MLP" --version 2 --device "$d" --data "$DATA" \
+    "$DLSERVE" --eval "$MLP" --model-version 2 --device "$d" --data "$DATA" \
         > "$WORK/eval-$d.json" 2> "$WORK/eval-$d.log"
     check "--eval on $d exits 0" test $? -eq 0
 done

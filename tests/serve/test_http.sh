@@ -70,7 +70,7 @@ for arg in sys.argv[2:]:
         assert abs(row[best] - p["score"]) <= 5e-5 + ABS + REL * row[best], (path, i, row, p)
 PY
 }
-"$DLSERVE" --predict "$REPO/fashion-mlp" --version 1 "$DATA/t10k-images-idx3-ubyte.gz" --limit 8 \
+"$DLSERVE" --predict "$REPO/fashion-mlp" --model-version 1 "$DATA/t10k-images-idx3-ubyte.gz" --limit 8 \
     > "$WORK/predict.jsonl"
 /usr/bin/python3 "$REQ" 0 8 --id req-42 > "$WORK/req8.json"
 check "POST infer (FP32, flat, batch 8) is 200" \
@@ -148,7 +148,7 @@ for i in $(seq 0 31); do
     echo "data-binary = \"@$WORK/c$i.json\"" >> "$WORK/parallel.cfg"
     echo "output = \"$WORK/r$i.json\"" >> "$WORK/parallel.cfg"
 done
-"$DLSERVE" --predict "$REPO/fashion-mlp" --version 1 "$DATA/t10k-images-idx3-ubyte.gz" --limit 32 \
+"$DLSERVE" --predict "$REPO/fashion-mlp" --model-version 1 "$DATA/t10k-images-idx3-ubyte.gz" --limit 32 \
     > "$WORK/predict32.jsonl"
 # own_answers: each of the 32 answers (r0..r31.json) has its client's id
 # and answers its image as dlserve --predict does (agrees_with_predict).
