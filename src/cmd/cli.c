@@ -1,6 +1,7 @@
 /* cli.c: the dlserve command line from one option table: getopt_long's
- * array, values parsed and bounds-checked, --help and the Markdown option
- * reference that docs/training.md carries (--options-reference). */
+ * array, values parsed and bounds-checked, --help, the Markdown option
+ * reference that docs/training.md carries (--options-reference) and the
+ * manual page dlserve.8 (--man, which the build installs). */
 #define _POSIX_C_SOURCE 200809L
 #include "cmd/cli.h"
 #ifdef DL_HAVE_SERVE
@@ -89,6 +90,7 @@ static int call_check_config(const cli_opt *o, const char *arg, cli *c);
 static int call_config_reference(const cli_opt *o, const char *arg, cli *c);
 static int call_options_reference(const cli_opt *o, const char *arg, cli *c);
 static int call_help(const cli_opt *o, const char *arg, cli *c);
+static int call_man(const cli_opt *o, const char *arg, cli *c);
 static int call_version(const cli_opt *o, const char *arg, cli *c);
 static int call_version_alias(const cli_opt *o, const char *arg, cli *c);
 
@@ -250,6 +252,8 @@ static const cli_opt opts[] = {
 
     {"help", .shortopt = 'h', .group = G_GENERAL, .kind = OPT_CALL, .call = call_help,
      .doc = "this help"},
+    {"man", .group = G_GENERAL, .kind = OPT_CALL, .call = call_man,
+     .doc = "print the manual page, dlserve.8 (roff; man -l - reads it), and exit"},
     {"version", .shortopt = 'V', .short_only = true, .group = G_GENERAL, .kind = OPT_CALL,
      .call = call_version, .doc = "print dlserve's version and exit"},
 };
@@ -514,6 +518,156 @@ static int call_help(const cli_opt *o, const char *arg, cli *c)
             write_wrapped(stdout, doc, indent, indent);
         }
     }
+    return 0;
+}
+
+/* ---- the manual page ---------------------------------------------------------- */
+
+/* The sections of OPTIONS, by group. */
+static const char *const man_group_title[G_COUNT] = {
+    [G_MODE] = "Modes",
+    [G_RUN] = "Training, evaluation, prediction and benchmarks",
+    [G_GEN] = "Generation (--generate)",
+    [G_DIST] = "Distributed training",
+    [G_DAEMON] = "The daemon",
+    [G_GENERAL] = "General",
+};
+
+/* Writes text for roff (man(7)) within a line: a backslash as \\e, the
+ * hyphens of a word that starts with one ("--check-config", "-V") as \\-,
+ * so that options copy and search as typed, and a leading '.' or '\''
+ * guarded by \\&. */
+static void roff(FILE *f, const char *text)
+{
+    if (*text == '.' || *text == '\'')
+        fputs("\\&", f);
+    bool opt = false;   /* in a word that starts with '-' */
+    for (const char *p = text; *p; p++) {
+        if (p == text || strchr(" ([|,=/\"'", p[-1]))
+            opt = *p == '-';
+        if (*p == '\\')
+            fputs("\\e", f);
+        else if (*p == '-' && opt)
+            fputs("\\-", f);
+        else
+            fputc(*p, f);
+    }
+}
+
+/* One option as a tagged paragraph: "-x, --name ARG", then its
+ * meaning, the values it takes and its default where the table has them. */
+static void man_option(FILE *f, const cli_opt *o)
+{
+    fputs(".TP\n", f);
+    if (o->shortopt)
+        fprintf(f, "\\fB\\-%c\\fR, ", o->shortopt);
+    char name[64];
+    snprintf(name, sizeof(name), "--%s", o->name);
+    fputs("\\fB", f);
+    roff(f, name);
+    fputs("\\fR", f);
+    if (o->arg) {
+        fputs(" \\fI", f);
+        roff(f, o->arg);
+        fputs("\\fR", f);
+    }
+    fputc('\n', f);
+    char range[160], doc[512];
+    range_text(o, range, sizeof(range));
+    snprintf(doc, sizeof(doc), "%s%s%s%s", o->doc, *range ? " (values: " : "", range,
+             *range ? ")" : "");
+    roff(f, doc);
+    fputc('\n', f);
+}
+
+/* The daemon's options ([section] key), from the configuration table. */
+static void man_config(FILE *f)
+{
+#ifdef DL_HAVE_SERVE
+    fputs(".SH CONFIGURATION\n"
+          "The daemon reads an INI file (\\fB\\-\\-config\\fR \\fIFILE\\fR), then the "
+          "environment, then \\fB\\-\\-set\\fR options; each later source overrides an "
+          "earlier one. Sections \\fB[kafka.client]\\fR, \\fB[kafka.consumer]\\fR and "
+          "\\fB[kafka.producer]\\fR take librdkafka's own properties. Any value may be "
+          "\\fB${env:\\fR\\fINAME\\fR\\fB}\\fR or \\fB${file:\\fR\\fIPATH\\fR\\fB}\\fR. "
+          "The options, with their defaults:\n", f);
+    for (const dl_opt *o = dl_serve_opts; o->key; o++) {
+        char head[160], range[160], doc[512];
+        snprintf(head, sizeof(head), "[%s] %s = %s", o->section, o->key,
+                 *o->def ? o->def : "(empty)");
+        dl_conf_range_str(o, range, sizeof(range));
+        snprintf(doc, sizeof(doc), "%s (values: %s)", o->doc, range);
+        fputs(".TP\n\\fB", f);
+        roff(f, head);
+        fputs("\\fR\n", f);
+        roff(f, doc);
+        fputc('\n', f);
+    }
+#else
+    (void)f;
+#endif
+}
+
+/* dlserve.8: every option of the table (the old names under the options
+ * they stand for), the daemon's configuration, the environment, exit
+ * statuses and files. No date: the same binary writes the same page. */
+static int call_man(const cli_opt *o, const char *arg, cli *c)
+{
+    (void)o;
+    (void)arg;
+    (void)c;
+    FILE *f = stdout;
+    fprintf(f, ".\\\" dlserve.8: written by `dlserve --man` from its option tables.\n"
+            ".TH DLSERVE 8 \"\" \"dlserve %s\" \"dlserve\"\n"
+            ".nh\n.ad l\n"   /* no hyphens in names and paths, a ragged right edge */
+            ".SH NAME\n"
+            "dlserve \\- train neural networks and serve them over HTTP, gRPC and Kafka\n"
+            ".SH SYNOPSIS\n.nf\n", DL_VERSION_STRING);
+    /* the synopsis of --help, less its "usage: " and the indentation */
+    for (const char *line = synopsis; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t n = end ? (size_t)(end - line) : strlen(line);
+        char buf[160];
+        snprintf(buf, sizeof(buf), "%.*s", (int)n, line);
+        char *p = buf + strspn(buf, " ");
+        if (strncmp(p, "usage: ", 7) == 0)
+            p += 7;
+        roff(f, p);
+        fputc('\n', f);
+        line += n + (end != NULL);
+    }
+    fputs(".fi\n.SH DESCRIPTION\n"
+          "Without a mode option, \\fBdlserve\\fR runs the daemon: it serves the versions "
+          "of the models of its model repository (\\fB[models] dir\\fR) over HTTP (the "
+          "Open Inference Protocol), gRPC and Kafka, and loads new versions as they "
+          "appear. A mode option trains a model, evaluates, predicts, generates, "
+          "benchmarks, or translates to and from ONNX, and exits.\n"
+          ".SH OPTIONS\n", f);
+    for (opt_group g = G_MODE; g < G_COUNT; g++) {
+        fputs(".SS ", f);
+        roff(f, man_group_title[g]);
+        fputc('\n', f);
+        for (size_t i = 0; i < NOPTS; i++)
+            if (opts[i].group == g && !opts[i].hidden)
+                man_option(f, &opts[i]);
+    }
+    man_config(f);
+    fputs(".SH ENVIRONMENT\n"
+          ".TP\n\\fBDLSERVE_\\fR\\fISECTION\\fR\\fB_\\fR\\fIKEY\\fR\n"
+          "A daemon option, upper case (\\fBDLSERVE_HTTP_PORT=9000\\fR): over the "
+          "file, under \\fB\\-\\-set\\fR.\n"
+          ".SH EXIT STATUS\n"
+          "0 on success; 1 when the work fails (a model, data or weights file, a "
+          "device); 2 for a bad option, argument or configuration.\n"
+          ".SH FILES\n"
+          ".TP\n\\fI/etc/dlserve/dlserve.conf\\fR\n"
+          "The daemon's configuration, every option at its default (under the "
+          "installation's sysconfdir).\n"
+          ".TP\n\\fIMODEL_DIR\\fB/model.json\\fR, \\fIMODEL_DIR/N\\fB/model.safetensors\\fR\n"
+          "A model's description and the weights of its version \\fIN\\fR.\n"
+          ".SH SEE ALSO\n"
+          "The manual in the sources' \\fIdocs/\\fR: training.md, configuration.md, "
+          "serving.md, kafka.md, deploy.md.\n", f);
     return 0;
 }
 

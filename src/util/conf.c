@@ -701,6 +701,35 @@ void dl_md_cell(FILE *f, const char *text)
     fputs(" |", f);
 }
 
+void dl_conf_range_str(const dl_opt *o, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    switch (o->type) {
+    case DL_OPT_INT:
+        if (bounded(o))
+            snprintf(buf, len, "%.0f..%.0f", o->min, o->max);
+        else
+            snprintf(buf, len, "integer");
+        break;
+    case DL_OPT_DOUBLE:
+        if (bounded(o))
+            snprintf(buf, len, "%g..%g", o->min, o->max);
+        else
+            snprintf(buf, len, "number");
+        break;
+    case DL_OPT_BOOL:
+        snprintf(buf, len, "true/false");
+        break;
+    case DL_OPT_STRING:
+        snprintf(buf, len, "up to %zu characters", o->size - 1);
+        break;
+    case DL_OPT_ENUM:
+    case DL_OPT_CUSTOM:
+        dl_opt_words_str(o->words, buf, len);
+        break;
+    }
+}
+
 void dl_conf_print_markdown(const dl_opt *opts, FILE *f)
 {
     fputs("| section | key | default | range | meaning |\n"
@@ -711,30 +740,7 @@ void dl_conf_print_markdown(const dl_opt *opts, FILE *f)
             snprintf(def, sizeof(def), "`%s`", o->def);
         else
             snprintf(def, sizeof(def), "(empty)");
-        switch (o->type) {
-        case DL_OPT_INT:
-            if (bounded(o))
-                snprintf(range, sizeof(range), "%.0f..%.0f", o->min, o->max);
-            else
-                snprintf(range, sizeof(range), "integer");
-            break;
-        case DL_OPT_DOUBLE:
-            if (bounded(o))
-                snprintf(range, sizeof(range), "%g..%g", o->min, o->max);
-            else
-                snprintf(range, sizeof(range), "number");
-            break;
-        case DL_OPT_BOOL:
-            snprintf(range, sizeof(range), "true/false");
-            break;
-        case DL_OPT_STRING:
-            snprintf(range, sizeof(range), "up to %zu characters", o->size - 1);
-            break;
-        case DL_OPT_ENUM:
-        case DL_OPT_CUSTOM:
-            dl_opt_words_str(o->words, range, sizeof(range));
-            break;
-        }
+        dl_conf_range_str(o, range, sizeof(range));
         fputs("|", f);
         dl_md_cell(f, o->section);
         dl_md_cell(f, o->key);

@@ -382,6 +382,10 @@ bool dl_conf_secret_key(const char *key);
  * doc (and an enumeration's words) as a comment; secrets show as ***. */
 void dl_conf_print(const dl_opt *opts, const void *conf, FILE *f);
 
+/* The values an option takes, as the reference says them ("1..65535",
+ * "true/false", an enumeration's words, ...), into buf. */
+void dl_conf_range_str(const dl_opt *o, char *buf, size_t len);
+
 /* Writes the reference as a Markdown table (section, key, default,
  * range, meaning); an enumeration's range is its words. */
 void dl_conf_print_markdown(const dl_opt *opts, FILE *f);
