@@ -18,7 +18,7 @@
 
 static const char synopsis[] =
     "usage: dlserve [--config FILE] [--set S.K=V]...    run the daemon\n"
-    "       dlserve --check-config FILE                 validate, print the effective config\n"
+    "       dlserve --check-config FILE [--set S.K=V]... validate, print the effective config\n"
     "       dlserve --train MODEL_DIR [options]         train; write MODEL_DIR/<next version>/\n"
     "       dlserve --eval MODEL_DIR [--model-version V] [--data DIR]\n"
     "       dlserve --predict MODEL_DIR [--model-version V] [FILE|-]\n"
@@ -244,7 +244,9 @@ static const cli_opt opts[] = {
      .doc = "same as --set kafka.embedded=true (a local mock Kafka)"},
     {"check-config", .group = G_DAEMON, .kind = OPT_CALL, .arg = "FILE",
      .call = call_check_config,
-     .doc = "print the effective configuration (secrets as ***) and exit"},
+     .doc = "check FILE with the DLSERVE_* variables and --set options as the daemon "
+            "would (the Kafka properties through librdkafka), print the effective "
+            "configuration (secrets as ***) and exit"},
     {"config-reference", .group = G_DAEMON, .kind = OPT_CALL, .call = call_config_reference,
      .doc = "print the configuration reference (Markdown) and exit"},
     {"options-reference", .group = G_DAEMON, .kind = OPT_CALL, .call = call_options_reference,
@@ -533,10 +535,10 @@ static const char *const man_group_title[G_COUNT] = {
     [G_GENERAL] = "General",
 };
 
-/* Writes text for roff (man(7)) within a line: a backslash as \\e, the
- * hyphens of a word that starts with one ("--check-config", "-V") as \\-,
+/* Writes text for roff (man(7)) within a line: a backslash as \e, the
+ * hyphens of a word that starts with one ("--check-config", "-V") as \-,
  * so that options copy and search as typed, and a leading '.' or '\''
- * guarded by \\&. */
+ * guarded by \&. */
 static void roff(FILE *f, const char *text)
 {
     if (*text == '.' || *text == '\'')
@@ -608,9 +610,9 @@ static void man_config(FILE *f)
 #endif
 }
 
-/* dlserve.8: every option of the table (the old names under the options
- * they stand for), the daemon's configuration, the environment, exit
- * statuses and files. No date: the same binary writes the same page. */
+/* dlserve.8: every option of the table (an old name in the meaning of
+ * the option it stands for), the daemon's configuration, the environment,
+ * exit statuses and files. No date: the same binary writes the same page. */
 static int call_man(const cli_opt *o, const char *arg, cli *c)
 {
     (void)o;
