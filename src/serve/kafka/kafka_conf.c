@@ -1,7 +1,7 @@
 /* kafka_conf.c: the Kafka clients: their configuration (ours, then
  * [kafka.client], then [kafka.consumer] / [kafka.producer], then what the
- * delivery mode requires), the embedded mock cluster, creation and
- * subscription. */
+ * delivery mode requires), its check by librdkafka for --check-config,
+ * the embedded mock cluster, creation and subscription. */
 #define _GNU_SOURCE
 #include "serve/kafka/kafka_int.h"
 
