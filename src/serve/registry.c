@@ -613,7 +613,7 @@ static char (*model_dirs(registry *r, int *n))[DL_NAME_MAX]
                 break;
             names = more;
         }
-        snprintf(names[(*n)++], DL_NAME_MAX, "%s", de->d_name);
+        dl_strlcpy(names[(*n)++], de->d_name, DL_NAME_MAX);   /* is_model_dir: it fits */
     }
     closedir(d);
     if (!names)
