@@ -161,11 +161,22 @@ static dl_status text_answer(const ireq *r, const char *text, size_t len, bool f
     return p && !out->oom ? DL_OK : dl_err_set(err, DL_ERR_NOMEM, "out of memory");
 }
 
-/* A generation's event (the generator's thread): the answer thread takes it. */
+/* A generation's event (the generator's thread): the answer thread takes
+ * it. q->done is set just before the last event, so an event that sees it
+ * is the last; only then may r be answered and freed: the answer thread
+ * may see done while the last event is still on its way. */
 static void gen_event(gen_req *q, void *ctx)
 {
-    (void)q;
-    gsrv_queue_answer(ctx);
+    ireq *r = ctx;
+    gen_req_lock(q);
+    bool last = q->done;
+    gen_req_unlock(q);
+    if (last) {
+        pthread_mutex_lock(&r->s->mu);
+        r->gen_final = true;
+        pthread_mutex_unlock(&r->s->mu);
+    }
+    gsrv_queue_answer(r);
 }
 
 /* Refuses r before it runs: stats, then its answer. */
@@ -217,7 +228,7 @@ void gsrv_gen_start(ireq *r)
         g->t_end = dl_time_now();
         g->err = err;
         gen_req_unlock(g);
-        gsrv_queue_answer(r);
+        gen_event(g, r);
     }
 }
 
@@ -241,15 +252,15 @@ void gsrv_gen_progress(ireq *r)
 {
     grpc_srv *s = r->s;
     /* Queued again meanwhile: that pass sees all this one would (and r may
-     * be gone after a last answer). */
+     * be gone after a last answer). Done only once its last event came. */
     pthread_mutex_lock(&s->mu);
-    bool again = r->queued;
+    bool again = r->queued, final = r->gen_final;
     pthread_mutex_unlock(&s->mu);
     if (again)
         return;
     gen_req *g = r->g;
     gen_req_lock(g);
-    bool done = g->done;
+    bool done = g->done && final;
     size_t upto = g->text_len;
     char *piece = NULL;
     size_t from = r->stream || done ? r->sent : upto;
@@ -260,11 +271,12 @@ void gsrv_gen_progress(ireq *r)
     dl_err gerr = g->err;
     dl_gen_finish finish = g->finish;
     gen_req_unlock(g);
-    if (upto > from && !piece) {
+    if (upto > from && !piece) {   /* out of memory: stopped, its last event answers */
+        gen_req_cancel(g);
+        if (!done)
+            return;
         gerr = (dl_err){0};
         dl_err_set(&gerr, DL_ERR_NOMEM, "out of memory");
-        done = true;
-        gen_req_cancel(g);
     }
     dl_sbuf msg = {0};
     dl_err err = {0};

@@ -126,6 +126,7 @@ typedef struct ireq {
      * its request, and the text answered so far. */
     gen_req       *g;
     size_t         sent;
+    bool           gen_final;  /* its last event came (under s->mu) */
     struct ireq   *gen_next;   /* a stream's running generations */
 } ireq;
 
