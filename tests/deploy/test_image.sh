@@ -15,7 +15,9 @@
 # (podman exec), the health check passes, an infer request on a model
 # mounted at /models is served; SIGTERM (podman stop) answers the 40
 # requests held in the batcher (batches delayed 2 s) and the container
-# exits 0.
+# exits 0. The build uses the Containerfile's forced features (ARG
+# FEATURES), the image exports spans to an OTLP collector, and its size is
+# printed and bounded.
 #
 # The base tarball is cached in $DLSERVE_TEST_CACHE
 # (/var/cache/dlserve-test), the images in podman's storage: the first run
@@ -70,10 +72,17 @@ fi
 check "the base is imported as $BASE" podman image exists "$BASE"
 
 # ---- dlserve as the build stage builds it ----
+# Its features as the Containerfile forces them (ARG FEATURES): a feature
+# this machine cannot build fails here as it would in the image.
+FEATURES=$(sed -n '/^ARG FEATURES=/,/"$/p' "$SRC/deploy/Containerfile" |
+           sed 's/^ARG FEATURES="//; s/[\\"]//g' | tr '\n' ' ')
+check "the Containerfile forces every feature on (ARG FEATURES)" \
+    sh -c "echo '$FEATURES' | grep -q -- -Dotlp=enabled && echo '$FEATURES' | grep -q -- -Dgrpc=enabled"
 t0=$SECONDS
-[ -f "$IMAGE_BUILD/build.ninja" ] ||
-    meson setup "$IMAGE_BUILD" "$SRC" --buildtype release -Dtests=disabled -Dmpi=disabled \
-        -Dcuda=disabled -Dgrpc=enabled -Dnative=false > "$WORK/meson.log" 2>&1
+if [ -f "$IMAGE_BUILD/build.ninja" ]; then setup=(--reconfigure); else setup=(); fi
+# shellcheck disable=SC2086
+meson setup "${setup[@]}" "$IMAGE_BUILD" "$SRC" --buildtype release -Dtests=disabled \
+    -Dmpi=disabled -Dcuda=disabled $FEATURES -Dnative=false > "$WORK/meson.log" 2>&1
 # quiet LOG COMMAND...: the command with its output in LOG (shown on failure).
 quiet() {
     local log=$1; shift
@@ -102,6 +111,9 @@ check "the image builds with the daemon" \
     quiet "$WORK/build.log" "${PODMAN[@]}" build --format docker --network host "${LIMITS[@]}" \
         -t "$IMAGE" -f "$CTX/Containerfile.test" "$CTX"
 echo "# images: $((SECONDS - t0)) s"
+size=$(podman image inspect --format '{{.Size}}' "$IMAGE")
+echo "# image size: $((size / 1000000)) MB (podman image inspect)"
+check "the image is under 400 MB ($((size / 1000000)) MB)" test "$size" -lt 400000000
 
 # in_image PROGRAM ARGS...: runs a program of the image in a throw-away container.
 in_image() {
@@ -136,11 +148,24 @@ check "the image's dlserve.conf: gRPC on every address, port 8001" \
 # ---- the container ----
 make_repo "$WORK/repo"
 chmod -R a+rX "$WORK/repo"
-PORT=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+free_port() {
+    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+PORT=$(free_port)
+GPORT=$(free_port)
 URL=http://127.0.0.1:$PORT
+# A collector for the image's OTLP span export (libcurl in the image).
+SPANS=$WORK/spans.jsonl
+touch "$SPANS"
+/usr/bin/python3 "$SRC/tests/serve/otlp_receiver.py" "$WORK/rport" "$SPANS" &
+RPID=$!
+trap 'kill -9 $RPID 2>/dev/null; cleanup' EXIT
+for _ in $(seq 100); do [ -s "$WORK/rport" ] && break; sleep 0.1; done
 t0=$SECONDS
 "${PODMAN[@]}" run -d --name "$NAME" --network host "${LIMITS[@]}" \
-    --health-interval disable -e DLSERVE_HTTP_PORT="$PORT" -e DLSERVE_BATCHING_EAGER=false \
+    --health-interval disable -e DLSERVE_HTTP_PORT="$PORT" -e DLSERVE_GRPC_PORT="$GPORT" \
+    -e DLSERVE_TRACE_OTLP_ENDPOINT="http://127.0.0.1:$(cat "$WORK/rport")/v1/traces" \
+    -e DLSERVE_TRACE_FLUSH_MS=50 -e DLSERVE_BATCHING_EAGER=false \
     -e DLSERVE_BATCHING_MAX_QUEUE_DELAY_US=2000000 -e DLSERVE_BATCHING_MAX_BATCH_SIZE=4096 \
     -v "$WORK/repo:/models:ro" "$IMAGE" \
     > /dev/null 2> "$WORK/run.err"
@@ -166,6 +191,11 @@ check "an infer request on the model mounted at /models is served" \
     test "$(code POST /v2/models/fashion-mlp/infer -H 'Content-Type: application/json' \
             --data-binary @"$WORK/req8.json")" = 200
 check "it answers 8 classes" test "$(jq_get 'len(d["outputs"][0]["data"])')" -ge 8
+for _ in $(seq 100); do grep -q '"kind": 2' "$SPANS" && break; sleep 0.1; done
+check "the image exports the request's spans over OTLP (built with libcurl)" \
+    grep -q '"kind": 2' "$SPANS"
+kill -9 $RPID 2>/dev/null
+wait $RPID 2>/dev/null   # gone before the drain below waits for its requests
 
 # ---- SIGTERM drains ----
 # Batches run 2 s after their first request (DLSERVE_BATCHING_*; 4,096
