@@ -17,10 +17,15 @@
  *             get 503) answers those in flight and closes
  *   free      in reverse order, after the registry and batcher are freed:
  *             nothing else runs
+ *   restart   on SIGHUP, from the main loop, when the reload changed the
+ *             component's settings in env->conf: it stops as stop and
+ *             finish would, then starts again with the new settings in
+ *             place (its state stays: HTTP threads may hold it), or stays
+ *             stopped when the configuration no longer wants it
  *
  * So a component's status and metrics must stay safe against its own stop
- * (each guards what stop releases); free needs no locking. stop, finish,
- * status and metrics may be NULL: nothing to do. */
+ * and restart (each guards what they release); free needs no locking. stop,
+ * finish, restart, status and metrics may be NULL: nothing to do. */
 #ifndef DL_SERVE_COMPONENT_H
 #define DL_SERVE_COMPONENT_H
 
@@ -78,6 +83,9 @@ typedef struct component {
     void      (*stop)(void *state);
     void      (*finish)(void *state);
     void      (*free)(void *state);
+    /* NULL: its settings apply at restart only. On failure the component
+     * is stopped and err says why; restart may be called again. */
+    dl_status (*restart)(void *state, dl_err *err);
     /* New JSON for /status under `name`, or NULL for nothing. */
     json_t   *(*status)(void *state);
     /* Appends its Prometheus families to out (util's dl_prom_*). */

@@ -1,8 +1,9 @@
 /* component_otlp.c: the OTLP/HTTP exporter of tracer.h's spans as a daemon
  * component (the only file that sees libcurl): a thread that sends the
  * queued spans as JSON to [trace] otlp_endpoint, a batch when enough are
- * queued or flush_ms has passed. It stops last, after HTTP has answered
- * its last requests, sending what is queued then. */
+ * queued or flush_ms has passed; SIGHUP restarts it on a new endpoint. It
+ * stops last, after HTTP has answered its last requests, sending what is
+ * queued then. */
 #include "serve/component.h"
 #include "serve/tracer.h"
 
@@ -15,9 +16,12 @@
 
 typedef struct otlp {
     tracer       *tr;
-    const dl_trace_conf *conf;
+    const dl_trace_conf *conf;   /* the daemon's: read only while the thread is stopped */
+    char          url[sizeof(((dl_trace_conf *)0)->otlp_endpoint)];   /* the thread's copies */
+    double        flush_s;
     CURL         *curl;
     pthread_t     thread;
+    bool          running;       /* the thread; main thread only */
     atomic_bool   stopping;
 } otlp;
 
@@ -37,10 +41,10 @@ static bool post(otlp *o, const char *body, char *why, size_t whylen)
     long code = 0;
     curl_easy_getinfo(o->curl, CURLINFO_RESPONSE_CODE, &code);
     if (rc != CURLE_OK)
-        snprintf(why, whylen, "%.400s: %.300s", o->conf->otlp_endpoint,
+        snprintf(why, whylen, "%.400s: %.300s", o->url,
                  errbuf[0] ? errbuf : curl_easy_strerror(rc));
     else if (code < 200 || code > 299)
-        snprintf(why, whylen, "%.400s answered HTTP %ld", o->conf->otlp_endpoint, code);
+        snprintf(why, whylen, "%.400s answered HTTP %ld", o->url, code);
     return rc == CURLE_OK && code >= 200 && code <= 299;
 }
 
@@ -62,14 +66,30 @@ static void drain(otlp *o)
 static void *export_main(void *arg)
 {
     otlp *o = arg;
-    double flush_s = (double)o->conf->flush_ms * 1e-3;
     while (!atomic_load(&o->stopping)) {
-        tracer_wait(o->tr, BATCH_SPANS, flush_s);
+        tracer_wait(o->tr, BATCH_SPANS, o->flush_s);
         drain(o);
     }
     drain(o);   /* what the last requests left */
     return NULL;
 }
+
+/* The export thread on the configuration's endpoint and flush time. */
+static dl_status run(otlp *o, dl_err *err)
+{
+    snprintf(o->url, sizeof(o->url), "%s", o->conf->otlp_endpoint);
+    o->flush_s = (double)o->conf->flush_ms * 1e-3;
+    curl_easy_setopt(o->curl, CURLOPT_URL, o->url);
+    atomic_store(&o->stopping, false);
+    if (pthread_create(&o->thread, NULL, export_main, o) != 0)
+        return dl_err_set(err, DL_ERR_NOMEM, "OTLP exporter thread");
+    o->running = true;
+    tracer_set_exporting(o->tr, true);
+    DL_LOG(DL_LOG_NOTICE, "trace", "exporting spans to %s", o->url);
+    return DL_OK;
+}
+
+static void otlp_free(void *state);
 
 static dl_status otlp_start(component_env *env, void **state, dl_err *err)
 {
@@ -85,21 +105,16 @@ static dl_status otlp_start(component_env *env, void **state, dl_err *err)
     o->tr = env->tracer;
     o->conf = &env->conf->trace;
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-    curl_easy_setopt(o->curl, CURLOPT_URL, o->conf->otlp_endpoint);
     curl_easy_setopt(o->curl, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(o->curl, CURLOPT_TIMEOUT_MS, TIMEOUT_MS);
     curl_easy_setopt(o->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(o->curl, CURLOPT_WRITEFUNCTION, discard);
     curl_easy_setopt(o->curl, CURLOPT_PRIVATE, h);
-    if (pthread_create(&o->thread, NULL, export_main, o) != 0) {
-        curl_slist_free_all(h);
-        curl_easy_cleanup(o->curl);
-        curl_global_cleanup();
-        free(o);
-        return dl_err_set(err, DL_ERR_NOMEM, "OTLP exporter thread");
+    dl_status st = run(o, err);
+    if (st != DL_OK) {
+        otlp_free(o);
+        return st;
     }
-    tracer_set_exporting(o->tr, true);
-    DL_LOG(DL_LOG_NOTICE, "trace", "exporting spans to %s", o->conf->otlp_endpoint);
     *state = o;
     return DL_OK;
 }
@@ -108,10 +123,27 @@ static dl_status otlp_start(component_env *env, void **state, dl_err *err)
 static void otlp_finish(void *state)
 {
     otlp *o = state;
+    if (!o->running)
+        return;
     tracer_set_exporting(o->tr, false);
     atomic_store(&o->stopping, true);
     tracer_wake(o->tr);
     pthread_join(o->thread, NULL);
+    o->running = false;
+}
+
+/* A new endpoint or flush time (SIGHUP): the spans queued go to the old
+ * endpoint, then the thread starts again on the new one; none: it stays
+ * stopped and spans are no longer recorded. */
+static dl_status otlp_restart(void *state, dl_err *err)
+{
+    otlp *o = state;
+    otlp_finish(o);
+    if (!o->conf->otlp_endpoint[0]) {
+        DL_LOG(DL_LOG_NOTICE, "trace", "export stopped: [trace] otlp_endpoint is empty");
+        return DL_OK;
+    }
+    return run(o, err);
 }
 
 static void otlp_free(void *state)
@@ -140,6 +172,7 @@ const component component_otlp = {
     .wanted = component_otlp_wanted,
     .start = otlp_start,
     .finish = otlp_finish,
+    .restart = otlp_restart,
     .free = otlp_free,
     .status = otlp_status,
     .metrics = otlp_metrics,

@@ -3,7 +3,8 @@
  * table; READY=1 once models are loaded and warmed up; a main loop that
  * reloads models as [models] control says (inotify on the model folder, or
  * a rescan every poll_interval_s, or nothing: the repository API alone),
- * reloads on SIGHUP, pets the systemd watchdog, and on SIGTERM stops
+ * reloads on SIGHUP (what changed applied live, components restarted on
+ * new settings, the rest logged by name), pets the systemd watchdog, and on SIGTERM stops
  * intake, answers every queued request and exits 0. Signal handlers only
  * set flags. */
 #define _GNU_SOURCE
@@ -125,8 +126,12 @@ static const component *const components[] = {
 #define NCOMPONENTS (sizeof(components) / sizeof(components[0]))
 
 typedef struct daemon_ctx {
+    /* The running configuration: a reload writes into it only what it
+     * applies live, so that it always says what runs. */
     dl_serve_conf conf;
     const char   *config_path;
+    const char *const *overrides;   /* --set, applied again on each reload */
+    int           noverrides;
     dl_backend   *be[DL_MAX_INSTANCES];   /* one an instance (models.instances) */
     int           nbe;
     registry     *reg;
@@ -254,36 +259,253 @@ static void status_line(daemon_ctx *d)
     json_decref(models);
 }
 
-/* SIGHUP: the configuration file again (only what can change live) and
- * the models, unless control = explicit (Triton's: only the repository
- * API loads). A bad file keeps the running configuration. */
-static void reload(daemon_ctx *d)
+/* ---- SIGHUP --------------------------------------------------------------- */
+
+/* Whether a changed option applies live, from old to fresh: [log];
+ * [trace] but its queue_size (the tracer's settings, as Triton's trace
+ * extension changes them, and the exporter restarted on a new endpoint);
+ * [models] policy, watch, poll_interval_s and control between watch and
+ * poll (the main loop's); [kafka] (new clients) unless the cluster is the
+ * embedded one, which a restart of the clients would lose. The others need
+ * a restart: listening sockets, thread pools, loaded backends, the
+ * response cache, the Redis links. */
+static bool live_option(const dl_opt *o, const dl_serve_conf *old, const dl_serve_conf *fresh)
+{
+    const char *s = o->section, *k = o->key;
+    if (!strcmp(s, "log"))
+        return true;
+    if (!strcmp(s, "trace"))
+        return strcmp(k, "queue_size") != 0;
+    if (!strcmp(s, "models"))
+        return !strcmp(k, "policy") || !strcmp(k, "watch") || !strcmp(k, "poll_interval_s") ||
+               (!strcmp(k, "control") && old->models.control != DL_MODELS_CONTROL_EXPLICIT &&
+                fresh->models.control != DL_MODELS_CONTROL_EXPLICIT);
+    if (!strcmp(s, "kafka"))
+        return !old->kafka.embedded && !fresh->kafka.embedded;
+    return false;
+}
+
+/* The value of an option for the log: secrets are not written. */
+static void shown(const dl_opt *o, const dl_serve_conf *c, char *buf, size_t len)
+{
+    dl_conf_format(o, c, buf, len);
+    if (dl_conf_secret_key(o->key))
+        snprintf(buf, len, "%s", DL_CONF_REDACTED);
+    else if (strlen(buf) > 120)
+        snprintf(buf + 117, len - 117, "...");
+}
+
+/* The raw [kafka.*] property of c for p's client and key, or NULL. */
+static const dl_kafka_prop *prop_find(const dl_kafka_conf *c, const dl_kafka_prop *p)
+{
+    for (int i = 0; i < c->nprops; i++)
+        if (c->props[i].client == p->client && !strcmp(c->props[i].key, p->key))
+            return &c->props[i];
+    return NULL;
+}
+
+/* Logs each raw [kafka.*] property that differs (say: what becomes of it;
+ * NULL: nothing logged); returns how many. Values are not logged: these
+ * are where secrets go. */
+static int props_changed(const dl_kafka_conf *old, const dl_kafka_conf *fresh, const char *say)
+{
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const dl_kafka_conf *a = pass ? old : fresh, *b = pass ? fresh : old;
+        for (int i = 0; i < a->nprops; i++) {
+            const dl_kafka_prop *p = &a->props[i], *q = prop_find(b, p);
+            if (q && (pass || !strcmp(p->value, q->value)))   /* a change counts once */
+                continue;
+            n++;
+            if (say)
+                DL_LOG(DL_LOG_NOTICE, "conf", "%s.%s %s%s", dl_kafka_client_section(p->client),
+                       p->key, pass ? "removed" : q ? "changed" : "added", say);
+        }
+    }
+    return n;
+}
+
+/* What a reload changed, by what applies it. */
+typedef struct changes {
+    bool log, tracer, exporter, policy, control, kafka;
+    int  restart;                /* options that apply at restart */
+} changes;
+
+/* Into next (a copy of the running configuration) the options of fresh
+ * that apply live; ch says which changed. With log set, each change is
+ * logged by name: applied, or at restart. */
+static void diff(const dl_serve_conf *cur, const dl_serve_conf *fresh, dl_serve_conf *next,
+                 changes *ch, bool log)
+{
+    memset(ch, 0, sizeof(*ch));
+    for (const dl_opt *o = dl_serve_opts; o->key; o++) {
+        char a[DL_CONF_VALUE_MAX], b[DL_CONF_VALUE_MAX];
+        dl_conf_format(o, cur, a, sizeof(a));
+        dl_conf_format(o, fresh, b, sizeof(b));
+        if (!strcmp(a, b))
+            continue;
+        bool live = live_option(o, cur, fresh);
+        if (log) {
+            shown(o, cur, a, sizeof(a));
+            shown(o, fresh, b, sizeof(b));
+            DL_LOG(live ? DL_LOG_NOTICE : DL_LOG_WARNING, "conf", "%s.%s changed (%s -> %s): %s",
+                   o->section, o->key, a, b, live ? "applied" : "applies at restart");
+        }
+        if (!live) {
+            ch->restart++;
+            continue;
+        }
+        dl_conf_copy(o, next, fresh);
+        const char *s = o->section, *k = o->key;
+        ch->log |= !strcmp(s, "log");
+        ch->tracer |= !strcmp(s, "trace");
+        ch->exporter |= !strcmp(s, "trace") && (!strcmp(k, "otlp_endpoint") ||
+                                                !strcmp(k, "flush_ms"));
+        ch->policy |= !strcmp(s, "models") && !strcmp(k, "policy");
+        ch->control |= !strcmp(s, "models") && strcmp(k, "policy") != 0;
+        ch->kafka |= !strcmp(s, "kafka");
+    }
+    bool embedded = cur->kafka.embedded || fresh->kafka.embedded;
+    int props = props_changed(&cur->kafka, &fresh->kafka,
+                              !log ? NULL : embedded ? ": applies at restart" : ": applied");
+    if (props && embedded) {
+        ch->restart += props;
+    } else if (props) {
+        ch->kafka = true;
+        next->kafka.nprops = fresh->kafka.nprops;
+        memcpy(next->kafka.props, fresh->kafka.props,
+               (size_t)fresh->kafka.nprops * sizeof(fresh->kafka.props[0]));
+    }
+}
+
+/* The index of a component in the table. */
+static size_t component_index(const component *c)
+{
+    for (size_t i = 0; i < NCOMPONENTS; i++)
+        if (components[i] == c)
+            return i;
+    DL_ASSERT(!"component not in the table");
+    return 0;
+}
+
+/* A component on the configuration as it is now: restarted when running,
+ * started when newly wanted. */
+static dl_status restart_component(daemon_ctx *d, size_t i, dl_err *err)
+{
+    const component *c = components[i];
+    void *state = atomic_load(&d->state[i]);
+    if (state)
+        return c->restart ? c->restart(state, err) : DL_OK;
+    if (!c->wanted(&d->conf))
+        return DL_OK;
+    if (c->missing)
+        return dl_err_set(err, DL_ERR_UNAVAILABLE, "%s", c->missing);
+    dl_status st = c->start(&d->env, &state, err);
+    atomic_store(&d->state[i], state);
+    return st;
+}
+
+/* Kafka on new clients; when they cannot start, on the running [kafka]
+ * again (prev): a reload never leaves Kafka stopped if it ran. */
+static void restart_kafka(daemon_ctx *d, const dl_kafka_conf *prev)
+{
+    const component *c;
+#ifdef DL_HAVE_KAFKA
+    c = &component_kafka;
+#else
+    c = &component_kafka_missing;
+#endif
+    size_t i = component_index(c);
+    dl_err err = {0};
+    if (restart_component(d, i, &err) == DL_OK)
+        return;
+    DL_LOG(DL_LOG_ERR, "conf", "Kafka did not start on the reloaded configuration: %s; "
+           "going on with the running one", err.msg);
+    memcpy(&d->conf.kafka, prev, sizeof(*prev));
+    if (restart_component(d, i, &err) != DL_OK)
+        DL_LOG(DL_LOG_ERR, "kafka", "stopped: %s", err.msg);
+}
+
+/* The configuration file again (with the --set overrides): each change
+ * that can apply live is applied, each other one logged by name as
+ * applying at restart. A bad file, or one whose live changes do not hold
+ * together with what runs, keeps the running configuration. Returns true
+ * when [models] control, watch or poll_interval_s changed (the main
+ * loop's). */
+static bool reload_conf(daemon_ctx *d)
+{
+    dl_serve_conf *fresh = malloc(sizeof(*fresh)), *next = malloc(sizeof(*next)),
+                  *prev = malloc(sizeof(*prev));
+    dl_err err = {0};
+    dl_status st = fresh && next && prev ? DL_OK : dl_err_set(&err, DL_ERR_NOMEM, "reload");
+    changes ch;
+    if (st == DL_OK)
+        st = dl_serve_conf_load(fresh, d->config_path, &err);
+    if (st == DL_OK)
+        st = dl_serve_conf_apply(fresh, d->overrides, d->noverrides, &err);
+    if (st == DL_OK)
+        st = dl_serve_conf_validate(fresh, &err);
+    if (st == DL_OK) {
+        memcpy(next, &d->conf, sizeof(*next));
+        diff(&d->conf, fresh, next, &ch, false);
+        /* what runs with what changes must hold together too */
+        if ((st = dl_serve_conf_validate(next, &err)) != DL_OK)
+            dl_err_prefix(&err, "with the settings that apply at restart kept");
+    }
+#ifdef DL_HAVE_KAFKA
+    if (st == DL_OK && ch.kafka && component_kafka_wanted(next))
+        st = dl_serve_conf_check_kafka(next, &err);
+#endif
+    if (st == DL_OK && ch.log)
+        st = dl_log_set(next->log.level, next->log.debug, &err);
+    if (st != DL_OK) {
+        DL_LOG(DL_LOG_ERR, "conf", "reload refused, keeping the running configuration: %s",
+               err.msg);
+        free(fresh), free(next), free(prev);
+        return false;
+    }
+    diff(&d->conf, fresh, next, &ch, true);
+    memcpy(prev, &d->conf, sizeof(*prev));
+    memcpy(&d->conf, next, sizeof(*next));
+    if (ch.log)
+        dl_log_set_format(d->conf.log.format);
+    if (ch.tracer)
+        tracer_configure(d->tr, &d->conf.trace);
+    if (ch.exporter) {
+        const component *c;
+#ifdef DL_HAVE_OTLP
+        c = &component_otlp;
+#else
+        c = &component_otlp_missing;
+#endif
+        if (restart_component(d, component_index(c), &err) != DL_OK)
+            DL_LOG(DL_LOG_ERR, "trace", "span export stopped: %s", err.msg);
+    }
+    if (ch.policy)
+        registry_set_policy(d->reg, d->conf.models.policy);
+    if (ch.kafka)
+        restart_kafka(d, &prev->kafka);
+    if (ch.restart)
+        DL_LOG(DL_LOG_WARNING, "conf", "%d changed setting%s appl%s at restart", ch.restart,
+               ch.restart == 1 ? "" : "s", ch.restart == 1 ? "ies" : "y");
+    free(fresh), free(next), free(prev);
+    return ch.control;
+}
+
+/* SIGHUP: the configuration file again (what can change live), then the
+ * models, unless control = explicit (Triton's: only the repository API
+ * loads); the rescan applies a new version policy. */
+static bool reload(daemon_ctx *d)
 {
     notify("RELOADING=1");
     d->reloads++;
-    if (d->config_path) {
-        dl_serve_conf fresh;
-        dl_err err = {0};
-        if (dl_serve_conf_load(&fresh, d->config_path, &err) != DL_OK ||
-            dl_log_set(fresh.log.level, fresh.log.debug, &err) != DL_OK) {
-            DL_LOG(DL_LOG_ERR, "conf", "reload refused, keeping the running configuration: %s",
-                   err.msg);
-        } else {
-            dl_log_set_format(fresh.log.format);
-            d->conf.log = fresh.log;
-            if (memcmp(&fresh.http, &d->conf.http, sizeof(fresh.http)) ||
-                memcmp(&fresh.batching, &d->conf.batching, sizeof(fresh.batching)) ||
-                memcmp(&fresh.models, &d->conf.models, sizeof(fresh.models)) ||
-                fresh.cache.bytes != d->conf.cache.bytes)
-                DL_LOG(DL_LOG_WARNING, "conf",
-                       "[http], [batching], [models] and [cache] changes apply at restart");
-        }
-    }
+    bool control = d->config_path && reload_conf(d);
     if (d->conf.models.control != DL_MODELS_CONTROL_EXPLICIT)
         registry_rescan(d->reg);
     notify("READY=1");
     status_line(d);
     DL_LOG(DL_LOG_NOTICE, "daemon", "reloaded");
+    return control;
 }
 
 /* What reloads models, in the log at start. */
@@ -302,17 +524,36 @@ static void log_control(const dl_models_conf *mc, bool watching)
                "and through the repository API only");
 }
 
+/* What [models] control asks of the main loop: an inotify descriptor
+ * (watch), or a rescan time (poll). */
+typedef struct control {
+    int    fd;          /* -1: none */
+    bool   polling;
+    double next_poll;
+} control;
+
+/* The main loop's part of [models] control, at start and after a reload
+ * changed it. */
+static void control_setup(daemon_ctx *d, control *c)
+{
+    const dl_models_conf *mc = &d->conf.models;
+    if (c->fd >= 0)
+        close(c->fd);
+    c->polling = mc->control == DL_MODELS_CONTROL_POLL;
+    c->fd = mc->control == DL_MODELS_CONTROL_WATCH && mc->watch
+            ? inotify_init1(IN_NONBLOCK | IN_CLOEXEC) : -1;
+    if (c->fd >= 0)
+        watch_tree(c->fd, mc->dir, 2);
+    log_control(mc, c->fd >= 0);
+    c->next_poll = dl_time_now() + (double)mc->poll_interval_s;
+}
+
 static void main_loop(daemon_ctx *d)
 {
     const dl_models_conf *mc = &d->conf.models;
-    bool polling = mc->control == DL_MODELS_CONTROL_POLL;
-    int fd = mc->control == DL_MODELS_CONTROL_WATCH && mc->watch
-             ? inotify_init1(IN_NONBLOCK | IN_CLOEXEC) : -1;
-    if (fd >= 0)
-        watch_tree(fd, mc->dir, 2);
-    log_control(mc, fd >= 0);
+    control ctl = {.fd = -1};
+    control_setup(d, &ctl);
     double wd = watchdog_seconds(), last_pet = 0.0, changed = 0.0, next_snapshot = 0.0;
-    double next_poll = dl_time_now() + (double)mc->poll_interval_s;
     bool dirty = false;
     while (!stop_flag) {
         if (dl_time_now() >= next_snapshot) {
@@ -323,15 +564,15 @@ static void main_loop(daemon_ctx *d)
         int until_snapshot = (int)((next_snapshot - dl_time_now()) * 1000) + 1;
         if (until_snapshot < timeout)
             timeout = until_snapshot;
-        int until_poll = (int)((next_poll - dl_time_now()) * 1000) + 1;
-        if (polling && until_poll < timeout)
+        int until_poll = (int)((ctl.next_poll - dl_time_now()) * 1000) + 1;
+        if (ctl.polling && until_poll < timeout)
             timeout = until_poll;
-        struct pollfd p[2] = { { .fd = fd, .events = POLLIN },
+        struct pollfd p[2] = { { .fd = ctl.fd, .events = POLLIN },
                                { .fd = d->wake[0], .events = POLLIN } };
         char buf[16384];
         if (poll(p, 2, timeout > 0 ? timeout : 1) > 0) {
             if (p[0].revents) {
-                while (read(fd, buf, sizeof(buf)) > 0)
+                while (read(ctl.fd, buf, sizeof(buf)) > 0)
                     ;
                 dirty = true;
                 changed = dl_time_now();
@@ -348,19 +589,22 @@ static void main_loop(daemon_ctx *d)
         }
         if (reload_flag) {
             reload_flag = 0;
-            reload(d);
+            if (reload(d)) {
+                control_setup(d, &ctl);
+                dirty = false;
+            }
         }
-        if (polling && dl_time_now() >= next_poll) {
+        if (ctl.polling && dl_time_now() >= ctl.next_poll) {
             int changes = registry_rescan(d->reg);
             if (changes > 0) {
                 DL_LOG(DL_LOG_NOTICE, "models", "poll: %d changes in %s", changes, mc->dir);
                 status_line(d);
             }
-            next_poll = dl_time_now() + (double)mc->poll_interval_s;
+            ctl.next_poll = dl_time_now() + (double)mc->poll_interval_s;
         }
-        if (dirty && dl_time_now() - changed > DEBOUNCE_S) {
+        if (dirty && ctl.fd >= 0 && dl_time_now() - changed > DEBOUNCE_S) {
             dirty = false;
-            watch_tree(fd, d->conf.models.dir, 2);
+            watch_tree(ctl.fd, d->conf.models.dir, 2);
             if (registry_rescan(d->reg) > 0)
                 status_line(d);
         }
@@ -369,8 +613,8 @@ static void main_loop(daemon_ctx *d)
             last_pet = dl_time_now();
         }
     }
-    if (fd >= 0)
-        close(fd);
+    if (ctl.fd >= 0)
+        close(ctl.fd);
 }
 
 /* Under systemd: it names the service's invocation. */
@@ -531,6 +775,8 @@ int dl_serve_main(const char *config_path, const char *const *overrides, int nov
     static daemon_ctx d;
     memset(&d, 0, sizeof(d));
     d.config_path = config_path;
+    d.overrides = overrides;
+    d.noverrides = noverrides;
     d.start = dl_time_now();
     dl_err err = {0};
     dl_status st = dl_serve_conf_load(&d.conf, config_path, &err);

@@ -235,7 +235,9 @@ dl_status model_info_config(const model_info_deps *d, const char *model, int64_t
     dl_status st = registry_acquire(d->reg, model, version, &sv, err);
     if (st != DL_OK)
         return st;   /* unknown: 404; nothing ready to describe: 503 */
-    *out = model_config(sv, batcher_conf(d->bat), registry_policy(d->reg));
+    char policy[sizeof(((dl_models_conf *)0)->policy)];
+    registry_policy(d->reg, policy, sizeof(policy));
+    *out = model_config(sv, batcher_conf(d->bat), policy);
     served_release(sv);
     return *out ? DL_OK : dl_err_set(err, DL_ERR_NOMEM, "out of memory");
 }

@@ -402,8 +402,10 @@ static void plan_begin(registry *r, plan *p, const char *name)
     int64_t have[MAX_VERSIONS];
     p->nhave = list_versions(r, name, have, MAX_VERSIONS);
     p->json_ok = read_model_json(r, name, &p->text, &p->sc, &p->jerr) == DL_OK;
-    const char *policy = p->json_ok && p->sc.version_policy[0] ? p->sc.version_policy
-                                                               : r->conf.policy;
+    char policy[sizeof(r->conf.policy)];
+    registry_policy(r, policy, sizeof(policy));
+    if (p->json_ok && p->sc.version_policy[0])
+        snprintf(policy, sizeof(policy), "%s", p->sc.version_policy);
     p->nwant = p->json_ok ? dl_repo_select(policy, have, p->nhave, p->want) : 0;
     for (int i = 0; i < p->nwant; i++) {
         for (int k = 0; k < p->ncur && !p->got[i]; k++)
@@ -942,9 +944,18 @@ void registry_metrics(registry *r, dl_sbuf *out)
     pthread_mutex_unlock(&r->mu);
 }
 
-const char *registry_policy(const registry *r)
+void registry_policy(registry *r, char *buf, size_t len)
 {
-    return r->conf.policy;
+    pthread_mutex_lock(&r->mu);
+    snprintf(buf, len, "%s", r->conf.policy);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void registry_set_policy(registry *r, const char *policy)
+{
+    pthread_mutex_lock(&r->mu);
+    snprintf(r->conf.policy, sizeof(r->conf.policy), "%s", policy);
+    pthread_mutex_unlock(&r->mu);
 }
 
 int registry_load_threads(const registry *r)

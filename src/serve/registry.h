@@ -134,9 +134,11 @@ json_t *registry_status(registry *r);
  * generates. */
 void registry_metrics(registry *r, dl_sbuf *out);
 
-/* The daemon's version policy ([models] policy; borrowed, constant): a
- * model's serving.version_policy overrides it. */
-const char *registry_policy(const registry *r);
+/* The daemon's version policy ([models] policy) into buf: a model's
+ * serving.version_policy overrides it. */
+void registry_policy(registry *r, char *buf, size_t len);
+/* A reloaded [models] policy (checked): the next rescan or load applies it. */
+void registry_set_policy(registry *r, const char *policy);
 
 /* Versions loaded at once: models.load_threads, 0 resolved. */
 int registry_load_threads(const registry *r);

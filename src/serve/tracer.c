@@ -44,8 +44,8 @@ typedef struct span_rec {
 } span_rec;
 
 struct tracer {
-    const dl_trace_conf *conf;
-    pthread_mutex_t mu;     /* the settings and the queue */
+    char            endpoint[sizeof(((dl_trace_conf *)0)->otlp_endpoint)];   /* for status */
+    pthread_mutex_t mu;     /* the settings, the endpoint and the queue */
     pthread_cond_t  cv;
     setting         global;
     double          acc;
@@ -69,7 +69,7 @@ dl_status tracer_new(const dl_trace_conf *conf, tracer **out, dl_err *err)
         return dl_err_set(err, DL_ERR_NOMEM, "trace queue of %lld spans",
                           (long long)conf->queue_size);
     }
-    tr->conf = conf;
+    snprintf(tr->endpoint, sizeof(tr->endpoint), "%s", conf->otlp_endpoint);
     tr->cap = (size_t)conf->queue_size;
     tr->global = (setting){.level = conf->level, .rate = conf->rate, .count = -1};
     pthread_mutex_init(&tr->mu, NULL);
@@ -86,6 +86,15 @@ void tracer_free(tracer *tr)
     pthread_cond_destroy(&tr->cv);
     free(tr->ring);
     free(tr);
+}
+
+void tracer_configure(tracer *tr, const dl_trace_conf *conf)
+{
+    pthread_mutex_lock(&tr->mu);
+    tr->global.level = conf->level;
+    tr->global.rate = conf->rate;
+    snprintf(tr->endpoint, sizeof(tr->endpoint), "%s", conf->otlp_endpoint);
+    pthread_mutex_unlock(&tr->mu);
 }
 
 void tracer_set_exporting(tracer *tr, bool on)
@@ -430,7 +439,7 @@ json_t *tracer_status(tracer *tr)
 {
     pthread_mutex_lock(&tr->mu);
     json_t *o = json_pack("{s:s, s:s, s:f, s:I, s:I, s:I, s:I}", "endpoint",
-                          tr->conf->otlp_endpoint, "level",
+                          tr->endpoint, "level",
                           tr->global.level == DL_TRACE_LEVEL_OFF ? "off" : "timestamps", "rate",
                           tr->global.rate, "queued", (json_int_t)tr->len, "exported",
                           (json_int_t)tr->exported, "dropped", (json_int_t)tr->dropped,

@@ -13,11 +13,16 @@
 
 typedef struct tracer tracer;
 
-/* The tracer of conf (borrowed: must outlive it); it records nothing until
- * an exporter says it runs (tracer_set_exporting). */
+/* The tracer of conf (read now); it records nothing until an exporter
+ * says it runs (tracer_set_exporting). */
 dl_status tracer_new(const dl_trace_conf *conf, tracer **out, dl_err *err);
 /* NULL does nothing. */
 void tracer_free(tracer *tr);
+
+/* A reloaded [trace] (SIGHUP): its level and rate become the global
+ * settings, as a POST /v2/trace/setting would make them (models' own
+ * settings stay), and /status shows its endpoint. queue_size stays. */
+void tracer_configure(tracer *tr, const dl_trace_conf *conf);
 
 /* Whether an exporter drains the queue: spans are recorded only then. */
 void tracer_set_exporting(tracer *tr, bool on);

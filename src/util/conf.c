@@ -612,7 +612,7 @@ dl_status dl_conf_apply_env(const dl_opt *opts, void *conf, dl_err *err)
 
 /* ---- printing ------------------------------------------------------------- */
 
-static void format_value(const dl_opt *o, const void *conf, char *buf, size_t size)
+void dl_conf_format(const dl_opt *o, const void *conf, char *buf, size_t size)
 {
     const char *field = (const char *)conf + o->offset;
     switch (o->type) {
@@ -652,6 +652,16 @@ static void format_value(const dl_opt *o, const void *conf, char *buf, size_t si
     }
 }
 
+void dl_conf_copy(const dl_opt *o, void *dst, const void *src)
+{
+    size_t size = o->type == DL_OPT_INT      ? sizeof(int64_t)
+                  : o->type == DL_OPT_DOUBLE ? sizeof(double)
+                  : o->type == DL_OPT_BOOL   ? sizeof(bool)
+                  : o->type == DL_OPT_ENUM   ? sizeof(int)
+                                             : o->size;   /* STRING, CUSTOM */
+    memcpy((char *)dst + o->offset, (const char *)src + o->offset, size);
+}
+
 /* True if o is the first option of its section in the table. */
 static bool first_of_section(const dl_opt *opts, const dl_opt *o)
 {
@@ -674,7 +684,7 @@ void dl_conf_print(const dl_opt *opts, const void *conf, FILE *f)
                 continue;
             /* Large enough for any string field: they are paths at most. */
             char value[4096];
-            format_value(o, conf, value, sizeof(value));
+            dl_conf_format(o, conf, value, sizeof(value));
             if (*value && dl_conf_secret_key(o->key))
                 snprintf(value, sizeof(value), "%s", DL_CONF_REDACTED);
             char words[160] = "";

@@ -378,6 +378,13 @@ dl_status dl_conf_expand(const char *value, char *out, size_t size, dl_err *err)
 bool dl_conf_secret_key(const char *key);
 #define DL_CONF_REDACTED "***"
 
+/* One option's value in conf as the printout writes it (secrets too),
+ * into buf (truncated to size): what SIGHUP compares, option by option. */
+void dl_conf_format(const dl_opt *o, const void *conf, char *buf, size_t size);
+
+/* Copies one option's value from the config struct src to dst. */
+void dl_conf_copy(const dl_opt *o, void *dst, const void *src);
+
 /* Writes the effective configuration as an INI file, with each option's
  * doc (and an enumeration's words) as a comment; secrets show as ***. */
 void dl_conf_print(const dl_opt *opts, const void *conf, FILE *f);

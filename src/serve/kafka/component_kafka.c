@@ -1,5 +1,6 @@
 /* component_kafka.c: Kafka as a daemon component: kafka.h's service
- * started, stopped (its records in flight answered and committed), and
+ * started, stopped (its records in flight answered and committed),
+ * restarted on new clients when SIGHUP changed its settings, and
  * shown in /status and /metrics; its Redis result sink is lent to the Redis
  * component's reports. */
 #include "serve/component.h"
@@ -34,6 +35,24 @@ static void kafka_comp_free(void *state)
     free(kc);
 }
 
+/* A new service on env's settings, lent to status and metrics. */
+static dl_status start_service(kafka_comp *kc, dl_err *err)
+{
+    component_env *env = kc->env;
+    kafka_deps kd = { .conf = &env->conf->kafka, .redis = &env->conf->redis, .reg = env->reg,
+                      .bat = env->bat, .st = env->st, .tr = env->tracer,
+                      .http_port = env->http_port };
+    kafka_srv *k = NULL;
+    dl_status st = kafka_start(&kd, &k, err);
+    if (st != DL_OK)
+        return st;
+    pthread_mutex_lock(&kc->mu);
+    kc->k = k;
+    pthread_mutex_unlock(&kc->mu);
+    lend_sink(kc, k);
+    return DL_OK;
+}
+
 static dl_status kafka_comp_start(component_env *env, void **state, dl_err *err)
 {
     *state = NULL;
@@ -42,15 +61,11 @@ static dl_status kafka_comp_start(component_env *env, void **state, dl_err *err)
         return dl_err_set(err, DL_ERR_NOMEM, "kafka component");
     kc->env = env;
     pthread_mutex_init(&kc->mu, NULL);
-    kafka_deps kd = { .conf = &env->conf->kafka, .redis = &env->conf->redis, .reg = env->reg,
-                      .bat = env->bat, .st = env->st, .tr = env->tracer,
-                      .http_port = env->http_port };
-    dl_status st = kafka_start(&kd, &kc->k, err);
+    dl_status st = start_service(kc, err);
     if (st != DL_OK) {
         kafka_comp_free(kc);
         return st;
     }
-    lend_sink(kc, kc->k);
     *state = kc;
     return DL_OK;
 }
@@ -64,6 +79,26 @@ static void kafka_comp_stop(void *state)
     kc->k = NULL;
     pthread_mutex_unlock(&kc->mu);
     kafka_stop(k);                  /* its records in flight finish and are committed */
+}
+
+/* New clients on new settings (a rotated ${file:} secret, other brokers):
+ * the old ones stop as at shutdown (records handed to the batcher are
+ * answered, delivered and committed; those not yet handed on stay
+ * uncommitted) and leave the group, so that the new consumer resumes from
+ * the committed offsets: every record answered once in each delivery
+ * mode. The batcher keeps serving HTTP meanwhile. */
+static dl_status kafka_comp_restart(void *state, dl_err *err)
+{
+    kafka_comp *kc = state;
+    kafka_comp_stop(kc);
+    if (!component_kafka_wanted(kc->env->conf)) {
+        DL_LOG(DL_LOG_NOTICE, "kafka", "stopped: the configuration names no brokers");
+        return DL_OK;
+    }
+    dl_status st = start_service(kc, err);
+    if (st == DL_OK)
+        DL_LOG(DL_LOG_NOTICE, "kafka", "clients recreated with the reloaded configuration");
+    return st;
 }
 
 static json_t *kafka_comp_status(void *state)
@@ -89,6 +124,7 @@ const component component_kafka = {
     .wanted = component_kafka_wanted,
     .start = kafka_comp_start,
     .stop = kafka_comp_stop,
+    .restart = kafka_comp_restart,
     .free = kafka_comp_free,
     .status = kafka_comp_status,
     .metrics = kafka_comp_metrics,

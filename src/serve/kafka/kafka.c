@@ -126,6 +126,10 @@ dl_status kafka_start(const kafka_deps *deps, kafka_srv **out, dl_err *err)
         st = kafka_routes_start(k, err);
     if (st == DL_OK)
         st = kafka_clients_start(k, err);
+    size_t idlen = sizeof(k->client_id);
+    if (st == DL_OK && rd_kafka_conf_get(rd_kafka_conf(k->cons), "client.id", k->client_id,
+                                         &idlen) != RD_KAFKA_CONF_OK)
+        k->client_id[0] = '\0';
     /* the output stage first: the consumer hands records to it at once */
     if (st == DL_OK && pthread_create(&k->out_thread, NULL, kafka_out_main, k) != 0)
         st = dl_err_set(err, DL_ERR_NOMEM, "cannot start the Kafka output thread");

@@ -46,8 +46,9 @@ dl_status kafka_start(const kafka_deps *deps, kafka_srv **out, dl_err *err);
  * commits, leaves the group and frees everything. NULL does nothing. */
 void kafka_stop(kafka_srv *k);
 
-/* {"bootstrap", "delivery", "group_id", "transactional_id"? (exactly-once),
- *  "paused", "in_flight", "consumed", "outputs", "dead_letters": {reason: n}, ...,
+/* {"bootstrap", "delivery", "group_id", "client_id" (the consumer's),
+ *  "transactional_id"? (exactly-once), "paused", "in_flight", "consumed",
+ *  "outputs", "dead_letters": {reason: n}, ...,
  *  "partitions": [{"topic","partition","position","committed","high","lag"}],
  *  "assigned_partitions": n, "assignment": ["topic/partition", ...],
  *  "record_latency": {"create_time"|"log_append_time": {"count","mean_ms",

@@ -192,6 +192,7 @@ struct kafka_srv {
     const kafka_mode    *mode;
     char                 bootstrap[512];
     char                 txn_id[256];  /* the producer's transactional.id (exactly-once) */
+    char                 client_id[256];   /* the consumer's client.id, as librdkafka took it */
     /* input_topics, parsed at start; read-only once the threads run */
     dl_kafka_topic       topics[DL_KAFKA_TOPICS_MAX];
     int                  ntopics;

@@ -145,9 +145,10 @@ json_t *kafka_status(kafka_srv *k)
         json_object_set_new(dead, record_fault_name(f), json_integer(atomic_load(&k->c.dead[f])));
     pthread_mutex_lock(&k->snap_mu);
     json_t *o = json_pack(
-        "{s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-        "s:o}",
+        "{s:s, s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+        "s:I, s:o}",
         "bootstrap", k->bootstrap, "delivery", k->mode->name, "group_id", k->conf.group_id,
+        "client_id", k->client_id,
         "input_topics", k->conf.input_topics, "paused", atomic_load(&k->c.paused),
         "in_flight", (json_int_t)atomic_load(&k->c.in_flight),
         "consumed", (json_int_t)atomic_load(&k->c.consumed),
