@@ -713,7 +713,14 @@ static void close_consumer(kafka_srv *k)
                    KAFKA_CLOSE_TIMEOUT_MS);
             break;
         }
-        rd_kafka_queue_poll_callback(q, 100);
+        /* Served as a consumer queue, not with poll_callback: the
+         * consumer's queue is forwarded here, and records fetched before
+         * the close (a stream flowing at SIGTERM or SIGHUP) would make
+         * librdkafka 2.0 assert that a callback took them. They are
+         * dropped uncommitted: the next owner consumes them. */
+        rd_kafka_message_t *m = rd_kafka_consume_queue(q, 100);
+        if (m)
+            rd_kafka_message_destroy(m);
     }
     rd_kafka_queue_destroy(q);
 }
