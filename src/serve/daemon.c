@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -388,20 +389,50 @@ static size_t component_index(const component *c)
     return 0;
 }
 
+/* The systemd watchdog, petted from a thread of its own while the main
+ * loop waits for a component's restart: Kafka's stop may wait 30 s for
+ * delivery reports and 5 s to leave the group, longer than WatchdogSec. */
+typedef struct petter {
+    pthread_t   thread;
+    double      every_s;
+    atomic_bool done;
+} petter;
+
+static void *pet_main(void *arg)
+{
+    petter *p = arg;
+    const struct timespec tick = {.tv_nsec = 100 * 1000 * 1000};
+    for (double last = 0.0; !atomic_load(&p->done); nanosleep(&tick, NULL))
+        if (dl_time_now() - last > p->every_s) {
+            notify("WATCHDOG=1");
+            last = dl_time_now();
+        }
+    return NULL;
+}
+
 /* A component on the configuration as it is now: restarted when running,
  * started when newly wanted. */
 static dl_status restart_component(daemon_ctx *d, size_t i, dl_err *err)
 {
     const component *c = components[i];
     void *state = atomic_load(&d->state[i]);
-    if (state)
-        return c->restart ? c->restart(state, err) : DL_OK;
-    if (!c->wanted(&d->conf))
+    if (!state && !c->wanted(&d->conf))
         return DL_OK;
-    if (c->missing)
+    if (!state && c->missing)
         return dl_err_set(err, DL_ERR_UNAVAILABLE, "%s", c->missing);
-    dl_status st = c->start(&d->env, &state, err);
-    atomic_store(&d->state[i], state);
+    petter p = {.every_s = watchdog_seconds() / 4};
+    bool petting = p.every_s > 0 && pthread_create(&p.thread, NULL, pet_main, &p) == 0;
+    dl_status st = DL_OK;
+    if (state && c->restart) {
+        st = c->restart(state, err);
+    } else if (!state) {
+        st = c->start(&d->env, &state, err);
+        atomic_store(&d->state[i], state);
+    }
+    if (petting) {
+        atomic_store(&p.done, true);
+        pthread_join(p.thread, NULL);
+    }
     return st;
 }
 

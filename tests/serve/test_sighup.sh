@@ -5,7 +5,8 @@
 # versions 1 and 2 on disk moves serving to version 2; [models] control
 # watch -> poll with poll_interval_s = 1 picks up version 3 without another
 # signal; a changed http.port is logged by name as applying at restart
-# while the daemon keeps its port; a bad file keeps everything. The Kafka
+# while the daemon keeps its port; a bad file keeps everything; a new
+# [trace] otlp_endpoint starts the span exporter. The Kafka
 # side (new clients on a rotated ${file:} value) is
 # tests/kafka/test_kafka_reload.sh. ~10 s.
 . "$(dirname "$0")/../lib/lib.sh"
@@ -21,7 +22,7 @@ mkdir -p "$M/2" && cp "$M/1/model.safetensors" "$M/2/"
 P1=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 P2=$((P1 == 65535 ? P1 - 1 : P1 + 1))
 CONF=$WORK/dlserve.conf
-# conf PORT POLICY RATE LEVEL CONTROL: the file
+# conf PORT POLICY RATE LEVEL CONTROL [OTLP_ENDPOINT [FLUSH_MS]]: the file
 conf() {
     cat > "$CONF" <<EOF
 [http]
@@ -34,6 +35,8 @@ poll_interval_s = 1
 [trace]
 rate = $3
 level = $4
+otlp_endpoint = ${6:-}
+flush_ms = ${7:-100}
 EOF
 }
 conf "$P1" versions:1 1 timestamps watch
@@ -85,6 +88,26 @@ kill -HUP $PID
 check "a bad file is refused" wait_for 30 grep -q "reload refused, keeping the running" "$LOG"
 check "trace rate still 0.25" test "$(setting 'd["trace_rate"]')" = 4
 check "trace level still OFF" test "$(setting 'd["trace_level"]')" = "['OFF']"
+
+# ---- [trace] otlp_endpoint set: the exporter starts ----
+/usr/bin/python3 "$SRC/tests/serve/otlp_receiver.py" "$WORK/rport" "$WORK/spans" &
+RECV=$!
+trap 'kill -9 ${PID:-} ${RECV:-} 2>/dev/null; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
+check "OTLP receiver up" wait_for 30 test -s "$WORK/rport"
+conf "$P2" latest 1 timestamps poll "http://127.0.0.1:$(cat "$WORK/rport")/v1/traces"
+kill -HUP $PID
+check "the log says the export started" wait_for 30 grep -q "trace: exporting spans to" "$LOG"
+/usr/bin/python3 "$SRC/tests/py/make_request.py" 0 1 > "$WORK/req.json"
+check "an inference answers" test "$(code POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req.json")" = 200
+check "its spans reach the collector" wait_for 30 test -s "$WORK/spans"
+# flush_ms changed: the exporter restarts on the same endpoint
+conf "$P2" latest 1 timestamps poll "http://127.0.0.1:$(cat "$WORK/rport")/v1/traces" 200
+: > "$WORK/spans"
+kill -HUP $PID
+check "the exporter restarted" wait_for 30 \
+    sh -c "[ \$(grep -c 'trace: exporting spans to' '$LOG') = 2 ]"
+check "an inference answers" test "$(code POST /v2/models/fashion-mlp/infer --data-binary @"$WORK/req.json")" = 200
+check "its spans reach the collector" wait_for 30 test -s "$WORK/spans"
 
 check "SIGTERM: exit 0" stop_daemon
 finish
