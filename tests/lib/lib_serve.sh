@@ -99,3 +99,43 @@ jq_get() {
     /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' \
         "$WORK/body" "$1"
 }
+
+# ---- gRPC ----
+
+# free_low_port: a port below 32768 (outside Linux's ephemeral range, where
+# the kernel picks clients' ports) that nothing holds now.
+free_low_port() {
+    /usr/bin/python3 - <<'PY'
+import random, socket
+while True:
+    p = random.randint(10000, 32767)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+        print(p)
+        break
+    except OSError:
+        pass
+    finally:
+        s.close()
+PY
+}
+
+# start_grpc NAME ARGS...: start_daemon with gRPC on a free port (GPORT),
+# ready once it says it listens there; another port if one was taken.
+start_grpc() {
+    local name=$1; shift
+    for _ in 1 2 3 4 5; do
+        GPORT=$(free_low_port)
+        if start_daemon "$name" --set grpc.port="$GPORT" "$@"; then
+            for _ in $(seq 100); do
+                grep -Eq "grpc: listening on 127.0.0.1( \(TLS\))? port $GPORT," "$LOG" && return 0
+                kill -0 "$PID" 2>/dev/null || break
+                sleep 0.1
+            done
+        fi
+        echo "# gRPC daemon not started on port $GPORT:"; tail -3 "$LOG"
+        kill -9 "$PID" 2>/dev/null; wait "$PID" 2>/dev/null
+    done
+    return 1
+}

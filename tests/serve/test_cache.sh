@@ -156,27 +156,8 @@ check "the daemon stops cleanly" stop_daemon
 # ---- gRPC: the same cache ----
 if $PY -c 'import grpc, grpc_tools.protoc' 2> /dev/null; then
     export GRPC_STUBS=$WORK/stubs
-    # a free port below Linux's ephemeral range (where clients' ports are)
-    GPORT=$($PY - <<'PY'
-import random, socket
-while True:
-    p = random.randint(10000, 32767)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-        print(p)
-        break
-    except OSError:
-        pass
-    finally:
-        s.close()
-PY
-)
-    start_daemon grpc --models "$REPO" --set cache.bytes=1M --set grpc.port="$GPORT"
-    for _ in $(seq 100); do
-        grep -q "grpc: listening on 127.0.0.1 port $GPORT," "$LOG" && break
-        sleep 0.1
-    done
+    check "a daemon serving gRPC with the cache" start_grpc grpc --models "$REPO" \
+        --set cache.bytes=1M
     check "gRPC: a miss then a hit, the same bits; HTTP's request hits what gRPC stored" \
         $PY "$SRC/tests/serve/grpc_client.py" "127.0.0.1:$GPORT" "$URL" cache
     check "the daemon stops cleanly" stop_daemon
