@@ -560,6 +560,12 @@ typedef struct gmsg {
     struct gmsg      *next;
 } gmsg;
 
+/* Requests of one stream in the server at once (read, not yet answered):
+ * past it the stream is not read until one is answered, and the client's
+ * next requests wait in HTTP/2's flow control, so that one stream cannot
+ * fill the batcher's queue that every client shares. */
+#define STREAM_MAX_REQUESTS 1024
+
 /* A stream: one read outstanding at a time, requests running side by side,
  * their answers written one at a time in the order they come. It ends
  * (status OK) once the client has closed its side and every answer is
@@ -574,6 +580,8 @@ typedef struct gstream {
     ireq             *gens;        /* generations running */
     pthread_mutex_t   mu;
     int               pending;     /* operations outstanding + requests not yet answered */
+    int               requests;    /* requests not yet answered */
+    bool              read_paused; /* STREAM_MAX_REQUESTS reached: no read outstanding */
     bool              read_done, closed, status_sent;
     int               cancelled;
 } gstream;
@@ -620,6 +628,21 @@ static bool stream_settle(gstream *gs)
     return gs->pending == 0;
 }
 
+static void stream_post_read(gstream *gs);
+
+/* Under gs->mu: one of the stream's requests is answered (or dropped);
+ * reading resumes when it had paused. */
+static void stream_request_ended(gstream *gs)
+{
+    gs->pending--;
+    gs->requests--;
+    if (gs->read_paused && gs->requests < STREAM_MAX_REQUESTS && !gs->closed) {
+        gs->read_paused = false;
+        gs->pending++;   /* the read */
+        stream_post_read(gs);
+    }
+}
+
 static void stream_emit(ireq *r, dl_status code, const dl_err *err, dl_sbuf *msg, bool last)
 {
     (void)code, (void)err;   /* a failure's message is in msg */
@@ -646,7 +669,7 @@ static void stream_emit(ireq *r, dl_status code, const dl_err *err, dl_sbuf *msg
         gs->wq_tail = m;
         stream_write_next(gs);
     } else if (last) {   /* out of memory: the request ends unanswered */
-        gs->pending--;
+        stream_request_ended(gs);
     }
     bool over = stream_settle(gs);
     pthread_mutex_unlock(&gs->mu);
@@ -695,7 +718,12 @@ static void stream_read(gtag *t, bool ok)
     pthread_mutex_lock(&gs->mu);
     if (r) {
         gs->pending++;             /* the request, until its last answer is written */
-        stream_post_read(gs);      /* the next one (this read's count carries over) */
+        if (++gs->requests < STREAM_MAX_REQUESTS) {
+            stream_post_read(gs);  /* the next one (this read's count carries over) */
+        } else {
+            gs->read_paused = true;
+            gs->pending--;         /* no read outstanding until a request is answered */
+        }
     } else {
         gs->read_done = true;      /* the client closed its side, or the call ended */
         gs->pending--;
@@ -723,7 +751,7 @@ static void stream_written(gtag *t, bool ok)
     gmsg *m = gs->writing;
     gs->writing = NULL;
     if (m->done)
-        gs->pending--;
+        stream_request_ended(gs);
     stream_write_next(gs);
     bool over = stream_settle(gs);
     pthread_mutex_unlock(&gs->mu);
