@@ -9,6 +9,30 @@ make_repo() {
         > /dev/null 2>&1
 }
 
+# make_tagger DIR: "tagger", a text model with fixed random weights (v1):
+# a BYTES input through the bytes tokenizer, two per-token outputs, one of
+# them a crf. Its answers are compared, not judged.
+make_tagger() {
+    mkdir -p "$1/1"
+    cat > "$1/model.json" <<'EOF'
+{"name": "tagger",
+ "inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "max_length": 12,
+             "tokenizer": {"type": "bytes"}}],
+ "layers": [{"name": "emb", "type": "embedding", "num_embeddings": 256, "dim": 32},
+            {"name": "hid", "type": "dense", "units": 64},
+            {"name": "relu", "type": "relu"},
+            {"name": "fc1", "type": "dense", "units": 3},
+            {"name": "fc2", "type": "dense", "units": 3, "inputs": ["relu"]}],
+ "outputs": [{"name": "kind", "from": "fc1", "loss": "softmax_cross_entropy",
+              "labels": ["lower", "upper", "other"]},
+             {"name": "tags", "from": "fc2", "loss": "crf",
+              "labels": ["lower", "upper", "other"]}]}
+EOF
+    /usr/bin/python3 "$SRC/tests/py/random_weights.py" "$1/1/model.safetensors" 5 \
+        emb.weight=256x32 hid.weight=64x32 hid.bias=64 fc1.weight=3x64 fc1.bias=3 \
+        fc2.weight=3x64 fc2.bias=3 tags.transitions=5x3
+}
+
 # make_lm_repo DIR: a model repository with "lm", a tiny decoder-only
 # byte-level transformer (embedding, positions, causal attention,
 # layernorm, next-token logits) that generates ("generate" block, eos a

@@ -32,48 +32,15 @@ trap 'kill -9 ${PID:-} 2>/dev/null; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' E
 make_repo "$REPO"
 check "a trained version of fashion-mlp" test -s "$REPO/fashion-mlp/1/model.safetensors"
 
-# tagger (as tests/serve/test_serve_text.sh's): a BYTES input through the
-# bytes tokenizer, two per-token outputs, one of them a crf; two-tower
+# tagger (make_tagger): a BYTES text model; two-tower
 # (models/two-tower): an INT64 id and 16 features, two outputs. Random
 # fixed weights: answers are compared, not judged.
-mkdir -p "$REPO/tagger/1" "$REPO/two-tower/1"
-cat > "$REPO/tagger/model.json" <<'EOF'
-{"name": "tagger",
- "inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "max_length": 12,
-             "tokenizer": {"type": "bytes"}}],
- "layers": [{"name": "emb", "type": "embedding", "num_embeddings": 256, "dim": 32},
-            {"name": "hid", "type": "dense", "units": 64},
-            {"name": "relu", "type": "relu"},
-            {"name": "fc1", "type": "dense", "units": 3},
-            {"name": "fc2", "type": "dense", "units": 3, "inputs": ["relu"]}],
- "outputs": [{"name": "kind", "from": "fc1", "loss": "softmax_cross_entropy",
-              "labels": ["lower", "upper", "other"]},
-             {"name": "tags", "from": "fc2", "loss": "crf",
-              "labels": ["lower", "upper", "other"]}]}
-EOF
+make_tagger "$REPO/tagger"
+mkdir -p "$REPO/two-tower/1"
 cp "$SRC/models/two-tower/model.json" "$REPO/two-tower/"
-$PY - "$REPO" <<'PY'
-import json, random, struct, sys
-def write(path, shapes, seed):
-    rng = random.Random(seed)
-    head, data = {}, b""
-    for name, shape in shapes.items():
-        n = shape[0] * (shape[1] if len(shape) > 1 else 1)
-        raw = struct.pack("<%df" % n, *[rng.uniform(-1, 1) for _ in range(n)])
-        head[name] = {"dtype": "F32", "shape": shape,
-                      "data_offsets": [len(data), len(data) + len(raw)]}
-        data += raw
-    h = json.dumps(head).encode()
-    open(path, "wb").write(struct.pack("<Q", len(h)) + h + data)
-write(sys.argv[1] + "/tagger/1/model.safetensors",
-      {"emb.weight": [256, 32], "hid.weight": [64, 32], "hid.bias": [64],
-       "fc1.weight": [3, 64], "fc1.bias": [3], "fc2.weight": [3, 64], "fc2.bias": [3],
-       "tags.transitions": [5, 3]}, 5)
-write(sys.argv[1] + "/two-tower/1/model.safetensors",
-      {"user_emb.weight": [100, 8], "feat_fc.weight": [16, 16], "feat_fc.bias": [16],
-       "fc1.weight": [64, 24], "fc1.bias": [64], "click.weight": [1, 64], "click.bias": [1],
-       "rating.weight": [1, 64], "rating.bias": [1]}, 6)
-PY
+$PY "$SRC/tests/py/random_weights.py" "$REPO/two-tower/1/model.safetensors" 6 \
+    user_emb.weight=100x8 feat_fc.weight=16x16 feat_fc.bias=16 fc1.weight=64x24 fc1.bias=64 \
+    click.weight=1x64 click.bias=1 rating.weight=1x64 rating.bias=1
 
 # gc CHECK [ARGS...]: a group of checks of tests/serve/grpc_client.py on
 # the daemon last started.

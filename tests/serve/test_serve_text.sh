@@ -18,36 +18,8 @@
 . "$SRC/tests/lib/lib_kafka.sh"
 
 M=$WORK/repo/tagger
-mkdir -p "$M/1" "$WORK/base" "$WORK/got"
-cat > "$M/model.json" <<'EOF'
-{"name": "tagger",
- "inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "max_length": 12,
-             "tokenizer": {"type": "bytes"}}],
- "layers": [{"name": "emb", "type": "embedding", "num_embeddings": 256, "dim": 32},
-            {"name": "hid", "type": "dense", "units": 64},
-            {"name": "relu", "type": "relu"},
-            {"name": "fc1", "type": "dense", "units": 3},
-            {"name": "fc2", "type": "dense", "units": 3, "inputs": ["relu"]}],
- "outputs": [{"name": "kind", "from": "fc1", "loss": "softmax_cross_entropy",
-              "labels": ["lower", "upper", "other"]},
-             {"name": "tags", "from": "fc2", "loss": "crf",
-              "labels": ["lower", "upper", "other"]}]}
-EOF
-$PY - "$M/1/model.safetensors" <<'PY'
-import json, random, struct, sys
-rng = random.Random(5)
-shapes = {"emb.weight": [256, 32], "hid.weight": [64, 32], "hid.bias": [64],
-          "fc1.weight": [3, 64], "fc1.bias": [3], "fc2.weight": [3, 64], "fc2.bias": [3],
-          "tags.transitions": [5, 3]}
-head, data = {}, b""
-for name, shape in shapes.items():
-    n = shape[0] * (shape[1] if len(shape) > 1 else 1)
-    raw = struct.pack("<%df" % n, *[rng.uniform(-1, 1) for _ in range(n)])
-    head[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
-    data += raw
-h = json.dumps(head).encode()
-open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + data)
-PY
+mkdir -p "$WORK/base" "$WORK/got"
+make_tagger "$M"
 check "tagger's weights written" test -s "$M/1/model.safetensors"
 
 # 24 texts, two of each length from 1 to 12 (no quotes or backslashes)
