@@ -267,9 +267,16 @@ static void status_line(daemon_ctx *d)
  * extension changes them, and the exporter restarted on a new endpoint);
  * [models] policy, watch, poll_interval_s and control between watch and
  * poll (the main loop's); [kafka] (new clients) unless the cluster is the
- * embedded one, which a restart of the clients would lose. The others need
- * a restart: listening sockets, thread pools, loaded backends, the
- * response cache, the Redis links. */
+ * embedded one, which a restart of the clients would lose; [redis] (new
+ * links, and new Kafka clients where Kafka writes to Redis: not with the
+ * embedded cluster). The others need a restart: listening sockets, thread
+ * pools, loaded backends, the response cache. */
+static bool kafka_uses_redis(const dl_serve_conf *c)
+{
+    return component_kafka_wanted(c) && component_redis_wanted(c) &&
+           (c->kafka.delivery == DL_DELIVERY_REDIS || c->redis.results);
+}
+
 static bool live_option(const dl_opt *o, const dl_serve_conf *old, const dl_serve_conf *fresh)
 {
     const char *s = o->section, *k = o->key;
@@ -283,6 +290,9 @@ static bool live_option(const dl_opt *o, const dl_serve_conf *old, const dl_serv
                 fresh->models.control != DL_MODELS_CONTROL_EXPLICIT);
     if (!strcmp(s, "kafka"))
         return !old->kafka.embedded && !fresh->kafka.embedded;
+    if (!strcmp(s, "redis"))
+        return !(old->kafka.embedded && kafka_uses_redis(old)) &&
+               !(fresh->kafka.embedded && kafka_uses_redis(fresh));
     return false;
 }
 
@@ -328,7 +338,7 @@ static int props_changed(const dl_kafka_conf *old, const dl_kafka_conf *fresh, c
 
 /* What a reload changed, by what applies it. */
 typedef struct changes {
-    bool log, tracer, exporter, policy, control, kafka;
+    bool log, tracer, exporter, policy, control, kafka, redis;
     int  restart;                /* options that apply at restart */
 } changes;
 
@@ -365,6 +375,7 @@ static void diff(const dl_serve_conf *cur, const dl_serve_conf *fresh, dl_serve_
         ch->policy |= !strcmp(s, "models") && !strcmp(k, "policy");
         ch->control |= !strcmp(s, "models") && strcmp(k, "policy") != 0;
         ch->kafka |= !strcmp(s, "kafka");
+        ch->redis |= !strcmp(s, "redis");
     }
     bool embedded = cur->kafka.embedded || fresh->kafka.embedded;
     int props = props_changed(&cur->kafka, &fresh->kafka,
@@ -514,6 +525,17 @@ static bool reload_conf(daemon_ctx *d)
     }
     if (ch.policy)
         registry_set_policy(d->reg, d->conf.models.policy);
+    if (ch.redis) {
+        const component *c;
+#ifdef DL_HAVE_REDIS
+        c = &component_redis;
+#else
+        c = &component_redis_missing;
+#endif
+        if (restart_component(d, component_index(c), &err) != DL_OK)
+            DL_LOG(DL_LOG_ERR, "redis", "stopped: %s", err.msg);
+        ch.kafka |= kafka_uses_redis(prev) || kafka_uses_redis(&d->conf);   /* its sink */
+    }
     if (ch.kafka)
         restart_kafka(d, &prev->kafka);
     if (ch.restart)
