@@ -390,11 +390,12 @@ static void diff(const dl_serve_conf *cur, const dl_serve_conf *fresh, dl_serve_
     }
 }
 
-/* The index of a component in the table. */
-static size_t component_index(const component *c)
+/* The index of the component named name in the table (with or without
+ * its library: both carry the name). */
+static size_t component_named(const char *name)
 {
     for (size_t i = 0; i < NCOMPONENTS; i++)
-        if (components[i] == c)
+        if (!strcmp(components[i]->name, name))
             return i;
     DL_ASSERT(!"component not in the table");
     return 0;
@@ -451,13 +452,7 @@ static dl_status restart_component(daemon_ctx *d, size_t i, dl_err *err)
  * again (prev): a reload never leaves Kafka stopped if it ran. */
 static void restart_kafka(daemon_ctx *d, const dl_kafka_conf *prev)
 {
-    const component *c;
-#ifdef DL_HAVE_KAFKA
-    c = &component_kafka;
-#else
-    c = &component_kafka_missing;
-#endif
-    size_t i = component_index(c);
+    size_t i = component_named("kafka");
     dl_err err = {0};
     if (restart_component(d, i, &err) == DL_OK)
         return;
@@ -513,26 +508,12 @@ static bool reload_conf(daemon_ctx *d)
         dl_log_set_format(d->conf.log.format);
     if (ch.tracer)
         tracer_configure(d->tr, &d->conf.trace);
-    if (ch.exporter) {
-        const component *c;
-#ifdef DL_HAVE_OTLP
-        c = &component_otlp;
-#else
-        c = &component_otlp_missing;
-#endif
-        if (restart_component(d, component_index(c), &err) != DL_OK)
-            DL_LOG(DL_LOG_ERR, "trace", "span export stopped: %s", err.msg);
-    }
+    if (ch.exporter && restart_component(d, component_named("trace"), &err) != DL_OK)
+        DL_LOG(DL_LOG_ERR, "trace", "span export stopped: %s", err.msg);
     if (ch.policy)
         registry_set_policy(d->reg, d->conf.models.policy);
     if (ch.redis) {
-        const component *c;
-#ifdef DL_HAVE_REDIS
-        c = &component_redis;
-#else
-        c = &component_redis_missing;
-#endif
-        if (restart_component(d, component_index(c), &err) != DL_OK)
+        if (restart_component(d, component_named("redis"), &err) != DL_OK)
             DL_LOG(DL_LOG_ERR, "redis", "stopped: %s", err.msg);
         ch.kafka |= kafka_uses_redis(prev) || kafka_uses_redis(&d->conf);   /* its sink */
     }
