@@ -30,8 +30,9 @@ tests/deploy/test_manifests.sh and test_alerts.sh. Commands:
   alerts RULES OUT       the rules with every `for:` set to 0s
   formats RUNTIME ISVC...  the runtime's model formats on one line, then
                          each InferenceService's format and runtime
-  validate SCHEMAS FILE...  every document of the files against the schema
-                         of its apiVersion and kind in the folder SCHEMAS
+  validate SCHEMAS FILE...  every document of the files against the
+                         upstream schema of its apiVersion and kind in the
+                         folder SCHEMAS, strict, and dlserve's own rules
                          (tests/deploy/schemas/README.md); a kind without
                          a schema fails; kustomize's Kustomization is skipped
   kserve-runtime YAML    KServe reads prometheus.kserve.io/* from
@@ -264,67 +265,181 @@ def cmd_formats(runtime, services):
             print(m['modelFormat']['name'], m.get('runtime', ''))
 
 
-def close_objects(schema, closable=True):
-    """Strict mode: an object schema listing properties admits no others
-    (kubeconform's -strict), so a misspelt or misplaced field fails.
-    Branches of if/then/else, allOf, anyOf, oneOf and not only add
-    constraints: they stay open; so does a schema beside a $ref."""
+# ---- validate: the upstream schemas of tests/deploy/schemas ----
+# The extracts (tests/deploy/schemas/README.md) hold Kubernetes' OpenAPI v3
+# components and the CRDs' openAPIV3Schema as published. OpenAPI's schema
+# objects are not quite JSON Schema: as_json_schema applies, at load time,
+# the conversions that kubeconform's openapi2jsonschema applies, so that
+# python3-jsonschema (Debian 12: 4.10) reads them as the API server does.
+
+OBJECT_META = 'io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta'
+BRANCHES = ('allOf', 'anyOf', 'oneOf', 'not', 'if', 'then', 'else')
+
+
+def as_json_schema(schema, closable=True, name=''):
+    """A converted copy of an OpenAPI schema object:
+    - int-or-string (format: int-or-string, x-kubernetes-int-or-string:
+      true) admits an integer or a string; a Quantity a string or a
+      number (the API server reads 1, "1" and "500m");
+    - nullable: true admits null too;
+    - strict mode (kubeconform's -strict): an object schema that lists
+      properties admits no others (additionalProperties: false), unless
+      it gives additionalProperties or x-kubernetes-preserve-unknown-fields,
+      so that a misspelt or misplaced field fails. Branches (allOf, anyOf,
+      oneOf, not) only add constraints to fields listed beside them: they
+      stay open, as does a schema beside a $ref."""
     if isinstance(schema, list):
-        for s in schema:
-            close_objects(s, closable)
-        return
+        return [as_json_schema(s, closable) for s in schema]
     if not isinstance(schema, dict):
-        return
-    if closable and 'properties' in schema and 'additionalProperties' not in schema \
-            and '$ref' not in schema:
-        schema['additionalProperties'] = False
+        return schema
+    out = {}
     for k, v in schema.items():
-        if k in ('properties', '$defs', 'patternProperties'):
-            for sub in v.values():
-                close_objects(sub, True)
+        if k in ('properties', 'patternProperties', 'definitions'):
+            out[k] = {p: as_json_schema(s) for p, s in v.items()}
         elif k in ('items', 'additionalProperties'):
-            close_objects(v, True)
-        elif k in ('if', 'then', 'else', 'allOf', 'anyOf', 'oneOf', 'not'):
-            close_objects(v, False)
+            out[k] = as_json_schema(v)
+        elif k in BRANCHES:
+            out[k] = as_json_schema(v, False)
+        elif k in ('enum', 'default', 'example', 'required') or k.startswith('x-'):
+            out[k] = v
+        else:
+            out[k] = as_json_schema(v, closable)
+    # Where the two types are not already spelt out (oneOf, anyOf).
+    alternatives = 'oneOf' in out or 'anyOf' in out
+    if (out.get('format') == 'int-or-string' or out.get('x-kubernetes-int-or-string')) \
+            and not alternatives:
+        out['type'] = ['integer', 'string']
+    if name.endswith('.pkg.api.resource.Quantity') and not alternatives:
+        out['type'] = ['string', 'number']
+    if out.get('nullable') is True:
+        if 'type' in out:
+            t = out['type']
+            out['type'] = (t if isinstance(t, list) else [t]) + ['null']
+            if 'enum' in out:
+                out['enum'] = out['enum'] + [None]
+        else:
+            out = {'anyOf': [{'type': 'null'}, out]}
+    if closable and 'properties' in out and 'additionalProperties' not in out \
+            and '$ref' not in out and not out.get('x-kubernetes-preserve-unknown-fields'):
+        out['additionalProperties'] = False
+    return out
 
 
-def load_schemas(folder):
-    store, by_kind = {}, {}
-    for name in sorted(os.listdir(folder)):
-        if not name.endswith('.yaml'):
-            continue
-        with open(os.path.join(folder, name)) as f:
-            schema = yaml.safe_load(f)
-        close_objects(schema)
-        store[name] = schema
-        props = schema.get('properties', {})
-        if 'kind' in props:
-            by_kind[(props['apiVersion']['const'], props['kind']['const'])] = name
-    return store, by_kind
+class Schemas:
+    """The extracts of a folder: by (apiVersion, kind), the file, the
+    converted schema and the document its $refs resolve in (None for a
+    CRD's); by trigger type, the file and the KEDA scaler's metadata keys."""
+
+    def __init__(self, folder):
+        self.kinds, self.scalers = {}, {}
+        self.meta = None
+        for name in sorted(os.listdir(folder)):
+            if not name.endswith('.json'):
+                continue
+            with open(os.path.join(folder, name)) as f:
+                doc = json.load(f)
+            if 'components' in doc:
+                self.load_openapi(name, doc)
+            elif 'versions' in doc:
+                for version, schema in doc['versions'].items():
+                    key = (f"{doc['group']}/{version}", doc['kind'])
+                    self.kinds[key] = (name, as_json_schema(schema), None)
+            elif 'triggers' in doc:
+                for t in doc['triggers']:
+                    self.scalers[t] = (name, doc['metadata'])
+
+    def load_openapi(self, name, doc):
+        schemas = {n: as_json_schema(s, name=n) for n, s in doc['components']['schemas'].items()}
+        root = {'components': {'schemas': schemas}}
+        own = re.match(r'kubernetes-(.*)-([^-]*)\.json$', name)
+        group = '' if own.group(1) == 'core' else own.group(1)
+        for n, s in schemas.items():
+            for gvk in s.get('x-kubernetes-group-version-kind', []):
+                if (gvk['group'], gvk['version']) == (group, own.group(2)):
+                    av = f"{group}/{gvk['version']}" if group else gvk['version']
+                    self.kinds[(av, gvk['kind'])] = (name, {'$ref': f'#/components/schemas/{n}'},
+                                                     root)
+        if OBJECT_META in schemas and self.meta is None:
+            self.meta = (name, {'$ref': f'#/components/schemas/{OBJECT_META}'}, root)
+
+    @staticmethod
+    def errors(entry, doc, prefix=()):
+        import warnings
+        import jsonschema
+        warnings.simplefilter('ignore', DeprecationWarning)
+        _, schema, root = entry
+        resolver = jsonschema.RefResolver('', root) if root else None
+        # OpenAPI 3.0's schema objects are JSON Schema draft 5 (Wright 00),
+        # which Draft4Validator reads: a $ref's siblings are ignored.
+        v = jsonschema.Draft4Validator(schema, resolver=resolver)
+        for e in sorted(v.iter_errors(doc), key=lambda e: [str(x) for x in e.absolute_path]):
+            path = '.'.join(str(x) for x in list(prefix) + list(e.absolute_path)) or '(top)'
+            yield path, e.message
+
+    def check(self, doc):
+        """(path, message) of every fault of DOC: its kind's schema, a
+        custom resource's metadata against ObjectMeta (the API server
+        checks it, the CRDs leave it open), and dlserve's own rules."""
+        key = (doc.get('apiVersion'), doc.get('kind'))
+        if key not in self.kinds:
+            yield '(top)', f'no schema for {key[0]} {key[1]}'
+            return
+        entry = self.kinds[key]
+        yield from self.errors(entry, doc)
+        if entry[2] is None and self.meta and isinstance(doc.get('metadata'), dict):
+            yield from self.errors(self.meta, doc['metadata'], ('metadata',))
+        yield from own_rules(self, doc)
+
+
+KSERVE_KEYS = re.compile(r'^(prometheus|serving)\.kserve\.io/')
+
+
+def own_rules(schemas, doc):
+    """Rules of dlserve's own, beyond the schemas (README.md)."""
+    kind, spec = doc.get('kind'), doc.get('spec') or {}
+    if kind == 'ServingRuntime':
+        # KServe reads these from spec.annotations (and copies them onto
+        # the pods): under the runtime's metadata they reach no pod.
+        for k in (doc.get('metadata') or {}).get('annotations') or {}:
+            if KSERVE_KEYS.match(k):
+                yield 'metadata.annotations', f'{k}: KServe reads it from spec.annotations'
+        for i, f in enumerate(spec.get('supportedModelFormats') or []):
+            if 'priority' in f and f.get('autoSelect') is not True:
+                yield f'spec.supportedModelFormats.{i}', \
+                    f"{f.get('name')}: a priority needs autoSelect: true"
+    elif kind == 'ScaledObject':
+        # KEDA's trigger metadata is a map of strings in its CRD: the keys
+        # are those the trigger's scaler reads (KEDA logs the others when
+        # KEDA_CHECK_UNEXPECTED_SCALERS_PARAMS=enabled, and ignores them).
+        for i, t in enumerate(spec.get('triggers') or []):
+            where = f'spec.triggers.{i}.metadata'
+            if t.get('type') not in schemas.scalers:
+                yield where, f"no scaler keys for trigger type {t.get('type')} (update.py SCALERS)"
+                continue
+            keys = schemas.scalers[t['type']][1]
+            meta = t.get('metadata') or {}
+            for k, v in meta.items():
+                base = k[:-len('FromEnv')] if k.endswith('FromEnv') else None
+                if k in keys:
+                    if 'enum' in keys[k] and v not in keys[k]['enum']:
+                        yield where, f"{k}: {v!r} is not one of {keys[k]['enum']}"
+                elif not (base in keys and keys[base].get('fromEnv')):
+                    yield where, f"{k}: not a key of KEDA's {t['type']} scaler"
+            for k, p in keys.items():
+                if p.get('required') and k not in meta and k + 'FromEnv' not in meta:
+                    yield where, f"{k}: required by KEDA's {t['type']} scaler"
 
 
 def cmd_validate(folder, paths):
-    import warnings
-    import jsonschema
-    warnings.simplefilter("ignore", DeprecationWarning)
-    store, by_kind = load_schemas(folder)
+    schemas = Schemas(folder)
     errors = n = 0
     for p in paths:
         for d in load_all(p):
-            key = (d.get('apiVersion'), d.get('kind'))
-            if key[1] == 'Kustomization':
+            if d.get('kind') == 'Kustomization':
                 continue
-            where = f"{p}: {key[1]} {d.get('metadata', {}).get('name', '?')}"
-            if key not in by_kind:
-                print(f'{where}: no schema for {key[0]} {key[1]}')
-                errors += 1
-                continue
-            name = by_kind[key]
-            resolver = jsonschema.RefResolver(name, store[name], store=store)
-            v = jsonschema.Draft202012Validator(store[name], resolver=resolver)
-            for e in sorted(v.iter_errors(d), key=lambda e: list(e.absolute_path)):
-                path = '.'.join(str(x) for x in e.absolute_path) or '(top)'
-                print(f'{where}: {path}: {e.message}')
+            where = f"{p}: {d.get('kind')} {(d.get('metadata') or {}).get('name', '?')}"
+            for path, message in schemas.check(d):
+                print(f'{where}: {path}: {message}')
                 errors += 1
             n += 1
     print(f'{n} documents, {errors} errors')

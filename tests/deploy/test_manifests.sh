@@ -5,8 +5,9 @@
 # kustomize) builds the base and every overlay, or, where neither is
 # installed, each kustomization's resources, files and patches are
 # resolved by hand; every document built, the KServe files and the
-# cluster MPIJob pass the schemas of tests/deploy/schemas (strict: a
-# misspelt or misplaced field fails; planted faults are caught); every
+# cluster MPIJob pass the upstream schemas of tests/deploy/schemas
+# (Kubernetes' OpenAPI, the CRDs; strict: a misspelt or misplaced field
+# fails; planted faults are caught) and dlserve's own rules; every
 # dlserve.conf of the manifests passes `dlserve --check-config`; the
 # KServe runtime's environment names real keys, its metrics annotations
 # are where KServe reads them and it auto-selects the dlserve format only;
@@ -71,15 +72,17 @@ check "training overlay: the base and an MPIJob, one claim" \
 
 # ---- schemas ----
 # Every document of every build, the KServe files and the cluster MPIJob
-# against tests/deploy/schemas (python3-jsonschema; strict: an object
-# admits only the fields its schema lists).
+# against the upstream schemas of tests/deploy/schemas (python3-jsonschema;
+# strict: an object admits only the fields its schema lists) and dlserve's
+# own rules (tests/deploy/schemas/README.md).
 check "python3-jsonschema is installed (scripts/lib.sh TEST_PACKAGES)" \
     /usr/bin/python3 -c 'import jsonschema'
 builds=("$WORK/base.yaml")
 for o in "${OVERLAYS[@]}"; do builds+=("$WORK/$o.yaml"); done
 check "every manifest passes its schema" \
     $M validate "$SCHEMAS" "${builds[@]}" "$SRC"/deploy/kserve/*.yaml "$SRC/conf/cluster/mpijob.yaml"
-# Planted faults: each must fail.
+# Planted faults: each must fail, and the validator must name it (a
+# crash is no catch).
 # plant IN OUT PYTHON: OUT is IN's documents after PYTHON (d: each one).
 plant() {
     /usr/bin/python3 -c 'import sys, yaml
@@ -88,30 +91,45 @@ for d in docs:
     exec(sys.argv[3])
 yaml.safe_dump_all(docs, open(sys.argv[2], "w"))' "$@"
 }
+# caught FILE TEXT: validate fails on FILE, and TEXT is in what it prints.
+caught() {
+    ! $M validate "$SCHEMAS" "$1" > "$WORK/caught.out" && grep -qF -- "$2" "$WORK/caught.out"
+}
 RT=$SRC/deploy/kserve/servingruntime.yaml
 plant "$RT" "$WORK/rt-meta.yaml" \
     'd["metadata"]["annotations"] = d["spec"].pop("annotations")'
 check "planted: the runtime's prometheus.kserve.io annotations under metadata fail" \
-    sh -c "! $M validate '$SCHEMAS' '$WORK/rt-meta.yaml' > '$WORK/planted.out'"
+    caught "$WORK/rt-meta.yaml" 'prometheus.kserve.io/port: KServe reads it from spec.annotations'
 check "planted: ... and the KServe runtime check fails on them too" \
     sh -c "! $M kserve-runtime '$WORK/rt-meta.yaml' > /dev/null"
 plant "$RT" "$WORK/rt-typo.yaml" 'd["spec"]["annotation"] = d["spec"].pop("annotations")'
 check "planted: spec.annotation (a misspelt field) fails" \
-    sh -c "! $M validate '$SCHEMAS' '$WORK/rt-typo.yaml' > /dev/null"
+    caught "$WORK/rt-typo.yaml" "spec: Additional properties are not allowed ('annotation' was unexpected)"
 plant "$RT" "$WORK/rt-onnx.yaml" 'd["spec"]["supportedModelFormats"][1]["priority"] = 1'
 check "planted: a priority on the onnx format, not auto-selected, fails" \
-    sh -c "! $M validate '$SCHEMAS' '$WORK/rt-onnx.yaml' > /dev/null"
+    caught "$WORK/rt-onnx.yaml" 'onnx: a priority needs autoSelect: true'
 plant "$WORK/base.yaml" "$WORK/dep-typo.yaml" \
     'd.get("kind") == "Deployment" and d["spec"]["template"]["spec"].update(topologySpreadConstraint=[])'
 check "planted: a Deployment with topologySpreadConstraint (misspelt) fails" \
-    sh -c "! $M validate '$SCHEMAS' '$WORK/dep-typo.yaml' > /dev/null"
+    caught "$WORK/dep-typo.yaml" "'topologySpreadConstraint' was unexpected"
+plant "$WORK/base.yaml" "$WORK/dep-type.yaml" \
+    'd.get("kind") == "Deployment" and d["spec"].update(replicas="two")'
+check "planted: a Deployment with replicas: \"two\" (not an integer) fails" \
+    caught "$WORK/dep-type.yaml" "spec.replicas: 'two' is not of type 'integer'"
 plant "$WORK/keda.yaml" "$WORK/keda-typo.yaml" \
     'd.get("kind") == "ScaledObject" and d["spec"]["triggers"][0]["metadata"].update(lagTreshold="5")'
 check "planted: a kafka trigger with lagTreshold (misspelt) fails" \
-    sh -c "! $M validate '$SCHEMAS' '$WORK/keda-typo.yaml' > /dev/null"
+    caught "$WORK/keda-typo.yaml" "lagTreshold: not a key of KEDA's kafka scaler"
+plant "$SRC/conf/cluster/mpijob.yaml" "$WORK/mpi-typo.yaml" \
+    'd["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"'
+check "planted: an MPIJob worker container with imagePullPolcy (misspelt) fails" \
+    caught "$WORK/mpi-typo.yaml" "'imagePullPolcy' was unexpected"
+plant "$SRC/deploy/kserve/inferenceservice.yaml" "$WORK/isvc-meta.yaml" 'd["metadata"]["label"] = {"a": "b"}'
+check "planted: an InferenceService with metadata.label (not ObjectMeta's) fails" \
+    caught "$WORK/isvc-meta.yaml" "metadata: Additional properties are not allowed ('label' was unexpected)"
 printf 'apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n' > "$WORK/pod.yaml"
 check "planted: a kind without a schema fails" \
-    sh -c "! $M validate '$SCHEMAS' '$WORK/pod.yaml' > /dev/null"
+    caught "$WORK/pod.yaml" 'no schema for v1 Pod'
 
 # ---- the configuration ----
 # conf_key FILE SECTION KEY: KEY's value in [SECTION] of a dlserve.conf (or
