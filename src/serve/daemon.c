@@ -262,6 +262,13 @@ static void status_line(daemon_ctx *d)
 
 /* ---- SIGHUP --------------------------------------------------------------- */
 
+/* Whether Kafka writes to Redis (its sink): redis delivery, or results. */
+static bool kafka_uses_redis(const dl_serve_conf *c)
+{
+    return component_kafka_wanted(c) && component_redis_wanted(c) &&
+           (c->kafka.delivery == DL_DELIVERY_REDIS || c->redis.results);
+}
+
 /* Whether a changed option applies live, from old to fresh: [log];
  * [trace] but its queue_size (the tracer's settings, as Triton's trace
  * extension changes them, and the exporter restarted on a new endpoint);
@@ -271,12 +278,6 @@ static void status_line(daemon_ctx *d)
  * links, and new Kafka clients where Kafka writes to Redis: not with the
  * embedded cluster). The others need a restart: listening sockets, thread
  * pools, loaded backends, the response cache. */
-static bool kafka_uses_redis(const dl_serve_conf *c)
-{
-    return component_kafka_wanted(c) && component_redis_wanted(c) &&
-           (c->kafka.delivery == DL_DELIVERY_REDIS || c->redis.results);
-}
-
 static bool live_option(const dl_opt *o, const dl_serve_conf *old, const dl_serve_conf *fresh)
 {
     const char *s = o->section, *k = o->key;
