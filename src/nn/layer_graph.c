@@ -15,12 +15,14 @@ static dl_binop binop_of(dl_layer_type t)
          : t == DL_LAYER_MUL ? DL_BIN_MUL : DL_BIN_DIV;
 }
 
-/* On activations in the engine's blocked layout (model_plan.c), C a
- * multiple of the block B: (n, C / B, H * W, B), the output and inputs
- * of its shape dense, a per-channel vector repeated along H * W. */
+/* On activations in the engine's blocked layout (model_plan.c), C
+ * channels in blocks of B (the last one padded with zeros: out_dim counts
+ * whole blocks): (n, C / B, H * W, B), the output and inputs of its shape
+ * dense, a per-channel vector (C a multiple of B) repeated along H * W. */
 static dl_strided bin_geom_blocked(const layer *l, int ka, int kb, int64_t n)
 {
-    int64_t c = l->out_shape[0], hw = l->out_dim / c, B = l->be->engine_block;
+    int64_t hw = l->out_shape[1] * l->out_shape[2], c = l->out_dim / hw;
+    int64_t B = l->be->engine_block;
     dl_strided g = { .nd = 4, .shape = { n, c / B, hw, B } };
     const int64_t full[4] = { c * hw, B * hw, B, 1 }, vec[4] = { c, B, 0, 1 };
     memcpy(g.st[0], ka >= 0 && layer_channel_vector(l, ka) ? vec : full, sizeof(full));

@@ -173,13 +173,64 @@ static int class_of(int *parent, int t)
 }
 
 /* Whether tensor t may be blocked by itself: a layer's [C, H, W] output,
- * C a multiple of the block (any C with block 1: NHWC), no model output. */
-static bool tensor_blockable(const dl_model *m, int t, int block)
+ * no model output. */
+static bool tensor_blockable(const dl_model *m, int t)
 {
     if (t < m->ninputs || m->out_of[t] >= 0)
         return false;
-    const layer *l = &m->layers[t - m->ninputs];
-    return l->out_ndim == 3 && l->out_shape[0] % block == 0;
+    return m->layers[t - m->ninputs].out_ndim == 3;
+}
+
+/* Whether tensor t's channels are no whole number of blocks: blocked, its
+ * last block is padded with zero channels (oneDNN's padded nChw16c). */
+static bool tensor_ragged(const dl_model *m, int t, int block)
+{
+    return t >= m->ninputs && m->layers[t - m->ninputs].out_shape[0] % block != 0;
+}
+
+/* Whether layer l keeps the zero channels of a padded block as zeros
+ * (`writes`) or reads them as nothing: an ungrouped convolution (its
+ * weights padded with zeros), as a writer with no activation of its own
+ * (a sigmoid's 0.5 there), or an add or sub of inputs of the output's
+ * shape. Padded tensors have no other readers or writers: batchnorm,
+ * pooling, unary and channel-vector layers count channels. */
+static bool pad_safe(const layer *l, blk_role r, bool writes)
+{
+    const dl_layer_conf *c = l->conf;
+    if (r == BLK_ENGINE)
+        return c->type == DL_LAYER_CONV2D && c->groups <= 1 &&
+               (!writes || (!l->post && !l->post_un));
+    if (r != BLK_PASS || (c->type != DL_LAYER_ADD && c->type != DL_LAYER_SUB) || l->post)
+        return false;
+    for (int k = 0; k < l->nin; k++)
+        if (l->ins_dim[k] != l->out_dim)
+            return false;
+    return true;
+}
+
+/* Gives the tensors of padded classes (ok and ragged) room for their
+ * padded channels: their per-sample size, as each layer writing or
+ * reading one counts it, becomes that of whole blocks. */
+static void pad_dims(dl_model *m, const int *parent, const bool *ok, const bool *ragged,
+                     int block)
+{
+    for (int t = m->ninputs; t < m->nt; t++) {
+        int c = class_of((int *)parent, t);
+        if (!ok[c] || !ragged[c])
+            continue;
+        layer *l = &m->layers[t - m->ninputs];
+        int64_t ch = l->out_shape[0], hw = l->out_shape[1] * l->out_shape[2];
+        int64_t dim = (ch + block - 1) / block * block * hw;
+        m->tdim[t] = l->out_dim = dim;
+        for (int i = 0; i < m->nlayers; i++) {
+            layer *r = &m->layers[i];
+            for (int k = 0; k < r->nin; k++)
+                if (model_tensor_of(m, r->conf->src[k]) == t)
+                    r->ins_dim[k] = dim;
+            if (r->nin > 0)
+                r->in_dim = r->ins_dim[0];
+        }
+    }
 }
 
 /* Whether a layer of role r runs the same on NHWC as on NCHW: engine
@@ -253,8 +304,10 @@ static dl_status plan_layouts(dl_model *m, dl_err *err)
     bool *ok = malloc((size_t)m->nt * sizeof(bool));
     bool *nh = malloc((size_t)m->nt * sizeof(bool));
     bool *useful = malloc((size_t)m->nt * sizeof(bool));
+    bool *ragged = malloc((size_t)m->nt * sizeof(bool));
     blk_role *role = malloc((size_t)m->nlayers * sizeof(blk_role));
-    if (!parent || !ok || !nh || !useful || !role) {
+    if (!parent || !ok || !nh || !useful || !ragged || !role) {
+        free(ragged);
         free(parent);
         free(ok);
         free(nh);
@@ -274,16 +327,26 @@ static dl_status plan_layouts(dl_model *m, dl_err *err)
                 parent[class_of(parent, model_tensor_of(m, m->layers[i].conf->src[k]))] =
                     class_of(parent, m->ninputs + i);
     }
+    for (int t = 0; t < m->nt; t++)
+        ragged[t] = false;
+    for (int t = 0; t < m->nt; t++)
+        if (tensor_ragged(m, t, block))
+            ragged[class_of(parent, t)] = true;
     for (int i = 0; i < m->nlayers; i++) {
         int t = m->ninputs + i;
-        if (!tensor_blockable(m, t, block) || role[i] == BLK_PLAIN || role[i] == BLK_SINK ||
-            role[i] == BLK_CL)
+        const layer *l = &m->layers[i];
+        if (!tensor_blockable(m, t) || role[i] == BLK_PLAIN || role[i] == BLK_SINK ||
+            role[i] == BLK_CL || (ragged[class_of(parent, t)] && !pad_safe(l, role[i], true)))
             ok[class_of(parent, t)] = false;
-        for (int k = 0; role[i] == BLK_PLAIN && k < m->layers[i].nin; k++)
-            ok[class_of(parent, model_tensor_of(m, m->layers[i].conf->src[k]))] = false;
+        for (int k = 0; k < l->nin; k++) {
+            int c = class_of(parent, model_tensor_of(m, l->conf->src[k]));
+            if (role[i] == BLK_PLAIN || (ragged[c] && !pad_safe(l, role[i], false)))
+                ok[c] = false;
+        }
     }
     for (int t = 0; t < m->ninputs; t++)
         ok[class_of(parent, t)] = false;
+    pad_dims(m, parent, ok, ragged, block);
     plan_nhwc(m, parent, role, ok, nh, useful);
     for (int i = 0; i < m->nlayers; i++) {
         layer *l = &m->layers[i];
@@ -303,6 +366,7 @@ static dl_status plan_layouts(dl_model *m, dl_err *err)
     free(ok);
     free(nh);
     free(useful);
+    free(ragged);
     free(role);
     return DL_OK;
 }

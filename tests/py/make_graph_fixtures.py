@@ -412,6 +412,20 @@ RNN_CASES = [
         [L("y", "gru", hidden=3, layers=2, bidirectional=True)], seed=310),
 ]
 
+# 24 channels, no whole 16-channel block: on AVX-512 the two convolutions
+# and the add between them keep oneDNN's blocked layout, its last block
+# padded with zero channels (an EfficientNet's 24- and 40-channel
+# stages). Seeded by their own numbers, after the others.
+PADDED = [L("a", "conv2d", filters=24, kernel_size=1),
+          L("b", "conv2d", filters=24, kernel_size=3, padding=1),
+          L("add", "add", ["b", "a"]),
+          L("c", "conv2d", filters=16, kernel_size=1), L("r", "relu"),
+          L("pool", "global_avgpool2d"), L("y", "dense", units=3)]
+PADDED_CASES = [
+    one("padded_residual", [inp("x", 4, 5, 5)], PADDED, seed=501),
+    one("padded_residual_eval", [inp("x", 4, 5, 5)], PADDED, mode="eval", seed=502),
+]
+
 
 def make_ties(case, model, values, lengths):
     """Equal, largest values at positions p and q of each sample longer
@@ -598,7 +612,7 @@ def verify_pass(folder):
 
 def cmd_verify(out, only):
     bad = 0
-    for case in PASS_CASES + OP_CASES + LATE_PASS_CASES + SEQ_CASES + RNN_CASES:
+    for case in PASS_CASES + OP_CASES + LATE_PASS_CASES + SEQ_CASES + RNN_CASES + PADDED_CASES:
         if only and case["name"] not in only:
             continue
         out_err, grad_err, numeric = verify_pass(os.path.join(out, case["name"]))
@@ -622,7 +636,8 @@ def main(argv=None):
     if args.verify:
         return cmd_verify(args.out, args.only)
     cases = ([(c, make_pass) for c in PASS_CASES] + [(c, make_train) for c in TRAIN_CASES]
-             + [(c, make_pass) for c in OP_CASES + LATE_PASS_CASES + SEQ_CASES + RNN_CASES])
+             + [(c, make_pass) for c in OP_CASES + LATE_PASS_CASES + SEQ_CASES + RNN_CASES
+                + PADDED_CASES])
     names = [c["name"] for c, _ in cases]
     assert len(set(names)) == len(names), "case names repeat"
     for seed, (case, make) in enumerate(cases, 1):
