@@ -198,6 +198,33 @@ static dl_status make_reorder(dl_dnnl *d, const dnnl_memory_desc_t *src,
     return DL_OK;
 }
 
+/* Whether a blocked (or plain) layout keeps channel c of sample n at
+ * n * C + c: a 4-D tensor of one position (H = W = 1), no padding, at
+ * most one inner block, over the channels. NCHW, NHWC and nChw16c of
+ * a squeeze-and-excitation's pooled [C, 1, 1] vectors are then the same
+ * bytes, and no reorder is needed between them. */
+static bool channels_dense(const dnnl_memory_desc_t *md)
+{
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    if (md->ndims != 4 || md->format_kind != dnnl_blocked || md->offset0 != 0 ||
+        md->extra.flags != 0 || md->dims[2] != 1 || md->dims[3] != 1 || b->inner_nblks > 1 ||
+        (b->inner_nblks == 1 && b->inner_idxs[0] != 1))
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (md->padded_dims[i] != md->dims[i])
+            return false;
+    int64_t c = md->dims[1], inner = b->inner_nblks ? b->inner_blks[0] : 1;
+    return (md->dims[0] == 1 || b->strides[0] == c) && (c <= inner || b->strides[1] == inner);
+}
+
+static bool same_bytes(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b)
+{
+    if (dnnl_memory_desc_equal(a, b))
+        return true;
+    return a->data_type == b->data_type && channels_dense(a) && channels_dense(b) &&
+           memcmp(a->dims, b->dims, 4 * sizeof(a->dims[0])) == 0;
+}
+
 /* Adds an argument: the caller's plain layout `user` against the layout the
  * primitive chose (queried from pd with `what`). */
 static dl_status add_slot(dl_dnnl *d, entry *e, const_dnnl_primitive_desc_t pd,
@@ -210,9 +237,11 @@ static dl_status add_slot(dl_dnnl *d, entry *e, const_dnnl_primitive_desc_t pd,
     s->arg = arg;
     s->output = output;
     const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(pd, what, index);
-    DNNL_CHECK(dnnl_memory_create(&s->user, user, d->eng, DNNL_MEMORY_NONE), err);
-    if (!accumulate && dnnl_memory_desc_equal(want, user))
+    if (!accumulate && same_bytes(want, user)) {
+        DNNL_CHECK(dnnl_memory_create(&s->user, want, d->eng, DNNL_MEMORY_NONE), err);
         return DL_OK;
+    }
+    DNNL_CHECK(dnnl_memory_create(&s->user, user, d->eng, DNNL_MEMORY_NONE), err);
     DNNL_CHECK(dnnl_memory_create(&s->inner, want, d->eng, DNNL_MEMORY_ALLOCATE), err);
     return output ? make_reorder(d, want, user, accumulate, &s->reorder, err)
                   : make_reorder(d, user, want, false, &s->reorder, err);
