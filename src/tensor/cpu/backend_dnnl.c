@@ -780,6 +780,24 @@ static dl_status run(dl_dnnl *d, entry *e, void *const *ptr, void *ws, dl_err *e
     return st;
 }
 
+/* Below this many multiply-adds a convolution runs on the calling thread
+ * alone: waking the OpenMP team (its threads sleep between primitives)
+ * and joining it cost more than the work. A squeeze-and-excitation's two
+ * 1x1 convolutions over its pooled vector (at most 1152 x 48 in
+ * efficientnet_b0, 32 of them a pass) took 9-12 us each on two threads,
+ * several times their arithmetic. */
+#define SOLO_MACS (1 << 17)
+
+static int threads_for(const dl_dnnl *d, op_kind kind, const dl_conv_geom *g)
+{
+    if (kind != OP_CONV_FWD && kind != OP_CONV_BWD_DATA && kind != OP_CONV_BWD_WEIGHTS)
+        return d->threads;
+    int64_t groups = g->groups > 1 ? g->groups : 1;
+    double macs = (double)g->n * (double)(g->oh * g->ow) * (double)g->oc *
+                  (double)(g->c / groups) * (double)(g->kh * g->kw);
+    return macs < SOLO_MACS ? 1 : d->threads;
+}
+
 /* par: the post-op's parameters (NULL: none), part of the entry's key. */
 static dl_status call(dl_dnnl *d, op_kind kind, const dl_conv_geom *g, int variant,
                       const float *par, void *const *ptr, void *ws, size_t ws_room,
@@ -791,9 +809,11 @@ static dl_status call(dl_dnnl *d, op_kind kind, const dl_conv_geom *g, int varia
      * creates a primitive as when it runs one: a creation with the
      * default team (every core) left an extra OpenMP thread spinning
      * beside --threads 1 (two such processes on two cores trained 1.3x,
-     * not 2x, one's rate). */
-    if (omp_get_max_threads() != d->threads)
-        omp_set_num_threads(d->threads);
+     * not 2x, one's rate). A tiny convolution's team is the caller
+     * alone, when it is created as when it runs (threads_for). */
+    int threads = threads_for(d, kind, g);
+    if (omp_get_max_threads() != threads)
+        omp_set_num_threads(threads);
     entry *e;
     dl_status st = lookup(d, kind, g, variant, par ? par : none, &e, err);
     if (st == DL_OK && e->ws && (!ws || e->ws_bytes > ws_room))
