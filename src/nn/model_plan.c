@@ -294,7 +294,10 @@ static void plan_nhwc(const dl_model *m, int *parent, const blk_role *role,
  * one class, kept blocked when each of its tensors may be, each is made
  * by an engine or pass layer and read only by engine, pass or sink
  * layers. A residual block's add then runs on blocked data, and the
- * tensor read by the next block and by the add stays blocked for both. */
+ * tensor read by the next block and by the add stays blocked for both.
+ * A class with channels no whole number of blocks is kept blocked, its
+ * last block padded (pad_dims), only where every layer touching it is
+ * pad_safe; else it stays NCHW or NHWC (plan_nhwc). */
 static dl_status plan_layouts(dl_model *m, dl_err *err)
 {
     int block = m->be->engine_block;
