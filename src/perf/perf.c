@@ -1,7 +1,8 @@
 /* perf.c: dlserve-perf, a load generator for dlserve (and any server of
  * the Open Inference Protocol) after Triton's perf_analyzer: throughput
  * and latency percentiles at each level of a concurrency or request-rate
- * sweep, over HTTP (JSON, or the binary tensor data extension) or Kafka.
+ * sweep, over HTTP (JSON, or the binary tensor data extension), gRPC or
+ * Kafka.
  * `dlserve-perf --help` lists the options; docs/benchmarks.md shows use.
  *
  * Each level runs measurement windows until the last three agree within
@@ -38,7 +39,9 @@ typedef struct opts {
     double      interval_ms;
     int         max_trials;
     double      stability;       /* percent */
-    int         connections;     /* open loop */
+    int         connections;     /* HTTP open loop; gRPC channels */
+    bool        have_connections;
+    int         threads;         /* gRPC */
     perf_kafka_opts kafka;
 } opts;
 
@@ -63,30 +66,36 @@ static void usage(FILE *f)
 "\n"
 "  -m, --model NAME             the model (required)\n"
 "  -u, --url URL                HTTP: HOST:PORT or http://HOST:PORT (localhost:8000);\n"
-"                               Kafka: the bootstrap brokers (localhost:9092)\n"
-"  -i, --protocol P             http (default) or kafka; grpc is not built in\n"
+"                               gRPC: HOST:PORT (localhost:8001); Kafka: the bootstrap\n"
+"                               brokers (localhost:9092)\n"
+"  -i, --protocol P             http (default), grpc (ModelInfer, inputs in\n"
+"                               raw_input_contents) or kafka\n"
 "      --binary                 HTTP: the binary tensor data extension (inputs and\n"
 "                               outputs as raw bytes, Inference-Header-Content-Length)\n"
 "  -b, --batch-size N           samples a request (1): the first dimension of each input\n"
 "      --input-data D           random (default) or zero: inputs generated from the\n"
-"                               model's metadata (GET /v2/models/MODEL; ids 0 or 1);\n"
+"                               model's metadata (GET /v2/models/MODEL, gRPC's\n"
+"                               ModelMetadata; ids 0 or 1);\n"
 "                               or a FILE holding an infer request body (JSON, sent as\n"
-"                               is; converted with --binary); -b does not apply to it\n"
+"                               is; converted with --binary and for gRPC); -b does not\n"
+"                               apply to it\n"
 "      --concurrency-range S[:E[:STEP]]\n"
 "                               closed loop: N requests in flight, N = S, S+STEP..E\n"
 "                               (default 1)\n"
 "      --request-rate-range S[:E[:STEP]]\n"
 "                               open loop: requests due at S, S+STEP..E a second, each\n"
 "                               one's latency from when it was due\n"
-"      --connections N          open loop: keep-alive connections (32); a request\n"
-"                               waits for a free one, and the wait counts\n"
+"      --connections N          HTTP open loop: keep-alive connections (32); a request\n"
+"                               waits for a free one, and the wait counts; gRPC: the\n"
+"                               channels, each one HTTP/2 connection (1)\n"
 "  -p, --measurement-interval MS\n"
 "                               a measurement window, milliseconds (5000)\n"
 "      --max-trials N           windows at most a level (10)\n"
 "      --stability-percentage P the last 3 windows' throughput and mean latency must\n"
 "                               lie within P%% of their mean (10)\n"
 "  -f FILE                      also write the results as CSV\n"
-"  -H 'Name: value'             an extra HTTP header (repeatable)\n"
+"      --threads N              gRPC: threads polling the calls' completion queues (1)\n"
+"  -H 'Name: value'             an extra HTTP header, gRPC metadata (repeatable)\n"
 "      --input-topic T          Kafka: the daemon's input topic (dlserve-in)\n"
 "      --output-topic T         Kafka: its output topic (dlserve-out)\n"
 "      --dead-letter-topic T    Kafka: its dead-letter topic, counted as errors\n"
@@ -130,7 +139,7 @@ static double num_arg(const char *name, const char *s, double lo, double hi)
 static void parse_opts(int argc, char **argv, opts *o)
 {
     enum { O_BINARY = 256, O_INPUT, O_CRANGE, O_RRANGE, O_CONNS, O_TRIALS, O_STAB, O_ITOPIC,
-           O_OTOPIC, O_DTOPIC };
+           O_OTOPIC, O_DTOPIC, O_THREADS };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},
         {"url", required_argument, NULL, 'u'},
@@ -147,11 +156,12 @@ static void parse_opts(int argc, char **argv, opts *o)
         {"input-topic", required_argument, NULL, O_ITOPIC},
         {"output-topic", required_argument, NULL, O_OTOPIC},
         {"dead-letter-topic", required_argument, NULL, O_DTOPIC},
+        {"threads", required_argument, NULL, O_THREADS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     *o = (opts){.url = NULL, .input_data = "random", .batch = 1, .interval_ms = 5000,
-                .max_trials = 10, .stability = 10, .connections = 32,
+                .max_trials = 10, .stability = 10, .connections = 32, .threads = 1,
                 .range = {1, 1, 1},
                 .kafka = {.input_topic = "dlserve-in", .output_topic = "dlserve-out",
                           .dead_letter_topic = "dlserve-dead-letters"}};
@@ -180,7 +190,9 @@ static void parse_opts(int argc, char **argv, opts *o)
         case O_RRANGE: parse_range(optarg, o->range, false); o->rate_mode = true; break;
         case O_CONNS:
             o->connections = (int)num_arg("--connections", optarg, 1, HL_MAX_CONNS);
+            o->have_connections = true;
             break;
+        case O_THREADS: o->threads = (int)num_arg("--threads", optarg, 1, 64); break;
         case 'p': o->interval_ms = num_arg("-p", optarg, 10, 3600e3); break;
         case O_TRIALS: o->max_trials = (int)num_arg("--max-trials", optarg, 3, 1000); break;
         case O_STAB: o->stability = num_arg("--stability-percentage", optarg, 0, 1000); break;
@@ -209,16 +221,19 @@ static void parse_opts(int argc, char **argv, opts *o)
         fprintf(stderr, "dlserve-perf: --concurrency-range or --request-rate-range, not both\n");
         exit(2);
     }
-    if (o->protocol == PROTO_GRPC) {
-        fprintf(stderr, "dlserve-perf: -i grpc is not built in (http and kafka are)\n");
+    if (o->protocol == PROTO_GRPC && o->connections > 64) {
+        fprintf(stderr, "dlserve-perf: -i grpc: at most 64 channels (--connections)\n");
         exit(2);
     }
+    if (o->protocol == PROTO_GRPC && !o->have_connections)
+        o->connections = 1;   /* one HTTP/2 connection, as a client library opens */
     if (o->binary && o->protocol != PROTO_HTTP) {
         fprintf(stderr, "dlserve-perf: --binary is for -i http\n");
         exit(2);
     }
     if (!o->url)
-        o->url = o->protocol == PROTO_KAFKA ? "localhost:9092" : "localhost:8000";
+        o->url = o->protocol == PROTO_KAFKA ? "localhost:9092"
+                 : o->protocol == PROTO_GRPC ? "localhost:8001" : "localhost:8000";
 }
 
 /* ---- request bodies -------------------------------------------------- */
@@ -628,6 +643,58 @@ static perf_target *http_target_new(const opts *o)
     return &h->base;
 }
 
+/* ---- gRPC target ----------------------------------------------------- */
+
+/* The request's inputs packed for raw_input_contents: each input's "data"
+ * as its datatype, little-endian. */
+static perf_target *grpc_target_new(const opts *o)
+{
+    char err[512];
+    perf_grpc_opts g = {.target = o->url, .model = o->model, .headers = o->headers,
+                        .nheaders = o->nheaders, .channels = o->connections,
+                        .threads = o->threads};
+    json_t *meta = NULL;
+    if (strcmp(o->input_data, "random") == 0 || strcmp(o->input_data, "zero") == 0) {
+        meta = perf_grpc_metadata(&g, err, sizeof(err));
+        if (!meta)
+            fail("%s", err);
+    }
+    json_t *req = request_json(o, meta);
+    json_decref(meta);
+    json_t *inputs = json_object_get(req, "inputs");
+    size_t n = json_array_size(inputs), i;
+    perf_grpc_input *in = calloc(n ? n : 1, sizeof(*in));
+    if (!in)
+        fail("out of memory");
+    json_t *x;
+    json_array_foreach(inputs, i, x) {
+        const char *name = json_string_value(json_object_get(x, "name"));
+        const char *dt = json_string_value(json_object_get(x, "datatype"));
+        json_t *shape = json_object_get(x, "shape"), *data = json_object_get(x, "data"), *d;
+        if (!name || !dt || !dt_size(dt) || !json_is_array(shape) || !data ||
+            json_array_size(shape) > PERF_GRPC_MAX_DIMS)
+            fail("-i grpc: input %zu wants a name, a numeric datatype, a shape of at most %d "
+                 "dimensions and data", i, PERF_GRPC_MAX_DIMS);
+        size_t j, cap = 0;
+        json_array_foreach(shape, j, d)
+            in[i].shape[j] = json_integer_value(d);
+        in[i].ndims = json_array_size(shape);
+        in[i].name = name;
+        in[i].datatype = dt;
+        char *raw = NULL;
+        put_values(data, dt, &raw, &in[i].raw_len, &cap);
+        in[i].raw = raw;
+    }
+    perf_target *t = perf_grpc_target(&g, in, n, err, sizeof(err));
+    for (i = 0; i < n; i++)
+        free((void *)in[i].raw);
+    free(in);
+    json_decref(req);
+    if (!t)
+        fail("%s", err);
+    return t;
+}
+
 /* ---- main ------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -648,6 +715,8 @@ int main(int argc, char **argv)
         json_decref(req);
         if (!t)
             fail("%s", err);
+    } else if (o.protocol == PROTO_GRPC) {
+        t = grpc_target_new(&o);
     } else {
         t = http_target_new(&o);
     }
@@ -660,7 +729,9 @@ int main(int argc, char **argv)
            "  Measurement window: %.0f msec, up to %d windows a level, stable when %d in a "
            "row lie within %g%%\n",
            o.model, o.batch, t->what, o.interval_ms, o.max_trials, STABLE_RUN, o.stability);
-    if (o.rate_mode)
+    if (o.rate_mode && o.protocol == PROTO_GRPC)
+        printf("  Open loop: a call started when it is due, its latency from then\n");
+    else if (o.rate_mode)
         printf("  Open loop over %d connections: latency from when a request was due\n",
                o.connections);
     printf("\n");
@@ -692,7 +763,9 @@ int main(int argc, char **argv)
         if (!lv->stable)
             printf("    Not stable: the last %d windows differ by more than %g%%\n", STABLE_RUN,
                    o.stability);
-        if (lv->first_bad_status)
+        if (t->first_error[0])
+            printf("    First error answer: %s\n", t->first_error);
+        else if (lv->first_bad_status)
             printf("    First error answer: HTTP %d\n", lv->first_bad_status);
         fflush(stdout);
         if (csv)

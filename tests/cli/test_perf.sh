@@ -2,8 +2,11 @@
 # dlserve-perf against a real daemon: a concurrency sweep over HTTP JSON and
 # the binary tensor data extension (CSV rows and columns, throughput, p50 <=
 # p99, no errors), a request-rate run near its rate, an --input-data file,
-# refusals (server unreachable, unknown model, bad range); with KAFKA_TOOL,
-# the Kafka mode through a mock cluster. ~25 s.
+# refusals (server unreachable, unknown model, bad range); gRPC (-i grpc)
+# against a daemon with a bearer token: a closed-loop sweep, an --input-data
+# file, a request rate, refusals (no token, unknown model), or, in a build
+# without libgrpc, its refusal; with KAFKA_TOOL, the Kafka mode through a
+# mock cluster. ~35 s.
 . "$DLSERVE_SOURCE_ROOT/tests/lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 PERF=${DLSERVE_PERF:?set DLSERVE_PERF to the dlserve-perf binary}
@@ -94,6 +97,55 @@ check "a bad range: usage error" [ $? -eq 2 ]
 check "--help lists the options" [ $? -eq 0 ]
 stop_daemon
 check "daemon stops cleanly" [ $? -eq 0 ]
+
+# gRPC: ModelInfer with the inputs in raw_input_contents, the token as
+# authorization metadata.
+"$PERF" -i grpc -m fashion-mlp -u 127.0.0.1:1 -p 100 > /dev/null 2> "$WORK/g.err"
+rc=$?
+if grep -q 'not built in' "$WORK/g.err"; then
+    check "grpc not built in: exits 1, says so" \
+        fails_with "$WORK/g.err" $rc '-i grpc is not built in'
+else
+    check "grpc: unreachable, exits nonzero, says so" \
+        fails_with "$WORK/g.err" $rc 'UNAVAILABLE.*is the server running'
+    check "gRPC daemon starts" start_grpc gperf --models "$WORK/repo" --set models.watch=false \
+        --set http.token=s3cret
+    auth=(-H 'Authorization: Bearer s3cret')
+    "$PERF" -i grpc -m fashion-mlp -u "127.0.0.1:$GPORT" "${auth[@]}" --concurrency-range 1:4:3 \
+        -p 300 --max-trials 4 -f "$WORK/grpc.csv" > "$WORK/grpc.out" 2> "$WORK/grpc.err"
+    check "grpc: exits 0" [ $? -eq 0 ]
+    check "grpc: CSV of concurrency 1 and 4, throughput, p50 <= p99, no errors" \
+        csv_ok "$WORK/grpc.csv" Concurrency 1 4
+    check "grpc: p50 and p99 printed, the request is gRPC's" \
+        grep -q '^Concurrency: 4, throughput: [0-9.]* infer/sec, latency p50 [0-9]* / p90 [0-9]* / p95 [0-9]* / p99 [0-9]* usec, errors 0' \
+        "$WORK/grpc.out"
+    check "grpc: the request is ModelInfer's" grep -q 'gRPC ModelInfer to 127.0.0.1' \
+        "$WORK/grpc.out"
+    "$PERF" -i grpc -m fashion-mlp -u "127.0.0.1:$GPORT" "${auth[@]}" \
+        --input-data "$WORK/req.json" -b 2 -p 200 --max-trials 3 -f "$WORK/gfile.csv" \
+        > "$WORK/gfile.out" 2>&1
+    check "grpc: --input-data FILE (UINT8, batch 2)" csv_ok "$WORK/gfile.csv" Concurrency 1
+    "$PERF" -i grpc -m fashion-mlp -u "127.0.0.1:$GPORT" "${auth[@]}" \
+        --request-rate-range 200 -p 500 --max-trials 4 -f "$WORK/grate.csv" \
+        > "$WORK/grate.out" 2>&1
+    check "grpc: request rate, CSV" csv_ok "$WORK/grate.csv" "Request Rate" 200
+    "$PERF" -i grpc -m fashion-mlp -u "127.0.0.1:$GPORT" -p 100 > /dev/null \
+        2> "$WORK/gnotoken.err"
+    rc=$?
+    check "grpc: no token, exits 1 with the server's status" \
+        fails_with "$WORK/gnotoken.err" $rc 'UNAUTHENTICATED.*bearer token'
+    [ $rc -eq 1 ]
+    check "grpc: no token, exit status 1" [ $? -eq 0 ]
+    "$PERF" -i grpc -m nosuch -u "127.0.0.1:$GPORT" "${auth[@]}" -p 100 > /dev/null \
+        2> "$WORK/gnomodel.err"
+    rc=$?
+    check "grpc: unknown model, exits 1 with the server's message" \
+        fails_with "$WORK/gnomodel.err" $rc 'NOT_FOUND.*nosuch'
+    [ $rc -eq 1 ]
+    check "grpc: unknown model, exit status 1" [ $? -eq 0 ]
+    stop_daemon
+    check "gRPC daemon stops cleanly" [ $? -eq 0 ]
+fi
 
 # Kafka: records through the daemon over a mock cluster, matched by key.
 if [ -n "${KAFKA_TOOL:-}" ]; then
