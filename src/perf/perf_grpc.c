@@ -60,7 +60,6 @@ struct worker {
     grpc_target           *g;
     pthread_t              tid;
     grpc_completion_queue *cq;
-    int                    index;
     int                    inflight;
     size_t                 next;         /* open loop: the next call of its share */
     uint32_t              *lat;          /* this window's counted latencies, us */
@@ -639,7 +638,6 @@ perf_target *perf_grpc_target(const perf_grpc_opts *o, const perf_grpc_input *in
     }
     for (int i = 0; i < g->nthreads; i++) {
         g->workers[i].g = g;
-        g->workers[i].index = i;
         g->workers[i].cq = grpc_completion_queue_create_for_next(NULL);
     }
     g->base.run = grpc_run;

@@ -30,7 +30,7 @@
  * program starved of CPU). Exit status 0, or 1 on a usage or setup error
  * (message on stderr).
  *
- * With -r 0 the loop is closed, as wrk's and tests/tools/grpc_rate.c's: each
+ * With -r 0 the loop is closed, as wrk's: each
  * connection sends its next request as soon as its answer is complete, for
  * SECONDS; a latency runs from the request's send, answers count until
  * SECONDS are up, and requests still in flight then are left (timeout=0).

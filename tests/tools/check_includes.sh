@@ -3,7 +3,8 @@
 # Only src/serve/http/ may include microhttpd.h, only src/serve/kafka/
 # librdkafka's headers (and src/perf/perf_kafka.c, the load generator's
 # Kafka client, outside the daemon), only src/redis/ hiredis's, only
-# src/serve/component_otlp.c libcurl's, only src/serve/grpc/ libgrpc's.
+# src/serve/component_otlp.c libcurl's, only src/serve/grpc/ libgrpc's (and
+# src/perf/perf_grpc.c, the load generator's gRPC client).
 # Prints each file that crosses a boundary and exits 1; exits 0 when none does.
 #
 # With --self-test, plants a crossing in a copy of SRC and fails unless the
@@ -17,7 +18,7 @@ check() {   # check SRC
                  'librdkafka/rdkafka(_mock)?\.h' 'serve/kafka/|perf/perf_kafka.c'
                  'hiredis/' 'redis/'
                  'curl/curl\.h' 'serve/component_otlp.c'
-                 'grpc/' 'serve/grpc/')
+                 'grpc/' 'serve/grpc/|perf/perf_grpc.c')
     local i
     for ((i = 0; i < ${#rules[@]}; i += 2)); do
         while IFS= read -r f; do
@@ -44,14 +45,15 @@ if [ "${1:-}" = --self-test ]; then
                    'serve/http/http_request.c:#  include "librdkafka/rdkafka_mock.h"' \
                    'serve/kafka/kafka.c:#include <hiredis/hiredis.h>' \
                    'serve/batcher.c:#include <grpc/grpc.h>' \
-                   'perf/perf.c:#include <librdkafka/rdkafka.h>'; do
+                   'perf/perf.c:#include <librdkafka/rdkafka.h>' \
+                   'perf/perf_kafka.c:#include <grpc/grpc.h>'; do
         rm -rf "$tmp/src"; cp -r "$src" "$tmp/src"
         echo "${planted#*:}" >> "$tmp/src/${planted%%:*}"
         if check "$tmp/src" >/dev/null; then
             echo "self-test: the check missed '${planted#*:}' in ${planted%%:*}"; exit 1
         fi
     done
-    echo "include boundaries hold; 6 planted crossings caught"
+    echo "include boundaries hold; 7 planted crossings caught"
     exit 0
 fi
 check "${1:-$(dirname "$0")/../../src}"
