@@ -341,12 +341,12 @@ static bool call_start(grpc_target *g, caller *c, int64_t start_ns)
     return true;
 }
 
-static void note_error(grpc_target *g, const char *fmt, grpc_status_code s, const char *details)
+static void note_error(grpc_target *g, grpc_status_code s, const char *details)
 {
     pthread_mutex_lock(&g->lock);
     if (!g->base.first_error[0])
-        snprintf(g->base.first_error, sizeof(g->base.first_error), fmt, status_name(s), (int)s,
-                 details);
+        snprintf(g->base.first_error, sizeof(g->base.first_error), "gRPC %s (%d): %.300s",
+                 status_name(s), (int)s, details);
     pthread_mutex_unlock(&g->lock);
 }
 
@@ -379,7 +379,7 @@ static void call_done(grpc_target *g, caller *c, bool ok)
     bool counted = !g->closed || t <= g->end_ns;
     if (s != GRPC_STATUS_OK) {
         char *d = ok ? grpc_slice_to_c_string(c->details) : NULL;
-        note_error(g, "gRPC %s (%d): %.300s", s, ok ? d : "the call's batch failed");
+        note_error(g, s, ok ? d : "the call's batch failed");
         gpr_free(d);
     }
     if (counted && s == GRPC_STATUS_DEADLINE_EXCEEDED) {
