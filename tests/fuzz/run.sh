@@ -3,13 +3,13 @@
 # every input of regress/NAME/ (each once: a parser that crashes, leaks,
 # hangs or trips UBSan on one fails the test), then fuzzes from
 # corpus/NAME/ (read only; new inputs go to a temporary folder) for
-# DLSERVE_FUZZ_SECONDS seconds (15). A finding is written to
+# DLSERVE_FUZZ_SECONDS seconds (10). A finding is written to
 # OUTDIR/NAME-crash-<sha1> (or -leak-, -timeout-, -oom-) and fails the test:
 # fix the parser, then keep the input in regress/NAME/.
 set -euo pipefail
 exe=$1 name=$2 out=$3
 here=$(cd "$(dirname "$0")" && pwd)
-seconds=${DLSERVE_FUZZ_SECONDS:-15}
+seconds=${DLSERVE_FUZZ_SECONDS:-10}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 
