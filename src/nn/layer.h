@@ -97,6 +97,17 @@ struct layer {
     const dl_unary      *post_un;
     dl_unary             post_un_val;
     bool                 folded_infer;
+    /* Inference only (model_plan.c): a conv2d whose output goes only to
+     * an add of two tensors of its shape and layout adds the other one,
+     * tensor res_t, itself (through the engine's fused post-op where it
+     * has one), then the add's folded activation res_post; that add is
+     * folded_infer (its res_of is the conv2d's index). res points at
+     * res_t's buffer in each pass (model.c); res_unfused: the engine
+     * declined the fused add, the layer adds in a pass of its own. */
+    bool                 res_fused, res_unfused;
+    int                  res_t, res_of;          /* res_of: the add's convolution */
+    const float         *res;
+    const dl_act        *res_post;
     bool                 generic;                /* the engine declined: im2col */
     /* DL_BLOCKED_* / DL_NHWC_* (model_plan.c's plan_layouts): which of
      * this layer's activations stay in the engine's blocked layout, or in

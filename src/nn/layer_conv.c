@@ -122,6 +122,8 @@ bool layer_engine_layout(const layer *l)
 
 static dl_status conv_forward_im2col(layer *l, const float *x, float *y, int64_t n,
                                      bool train, dl_err *err);
+static dl_status conv_forward(layer *l, const float *x, float *y, int64_t n, bool train,
+                              dl_err *err);
 
 /* tmp (OC, B*OHW) = W (OC, wfan) x cols (K, B*OHW), a GEMM a group g:
  * its filters' rows of W and tmp, its channels' rows of cols. */
@@ -175,18 +177,53 @@ static dl_status conv_fused_unary(layer *l, const dl_unary *u, const float *x, f
     return st;
 }
 
+/* The engine's convolution with the residual l->res added and the add's
+ * activation after it, where it fuses them; else DL_ERR_UNAVAILABLE with
+ * *err untouched, and the layer adds in a pass of its own from then on. */
+static dl_status conv_fused_add(layer *l, const float *x, float *y, int64_t n, dl_err *err)
+{
+    const dl_backend_ops *ops = l->be->ops;
+    if (l->res_unfused || !ops->conv_fwd_add)
+        return DL_ERR_UNAVAILABLE;
+    dl_conv_geom g = geom(l, n);
+    dl_err e = {0};
+    dl_status st = ops->conv_fwd_add(l->be, &g, x, l->p[0].data,
+                                     l->conf->bias ? l->p[1].data : NULL, l->res,
+                                     l->res_post, y, &e);
+    if (st == DL_ERR_UNAVAILABLE)
+        l->res_unfused = true;
+    else if (st != DL_OK && err)
+        *err = e;
+    return st;
+}
+
+/* Batch-invariant inference: a sample at a time, its residual with it. */
+static dl_status conv_forward_samples(layer *l, const float *x, float *y, int64_t n,
+                                      dl_err *err)
+{
+    const float *res = l->res;
+    dl_status st = DL_OK;
+    for (int64_t i = 0; i < n && st == DL_OK; i++) {
+        l->res = res ? res + i * l->out_dim : NULL;
+        st = conv_forward(l, x + i * l->in_dim, y + i * l->out_dim, 1, false, err);
+    }
+    l->res = res;
+    return st;
+}
+
 static dl_status conv_forward(layer *l, const float *x, float *y, int64_t n,
                               bool train, dl_err *err)
 {
     const dl_backend_ops *ops = l->be->ops;
     if (l->invariant && !train && n > 1)
-        return layer_forward_samples(l, x, y, n, conv_forward, err);
+        return conv_forward_samples(l, x, y, n, err);
     l->cols_kept = false;
     const dl_unary *u = train ? NULL : l->post_un;
+    const float *res = train ? NULL : l->res;
     dl_status st = DL_OK;
     bool generic = true;
     if (use_engine(l, ops->conv_fwd != NULL)) {
-        st = conv_fused_unary(l, u, x, y, n, err);
+        st = res ? conv_fused_add(l, x, y, n, err) : conv_fused_unary(l, u, x, y, n, err);
         if (st != DL_ERR_UNAVAILABLE)
             return st;
         dl_conv_geom g = geom(l, n);
@@ -198,6 +235,10 @@ static dl_status conv_forward(layer *l, const float *x, float *y, int64_t n,
         st = conv_forward_im2col(l, x, y, n, train, err);
     if (st == DL_OK && u)      /* not fused: the folded unary's own pass */
         ops->unary_fwd(l->be, u, y, y, n * l->out_dim);
+    if (st == DL_OK && res) {  /* not fused: the residual add's own pass */
+        dl_strided g = { .nd = 1, .shape = { n * l->out_dim }, .st = { { 1 }, { 1 }, { 1 } } };
+        ops->binary_fwd(l->be, DL_BIN_ADD, &g, y, res, l->res_post, y);
+    }
     return st;
 }
 

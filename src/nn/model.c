@@ -544,6 +544,7 @@ static dl_status run_layer(dl_model *m, int i, int64_t batch, bool train, dl_err
         return l->ops->forward_multi(l, xs, y, batch, train, err);
     }
     const float *x = l->nin ? m->act[model_tensor_of(m, l->conf->src[0])] : NULL;
+    l->res = l->res_fused && !train ? m->act[l->res_t] : NULL;
     return l->ops->forward(l, x, y, batch, train, err);
 }
 

@@ -92,6 +92,59 @@ static void fuse_activations(dl_model *m, const int *readers)
     }
 }
 
+/* Whether layer c, a conv2d, may add tensor r, of layer j (an add of two
+ * inputs), itself in inference: j is c's output's only reader and its
+ * inputs share the output's shape and layout (a pass layer: one layout
+ * class), c applies no activation of its own, runs on the engine, which
+ * fuses the add, and r is ready when c runs (a model input or the output
+ * of an earlier layer). Only where c writes the layout its kernels run
+ * on, blocked or NHWC from NHWC: oneDNN's direct kernels add r only in
+ * their own layout (r in plain NCHW, oneDNN 2.6 takes its GEMM-based
+ * convolution instead). */
+static bool res_ok(const dl_model *m, const int *readers, int c, int j, int r)
+{
+    const layer *l = &m->layers[c], *a = &m->layers[j];
+    bool own = (l->blocked & DL_BLOCKED_Y) ||
+               ((l->blocked & DL_NHWC_Y) && !(l->blocked & DL_BLOCKED_X));
+    return l->conf->type == DL_LAYER_CONV2D && chain_next(m, readers, c) == j && own &&
+           !l->post && !l->post_un && layer_engine_layout(l) &&
+           m->be->ops->conv_fwd_add && r < m->ninputs + c && a->ins_dim[0] == a->out_dim &&
+           a->ins_dim[1] == a->out_dim;
+}
+
+/* Folds a residual add into the convolution making one of its inputs, in
+ * inference only (training keeps the add: its backward passes dy on to
+ * both inputs, and the convolution's backward reads none of them): the
+ * convolution's engine adds the other input and applies the add's folded
+ * activation in its own pass (ResNet's conv -> add -> relu, as ONNX
+ * Runtime's FusedConv does), where each was a pass over memory. Of two
+ * convolutions the later one takes it, the other's output being ready. */
+static void fuse_residuals(dl_model *m, const int *readers)
+{
+    for (int j = 0; j < m->nlayers; j++) {
+        layer *a = &m->layers[j];
+        if (a->conf->type != DL_LAYER_ADD || a->nin != 2 || a->folded_infer)
+            continue;
+        int t0 = model_tensor_of(m, a->conf->src[0]), t1 = model_tensor_of(m, a->conf->src[1]);
+        int c = -1, r = -1;
+        for (int k = 0; k < 2; k++) {
+            int t = k ? t1 : t0, o = k ? t0 : t1, i = t - m->ninputs;
+            if (t != o && i >= 0 && i > c && res_ok(m, readers, i, j, o))
+                c = i, r = o;
+        }
+        if (c < 0)
+            continue;
+        layer *l = &m->layers[c];
+        l->res_fused = true;
+        l->res_t = r;
+        l->res_post = a->post;
+        a->folded_infer = true;
+        a->res_of = c;
+        DL_LOG(DL_LOG_DEBUG, "nn", "'%s' adds '%s' itself in inference", l->conf->name,
+               a->conf->name);
+    }
+}
+
 /* How a layer meets the engine's blocked layout (plan_layouts). */
 typedef enum blk_role {
     BLK_PLAIN,     /* reads and writes plain NCHW only */
@@ -432,7 +485,9 @@ static void plan_aliases(dl_model *m, act_plan *p, bool train)
     for (int i = 0; i < m->nlayers; i++) {
         layer *l = &m->layers[i];
         int t = m->ninputs + i;
-        if (l->folded || (!train && l->folded_infer) ||
+        if (!train && l->folded_infer && l->conf->type == DL_LAYER_ADD)
+            p->alias[t] = m->ninputs + l->res_of;    /* the convolution's output */
+        else if (l->folded || (!train && l->folded_infer) ||
             (!train && is_view(l->conf->type) && m->out_of[t] < 0))
             p->alias[t] = model_tensor_of(m, l->conf->src[0]);
     }
@@ -609,6 +664,8 @@ dl_status model_plan_graph(dl_model *m, dl_err *err)
         fuse_activations(m, readers);
         st = plan_layouts(m, err);
     }
+    if (st == DL_OK)
+        fuse_residuals(m, readers);
     if (st == DL_OK)
         st = plan_acts(m, &m->plan[0], false, err);
     if (st == DL_OK)

@@ -264,6 +264,13 @@ typedef struct dl_backend_ops {
     dl_status (*conv_fwd_unary)(dl_backend *be, const dl_conv_geom *g, const float *x,
                                 const float *w, const float *b, const dl_unary *u,
                                 float *y, dl_err *err);
+    /* Optional, inference only: y = post(conv(x, w) + b + r), r a tensor
+     * of y's shape and layout (a residual). DL_ERR_UNAVAILABLE where the
+     * engine does not fuse the add (the caller then runs conv_fwd and
+     * binary_fwd). */
+    dl_status (*conv_fwd_add)(dl_backend *be, const dl_conv_geom *g, const float *x,
+                              const float *w, const float *b, const float *r,
+                              const dl_act *post, float *y, dl_err *err);
     /* dx is overwritten. */
     dl_status (*conv_bwd_data)(dl_backend *be, const dl_conv_geom *g, const float *dy,
                                const float *w, float *dx, dl_err *err);

@@ -426,6 +426,22 @@ PADDED_CASES = [
     one("padded_residual_eval", [inp("x", 4, 5, 5)], PADDED, mode="eval", seed=502),
 ]
 
+# Residual adds straight after a convolution, then a relu: in inference
+# the convolution adds the other input itself (oneDNN's binary post-op),
+# the relu after it, where its output is blocked (16 channels from the
+# convolution before); not where it is plain NCHW (with the model input
+# x). Training keeps both layers.
+RESADD = [L("c1", "conv2d", filters=16, kernel_size=3, padding=1), L("r1", "relu"),
+          L("c2", "conv2d", filters=16, kernel_size=3, padding=1),
+          L("add", "add", ["c2", "r1"]), L("r2", "relu"),
+          L("c3", "conv2d", filters=16, kernel_size=1, bias=False),
+          L("add2", "add", ["x", "c3"]), L("r3", "relu"),
+          L("pool", "global_avgpool2d"), L("y", "dense", units=3)]
+RESADD_CASES = [
+    one("conv_residual_relu", [inp("x", 16, 5, 5)], RESADD, seed=601),
+    one("conv_residual_relu_eval", [inp("x", 16, 5, 5)], RESADD, mode="eval", seed=602),
+]
+
 
 def make_ties(case, model, values, lengths):
     """Equal, largest values at positions p and q of each sample longer
@@ -612,7 +628,8 @@ def verify_pass(folder):
 
 def cmd_verify(out, only):
     bad = 0
-    for case in PASS_CASES + OP_CASES + LATE_PASS_CASES + SEQ_CASES + RNN_CASES + PADDED_CASES:
+    for case in (PASS_CASES + OP_CASES + LATE_PASS_CASES + SEQ_CASES + RNN_CASES + PADDED_CASES
+                 + RESADD_CASES):
         if only and case["name"] not in only:
             continue
         out_err, grad_err, numeric = verify_pass(os.path.join(out, case["name"]))
@@ -637,7 +654,7 @@ def main(argv=None):
         return cmd_verify(args.out, args.only)
     cases = ([(c, make_pass) for c in PASS_CASES] + [(c, make_train) for c in TRAIN_CASES]
              + [(c, make_pass) for c in OP_CASES + LATE_PASS_CASES + SEQ_CASES + RNN_CASES
-                + PADDED_CASES])
+                + PADDED_CASES + RESADD_CASES])
     names = [c["name"] for c, _ in cases]
     assert len(set(names)) == len(names), "case names repeat"
     for seed, (case, make) in enumerate(cases, 1):

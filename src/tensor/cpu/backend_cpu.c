@@ -433,6 +433,13 @@ static dl_status dnnl_conv_fwd_unary(dl_backend *be, const dl_conv_geom *g, cons
     return dl_dnnl_conv_fwd_unary(be->ctx, g, x, w, b, u, y, err);
 }
 
+static dl_status dnnl_conv_fwd_add(dl_backend *be, const dl_conv_geom *g, const float *x,
+                                   const float *w, const float *b, const float *r,
+                                   const dl_act *post, float *y, dl_err *err)
+{
+    return dl_dnnl_conv_fwd_add(be->ctx, g, x, w, b, r, post, y, err);
+}
+
 static dl_status dnnl_gemm_bias_unary(dl_backend *be, int64_t m, int64_t n, int64_t k,
                                       const float *a, const float *b, const float *bias,
                                       const dl_unary *u, float *c, dl_err *err)
@@ -574,6 +581,7 @@ static const dl_backend_ops cpu_dnnl_ops = {
     CPU_OPS
     .conv_fwd         = dnnl_conv_fwd,
     .conv_fwd_unary   = dnnl_conv_fwd_unary,
+    .conv_fwd_add     = dnnl_conv_fwd_add,
     .conv_bwd_data    = dnnl_conv_bwd_data,
     .conv_bwd_weights = dnnl_conv_bwd_weights,
     .pool2d_fwd       = dnnl_pool_fwd,

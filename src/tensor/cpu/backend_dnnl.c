@@ -26,7 +26,7 @@
  * few batch sizes. At 32, mobilenet_v2 (52 convolutions) rebuilt every
  * primitive on every pass and ran 30x slower. */
 #define CACHE_MAX 512
-#define SLOTS_MAX 4
+#define SLOTS_MAX 5
 
 typedef enum op_kind {
     OP_CONV_FWD, OP_CONV_BWD_DATA, OP_CONV_BWD_WEIGHTS, OP_POOL_FWD, OP_POOL_BWD, OP_DENSE_FWD,
@@ -49,7 +49,7 @@ typedef struct arg_slot {
 typedef struct entry {
     op_kind          kind;
     dl_conv_geom     g;
-    int              variant;    /* conv: post-op and bias; pool: kind and training */
+    int              variant;    /* conv: post-ops and bias; pool: kind and training */
     float            pa, pb;     /* conv: the parameters of a unary post-op */
     dnnl_primitive_t prim;
     int              nslots;
@@ -375,6 +375,19 @@ typedef struct conv_slot {
     int          flags;    /* SLOT_* */
 } conv_slot;
 
+/* A forward convolution's variant bit for a fused residual add: a tensor
+ * of dst's shape and layout added before the eltwise post-op. */
+#define VAR_RES (1 << 12)
+
+/* Whether pd is one of oneDNN's reference implementations: a residual add
+ * it fuses only there runs faster as the convolution and an add pass. */
+static bool is_ref(const_dnnl_primitive_desc_t pd)
+{
+    const char *impl = NULL;
+    return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+           impl && strncmp(impl, "ref", 3) == 0;
+}
+
 /* The convolution primitive for desc (with attr; with `hinted`, against
  * the forward one, as the backward ones must be), then its slots against
  * the caller's layouts (conv_mds). */
@@ -387,6 +400,8 @@ static dl_status build_conv(dl_dnnl *d, entry *e, const_dnnl_op_desc_t desc,
     dl_status st = hinted ? hint_pd(d, g, &hint, err) : DL_OK;
     if (st == DL_OK)
         st = make_prim(d, e, desc, attr, hint, &pd, err);
+    if (st == DL_OK && e->kind == OP_CONV_FWD && (e->variant & VAR_RES) && is_ref(pd))
+        st = dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN: no fused residual add");
     dnnl_memory_desc_t md[CONV_TENSORS];
     conv_mds(d, g, false, &md[CONV_SRC], &md[CONV_WEI], &md[CONV_DST], &md[CONV_BIAS]);
     for (int i = 0; i < nslots && st == DL_OK; i++) {
@@ -431,7 +446,7 @@ static bool post_eltwise(const entry *e, dnnl_alg_kind_t *alg, float *alpha, flo
 {
     static const dnnl_alg_kind_t act[] = { dnnl_eltwise_relu, dnnl_eltwise_tanh,
                                            dnnl_eltwise_logistic };
-    int post = e->variant >> 1;
+    int post = (e->variant & ~VAR_RES) >> 1;
     if (post >= POST_UNARY)
         return unary_alg((dl_unary_kind)(post - POST_UNARY), e->pa, e->pb, alg, alpha, beta);
     *alg = act[post - 1];
@@ -439,23 +454,30 @@ static bool post_eltwise(const entry *e, dnnl_alg_kind_t *alg, float *alpha, flo
     return true;
 }
 
-/* Attributes with the eltwise post-op alg (dnnl_alg_kind_undef: none). */
-static dl_status post_attr(dnnl_alg_kind_t alg, float alpha, float beta,
-                           dnnl_primitive_attr_t *attr, dl_err *err)
+/* Attributes with the post-ops: an add of a tensor of layout `res` (NULL:
+ * none), then the eltwise alg (dnnl_alg_kind_undef: none). */
+static dl_status post_attr(const dnnl_memory_desc_t *res, dnnl_alg_kind_t alg, float alpha,
+                           float beta, dnnl_primitive_attr_t *attr, dl_err *err)
 {
     DNNL_CHECK(dnnl_primitive_attr_create(attr), err);
-    if (alg != dnnl_alg_kind_undef) {
-        dnnl_post_ops_t po = NULL;
-        dnnl_post_ops_create(&po);
-        dnnl_post_ops_append_eltwise(po, 1.0f, alg, alpha, beta);
-        dnnl_primitive_attr_set_post_ops(*attr, po);
-        dnnl_post_ops_destroy(po);
-    }
+    if (alg == dnnl_alg_kind_undef && !res)
+        return DL_OK;
+    dnnl_post_ops_t po = NULL;
+    DNNL_CHECK(dnnl_post_ops_create(&po), err);
+    dnnl_status_t s = res ? dnnl_post_ops_append_binary(po, dnnl_binary_add, res)
+                          : dnnl_success;
+    if (s == dnnl_success && alg != dnnl_alg_kind_undef)
+        s = dnnl_post_ops_append_eltwise(po, 1.0f, alg, alpha, beta);
+    if (s == dnnl_success)
+        s = dnnl_primitive_attr_set_post_ops(*attr, po);
+    dnnl_post_ops_destroy(po);
+    DNNL_CHECK(s, err);
     return DL_OK;
 }
 
 /* variant for the forward convolution: bit 0 bias, bits 1.. the post-op
- * (post_eltwise). */
+ * (post_eltwise), VAR_RES a residual added before it (DNNL_ARG_SRC_1 of
+ * post-op 0, in the caller's layout of dst: its slot comes before dst's). */
 static dl_status build_conv_fwd(dl_dnnl *d, entry *e, dl_err *err)
 {
     static const conv_slot slot[] = {
@@ -464,18 +486,30 @@ static dl_status build_conv_fwd(dl_dnnl *d, entry *e, dl_err *err)
         { dnnl_query_weights_md, 1, DNNL_ARG_BIAS,    CONV_BIAS, SLOT_BIAS },
         { dnnl_query_dst_md,     0, DNNL_ARG_DST,     CONV_DST,  SLOT_OUT },
     };
-    bool bias = e->variant & 1;
+    static const conv_slot res_slot[] = {
+        { dnnl_query_src_md,     0, DNNL_ARG_SRC,     CONV_SRC,  0 },
+        { dnnl_query_weights_md, 0, DNNL_ARG_WEIGHTS, CONV_WEI,  0 },
+        { dnnl_query_weights_md, 1, DNNL_ARG_BIAS,    CONV_BIAS, SLOT_BIAS },
+        { dnnl_query_exec_arg_md, DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+          DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, CONV_DST, 0 },
+        { dnnl_query_dst_md,     0, DNNL_ARG_DST,     CONV_DST,  SLOT_OUT },
+    };
+    bool bias = e->variant & 1, res = e->variant & VAR_RES;
     dnnl_alg_kind_t alg = dnnl_alg_kind_undef;
     float alpha = 0.0f, beta = 0.0f;
-    if (e->variant >> 1 && !post_eltwise(e, &alg, &alpha, &beta))
+    if ((e->variant & ~VAR_RES) >> 1 && !post_eltwise(e, &alg, &alpha, &beta))
         return dl_err_set(err, DL_ERR_UNAVAILABLE, "oneDNN: no fused post-op");
     dnnl_convolution_desc_t cd;
     dl_status st = conv_fwd_desc(&e->g, bias, &cd, err);
     if (st != DL_OK)
         return st;
+    dnnl_memory_desc_t md[CONV_TENSORS];
+    conv_mds(d, &e->g, false, &md[CONV_SRC], &md[CONV_WEI], &md[CONV_DST], &md[CONV_BIAS]);
     dnnl_primitive_attr_t attr = NULL;
-    st = post_attr(alg, alpha, beta, &attr, err);
-    if (st == DL_OK)
+    st = post_attr(res ? &md[CONV_DST] : NULL, alg, alpha, beta, &attr, err);
+    if (st == DL_OK && res)
+        st = build_conv(d, e, &cd, attr, false, res_slot, NSLOTS(res_slot), err);
+    else if (st == DL_OK)
         st = build_conv(d, e, &cd, attr, false, slot, NSLOTS(slot), err);
     if (attr)
         dnnl_primitive_attr_destroy(attr);
@@ -615,7 +649,7 @@ static dl_status build_dense(dl_dnnl *d, entry *e, dl_err *err)
         post_eltwise(e, &alg, &alpha, &beta);
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    dl_status st = post_attr(alg, alpha, beta, &attr, err);
+    dl_status st = post_attr(NULL, alg, alpha, beta, &attr, err);
     if (st == DL_OK)
         st = make_prim(d, e, &ipd, attr, NULL, &pd, err);
     if (st == DL_OK)
@@ -926,6 +960,17 @@ dl_status dl_dnnl_conv_fwd_unary(dl_dnnl *d, const dl_conv_geom *g, const float 
     void *with_bias[4] = { (void *)x, (void *)w, (void *)b, y };
     void *without[3] = { (void *)x, (void *)w, y };
     return call(d, OP_CONV_FWD, g, variant, par, b ? with_bias : without, NULL, 0, err);
+}
+
+dl_status dl_dnnl_conv_fwd_add(dl_dnnl *d, const dl_conv_geom *g, const float *x,
+                               const float *w, const float *b, const float *r,
+                               const dl_act *post, float *y, dl_err *err)
+{
+    int variant = (b ? 1 : 0) | (post ? ((int)*post + 1) << 1 : 0) | VAR_RES;
+    /* slots: src, weights, [bias,] residual, dst */
+    void *with_bias[5] = { (void *)x, (void *)w, (void *)b, (void *)r, y };
+    void *without[4] = { (void *)x, (void *)w, (void *)r, y };
+    return call(d, OP_CONV_FWD, g, variant, NULL, b ? with_bias : without, NULL, 0, err);
 }
 
 dl_status dl_dnnl_conv_bwd_data(dl_dnnl *d, const dl_conv_geom *g, const float *dy,

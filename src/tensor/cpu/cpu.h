@@ -57,6 +57,10 @@ dl_status dl_dnnl_dense_fwd_unary(dl_dnnl *d, int64_t m, int64_t n, int64_t k, c
 dl_status dl_dnnl_conv_fwd_unary(dl_dnnl *d, const dl_conv_geom *g, const float *x,
                                  const float *w, const float *b, const dl_unary *u,
                                  float *y, dl_err *err);
+/* See dl_backend_ops.conv_fwd_add. */
+dl_status dl_dnnl_conv_fwd_add(dl_dnnl *d, const dl_conv_geom *g, const float *x,
+                               const float *w, const float *b, const float *r,
+                               const dl_act *post, float *y, dl_err *err);
 /* See dl_backend_ops.fix_weights. */
 void      dl_dnnl_fix_weights(dl_dnnl *d, const void *w, size_t bytes, bool fixed);
 dl_status dl_dnnl_conv_bwd_data(dl_dnnl *d, const dl_conv_geom *g, const float *dy,
