@@ -1739,6 +1739,7 @@ const dl_backend_ops cuda_ops = {
     /* no convolution engine, no fused dense epilogue: the generic paths */
     .conv_fwd         = NULL,
     .conv_fwd_unary   = NULL,
+    .conv_fwd_add     = NULL,
     .conv_bwd_data    = NULL,
     .conv_bwd_weights = NULL,
     .pool2d_fwd       = NULL,
