@@ -20,8 +20,9 @@
 # The base tarball is cached in $DLSERVE_TEST_CACHE
 # (/var/cache/dlserve-test), the images in podman's storage: the first run
 # takes 2-3 minutes (mmdebstrap ~60 s, apt in the build and runtime
-# stages ~60 s), later ones reuse both and compile dlserve only (~30 s). Exits 77 (SKIP) only when podman, buildah or mmdebstrap is
-# missing and cannot be installed.
+# stages ~60 s), later ones reuse both and compile dlserve only (~30 s).
+# Exits 77 (SKIP) only when podman, buildah or mmdebstrap is missing and
+# cannot be installed.
 . "$(dirname "$0")/../lib/lib.sh"
 . "$SRC/tests/lib/lib_serve.sh"
 . "$SRC/scripts/lib.sh"

@@ -104,7 +104,8 @@ check "planted: ... and the KServe runtime check fails on them too" \
     sh -c "! $M kserve-runtime '$WORK/rt-meta.yaml' > /dev/null"
 plant "$RT" "$WORK/rt-typo.yaml" 'd["spec"]["annotation"] = d["spec"].pop("annotations")'
 check "planted: spec.annotation (a misspelt field) fails" \
-    caught "$WORK/rt-typo.yaml" "spec: Additional properties are not allowed ('annotation' was unexpected)"
+    caught "$WORK/rt-typo.yaml" \
+        "spec: Additional properties are not allowed ('annotation' was unexpected)"
 plant "$RT" "$WORK/rt-onnx.yaml" 'd["spec"]["supportedModelFormats"][1]["priority"] = 1'
 check "planted: a priority on the onnx format, not auto-selected, fails" \
     caught "$WORK/rt-onnx.yaml" 'onnx: a priority needs autoSelect: true'
@@ -121,12 +122,15 @@ plant "$WORK/keda.yaml" "$WORK/keda-typo.yaml" \
 check "planted: a kafka trigger with lagTreshold (misspelt) fails" \
     caught "$WORK/keda-typo.yaml" "lagTreshold: not a key of KEDA's kafka scaler"
 plant "$SRC/conf/cluster/mpijob.yaml" "$WORK/mpi-typo.yaml" \
-    'd["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"'
+    'w = d["spec"]["mpiReplicaSpecs"]["Worker"]
+w["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"'
 check "planted: an MPIJob worker container with imagePullPolcy (misspelt) fails" \
     caught "$WORK/mpi-typo.yaml" "'imagePullPolcy' was unexpected"
-plant "$SRC/deploy/kserve/inferenceservice.yaml" "$WORK/isvc-meta.yaml" 'd["metadata"]["label"] = {"a": "b"}'
+plant "$SRC/deploy/kserve/inferenceservice.yaml" "$WORK/isvc-meta.yaml" \
+    'd["metadata"]["label"] = {"a": "b"}'
 check "planted: an InferenceService with metadata.label (not ObjectMeta's) fails" \
-    caught "$WORK/isvc-meta.yaml" "metadata: Additional properties are not allowed ('label' was unexpected)"
+    caught "$WORK/isvc-meta.yaml" \
+        "metadata: Additional properties are not allowed ('label' was unexpected)"
 printf 'apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n' > "$WORK/pod.yaml"
 check "planted: a kind without a schema fails" \
     caught "$WORK/pod.yaml" 'no schema for v1 Pod'

@@ -17,7 +17,8 @@ N=2000
 make_repo "$WORK/repo"
 check "mock cluster up" start_mock hin:4 hout:1 hdlq:1
 check "redis-server up" start_redis
-trap 'kill -9 ${PID:-} ${FEED:-} 2>/dev/null; stop_redis; stop_mock; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
+trap 'kill -9 ${PID:-} ${FEED:-} 2>/dev/null; stop_redis; stop_mock
+      [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 # rcli PASSWORD ARGS...: redis-cli on the test's server
 rcli() { redis-cli -p "$RPORT" --no-auth-warning -a "$@"; }
 # results_are PASSWORD N: N result keys in Redis
