@@ -134,15 +134,13 @@ else
     rc=$?
     check "grpc: no token, exits 1 with the server's status" \
         fails_with "$WORK/gnotoken.err" $rc 'UNAUTHENTICATED.*bearer token'
-    [ $rc -eq 1 ]
-    check "grpc: no token, exit status 1" [ $? -eq 0 ]
+    check "grpc: no token, exit status 1" test $rc -eq 1
     "$PERF" -i grpc -m nosuch -u "127.0.0.1:$GPORT" "${auth[@]}" -p 100 > /dev/null \
         2> "$WORK/gnomodel.err"
     rc=$?
     check "grpc: unknown model, exits 1 with the server's message" \
         fails_with "$WORK/gnomodel.err" $rc 'NOT_FOUND.*nosuch'
-    [ $rc -eq 1 ]
-    check "grpc: unknown model, exit status 1" [ $? -eq 0 ]
+    check "grpc: unknown model, exit status 1" test $rc -eq 1
     stop_daemon
     check "gRPC daemon stops cleanly" [ $? -eq 0 ]
 fi
