@@ -507,10 +507,9 @@ static dl_status build_conv_fwd(dl_dnnl *d, entry *e, dl_err *err)
     conv_mds(d, &e->g, false, &md[CONV_SRC], &md[CONV_WEI], &md[CONV_DST], &md[CONV_BIAS]);
     dnnl_primitive_attr_t attr = NULL;
     st = post_attr(res ? &md[CONV_DST] : NULL, alg, alpha, beta, &attr, err);
-    if (st == DL_OK && res)
-        st = build_conv(d, e, &cd, attr, false, res_slot, NSLOTS(res_slot), err);
-    else if (st == DL_OK)
-        st = build_conv(d, e, &cd, attr, false, slot, NSLOTS(slot), err);
+    if (st == DL_OK)
+        st = build_conv(d, e, &cd, attr, false, res ? res_slot : slot,
+                        res ? NSLOTS(res_slot) : NSLOTS(slot), err);
     if (attr)
         dnnl_primitive_attr_destroy(attr);
     return st;

@@ -84,14 +84,14 @@ def openapi_extract(doc, source):
              and gvk['kind'] in KINDS.get(api_version(group, version), [])]
     if not roots:
         sys.exit(f"{source['path']}: no kind of KINDS in {api_version(group, version)}")
-    seen, todo = set(), roots
-    while todo:
-        name = todo.pop()
+    seen, reached = set(), roots     # reached: names not yet followed
+    while reached:
+        name = reached.pop()
         if name not in seen:
             seen.add(name)
             more = set()
             refs(schemas[name], more)
-            todo.extend(more)
+            reached.extend(more)
     out = {'source': source, 'components': {'schemas': {n: schemas[n] for n in seen}}}
     return f"kubernetes-{group or 'core'}-{version}.json", out, ('components', 'schemas')
 
